@@ -1,0 +1,1 @@
+"""Billing: the ledger (unique per impression id and event type) and its totals."""

@@ -1,0 +1,112 @@
+"""The ledger interface and its in-memory implementation.
+
+Rules (DESIGN.md §Events and billing, §Money and budgets):
+- one row per (impression id, event type): the same beacon twice bills once;
+- a click bills only when its impression was billed (has a ledger row);
+- nothing above a campaign's daily budget is billed: the part of a charge above the
+  remaining budget of its local day is recorded as absorbed overspend.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from datetime import date
+from typing import Protocol
+
+from adfunnel.billing.model import (
+    DayTotals,
+    EventType,
+    LedgerEvent,
+    LedgerStats,
+    Outcome,
+    Recorded,
+)
+
+
+class Ledger(Protocol):
+    """Billing ledger; every implementation passes tests/contract/test_ledger_contract.py."""
+
+    def record(self, event: LedgerEvent, daily_budget_micros: int) -> Recorded:
+        """Record ``event`` at most once, billing no more than the day's remaining budget."""
+        ...
+
+    def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
+        """Totals for local days ``first``..``last`` inclusive that have any row, by day."""
+        ...
+
+    def billed_on(self, day: date) -> dict[int, int]:
+        """campaign id -> billed micros on local ``day`` (what budgets count as spent)."""
+        ...
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to a named durable counter (e.g. ``invalid_tokens``)."""
+        ...
+
+    def stats(self) -> LedgerStats: ...
+
+    def counters(self) -> dict[str, int]: ...
+
+
+def split_charge(charge: int, billed_so_far: int, daily_budget: int) -> tuple[int, int]:
+    """(billed, absorbed) for a ``charge`` on a day already billed ``billed_so_far``.
+
+    Invariant: billed + absorbed == charge and billed_so_far + billed <= daily_budget.
+    """
+    remaining = max(0, daily_budget - billed_so_far)
+    billed = min(charge, remaining)
+    return billed, charge - billed
+
+
+class MemoryLedger:
+    """In-process ledger (embedded default and tests); one lock serialises writes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[str, EventType], tuple[LedgerEvent, int, int]] = {}
+        self._days: dict[tuple[int, date], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        self._counters: dict[str, int] = defaultdict(int)
+
+    def record(self, event: LedgerEvent, daily_budget_micros: int) -> Recorded:
+        key = (event.impression_id, event.event_type)
+        with self._lock:
+            if key in self._rows:
+                self._counters["duplicates_rejected"] += 1
+                return Recorded(Outcome.DUPLICATE)
+            if event.event_type is EventType.CLICK and (
+                (event.impression_id, EventType.IMPRESSION) not in self._rows
+            ):
+                self._counters["clicks_without_impression"] += 1
+                return Recorded(Outcome.NOT_BILLABLE)
+            totals = self._days[(event.campaign_id, event.day)]
+            billed, absorbed = split_charge(event.charge_micros, totals[2], daily_budget_micros)
+            self._rows[key] = (event, billed, absorbed)
+            totals[0 if event.event_type is EventType.IMPRESSION else 1] += 1
+            totals[2] += billed
+            totals[3] += absorbed
+            return Recorded(Outcome.BILLED, billed, absorbed)
+
+    def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
+        with self._lock:
+            out = [
+                DayTotals(day, *vals)
+                for (cid, day), vals in self._days.items()
+                if cid == campaign_id and first <= day <= last
+            ]
+        return sorted(out, key=lambda t: t.day)
+
+    def billed_on(self, day: date) -> dict[int, int]:
+        with self._lock:
+            return {cid: v[2] for (cid, d), v in self._days.items() if d == day}
+
+    def count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counters[name] += n
+
+    def stats(self) -> LedgerStats:
+        with self._lock:
+            return LedgerStats(len(self._rows), self._counters["duplicates_rejected"])
+
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counters)

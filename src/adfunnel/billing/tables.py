@@ -1,0 +1,57 @@
+"""SQL tables of the ledger. Alembic migrations create them (``adfunnel/migrations``)."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Date,
+    DateTime,
+    Index,
+    Integer,
+    String,
+    Table,
+    UniqueConstraint,
+)
+
+from adfunnel.db import metadata
+
+ledger = Table(
+    "ledger",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("impression_id", String(64), nullable=False),
+    Column("event_type", String(16), nullable=False),
+    Column("campaign_id", BigInteger, nullable=False),
+    Column("ad_id", BigInteger, nullable=False),
+    Column("placement", String(200), nullable=False),
+    Column("billing_type", String(8), nullable=False),
+    Column("charge_micros", BigInteger, nullable=False),
+    Column("billed_micros", BigInteger, nullable=False),
+    Column("absorbed_micros", BigInteger, nullable=False),
+    Column("day", Date, nullable=False),
+    Column("occurred_at", DateTime(timezone=True), nullable=False),
+    # The double-billing guard: replaying any event stream is always safe.
+    UniqueConstraint("impression_id", "event_type", name="uq_ledger_impression_event"),
+    Index("ix_ledger_campaign_day", "campaign_id", "day"),
+)
+
+# Running totals per campaign and local day; the row lock serialises budget checks.
+campaign_day_spend = Table(
+    "campaign_day_spend",
+    metadata,
+    Column("campaign_id", BigInteger, primary_key=True),
+    Column("day", Date, primary_key=True),
+    Column("impressions", BigInteger, nullable=False, default=0),
+    Column("clicks", BigInteger, nullable=False, default=0),
+    Column("billed_micros", BigInteger, nullable=False, default=0),
+    Column("absorbed_micros", BigInteger, nullable=False, default=0),
+)
+
+# Counters that must survive restarts (duplicates rejected, invalid tokens, ...).
+ledger_counters = Table(
+    "ledger_counters",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", BigInteger, nullable=False, default=0),
+)

@@ -1,0 +1,1 @@
+"""Budgets: the ad server's spend gate, the budget & pacing service, slices."""

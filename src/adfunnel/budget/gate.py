@@ -1,0 +1,122 @@
+"""The spend gate: what the ad server asks before a campaign may take part in an auction.
+
+DESIGN.md §Money and budgets: committed spend = billed spend + expected cost served
+and not yet billed. The embedded :class:`LocalSpendGate` holds both in the server;
+the fleet's budget client (``adfunnel.budget.client``) implements the same protocol
+against the budget & pacing service.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Protocol
+
+from adfunnel.campaigns.model import Campaign
+from adfunnel.campaigns.schedule import local_day
+
+# Reason codes carried by rejected candidates (rejections are data, not exceptions).
+BUDGET_EXHAUSTED = "budget_exhausted"
+PACED_OUT = "paced_out"
+NO_SLICE = "no_slice"
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """One served impression's expected cost, outstanding until billed or expired.
+
+    ``expected_micros``: CPM → the impression's charge; CPC → price × pCTR;
+    CPA → price × pCTR × pCVR (DESIGN.md §The funnel, step 7).
+    """
+
+    campaign_id: int
+    day: date
+    impression_id: str
+    expected_micros: int
+    expires_at: float  # unix seconds
+
+
+class SpendGate(Protocol):
+    def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
+        """None when ``campaign`` may bid now for a charge of up to ``max_charge_micros``;
+        otherwise the rejection reason (``budget_exhausted``, ``paced_out``, ``no_slice``)."""
+        ...
+
+    def pacing_rate(self, campaign_id: int) -> float:
+        """Participation probability p in [0, 1] (1.0 when unpaced)."""
+        ...
+
+    def record_served(self, served: Served) -> None: ...
+
+    def record_billed(
+        self, campaign_id: int, day: date, billed_micros: int, impression_id: str, settles: bool
+    ) -> None:
+        """Billing moved ``billed_micros`` into spend; ``settles`` releases the impression's
+        outstanding expected cost (CPM impression billed, CPC click billed)."""
+        ...
+
+
+class LocalSpendGate:
+    """Committed spend held in one server process (embedded mode).
+
+    Admits while billed + outstanding + ``max_charge`` <= daily budget on the
+    campaign's local day. Outstanding expected costs expire with their token.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._billed: dict[tuple[int, date], int] = {}
+        self._outstanding: dict[tuple[int, date], int] = {}
+        self._open: dict[str, Served] = {}
+        self._expiry: list[tuple[float, str]] = []
+
+    def seed_billed(self, billed: dict[tuple[int, date], int]) -> None:
+        """Start from billed totals read from the ledger (restart recovery)."""
+        with self._lock:
+            self._billed.update(billed)
+
+    def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
+        key = (campaign.id, local_day(now, campaign.time_zone))
+        with self._lock:
+            self._expire(now.timestamp())
+            committed = self._billed.get(key, 0) + self._outstanding.get(key, 0)
+        if committed + max_charge_micros > campaign.daily_budget_micros:
+            return BUDGET_EXHAUSTED
+        return None
+
+    def pacing_rate(self, campaign_id: int) -> float:
+        return 1.0
+
+    def committed(self, campaign_id: int, day: date) -> int:
+        key = (campaign_id, day)
+        with self._lock:
+            return self._billed.get(key, 0) + self._outstanding.get(key, 0)
+
+    def record_served(self, served: Served) -> None:
+        key = (served.campaign_id, served.day)
+        with self._lock:
+            self._open[served.impression_id] = served
+            self._outstanding[key] = self._outstanding.get(key, 0) + served.expected_micros
+            heapq.heappush(self._expiry, (served.expires_at, served.impression_id))
+
+    def record_billed(
+        self, campaign_id: int, day: date, billed_micros: int, impression_id: str, settles: bool
+    ) -> None:
+        key = (campaign_id, day)
+        with self._lock:
+            self._billed[key] = self._billed.get(key, 0) + billed_micros
+            if settles:
+                self._release(impression_id)
+
+    def _release(self, impression_id: str) -> None:
+        served = self._open.pop(impression_id, None)
+        if served is not None:
+            key = (served.campaign_id, served.day)
+            self._outstanding[key] -= served.expected_micros
+
+    def _expire(self, now_s: float) -> None:
+        while self._expiry and self._expiry[0][0] <= now_s:
+            _, imp = heapq.heappop(self._expiry)
+            self._release(imp)

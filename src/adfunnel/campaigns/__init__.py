@@ -1,0 +1,1 @@
+"""The advertiser side: model, validation, store, change log and API routes."""
