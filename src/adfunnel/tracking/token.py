@@ -1,0 +1,211 @@
+"""The HMAC-SHA256 signed tracking token carried by every served ad (DESIGN.md §The funnel, 7).
+
+Wire format (URL-safe, no padding, at most :data:`MAX_TOKEN_CHARS` characters)::
+
+    base64url(payload) "." base64url(HMAC-SHA256(key, base64url(payload)))
+
+``payload`` is a compact JSON array (msgspec): ``[version, impression_id, ad_id,
+campaign_id, price_micros, billing_type, placement, issued_at, expires_at]``.
+The MAC covers the base64url text of the payload exactly as sent, and both parts
+must be the canonical base64url encoding of their bytes, so no two different
+strings verify as the same token.
+
+``verify`` checks, in order: shape and size (``malformed``), the MAC in constant
+time (``bad_signature``), the payload's fields (``malformed``), then expiry
+(``expired``). Nothing but :class:`InvalidToken` ever escapes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+#: Longest token accepted; anything longer is ``malformed`` before any decoding.
+MAX_TOKEN_CHARS = 1_024
+#: Billing types a token may carry.
+BILLING_TYPES = frozenset({"CPM", "CPC", "CPA"})
+#: Longest impression id (the ledger column is 64 characters).
+MAX_IMPRESSION_ID_CHARS = 64
+#: Longest placement name (the ledger column is 200 characters).
+MAX_PLACEMENT_CHARS = 200
+
+_VERSION = 1
+_MAC_BYTES = hashlib.sha256().digest_size
+_INT64_MAX = 2**63 - 1
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+_IMPRESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+Reason = Literal["malformed", "bad_signature", "expired"]
+
+
+class InvalidToken(Exception):
+    """A token that must not be trusted; ``reason`` is ``malformed``, ``bad_signature``
+    or ``expired`` (tier-1 invalid traffic counts these)."""
+
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(reason)
+        self.reason: Reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class TokenClaims:
+    """What the ad server vouches for when it serves one ad.
+
+    ``price_micros`` is the charge of the billable event in integer micros: per
+    impression for CPM, per click for CPC (and per action for CPA).
+    ``issued_at`` and ``expires_at`` are unix seconds; the token is valid while
+    ``now < expires_at``.
+
+    Raises:
+        ValueError: on construction, for a field outside its domain: impression id
+            not 1-64 of ``[A-Za-z0-9_-]``, ids or price negative or above int64,
+            unknown billing type, placement empty or over 200 characters, negative
+            times or ``expires_at < issued_at``.
+    """
+
+    impression_id: str
+    ad_id: int
+    campaign_id: int
+    price_micros: int
+    billing_type: str
+    placement: str
+    issued_at: int
+    expires_at: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.impression_id, str) or not _IMPRESSION_ID.fullmatch(
+            self.impression_id
+        ):
+            raise ValueError(f"impression_id: 1-64 of [A-Za-z0-9_-], got {self.impression_id!r}")
+        for name in ("ad_id", "campaign_id", "price_micros", "issued_at", "expires_at"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name}: must be an int, got {value!r}")
+            if not 0 <= value <= _INT64_MAX:
+                raise ValueError(f"{name}: must be in [0, 2**63 - 1], got {value}")
+        if self.billing_type not in BILLING_TYPES:
+            raise ValueError(f"billing_type: CPM, CPC or CPA, got {self.billing_type!r}")
+        if (
+            not isinstance(self.placement, str)
+            or not self.placement
+            or len(self.placement) > MAX_PLACEMENT_CHARS
+        ):
+            raise ValueError(
+                f"placement: 1-{MAX_PLACEMENT_CHARS} characters, got {self.placement!r:.80}"
+            )
+        if self.expires_at < self.issued_at:
+            raise ValueError(f"expires_at {self.expires_at} is before issued_at {self.issued_at}")
+
+
+def new_impression_id() -> str:
+    """A fresh random impression id: 32 lowercase hex characters (uuid4)."""
+    return uuid.uuid4().hex
+
+
+def sign(claims: TokenClaims, key: bytes) -> str:
+    """The signed, URL-safe token for ``claims`` under ``key``.
+
+    Raises:
+        ValueError: when ``key`` is empty, or the token would exceed
+            :data:`MAX_TOKEN_CHARS` (a very long placement name).
+    """
+    _check_key(key)
+    payload = msgspec.json.encode(
+        [
+            _VERSION,
+            claims.impression_id,
+            claims.ad_id,
+            claims.campaign_id,
+            claims.price_micros,
+            claims.billing_type,
+            claims.placement,
+            claims.issued_at,
+            claims.expires_at,
+        ]
+    )
+    body = _b64encode(payload)
+    token = f"{body}.{_b64encode(_mac(key, body))}"
+    if len(token) > MAX_TOKEN_CHARS:
+        raise ValueError(f"token would be {len(token)} characters, limit {MAX_TOKEN_CHARS}")
+    return token
+
+
+def verify(token: str, key: bytes, now_s: float) -> TokenClaims:
+    """The claims of ``token`` if it was signed with ``key`` and is unexpired at ``now_s``.
+
+    ``now_s`` is unix seconds. The MAC is compared in constant time.
+
+    Raises:
+        InvalidToken: ``malformed`` (not a string, over 1,024 characters, not two
+            canonical base64url parts, a MAC of the wrong size, or a signed payload
+            that is not a valid claims array), ``bad_signature`` (the MAC does not
+            match), ``expired`` (``now_s >= expires_at``).
+        ValueError: when ``key`` is empty (a configuration error, not a bad token).
+    """
+    _check_key(key)
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
+        raise InvalidToken("malformed")
+    body, sep, mac_text = token.partition(".")
+    if not sep:
+        raise InvalidToken("malformed")
+    payload = _b64decode(body)
+    mac = _b64decode(mac_text)
+    if len(mac) != _MAC_BYTES:
+        raise InvalidToken("malformed")
+    if not hmac.compare_digest(mac, _mac(key, body)):
+        raise InvalidToken("bad_signature")
+    claims = _decode_claims(payload)
+    if now_s >= claims.expires_at:
+        raise InvalidToken("expired")
+    return claims
+
+
+def _check_key(key: bytes) -> None:
+    if not isinstance(key, bytes | bytearray) or not key:
+        raise ValueError("token key must be non-empty bytes")
+
+
+def _mac(key: bytes, body: str) -> bytes:
+    return hmac.new(bytes(key), body.encode("ascii"), hashlib.sha256).digest()
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64decode(text: str) -> bytes:
+    """Bytes of canonical unpadded base64url ``text``; anything else is ``malformed``."""
+    if not _B64URL.fullmatch(text):
+        raise InvalidToken("malformed")
+    try:
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise InvalidToken("malformed") from None
+    # Unused low bits of the last character are ignored by the decoder; reject
+    # such non-canonical spellings so a token has exactly one valid form.
+    if _b64encode(data) != text:
+        raise InvalidToken("malformed")
+    return data
+
+
+def _decode_claims(payload: bytes) -> TokenClaims:
+    try:
+        fields = msgspec.json.decode(payload)
+    except (msgspec.MsgspecError, ValueError, UnicodeDecodeError):
+        raise InvalidToken("malformed") from None
+    if not isinstance(fields, list) or len(fields) != 9:
+        raise InvalidToken("malformed")
+    if type(fields[0]) is not int or fields[0] != _VERSION:
+        raise InvalidToken("malformed")
+    try:
+        return TokenClaims(*fields[1:])
+    except (ValueError, TypeError):
+        raise InvalidToken("malformed") from None
