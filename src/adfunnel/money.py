@@ -68,3 +68,10 @@ def format_units(amount: int, currency: str = "") -> str:
     cents = frac // 10_000
     text = f"{sign}{whole:,}.{cents:02d}"
     return f"{text} {currency}".strip()
+
+
+def round_micros(value: float) -> Micros:
+    """Round an expected amount (e.g. price × pCTR) half-up to whole micros."""
+    if not math.isfinite(value) or value < 0:
+        raise MoneyError(f"amount must be finite and >= 0, got {value}")
+    return Micros(math.floor(value + 0.5))

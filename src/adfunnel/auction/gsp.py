@@ -1,0 +1,154 @@
+"""Generalised second-price auction on total value with quality and reserve.
+
+DESIGN.md §The funnel, step 6:
+
+- action rate per impression: CPM → 1/1000 (the bid buys a thousand impressions),
+  CPC → pCTR, CPA → pCTR × pCVR;
+- value = bid × action rate (micros per impression); total = value + quality;
+- candidates whose value or total is under the reserve are dropped (``below_reserve``);
+- slots are filled in position order with the best totals, at most one ad per
+  campaign (and per advertiser, by default) per page;
+- GSP price in the bid's unit = (next total − own quality) ÷ own action rate, rounded
+  up to whole micros, capped at the bid and floored at the reserve. The next total
+  of the last winner is the next eligible candidate's, or the reserve.
+
+Worked example (DESIGN.md): A bids $2.00 CPC at 1.5 % with quality +$0.002, B bids
+$3.00 at 0.8 % with quality −$0.001: totals 0.032 vs 0.023, A wins and pays
+(0.023 − 0.002) / 0.015 = $1.40 per click.
+
+Invariants (property-tested): reserve ≤ price ≤ bid for every winner; winners are
+distinct campaigns; a winner's total ≥ the next winner's total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from adfunnel.campaigns.model import BidType
+from adfunnel.money import MILLE, ceil_micros
+
+BELOW_RESERVE = "below_reserve"
+OUTRANKED = "outranked"
+SAME_CAMPAIGN = "same_campaign_on_page"
+SAME_ADVERTISER = "same_advertiser_on_page"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One ad competing for the page.
+
+    ``bid_micros`` is per thousand impressions (CPM), per click (CPC) or per
+    conversion (CPA); ``pctr``/``pcvr`` are probabilities; ``quality_micros`` is a
+    money adjustment per impression (may be negative).
+    """
+
+    ad_id: int
+    campaign_id: int
+    advertiser_id: int
+    bid_type: BidType
+    bid_micros: int
+    pctr: float
+    pcvr: float = 1.0
+    quality_micros: float = 0.0
+
+    @property
+    def action_rate(self) -> float:
+        """Billable actions per impression."""
+        if self.bid_type is BidType.CPM:
+            return 1.0 / MILLE
+        if self.bid_type is BidType.CPC:
+            return self.pctr
+        return self.pctr * self.pcvr
+
+    @property
+    def value(self) -> float:
+        """Expected bid value per impression, micros."""
+        return self.bid_micros * self.action_rate
+
+    @property
+    def total(self) -> float:
+        """Total value per impression (value + quality), micros."""
+        return self.value + self.quality_micros
+
+
+@dataclass(frozen=True, slots=True)
+class Win:
+    """A filled slot. ``price_micros`` is in the bid's unit (per mille / click / conversion)."""
+
+    slot_id: str
+    candidate: Candidate
+    price_micros: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    ad_id: int
+    campaign_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuctionResult:
+    wins: list[Win]
+    rejections: list[Rejection]
+
+
+def reserve_in_unit(reserve_per_impression: float, candidate: Candidate) -> float:
+    """The reserve (micros per impression) expressed in the candidate's bid unit."""
+    rate = candidate.action_rate
+    return reserve_per_impression / rate if rate > 0 else float("inf")
+
+
+def run_auction(
+    candidates: Sequence[Candidate],
+    slot_ids: Sequence[str],
+    reserve_cpm_micros: int = 0,
+    *,
+    one_per_advertiser: bool = True,
+) -> AuctionResult:
+    """Fill ``slot_ids`` (already in position order) from ``candidates``.
+
+    ``reserve_cpm_micros`` is the floor per thousand impressions for this placement.
+    Returns winners with prices and every loser with its reason.
+    """
+    reserve_imp = reserve_cpm_micros / MILLE
+    rejections: list[Rejection] = []
+    eligible: list[Candidate] = []
+    for c in candidates:
+        ok = c.action_rate > 0 and c.bid_micros >= reserve_in_unit(reserve_imp, c)
+        if ok and c.total >= reserve_imp:
+            eligible.append(c)
+        else:
+            rejections.append(Rejection(c.ad_id, c.campaign_id, BELOW_RESERVE))
+    eligible.sort(key=lambda c: (-c.total, c.ad_id))
+
+    ranked: list[Candidate] = []
+    campaigns: set[int] = set()
+    advertisers: set[int] = set()
+    for c in eligible:
+        if c.campaign_id in campaigns:
+            rejections.append(Rejection(c.ad_id, c.campaign_id, SAME_CAMPAIGN))
+        elif one_per_advertiser and c.advertiser_id in advertisers:
+            rejections.append(Rejection(c.ad_id, c.campaign_id, SAME_ADVERTISER))
+        else:
+            ranked.append(c)
+            campaigns.add(c.campaign_id)
+            advertisers.add(c.advertiser_id)
+
+    wins: list[Win] = []
+    for i, c in enumerate(ranked):
+        if i >= len(slot_ids):
+            rejections.append(Rejection(c.ad_id, c.campaign_id, OUTRANKED))
+            continue
+        next_total = ranked[i + 1].total if i + 1 < len(ranked) else reserve_imp
+        wins.append(Win(slot_ids[i], c, gsp_price(c, next_total, reserve_imp)))
+    return AuctionResult(wins, rejections)
+
+
+def gsp_price(c: Candidate, next_total: float, reserve_per_impression: float) -> int:
+    """Price in ``c``'s bid unit: (next total − own quality) ÷ action rate, in [reserve, bid]."""
+    rate = c.action_rate
+    raw = max(0.0, (next_total - c.quality_micros) / rate)
+    floor = reserve_in_unit(reserve_per_impression, c)
+    return min(c.bid_micros, max(ceil_micros(raw), ceil_micros(floor)))

@@ -1,0 +1,1 @@
+"""Click and conversion prediction."""

@@ -1,0 +1,117 @@
+"""The ad server's in-memory view of campaigns and ads, kept current from the change log.
+
+A record is applied only when its version is newer than the one held, so duplicate
+and out-of-order change records are harmless. Each approved ad is indexed under
+its campaign's targeting; status, schedule and budget are checked later by the
+funnel so that rejections carry a reason.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from adfunnel.campaigns.model import (
+    Ad,
+    Advertiser,
+    BidType,
+    Campaign,
+    ChangeRecord,
+    ReviewState,
+)
+from adfunnel.index.base import AdIndex
+from adfunnel.money import MILLE
+from adfunnel.targeting.expr import All, Expr, parse_expr
+
+#: Matches every request (an empty conjunction).
+EVERYONE: Expr = All(())
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Campaign-side records at one point of the change log."""
+
+    advertisers: list[Advertiser]
+    campaigns: list[Campaign]
+    ads: list[Ad]
+    last_seq: int
+
+
+class Catalog:
+    """Campaign records, ads and their targeting index for one ad-server process.
+
+    ``prior_pctr`` sets the static score of CPC/CPA ads in the index
+    (expected value per impression, micros).
+    """
+
+    def __init__(self, index: AdIndex, prior_pctr: float = 0.001) -> None:
+        self.index = index
+        self.prior_pctr = prior_pctr
+        self.advertisers: dict[int, Advertiser] = {}
+        self.campaigns: dict[int, Campaign] = {}
+        self.ads: dict[int, Ad] = {}
+        self._ads_by_campaign: dict[int, set[int]] = {}
+        self._targeting: dict[int, Expr] = {}
+        self.position = 0  # last change-log seq applied
+        self._lock = threading.Lock()
+
+    def load(self, snapshot: Snapshot) -> None:
+        """Boot from a snapshot; later changes arrive through :meth:`apply`."""
+        for rec in (*snapshot.advertisers, *snapshot.campaigns, *snapshot.ads):
+            self._apply_record(rec)
+        self.position = max(self.position, snapshot.last_seq)
+
+    def apply(self, change: ChangeRecord) -> bool:
+        """Apply one change record; False when it was not newer than what is held."""
+        with self._lock:
+            self.position = max(self.position, change.seq)
+            return self._apply_record(change.record)
+
+    def apply_all(self, changes: Iterable[ChangeRecord]) -> int:
+        return sum(self.apply(c) for c in changes)
+
+    def _apply_record(self, rec: Advertiser | Campaign | Ad) -> bool:
+        if isinstance(rec, Advertiser):
+            held = self.advertisers.get(rec.id)
+            if held is not None and held.version >= rec.version:
+                return False
+            self.advertisers[rec.id] = rec
+            return True
+        if isinstance(rec, Campaign):
+            return self._apply_campaign(rec)
+        return self._apply_ad(rec)
+
+    def _apply_campaign(self, c: Campaign) -> bool:
+        held = self.campaigns.get(c.id)
+        if held is not None and held.version >= c.version:
+            return False
+        self.campaigns[c.id] = c
+        if held is None or held.targeting != c.targeting:
+            self._targeting[c.id] = parse_expr(json.loads(c.targeting)) if c.targeting else EVERYONE
+        for ad_id in self._ads_by_campaign.get(c.id, ()):
+            self._index_ad(self.ads[ad_id])
+        return True
+
+    def _apply_ad(self, ad: Ad) -> bool:
+        held = self.ads.get(ad.id)
+        if held is not None and held.version >= ad.version:
+            return False
+        self.ads[ad.id] = ad
+        self._ads_by_campaign.setdefault(ad.campaign_id, set()).add(ad.id)
+        self._index_ad(ad)
+        return True
+
+    def _index_ad(self, ad: Ad) -> None:
+        campaign = self.campaigns.get(ad.campaign_id)
+        if campaign is None or ad.review_state is not ReviewState.APPROVED:
+            self.index.remove(ad.id)
+            return
+        self.index.upsert(ad.id, self._targeting[campaign.id], self.static_score(campaign))
+
+    def static_score(self, c: Campaign) -> float:
+        """Expected value per impression at the prior pCTR, micros (index ordering)."""
+        if c.bid_type is BidType.CPM:
+            return c.bid_micros / MILLE
+        return c.bid_micros * self.prior_pctr

@@ -1,0 +1,250 @@
+"""One ad decision: retrieve → filter → score → auction → respond (DESIGN.md §The funnel).
+
+The decider is synchronous and does no I/O: campaign state, budget state and pCTR
+are all in memory. Every candidate that drops out carries a reason code, and the
+absolute deadline is checked between stages: a decision that would be late returns
+what it has (or nothing).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from adfunnel.auction.gsp import Candidate, Rejection, Win, run_auction
+from adfunnel.budget.gate import PACED_OUT, Served, SpendGate
+from adfunnel.campaigns.model import (
+    Ad,
+    AdStatus,
+    BidType,
+    Campaign,
+    CampaignStatus,
+)
+from adfunnel.campaigns.schedule import in_daypart, in_flight, local_day
+from adfunnel.clock import Clock, monotonic_ms
+from adfunnel.money import cpm_to_impression, round_micros
+from adfunnel.prediction.smoothed import SmoothedCtr
+from adfunnel.serving.catalog import Catalog
+from adfunnel.serving.request import SelectRequest, SlotIn, request_attributes
+from adfunnel.tracking.token import TokenClaims, new_impression_id, sign
+
+# Reason codes of the filter stage (the auction adds its own).
+AD_PAUSED = "ad_paused"
+CAMPAIGN_PAUSED = "paused"
+CAMPAIGN_ENDED = "ended"
+OUT_OF_FLIGHT = "out_of_flight"
+OUTSIDE_DAYPART = "outside_daypart"
+NO_FITTING_SLOT = "no_fitting_slot"
+DEADLINE = "deadline"
+
+#: How many candidates the filter stage processes between deadline checks.
+_CHECK_EVERY = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A filled slot ready to answer: the auction's win plus what the response needs."""
+
+    win: Win
+    ad: Ad
+    campaign: Campaign
+    charge_micros: int  # the billable event's charge (per impression / click / conversion)
+    token: str
+
+
+@dataclass(slots=True)
+class Decision:
+    request_id: str
+    placed: list[Placed]
+    rejections: list[Rejection]
+    index_version: int
+    late: bool = False
+    truncated: bool = False
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+class Decider:
+    """Makes ad decisions from a :class:`Catalog`, a :class:`SpendGate` and a pCTR source.
+
+    ``token_key`` signs tracking tokens; ``token_ttl_s`` is their lifetime in seconds;
+    ``pcvr`` is the conversion probability used for CPA bids until a model exists.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        gate: SpendGate,
+        ctr: SmoothedCtr,
+        clock: Clock,
+        token_key: bytes,
+        *,
+        token_ttl_s: int = 3600,
+        pcvr: float = 0.01,
+        retrieval_limit: int = 10_000,
+        rng: random.Random | None = None,
+        on_decision: Callable[[Decision], None] | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.gate = gate
+        self.ctr = ctr
+        self.clock = clock
+        self.token_key = token_key
+        self.token_ttl_s = token_ttl_s
+        self.pcvr = pcvr
+        self.retrieval_limit = retrieval_limit
+        self.rng = rng or random.Random()
+        self.on_decision = on_decision
+
+    def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
+        """Decide ``req`` before ``deadline_at_ms`` (a :func:`monotonic_ms` instant)."""
+        now = self.clock.now()
+        retrieval = self.catalog.index.query(request_attributes(req), self.retrieval_limit)
+        decision = Decision(request_id, [], [], retrieval.version, truncated=retrieval.truncated)
+        if monotonic_ms() >= deadline_at_ms:
+            decision.late = True
+            return self._finish(decision)
+        candidates = self._filter(req, retrieval.ad_ids, now, decision, deadline_at_ms)
+        self._auction(req, candidates, now, decision)
+        return self._finish(decision)
+
+    def _finish(self, decision: Decision) -> Decision:
+        if self.on_decision is not None:
+            self.on_decision(decision)
+        return decision
+
+    def _filter(
+        self,
+        req: SelectRequest,
+        ad_ids: list[int],
+        now: datetime,
+        decision: Decision,
+        deadline_at_ms: float,
+    ) -> list[tuple[Candidate, Ad, Campaign]]:
+        out: list[tuple[Candidate, Ad, Campaign]] = []
+        verdicts: dict[int, str | None] = {}  # campaign id -> reason (None = eligible)
+        sizes = {(s.format, s.width, s.height) for s in req.slots}
+        cat = self.catalog
+        for i, ad_id in enumerate(ad_ids):
+            if i % _CHECK_EVERY == _CHECK_EVERY - 1 and monotonic_ms() >= deadline_at_ms:
+                decision.late = True
+                break
+            ad = cat.ads.get(ad_id)
+            campaign = cat.campaigns.get(ad.campaign_id) if ad else None
+            if ad is None or campaign is None:
+                continue  # removed since the index version we read
+            reason = AD_PAUSED if ad.status is not AdStatus.ACTIVE else None
+            if reason is None and (ad.format, ad.width, ad.height) not in sizes:
+                reason = NO_FITTING_SLOT
+            if reason is None:
+                if campaign.id not in verdicts:
+                    verdicts[campaign.id] = self._campaign_verdict(campaign, now)
+                reason = verdicts[campaign.id]
+            if reason is not None:
+                decision.rejections.append(Rejection(ad.id, campaign.id, reason))
+                continue
+            out.append((self._candidate(ad, campaign, req.placement.id), ad, campaign))
+        return out
+
+    def _campaign_verdict(self, c: Campaign, now: datetime) -> str | None:
+        if c.status is CampaignStatus.PAUSED:
+            return CAMPAIGN_PAUSED
+        if c.status is CampaignStatus.ENDED:
+            return CAMPAIGN_ENDED
+        if not in_flight(c, now):
+            return OUT_OF_FLIGHT
+        if not in_daypart(c.dayparts, now, c.time_zone):
+            return OUTSIDE_DAYPART
+        reason = self.gate.admit(c, now, max_charge(c))
+        if reason is not None:
+            return reason
+        if self.rng.random() >= self.gate.pacing_rate(c.id):
+            return PACED_OUT
+        return None
+
+    def _candidate(self, ad: Ad, c: Campaign, placement: str) -> Candidate:
+        advertiser_id = c.advertiser_id
+        return Candidate(
+            ad.id, c.id, advertiser_id, c.bid_type, c.bid_micros,
+            self.ctr.pctr(ad.id, placement), self.pcvr,
+        )
+
+    def _auction(
+        self,
+        req: SelectRequest,
+        candidates: list[tuple[Candidate, Ad, Campaign]],
+        now: datetime,
+        decision: Decision,
+    ) -> None:
+        by_ad = {cand.ad_id: (ad, c) for cand, ad, c in candidates}
+        placed_campaigns: set[int] = set()
+        placed_advertisers: set[int] = set()
+        for run in _slot_runs(req.slots):
+            shape = (run[0].format, run[0].width, run[0].height)
+            pool = [
+                cand for cand, ad, c in candidates
+                if (ad.format, ad.width, ad.height) == shape
+                and c.id not in placed_campaigns and c.advertiser_id not in placed_advertisers
+            ]
+            reserve = _reserve(req, run[0])
+            result = run_auction(pool, [s.id for s in run], reserve)
+            for win in result.wins:
+                ad, c = by_ad[win.candidate.ad_id]
+                placed_campaigns.add(c.id)
+                placed_advertisers.add(c.advertiser_id)
+                decision.placed.append(self._place(win, ad, c, req.placement.id, now))
+            decision.rejections.extend(result.rejections)
+
+    def _place(self, win: Win, ad: Ad, c: Campaign, placement: str, now: datetime) -> Placed:
+        charge = cpm_to_impression(win.price_micros) if c.bid_type is BidType.CPM else win.price_micros
+        issued = int(now.timestamp())
+        claims = TokenClaims(
+            impression_id=new_impression_id(),
+            ad_id=ad.id,
+            campaign_id=c.id,
+            price_micros=charge,
+            billing_type=c.bid_type.value,
+            placement=placement,
+            issued_at=issued,
+            expires_at=issued + self.token_ttl_s,
+        )
+        self.gate.record_served(
+            Served(c.id, local_day(now, c.time_zone), claims.impression_id,
+                   expected_cost(win.candidate, charge), float(claims.expires_at))
+        )
+        return Placed(win, ad, c, charge, sign(claims, self.token_key))
+
+
+def expected_cost(cand: Candidate, charge: int) -> int:
+    """Expected cost of one served impression, micros (DESIGN.md §The funnel, step 7).
+
+    CPM: the impression's charge; CPC: charge × pCTR; CPA: charge × pCTR × pCVR.
+    """
+    if cand.bid_type is BidType.CPM:
+        return charge
+    return round_micros(charge * cand.action_rate)
+
+
+def max_charge(c: Campaign) -> int:
+    """The most one billable event of ``c`` can cost, micros (its bid, per event)."""
+    return cpm_to_impression(c.bid_micros) if c.bid_type is BidType.CPM else c.bid_micros
+
+
+def _reserve(req: SelectRequest, slot: SlotIn) -> int:
+    if slot.reserve_cpm_micros is not None:
+        return slot.reserve_cpm_micros
+    return req.placement.reserve_cpm_micros
+
+
+def _slot_runs(slots: list[SlotIn]) -> list[list[SlotIn]]:
+    """Slots in position order, grouped into runs of one shape (one GSP auction each)."""
+    runs: list[list[SlotIn]] = []
+    for s in sorted(slots, key=lambda s: (s.position, s.id)):
+        key = (s.format, s.width, s.height, s.reserve_cpm_micros)
+        if runs and (runs[-1][0].format, runs[-1][0].width, runs[-1][0].height,
+                     runs[-1][0].reserve_cpm_micros) == key:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return runs

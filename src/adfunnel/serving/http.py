@@ -1,0 +1,148 @@
+"""HTTP endpoints of the serving plane: lean Starlette handlers (the hot path).
+
+- ``POST /v1/ads:select`` → 200 with one ad per filled slot, or 204 (no fill);
+- ``GET /i?t=TOKEN`` → 204 (impression beacon);
+- ``GET /c?t=TOKEN`` → 302 to the ad's own landing URL;
+- ``GET /v1/decisions/{request_id}`` → the explain record of a recent decision.
+
+Errors are JSON ``{"error": ..., "fields": [{"field", "problem"}]}`` with a 4xx status.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from adfunnel.clock import monotonic_ms
+from adfunnel.serving.decision_log import DecisionLog
+from adfunnel.serving.funnel import Decider, Decision
+from adfunnel.serving.request import (
+    AdOut,
+    RejectionOut,
+    RequestError,
+    SelectResponse,
+    decode_request,
+    encode,
+)
+from adfunnel.tracking.beacons import Tracker
+
+SELECT_LATENCY = Histogram(
+    "adfunnel_select_seconds", "Ad decision latency inside the server",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
+)
+SELECT_OUTCOMES = Counter("adfunnel_select_total", "Ad decisions by outcome", ["outcome"])
+REJECTED_REQUESTS = Counter("adfunnel_bad_requests_total", "Refused requests", ["endpoint"])
+
+
+def error_response(status: int, error: str, fields: list[tuple[str, str]]) -> JSONResponse:
+    body = {"error": error, "fields": [{"field": f, "problem": p} for f, p in fields]}
+    return JSONResponse(body, status_code=status)
+
+
+class ServingEndpoints:
+    """Binds the decider, tracker and decision log to Starlette routes."""
+
+    def __init__(
+        self,
+        decider: Decider,
+        tracker: Tracker,
+        log: DecisionLog,
+        *,
+        default_deadline_ms: int,
+        max_body_bytes: int,
+        ready: Any = None,
+    ) -> None:
+        self.decider = decider
+        self.tracker = tracker
+        self.log = log
+        self.default_deadline_ms = default_deadline_ms
+        self.max_body_bytes = max_body_bytes
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/ads:select", self.select, methods=["POST"]),
+            Route("/i", self.impression, methods=["GET"]),
+            Route("/c", self.click, methods=["GET"]),
+            Route("/v1/decisions/{request_id}", self.explain, methods=["GET"]),
+        ]
+
+    async def select(self, request: Request) -> Response:
+        start = monotonic_ms()
+        body = await read_limited(request, self.max_body_bytes)
+        if body is None:
+            REJECTED_REQUESTS.labels("select").inc()
+            return error_response(413, "too_large", [("body", f"over {self.max_body_bytes} bytes")])
+        try:
+            req = decode_request(body)
+        except RequestError as exc:
+            REJECTED_REQUESTS.labels("select").inc()
+            return error_response(exc.status, "invalid_request", exc.fields)
+        deadline = start + (req.deadline_ms or self.default_deadline_ms)
+        request_id = req.request_id or uuid.uuid4().hex
+        decision = self.decider.decide(req, request_id, deadline)
+        self.log.append(decision)
+        SELECT_LATENCY.observe((monotonic_ms() - start) / 1000.0)
+        late = monotonic_ms() > deadline
+        if late or not decision.placed:
+            SELECT_OUTCOMES.labels("late" if late else "no_fill").inc()
+            return Response(status_code=204, headers={"x-request-id": request_id})
+        SELECT_OUTCOMES.labels("filled").inc()
+        return Response(encode(self._response(decision, req.explain)), media_type="application/json")
+
+    def _response(self, d: Decision, explain: bool) -> SelectResponse:
+        ads = [
+            AdOut(
+                slot_id=p.win.slot_id, ad_id=p.ad.id, campaign_id=p.campaign.id,
+                creative_ref=p.ad.creative_ref, format=p.ad.format,
+                width=p.ad.width, height=p.ad.height, price_micros=p.win.price_micros,
+                billing_type=p.campaign.bid_type.value, token=p.token,
+                impression_url=f"/i?t={p.token}", click_url=f"/c?t={p.token}",
+            )
+            for p in d.placed
+        ]
+        rejections = (
+            [RejectionOut(r.ad_id, r.campaign_id, r.reason) for r in d.rejections]
+            if explain else None
+        )
+        return SelectResponse(d.request_id, ads, d.index_version, late=d.late,
+                              rejections=rejections)
+
+    def impression(self, request: Request) -> Response:
+        result = self.tracker.impression(request.query_params.get("t"))
+        if result.outcome.startswith("invalid:"):
+            return error_response(400, "invalid_token", [("t", result.outcome.split(":", 1)[1])])
+        return Response(status_code=204)
+
+    def click(self, request: Request) -> Response:
+        result = self.tracker.click(request.query_params.get("t"))
+        if result.outcome.startswith("invalid:"):
+            return error_response(400, "invalid_token", [("t", result.outcome.split(":", 1)[1])])
+        if result.landing_url is None:
+            return error_response(404, "unknown_ad", [("t", "the ad is no longer served")])
+        return RedirectResponse(result.landing_url, status_code=302)
+
+    def explain(self, request: Request) -> Response:
+        record = self.log.explain(request.path_params["request_id"])
+        if record is None:
+            return error_response(404, "not_found", [("request_id", "no such recent decision")])
+        return JSONResponse(record)
+
+
+async def read_limited(request: Request, limit: int) -> bytes | None:
+    """The request body, or None when it is larger than ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)

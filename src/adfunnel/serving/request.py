@@ -1,0 +1,170 @@
+"""The ad request and response on the wire (msgspec structs: the hot path decodes fast).
+
+Request::
+
+    {"request_id": "optional", "deadline_ms": 100, "explain": false,
+     "user": {"key": "u1", "attributes": {"geo.country": "US", "interests": ["a", "b"]}},
+     "placement": {"id": "feed-top", "exchange": "x", "domain": "d", "reserve_cpm_micros": 0},
+     "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250, "format": "banner"}]}
+
+``reserve_cpm_micros`` is the reserve price per thousand impressions (a slot's own
+reserve overrides the placement's). Attribute values are strings or lists of strings.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from adfunnel.targeting.attributes import ATTRIBUTES
+
+MAX_SLOTS = 3
+#: Attributes the server derives from the placement and slots, not from the user.
+DERIVED = frozenset({"placement", "slot_size", "exchange", "domain"})
+
+
+class RequestError(ValueError):
+    """A request that cannot be served; ``fields`` is [(field, problem), ...]."""
+
+    def __init__(self, fields: list[tuple[str, str]], status: int = 422) -> None:
+        super().__init__("; ".join(f"{f}: {p}" for f, p in fields))
+        self.fields = fields
+        self.status = status
+
+
+class UserIn(msgspec.Struct, forbid_unknown_fields=True):
+    key: str
+    attributes: dict[str, str | list[str]] = {}
+
+
+class PlacementIn(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    exchange: str | None = None
+    domain: str | None = None
+    reserve_cpm_micros: int = 0
+
+
+class SlotIn(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    position: int
+    width: int
+    height: int
+    format: str = "banner"
+    visibility: str | None = None
+    reserve_cpm_micros: int | None = None
+
+
+class SelectRequest(msgspec.Struct, forbid_unknown_fields=True):
+    user: UserIn
+    placement: PlacementIn
+    slots: list[SlotIn]
+    deadline_ms: int | None = None
+    request_id: str | None = None
+    explain: bool = False
+
+
+class AdOut(msgspec.Struct):
+    slot_id: str
+    ad_id: int
+    campaign_id: int
+    creative_ref: str
+    format: str
+    width: int
+    height: int
+    price_micros: int
+    billing_type: str
+    token: str
+    impression_url: str
+    click_url: str
+
+
+class RejectionOut(msgspec.Struct):
+    ad_id: int
+    campaign_id: int
+    reason: str
+
+
+class SelectResponse(msgspec.Struct, omit_defaults=True):
+    request_id: str
+    ads: list[AdOut]
+    index_version: int
+    fallback: bool = False
+    late: bool = False
+    rejections: list[RejectionOut] | None = None
+
+
+_decoder = msgspec.json.Decoder(SelectRequest)
+encode = msgspec.json.Encoder().encode
+
+
+def decode_request(body: bytes) -> SelectRequest:
+    """Decode and validate a request body.
+
+    Raises:
+        RequestError: malformed JSON (400) or a field that breaks the schema (422),
+            naming the field.
+    """
+    try:
+        req = _decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        field, _, problem = _split_msgspec(str(exc))
+        raise RequestError([(field, problem)]) from None
+    except msgspec.DecodeError as exc:
+        raise RequestError([("body", f"malformed JSON: {exc}")], status=400) from None
+    problems = _check(req)
+    if problems:
+        raise RequestError(problems)
+    return req
+
+
+def _split_msgspec(message: str) -> tuple[str, str, str]:
+    # msgspec: "Expected `int`, got `str` - at `$.slots[0].width`"
+    problem, sep, where = message.rpartition(" - at `")
+    if not sep:
+        return "body", "", message
+    return where.rstrip("`").removeprefix("$.").removeprefix("$") or "body", "", problem
+
+
+def _check(req: SelectRequest) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    if not 1 <= len(req.slots) <= MAX_SLOTS:
+        problems.append(("slots", f"must hold 1 to {MAX_SLOTS} slots, got {len(req.slots)}"))
+    if len({s.id for s in req.slots}) != len(req.slots):
+        problems.append(("slots", "slot ids must be unique"))
+    for i, s in enumerate(req.slots):
+        if s.width <= 0 or s.height <= 0:
+            problems.append((f"slots[{i}]", "width and height must be > 0"))
+        if s.position < 1:
+            problems.append((f"slots[{i}].position", "must be >= 1"))
+        if s.reserve_cpm_micros is not None and s.reserve_cpm_micros < 0:
+            problems.append((f"slots[{i}].reserve_cpm_micros", "must be >= 0"))
+    if req.deadline_ms is not None and req.deadline_ms <= 0:
+        problems.append(("deadline_ms", "must be > 0"))
+    if req.placement.reserve_cpm_micros < 0:
+        problems.append(("placement.reserve_cpm_micros", "must be >= 0"))
+    if not req.user.key:
+        problems.append(("user.key", "must not be empty"))
+    if not req.placement.id:
+        problems.append(("placement.id", "must not be empty"))
+    for name, value in req.user.attributes.items():
+        where = f"user.attributes.{name}"
+        if name not in ATTRIBUTES or name in DERIVED:
+            problems.append((where, "unknown attribute"))
+        elif isinstance(value, list) and not all(isinstance(v, str) and v for v in value):
+            problems.append((where, "values must be non-empty strings"))
+    return problems
+
+
+def request_attributes(req: SelectRequest) -> dict[str, frozenset[str]]:
+    """The targeting view of a request: user attributes plus placement and slot facts."""
+    attrs: dict[str, frozenset[str]] = {}
+    for name, value in req.user.attributes.items():
+        vals = frozenset(value) if isinstance(value, list) else frozenset((value,))
+        if vals:
+            attrs[name] = vals
+    attrs["placement"] = frozenset((req.placement.id,))
+    attrs["slot_size"] = frozenset(f"{s.width}x{s.height}" for s in req.slots)
+    if req.placement.exchange:
+        attrs["exchange"] = frozenset((req.placement.exchange,))
+    if req.placement.domain:
+        attrs["domain"] = frozenset((req.placement.domain,))
+    return attrs

@@ -1,0 +1,75 @@
+"""One typed settings object, validated at start-up with every problem reported at once.
+
+Every key can be overridden by an environment variable ``ADFUNNEL_<KEY>`` (for example
+``ADFUNNEL_DATABASE_URL``); command-line flags override both.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SettingsError(ValueError):
+    """Settings that cannot start a process; ``problems`` lists every one of them."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid settings:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+class Settings(BaseSettings):
+    """Process settings. Units are in the names (``_s`` seconds, ``_ms`` milliseconds)."""
+
+    model_config = SettingsConfigDict(env_prefix="ADFUNNEL_", extra="forbid")
+
+    database_url: str = "sqlite:///adfunnel.sqlite3"
+    redis_url: str | None = None
+    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
+    token_secret: str = Field(default_factory=lambda: secrets.token_hex(32), min_length=32)
+    token_ttl_s: int = Field(default=3600, gt=0, le=86_400)
+    clock: Literal["system", "manual"] = "system"
+    default_deadline_ms: int = Field(default=100, gt=0, le=10_000)
+    max_body_bytes: int = Field(default=65_536, gt=0)
+    pctr_prior: float = Field(default=0.001, gt=0, lt=1)
+    pctr_prior_strength: float = Field(default=1_000.0, gt=0)
+    pcvr_prior: float = Field(default=0.01, gt=0, le=1)
+    retrieval_limit: int = Field(default=10_000, gt=0)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65_535)
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, v: str) -> str:
+        if not v.startswith(("sqlite:", "postgresql:", "postgresql+psycopg:")):
+            raise ValueError("must be a sqlite:// or postgresql:// URL")
+        return v
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis:// URL")
+        return v
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from defaults, ``ADFUNNEL_*`` environment variables and ``overrides``.
+
+    ``None`` overrides are ignored, so unset CLI flags fall through to the environment.
+
+    Raises:
+        SettingsError: listing every invalid key with its problem.
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        ]
+        raise SettingsError(problems) from None

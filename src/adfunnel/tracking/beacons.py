@@ -1,0 +1,110 @@
+"""The impression beacon and the click redirect: token → ledger → spend and pCTR.
+
+A beacon is billable when its token verifies (constant-time MAC, not expired) and
+it is the first of its (impression id, event type); a click bills only when its
+impression was billed. Forged, malformed and expired tokens are refused and
+counted, never billed. The click redirect goes to the ad's own landing URL, looked
+up by the ad id inside the signed token, never to a URL taken from the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import Counter
+
+from adfunnel.billing.ledger import Ledger
+from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.budget.gate import SpendGate
+from adfunnel.campaigns.model import BidType
+from adfunnel.campaigns.schedule import local_day
+from adfunnel.clock import Clock
+from adfunnel.prediction.smoothed import SmoothedCtr
+from adfunnel.serving.catalog import Catalog
+from adfunnel.tracking.token import InvalidToken, TokenClaims, verify
+
+BEACONS = Counter(
+    "adfunnel_beacons_total", "Tracking beacons by event type and outcome", ["event", "outcome"]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BeaconResult:
+    """``outcome`` is a ledger outcome or ``invalid:<reason>``; ``landing_url`` for clicks."""
+
+    outcome: str
+    recorded: Recorded | None = None
+    landing_url: str | None = None
+
+
+class Tracker:
+    """Turns beacons into ledger rows, billed spend and pCTR observations."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        catalog: Catalog,
+        gate: SpendGate,
+        ctr: SmoothedCtr,
+        clock: Clock,
+        token_key: bytes,
+    ) -> None:
+        self.ledger = ledger
+        self.catalog = catalog
+        self.gate = gate
+        self.ctr = ctr
+        self.clock = clock
+        self.token_key = token_key
+
+    def impression(self, token: str | None) -> BeaconResult:
+        return self._handle(token, EventType.IMPRESSION)
+
+    def click(self, token: str | None) -> BeaconResult:
+        return self._handle(token, EventType.CLICK)
+
+    def _handle(self, token: str | None, event_type: EventType) -> BeaconResult:
+        now = self.clock.now()
+        try:
+            if not token:
+                raise InvalidToken("malformed")
+            claims = verify(token, self.token_key, now.timestamp())
+        except InvalidToken as exc:
+            self.ledger.count("invalid_tokens")
+            self.ledger.count(f"invalid_tokens_{exc.reason}")
+            BEACONS.labels(event_type.value, f"invalid_{exc.reason}").inc()
+            return BeaconResult(f"invalid:{exc.reason}")
+        recorded = self._record(claims, event_type, now)
+        BEACONS.labels(event_type.value, recorded.outcome.value).inc()
+        ad = self.catalog.ads.get(claims.ad_id)
+        landing = ad.landing_url if ad is not None and event_type is EventType.CLICK else None
+        return BeaconResult(recorded.outcome.value, recorded, landing)
+
+    def _record(self, claims: TokenClaims, event_type: EventType, now) -> Recorded:  # noqa: ANN001
+        campaign = self.catalog.campaigns.get(claims.campaign_id)
+        if campaign is None:
+            self.ledger.count("unknown_campaign")
+            return Recorded(Outcome.NOT_BILLABLE)
+        billable = (claims.billing_type == BidType.CPM.value) == (event_type is EventType.IMPRESSION)
+        billable = billable and claims.billing_type != BidType.CPA.value
+        day = local_day(now, campaign.time_zone)
+        event = LedgerEvent(
+            impression_id=claims.impression_id,
+            event_type=event_type,
+            campaign_id=claims.campaign_id,
+            ad_id=claims.ad_id,
+            placement=claims.placement,
+            billing_type=claims.billing_type,
+            charge_micros=claims.price_micros if billable else 0,
+            occurred_at=now,
+            day=day,
+        )
+        recorded = self.ledger.record(event, campaign.daily_budget_micros)
+        if recorded.outcome is Outcome.BILLED:
+            if event_type is EventType.IMPRESSION:
+                self.ctr.observe_impression(claims.ad_id, claims.placement)
+            else:
+                self.ctr.observe_click(claims.ad_id, claims.placement)
+            self.gate.record_billed(
+                claims.campaign_id, day, recorded.billed_micros, claims.impression_id, billable
+            )
+        return recorded
