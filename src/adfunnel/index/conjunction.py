@@ -1,0 +1,293 @@
+"""The conjunction index: retrieval of matching ads by boolean targeting (DESIGN.md §The funnel, 2).
+
+Source: S. E. Whang, H. Garcia-Molina, C. Brower, J. Shanmugasundaram, S. Vassilvitskii,
+E. Vee, R. Yerneni, "Indexing Boolean Expressions", VLDB 2009. Each ad's targeting is
+compiled to DNF (:func:`adfunnel.targeting.dnf.compile_dnf`); each conjunction is
+indexed under its ``∈`` terms' (attribute, value) keys, partitioned by its size K;
+a conjunction matches when the request hits all K of its ``∈`` terms and none of
+its ``∉`` terms; K = 0 conjunctions match unless a ``∉`` term rejects them.
+
+Semantics equal :func:`adfunnel.targeting.evaluate.matches` exactly, for any
+request (attribute -> set of values, several values allowed for any attribute):
+
+- ``a in S`` holds when some request value of ``a`` is in S; it is **false** when
+  the request lacks ``a``;
+- ``a not_in S`` holds when no request value of ``a`` is in S; it is **true** when
+  the request lacks ``a``.
+
+Geo is hierarchical only through the request: it carries ``geo.country``,
+``geo.region`` and ``geo.city`` as separate attributes, so a term on any level
+is an ordinary term. Attribute names are not restricted here (``parse_expr`` does
+that); the index accepts any.
+
+Layout: one large immutable :class:`~adfunnel.index.segment.Segment` (*main*,
+columnar numpy arrays), one small *delta* segment rebuilt on each write, and a
+per-ad ``alive`` mask over main (the tombstones). A write builds a new
+:class:`_Snapshot` and swaps it in with one assignment; a query reads
+``self._snap`` once, so it sees one consistent version, returned in
+``Retrieval.version``. When the delta holds more than ``delta_limit`` ads it is
+merged into a new main (cost O(main); :meth:`merge` may also be called at will).
+
+Broad ads: conjunction ids run best static score first inside each size group,
+and a query reads each group in windows only until more than ``limit`` distinct
+ads matched, so long posting lists are read only as far as needed. A narrow ad
+is never crowded out: it is returned whenever fewer than ``limit`` matching ads
+score above it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from prometheus_client import Counter
+
+from adfunnel.index.base import DEFAULT_LIMIT, Retrieval
+from adfunnel.index.segment import ConjTable, Segment, TableBuilder, concat_tables
+from adfunnel.targeting.dnf import Conjunction, compile_dnf
+from adfunnel.targeting.evaluate import RequestAttributes
+from adfunnel.targeting.expr import Expr
+
+#: Queries that matched more ads than their limit (the rest were cut).
+TRUNCATED = Counter(
+    "adfunnel_index_truncated_total",
+    "Index queries that matched more ads than the limit; only the best were returned.",
+)
+
+#: Delta size (ads) above which a write merges the delta into main.
+DEFAULT_DELTA_LIMIT = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    version: int
+    main: Segment
+    alive: np.ndarray  # bool[main ads]; False = removed or superseded by the delta
+    main_sorted_ids: np.ndarray  # int64: main ad ids sorted, for id -> row look-ups
+    main_sorted_rows: np.ndarray  # int64: row of each sorted id
+    n_main_alive: int
+    delta_ads: dict[int, tuple[tuple[Conjunction, ...], float]]
+    delta: Segment
+
+
+def _check_score(score: float) -> float:
+    score = float(score)
+    if not math.isfinite(score):
+        raise ValueError(f"static score must be finite, got {score!r}")
+    return score
+
+
+class ConjunctionIndex:
+    """:class:`~adfunnel.index.base.AdIndex` over compiled DNF targeting (see module docstring).
+
+    Thread safety: any number of threads may :meth:`query` while others write;
+    writes serialise on one lock. No query raises or sees a half-applied write.
+    """
+
+    def __init__(self, *, delta_limit: int = DEFAULT_DELTA_LIMIT) -> None:
+        self._write = threading.Lock()
+        self._delta_limit = delta_limit
+        self._snap = self._new_main(Segment.empty(), version=0)
+
+    # ---- reading ---------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return self._snap.version
+
+    def __len__(self) -> int:
+        snap = self._snap
+        return snap.n_main_alive + len(snap.delta_ads)
+
+    def nbytes(self) -> int:
+        """Bytes held in numpy arrays by the current version (main + delta + tombstones)."""
+        snap = self._snap
+        return (
+            snap.main.nbytes()
+            + snap.delta.nbytes()
+            + snap.alive.nbytes
+            + snap.main_sorted_ids.nbytes
+            + snap.main_sorted_rows.nbytes
+        )
+
+    def query(self, request: RequestAttributes, limit: int = DEFAULT_LIMIT) -> Retrieval:
+        """The ads whose targeting ``request`` satisfies, best static score first.
+
+        ``request`` maps attribute -> set of values. Returns at most ``limit`` ad ids
+        ordered by (static score descending, ad id ascending) — the same order as
+        :class:`~adfunnel.index.scan.ScanIndex` — with ``truncated`` True (and the
+        ``adfunnel_index_truncated_total`` counter incremented) when more matched.
+        """
+        snap = self._snap
+        ids_parts: list[np.ndarray] = []
+        score_parts: list[np.ndarray] = []
+        for seg, alive in ((snap.main, snap.alive), (snap.delta, None)):
+            if seg.n_conjunctions == 0:
+                continue
+            kids, multi = seg.key_ids_of(request)
+            mask = alive if alive is not None else np.ones(len(seg.ad_ids), dtype=bool)
+            for rows in seg.match(kids, multi, mask, limit):
+                ids_parts.append(seg.ad_ids[rows])
+                score_parts.append(seg.scores[rows])
+        if not ids_parts:
+            return Retrieval([], snap.version, truncated=False)
+        ids = np.concatenate(ids_parts)
+        scores = np.concatenate(score_parts)
+        order = np.lexsort((ids, -scores))
+        ids = ids[order]
+        if len(ids) > 1:
+            ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))]
+        truncated = len(ids) > limit
+        if truncated:
+            TRUNCATED.inc()
+        return Retrieval(ids[:limit].tolist(), snap.version, truncated=truncated)
+
+    # ---- writing ---------------------------------------------------------------
+
+    def build(self, ads: Iterable[tuple[int, Expr, float]]) -> None:
+        """Replace the whole content by ``ads`` (ad id, targeting, static score) in one version.
+
+        The bulk path: each distinct expression (by identity, then by value) is
+        compiled once; the columns are built with numpy. Ad ids must be unique.
+
+        Raises:
+            TargetingError: an expression's DNF is too large (nothing is replaced).
+            ValueError: a duplicate ad id or a non-finite score.
+        """
+        builder = TableBuilder()
+        by_id: dict[int, tuple[Expr, int]] = {}
+        by_value: dict[Expr, int] = {}
+        add, template = builder.add, builder.template
+        for ad_id, expr, score in ads:
+            hit = by_id.get(id(expr))
+            if hit is not None and hit[0] is expr:
+                t = hit[1]
+            else:
+                t = by_value.get(expr)
+                if t is None:
+                    t = by_value[expr] = template(compile_dnf(expr))
+                by_id[id(expr)] = (expr, t)
+            add(ad_id, t, score)
+        table = builder.table()
+        if len(np.unique(table.ad_ids)) != len(table.ad_ids):
+            raise ValueError("duplicate ad ids in build()")
+        if not np.isfinite(table.scores).all():
+            raise ValueError("static scores must be finite")
+        main = Segment.build(table)
+        with self._write:
+            self._snap = self._new_main(main, self._snap.version + 1)
+
+    def upsert(self, ad_id: int, expr: Expr, static_score: float = 0.0) -> None:
+        """Add or replace one ad.
+
+        Raises:
+            TargetingError: the targeting's DNF is too large (the index is unchanged).
+            ValueError: a non-finite score.
+        """
+        self.upsert_many([(ad_id, expr, static_score)])
+
+    def upsert_many(self, ads: Iterable[tuple[int, Expr, float]]) -> None:
+        """Add or replace several ads in one version (all compiled before any change)."""
+        compiled = [(int(a), tuple(compile_dnf(e)), _check_score(s)) for a, e, s in ads]
+        if not compiled:
+            return
+        with self._write:
+            snap = self._snap
+            alive = self._hide(snap, [a for a, _, _ in compiled])
+            delta_ads = dict(snap.delta_ads)
+            for ad_id, conjs, score in compiled:
+                delta_ads[ad_id] = (conjs, score)
+            self._publish(snap, alive, delta_ads)
+
+    def remove(self, ad_id: int) -> None:
+        """Remove one ad; an unknown ad is a no-op (the version does not change)."""
+        self.remove_many([ad_id])
+
+    def remove_many(self, ad_ids: Iterable[int]) -> None:
+        """Remove several ads (e.g. a whole campaign's) in one version; unknown ids are ignored."""
+        ids = [int(a) for a in ad_ids]
+        with self._write:
+            snap = self._snap
+            alive = self._hide(snap, ids)
+            delta_ads = snap.delta_ads
+            if any(a in delta_ads for a in ids):
+                delta_ads = {a: v for a, v in delta_ads.items() if a not in set(ids)}
+            if alive is snap.alive and delta_ads is snap.delta_ads:
+                return
+            self._publish(snap, alive, delta_ads)
+
+    def merge(self) -> None:
+        """Fold the delta and the tombstones into a new main segment (one new version)."""
+        with self._write:
+            snap = self._snap
+            table = concat_tables(snap.main.to_table(snap.alive), _delta_table(snap.delta_ads))
+            self._snap = self._new_main(Segment.build(table), snap.version + 1)
+
+    # ---- internals -------------------------------------------------------------
+
+    @staticmethod
+    def _new_main(main: Segment, version: int) -> _Snapshot:
+        order = np.argsort(main.ad_ids, kind="stable")
+        return _Snapshot(
+            version=version,
+            main=main,
+            alive=np.ones(len(main.ad_ids), dtype=bool),
+            main_sorted_ids=main.ad_ids[order],
+            main_sorted_rows=order,
+            n_main_alive=len(main.ad_ids),
+            delta_ads={},
+            delta=Segment.empty(),
+        )
+
+    @staticmethod
+    def _hide(snap: _Snapshot, ad_ids: list[int]) -> np.ndarray:
+        """The alive mask with ``ad_ids`` cleared (the same array when nothing changes)."""
+        if not len(snap.main_sorted_ids) or not ad_ids:
+            return snap.alive
+        ids = np.asarray(ad_ids, dtype=np.int64)
+        pos = np.searchsorted(snap.main_sorted_ids, ids)
+        pos = pos[pos < len(snap.main_sorted_ids)]
+        pos = pos[np.isin(snap.main_sorted_ids[pos], ids)]
+        rows = snap.main_sorted_rows[pos]
+        rows = rows[snap.alive[rows]]
+        if not len(rows):
+            return snap.alive
+        alive = snap.alive.copy()
+        alive[rows] = False
+        return alive
+
+    def _publish(
+        self,
+        snap: _Snapshot,
+        alive: np.ndarray,
+        delta_ads: dict[int, tuple[tuple[Conjunction, ...], float]],
+    ) -> None:
+        """Swap in the next version (caller holds the write lock)."""
+        n_alive = snap.n_main_alive if alive is snap.alive else int(alive.sum())
+        delta = (
+            snap.delta if delta_ads is snap.delta_ads else Segment.build(_delta_table(delta_ads))
+        )
+        nxt = _Snapshot(
+            version=snap.version + 1,
+            main=snap.main,
+            alive=alive,
+            main_sorted_ids=snap.main_sorted_ids,
+            main_sorted_rows=snap.main_sorted_rows,
+            n_main_alive=n_alive,
+            delta_ads=delta_ads,
+            delta=delta,
+        )
+        if len(delta_ads) > self._delta_limit:
+            table = concat_tables(snap.main.to_table(alive), _delta_table(delta_ads))
+            nxt = self._new_main(Segment.build(table), snap.version + 1)
+        self._snap = nxt
+
+
+def _delta_table(delta_ads: dict[int, tuple[tuple[Conjunction, ...], float]]) -> ConjTable:
+    builder = TableBuilder()
+    for ad_id, (conjs, score) in delta_ads.items():
+        builder.add(ad_id, builder.template(conjs), score)
+    return builder.table()

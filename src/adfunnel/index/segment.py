@@ -1,0 +1,405 @@
+"""Columnar storage of compiled conjunctions: the building block of the conjunction index.
+
+A :class:`Segment` is an immutable inverted index over conjunctions in the layout of
+Whang et al., "Indexing Boolean Expressions" (VLDB 2009), stored as numpy arrays
+(no Python object per ad or per conjunction):
+
+- Conjunctions are numbered by (size K, static score descending, ad id ascending),
+  so each K forms one contiguous id range (the paper's size partitions) and inside
+  it ids run best ad first. The K = 0 range is the paper's Z entry: a conjunction
+  with no ``∈`` term is a candidate for every request.
+- ``∈`` postings: per key (attribute, value) a sorted ``uint32`` array of
+  ``conj_id << 5 | slot``, where ``slot`` (0..K-1) is the term's position in its
+  conjunction. A conjunction matches when all K slots are hit by the request's keys.
+- ``∉`` postings: per key a sorted ``uint32`` array of conjunction ids; any hit rejects.
+
+All postings live in two flat arrays with per-key offsets (CSR), and ``group_off``
+holds, per key and per K, where that K's range begins inside the key's posting list.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from adfunnel.targeting.dnf import MAX_IN_TERMS, Conjunction
+
+#: Bits of a posting entry that carry the term slot (MAX_IN_TERMS = 2**SLOT_BITS).
+SLOT_BITS = 5
+#: Most conjunctions one segment holds (conjunction ids use the other 27 bits).
+MAX_SEGMENT_CONJUNCTIONS = 1 << (32 - SLOT_BITS)
+#: One group size per possible K (0..MAX_IN_TERMS).
+N_GROUPS = MAX_IN_TERMS + 1
+#: Conjunction-id window first read in a large size group; it doubles until enough match.
+FIRST_WINDOW = 1 << 15
+
+Key = tuple[str, str]
+
+
+@dataclass(slots=True)
+class ConjTable:
+    """Compiled ads as columns, the input of :meth:`Segment.build`.
+
+    Shapes: ``a`` ads, ``c`` conjunctions, ``e`` ∈-entries (one per term value),
+    ``f`` ∉-entries. ``keys[i]`` is the (attribute, value) of key id ``i``.
+    """
+
+    keys: list[Key]
+    ad_ids: np.ndarray  # int64[a]
+    scores: np.ndarray  # float64[a], expected value per impression
+    conj_ad: np.ndarray  # int64[c], row into ad_ids
+    conj_k: np.ndarray  # uint8[c], number of ∈ terms
+    in_conj: np.ndarray  # int64[e]
+    in_slot: np.ndarray  # uint8[e]
+    in_key: np.ndarray  # int64[e]
+    not_conj: np.ndarray  # int64[f]
+    not_key: np.ndarray  # int64[f]
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + n)`` for each (s, n), vectorised."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    return np.repeat(starts.astype(np.int64) - offsets, lengths) + np.arange(total, dtype=np.int64)
+
+
+class TableBuilder:
+    """Accumulates compiled ads, sharing work between ads with identical targeting.
+
+    Each distinct conjunction list becomes a *template* stored once in flat Python
+    ``array`` columns; an ad costs one template id, its id and its score. ``table()``
+    expands templates to per-ad columns with numpy.
+    """
+
+    def __init__(self) -> None:
+        self.key_ids: dict[Key, int] = {}
+        self.keys: list[Key] = []
+        self._tmpl: dict[tuple[Conjunction, ...], int] = {}
+        self._tmpl_conj = array("q", [0])  # template -> first template-conjunction (CSR)
+        self._tc_k = array("B")
+        self._tc_in = array("q", [0])  # template-conjunction -> first ∈ entry (CSR)
+        self._in_key = array("q")
+        self._in_slot = array("B")
+        self._tc_not = array("q", [0])
+        self._not_key = array("q")
+        self.ad_ids = array("q")
+        self.scores = array("d")
+        self.ad_tmpl = array("q")
+
+    def _key(self, attr: str, value: str) -> int:
+        k = (attr, value)
+        kid = self.key_ids.get(k)
+        if kid is None:
+            kid = self.key_ids[k] = len(self.keys)
+            self.keys.append(k)
+        return kid
+
+    def template(self, conjs: Sequence[Conjunction]) -> int:
+        """The template id of a conjunction list (created on first sight)."""
+        sig = tuple(conjs)
+        t = self._tmpl.get(sig)
+        if t is not None:
+            return t
+        for c in sig:
+            slot = 0
+            for term in c.terms:
+                keys = [self._key(term.attr, v) for v in sorted(term.values)]
+                if term.negated:
+                    self._not_key.extend(keys)
+                else:
+                    self._in_key.extend(keys)
+                    self._in_slot.extend([slot] * len(keys))
+                    slot += 1
+            self._tc_k.append(slot)
+            self._tc_in.append(len(self._in_key))
+            self._tc_not.append(len(self._not_key))
+        self._tmpl_conj.append(len(self._tc_k))
+        t = self._tmpl[sig] = len(self._tmpl_conj) - 2
+        return t
+
+    def add(self, ad_id: int, template: int, score: float) -> None:
+        self.ad_ids.append(ad_id)
+        self.scores.append(score)
+        self.ad_tmpl.append(template)
+
+    def table(self) -> ConjTable:
+        """Expand every added ad to its conjunction and entry columns."""
+        ad_tmpl = np.frombuffer(self.ad_tmpl, dtype=np.int64)
+        tmpl_conj = np.frombuffer(self._tmpl_conj, dtype=np.int64)
+        n_conj = tmpl_conj[ad_tmpl + 1] - tmpl_conj[ad_tmpl]
+        conj_ad = np.repeat(np.arange(len(ad_tmpl), dtype=np.int64), n_conj)
+        conj_src = _ranges(tmpl_conj[ad_tmpl], n_conj)
+        del n_conj
+        tc_in = np.frombuffer(self._tc_in, dtype=np.int64)
+        tc_not = np.frombuffer(self._tc_not, dtype=np.int64)
+        in_len = tc_in[conj_src + 1] - tc_in[conj_src]
+        in_src = _ranges(tc_in[conj_src], in_len)
+        not_len = tc_not[conj_src + 1] - tc_not[conj_src]
+        not_src = _ranges(tc_not[conj_src], not_len)
+        conj_ids = np.arange(len(conj_src), dtype=np.int64)
+        return ConjTable(
+            keys=list(self.keys),
+            ad_ids=np.array(self.ad_ids, dtype=np.int64),
+            scores=np.array(self.scores, dtype=np.float64),
+            conj_ad=conj_ad,
+            conj_k=np.frombuffer(self._tc_k, dtype=np.uint8)[conj_src],
+            in_conj=np.repeat(conj_ids, in_len),
+            in_slot=np.frombuffer(self._in_slot, dtype=np.uint8)[in_src],
+            in_key=np.frombuffer(self._in_key, dtype=np.int64)[in_src],
+            not_conj=np.repeat(conj_ids, not_len),
+            not_key=np.frombuffer(self._not_key, dtype=np.int64)[not_src],
+        )
+
+
+def concat_tables(a: ConjTable, b: ConjTable) -> ConjTable:
+    """One table holding the ads of ``a`` then those of ``b`` (keys unified)."""
+    key_ids = {k: i for i, k in enumerate(a.keys)}
+    keys = list(a.keys)
+    remap = np.empty(len(b.keys), dtype=np.int64)
+    for i, k in enumerate(b.keys):
+        kid = key_ids.get(k)
+        if kid is None:
+            kid = key_ids[k] = len(keys)
+            keys.append(k)
+        remap[i] = kid
+    na, nc = len(a.ad_ids), len(a.conj_ad)
+    return ConjTable(
+        keys=keys,
+        ad_ids=np.concatenate([a.ad_ids, b.ad_ids]),
+        scores=np.concatenate([a.scores, b.scores]),
+        conj_ad=np.concatenate([a.conj_ad, b.conj_ad + na]),
+        conj_k=np.concatenate([a.conj_k, b.conj_k]),
+        in_conj=np.concatenate([a.in_conj, b.in_conj + nc]),
+        in_slot=np.concatenate([a.in_slot, b.in_slot]),
+        in_key=np.concatenate([a.in_key, remap[b.in_key]]),
+        not_conj=np.concatenate([a.not_conj, b.not_conj + nc]),
+        not_key=np.concatenate([a.not_key, remap[b.not_key]]),
+    )
+
+
+def _csr(keys: np.ndarray, values: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sort (key, value) pairs; return per-key offsets int64[n_keys + 1] and values uint32."""
+    pairs = (keys.astype(np.uint64) << np.uint64(32)) | values.astype(np.uint64)
+    del keys
+    pairs.sort()
+    off = np.zeros(n_keys + 1, dtype=np.int64)
+    np.cumsum(np.bincount((pairs >> np.uint64(32)).astype(np.int64), minlength=n_keys), out=off[1:])
+    return off, (pairs & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+class Segment:
+    """An immutable conjunction index over a set of ads (see module docstring).
+
+    Build with :meth:`build`; ``match`` answers one request. Liveness of ads is
+    not stored here: callers pass an ``alive`` mask so a removal copies one bool
+    per ad instead of rebuilding.
+    """
+
+    def __init__(self, table: ConjTable) -> None:
+        n_conj = len(table.conj_ad)
+        if n_conj >= MAX_SEGMENT_CONJUNCTIONS:
+            raise ValueError(f"a segment holds fewer than {MAX_SEGMENT_CONJUNCTIONS} conjunctions")
+        self.keys = table.keys
+        self.key_ids: dict[Key, int] = {k: i for i, k in enumerate(table.keys)}
+        self.ad_ids = table.ad_ids
+        self.scores = table.scores
+        order = np.lexsort(
+            (table.ad_ids[table.conj_ad], -table.scores[table.conj_ad], table.conj_k)
+        )
+        rank = np.empty(n_conj, dtype=np.int64)
+        rank[order] = np.arange(n_conj, dtype=np.int64)
+        #: int32[c]: ad row of each conjunction (ids in K, score, ad order).
+        self.conj_ad = table.conj_ad[order].astype(np.int32)
+        conj_k = table.conj_k[order]
+        del order
+        #: int64[N_GROUPS + 1]: conjunction id range of each size K.
+        self.group_bounds = np.searchsorted(conj_k, np.arange(N_GROUPS + 1)).astype(np.int64)
+        self.groups = [
+            k for k in range(N_GROUPS) if self.group_bounds[k + 1] > self.group_bounds[k]
+        ]
+        n_keys = len(table.keys)
+        enc = (rank[table.in_conj] << SLOT_BITS) | table.in_slot
+        self.in_off, self.in_enc = _csr(table.in_key, enc, n_keys)
+        del enc
+        self.not_off, self.not_conj = _csr(table.not_key, rank[table.not_conj], n_keys)
+        del rank
+        # group_off[key, K]: index in in_enc where K's range starts in the key's list.
+        bounds_enc = (self.group_bounds << SLOT_BITS).astype(np.uint64)
+        key_base = (np.arange(n_keys, dtype=np.uint64) << np.uint64(32))[:, None]
+        probe = (key_base | bounds_enc[None, :]).ravel()
+        pairs_key = np.repeat(np.arange(n_keys, dtype=np.uint64), np.diff(self.in_off))
+        flat = (pairs_key << np.uint64(32)) | self.in_enc.astype(np.uint64)
+        del pairs_key
+        self.group_off = np.searchsorted(flat, probe).reshape(n_keys, N_GROUPS + 1)
+        del flat
+
+    @classmethod
+    def build(cls, table: ConjTable) -> Segment:
+        return cls(table)
+
+    @classmethod
+    def empty(cls) -> Segment:
+        return cls(TableBuilder().table())
+
+    @property
+    def n_conjunctions(self) -> int:
+        return len(self.conj_ad)
+
+    def nbytes(self) -> int:
+        """Bytes held in numpy arrays (the key dictionary is not counted)."""
+        arrays = (
+            self.ad_ids,
+            self.scores,
+            self.conj_ad,
+            self.in_off,
+            self.in_enc,
+            self.not_off,
+            self.not_conj,
+            self.group_off,
+            self.group_bounds,
+        )
+        return sum(a.nbytes for a in arrays)
+
+    def to_table(self, alive: np.ndarray) -> ConjTable:
+        """The live ads of this segment back as columns (for merging segments)."""
+        keep_conj = alive[self.conj_ad]
+        new_conj = np.cumsum(keep_conj) - 1
+        new_ad = np.cumsum(alive) - 1
+        in_key = np.repeat(np.arange(len(self.keys), dtype=np.int64), np.diff(self.in_off))
+        in_conj = (self.in_enc >> SLOT_BITS).astype(np.int64)
+        m = keep_conj[in_conj]
+        not_key = np.repeat(np.arange(len(self.keys), dtype=np.int64), np.diff(self.not_off))
+        not_conj = self.not_conj.astype(np.int64)
+        mn = keep_conj[not_conj]
+        conj_k = np.repeat(np.arange(N_GROUPS, dtype=np.uint8), np.diff(self.group_bounds))
+        return ConjTable(
+            keys=list(self.keys),
+            ad_ids=self.ad_ids[alive],
+            scores=self.scores[alive],
+            conj_ad=new_ad[self.conj_ad[keep_conj]],
+            conj_k=conj_k[keep_conj],
+            in_conj=new_conj[in_conj[m]],
+            in_slot=(self.in_enc[m] & ((1 << SLOT_BITS) - 1)).astype(np.uint8),
+            in_key=in_key[m],
+            not_conj=new_conj[not_conj[mn]],
+            not_key=not_key[mn],
+        )
+
+    def key_ids_of(self, request: dict[str, frozenset[str]] | object) -> tuple[np.ndarray, bool]:
+        """Key ids present in this segment for a request, and whether two share an attribute."""
+        kids: list[int] = []
+        multi = False
+        get = self.key_ids.get
+        for attr, values in request.items():  # type: ignore[attr-defined]
+            n = len(kids)
+            for v in values:
+                kid = get((attr, v))
+                if kid is not None:
+                    kids.append(kid)
+            multi = multi or len(kids) - n > 1
+        return np.array(kids, dtype=np.int64), multi
+
+    def match(
+        self, kids: np.ndarray, multi: bool, alive: np.ndarray, want: int
+    ) -> list[np.ndarray]:
+        """Ad rows of live conjunctions matched by the request keys ``kids``.
+
+        Per size group, conjunction ids are read in windows, best score first,
+        until more than ``want`` distinct ads matched or the group is exhausted;
+        so every ad among the best ``want`` matching ones is returned (plus
+        possibly more). ``multi``: some attribute contributed several keys (then
+        duplicate (conjunction, slot) hits are removed before counting).
+        Returns arrays of ad rows (int32), one per group window with hits.
+        """
+        out: list[np.ndarray] = []
+        if not self.groups:
+            return out
+        in_rows = self.group_off[kids] if len(kids) else None
+        not_lo, not_hi = self.not_off[kids], self.not_off[kids + 1]
+        has_not = not_hi > not_lo
+        not_lists = [
+            self.not_conj[a:b] for a, b in zip(not_lo[has_not], not_hi[has_not], strict=True)
+        ]
+        for k in self.groups:
+            g0, g1 = int(self.group_bounds[k]), int(self.group_bounds[k + 1])
+            if k > 0:
+                if in_rows is None:
+                    continue
+                lo, hi = in_rows[:, k], in_rows[:, k + 1]
+                present = hi > lo
+                if int((hi - lo)[present].sum()) < k:
+                    continue
+                lists = [self.in_enc[a:b] for a, b in zip(lo[present], hi[present], strict=True)]
+            else:
+                lists = []
+            found, last = 0, -1
+            w0, size = g0, FIRST_WINDOW
+            while w0 < g1:
+                w1 = min(g1, w0 + size) if g1 - w0 > 2 * size else g1
+                rows = self._match_window(k, w0, w1, g0, g1, lists, not_lists, multi)
+                if len(rows):
+                    rows = rows[alive[rows]]
+                    if len(rows):
+                        out.append(rows)
+                        found += int(rows[0] != last) + int(np.count_nonzero(rows[1:] != rows[:-1]))
+                        last = int(rows[-1])
+                if found > want:
+                    break
+                w0, size = w1, size * 2
+        return out
+
+    def _match_window(
+        self,
+        k: int,
+        w0: int,
+        w1: int,
+        g0: int,
+        g1: int,
+        lists: list[np.ndarray],
+        not_lists: list[np.ndarray],
+        multi: bool,
+    ) -> np.ndarray:
+        whole = w0 == g0 and w1 == g1
+        if k == 0:
+            cand = np.arange(w0, w1, dtype=np.int64)
+        else:
+            if whole:
+                parts = lists
+            else:
+                e0, e1 = w0 << SLOT_BITS, w1 << SLOT_BITS
+                parts = [p[np.searchsorted(p, e0) : np.searchsorted(p, e1)] for p in lists]
+            parts = [p for p in parts if len(p)]
+            if sum(len(p) for p in parts) < k:
+                return np.zeros(0, dtype=np.int32)
+            if len(parts) == 1:
+                enc = parts[0]
+            else:
+                enc = np.sort(np.concatenate(parts))
+                if multi:
+                    enc = enc[np.concatenate(([True], enc[1:] != enc[:-1]))]
+            conj = enc >> SLOT_BITS
+            cand = (
+                conj
+                if k == 1
+                else conj[: len(conj) - k + 1][conj[k - 1 :] == conj[: len(conj) - k + 1]]
+            )
+            if not len(cand):
+                return np.zeros(0, dtype=np.int32)
+        if not_lists:
+            negs = [p[np.searchsorted(p, w0) : np.searchsorted(p, w1)] for p in not_lists]
+            neg = np.concatenate(negs) if len(negs) > 1 else negs[0]
+            if k == 0:
+                if len(neg):
+                    mask = np.ones(w1 - w0, dtype=bool)
+                    mask[neg.astype(np.int64) - w0] = False
+                    cand = cand[mask]
+            else:
+                neg = neg[(neg >= cand[0]) & (neg <= cand[-1])]
+                if len(neg):
+                    cand = cand[~np.isin(cand, neg)]
+        return self.conj_ad[cand]
