@@ -1,0 +1,187 @@
+"""Conversions of advertiser-side records to and from their stored and logged forms.
+
+Three forms of one record (:class:`Advertiser`, :class:`Campaign`, :class:`Ad`):
+
+- the domain dataclass (``adfunnel.campaigns.model``);
+- a *payload*: a JSON-safe dict (dates as ``YYYY-MM-DD``, enums as their values,
+  dayparts and caps as lists of objects, targeting as its canonical *text*), which
+  the change log stores as JSON text and ad servers decode with :func:`from_payload`;
+- a *row*: the column values of ``adfunnel.campaigns.tables`` (dates as ``date``,
+  dayparts and caps as JSON text).
+
+Money stays integer micros in every form. Targeting and landing URLs are strings
+carried unchanged, so every form round-trips byte-identically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import fields
+from datetime import date
+from typing import Any
+
+from adfunnel.campaigns.model import (
+    Ad,
+    AdStatus,
+    Advertiser,
+    BidType,
+    Campaign,
+    CampaignStatus,
+    CapLevel,
+    CapWindow,
+    Daypart,
+    FrequencyCap,
+    Objective,
+    PacingMode,
+    ReviewState,
+)
+
+Record = Advertiser | Campaign | Ad
+
+#: Entity name (as in ``ChangeRecord.entity`` and ``change_log.entity``) -> record class.
+ENTITY_TYPES: dict[str, type[Advertiser] | type[Campaign] | type[Ad]] = {
+    "advertiser": Advertiser,
+    "campaign": Campaign,
+    "ad": Ad,
+}
+
+_ENUMS: dict[str, dict[str, type]] = {
+    "campaign": {
+        "objective": Objective,
+        "bid_type": BidType,
+        "status": CampaignStatus,
+        "pacing_mode": PacingMode,
+    },
+    "ad": {"review_state": ReviewState, "status": AdStatus},
+    "advertiser": {},
+}
+_DATES = ("flight_start", "flight_end")
+
+
+def entity_of(record: Record) -> str:
+    """The entity name of ``record``: ``advertiser``, ``campaign`` or ``ad``.
+
+    Raises:
+        TypeError: not an advertiser-side record.
+    """
+    for name, cls in ENTITY_TYPES.items():
+        if type(record) is cls:
+            return name
+    raise TypeError(f"not an advertiser-side record: {record!r}")
+
+
+def field_names(entity: str) -> tuple[str, ...]:
+    """The dataclass field names of ``entity``'s record, in declaration order."""
+    return tuple(f.name for f in fields(ENTITY_TYPES[entity]))
+
+
+# --- payload (change log, API-independent JSON) -------------------------------------
+
+
+def to_payload(record: Record) -> dict[str, Any]:
+    """The JSON-safe dict of ``record`` (every field, see module docstring)."""
+    out: dict[str, Any] = {}
+    for name in field_names(entity_of(record)):
+        out[name] = _plain(getattr(record, name))
+    return out
+
+
+def dumps_payload(record: Record) -> str:
+    """``to_payload`` as compact JSON text (what ``change_log.payload`` holds)."""
+    return json.dumps(to_payload(record), ensure_ascii=False, separators=(",", ":"))
+
+
+def from_payload(entity: str, payload: Mapping[str, Any] | str) -> Record:
+    """Rebuild a record from its payload (a dict or the JSON text of one).
+
+    Raises:
+        KeyError: unknown entity or a required field missing.
+        ValueError: a malformed value (bad date, unknown enum value).
+    """
+    data = json.loads(payload) if isinstance(payload, str) else dict(payload)
+    cls = ENTITY_TYPES[entity]
+    known = set(field_names(entity))
+    kwargs = {k: v for k, v in data.items() if k in known}  # newer fields are ignored
+    for name in _DATES:
+        if isinstance(kwargs.get(name), str):
+            kwargs[name] = date.fromisoformat(kwargs[name])
+    return cls(**coerce_fields(entity, kwargs))
+
+
+# --- row (SQL columns) ---------------------------------------------------------------
+
+
+def to_row(entity: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Column values for (some of) ``entity``'s fields; ``id`` is left to the caller.
+
+    Enums become their values, dayparts and caps JSON text; dates, strings and
+    integers are kept as they are.
+    """
+    row: dict[str, Any] = {}
+    for name, value in values.items():
+        if name in ("dayparts", "frequency_caps"):
+            row[name] = json.dumps(_plain(tuple(value)), separators=(",", ":"))
+        else:
+            row[name] = _plain(value) if not isinstance(value, date) else value
+    return row
+
+
+def from_row(entity: str, row: Mapping[str, Any]) -> Record:
+    """The record held in one table row (extra columns such as ``updated_at`` ignored)."""
+    kwargs = {name: row[name] for name in field_names(entity)}
+    for name in ("dayparts", "frequency_caps"):
+        if isinstance(kwargs.get(name), str):
+            kwargs[name] = json.loads(kwargs[name])
+    return ENTITY_TYPES[entity](**coerce_fields(entity, kwargs))
+
+
+# --- field coercion ----------------------------------------------------------------------
+
+
+def coerce_fields(entity: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Coerce plain values (enum strings, lists of dicts) to the dataclass field types.
+
+    Mutates and returns ``kwargs``; fields absent from it are left absent.
+
+    Raises:
+        ValueError: an unknown enum value.
+        KeyError, TypeError: a daypart or cap object missing a key.
+    """
+    for name, enum in _ENUMS[entity].items():
+        if name in kwargs and kwargs[name] is not None:
+            kwargs[name] = enum(kwargs[name])
+    if "dayparts" in kwargs:
+        kwargs["dayparts"] = tuple(
+            p
+            if isinstance(p, Daypart)
+            else Daypart(tuple(p["weekdays"]), p["start_hour"], p["end_hour"])
+            for p in kwargs["dayparts"] or ()
+        )
+    if "frequency_caps" in kwargs:
+        kwargs["frequency_caps"] = tuple(
+            c
+            if isinstance(c, FrequencyCap)
+            else FrequencyCap(c["count"], CapWindow(c["window"]), CapLevel(c["level"]))
+            for c in kwargs["frequency_caps"] or ()
+        )
+    return kwargs
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe form of a field value."""
+    if isinstance(value, Daypart):
+        return {
+            "weekdays": list(value.weekdays),
+            "start_hour": value.start_hour,
+            "end_hour": value.end_hour,
+        }
+    if isinstance(value, FrequencyCap):
+        return {"count": value.count, "window": str(value.window), "level": str(value.level)}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, str):  # StrEnum included
+        return str(value)
+    return value

@@ -1,0 +1,100 @@
+"""SQL tables of the campaign store and its change log.
+
+Alembic migrations create them (``adfunnel/migrations``); the store never calls
+``create_all``. Conventions:
+
+- money columns are ``BigInteger`` micros;
+- flight dates are ``DATE`` holding the campaign's *local* calendar dates (no time
+  zone conversion ever happens on them);
+- targeting and landing URLs are ``TEXT`` stored byte-for-byte as given;
+- every entity row carries a ``version`` that each write bumps by one, and each write
+  appends one ``change_log`` row (the whole new record as JSON) in the same transaction.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Date,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+)
+
+from adfunnel.db import metadata
+
+#: Primary-key type: 64-bit on PostgreSQL, the rowid alias on SQLite.
+_ID = BigInteger().with_variant(Integer, "sqlite")
+
+advertisers = Table(
+    "advertisers",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    sqlite_autoincrement=True,
+)
+
+campaigns = Table(
+    "campaigns",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("advertiser_id", BigInteger, ForeignKey("advertisers.id"), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("objective", String(16), nullable=False),
+    Column("bid_type", String(8), nullable=False),
+    Column("bid_micros", BigInteger, nullable=False),
+    Column("daily_budget_micros", BigInteger, nullable=False),
+    Column("lifetime_budget_micros", BigInteger, nullable=True),
+    Column("time_zone", String(64), nullable=False),
+    Column("flight_start", Date, nullable=False),
+    Column("flight_end", Date, nullable=True),
+    Column("dayparts", Text, nullable=False),  # JSON list of {weekdays, start_hour, end_hour}
+    Column("status", String(16), nullable=False),
+    Column("pacing_mode", String(16), nullable=False),
+    Column("frequency_caps", Text, nullable=False),  # JSON list of {count, window, level}
+    Column("targeting", Text, nullable=True),  # canonical expression text, as given
+    Column("version", Integer, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Index("ix_campaigns_advertiser", "advertiser_id"),
+    sqlite_autoincrement=True,
+)
+
+ads = Table(
+    "ads",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("campaign_id", BigInteger, ForeignKey("campaigns.id"), nullable=False),
+    Column("landing_url", Text, nullable=False),  # byte-for-byte as given
+    Column("creative_ref", String(500), nullable=False),
+    Column("format", String(64), nullable=False),
+    Column("width", Integer, nullable=False),
+    Column("height", Integer, nullable=False),
+    Column("review_state", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Index("ix_ads_campaign", "campaign_id"),
+    sqlite_autoincrement=True,
+)
+
+# One row per committed write, in commit order. ``payload`` is the whole new record
+# (adfunnel.campaigns.codec), so a consumer never needs to read the entity tables.
+change_log = Table(
+    "change_log",
+    metadata,
+    Column("seq", _ID, primary_key=True, autoincrement=True),
+    Column("entity", String(16), nullable=False),
+    Column("entity_id", BigInteger, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("committed_at", DateTime(timezone=True), nullable=False),
+    Index("ix_change_log_entity", "entity", "entity_id"),
+    sqlite_autoincrement=True,
+)
