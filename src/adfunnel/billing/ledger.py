@@ -22,6 +22,7 @@ from adfunnel.billing.model import (
     Outcome,
     Recorded,
 )
+from adfunnel.money import micros
 
 
 class Ledger(Protocol):
@@ -68,12 +69,20 @@ class MemoryLedger:
         self._counters: dict[str, int] = defaultdict(int)
 
     def record(self, event: LedgerEvent, daily_budget_micros: int) -> Recorded:
-        key = (event.impression_id, event.event_type)
+        """See :meth:`Ledger.record`.
+
+        Raises:
+            MoneyError: for a negative or non-integer charge or budget.
+        """
+        micros(event.charge_micros, field="charge_micros")
+        micros(daily_budget_micros, field="daily_budget_micros")
+        event_type = EventType(event.event_type)
+        key = (event.impression_id, event_type)
         with self._lock:
             if key in self._rows:
                 self._counters["duplicates_rejected"] += 1
                 return Recorded(Outcome.DUPLICATE)
-            if event.event_type is EventType.CLICK and (
+            if event_type is EventType.CLICK and (
                 (event.impression_id, EventType.IMPRESSION) not in self._rows
             ):
                 self._counters["clicks_without_impression"] += 1
@@ -81,7 +90,7 @@ class MemoryLedger:
             totals = self._days[(event.campaign_id, event.day)]
             billed, absorbed = split_charge(event.charge_micros, totals[2], daily_budget_micros)
             self._rows[key] = (event, billed, absorbed)
-            totals[0 if event.event_type is EventType.IMPRESSION else 1] += 1
+            totals[0 if event_type is EventType.IMPRESSION else 1] += 1
             totals[2] += billed
             totals[3] += absorbed
             return Recorded(Outcome.BILLED, billed, absorbed)
@@ -105,7 +114,7 @@ class MemoryLedger:
 
     def stats(self) -> LedgerStats:
         with self._lock:
-            return LedgerStats(len(self._rows), self._counters["duplicates_rejected"])
+            return LedgerStats(len(self._rows), self._counters.get("duplicates_rejected", 0))
 
     def counters(self) -> dict[str, int]:
         with self._lock:

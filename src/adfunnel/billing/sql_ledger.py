@@ -1,0 +1,220 @@
+"""The ledger on SQL (SQLite or PostgreSQL via psycopg 3), SQLAlchemy 2 Core.
+
+Same rules as :class:`adfunnel.billing.ledger.MemoryLedger`, made durable and safe
+across threads and processes. ``record`` runs in ONE transaction:
+
+1. upsert the ``campaign_day_spend`` row of (campaign, local day) — on SQLite this
+   first write takes the database's write lock, so every following read in the
+   transaction sees the latest committed totals and no other writer can interleave
+   (``BEGIN IMMEDIATE`` semantics); on PostgreSQL it makes the row exist so that
+2. ``SELECT … FOR UPDATE`` can lock it: concurrent charges to one campaign-day
+   queue on that row lock and each sees the previous one's billed total;
+3. a click whose impression has no ledger row is NOT_BILLABLE;
+4. ``INSERT … ON CONFLICT DO NOTHING RETURNING id`` on the unique (impression id,
+   event type): no row returned means another request recorded it first →
+   DUPLICATE (counted). (RETURNING, not rowcount: psycopg under SQLAlchemy 2.1
+   reports rowcount -1 for this statement);
+5. the day's totals are increased by the billed and absorbed parts.
+
+Invariants: billed + absorbed == charge for every row; a campaign-day's billed
+total never exceeds the daily budget passed with each charge (when the same budget
+is passed; a lowered budget bills nothing more, it never un-bills).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from datetime import date
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from adfunnel.billing.ledger import split_charge
+from adfunnel.billing.model import (
+    DayTotals,
+    EventType,
+    LedgerEvent,
+    LedgerStats,
+    Outcome,
+    Recorded,
+)
+from adfunnel.billing.tables import campaign_day_spend, ledger, ledger_counters
+from adfunnel.money import micros
+
+DUPLICATES_REJECTED = "duplicates_rejected"
+CLICKS_WITHOUT_IMPRESSION = "clicks_without_impression"
+
+# One lock per SQLite database in this process: threads queue here instead of in
+# SQLite's sleeping busy handler (and a shared in-memory connection is never used by
+# two transactions at once). Other processes are still serialised by SQLite's lock.
+_sqlite_locks: dict[str, threading.Lock] = {}
+_sqlite_locks_guard = threading.Lock()
+
+
+def _sqlite_lock(engine: Engine) -> threading.Lock:
+    key = engine.url.render_as_string(hide_password=True)
+    with _sqlite_locks_guard:
+        return _sqlite_locks.setdefault(key, threading.Lock())
+
+
+class SqlLedger:
+    """Billing ledger over the tables of :mod:`adfunnel.billing.tables`.
+
+    The tables must exist (Alembic migrations, or ``metadata.create_all`` in tests).
+
+    Raises:
+        ValueError: on construction, for an engine that is neither SQLite nor PostgreSQL.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        dialect = engine.dialect.name
+        if dialect == "postgresql":
+            self._insert: Callable[..., Any] = postgresql.insert
+            self._lock: AbstractContextManager[object] = nullcontext()
+        elif dialect == "sqlite":
+            self._insert = sqlite.insert
+            self._lock = _sqlite_lock(engine)
+        else:
+            raise ValueError(f"SqlLedger supports sqlite and postgresql, not {dialect!r}")
+        self._engine = engine
+        self._for_update = dialect == "postgresql"
+
+    def record(self, event: LedgerEvent, daily_budget_micros: int) -> Recorded:
+        """Record ``event`` at most once, billing no more than the day's remaining budget.
+
+        ``daily_budget_micros`` is the campaign's budget for ``event.day`` in micros.
+        Returns BILLED (a new row; ``billed + absorbed == charge``), DUPLICATE (the
+        (impression id, event type) row exists; counted as ``duplicates_rejected``) or
+        NOT_BILLABLE (a click without an impression row; ``clicks_without_impression``).
+
+        Raises:
+            MoneyError: for a negative or non-integer charge or budget.
+            sqlalchemy.exc.SQLAlchemyError: database errors; the transaction is rolled
+                back and nothing is recorded.
+        """
+        charge = micros(event.charge_micros, field="charge_micros")
+        budget = micros(daily_budget_micros, field="daily_budget_micros")
+        event_type = EventType(event.event_type)
+        day_key = and_(
+            campaign_day_spend.c.campaign_id == event.campaign_id,
+            campaign_day_spend.c.day == event.day,
+        )
+        with self._lock, self._engine.begin() as conn:
+            conn.execute(
+                self._insert(campaign_day_spend)
+                .values(
+                    campaign_id=event.campaign_id,
+                    day=event.day,
+                    impressions=0,
+                    clicks=0,
+                    billed_micros=0,
+                    absorbed_micros=0,
+                )
+                .on_conflict_do_nothing(index_elements=["campaign_id", "day"])
+            )
+            query = select(campaign_day_spend.c.billed_micros).where(day_key)
+            if self._for_update:
+                query = query.with_for_update()
+            billed_so_far = conn.execute(query).scalar_one()
+
+            if event_type is EventType.CLICK and not self._impression_exists(
+                conn, event.impression_id
+            ):
+                self._add(conn, CLICKS_WITHOUT_IMPRESSION, 1)
+                return Recorded(Outcome.NOT_BILLABLE)
+
+            billed, absorbed = split_charge(charge, billed_so_far, budget)
+            inserted = conn.execute(
+                self._insert(ledger)
+                .values(
+                    impression_id=event.impression_id,
+                    event_type=event_type.value,
+                    campaign_id=event.campaign_id,
+                    ad_id=event.ad_id,
+                    placement=event.placement,
+                    billing_type=event.billing_type,
+                    charge_micros=charge,
+                    billed_micros=billed,
+                    absorbed_micros=absorbed,
+                    day=event.day,
+                    occurred_at=event.occurred_at,
+                )
+                .on_conflict_do_nothing(index_elements=["impression_id", "event_type"])
+                .returning(ledger.c.id)
+            ).first()
+            if inserted is None:
+                self._add(conn, DUPLICATES_REJECTED, 1)
+                return Recorded(Outcome.DUPLICATE)
+
+            is_impression = event_type is EventType.IMPRESSION
+            conn.execute(
+                campaign_day_spend.update()
+                .where(day_key)
+                .values(
+                    impressions=campaign_day_spend.c.impressions + (1 if is_impression else 0),
+                    clicks=campaign_day_spend.c.clicks + (0 if is_impression else 1),
+                    billed_micros=campaign_day_spend.c.billed_micros + billed,
+                    absorbed_micros=campaign_day_spend.c.absorbed_micros + absorbed,
+                )
+            )
+            return Recorded(Outcome.BILLED, billed, absorbed)
+
+    def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
+        """Totals for local days ``first``..``last`` inclusive that have any row, by day."""
+        t = campaign_day_spend.c
+        query = (
+            select(t.day, t.impressions, t.clicks, t.billed_micros, t.absorbed_micros)
+            .where(t.campaign_id == campaign_id, t.day >= first, t.day <= last)
+            .where(t.impressions + t.clicks > 0)  # rows upserted for rejected events
+            .order_by(t.day)
+        )
+        with self._engine.connect() as conn:
+            return [DayTotals(*row) for row in conn.execute(query)]
+
+    def billed_on(self, day: date) -> dict[int, int]:
+        """campaign id -> billed micros on local ``day`` (what budgets count as spent)."""
+        t = campaign_day_spend.c
+        query = select(t.campaign_id, t.billed_micros).where(
+            t.day == day, t.impressions + t.clicks > 0
+        )
+        with self._engine.connect() as conn:
+            return {cid: billed for cid, billed in conn.execute(query)}
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to the named durable counter (e.g. ``invalid_tokens``)."""
+        with self._lock, self._engine.begin() as conn:
+            self._add(conn, name, n)
+
+    def stats(self) -> LedgerStats:
+        """Ledger rows and duplicates rejected so far (durable)."""
+        with self._engine.connect() as conn:
+            rows = conn.execute(select(func.count()).select_from(ledger)).scalar_one()
+            dups = conn.execute(
+                select(ledger_counters.c.value).where(ledger_counters.c.name == DUPLICATES_REJECTED)
+            ).scalar_one_or_none()
+        return LedgerStats(rows, dups or 0)
+
+    def counters(self) -> dict[str, int]:
+        """Every durable counter by name."""
+        with self._engine.connect() as conn:
+            return dict(conn.execute(select(ledger_counters.c.name, ledger_counters.c.value)).all())
+
+    def _add(self, conn: Connection, name: str, n: int) -> None:
+        stmt = self._insert(ledger_counters).values(name=name, value=n)
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["name"],
+                set_={"value": ledger_counters.c.value + stmt.excluded.value},
+            )
+        )
+
+    @staticmethod
+    def _impression_exists(conn: Connection, impression_id: str) -> bool:
+        query = select(ledger.c.id).where(
+            ledger.c.impression_id == impression_id,
+            ledger.c.event_type == EventType.IMPRESSION.value,
+        )
+        return conn.execute(query.limit(1)).first() is not None

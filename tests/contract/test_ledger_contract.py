@@ -1,0 +1,329 @@
+"""The Ledger contract, run against MemoryLedger, SqlLedger on SQLite and on PostgreSQL.
+
+Money rules under test (DESIGN.md §Events and billing, §Money and budgets): one row per
+(impression id, event type); a click bills only after its impression; nothing above a
+campaign's daily budget is billed, the excess is absorbed; billed + absorbed == charge.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adfunnel.billing.ledger import Ledger, MemoryLedger
+from adfunnel.billing.model import DayTotals, EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.money import MoneyError
+
+from .conftest import LedgerBackend
+
+DAY = date(2026, 3, 14)
+BIG_BUDGET = 10**12
+
+
+def event(
+    impression_id: str,
+    event_type: EventType = EventType.IMPRESSION,
+    *,
+    charge: int = 2_000,
+    campaign_id: int = 1,
+    day: date = DAY,
+    billing_type: str = "CPM",
+) -> LedgerEvent:
+    return LedgerEvent(
+        impression_id=impression_id,
+        event_type=event_type,
+        campaign_id=campaign_id,
+        ad_id=campaign_id * 10,
+        placement="feed_top",
+        billing_type=billing_type,
+        charge_micros=charge,
+        occurred_at=datetime(day.year, day.month, day.day, 12, tzinfo=UTC),
+        day=day,
+    )
+
+
+def click(impression_id: str, charge: int = 1_400_000, **kw: object) -> LedgerEvent:
+    return event(impression_id, EventType.CLICK, charge=charge, billing_type="CPC", **kw)  # type: ignore[arg-type]
+
+
+def race(n_threads: int, work: Callable[[int], list[Recorded]]) -> list[Recorded]:
+    """Run ``work(thread_index)`` on ``n_threads`` threads released together."""
+    barrier = threading.Barrier(n_threads)
+
+    def run(i: int) -> list[Recorded]:
+        barrier.wait(timeout=30)
+        return work(i)
+
+    with ThreadPoolExecutor(n_threads) as pool:
+        results = list(pool.map(run, range(n_threads)))
+    return [r for rs in results for r in rs]
+
+
+def test_same_beacon_twice_bills_once(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    assert ledger.record(event("imp-1"), BIG_BUDGET) == Recorded(Outcome.BILLED, 2_000, 0)
+    assert ledger.record(event("imp-1"), BIG_BUDGET) == Recorded(Outcome.DUPLICATE)
+    # A replay with a different charge still cannot bill twice.
+    assert ledger.record(event("imp-1", charge=9_999), BIG_BUDGET).outcome is Outcome.DUPLICATE
+    assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1, 0, 2_000, 0)]
+    stats = ledger.stats()
+    assert (stats.rows, stats.duplicates_rejected) == (1, 2)
+    assert ledger.counters().get("duplicates_rejected") == 2
+
+
+def test_racing_threads_bill_each_beacon_once(ledger_backend: LedgerBackend) -> None:
+    n_threads, n_impressions = 8, 10
+    ledgers = [ledger_backend.open() for _ in range(n_threads)]  # as separate processes would
+
+    def work(i: int) -> list[Recorded]:
+        return [ledgers[i].record(event(f"imp-{k}"), BIG_BUDGET) for k in range(n_impressions)]
+
+    outcomes = Counter(r.outcome for r in race(n_threads, work))
+    assert outcomes == {
+        Outcome.BILLED: n_impressions,
+        Outcome.DUPLICATE: n_impressions * (n_threads - 1),
+    }
+    ledger = ledger_backend.open()
+    assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, n_impressions, 0, 20_000, 0)]
+    assert ledger.stats().rows == n_impressions
+    assert ledger.stats().duplicates_rejected == n_impressions * (n_threads - 1)
+
+
+def test_click_without_impression_is_not_billed(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    assert ledger.record(click("imp-1"), BIG_BUDGET) == Recorded(Outcome.NOT_BILLABLE)
+    assert ledger.record(click("imp-1"), BIG_BUDGET) == Recorded(Outcome.NOT_BILLABLE)
+    assert ledger.day_totals(1, DAY, DAY) == []
+    assert ledger.billed_on(DAY) == {}
+    assert ledger.stats().rows == 0
+    assert ledger.counters().get("clicks_without_impression") == 2
+    assert ledger.counters().get("duplicates_rejected", 0) == 0
+
+
+def test_click_after_impression_bills_once(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    # CPC: the impression costs nothing, the first click costs the click price.
+    assert ledger.record(event("imp-1", charge=0, billing_type="CPC"), BIG_BUDGET) == Recorded(
+        Outcome.BILLED, 0, 0
+    )
+    assert ledger.record(click("imp-1"), BIG_BUDGET) == Recorded(Outcome.BILLED, 1_400_000, 0)
+    assert ledger.record(click("imp-1"), BIG_BUDGET) == Recorded(Outcome.DUPLICATE)
+    assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1, 1, 1_400_000, 0)]
+    assert ledger.billed_on(DAY) == {1: 1_400_000}
+    assert ledger.stats().rows == 2
+
+
+def test_clicks_racing_their_impression_bill_at_most_once(ledger_backend: LedgerBackend) -> None:
+    ledgers = [ledger_backend.open() for _ in range(8)]
+
+    def work(i: int) -> list[Recorded]:
+        if i == 0:
+            return [ledgers[i].record(event("imp-1", charge=0), BIG_BUDGET)]
+        return [ledgers[i].record(click("imp-1"), BIG_BUDGET) for _ in range(3)]
+
+    clicks = Counter(r.outcome for r in race(8, work)[1:])
+    assert clicks[Outcome.BILLED] <= 1
+    totals = ledger_backend.open().day_totals(1, DAY, DAY)
+    assert totals == [
+        DayTotals(DAY, 1, clicks[Outcome.BILLED], 1_400_000 * clicks[Outcome.BILLED], 0)
+    ]
+
+
+def test_charges_above_the_daily_budget_are_absorbed(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    got = [ledger.record(event(f"imp-{k}", charge=400), 1_000) for k in range(4)]
+    assert got == [
+        Recorded(Outcome.BILLED, 400, 0),
+        Recorded(Outcome.BILLED, 400, 0),
+        Recorded(Outcome.BILLED, 200, 200),
+        Recorded(Outcome.BILLED, 0, 400),
+    ]
+    assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 4, 0, 1_000, 600)]
+    assert ledger.billed_on(DAY) == {1: 1_000}
+
+
+def test_zero_budget_absorbs_everything(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    assert ledger.record(event("imp-1", charge=5), 0) == Recorded(Outcome.BILLED, 0, 5)
+    assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1, 0, 0, 5)]
+
+
+def test_negative_or_fractional_money_is_refused(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    with pytest.raises(MoneyError):
+        ledger.record(event("imp-1", charge=-1), BIG_BUDGET)
+    with pytest.raises(MoneyError):
+        ledger.record(event("imp-1"), -1)
+    with pytest.raises(MoneyError):
+        ledger.record(event("imp-1", charge=1.5), BIG_BUDGET)  # type: ignore[arg-type]
+    assert ledger.stats().rows == 0
+    assert ledger.record(event("imp-1"), BIG_BUDGET).outcome is Outcome.BILLED
+
+
+def test_concurrent_burst_never_bills_above_budget(ledger_backend: LedgerBackend) -> None:
+    n_threads, per_thread, charge, budget = 8, 26, 7_000, 1_000_000
+    ledgers = [ledger_backend.open() for _ in range(n_threads)]
+
+    def burst(prefix: str, campaigns: tuple[int, ...]) -> list[Recorded]:
+        def work(i: int) -> list[Recorded]:
+            return [
+                ledgers[i].record(
+                    event(
+                        f"{prefix}-{i}-{k}",
+                        charge=charge,
+                        campaign_id=campaigns[k % len(campaigns)],
+                    ),
+                    budget,
+                )
+                for k in range(per_thread)
+            ]
+
+        results = race(n_threads, work)
+        assert all(r.outcome is Outcome.BILLED for r in results)
+        assert all(r.billed_micros + r.absorbed_micros == charge for r in results)
+        return results
+
+    # Two campaigns, each with its own budget, each under it: 104 × 7,000 = 728,000.
+    first = n_threads * per_thread // 2 * charge
+    results = burst("imp", (1, 2))
+    assert sum(r.absorbed_micros for r in results) == 0
+    ledger = ledger_backend.open()
+    assert ledger.billed_on(DAY) == {1: first, 2: first}
+
+    # A second burst on campaign 1 overshoots: exactly the remainder is billed.
+    results = burst("more", (1,))
+    offered = n_threads * per_thread * charge
+    assert sum(r.billed_micros for r in results) == budget - first
+    assert sum(r.absorbed_micros for r in results) == offered - (budget - first)
+    assert ledger.billed_on(DAY) == {1: budget, 2: first}
+    assert ledger.day_totals(1, DAY, DAY) == [
+        DayTotals(DAY, n_threads * per_thread * 3 // 2, 0, budget, first + offered - budget)
+    ]
+
+
+def test_totals_are_per_campaign_and_local_day(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    d1, d2, d3 = DAY, DAY + timedelta(days=1), DAY + timedelta(days=2)
+    # Each local day has its own budget: day 1 is capped, day 2 starts afresh.
+    assert ledger.record(event("a", charge=800, day=d1), 1_000).billed_micros == 800
+    assert ledger.record(event("b", charge=800, day=d1), 1_000) == Recorded(
+        Outcome.BILLED, 200, 600
+    )
+    assert ledger.record(event("c", charge=800, day=d2), 1_000).billed_micros == 800
+    assert ledger.record(click("c", charge=300, day=d2), 1_000) == Recorded(
+        Outcome.BILLED, 200, 100
+    )
+    assert ledger.record(event("d", charge=50, day=d3), 1_000).billed_micros == 50
+    assert ledger.record(event("e", charge=70, day=d1, campaign_id=2), 1_000).billed_micros == 70
+
+    assert ledger.day_totals(1, d1, d3) == [
+        DayTotals(d1, 2, 0, 1_000, 600),
+        DayTotals(d2, 1, 1, 1_000, 100),
+        DayTotals(d3, 1, 0, 50, 0),
+    ]
+    assert ledger.day_totals(1, d2, d2) == [DayTotals(d2, 1, 1, 1_000, 100)]
+    assert ledger.day_totals(1, d3 + timedelta(days=1), d3 + timedelta(days=9)) == []
+    assert ledger.day_totals(2, d1, d3) == [DayTotals(d1, 1, 0, 70, 0)]
+    assert ledger.day_totals(3, d1, d3) == []
+    assert ledger.billed_on(d1) == {1: 1_000, 2: 70}
+    assert ledger.billed_on(d2) == {1: 1_000}
+    assert ledger.billed_on(d1 - timedelta(days=1)) == {}
+
+
+def test_counters_survive_a_new_ledger_on_the_same_storage(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    assert ledger.counters() == {}
+    ledger.record(event("imp-1"), BIG_BUDGET)
+    ledger.record(event("imp-1"), BIG_BUDGET)
+    ledger.record(click("nope"), BIG_BUDGET)
+    ledger.count("invalid_tokens")
+    ledger.count("invalid_tokens", 4)
+    expected = {"duplicates_rejected": 1, "clicks_without_impression": 1, "invalid_tokens": 5}
+    assert ledger.counters() == expected
+
+    reopened = ledger_backend.open()
+    assert reopened.counters() == expected
+    assert reopened.stats() == ledger.stats()
+    assert reopened.record(event("imp-1"), BIG_BUDGET).outcome is Outcome.DUPLICATE
+    assert reopened.counters()["duplicates_rejected"] == 2
+    assert reopened.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1, 0, 2_000, 0)]
+
+
+def test_concurrent_counts_are_not_lost(ledger_backend: LedgerBackend) -> None:
+    ledgers = [ledger_backend.open() for _ in range(8)]
+
+    def work(i: int) -> list[Recorded]:
+        for _ in range(20):
+            ledgers[i].count("invalid_tokens")
+        return []
+
+    race(8, work)
+    assert ledger_backend.open().counters() == {"invalid_tokens": 160}
+
+
+# --- properties of the budget split (MemoryLedger, the reference implementation) ---
+
+charges = st.lists(st.integers(0, 5_000_000), max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(charges=charges, budget=st.integers(0, 20_000_000))
+def test_billed_never_exceeds_budget_and_charges_are_conserved(
+    charges: list[int], budget: int
+) -> None:
+    ledger: Ledger = MemoryLedger()
+    billed_total = 0
+    for k, charge in enumerate(charges):
+        got = ledger.record(event(f"imp-{k}", charge=charge), budget)
+        assert got.outcome is Outcome.BILLED
+        assert got.billed_micros >= 0 and got.absorbed_micros >= 0
+        assert got.billed_micros + got.absorbed_micros == charge
+        billed_total += got.billed_micros
+        assert billed_total <= budget
+    # Greedy in arrival order: the budget is used up exactly when charges allow.
+    assert billed_total == min(budget, sum(charges))
+    assert ledger.billed_on(DAY) == ({1: billed_total} if charges else {})
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 5),  # impression id
+            st.sampled_from([EventType.IMPRESSION, EventType.CLICK]),
+            st.integers(0, 3_000),  # charge
+            st.integers(0, 1),  # day offset
+        ),
+        max_size=40,
+    ),
+    budget=st.integers(0, 10_000),
+)
+def test_memory_ledger_totals_match_its_recorded_outcomes(
+    steps: list[tuple[int, EventType, int, int]], budget: int
+) -> None:
+    ledger = MemoryLedger()
+    seen: set[tuple[int, EventType]] = set()
+    billed_by_day: Counter[date] = Counter()
+    for imp, kind, charge, offset in steps:
+        day = DAY + timedelta(days=offset)
+        got = ledger.record(event(f"i{imp}", kind, charge=charge, day=day), budget)
+        if (imp, kind) in seen:
+            assert got.outcome is Outcome.DUPLICATE
+        elif kind is EventType.CLICK and (imp, EventType.IMPRESSION) not in seen:
+            assert got.outcome is Outcome.NOT_BILLABLE
+        else:
+            assert got.outcome is Outcome.BILLED
+            assert got.billed_micros + got.absorbed_micros == charge
+            seen.add((imp, kind))
+            billed_by_day[day] += got.billed_micros
+            assert billed_by_day[day] <= budget
+    assert ledger.stats().rows == len(seen)
+    for day, billed in billed_by_day.items():
+        assert ledger.billed_on(day) == {1: billed}
