@@ -1,0 +1,3 @@
+from adfunnel.cli import app
+
+app()

@@ -1,0 +1,151 @@
+"""Wiring of one embedded adfunnel process: stores, catalog, decider, tracker and HTTP app.
+
+``build_runtime`` makes every long-lived object from one :class:`Settings`;
+``build_app`` puts the advertiser API (FastAPI, OpenAPI at ``/docs``) and the lean
+serving routes (Starlette) on one ASGI app. Nothing is created at import time.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from fastapi import FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import Engine
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from adfunnel.billing.ledger import Ledger
+from adfunnel.billing.sql_ledger import SqlLedger
+from adfunnel.budget.gate import LocalSpendGate
+from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
+from adfunnel.campaigns.migrate import upgrade
+from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.clock import Clock, ManualClock, SystemClock
+from adfunnel.db import make_engine
+from adfunnel.index import AdIndex, ScanIndex
+from adfunnel.prediction.smoothed import SmoothedCtr
+from adfunnel.serving.catalog import Catalog, Snapshot
+from adfunnel.serving.decision_log import DecisionLog
+from adfunnel.serving.funnel import Decider
+from adfunnel.serving.http import ServingEndpoints, error_response
+from adfunnel.settings import Settings
+from adfunnel.tracking.beacons import Tracker
+
+
+@dataclass
+class Runtime:
+    """Every long-lived object of one embedded process."""
+
+    settings: Settings
+    clock: Clock
+    engine: Engine
+    store: SqlCampaignStore
+    ledger: Ledger
+    catalog: Catalog
+    gate: LocalSpendGate
+    ctr: SmoothedCtr
+    decider: Decider
+    tracker: Tracker
+    decisions: DecisionLog
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def make_index() -> AdIndex:
+    """The serving index: the conjunction index when present, else the reference scan."""
+    try:
+        from adfunnel.index import ConjunctionIndex  # type: ignore[attr-defined]
+    except ImportError:
+        return ScanIndex()
+    return ConjunctionIndex()
+
+
+def make_clock(settings: Settings) -> Clock:
+    return ManualClock() if settings.clock == "manual" else SystemClock()
+
+
+def build_runtime(settings: Settings, clock: Clock | None = None, seed: int | None = None) -> Runtime:
+    """Open the database (migrating it to head), load the catalog and wire the planes."""
+    clock = clock or make_clock(settings)
+    engine = make_engine(settings.database_url)
+    upgrade(engine)
+    store = SqlCampaignStore(engine, clock)
+    ledger = SqlLedger(engine)
+    catalog = Catalog(make_index(), prior_pctr=settings.pctr_prior)
+    catalog.load(Snapshot(*store.snapshot()))
+    store.subscribe(catalog.apply)
+    gate = LocalSpendGate()
+    _seed_billed(gate, ledger, catalog, clock.now())
+    ctr = SmoothedCtr(settings.pctr_prior, settings.pctr_prior_strength)
+    key = settings.token_secret.encode()
+    decisions = DecisionLog()
+    decider = Decider(
+        catalog, gate, ctr, clock, key,
+        token_ttl_s=settings.token_ttl_s, pcvr=settings.pcvr_prior,
+        retrieval_limit=settings.retrieval_limit,
+        rng=random.Random(seed) if seed is not None else None,
+    )
+    tracker = Tracker(ledger, catalog, gate, ctr, clock, key)
+    return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
+                   tracker, decisions)
+
+
+def _seed_billed(gate: LocalSpendGate, ledger: Ledger, catalog: Catalog, now: datetime) -> None:
+    """Committed spend survives a restart: start from the ledger's billed totals."""
+    days = {(now + timedelta(days=d)).date() for d in (-1, 0, 1)}
+    gate.seed_billed({(cid, day): v for day in days for cid, v in ledger.billed_on(day).items()})
+
+
+def build_app(rt: Runtime) -> FastAPI:
+    """The ASGI app of an embedded process."""
+    s = rt.settings
+    app = FastAPI(title="adfunnel", version="0.1.0",
+                  description="Ad server: advertiser API, ad decisions, tracking.")
+    install_error_handlers(app)
+    app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s))
+    serving = ServingEndpoints(rt.decider, rt.tracker, rt.decisions,
+                               default_deadline_ms=s.default_deadline_ms,
+                               max_body_bytes=s.max_body_bytes)
+    for route in serving.routes():
+        app.router.routes.append(route)
+
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(_: Request) -> Response:
+        return JSONResponse({"status": "ready", "change_log_position": rt.catalog.position,
+                             "ads": len(rt.catalog.index)})
+
+    async def metrics(_: Request) -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    def ledger_stats(_: Request) -> Response:
+        stats = rt.ledger.stats()
+        counters = rt.ledger.counters()
+        return JSONResponse({"rows": stats.rows, "duplicates_rejected": stats.duplicates_rejected,
+                             "invalid_tokens": counters.get("invalid_tokens", 0),
+                             "counters": counters})
+
+    async def set_clock(request: Request) -> Response:
+        if not isinstance(rt.clock, ManualClock):
+            return error_response(409, "clock_not_manual",
+                                  [("clock", "start the server with --clock manual")])
+        try:
+            body = await request.json()
+            at = datetime.fromisoformat(body["now"])
+            if at.tzinfo is None:
+                raise ValueError("needs a UTC offset")
+        except (ValueError, KeyError, TypeError) as exc:
+            return error_response(422, "invalid_request", [("now", f"ISO 8601 with offset: {exc}")])
+        return JSONResponse({"now": rt.clock.set(at).isoformat()})
+
+    app.add_route("/healthz", healthz, methods=["GET"])
+    app.add_route("/readyz", readyz, methods=["GET"])
+    app.add_route("/metrics", metrics, methods=["GET"])
+    app.add_route("/v1/ledger/stats", ledger_stats, methods=["GET"])
+    app.add_route("/v1/admin/clock", set_clock, methods=["PUT"])
+    return app

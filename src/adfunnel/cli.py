@@ -1,0 +1,145 @@
+"""Command-line entry points: ``adfunnel serve | replay | simulate | bench``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from adfunnel.money import format_units
+from adfunnel.settings import SettingsError, load_settings
+
+app = typer.Typer(help="adfunnel: an ad server for owned-and-operated inventory.",
+                  no_args_is_help=True, add_completion=False)
+bench_app = typer.Typer(help="Benchmarks (figures are ratios against a baseline in the same run).")
+app.add_typer(bench_app, name="bench")
+console = Console()
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address.")] = None,
+    port: Annotated[int | None, typer.Option(help="TCP port.")] = None,
+    database_url: Annotated[str | None, typer.Option(help="sqlite:///file or postgresql://…")] = None,
+    clock: Annotated[str | None, typer.Option(help="system, or manual (moved by PUT /v1/admin/clock).")] = None,
+    token_secret: Annotated[str | None, typer.Option(help="HMAC key for tracking tokens (>= 32 chars).")] = None,
+) -> None:
+    """Run every plane in one process (embedded default: SQLite, in-memory stores)."""
+    import uvicorn
+
+    from adfunnel.app import build_app, build_runtime
+
+    try:
+        settings = load_settings(host=host, port=port, database_url=database_url, clock=clock,
+                                 token_secret=token_secret)
+    except SettingsError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    runtime = build_runtime(settings)
+    uvicorn.run(build_app(runtime), host=settings.host, port=settings.port,
+                log_level="warning", access_log=False)
+
+
+@app.command()
+def replay(
+    report: Annotated[Path, typer.Option(help="Write the JSON report here.")] = Path("replay-report.json"),
+    server: Annotated[str | None, typer.Option(help="Use a running server (started with --clock manual).")] = None,
+    speed: Annotated[float | None, typer.Option(help="Pace at X times the log's real time (default: as fast as the server answers).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Replay only the first N rows.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the render and click draws.")] = 7,
+    ctr_scale: Annotated[float, typer.Option(help="Click model: P(click) = scale × advertiser CTR.")] = 10.0,
+    database_url: Annotated[str | None, typer.Option(help="Database of the started server (default: a temporary SQLite file).")] = None,
+) -> None:
+    """Replay the real iPinYou log (12,526 rows) through a real server and report."""
+    from rich.progress import Progress
+
+    from adfunnel.sim.replay import Replayer, first_last, load_rows
+    from adfunnel.sim.server_proc import ServerProcess
+
+    rows = load_rows(limit)
+    first, last = first_last(rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = None
+        if server is None:
+            url = database_url or f"sqlite:///{Path(tmp) / 'replay.sqlite3'}"
+            console.print(f"starting server ({url}) …")
+            proc = ServerProcess(url, clock="manual", log_path=Path(tmp) / "server.log")
+            server = proc.url
+        replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed)
+        try:
+            replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})
+            replayer.create_campaigns(first)
+            with Progress(console=console, transient=False) as progress:
+                task = progress.add_task("replaying", total=len(rows))
+                replayer.replay(rows, lambda n: progress.advance(task, n))
+            result = replayer.report(first, last)
+        finally:
+            replayer.close()
+            if proc is not None:
+                proc.stop()
+    report.write_text(json.dumps(result, indent=2))
+    print_replay_summary(result)
+    console.print(f"report written to {report}")
+
+
+def print_replay_summary(result: dict) -> None:
+    table = Table(title="adfunnel replay: iPinYou dlf_2259 (CNY)")
+    for col in ("campaign", "bid", "daily budget", "billed", "absorbed", "imps", "clicks",
+                "limited days"):
+        table.add_column(col, justify="right")
+    for c in result["campaigns"]:
+        table.add_row(c["name"], f"{c['bid_type']} {format_units(c['bid_micros'])}",
+                      format_units(c["daily_budget_micros"]), format_units(c["billed_micros"]),
+                      format_units(c["absorbed_overspend_micros"]), str(c["impressions"]),
+                      str(c["clicks"]), f"{c['budget_limited_days']}/{len(c['days'])}")
+    console.print(table)
+    lat, led = result["latency_ms"], result["ledger"]
+    console.print(
+        f"requests {result['requests']}  filled {result['filled_slots']}  "
+        f"fill rate {result['fill_rate']:.1%}  latency p50 {lat['p50']} ms p99 {lat['p99']} ms\n"
+        f"ledger rows {led['rows']}  duplicates rejected {led['duplicates_rejected']}  "
+        f"invalid tokens {led['invalid_tokens']}  errors {result['errors'] or 'none'}"
+    )
+
+
+@app.command()
+def simulate(
+    scenario: Annotated[str, typer.Option(help="Scenario name.")] = "baseline",
+    report: Annotated[Path | None, typer.Option(help="Write the JSON report here.")] = None,
+    plots: Annotated[Path | None, typer.Option(help="Directory for one PNG per campaign.")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    short: Annotated[bool, typer.Option(help="The short form used by tests.")] = False,
+) -> None:
+    """Simulate a day of the budget & pacing service on a virtual clock."""
+    from adfunnel.sim.day import run_simulation
+
+    result = run_simulation(scenario, report, plots, seed=seed, short=short)
+    json.dump(result, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+@bench_app.command("index")
+def bench_index(
+    ads: Annotated[int, typer.Option(help="Number of ads.")] = 100_000,
+    workload: Annotated[str, typer.Option(help="go, paper or real.")] = "real",
+    queries: Annotated[int, typer.Option(help="Queries to time.")] = 2_000,
+    seed: Annotated[int, typer.Option()] = 1,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+) -> None:
+    """Conjunction index vs brute-force scan: build time, bytes per ad, query latency."""
+    from adfunnel.index.bench import run_index_bench
+
+    result = run_index_bench(ads=ads, workload=workload, queries=queries, seed=seed)
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2))
+    console.print_json(json.dumps(result))
+
+
+if __name__ == "__main__":
+    app()

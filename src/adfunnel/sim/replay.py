@@ -1,0 +1,282 @@
+"""The main job: replay real iPinYou traffic through a real adfunnel server over HTTP.
+
+1. Start the server (embedded SQLite, manual clock) unless a URL is given.
+2. Create one campaign per iPinYou advertiser through the advertiser API, with bids
+   from the advertiser's real CPM or CPC (``train-info.txt``), targeting built from
+   attributes present in the log, and daily budgets of which some bind.
+3. Replay the log in timestamp order on the simulated clock (the server's clock is
+   moved with ``PUT /v1/admin/clock``), one ad request per row, firing impression
+   beacons for rendered ads and clicks from the click model below.
+4. Read the ledger back through the API and report.
+
+Click model (stated): a rendered ad is clicked with probability
+``min(1, ctr_scale × its advertiser's real average CTR)``; ``ctr_scale`` defaults to 10
+so that ~12.5k requests bill enough clicks to exercise CPC billing (1 = real rates).
+Render model: 90 % of served ads render. A few beacons are re-sent (duplicates) and a
+few tokens are forged, to show that both are refused without loss.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from adfunnel.money import MICROS_PER_FEN, MICROS_PER_UNIT
+from adfunnel.sim.ipinyou import (
+    ADVERTISERS,
+    LogRow,
+    default_logs,
+    read_log,
+    read_train_info,
+    split_useragent,
+)
+
+RENDER_RATE = 0.90
+DUPLICATE_RATE = 0.03
+FORGED_RATE = 0.005
+SIZES = ("300x250", "728x90", "1000x90", "250x250", "336x280", "950x90", "200x200",
+         "468x60", "120x240", "960x90")
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    """How one iPinYou advertiser is set up: bid type, daily budget (CNY) and targeting."""
+
+    advertiser: str
+    bid_type: str
+    daily_budget_cny: float
+    targeting: dict[str, Any] | None
+
+
+def plans() -> list[CampaignPlan]:
+    """The nine campaigns. Small budgets make 1458, 2821, 3386 and 3476 budget-limited."""
+    cities_a = ["219", "217", "233"]
+    cities_b = ["222", "227", "220", "234"]
+    banners = ["728x90", "1000x90", "950x90", "960x90", "468x60"]
+    return [
+        CampaignPlan("1458", "CPM", 0.4, {"attr": "geo.city", "in": cities_a}),
+        CampaignPlan("2259", "CPM", 500.0, {"attr": "geo.region", "in": ["CN-216"]}),
+        CampaignPlan("2261", "CPC", 500.0, {"attr": "interests", "in": ["10063", "10006"]}),
+        CampaignPlan("2821", "CPC", 0.6, {"attr": "slot_size", "in": ["300x250", "336x280"]}),
+        CampaignPlan("2997", "CPC", 500.0, {"attr": "exchange", "in": ["1"]}),
+        CampaignPlan("3358", "CPM", 500.0, {"all": [
+            {"attr": "exchange", "not_in": ["3"]},
+            {"attr": "interests", "in": ["10110", "10083", "10059"]}]}),
+        CampaignPlan("3386", "CPM", 0.3, {"attr": "slot_size", "in": banners}),
+        CampaignPlan("3427", "CPC", 500.0, {"not": {"attr": "geo.city", "in": cities_b}}),
+        CampaignPlan("3476", "CPM", 0.25, {"all": [
+            {"attr": "os", "in": ["windows"]}, {"attr": "browser", "in": ["chrome"]}]}),
+    ]
+
+
+def landing_url(advertiser: str) -> str:
+    return f"https://adv{advertiser}.example/landing?src=adfunnel&adv={advertiser}&q=a%20b"
+
+
+@dataclass
+class ReplayStats:
+    requests: int = 0
+    filled_slots: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    impressions_fired: int = 0
+    duplicates_fired: int = 0
+    clicks_fired: int = 0
+    forged_fired: int = 0
+    forged_refused: int = 0
+    bad_redirects: int = 0
+    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+class Replayer:
+    """Drives a running server at ``base_url`` with the log rows."""
+
+    def __init__(self, base_url: str, *, seed: int = 7, ctr_scale: float = 10.0,
+                 speed: float | None = None, data_root: Path | None = None) -> None:
+        self.http = httpx.Client(base_url=base_url, timeout=10.0)
+        self.rng = random.Random(seed)
+        self.ctr_scale = ctr_scale
+        self.speed = speed
+        self.data_root = data_root
+        self.campaigns: dict[int, dict[str, Any]] = {}  # campaign id -> {plan, info, ...}
+        self.landing: dict[int, str] = {}  # ad id -> landing URL
+        self.stats = ReplayStats()
+
+    def close(self) -> None:
+        self.http.close()
+
+    # -- set-up -------------------------------------------------------------------
+    def create_campaigns(self, start: datetime) -> None:
+        """One advertiser, campaign and ten ads per iPinYou advertiser, via the API."""
+        for plan in plans():
+            info = read_train_info(plan.advertiser, self.data_root)
+            adv = self._post("/v1/advertisers", {"name": f"iPinYou {plan.advertiser}"})
+            bid_fen = info.cpm_fen if plan.bid_type == "CPM" else info.cpc_fen
+            body = {
+                "advertiser_id": adv["id"], "name": f"ipinyou-{plan.advertiser}",
+                "objective": "impressions" if plan.bid_type == "CPM" else "clicks",
+                "bid_type": plan.bid_type, "bid_micros": round(bid_fen * MICROS_PER_FEN),
+                "daily_budget_micros": round(plan.daily_budget_cny * MICROS_PER_UNIT),
+                "time_zone": "Asia/Shanghai", "flight_start": start.date().isoformat(),
+                "pacing_mode": "accelerated",
+            }
+            if plan.targeting is not None:
+                body["targeting"] = plan.targeting
+            campaign = self._post("/v1/campaigns", body)
+            self.campaigns[campaign["id"]] = {"plan": plan, "info": info, "record": campaign}
+            for size in SIZES:
+                w, h = (int(x) for x in size.split("x"))
+                ad = self._post(f"/v1/campaigns/{campaign['id']}/ads", {
+                    "landing_url": landing_url(plan.advertiser),
+                    "creative_ref": f"ipinyou/{plan.advertiser}/{size}.png",
+                    "format": "banner", "width": w, "height": h,
+                })
+                self.landing[ad["id"]] = ad["landing_url"]
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = self.http.post(path, json=body)
+        if r.status_code >= 400:
+            raise RuntimeError(f"POST {path} -> {r.status_code}: {r.text}")
+        return r.json()
+
+    # -- replay -------------------------------------------------------------------
+    def replay(self, rows: list[LogRow], progress: Callable[[int], None] | None = None) -> None:
+        last_clock: datetime | None = None
+        wall0 = time.monotonic()
+        sim0 = rows[0].timestamp if rows else None
+        ctr_by_campaign = {cid: c["info"].ctr for cid, c in self.campaigns.items()}
+        for row in rows:
+            if self.speed and sim0 is not None:
+                due = (row.timestamp - sim0).total_seconds() / self.speed
+                wait = due - (time.monotonic() - wall0)
+                if wait > 0:
+                    time.sleep(wait)
+            if last_clock is None or row.timestamp - last_clock >= timedelta(seconds=1):
+                self.http.put("/v1/admin/clock", json={"now": row.timestamp.isoformat()})
+                last_clock = row.timestamp
+            self._one(row, ctr_by_campaign)
+            if progress is not None:
+                progress(1)
+
+    def _one(self, row: LogRow, ctr_by_campaign: dict[int, float]) -> None:
+        s = self.stats
+        s.requests += 1
+        t0 = time.perf_counter()
+        r = self.http.post("/v1/ads:select", json=ad_request(row))
+        s.latencies_ms.append((time.perf_counter() - t0) * 1000)
+        if r.status_code == 204:
+            return
+        if r.status_code != 200:
+            s.errors[f"select_{r.status_code}"] += 1
+            return
+        for ad in r.json()["ads"]:
+            s.filled_slots += 1
+            self._beacons(ad, ctr_by_campaign.get(ad["campaign_id"], 0.0))
+
+    def _beacons(self, ad: dict[str, Any], ctr: float) -> None:
+        s, rng = self.stats, self.rng
+        if rng.random() < FORGED_RATE:
+            s.forged_fired += 1
+            forged = ad["token"][:-3] + ("AAA" if not ad["token"].endswith("AAA") else "BBB")
+            if self.http.get("/i", params={"t": forged}).status_code == 400:
+                s.forged_refused += 1
+        if rng.random() >= RENDER_RATE:
+            return
+        self._get(ad["impression_url"], 204, "impression")
+        s.impressions_fired += 1
+        if rng.random() < DUPLICATE_RATE:
+            self._get(ad["impression_url"], 204, "impression")
+            s.duplicates_fired += 1
+        if rng.random() < min(1.0, ctr * self.ctr_scale):
+            r = self._get(ad["click_url"] + "&utm_x=https%3A%2F%2Fevil.example", 302, "click")
+            s.clicks_fired += 1
+            if r is not None and r.headers.get("location") != self.landing.get(ad["ad_id"]):
+                s.bad_redirects += 1
+
+    def _get(self, url: str, expect: int, what: str) -> httpx.Response | None:
+        r = self.http.get(url)
+        if r.status_code != expect:
+            self.stats.errors[f"{what}_{r.status_code}"] += 1
+            return None
+        return r
+
+    # -- report -------------------------------------------------------------------
+    def report(self, first: datetime, last: datetime) -> dict[str, Any]:
+        s = self.stats
+        lat = np.array(s.latencies_ms) if s.latencies_ms else np.zeros(1)
+        campaigns = []
+        for cid, c in sorted(self.campaigns.items()):
+            rep = self.http.get(f"/v1/campaigns/{cid}/report", params={
+                "from": first.date().isoformat(), "to": last.date().isoformat()}).json()
+            budget = c["record"]["daily_budget_micros"]
+            days = [{"date": d["date"], "budget_micros": budget, "billed_micros": d["billed_micros"],
+                     "absorbed_overspend_micros": d["absorbed_overspend_micros"],
+                     "impressions": d["impressions"], "clicks": d["clicks"]}
+                    for d in rep["days"]]
+            campaigns.append({
+                "campaign_id": cid, "name": c["record"]["name"],
+                "bid_type": c["record"]["bid_type"], "bid_micros": c["record"]["bid_micros"],
+                "daily_budget_micros": budget, "billed_micros": rep["billed_micros"],
+                "absorbed_overspend_micros": rep["absorbed_overspend_micros"],
+                "impressions": rep["impressions"], "clicks": rep["clicks"],
+                "budget_limited_days": sum(d["billed_micros"] >= budget * 0.95 for d in days),
+                "days": days,
+            })
+        ledger = self.http.get("/v1/ledger/stats").json()
+        return {
+            "requests": s.requests,
+            "filled_slots": s.filled_slots,
+            "fill_rate": round(s.filled_slots / s.requests, 4) if s.requests else 0.0,
+            "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 3),
+                           "p99": round(float(np.percentile(lat, 99)), 3)},
+            "campaigns": campaigns,
+            "ledger": {"rows": ledger["rows"], "duplicates_rejected": ledger["duplicates_rejected"],
+                       "invalid_tokens": ledger["invalid_tokens"]},
+            "fired": {"impressions": s.impressions_fired, "duplicates": s.duplicates_fired,
+                      "clicks": s.clicks_fired, "forged": s.forged_fired,
+                      "forged_refused": s.forged_refused, "bad_redirects": s.bad_redirects},
+            "errors": dict(s.errors),
+            "click_model": f"P(click | rendered) = min(1, {self.ctr_scale} x advertiser avg CTR)",
+        }
+
+
+def ad_request(row: LogRow) -> dict[str, Any]:
+    """The ad request a feed would send for one log row."""
+    device, os_name, browser = split_useragent(row.useragent)
+    attrs: dict[str, Any] = {
+        "geo.country": "CN", "geo.region": f"CN-{row.region}", "geo.city": row.city,
+        "device_type": device, "os": os_name, "browser": browser,
+    }
+    if row.usertags:
+        attrs["interests"] = list(row.usertags)
+    return {
+        "user": {"key": row.user, "attributes": attrs},
+        "placement": {"id": row.slot_id, "exchange": row.exchange, "domain": row.domain,
+                      "reserve_cpm_micros": row.slot_price_fen * MICROS_PER_FEN},
+        "slots": [{"id": "s1", "position": 1, "width": row.width, "height": row.height,
+                   "format": "banner", "visibility": row.visibility}],
+    }
+
+
+def load_rows(limit: int | None = None, data_root: Path | None = None) -> list[LogRow]:
+    rows = read_log(default_logs(data_root))
+    return rows[:limit] if limit else rows
+
+
+def first_last(rows: list[LogRow]) -> tuple[datetime, datetime]:
+    return rows[0].timestamp, rows[-1].timestamp
+
+
+def utc(dt: datetime) -> datetime:
+    return dt.astimezone(UTC)
+
+
+__all__ = ["ADVERTISERS", "Replayer", "ad_request", "first_last", "load_rows", "plans"]
