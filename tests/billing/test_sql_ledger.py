@@ -1,0 +1,121 @@
+"""SqlLedger specifics beyond the contract suite: several processes on one SQLite file,
+an in-memory SQLite engine shared by threads, and agreement with MemoryLedger."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adfunnel.billing.ledger import MemoryLedger
+from adfunnel.billing.model import EventType, LedgerEvent, Outcome
+from adfunnel.billing.sql_ledger import SqlLedger
+from adfunnel.billing.tables import campaign_day_spend, ledger, ledger_counters
+from adfunnel.db import make_engine, metadata
+
+DAY = date(2026, 3, 14)
+TABLES = [ledger, campaign_day_spend, ledger_counters]
+
+
+def event(
+    imp: str, kind: EventType = EventType.IMPRESSION, charge: int = 1_000, day: date = DAY
+) -> LedgerEvent:
+    return LedgerEvent(
+        imp, kind, 1, 10, "feed", "CPM", charge, datetime(2026, 3, 14, tzinfo=UTC), day
+    )
+
+
+_WORKER = textwrap.dedent(
+    """
+    import sys
+    from datetime import UTC, date, datetime
+    from adfunnel.billing.model import EventType, LedgerEvent
+    from adfunnel.billing.sql_ledger import SqlLedger
+    from adfunnel.db import make_engine
+
+    ledger = SqlLedger(make_engine(sys.argv[1]))
+    order = range(40) if int(sys.argv[2]) % 2 == 0 else reversed(range(40))
+    for k in order:
+        ev = LedgerEvent(f"imp-{k}", EventType.IMPRESSION, 1, 10, "feed", "CPM", 7_000,
+                         datetime(2026, 3, 14, tzinfo=UTC), date(2026, 3, 14))
+        ledger.record(ev, 200_000)
+    """
+)
+
+
+def test_processes_sharing_a_sqlite_file_bill_each_beacon_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    engine = make_engine(url)
+    metadata.create_all(engine, tables=TABLES)
+    # Separate processes do not share the in-process lock: SQLite's own lock must hold.
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WORKER, url, str(i)], stderr=subprocess.PIPE)
+        for i in range(4)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err.decode()
+    sql = SqlLedger(engine)
+    assert sql.stats().rows == 40
+    assert sql.counters() == {"duplicates_rejected": 120}
+    [totals] = sql.day_totals(1, DAY, DAY)
+    assert (totals.impressions, totals.billed_micros) == (40, 200_000)
+    assert totals.absorbed_micros == 40 * 7_000 - 200_000
+    engine.dispose()
+
+
+def test_in_memory_sqlite_shared_by_threads() -> None:
+    engine = make_engine("sqlite://")  # one connection (StaticPool) for every thread
+    metadata.create_all(engine, tables=TABLES)
+    sql = SqlLedger(engine)
+    outcomes: list[Outcome] = []
+
+    def work() -> None:
+        for k in range(20):
+            outcomes.append(sql.record(event(f"imp-{k}", charge=7_000), 100_000).outcome)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count(Outcome.BILLED) == 20
+    assert sql.billed_on(DAY) == {1: 100_000}
+    assert sql.stats().duplicates_rejected == 100
+    engine.dispose()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 4),
+            st.sampled_from([EventType.IMPRESSION, EventType.CLICK]),
+            st.integers(0, 3_000),
+            st.integers(0, 1),
+            st.integers(0, 8_000),  # the budget may change between calls (edits)
+        ),
+        max_size=25,
+    )
+)
+def test_sql_ledger_agrees_with_memory_ledger(
+    steps: list[tuple[int, EventType, int, int, int]],
+) -> None:
+    engine = make_engine("sqlite://")
+    metadata.create_all(engine, tables=TABLES)
+    sql, mem = SqlLedger(engine), MemoryLedger()
+    for imp, kind, charge, offset, budget in steps:
+        ev = event(f"i{imp}", kind, charge, DAY + timedelta(days=offset))
+        assert sql.record(ev, budget) == mem.record(ev, budget)
+    last = DAY + timedelta(days=1)
+    assert sql.day_totals(1, DAY, last) == mem.day_totals(1, DAY, last)
+    assert sql.billed_on(DAY) == mem.billed_on(DAY)
+    assert sql.stats() == mem.stats()
+    assert sql.counters() == mem.counters()
+    engine.dispose()
