@@ -92,8 +92,9 @@ class SqlLedger:
 
         Raises:
             MoneyError: for a negative or non-integer charge or budget.
-            sqlalchemy.exc.SQLAlchemyError: database errors; the transaction is rolled
-                back and nothing is recorded.
+            sqlalchemy.exc.SQLAlchemyError: database errors (on SQLite also "database is
+                locked" after the 30 s busy timeout under heavy multi-process load); the
+                transaction is rolled back and nothing is recorded, so retrying is safe.
         """
         charge = micros(event.charge_micros, field="charge_micros")
         budget = micros(daily_budget_micros, field="daily_budget_micros")
