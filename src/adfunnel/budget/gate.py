@@ -29,6 +29,8 @@ class Served:
 
     ``expected_micros``: CPM → the impression's charge; CPC → price × pCTR;
     CPA → price × pCTR × pCVR (DESIGN.md §The funnel, step 7).
+    ``max_charge_micros``: the most the serve can bill (CPM impression charge, CPC/CPA
+    price); a metered campaign takes it from its slice. 0 = unknown (use expected).
     """
 
     campaign_id: int
@@ -36,6 +38,7 @@ class Served:
     impression_id: str
     expected_micros: int
     expires_at: float  # unix seconds
+    max_charge_micros: int = 0
 
 
 class SpendGate(Protocol):

@@ -1,0 +1,107 @@
+"""Messages between ad servers, the billing aggregator and the budget & pacing service.
+
+DESIGN.md §Money and budgets: each ad server reports, once a second, the expected
+spend it recorded per campaign since its last report, idempotent by sequence number;
+the reply carries pacing probabilities, budget states and slices. Billing sends billed
+spend per campaign and day at least every 10 s.
+
+Plain msgspec structs, so the same values travel in memory (embedded mode, the day
+simulation) and as JSON (``adfunnel.budget.http``). Money is integer micros; times
+are Unix seconds (float); days are ISO ``YYYY-MM-DD`` local dates of the campaign.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class CampaignSpend(msgspec.Struct, frozen=True):
+    """One campaign-day's spend recorded by one server in one report period.
+
+    ``open_micros``: expected cost served while the campaign was open.
+    ``sliced_micros``: expected cost served from slices (metered).
+    ``demand_micros``: worst-case charges of every admit attempt (served or refused for
+    want of a slice): the server's demand, which sizes its slices.
+    ``charges``: number of serves.
+    """
+
+    campaign_id: int
+    day: str
+    open_micros: int = 0
+    sliced_micros: int = 0
+    demand_micros: int = 0
+    charges: int = 0
+
+
+class SliceUse(msgspec.Struct, frozen=True):
+    """A slice the server will not use any more (expired or released): worst-case
+    charges it took (``used_micros``) and when it was last used."""
+
+    slice_id: str
+    used_micros: int
+    closed_at: float
+
+
+class ReportEntry(msgspec.Struct, frozen=True):
+    """One second's report; ``seq`` increases by one per entry for a (server, shard)."""
+
+    seq: int
+    period_end: float
+    spend: list[CampaignSpend] = []
+    closed_slices: list[SliceUse] = []
+
+
+class Report(msgspec.Struct, frozen=True):
+    """What a server sends to one shard: every entry not yet acknowledged (oldest first),
+    and the campaigns it wants a slice for."""
+
+    server_id: str
+    shard: int
+    sent_at: float
+    entries: list[ReportEntry] = []
+    wants: list[int] = []
+
+
+class Directive(msgspec.Struct, frozen=True):
+    """Budget state (``adfunnel.budget.slices.BudgetState`` value) and participation
+    probability of one campaign."""
+
+    campaign_id: int
+    state: str
+    p: float
+
+
+class SliceGrant(msgspec.Struct, frozen=True):
+    """A lease of ``amount_micros`` for one server and campaign-day, valid until
+    ``expires_at`` (service time)."""
+
+    slice_id: str
+    campaign_id: int
+    day: str
+    amount_micros: int
+    expires_at: float
+
+
+class Reply(msgspec.Struct, frozen=True):
+    """The service's answer to a report: every entry with ``seq <= acked_through`` is
+    applied (or was already), directives for every campaign of the shard, new slices."""
+
+    shard: int
+    at: float
+    acked_through: int
+    directives: list[Directive] = []
+    grants: list[SliceGrant] = []
+
+
+class BilledUpdate(msgspec.Struct, frozen=True):
+    """Billed spend of one campaign-day from the ledger.
+
+    ``billed_micros``: cumulative billed on the day (monotone; replaces estimates).
+    ``complete_before``: serve time (Unix s) before which every billable event of the
+    campaign is in ``billed_micros`` (event-time watermark minus the click window).
+    """
+
+    campaign_id: int
+    day: str
+    billed_micros: int
+    complete_before: float

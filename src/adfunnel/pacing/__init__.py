@@ -1,0 +1,1 @@
+"""Pacing: target curves and the participation-probability controller. Pure."""

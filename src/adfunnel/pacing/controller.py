@@ -1,0 +1,126 @@
+"""The pacing controller: one proportional-integral step on spend rate. Pure.
+
+DESIGN.md §Money and budgets, *Pacing*: every 10 s a PI controller on the spend rate
+sets the participation probability ``p`` that ad servers apply as a coin flip before
+scoring. Rules implemented here:
+
+- ``p`` changes by at most ±25 % per step and stays in ``[P_FLOOR, 1]``
+  (``P_FLOOR = 0.001``); only hard stops (outside this module) set 0;
+- proportional action on the spend-rate ratio, applied multiplicatively to ``p``
+  (so the plant ``spend ≈ p × reachable traffic`` is linear in log space);
+- integral action: a *leaky, clamped* integral of the spend deviation (share of the
+  daily budget) raises or lowers the rate set-point, so cumulative spend returns to
+  the target curve without wind-up;
+- the expected-spend denominator is floored (≥ ``denominator_floor_share`` of the
+  daily budget per hour) so a dead hour cannot blow the ratio up;
+- gains scale with campaign volume (charges per step): a few events per step are
+  noise, so the step is damped in proportion.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: Lowest participation probability control alone can set.
+P_FLOOR = 0.001
+#: Largest relative change of p in one step.
+MAX_STEP_CHANGE = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class Gains:
+    """Controller tuning.
+
+    ``kp``: exponent applied to the rate ratio at full volume (1 = dead-beat).
+    ``catch_up_s``: seconds over which the integral (a spend deviation) is made up.
+    ``leak_s``: time constant of the integral's leak (seconds).
+    ``integral_clamp``: bound of the integral, as a share of the daily budget.
+    ``denominator_floor_share``: floor of expected spend per hour, share of budget.
+    ``volume_ref``: charges per step at which the gains reach half their full value.
+    """
+
+    kp: float = 0.6
+    catch_up_s: float = 1200.0
+    leak_s: float = 4 * 3600.0
+    integral_clamp: float = 0.03
+    denominator_floor_share: float = 0.01
+    volume_ref: float = 4.0
+
+
+DEFAULT_GAINS = Gains()
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerState:
+    """``p``: participation probability in [P_FLOOR, 1]; ``integral``: leaky integral of
+    (target − spend) as a share of the daily budget, in ±``integral_clamp``."""
+
+    p: float = 1.0
+    integral: float = 0.0
+
+
+def clamp_step(p_old: float, p_new: float) -> float:
+    """``p_new`` limited to ±25 % of ``p_old`` and to [P_FLOOR, 1]."""
+    lo = max(P_FLOOR, p_old * (1.0 - MAX_STEP_CHANGE))
+    hi = min(1.0, p_old * (1.0 + MAX_STEP_CHANGE))
+    if lo > hi:  # p_old outside the band (e.g. 0 after a hard stop): restart from the floor
+        return min(1.0, max(P_FLOOR, p_new))
+    return min(hi, max(lo, p_new))
+
+
+def step(
+    state: ControllerState,
+    spend_micros: float,
+    target_micros: float,
+    dt_s: float,
+    *,
+    budget_micros: int,
+    charges: float,
+    gains: Gains = DEFAULT_GAINS,
+) -> tuple[ControllerState, float]:
+    """One control step; returns ``(new_state, p)``.
+
+    Args:
+        state: the state after the previous step.
+        spend_micros: expected spend recorded during the step (all servers), micros.
+        target_micros: spend the target curve asks for during the step, micros.
+        dt_s: step length in seconds (> 0).
+        budget_micros: the day's budget (> 0), the unit of the integral.
+        charges: how many charges (serves) the step's spend came from; scales gains.
+        gains: tuning.
+
+    Invariant (property-tested): the returned p is in [P_FLOOR, 1] and within ±25 %
+    of ``state.p`` (when ``state.p`` is itself in range).
+
+    Raises:
+        ValueError: ``dt_s <= 0`` or ``budget_micros <= 0``.
+    """
+    if dt_s <= 0 or budget_micros <= 0:
+        raise ValueError("dt_s and budget_micros must be > 0")
+    spend = max(0.0, float(spend_micros))
+    target = max(0.0, float(target_micros))
+    floor = gains.denominator_floor_share * budget_micros * dt_s / 3600.0
+
+    # integral: leaky, clamped; no further wind-up in the direction p cannot move
+    dev = (target - spend) / budget_micros
+    leak = math.exp(-dt_s / gains.leak_s)
+    integral = state.integral * leak + dev
+    if (state.p >= 1.0 and dev > 0) or (state.p <= P_FLOOR and dev < 0):
+        integral = state.integral * leak  # conditional integration (anti-windup)
+    c = gains.integral_clamp
+    integral = max(-c, min(c, integral))
+
+    # set-point: the curve's rate plus making up the deviation over catch_up_s,
+    # never below a quarter of the curve's rate (a cut never drives p to the floor)
+    desired = target + integral * budget_micros * dt_s / gains.catch_up_s
+    desired = max(desired, 0.25 * target)
+
+    ratio = max(desired, floor) / max(spend, floor)
+    volume = max(0.0, charges)
+    g = gains.kp * volume / (volume + gains.volume_ref)
+    if spend <= 0.0 and desired > floor:
+        g = max(g, gains.kp * 0.5)  # nothing served at all: move up regardless of volume
+    p_new = state.p * math.exp(g * math.log(ratio)) if ratio > 0 else state.p
+    p = clamp_step(state.p, p_new)
+    return ControllerState(p, integral), p
