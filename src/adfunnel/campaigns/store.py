@@ -24,12 +24,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Mapping
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, date, datetime
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from sqlalchemy import Connection, Engine, func, insert, select, text, update
+from sqlalchemy.pool import StaticPool
 
 from adfunnel.campaigns import codec
 from adfunnel.campaigns.model import (
@@ -186,10 +189,21 @@ class SqlCampaignStore:
         self._pg = engine.dialect.name == "postgresql"
         self._listeners: list[ChangeListener] = []
         self._listeners_lock = threading.Lock()
+        self._guard = _single_connection_lock(engine)
 
     @property
     def engine(self) -> Engine:
         return self._engine
+
+    @contextmanager
+    def _connect(self) -> Iterator[Connection]:
+        with self._guard, self._engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with self._guard, self._engine.begin() as conn:
+            yield conn
 
     # --- advertisers ---------------------------------------------------------------
 
@@ -320,13 +334,13 @@ class SqlCampaignStore:
         stmt = (
             select(change_log).where(change_log.c.seq > seq).order_by(change_log.c.seq).limit(limit)
         )
-        with self._engine.connect() as conn:
+        with self._connect() as conn:
             rows = conn.execute(stmt).mappings().all()
         return [_change_record(r) for r in rows]
 
     def last_seq(self) -> int:
         """The highest committed ``seq`` (0 for an empty log)."""
-        with self._engine.connect() as conn:
+        with self._connect() as conn:
             return _last_seq(conn)
 
     def snapshot(self) -> tuple[list[Advertiser], list[Campaign], list[Ad], int]:
@@ -336,7 +350,7 @@ class SqlCampaignStore:
         ``last_seq`` is read first, so the records may already hold some later changes
         (consumers skip those by version).
         """
-        with self._engine.connect() as conn:
+        with self._connect() as conn:
             last = _last_seq(conn)
             found = {
                 e: [
@@ -367,7 +381,7 @@ class SqlCampaignStore:
 
     def _get(self, entity: str, entity_id: int) -> Any:
         table = _TABLES[entity]
-        with self._engine.connect() as conn:
+        with self._connect() as conn:
             row = conn.execute(select(table).where(table.c.id == entity_id)).mappings().first()
         if row is None:
             raise NotFound(entity, entity_id)
@@ -378,7 +392,7 @@ class SqlCampaignStore:
         stmt = select(table).order_by(table.c.id)
         if where is not None:
             stmt = stmt.where(where)
-        with self._engine.connect() as conn:
+        with self._connect() as conn:
             return [codec.from_row(entity, r) for r in conn.execute(stmt).mappings()]
 
     def _create(
@@ -389,7 +403,7 @@ class SqlCampaignStore:
         _check(probe)
         table = _TABLES[entity]
         now = self._clock.now()
-        with self._engine.begin() as conn:
+        with self._transaction() as conn:
             self._lock_writes(conn)
             if parent is not None:  # records are never deleted, so this stays true
                 ptable = _TABLES[parent[0]]
@@ -418,7 +432,7 @@ class SqlCampaignStore:
         typed = _coerce(entity, dict(changes))
         table = _TABLES[entity]
         now = self._clock.now()
-        with self._engine.begin() as conn:
+        with self._transaction() as conn:
             self._lock_writes(conn)
             # Bump first: the write locks the row (and SQLite's database) before the read.
             bumped = conn.execute(
@@ -470,6 +484,30 @@ class SqlCampaignStore:
                 listener(change)
             except Exception:  # a broken consumer must not fail a committed write
                 log.exception("change listener %r failed on seq %d", listener, change.seq)
+
+
+_SHARED_CONNECTION_LOCKS: weakref.WeakKeyDictionary[Engine, threading.RLock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _single_connection_lock(engine: Engine) -> AbstractContextManager[object]:
+    """A lock serialising use of an engine whose pool is one shared connection.
+
+    In-memory SQLite (``sqlite://``) runs on one connection shared by all threads
+    (``StaticPool``); interleaved transactions on it would mix, so every store on
+    such an engine takes the same lock. Other engines need none.
+    """
+    if not isinstance(engine.pool, StaticPool):
+        return nullcontext()
+    with _LOCKS_LOCK:
+        lock = _SHARED_CONNECTION_LOCKS.get(engine)
+        if lock is None:
+            lock = _SHARED_CONNECTION_LOCKS[engine] = threading.RLock()
+    return lock
+
+
+_LOCKS_LOCK = threading.Lock()
 
 
 def _last_seq(conn: Connection) -> int:

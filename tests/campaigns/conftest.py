@@ -1,0 +1,44 @@
+"""Advertiser-API fixtures: a store on a fresh in-memory SQLite database, a MemoryLedger."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from adfunnel.billing.ledger import MemoryLedger
+from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
+from adfunnel.campaigns.migrate import upgrade
+from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.clock import FixedClock
+from adfunnel.db import make_engine
+
+#: "Now" of every API test: Tuesday 2026-11-03 10:00 in New York.
+NOW = datetime(2026, 11, 3, 15, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def store() -> Iterator[SqlCampaignStore]:
+    """A store on a fresh, migrated in-memory SQLite database."""
+    engine = make_engine("sqlite://")
+    upgrade(engine)
+    yield SqlCampaignStore(engine, FixedClock(NOW))
+    engine.dispose()
+
+
+@pytest.fixture
+def ledger() -> MemoryLedger:
+    return MemoryLedger()
+
+
+@pytest.fixture
+def client(store: SqlCampaignStore, ledger: MemoryLedger) -> Iterator[TestClient]:
+    """The advertiser API over ``store`` and ``ledger``, with the JSON error handlers."""
+    app = FastAPI()
+    install_error_handlers(app)
+    app.include_router(make_advertiser_router(store, ledger, FixedClock(NOW), None))
+    with TestClient(app) as c:
+        yield c

@@ -1,0 +1,67 @@
+"""Shared test fixtures: where the test PostgreSQL is, and per-test isolated databases.
+
+PostgreSQL: ``ADFUNNEL_TEST_PG_URL`` (default
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``); tests that need it are
+skipped when it is unreachable. Each test gets its own schema (``pg_schema_url``),
+dropped afterwards, so no test depends on another's leftovers or on the order.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """The test PostgreSQL URL (``postgresql+psycopg://…``)."""
+    url = os.environ.get("ADFUNNEL_TEST_PG_URL", DEFAULT_PG_URL)
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return url
+
+
+@pytest.fixture(scope="session")
+def pg_admin(pg_url: str) -> Iterator[Engine]:
+    """An autocommit engine on the test PostgreSQL; skips the test when unreachable."""
+    engine = create_engine(pg_url, isolation_level="AUTOCOMMIT", pool_size=2)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("select 1"))
+    except Exception as exc:  # any connection failure means "no PostgreSQL here"
+        engine.dispose()
+        pytest.skip(f"PostgreSQL not reachable at {pg_url}: {exc}")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_schema_url(pg_url: str, pg_admin: Engine) -> Iterator[str]:
+    """A URL whose connections use a fresh, empty schema (dropped after the test).
+
+    The schema is set with ``options=-csearch_path=…`` in the URL's query, so
+    ``make_engine(url)`` and Alembic both land in it.
+    """
+    schema = f"t_{uuid.uuid4().hex[:20]}"
+    with pg_admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in pg_url else "?"
+    try:
+        yield f"{pg_url}{sep}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with pg_admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+
+
+@pytest.fixture
+def sqlite_file_url(tmp_path: Path) -> str:
+    """A URL of an SQLite file in the test's own temporary directory."""
+    return f"sqlite:///{tmp_path / 'adfunnel.db'}"
