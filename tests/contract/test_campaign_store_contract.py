@@ -21,7 +21,6 @@ from adfunnel.campaigns import codec
 from adfunnel.campaigns.migrate import current_revision, upgrade
 from adfunnel.campaigns.model import (
     Ad,
-    AdStatus,
     Advertiser,
     BidType,
     Campaign,

@@ -1,0 +1,293 @@
+"""The advertiser API: REST routes over the campaign store and the billing ledger.
+
+Build the routes with :func:`make_advertiser_router` and install the JSON error
+handlers with :func:`install_error_handlers` on the app (re-exported from
+``adfunnel.http_errors``). Nothing is created at import time.
+
+Routes (JSON bodies; money in integer micros; dates ``YYYY-MM-DD``, local to the
+campaign's time zone)::
+
+    POST  /v1/advertisers                   201 advertiser
+    GET   /v1/advertisers                   200 [advertiser]
+    GET   /v1/advertisers/{id}              200 advertiser
+    POST  /v1/campaigns                     201 campaign
+    GET   /v1/campaigns?advertiser_id=      200 [campaign]
+    GET   /v1/campaigns/{id}                200 campaign
+    PATCH /v1/campaigns/{id}                200 campaign   (body "version": 409 if stale)
+    POST  /v1/campaigns/{id}:pause|/pause   200 campaign   (optional body {"version"})
+    POST  /v1/campaigns/{id}:resume|/resume 200 campaign
+    PUT   /v1/campaigns/{id}/budget         200 campaign
+    POST  /v1/campaigns/{id}/ads            201 ad
+    GET   /v1/campaigns/{id}/ads            200 [ad]
+    GET   /v1/ads/{id}                      200 ad
+    PATCH /v1/ads/{id}                      200 ad
+    GET   /v1/campaigns/{id}/report?from=&to=  200 report
+
+Errors: see ``adfunnel.http_errors`` (422 validation with named fields, 400 malformed
+JSON, 404 not found, 409 version conflict).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query
+
+from adfunnel.billing.ledger import Ledger
+from adfunnel.campaigns import codec
+from adfunnel.campaigns.model import Ad, Advertiser, Campaign, CampaignStatus
+from adfunnel.campaigns.schedule import local_day
+from adfunnel.campaigns.schemas import (
+    CAMPAIGN_NULLABLE,
+    AdIn,
+    AdOut,
+    AdPatch,
+    AdvertiserIn,
+    AdvertiserOut,
+    BudgetIn,
+    CampaignIn,
+    CampaignOut,
+    CampaignPatch,
+    ReportDay,
+    ReportOut,
+    VersionIn,
+)
+from adfunnel.campaigns.store import CampaignStore, NotFound
+from adfunnel.clock import Clock
+from adfunnel.http_errors import ApiError, install_error_handlers, validation_error
+from adfunnel.targeting.expr import TargetingError, dump_expr, parse_expr
+
+try:  # another module of the targeting room; optional until it lands
+    from adfunnel.targeting.dnf import compile_dnf as _compile_dnf
+except ImportError:  # pragma: no cover - depends on the tree
+    _compile_dnf = None
+
+__all__ = ["canonical_targeting", "install_error_handlers", "make_advertiser_router"]
+
+#: Optional body of pause/resume (module level: FastAPI resolves annotations globally).
+OptionalVersion = Annotated[VersionIn | None, Body()]
+
+#: Longest report span in days, unless ``settings_like.report_max_days`` says otherwise.
+DEFAULT_REPORT_MAX_DAYS = 366
+
+
+def canonical_targeting(raw: Any) -> str:
+    """Validate a targeting JSON tree and return its canonical text (``dump_expr``).
+
+    Also compiles it to DNF when ``adfunnel.targeting.dnf`` exists, so an expression
+    whose DNF blows up is refused here rather than by the ad servers.
+
+    Raises:
+        TargetingError: with ``path`` naming the offending node (``targeting.all[0].attr``).
+    """
+    expr = parse_expr(raw)
+    if _compile_dnf is not None:
+        try:
+            _compile_dnf(expr)
+        except TargetingError:
+            raise
+        except (ValueError, RecursionError) as exc:
+            raise TargetingError("targeting", str(exc)) from exc
+    return dump_expr(raw)
+
+
+def advertiser_out(a: Advertiser) -> AdvertiserOut:
+    return AdvertiserOut(id=a.id, name=a.name, version=a.version)
+
+
+def campaign_out(c: Campaign) -> CampaignOut:
+    """The API view of a campaign; targeting is returned as the JSON tree it was given."""
+    payload = codec.to_payload(c)
+    payload["targeting"] = json.loads(c.targeting) if c.targeting else None
+    return CampaignOut.model_validate(payload)
+
+
+def ad_out(ad: Ad) -> AdOut:
+    return AdOut.model_validate(codec.to_payload(ad))
+
+
+def report(ledger: Ledger, campaign_id: int, first: date, last: date) -> ReportOut:
+    """Totals and per-day rows of ``ledger.day_totals`` for local days ``first``..``last``."""
+    rows = ledger.day_totals(campaign_id, first, last)
+    days = [
+        ReportDay(
+            day=r.day,
+            impressions=r.impressions,
+            clicks=r.clicks,
+            billed_micros=r.billed_micros,
+            absorbed_overspend_micros=r.absorbed_micros,
+            ctr=_ctr(r.clicks, r.impressions),
+            ecpm_micros=_ecpm(r.billed_micros, r.impressions),
+        )
+        for r in rows
+    ]
+    imps = sum(r.impressions for r in rows)
+    clicks = sum(r.clicks for r in rows)
+    billed = sum(r.billed_micros for r in rows)
+    return ReportOut.model_validate(
+        {
+            "campaign_id": campaign_id,
+            "from": first,
+            "to": last,
+            "impressions": imps,
+            "clicks": clicks,
+            "billed_micros": billed,
+            "absorbed_overspend_micros": sum(r.absorbed_micros for r in rows),
+            "ctr": _ctr(clicks, imps),
+            "ecpm_micros": _ecpm(billed, imps),
+            "days": days,
+        }
+    )
+
+
+def _ctr(clicks: int, impressions: int) -> float:
+    return clicks / impressions if impressions else 0.0
+
+
+def _ecpm(billed_micros: int, impressions: int) -> int:
+    """Billed micros per 1000 impressions, rounded half up; 0 without impressions."""
+    if not impressions:
+        return 0
+    return (billed_micros * 1000 * 2 + impressions) // (2 * impressions)
+
+
+def make_advertiser_router(
+    store: CampaignStore, ledger: Ledger, clock: Clock, settings_like: object = None
+) -> APIRouter:
+    """The advertiser API routes over ``store`` (records) and ``ledger`` (reports).
+
+    ``clock`` gives "today" for reports without dates; ``settings_like`` may carry
+    ``report_max_days`` (int). The app must also call :func:`install_error_handlers`.
+    """
+    router = APIRouter(tags=["advertiser"])
+    max_days = int(getattr(settings_like, "report_max_days", DEFAULT_REPORT_MAX_DAYS))
+
+    # --- advertisers ----------------------------------------------------------------
+
+    @router.post("/v1/advertisers", status_code=201, response_model=AdvertiserOut)
+    def create_advertiser(body: AdvertiserIn) -> AdvertiserOut:
+        return advertiser_out(store.create_advertiser(body.name))
+
+    @router.get("/v1/advertisers", response_model=list[AdvertiserOut])
+    def list_advertisers() -> list[AdvertiserOut]:
+        return [advertiser_out(a) for a in store.list_advertisers()]
+
+    @router.get("/v1/advertisers/{advertiser_id}", response_model=AdvertiserOut)
+    def get_advertiser(advertiser_id: int) -> AdvertiserOut:
+        return advertiser_out(store.get_advertiser(advertiser_id))
+
+    # --- campaigns ------------------------------------------------------------------
+
+    @router.post("/v1/campaigns", status_code=201, response_model=CampaignOut)
+    def create_campaign(body: CampaignIn) -> CampaignOut:
+        values = body.model_dump(exclude={"targeting"})
+        values["dayparts"] = tuple(values["dayparts"])
+        values["frequency_caps"] = tuple(values["frequency_caps"])
+        if body.targeting is not None:
+            values["targeting"] = canonical_targeting(body.targeting)
+        try:
+            store.get_advertiser(body.advertiser_id)
+        except NotFound as exc:
+            raise validation_error(("advertiser_id", "no such advertiser")) from exc
+        return campaign_out(store.create_campaign(**values))
+
+    @router.get("/v1/campaigns", response_model=list[CampaignOut])
+    def list_campaigns(advertiser_id: int | None = None) -> list[CampaignOut]:
+        return [campaign_out(c) for c in store.list_campaigns(advertiser_id)]
+
+    @router.get("/v1/campaigns/{campaign_id}", response_model=CampaignOut)
+    def get_campaign(campaign_id: int) -> CampaignOut:
+        return campaign_out(store.get_campaign(campaign_id))
+
+    @router.patch("/v1/campaigns/{campaign_id}", response_model=CampaignOut)
+    def patch_campaign(campaign_id: int, body: CampaignPatch) -> CampaignOut:
+        changes = _changes(body, CAMPAIGN_NULLABLE)
+        if "targeting" in changes and changes["targeting"] is not None:
+            changes["targeting"] = canonical_targeting(body.targeting)
+        return campaign_out(store.update_campaign(campaign_id, changes, body.version))
+
+    def set_status(campaign_id: int, body: VersionIn | None, to: CampaignStatus) -> CampaignOut:
+        version = body.version if body else None
+        current = store.get_campaign(campaign_id)
+        if current.status is CampaignStatus.ENDED:
+            raise ApiError(409, "conflict", f"campaign {campaign_id} has ended")
+        if current.status is to and version in (None, current.version):
+            return campaign_out(current)  # already there: nothing to write
+        return campaign_out(store.update_campaign(campaign_id, {"status": to}, version))
+
+    @router.post("/v1/campaigns/{campaign_id}:pause", response_model=CampaignOut)
+    @router.post("/v1/campaigns/{campaign_id}/pause", response_model=CampaignOut)
+    def pause_campaign(campaign_id: int, body: OptionalVersion = None) -> CampaignOut:
+        return set_status(campaign_id, body, CampaignStatus.PAUSED)
+
+    @router.post("/v1/campaigns/{campaign_id}:resume", response_model=CampaignOut)
+    @router.post("/v1/campaigns/{campaign_id}/resume", response_model=CampaignOut)
+    def resume_campaign(campaign_id: int, body: OptionalVersion = None) -> CampaignOut:
+        return set_status(campaign_id, body, CampaignStatus.ACTIVE)
+
+    @router.put("/v1/campaigns/{campaign_id}/budget", response_model=CampaignOut)
+    def put_budget(campaign_id: int, body: BudgetIn) -> CampaignOut:
+        changes: dict[str, Any] = {"daily_budget_micros": body.daily_budget_micros}
+        if "lifetime_budget_micros" in body.model_fields_set:
+            changes["lifetime_budget_micros"] = body.lifetime_budget_micros
+        return campaign_out(store.update_campaign(campaign_id, changes, body.version))
+
+    # --- ads --------------------------------------------------------------------------
+
+    @router.post("/v1/campaigns/{campaign_id}/ads", status_code=201, response_model=AdOut)
+    def create_ad(campaign_id: int, body: AdIn) -> AdOut:
+        return ad_out(store.create_ad(campaign_id=campaign_id, **body.model_dump()))
+
+    @router.get("/v1/campaigns/{campaign_id}/ads", response_model=list[AdOut])
+    def list_ads(campaign_id: int) -> list[AdOut]:
+        store.get_campaign(campaign_id)  # 404 for an unknown campaign
+        return [ad_out(a) for a in store.list_ads(campaign_id)]
+
+    @router.get("/v1/ads/{ad_id}", response_model=AdOut)
+    def get_ad(ad_id: int) -> AdOut:
+        return ad_out(store.get_ad(ad_id))
+
+    @router.patch("/v1/ads/{ad_id}", response_model=AdOut)
+    def patch_ad(ad_id: int, body: AdPatch) -> AdOut:
+        return ad_out(store.update_ad(ad_id, _changes(body, frozenset()), body.version))
+
+    # --- report -----------------------------------------------------------------------
+
+    @router.get("/v1/campaigns/{campaign_id}/report", response_model=ReportOut)
+    def campaign_report(
+        campaign_id: int,
+        first: Annotated[date | None, Query(alias="from")] = None,
+        last: Annotated[date | None, Query(alias="to")] = None,
+    ) -> ReportOut:
+        """Defaults: ``to`` = today in the campaign's zone, ``from`` = ``to``."""
+        campaign = store.get_campaign(campaign_id)
+        last = last or local_day(clock.now(), campaign.time_zone)
+        first = first or last
+        if first > last:
+            raise validation_error(("from", "must be on or before to"))
+        if last - first >= timedelta(days=max_days):
+            raise validation_error(("to", f"a report spans at most {max_days} days"))
+        return report(ledger, campaign_id, first, last)
+
+    return router
+
+
+def _changes(body: CampaignPatch | AdPatch, nullable: frozenset[str]) -> dict[str, Any]:
+    """The fields a patch body sets (``version`` excluded), ``null`` only where allowed.
+
+    Raises:
+        ApiError: 422 for ``null`` on a non-nullable field or an empty patch.
+    """
+    names = body.model_fields_set - {"version"}
+    if not names:
+        raise validation_error(("body", "no fields to change"))
+    data = body.model_dump(include=names)
+    bad = sorted(n for n in names if data[n] is None and n not in nullable)
+    if bad:
+        raise validation_error(*((n, "must not be null") for n in bad))
+    for name in ("dayparts", "frequency_caps"):
+        if name in data:
+            data[name] = tuple(data[name])
+    return data

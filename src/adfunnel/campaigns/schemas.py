@@ -1,0 +1,276 @@
+"""Request and response bodies of the advertiser API (pydantic v2).
+
+Input models forbid unknown fields. Money fields are strict integers of micros: a
+float (``1.0``, ``NaN``), a bool or a string is refused, never coerced. Dates are
+``YYYY-MM-DD`` strings. ``landing_url`` is validated as a plain string and never
+normalised. ``targeting`` is the raw JSON tree; the route validates it with
+``adfunnel.targeting.parse_expr`` so errors can name the offending node.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
+
+from adfunnel.campaigns.model import (
+    AdStatus,
+    BidType,
+    CampaignStatus,
+    CapLevel,
+    CapWindow,
+    Objective,
+    PacingMode,
+    ReviewState,
+)
+from adfunnel.campaigns.schedule import is_valid_zone
+from adfunnel.campaigns.store import landing_url_problem
+
+_MAX_MICROS = 2**63 - 1
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+#: Non-negative integer micros (budgets).
+Micros = Annotated[int, Strict(), Field(ge=0, le=_MAX_MICROS)]
+#: Positive integer micros (bids).
+PositiveMicros = Annotated[int, Strict(), Field(gt=0, le=_MAX_MICROS)]
+Version = Annotated[int, Strict(), Field(ge=1)]
+Name = Annotated[str, Strict(), Field(min_length=1, max_length=200)]
+
+
+def _iso_date(value: Any) -> Any:
+    if isinstance(value, str) and not _ISO_DATE.match(value):
+        raise ValueError("must be a date YYYY-MM-DD")
+    if not isinstance(value, str | date):
+        raise ValueError("must be a date YYYY-MM-DD")
+    return value
+
+
+def _zone(value: str) -> str:
+    if not is_valid_zone(value):
+        raise ValueError(f"unknown time zone {value!r} (expected an IANA name)")
+    return value
+
+
+def _url(value: str) -> str:
+    problem = landing_url_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+LocalDate = Annotated[date, BeforeValidator(_iso_date)]
+TimeZone = Annotated[str, Strict(), AfterValidator(_zone)]
+LandingUrl = Annotated[str, Strict(), AfterValidator(_url)]
+Text = Annotated[str, Strict(), Field(min_length=1, max_length=500), AfterValidator(_not_blank)]
+Size = Annotated[int, Strict(), Field(gt=0, le=100_000)]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- advertisers ---------------------------------------------------------------------
+
+
+class AdvertiserIn(_In):
+    name: Annotated[Name, AfterValidator(_not_blank)]
+
+
+class AdvertiserOut(BaseModel):
+    id: int
+    name: str
+    version: int
+
+
+# --- campaigns -------------------------------------------------------------------------
+
+
+class DaypartIn(_In):
+    """Local hours ``[start_hour, end_hour)`` on ``weekdays`` (0 = Monday … 6 = Sunday)."""
+
+    weekdays: Annotated[
+        list[Annotated[int, Strict(), Field(ge=0, le=6)]], Field(min_length=1, max_length=7)
+    ]
+    start_hour: Annotated[int, Strict(), Field(ge=0, le=23)]
+    end_hour: Annotated[int, Strict(), Field(ge=1, le=24)]
+
+
+class FrequencyCapIn(_In):
+    count: Annotated[int, Strict(), Field(gt=0, le=1_000_000)]
+    window: CapWindow
+    level: CapLevel
+
+
+class CampaignIn(_In):
+    """A new campaign. Money in micros; flight dates are local dates in ``time_zone``."""
+
+    advertiser_id: Annotated[int, Strict(), Field(ge=1)]
+    name: Annotated[Name, AfterValidator(_not_blank)]
+    objective: Objective
+    bid_type: BidType
+    bid_micros: PositiveMicros
+    daily_budget_micros: Micros
+    lifetime_budget_micros: Micros | None = None
+    time_zone: TimeZone
+    flight_start: LocalDate
+    flight_end: LocalDate | None = None
+    dayparts: Annotated[list[DaypartIn], Field(max_length=100)] = []
+    status: CampaignStatus = CampaignStatus.ACTIVE
+    pacing_mode: PacingMode = PacingMode.EVEN
+    frequency_caps: Annotated[list[FrequencyCapIn], Field(max_length=20)] = []
+    targeting: dict[str, Any] | None = None
+
+
+class CampaignPatch(_In):
+    """Fields to change; absent fields keep their value, ``null`` clears a nullable one.
+
+    ``version``: the version the client last read; a stale one gets HTTP 409. Omitted,
+    the write is unconditional.
+    """
+
+    version: Version | None = None
+    name: Annotated[Name, AfterValidator(_not_blank)] | None = None
+    objective: Objective | None = None
+    bid_type: BidType | None = None
+    bid_micros: PositiveMicros | None = None
+    daily_budget_micros: Micros | None = None
+    lifetime_budget_micros: Micros | None = None
+    time_zone: TimeZone | None = None
+    flight_start: LocalDate | None = None
+    flight_end: LocalDate | None = None
+    dayparts: Annotated[list[DaypartIn], Field(max_length=100)] | None = None
+    status: CampaignStatus | None = None
+    pacing_mode: PacingMode | None = None
+    frequency_caps: Annotated[list[FrequencyCapIn], Field(max_length=20)] | None = None
+    targeting: dict[str, Any] | None = None
+
+
+#: Patch fields that may be set to ``null``.
+CAMPAIGN_NULLABLE = frozenset({"lifetime_budget_micros", "flight_end", "targeting"})
+
+
+class BudgetIn(_In):
+    """``PUT /v1/campaigns/{id}/budget``; an absent ``lifetime_budget_micros`` is kept."""
+
+    daily_budget_micros: Micros
+    lifetime_budget_micros: Micros | None = None
+    version: Version | None = None
+
+
+class VersionIn(_In):
+    """Optional body of pause/resume: the version the client last read."""
+
+    version: Version | None = None
+
+
+class DaypartOut(BaseModel):
+    weekdays: list[int]
+    start_hour: int
+    end_hour: int
+
+
+class FrequencyCapOut(BaseModel):
+    count: int
+    window: str
+    level: str
+
+
+class CampaignOut(BaseModel):
+    id: int
+    advertiser_id: int
+    name: str
+    objective: str
+    bid_type: str
+    bid_micros: int
+    daily_budget_micros: int
+    lifetime_budget_micros: int | None
+    time_zone: str
+    flight_start: date
+    flight_end: date | None
+    dayparts: list[DaypartOut]
+    status: str
+    pacing_mode: str
+    frequency_caps: list[FrequencyCapOut]
+    targeting: dict[str, Any] | None
+    version: int
+
+
+# --- ads ---------------------------------------------------------------------------------
+
+
+class AdIn(_In):
+    """A new ad; ``landing_url`` (http/https) is stored byte-for-byte."""
+
+    landing_url: LandingUrl
+    creative_ref: Text
+    format: Annotated[str, Strict(), Field(min_length=1, max_length=64)]
+    width: Size
+    height: Size
+    review_state: ReviewState = ReviewState.APPROVED
+    status: AdStatus = AdStatus.ACTIVE
+
+
+class AdPatch(_In):
+    version: Version | None = None
+    landing_url: LandingUrl | None = None
+    creative_ref: Text | None = None
+    format: Annotated[str, Strict(), Field(min_length=1, max_length=64)] | None = None
+    width: Size | None = None
+    height: Size | None = None
+    review_state: ReviewState | None = None
+    status: AdStatus | None = None
+
+
+class AdOut(BaseModel):
+    id: int
+    campaign_id: int
+    landing_url: str
+    creative_ref: str
+    format: str
+    width: int
+    height: int
+    review_state: str
+    status: str
+    version: int
+
+
+# --- report ------------------------------------------------------------------------------
+
+
+class ReportDay(BaseModel):
+    day: date
+    impressions: int
+    clicks: int
+    billed_micros: int
+    absorbed_overspend_micros: int
+    ctr: float
+    ecpm_micros: int
+
+
+class ReportOut(BaseModel):
+    """Ledger totals of one campaign over local days ``from``..``to`` inclusive.
+
+    ``ctr`` = clicks / impressions (0 without impressions); ``ecpm_micros`` = billed
+    micros per 1000 impressions, rounded half up (0 without impressions).
+    """
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    campaign_id: int
+    from_: date = Field(alias="from")
+    to: date
+    impressions: int
+    clicks: int
+    billed_micros: int
+    absorbed_overspend_micros: int
+    ctr: float
+    ecpm_micros: int
+    days: list[ReportDay]
