@@ -53,7 +53,8 @@ def replay(
     speed: Annotated[float | None, typer.Option(help="Pace at X times the log's real time (default: as fast as the server answers).")] = None,
     limit: Annotated[int | None, typer.Option(help="Replay only the first N rows.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the render and click draws.")] = 7,
-    ctr_scale: Annotated[float, typer.Option(help="Click model: P(click) = scale × advertiser CTR.")] = 10.0,
+    ctr_scale: Annotated[float, typer.Option(help="Click model: P(click) = scale × advertiser CTR.")] = 3.0,
+    pctr_prior: Annotated[float, typer.Option(help="Prior click rate of the started server's pCTR.")] = 0.0005,
     database_url: Annotated[str | None, typer.Option(help="Database of the started server (default: a temporary SQLite file).")] = None,
 ) -> None:
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
@@ -69,7 +70,8 @@ def replay(
         if server is None:
             url = database_url or f"sqlite:///{Path(tmp) / 'replay.sqlite3'}"
             console.print(f"starting server ({url}) …")
-            proc = ServerProcess(url, clock="manual", log_path=Path(tmp) / "server.log")
+            proc = ServerProcess(url, clock="manual", log_path=Path(tmp) / "server.log",
+                                 extra_env={"ADFUNNEL_PCTR_PRIOR": str(pctr_prior)})
             server = proc.url
         replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed)
         try:

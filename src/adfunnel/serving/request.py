@@ -13,6 +13,8 @@ reserve overrides the placement's). Attribute values are strings or lists of str
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from adfunnel.targeting.attributes import ATTRIBUTES
@@ -117,11 +119,19 @@ def decode_request(body: bytes) -> SelectRequest:
 
 
 def _split_msgspec(message: str) -> tuple[str, str, str]:
-    # msgspec: "Expected `int`, got `str` - at `$.slots[0].width`"
+    # msgspec: "Expected `int`, got `str` - at `$.slots[0].width`" or
+    # "Object contains unknown field `x`" / "Object missing required field `x`" (at the root)
     problem, sep, where = message.rpartition(" - at `")
     if not sep:
-        return "body", "", message
-    return where.rstrip("`").removeprefix("$.").removeprefix("$") or "body", "", problem
+        problem, where = message, "$"
+    path = where.rstrip("`").removeprefix("$").removeprefix(".")
+    named = _FIELD_IN_MESSAGE.search(problem)
+    if named is not None:
+        path = f"{path}.{named.group(1)}" if path else named.group(1)
+    return path or "body", "", problem
+
+
+_FIELD_IN_MESSAGE = re.compile(r"(?:unknown|required) field `([^`]+)`")
 
 
 def _check(req: SelectRequest) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@
 4. Read the ledger back through the API and report.
 
 Click model (stated): a rendered ad is clicked with probability
-``min(1, ctr_scale × its advertiser's real average CTR)``; ``ctr_scale`` defaults to 10
+``min(1, ctr_scale × its advertiser's real average CTR)``; ``ctr_scale`` defaults to 3
 so that ~12.5k requests bill enough clicks to exercise CPC billing (1 = real rates).
 Render model: 90 % of served ads render. A few beacons are re-sent (duplicates) and a
 few tokens are forged, to show that both are refused without loss.
@@ -58,22 +58,22 @@ class CampaignPlan:
 
 
 def plans() -> list[CampaignPlan]:
-    """The nine campaigns. Small budgets make 1458, 2821, 3386 and 3476 budget-limited."""
+    """The nine campaigns; the small daily budgets (2259, 2261, 2821, 3358, 3476) bind."""
     cities_a = ["219", "217", "233"]
     cities_b = ["222", "227", "220", "234"]
     banners = ["728x90", "1000x90", "950x90", "960x90", "468x60"]
     return [
-        CampaignPlan("1458", "CPM", 0.4, {"attr": "geo.city", "in": cities_a}),
-        CampaignPlan("2259", "CPM", 500.0, {"attr": "geo.region", "in": ["CN-216"]}),
-        CampaignPlan("2261", "CPC", 500.0, {"attr": "interests", "in": ["10063", "10006"]}),
-        CampaignPlan("2821", "CPC", 0.6, {"attr": "slot_size", "in": ["300x250", "336x280"]}),
+        CampaignPlan("1458", "CPM", 500.0, {"attr": "geo.city", "in": cities_a}),
+        CampaignPlan("2259", "CPM", 0.5, {"attr": "geo.region", "in": ["CN-216"]}),
+        CampaignPlan("2261", "CPC", 6.0, {"attr": "interests", "in": ["10063", "10006"]}),
+        CampaignPlan("2821", "CPC", 3.0, {"attr": "slot_size", "in": ["300x250", "336x280"]}),
         CampaignPlan("2997", "CPC", 500.0, {"attr": "exchange", "in": ["1"]}),
-        CampaignPlan("3358", "CPM", 500.0, {"all": [
+        CampaignPlan("3358", "CPM", 0.4, {"all": [
             {"attr": "exchange", "not_in": ["3"]},
             {"attr": "interests", "in": ["10110", "10083", "10059"]}]}),
-        CampaignPlan("3386", "CPM", 0.3, {"attr": "slot_size", "in": banners}),
+        CampaignPlan("3386", "CPM", 500.0, {"attr": "slot_size", "in": banners}),
         CampaignPlan("3427", "CPC", 500.0, {"not": {"attr": "geo.city", "in": cities_b}}),
-        CampaignPlan("3476", "CPM", 0.25, {"all": [
+        CampaignPlan("3476", "CPM", 0.3, {"all": [
             {"attr": "os", "in": ["windows"]}, {"attr": "browser", "in": ["chrome"]}]}),
     ]
 
@@ -99,7 +99,7 @@ class ReplayStats:
 class Replayer:
     """Drives a running server at ``base_url`` with the log rows."""
 
-    def __init__(self, base_url: str, *, seed: int = 7, ctr_scale: float = 10.0,
+    def __init__(self, base_url: str, *, seed: int = 7, ctr_scale: float = 3.0,
                  speed: float | None = None, data_root: Path | None = None) -> None:
         self.http = httpx.Client(base_url=base_url, timeout=10.0)
         self.rng = random.Random(seed)
@@ -217,7 +217,7 @@ class Replayer:
             rep = self.http.get(f"/v1/campaigns/{cid}/report", params={
                 "from": first.date().isoformat(), "to": last.date().isoformat()}).json()
             budget = c["record"]["daily_budget_micros"]
-            days = [{"date": d["date"], "budget_micros": budget, "billed_micros": d["billed_micros"],
+            days = [{"date": d["day"], "budget_micros": budget, "billed_micros": d["billed_micros"],
                      "absorbed_overspend_micros": d["absorbed_overspend_micros"],
                      "impressions": d["impressions"], "clicks": d["clicks"]}
                     for d in rep["days"]]

@@ -1,0 +1,29 @@
+"""A real embedded app (in-memory SQLite, manual clock) behind Starlette's TestClient."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from fastapi.testclient import TestClient
+
+from adfunnel.app import Runtime, build_app, build_runtime
+from adfunnel.clock import ManualClock
+from adfunnel.settings import load_settings
+
+START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def runtime() -> Iterator[Runtime]:
+    settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32)
+    rt = build_runtime(settings, ManualClock(START), seed=1)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture
+def client(runtime: Runtime) -> Iterator[TestClient]:
+    with TestClient(build_app(runtime)) as c:
+        yield c
