@@ -218,12 +218,16 @@ def make_advertiser_router(
         return campaign_out(store.update_campaign(campaign_id, {"status": to}, version))
 
     @router.post("/v1/campaigns/{campaign_id}:pause", response_model=CampaignOut)
-    @router.post("/v1/campaigns/{campaign_id}/pause", response_model=CampaignOut)
+    @router.post(
+        "/v1/campaigns/{campaign_id}/pause", response_model=CampaignOut, include_in_schema=False
+    )
     def pause_campaign(campaign_id: int, body: OptionalVersion = None) -> CampaignOut:
         return set_status(campaign_id, body, CampaignStatus.PAUSED)
 
     @router.post("/v1/campaigns/{campaign_id}:resume", response_model=CampaignOut)
-    @router.post("/v1/campaigns/{campaign_id}/resume", response_model=CampaignOut)
+    @router.post(
+        "/v1/campaigns/{campaign_id}/resume", response_model=CampaignOut, include_in_schema=False
+    )
     def resume_campaign(campaign_id: int, body: OptionalVersion = None) -> CampaignOut:
         return set_status(campaign_id, body, CampaignStatus.ACTIVE)
 
