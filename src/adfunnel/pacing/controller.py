@@ -102,12 +102,10 @@ def step(
     target = max(0.0, float(target_micros))
     floor = gains.denominator_floor_share * budget_micros * dt_s / 3600.0
 
-    # integral: leaky, clamped; no further wind-up in the direction p cannot move
+    # integral: leaky and clamped (the clamp bounds wind-up while p sits at 1)
     dev = (target - spend) / budget_micros
     leak = math.exp(-dt_s / gains.leak_s)
     integral = state.integral * leak + dev
-    if (state.p >= 1.0 and dev > 0) or (state.p <= P_FLOOR and dev < 0):
-        integral = state.integral * leak  # conditional integration (anti-windup)
     c = gains.integral_clamp
     integral = max(-c, min(c, integral))
 

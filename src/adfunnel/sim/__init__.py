@@ -1,0 +1,1 @@
+"""Simulations: replay of real traffic and the day simulation of budgets and pacing."""

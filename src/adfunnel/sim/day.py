@@ -1,0 +1,523 @@
+"""The day simulation: production budget service, controller and budget clients on a
+virtual clock.
+
+A discrete-event simulation (DESIGN.md §Money and budgets; issue "day simulation"):
+N simulated ad servers, each with its own :class:`~adfunnel.budget.client.BudgetClient`
+(local spend, slices, report sequence), budget shards each a
+:class:`~adfunnel.budget.service.BudgetService`, the production
+:class:`~adfunnel.billing.ledger.MemoryLedger`, message delays, billing lag, click and
+conversion delays. Only the clock (:class:`~adfunnel.clock.ManualClock`, set to each
+event's time) and the transport (an in-memory one with delays, outages and crashes)
+are the simulation's own; the auction is a stand-in (win with a fixed probability,
+pay a uniform share of the bid), since budgets and pacing are what is measured.
+
+Eligible requests per campaign follow its traffic shape (the iPinYou hour-of-day
+curve unless the scenario says otherwise) in its local time, Poisson per server per
+second. The first p of the day is seeded as "yesterday's" p: the share of its
+reachable traffic the budget buys.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as dtime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adfunnel.billing.ledger import MemoryLedger
+from adfunnel.billing.model import EventType, LedgerEvent, Outcome
+from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.gate import Served
+from adfunnel.budget.protocol import BilledUpdate, Reply, Report
+from adfunnel.budget.service import BudgetService, CampaignDay, charge_micros
+from adfunnel.budget.slices import BudgetState
+from adfunnel.campaigns.model import BidType, Campaign, Objective, PacingMode
+from adfunnel.campaigns.schedule import day_bounds, local_day, zone
+from adfunnel.clock import ManualClock
+from adfunnel.money import ceil_micros, cpm_to_impression
+from adfunnel.pacing.controller import P_FLOOR
+from adfunnel.pacing.curve import hourly_to_minutely
+from adfunnel.sim.scenarios import Scenario, SimCampaign, scenarios
+from adfunnel.sim.traffic import ipinyou_hourly, normalised
+
+RENDER_RATE = 0.97
+
+
+@dataclass
+class _Track:
+    """What the simulation observes of one campaign."""
+
+    sc: SimCampaign
+    campaign: Campaign
+    minute_mult: list[float]  # 1440 multipliers (mean 1) by local minute
+    rate_mean: float  # eligible requests per second at multiplier 1
+    steps: list[tuple[float, float, str, float, int, int]] = field(default_factory=list)
+    spend_events: list[tuple[float, int]] = field(default_factory=list)  # (occurred, billed)
+    billed: dict[date, int] = field(default_factory=lambda: defaultdict(int))
+    absorbed: dict[date, int] = field(default_factory=lambda: defaultdict(int))
+    last_serve: float = 0.0
+    serves: int = 0
+
+
+class _Net:
+    """In-memory transport with delays, shard outages and dead servers."""
+
+    def __init__(self, sim: _Sim, server: int) -> None:
+        self.sim = sim
+        self.server = server
+
+    def send_report(self, report: Report, on_reply: Callable[[Reply], None]) -> None:
+        sim = self.sim
+        if not sim.alive[self.server]:
+            return
+        t = sim.now + sim.delay()
+        sim.push(t, sim.deliver_report, (self.server, report, on_reply))
+
+
+class _Sim:
+    def __init__(self, sc: Scenario, seed: int, short: bool) -> None:
+        self.sc = sc
+        self.rng = np.random.default_rng(seed)
+        self.short = short
+        self.heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self.seq = itertools.count()
+        starts, ends = [], []
+        for c in sc.campaigns:
+            s, e = day_bounds(sc.day, c.time_zone)
+            starts.append(s)
+            ends.append(e)
+        if short and sc.short_window:
+            self.start, self.end = sc.short_window
+        else:
+            self.start, self.end = min(starts), max(ends)
+        self.now = self.start.timestamp()
+        self.clock = ManualClock(self.start)
+        shape = normalised(ipinyou_hourly())
+        self.services = [
+            BudgetService(self.clock, shard=i, shards=sc.shards, default_shape=shape,
+                          control_interval_s=sc.control_interval_s)
+            for i in range(sc.shards)
+        ]
+        for s in self.services:
+            s.on_step = self._on_step
+        self.tracks: dict[int, _Track] = {}
+        for c in sc.campaigns:
+            camp = Campaign(
+                id=c.id, advertiser_id=c.id, name=f"c{c.id}", objective=Objective.CLICKS,
+                bid_type=c.bid_type, bid_micros=c.bid_micros, daily_budget_micros=c.budget_micros,
+                time_zone=c.time_zone, flight_start=sc.day - timedelta(days=2),
+                pacing_mode=c.pacing,
+            )
+            hist = c.history or shape
+            mins = hourly_to_minutely(hist)
+            mean_h = sum(hist) / 24.0
+            mult = [v * 60.0 / mean_h for v in mins]
+            cost = _mean_expected(c)
+            rate = c.budget_micros * c.potential / (86400.0 * c.win * cost)
+            self.tracks[c.id] = _Track(c, camp, mult, rate)
+            for s in self.services:
+                s.upsert_campaign(camp)
+                s.set_traffic_shape(c.id, hist)
+            p_y = 1.0 if c.pacing is PacingMode.ACCELERATED else min(1.0, 1.0 / c.potential)
+            self._svc(c.id).seed_yesterday(c.id, local_day(self.start, c.time_zone), {0: p_y})
+        self.alive = [True] * sc.servers
+        self.clients = [
+            BudgetClient(f"sim-{i}", self.clock, _Net(self, i), shards=sc.shards)
+            for i in range(sc.servers)
+        ]
+        self.ledger = MemoryLedger()
+        self.imp_ids = itertools.count(1)
+        self.crashed_at: float | None = None
+        self.crash_slices: int = 0
+        self.down: list[list[tuple[float, float]]] = [[] for _ in range(sc.shards)]
+        for shard, at, secs in sc.outages:
+            self.down[shard].append((at.timestamp(), at.timestamp() + secs))
+        self.lag_max = sc.billing_lag_s[1]
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _svc(self, cid: int) -> BudgetService:
+        return self.services[cid % self.sc.shards]
+
+    def push(self, t: float, fn: Callable[..., None], args: tuple[Any, ...] = ()) -> None:
+        heapq.heappush(self.heap, (t, next(self.seq), fn, args))
+
+    def delay(self) -> float:
+        lo, hi = self.sc.message_delay_s
+        return lo + (hi - lo) * float(self.rng.random())
+
+    def _set(self, t: float) -> None:
+        self.now = t
+        self.clock.set(datetime.fromtimestamp(t, tz=UTC))
+
+    def _shard_down(self, shard: int, t: float) -> bool:
+        return any(a <= t < b for a, b in self.down[shard])
+
+    def deliver_report(self, server: int, report: Report,
+                       on_reply: Callable[[Reply], None]) -> None:
+        if self._shard_down(report.shard, self.now):
+            return
+        reply = self.services[report.shard].handle_report(report)
+        self.push(self.now + self.delay(), self.deliver_reply, (server, on_reply, reply))
+
+    def deliver_reply(self, server: int, on_reply: Callable[[Reply], None], reply: Reply) -> None:
+        if self.alive[server]:
+            on_reply(reply)
+
+    def _on_step(self, cd: CampaignDay, now: float) -> None:
+        tr = self.tracks[cd.campaign.id]
+        p = 0.0 if cd.state is BudgetState.STOPPED else (
+            1.0 if cd.campaign.pacing_mode is PacingMode.ACCELERATED else cd.ctl.p)
+        tr.steps.append((now, p, cd.state.value, cd.plan.target_micros(now - cd.start_s),
+                         cd.plan.budget_micros, cd.day.toordinal()))
+
+    # -- traffic --------------------------------------------------------------------------
+    def traffic(self) -> None:
+        t = self.now
+        at = datetime.fromtimestamp(t, tz=UTC)
+        alive = [i for i in range(self.sc.servers) if self.alive[i]]
+        if not alive:
+            return
+        lams = []
+        tracks = list(self.tracks.values())
+        locals_ = []
+        for tr in tracks:
+            loc = at.astimezone(zone(tr.sc.time_zone))
+            locals_.append(loc)
+            m = tr.minute_mult[loc.hour * 60 + loc.minute]
+            if tr.sc.traffic is not None:
+                m *= tr.sc.traffic(loc.hour, loc.minute)
+            lams.append(tr.rate_mean * m / len(alive))
+        counts = self.rng.poisson(np.array(lams), size=(len(alive), len(tracks)))
+        for si, server in enumerate(alive):
+            client = self.clients[server]
+            row = counts[si]
+            for ci, tr in enumerate(tracks):
+                n = int(row[ci])
+                if n == 0:
+                    continue
+                p = client.pacing_rate(tr.campaign.id)
+                k = int(self.rng.binomial(n, p)) if p < 1.0 else n
+                if k == 0:
+                    continue
+                w = int(self.rng.binomial(k, tr.sc.win))
+                for _ in range(w):
+                    self._try_serve(server, tr, at, locals_[ci].date())
+
+    def _try_serve(self, server: int, tr: _Track, at: datetime, day: date) -> None:
+        client = self.clients[server]
+        c, sc = tr.campaign, tr.sc
+        if client.admit(c, at, charge_micros(c)) is not None:
+            return
+        lo, hi = sc.price_frac
+        price = int(c.bid_micros * (lo + (hi - lo) * float(self.rng.random())))
+        if sc.bid_type is BidType.CPM:
+            expected = worst = cpm_to_impression(price)
+        elif sc.bid_type is BidType.CPC:
+            expected, worst = ceil_micros(price * sc.pctr), price
+        else:
+            expected, worst = ceil_micros(price * sc.pctr * sc.pcvr), price
+        t = self.now
+        imp = f"i{next(self.imp_ids)}"
+        client.record_served(Served(c.id, day, imp, expected, t + 3600.0, worst))
+        tr.last_serve = t
+        tr.serves += 1
+        r = self.rng.random(3)
+        lo_lag, hi_lag = self.sc.billing_lag_s
+        lag = lo_lag + (hi_lag - lo_lag) * r[2]
+        if sc.bid_type is BidType.CPM:
+            if r[0] < RENDER_RATE:
+                occ = t + 0.2 + 1.8 * r[1]
+                self.push(occ + lag, self.bill, (tr, imp, EventType.IMPRESSION, expected, occ))
+            return
+        occ = t + 0.2 + 1.8 * r[1]
+        self.push(occ + lag, self.bill, (tr, imp, EventType.IMPRESSION, 0, occ))
+        if sc.bid_type is BidType.CPC:
+            prob, mean, window = sc.pctr, self.sc.click_delay_mean_s, self.sc.click_window_s
+        else:
+            prob = sc.pctr * sc.pcvr
+            mean, window = self.sc.conversion_delay_mean_s, self.sc.conversion_window_s
+        if r[0] < prob:
+            d = min(window, float(self.rng.exponential(mean)))
+            occ2 = max(occ + 0.5, t + d)
+            self.push(occ2 + lag, self.bill, (tr, imp, EventType.CLICK, price, occ2))
+
+    def bill(self, tr: _Track, imp: str, et: EventType, charge: int, occurred: float) -> None:
+        at = datetime.fromtimestamp(occurred, tz=UTC)
+        day = local_day(at, tr.campaign.time_zone)
+        ev = LedgerEvent(imp, et, tr.campaign.id, tr.campaign.id, "feed", tr.sc.bid_type.value,
+                         charge, at, day)
+        rec = self.ledger.record(ev, tr.campaign.daily_budget_micros)
+        if rec.outcome is Outcome.BILLED:
+            tr.billed[day] += rec.billed_micros
+            tr.absorbed[day] += rec.absorbed_micros
+            if rec.billed_micros:
+                tr.spend_events.append((occurred, rec.billed_micros))
+
+    def feed(self) -> None:
+        for tr in self.tracks.values():
+            settle = self.lag_max + 2.0
+            if tr.sc.bid_type is BidType.CPC:
+                settle += self.sc.click_window_s
+            elif tr.sc.bid_type is BidType.CPA:
+                settle += self.sc.conversion_window_s
+            svc = self._svc(tr.campaign.id)
+            for day, billed in tr.billed.items():
+                svc.record_billed(BilledUpdate(tr.campaign.id, day.isoformat(), billed,
+                                               self.now - settle))
+
+    def edit(self, cid: int, budget: int) -> None:
+        tr = self.tracks[cid]
+        tr.campaign = replace(tr.campaign, daily_budget_micros=budget,
+                              version=tr.campaign.version + 1)
+        for s in self.services:
+            s.upsert_campaign(tr.campaign)
+
+    def forced(self, cid: int, n: int) -> None:
+        tr = self.tracks[cid]
+        at = datetime.fromtimestamp(self.now, tz=UTC)
+        for _ in range(n):
+            self._try_serve(0, tr, at, local_day(at, tr.campaign.time_zone))
+
+    def report(self, server: int) -> None:
+        if self.alive[server]:
+            self.clients[server].report(self.now)
+
+    def maybe_crash(self) -> None:
+        if self.crashed_at is not None or not self.alive[1 % self.sc.servers]:
+            return
+        held = self.clients[1 % self.sc.servers].held_slices()
+        if held:
+            self.alive[1 % self.sc.servers] = False
+            self.crashed_at = self.now
+            self.crash_slices = len(held)
+
+    # -- run ------------------------------------------------------------------------------
+    def seed_short(self) -> None:
+        """Short form: start mid-day as if the day so far went to plan (the service
+        rebuilds from the ledger): bill each campaign its target spend up to now."""
+        t = self.now
+        for tr in self.tracks.values():
+            svc = self._svc(tr.campaign.id)
+            cd = svc.current(tr.campaign.id, t)
+            if cd is None:
+                continue
+            amount = int(cd.plan.target_micros(t - cd.start_s))
+            if amount > 0:
+                self.bill(tr, f"prior-{tr.campaign.id}", EventType.IMPRESSION, amount, t - 1.0)
+        self.feed()
+
+    def run(self) -> None:
+        sc = self.sc
+        t0, t1 = int(self.start.timestamp()), int(self.end.timestamp())
+        for e in sc.edits:
+            tr = self.tracks[e.campaign_id]
+            loc = datetime.combine(sc.day, dtime(*e.local_hm), tzinfo=zone(tr.campaign.time_zone))
+            self.push(loc.timestamp(), self.edit, (e.campaign_id, e.new_budget_micros))
+        for c in sc.campaigns:
+            for h, m, n in c.forced:
+                loc = datetime.combine(sc.day, dtime(h, m), tzinfo=zone(c.time_zone))
+                self.push(loc.timestamp() + 0.3, self.forced, (c.id, n))
+        if self.short:
+            self.seed_short()
+        crash_t = sc.crash_server_after.timestamp() if sc.crash_server_after else None
+        n = sc.servers
+        ri = max(1, int(sc.report_interval_s))
+        ci = max(1, int(sc.control_interval_s))
+        bi = max(1, int(sc.billing_interval_s))
+        heap = self.heap
+        for sec in range(t0, t1):
+            self.push(sec + 0.0, self.traffic)
+            if (sec - t0) % ri == 0:
+                for i in range(n):
+                    self.push(sec + 0.1 + 0.8 * i / n, self.report, (i,))
+            if (sec - t0) % ci == 0:
+                for svc in self.services:
+                    self.push(sec + 0.93, self._control, (svc,))
+            if (sec - t0) % bi == 5 % bi:
+                self.push(sec + 0.97, self.feed)
+            if crash_t is not None and sec >= crash_t:
+                self.push(sec + 0.5, self.maybe_crash)
+            end = sec + 1.0
+            while heap and heap[0][0] < end:
+                t, _, fn, args = heapq.heappop(heap)
+                self._set(t)
+                fn(*args)
+
+    def _control(self, svc: BudgetService) -> None:
+        idx = self.services.index(svc)
+        if not self._shard_down(idx, self.now):
+            svc.step()
+
+
+def _mean_expected(c: SimCampaign) -> float:
+    price = c.bid_micros * (c.price_frac[0] + c.price_frac[1]) / 2.0
+    if c.bid_type is BidType.CPM:
+        return price / 1000.0
+    if c.bid_type is BidType.CPC:
+        return price * c.pctr
+    return price * c.pctr * c.pcvr
+
+
+# -- results -------------------------------------------------------------------------------
+def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
+    sc = sim.sc
+    c = tr.campaign
+    d = sc.day
+    ds, de = day_bounds(d, c.time_zone)
+    s0, s1 = max(ds.timestamp(), sim.start.timestamp()), min(de.timestamp(), sim.end.timestamp())
+    budget = c.daily_budget_micros
+    billed = tr.billed.get(d, 0)
+    absorbed = tr.absorbed.get(d, 0)
+    steps = [s for s in tr.steps if s[5] == d.toordinal()]
+    ps = [s[1] for s in steps]
+    paced = c.pacing_mode is PacingMode.EVEN
+    if paced:
+        traffic_allows = any(p < 1.0 for p in ps)
+    else:
+        traffic_allows = any(s[2] == BudgetState.EXHAUSTED.value for s in steps)
+    # hourly |cumulative spend share - target|
+    ev = sorted((t, b) for t, b in tr.spend_events if ds.timestamp() <= t < de.timestamp())
+    worst = 0.0
+    hours = []
+    if steps:
+        times = [s[0] for s in steps]
+        j = 0
+        acc = 0
+        h = ds.timestamp() + 3600.0
+        import bisect
+
+        while h <= s1 + 1e-6:
+            if h > s0 + 1.0:
+                while j < len(ev) and ev[j][0] <= h:
+                    acc += ev[j][1]
+                    j += 1
+                k = bisect.bisect_right(times, h) - 1
+                if k >= 0:
+                    _, _, _, target, bud, _ = steps[k]
+                    err = abs(acc - target) / bud if bud else 0.0
+                    hours.append(round(err, 4))
+                    worst = max(worst, err)
+            else:
+                while j < len(ev) and ev[j][0] <= h:
+                    acc += ev[j][1]
+                    j += 1
+            h += 3600.0
+    # longest run of control steps at the floor
+    run = best = 0
+    for p in ps:
+        run = run + 1 if 0 < p <= P_FLOOR else 0
+        best = max(best, run)
+    exhausted_at = None
+    for s in steps:
+        if s[2] == BudgetState.EXHAUSTED.value:
+            if exhausted_at is None:
+                exhausted_at = s[0]
+        else:
+            exhausted_at = None
+    stop_lag = None
+    if exhausted_at is not None:
+        stop_lag = max(0.0, tr.last_serve - exhausted_at)
+    series = [[round(s[0], 1), round(s[1], 5)] for s in steps[:: max(1, len(steps) // 288)]]
+    return {
+        "campaign_id": c.id,
+        "time_zone": c.time_zone,
+        "bid_type": c.bid_type.value,
+        "pacing_mode": c.pacing_mode.value,
+        "daily_budget_micros": budget,
+        "billed_micros": billed,
+        "billed_above_budget_micros": max(0, billed - budget),
+        "absorbed_overspend_micros": absorbed,
+        "absorbed_share": absorbed / budget if budget else 0.0,
+        "delivered_share": billed / budget if budget else 0.0,
+        "traffic_allows": traffic_allows,
+        "max_hourly_curve_error": round(worst, 4),
+        "hourly_curve_error": hours,
+        "p_min": min(ps) if ps else None,
+        "max_steps_at_floor": best,
+        "exhausted_at": exhausted_at,
+        "stop_lag_s": stop_lag,
+        "serves": tr.serves,
+        "day_hours": round((de - ds).total_seconds() / 3600.0, 2),
+        "p_over_time": series,
+    }
+
+
+def run_simulation(scenario: str, report_path: Path | None = None, plots_dir: Path | None = None,
+                   seed: int = 0, short: bool = False) -> dict[str, Any]:
+    """Run one scenario; return (and write to ``report_path`` as JSON) its report.
+
+    Args:
+        scenario: a name from ``adfunnel.sim.scenarios.scenarios()`` (``baseline``, …).
+        report_path: where to write the JSON report (None: don't).
+        plots_dir: where to write one PNG per campaign (None: no plots).
+        seed: random seed (the run is deterministic for a seed).
+        short: run the scenario's short window (seconds of CPU, for tests/CI).
+
+    Returns:
+        ``{"scenario", "short", "seed", "window", "wall_s", "crash", "campaigns": [...]}``
+        with per campaign: ``campaign_id, time_zone, daily_budget_micros, billed_micros,
+        billed_above_budget_micros, absorbed_overspend_micros, delivered_share,
+        traffic_allows, max_hourly_curve_error``, p over time and more.
+
+    Raises:
+        KeyError: unknown scenario name.
+    """
+    all_sc = scenarios()
+    if scenario not in all_sc:
+        raise KeyError(f"unknown scenario {scenario!r}; known: {', '.join(sorted(all_sc))}")
+    sc = all_sc[scenario]
+    t = time.perf_counter()
+    sim = _Sim(sc, seed, short)
+    sim.run()
+    wall = time.perf_counter() - t
+    result: dict[str, Any] = {
+        "scenario": sc.name,
+        "short": short,
+        "seed": seed,
+        "notes": sc.notes,
+        "window": [sim.start.isoformat(), sim.end.isoformat()],
+        "wall_s": round(wall, 2),
+        "crash": None if sim.crashed_at is None else {
+            "server": f"sim-{1 % sc.servers}", "at": sim.crashed_at,
+            "slices_held": sim.crash_slices},
+        "client_stats": [c.stats for c in sim.clients],
+        "campaigns": [_campaign_result(sim, tr) for tr in sim.tracks.values()],
+    }
+    if report_path is not None:
+        report_path.parent.mkdir(parents=True, exist_ok=True)
+        report_path.write_text(json.dumps(result, indent=1))
+    if plots_dir is not None:
+        from adfunnel.sim.plots import plot_campaigns
+
+        plot_campaigns(sim, plots_dir)
+    return result
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """A human table of a report (what ``adfunnel simulate`` prints)."""
+    out = [f"scenario {result['scenario']} ({'short' if result['short'] else 'full day'}, "
+           f"{result['wall_s']} s)",
+           f"{'id':>4} {'tz':<18} {'budget':>10} {'deliv':>6} {'above':>6} {'absorb%':>8} "
+           f"{'allows':>6} {'curve':>6} {'pmin':>7} {'floor':>5} {'stop_s':>6}"]
+    for c in result["campaigns"]:
+        out.append(
+            f"{c['campaign_id']:>4} {c['time_zone']:<18} {c['daily_budget_micros'] / 1e6:>10.2f} "
+            f"{c['delivered_share']:>6.3f} {c['billed_above_budget_micros']:>6} "
+            f"{100 * c['absorbed_share']:>8.4f} {c['traffic_allows']!s:>6} "
+            f"{c['max_hourly_curve_error']:>6.3f} {c['p_min'] or 0:>7.4f} "
+            f"{c['max_steps_at_floor']:>5} "
+            f"{'' if c['stop_lag_s'] is None else round(c['stop_lag_s'], 1)!s:>6}")
+    return out
+
+
+_ = math  # reserved for future metrics

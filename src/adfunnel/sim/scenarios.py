@@ -1,0 +1,182 @@
+"""Scenarios of the day simulation: campaigns, traffic, events and the short forms.
+
+Each scenario is data; ``adfunnel.sim.day`` runs any of them. Money in micros, times
+as local wall-clock ``(hour, minute)`` of the campaign named, or UTC datetimes.
+Volumes are scaled (tens of thousands of serves per campaign per day, high prices)
+so that a full day runs in about a minute of CPU; budgets are the named ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime
+
+from adfunnel.campaigns.model import BidType, PacingMode
+from adfunnel.sim.traffic import ipinyou_hourly, normalised
+
+USD = 1_000_000
+
+
+@dataclass(frozen=True)
+class SimCampaign:
+    """A campaign and the traffic it can reach.
+
+    ``potential``: spend at p = 1 over the day as a multiple of the budget (> 1: budget
+    limited; < 1: limited by bid or audience). ``win``: share of participating requests
+    it wins. ``history``: hourly shape of its last 7 days (None = the iPinYou shape).
+    ``traffic``: local (hour, minute) -> multiplier of its real traffic over the
+    history shape (viral, dead hour).
+    """
+
+    id: int
+    time_zone: str
+    bid_type: BidType
+    bid_micros: int
+    budget_micros: int
+    potential: float
+    win: float = 0.5
+    price_frac: tuple[float, float] = (0.5, 0.9)
+    pctr: float = 0.05
+    pcvr: float = 0.2
+    pacing: PacingMode = PacingMode.EVEN
+    history: tuple[float, ...] | None = None
+    traffic: Callable[[int, int], float] | None = None
+    forced: tuple[tuple[int, int, int], ...] = ()  # (hour, minute, serves) on server 0
+
+
+@dataclass(frozen=True)
+class BudgetEdit:
+    campaign_id: int
+    local_hm: tuple[int, int]
+    new_budget_micros: int
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    day: date
+    campaigns: tuple[SimCampaign, ...]
+    servers: int = 3
+    shards: int = 2
+    report_interval_s: float = 1.0
+    control_interval_s: float = 10.0
+    billing_interval_s: float = 10.0
+    billing_lag_s: tuple[float, float] = (2.0, 15.0)
+    click_delay_mean_s: float = 20.0
+    click_window_s: float = 120.0
+    conversion_delay_mean_s: float = 90.0
+    conversion_window_s: float = 600.0
+    message_delay_s: tuple[float, float] = (0.002, 0.040)
+    edits: tuple[BudgetEdit, ...] = ()
+    outages: tuple[tuple[int, datetime, float], ...] = ()  # (shard, start UTC, seconds)
+    crash_server_after: datetime | None = None  # kill server 1 once it holds slices after
+    short_window: tuple[datetime, datetime] | None = None
+    notes: str = field(default="")
+
+
+def _shape() -> tuple[float, ...]:
+    return normalised(ipinyou_hourly())
+
+
+D = date(2026, 10, 20)
+
+
+def _base() -> tuple[SimCampaign, ...]:
+    return (
+        SimCampaign(1, "Europe/Berlin", BidType.CPM, 400 * USD, 10_000 * USD, 2.5),
+        SimCampaign(2, "America/New_York", BidType.CPC, 8 * USD, 10_000 * USD, 3.0,
+                    pctr=0.04),
+        SimCampaign(3, "America/Sao_Paulo", BidType.CPA, 30 * USD, 5_000 * USD, 2.0,
+                    pctr=0.06, pcvr=0.2),
+        SimCampaign(4, "America/New_York", BidType.CPM, 300 * USD, 3_000 * USD, 0.6),
+        SimCampaign(5, "Europe/Berlin", BidType.CPC, 5 * USD, 4_000 * USD, 1.6, pctr=0.05),
+        SimCampaign(6, "America/Sao_Paulo", BidType.CPM, 250 * USD, 2_000 * USD, 3.0,
+                    pacing=PacingMode.ACCELERATED),
+        SimCampaign(7, "Europe/London", BidType.CPC, 6 * USD, 6_000 * USD, 0.8, pctr=0.05),
+    )
+
+
+def _u(y: int, mo: int, d: int, h: int, mi: int = 0) -> datetime:
+    return datetime(y, mo, d, h, mi, tzinfo=UTC)
+
+
+def _viral(h: int, m: int) -> float:
+    return 30.0 if (h, m) >= (9, 5) else 1.0
+
+
+def _dead_history() -> tuple[float, ...]:
+    s = list(_shape())
+    s[0] = 0.002
+    return tuple(s)
+
+
+def _dead_traffic(h: int, m: int) -> float:
+    return 0.0 if h == 0 else 1.0
+
+
+def _evening() -> tuple[float, ...]:
+    base = [1.0] * 24
+    for h in range(18, 22):
+        base[h] = 3.0
+    for h in (22, 23):
+        base[h] = 0.2
+    rest = [h for h in range(24) if h < 18]
+    # keep the mean at 1: 4×3 + 2×0.2 = 12.4 over 6 hours; 18 other hours share 11.6
+    for h in rest:
+        base[h] = 11.6 / len(rest)
+    return tuple(base)
+
+
+def _small() -> SimCampaign:
+    return SimCampaign(20, "Europe/Berlin", BidType.CPC, 2 * USD, 20 * USD, 40.0,
+                       price_frac=(1.0, 1.0), pctr=0.05)
+
+
+def scenarios() -> dict[str, Scenario]:
+    """Every named scenario."""
+    base = _base()
+    b = {c.id: c for c in base}
+    out = [
+        Scenario("baseline", D, base, short_window=(_u(2026, 10, 20, 10), _u(2026, 10, 20, 11))),
+        Scenario("viral", D, (replace(b[1], traffic=_viral), *base[1:]),
+                 short_window=(_u(2026, 10, 20, 6, 50), _u(2026, 10, 20, 8, 0)),
+                 notes="campaign 1 eligible traffic x30 from 09:05 Berlin"),
+        Scenario("budget-raise", D, base,
+                 edits=(BudgetEdit(2, (14, 0), 15_000 * USD),),
+                 short_window=(_u(2026, 10, 20, 17, 30), _u(2026, 10, 20, 18, 40)),
+                 notes="campaign 2 $10,000 -> $15,000 at 14:00 New York"),
+        Scenario("budget-cut", D, base,
+                 edits=(BudgetEdit(1, (13, 0), 6_000 * USD),),
+                 short_window=(_u(2026, 10, 20, 10, 30), _u(2026, 10, 20, 11, 40)),
+                 notes="campaign 1 budget -40 % at 13:00 Berlin"),
+        Scenario("shard-outage", D, (*base, _small()),
+                 outages=((0, _u(2026, 10, 20, 10), 20.0), (0, _u(2026, 10, 20, 10, 30), 90.0)),
+                 short_window=(_u(2026, 10, 20, 9, 50), _u(2026, 10, 20, 10, 45)),
+                 notes="shard 0 down 20 s at 10:00Z and 90 s at 10:30Z"),
+        Scenario("server-crash", D, (*base, _small()),
+                 crash_server_after=_u(2026, 10, 20, 8, 0),
+                 short_window=(_u(2026, 10, 20, 7, 55), _u(2026, 10, 20, 8, 40)),
+                 notes="server 1 killed the first time it holds slices after 08:00Z"),
+        Scenario("dead-hour", D, (replace(b[5], history=_dead_history(), traffic=_dead_traffic,
+                                          forced=((0, 5, 3),)), *[c for c in base if c.id != 5]),
+                 short_window=(_u(2026, 10, 19, 21, 50), _u(2026, 10, 19, 23, 30)),
+                 notes="campaign 5: almost no traffic 00:00-01:00 Berlin, 3 serves at 00:05"),
+        Scenario("small-budget", D, (*base, _small()),
+                 short_window=(_u(2026, 10, 20, 6), _u(2026, 10, 20, 7)),
+                 notes="campaign 20: $20 budget, $2 clicks, every server"),
+        Scenario("midnight", date(2026, 11, 1), (
+            SimCampaign(31, "America/Sao_Paulo", BidType.CPM, 400 * USD, 5_000 * USD, 2.0),
+            SimCampaign(32, "America/New_York", BidType.CPC, 8 * USD, 8_000 * USD, 2.5,
+                        pctr=0.04),
+            SimCampaign(33, "Europe/Berlin", BidType.CPM, 300 * USD, 3_000 * USD, 2.0),
+        ), short_window=(_u(2026, 11, 1, 2, 30), _u(2026, 11, 1, 3, 40)),
+            notes="Sao Paulo resets at 03:00Z; New York's 2026-11-01 has 25 hours"),
+        Scenario("evening-peak", D, (
+            SimCampaign(41, "America/New_York", BidType.CPM, 400 * USD, 6_000 * USD, 2.0,
+                        history=_evening()),
+            *base[1:3],
+        ), short_window=(_u(2026, 10, 21, 1, 30), _u(2026, 10, 21, 3, 0)),
+            notes="campaign 41: evening 3x average, 0.2x after 22:00 New York"),
+    ]
+    return {s.name: s for s in out}
