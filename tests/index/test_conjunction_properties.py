@@ -51,13 +51,18 @@ def test_bulk_build_equals_scan(ads, reqs, limit) -> None:
     index.build((i, e, s) for i, (e, s) in enumerate(ads))
     for i, (e, s) in enumerate(ads):
         scan.upsert(i, e, s)
-    # tiny windows so the windowed, early-stopping read is exercised too
-    with mock.patch.object(segment, "FIRST_WINDOW", 2):
-        for request in reqs:
-            for lim in (limit, 10_000):
-                got, want = index.query(request, lim), scan.query(request, lim)
-                assert got.ad_ids == want.ad_ids
-                assert got.truncated == want.truncated
+    # tiny windows so the windowed, early-stopping read is exercised too; both
+    # counting paths (sorting the hits, a count array over the window)
+    for ratio in (0, 1 << 30):
+        with (
+            mock.patch.object(segment, "FIRST_WINDOW", 2),
+            mock.patch.object(segment, "SORT_PATH_RATIO", ratio),
+        ):
+            for request in reqs:
+                for lim in (limit, 10_000):
+                    got, want = index.query(request, lim), scan.query(request, lim)
+                    assert got.ad_ids == want.ad_ids
+                    assert got.truncated == want.truncated
 
 
 @settings(max_examples=100, deadline=None)

@@ -71,6 +71,7 @@ class _Snapshot:
     n_main_alive: int
     delta_ads: dict[int, tuple[tuple[Conjunction, ...], float]]
     delta: Segment
+    delta_alive: np.ndarray  # bool[delta ads], all True
 
 
 def _check_score(score: float) -> float:
@@ -124,23 +125,30 @@ class ConjunctionIndex:
         snap = self._snap
         ids_parts: list[np.ndarray] = []
         score_parts: list[np.ndarray] = []
-        for seg, alive in ((snap.main, snap.alive), (snap.delta, None)):
+        total = 0
+        for seg, alive in ((snap.main, snap.alive), (snap.delta, snap.delta_alive)):
             if seg.n_conjunctions == 0:
                 continue
-            kids, multi = seg.key_ids_of(request)
-            mask = alive if alive is not None else np.ones(len(seg.ad_ids), dtype=bool)
-            for rows in seg.match(kids, multi, mask, limit):
-                ids_parts.append(seg.ad_ids[rows])
-                score_parts.append(seg.scores[rows])
+            kids, spans = seg.key_ids_of(request)
+            found = seg.match(kids, spans, alive, limit)
+            if not found:
+                continue
+            ranks = seg.ad_rank[np.concatenate(found) if len(found) > 1 else found[0]]
+            ranks = np.sort(ranks)  # best first
+            if len(ranks) > 1:  # one per ad (an ad may match by several conjunctions)
+                ranks = ranks[np.concatenate(([True], ranks[1:] != ranks[:-1]))]
+            total += len(ranks)
+            rows = seg.rank_row[ranks[: limit + 1]]
+            ids_parts.append(seg.ad_ids[rows])
+            score_parts.append(seg.scores[rows])
         if not ids_parts:
             return Retrieval([], snap.version, truncated=False)
-        ids = np.concatenate(ids_parts)
-        scores = np.concatenate(score_parts)
-        order = np.lexsort((ids, -scores))
-        ids = ids[order]
-        if len(ids) > 1:
-            ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))]
-        truncated = len(ids) > limit
+        if len(ids_parts) == 1:
+            ids = ids_parts[0]
+        else:  # main and delta hold disjoint live ads: merge the two ranked lists
+            ids = np.concatenate(ids_parts)
+            ids = ids[np.lexsort((ids, -np.concatenate(score_parts)))]
+        truncated = total > limit
         if truncated:
             TRUNCATED.inc()
         return Retrieval(ids[:limit].tolist(), snap.version, truncated=truncated)
@@ -240,6 +248,7 @@ class ConjunctionIndex:
             n_main_alive=len(main.ad_ids),
             delta_ads={},
             delta=Segment.empty(),
+            delta_alive=np.ones(0, dtype=bool),
         )
 
     @staticmethod
@@ -279,6 +288,7 @@ class ConjunctionIndex:
             n_main_alive=n_alive,
             delta_ads=delta_ads,
             delta=delta,
+            delta_alive=np.ones(len(delta.ad_ids), dtype=bool),
         )
         if len(delta_ads) > self._delta_limit:
             table = concat_tables(snap.main.to_table(alive), _delta_table(delta_ads))

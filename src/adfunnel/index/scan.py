@@ -7,6 +7,7 @@ against it, and the benchmarks use it as the brute-force baseline.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 from adfunnel.index.base import DEFAULT_LIMIT, Retrieval
 from adfunnel.targeting.evaluate import RequestAttributes, matches
@@ -28,6 +29,12 @@ class ScanIndex:
     @property
     def version(self) -> int:
         return self._version
+
+    def build(self, ads: Iterable[tuple[int, Expr, float]]) -> None:
+        """Replace the whole content by ``ads`` (ad id, targeting, static score) in one version."""
+        fresh = {ad_id: (expr, score) for ad_id, expr, score in ads}
+        with self._write:
+            self._ads, self._version = fresh, self._version + 1
 
     def upsert(self, ad_id: int, expr: Expr, static_score: float = 0.0) -> None:
         with self._write:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from adfunnel.targeting.dnf import MAX_IN_TERMS, Conjunction
+from adfunnel.targeting.evaluate import RequestAttributes
 
 #: Bits of a posting entry that carry the term slot (MAX_IN_TERMS = 2**SLOT_BITS).
 SLOT_BITS = 5
@@ -35,6 +36,10 @@ MAX_SEGMENT_CONJUNCTIONS = 1 << (32 - SLOT_BITS)
 N_GROUPS = MAX_IN_TERMS + 1
 #: Conjunction-id window first read in a large size group; it doubles until enough match.
 FIRST_WINDOW = 1 << 15
+
+#: A window whose hits are this many times sparser than its width is counted by
+#: sorting the hits; a denser one with a count array over the window.
+SORT_PATH_RATIO = 16
 
 Key = tuple[str, str]
 
@@ -52,6 +57,7 @@ class ConjTable:
     scores: np.ndarray  # float64[a], expected value per impression
     conj_ad: np.ndarray  # int64[c], row into ad_ids
     conj_k: np.ndarray  # uint8[c], number of ∈ terms
+    conj_dup: np.ndarray  # bool[c], two ∈ terms on one attribute
     in_conj: np.ndarray  # int64[e]
     in_slot: np.ndarray  # uint8[e]
     in_key: np.ndarray  # int64[e]
@@ -82,6 +88,7 @@ class TableBuilder:
         self._tmpl: dict[tuple[Conjunction, ...], int] = {}
         self._tmpl_conj = array("q", [0])  # template -> first template-conjunction (CSR)
         self._tc_k = array("B")
+        self._tc_dup = array("B")
         self._tc_in = array("q", [0])  # template-conjunction -> first ∈ entry (CSR)
         self._in_key = array("q")
         self._in_slot = array("B")
@@ -116,6 +123,7 @@ class TableBuilder:
                     self._in_slot.extend([slot] * len(keys))
                     slot += 1
             self._tc_k.append(slot)
+            self._tc_dup.append(len({t.attr for t in c.in_terms}) < slot)
             self._tc_in.append(len(self._in_key))
             self._tc_not.append(len(self._not_key))
         self._tmpl_conj.append(len(self._tc_k))
@@ -148,6 +156,7 @@ class TableBuilder:
             scores=np.array(self.scores, dtype=np.float64),
             conj_ad=conj_ad,
             conj_k=np.frombuffer(self._tc_k, dtype=np.uint8)[conj_src],
+            conj_dup=np.frombuffer(self._tc_dup, dtype=np.uint8)[conj_src].astype(bool),
             in_conj=np.repeat(conj_ids, in_len),
             in_slot=np.frombuffer(self._in_slot, dtype=np.uint8)[in_src],
             in_key=np.frombuffer(self._in_key, dtype=np.int64)[in_src],
@@ -174,6 +183,7 @@ def concat_tables(a: ConjTable, b: ConjTable) -> ConjTable:
         scores=np.concatenate([a.scores, b.scores]),
         conj_ad=np.concatenate([a.conj_ad, b.conj_ad + na]),
         conj_k=np.concatenate([a.conj_k, b.conj_k]),
+        conj_dup=np.concatenate([a.conj_dup, b.conj_dup]),
         in_conj=np.concatenate([a.in_conj, b.in_conj + nc]),
         in_slot=np.concatenate([a.in_slot, b.in_slot]),
         in_key=np.concatenate([a.in_key, remap[b.in_key]]),
@@ -216,7 +226,14 @@ class Segment:
         #: int32[c]: ad row of each conjunction (ids in K, score, ad order).
         self.conj_ad = table.conj_ad[order].astype(np.int32)
         conj_k = table.conj_k[order]
+        #: bool[N_GROUPS]: the group holds a conjunction with two ∈ terms on one attribute.
+        self.group_dup = np.zeros(N_GROUPS, dtype=bool)
+        self.group_dup[np.unique(conj_k[table.conj_dup[order]])] = True
         del order
+        # Ads ranked by (score descending, id ascending): ad_rank[row], rank_row[rank].
+        self.rank_row = np.lexsort((table.ad_ids, -table.scores)).astype(np.int32)
+        self.ad_rank = np.empty(len(table.ad_ids), dtype=np.int32)
+        self.ad_rank[self.rank_row] = np.arange(len(table.ad_ids), dtype=np.int32)
         #: int64[N_GROUPS + 1]: conjunction id range of each size K.
         self.group_bounds = np.searchsorted(conj_k, np.arange(N_GROUPS + 1)).astype(np.int64)
         self.groups = [
@@ -255,6 +272,8 @@ class Segment:
         arrays = (
             self.ad_ids,
             self.scores,
+            self.ad_rank,
+            self.rank_row,
             self.conj_ad,
             self.in_off,
             self.in_enc,
@@ -283,6 +302,7 @@ class Segment:
             scores=self.scores[alive],
             conj_ad=new_ad[self.conj_ad[keep_conj]],
             conj_k=conj_k[keep_conj],
+            conj_dup=self.group_dup[conj_k][keep_conj],
             in_conj=new_conj[in_conj[m]],
             in_slot=(self.in_enc[m] & ((1 << SLOT_BITS) - 1)).astype(np.uint8),
             in_key=in_key[m],
@@ -290,36 +310,44 @@ class Segment:
             not_key=not_key[mn],
         )
 
-    def key_ids_of(self, request: dict[str, frozenset[str]] | object) -> tuple[np.ndarray, bool]:
-        """Key ids present in this segment for a request, and whether two share an attribute."""
+    def key_ids_of(self, request: RequestAttributes) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """Key ids of ``request`` known to this segment, grouped by attribute.
+
+        Returns the key ids (int64) and the ``(start, end)`` spans of attributes
+        that contributed more than one key (their hits must be de-duplicated).
+        """
         kids: list[int] = []
-        multi = False
+        spans: list[tuple[int, int]] = []
         get = self.key_ids.get
-        for attr, values in request.items():  # type: ignore[attr-defined]
+        for attr, values in request.items():
             n = len(kids)
             for v in values:
                 kid = get((attr, v))
                 if kid is not None:
                     kids.append(kid)
-            multi = multi or len(kids) - n > 1
-        return np.array(kids, dtype=np.int64), multi
+            if len(kids) - n > 1:
+                spans.append((n, len(kids)))
+        return np.array(kids, dtype=np.int64), spans
 
     def match(
-        self, kids: np.ndarray, multi: bool, alive: np.ndarray, want: int
+        self, kids: np.ndarray, spans: list[tuple[int, int]], alive: np.ndarray, want: int
     ) -> list[np.ndarray]:
         """Ad rows of live conjunctions matched by the request keys ``kids``.
 
-        Per size group, conjunction ids are read in windows, best score first,
+        Per size group K, conjunction ids are read in windows, best score first,
         until more than ``want`` distinct ads matched or the group is exhausted;
-        so every ad among the best ``want`` matching ones is returned (plus
-        possibly more). ``multi``: some attribute contributed several keys (then
-        duplicate (conjunction, slot) hits are removed before counting).
-        Returns arrays of ad rows (int32), one per group window with hits.
+        so every ad among the best ``want`` matching ones is returned, and more
+        than ``want`` distinct ads overall exactly when more matched. ``spans``:
+        as from :meth:`key_ids_of`. Returns arrays of ad rows (int32), one per
+        window with hits, each in score order.
         """
         out: list[np.ndarray] = []
         if not self.groups:
             return out
-        in_rows = self.group_off[kids] if len(kids) else None
+        in_rows = self.group_off[kids]
+        attr_of = np.full(len(kids), -1, dtype=np.int64)
+        for i, (a, b) in enumerate(spans):
+            attr_of[a:b] = i
         not_lo, not_hi = self.not_off[kids], self.not_off[kids + 1]
         has_not = not_hi > not_lo
         not_lists = [
@@ -327,79 +355,108 @@ class Segment:
         ]
         for k in self.groups:
             g0, g1 = int(self.group_bounds[k]), int(self.group_bounds[k + 1])
+            singles: list[np.ndarray] = []
+            multis: list[list[np.ndarray]] = [[] for _ in spans]
             if k > 0:
-                if in_rows is None:
-                    continue
                 lo, hi = in_rows[:, k], in_rows[:, k + 1]
-                present = hi > lo
+                present = np.flatnonzero(hi > lo)
                 if int((hi - lo)[present].sum()) < k:
                     continue
-                lists = [self.in_enc[a:b] for a, b in zip(lo[present], hi[present], strict=True)]
-            else:
-                lists = []
+                for i in present.tolist():
+                    p = self.in_enc[lo[i] : hi[i]]
+                    if attr_of[i] < 0:
+                        singles.append(p)
+                    else:
+                        multis[attr_of[i]].append(p)
+            multis = [m for m in multis if m]
             found, last = 0, -1
             w0, size = g0, FIRST_WINDOW
             while w0 < g1:
                 w1 = min(g1, w0 + size) if g1 - w0 > 2 * size else g1
-                rows = self._match_window(k, w0, w1, g0, g1, lists, not_lists, multi)
+                whole = w0 == g0 and w1 == g1
+                cand = self._window(k, w0, w1, whole, singles, multis, bool(self.group_dup[k]))
+                if len(cand) and not_lists:
+                    cand = _reject(cand, w0, w1, not_lists)
+                rows = self.conj_ad[cand]
+                rows = rows[alive[rows]]
                 if len(rows):
-                    rows = rows[alive[rows]]
-                    if len(rows):
+                    new = np.empty(len(rows), dtype=bool)
+                    new[0] = rows[0] != last
+                    np.not_equal(rows[1:], rows[:-1], out=new[1:])
+                    distinct = np.cumsum(new)
+                    if found + int(distinct[-1]) > want:
+                        rows = rows[: int(np.searchsorted(distinct, want - found + 1)) + 1]
                         out.append(rows)
-                        found += int(rows[0] != last) + int(np.count_nonzero(rows[1:] != rows[:-1]))
-                        last = int(rows[-1])
-                if found > want:
-                    break
+                        break
+                    found += int(distinct[-1])
+                    last = int(rows[-1])
+                    out.append(rows)
                 w0, size = w1, size * 2
         return out
 
-    def _match_window(
+    def _window(
         self,
         k: int,
         w0: int,
         w1: int,
-        g0: int,
-        g1: int,
-        lists: list[np.ndarray],
-        not_lists: list[np.ndarray],
-        multi: bool,
+        whole: bool,
+        singles: list[np.ndarray],
+        multis: list[list[np.ndarray]],
+        dup: bool,
     ) -> np.ndarray:
-        whole = w0 == g0 and w1 == g1
+        """Conjunction ids in [w0, w1) of size group ``k`` whose k ``∈`` slots are all hit."""
         if k == 0:
-            cand = np.arange(w0, w1, dtype=np.int64)
+            return np.arange(w0, w1, dtype=np.int64)
+        if not whole:
+            e0, e1 = w0 << SLOT_BITS, w1 << SLOT_BITS
+
+            def cut(p: np.ndarray) -> np.ndarray:
+                return p[np.searchsorted(p, e0) : np.searchsorted(p, e1)]
+
+            singles = [cut(p) for p in singles]
+            multis = [[cut(p) for p in m] for m in multis]
+        m = sum(len(p) for p in singles) + sum(len(p) for ps in multis for p in ps)
+        if m < k:
+            return _EMPTY
+        width = w1 - w0
+        if dup or m * SORT_PATH_RATIO < width:
+            # sort path: exact for any conjunction (several slots on one attribute too)
+            parts = singles + [p for ps in multis for p in ps]
+            enc = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+            if multis and len(enc) > 1:
+                enc = enc[np.concatenate(([True], enc[1:] != enc[:-1]))]
+            conj = (enc >> SLOT_BITS).astype(np.int64)
+            if k == 1:
+                return conj
+            n = len(conj) - k + 1
+            return conj[:n][conj[k - 1 :] == conj[:n]] if n > 0 else _EMPTY
+        # counting path: one slot per attribute in this group, so count distinct attributes
+        if singles:
+            flat = np.concatenate(singles) if len(singles) > 1 else singles[0]
+            counts = np.bincount((flat >> SLOT_BITS).astype(np.int64) - w0, minlength=width)
         else:
-            if whole:
-                parts = lists
-            else:
-                e0, e1 = w0 << SLOT_BITS, w1 << SLOT_BITS
-                parts = [p[np.searchsorted(p, e0) : np.searchsorted(p, e1)] for p in lists]
-            parts = [p for p in parts if len(p)]
-            if sum(len(p) for p in parts) < k:
-                return np.zeros(0, dtype=np.int32)
-            if len(parts) == 1:
-                enc = parts[0]
-            else:
-                enc = np.sort(np.concatenate(parts))
-                if multi:
-                    enc = enc[np.concatenate(([True], enc[1:] != enc[:-1]))]
-            conj = enc >> SLOT_BITS
-            cand = (
-                conj
-                if k == 1
-                else conj[: len(conj) - k + 1][conj[k - 1 :] == conj[: len(conj) - k + 1]]
-            )
-            if not len(cand):
-                return np.zeros(0, dtype=np.int32)
-        if not_lists:
-            negs = [p[np.searchsorted(p, w0) : np.searchsorted(p, w1)] for p in not_lists]
-            neg = np.concatenate(negs) if len(negs) > 1 else negs[0]
-            if k == 0:
-                if len(neg):
-                    mask = np.ones(w1 - w0, dtype=bool)
-                    mask[neg.astype(np.int64) - w0] = False
-                    cand = cand[mask]
-            else:
-                neg = neg[(neg >= cand[0]) & (neg <= cand[-1])]
-                if len(neg):
-                    cand = cand[~np.isin(cand, neg)]
-        return self.conj_ad[cand]
+            counts = np.zeros(width, dtype=np.int64)
+        for ps in multis:
+            hit = np.zeros(width, dtype=bool)
+            for p in ps:
+                hit[(p >> SLOT_BITS).astype(np.int64) - w0] = True
+            counts += hit
+        return np.flatnonzero(counts == k) + w0
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _reject(cand: np.ndarray, w0: int, w1: int, not_lists: list[np.ndarray]) -> np.ndarray:
+    """``cand`` (sorted conjunction ids in [w0, w1)) less those hit by a ``∉`` posting."""
+    lo, hi = int(cand[0]), int(cand[-1]) + 1
+    negs = [p[np.searchsorted(p, lo) : np.searchsorted(p, hi)] for p in not_lists]
+    negs = [p for p in negs if len(p)]
+    if not negs:
+        return cand
+    neg = np.concatenate(negs) if len(negs) > 1 else negs[0]
+    if len(cand) == w1 - w0 or len(neg) * 8 > len(cand):
+        mask = np.ones(hi - lo, dtype=bool)
+        mask[neg.astype(np.int64) - lo] = False
+        return cand[mask[cand - lo]]
+    return cand[~np.isin(cand, neg)]
