@@ -8,7 +8,8 @@ by sequence number).
 
 - open campaign: admitted freely;
 - metered campaign: admitted only when a held slice has room for the worst-case
-  charge, which the serve then takes from the slice;
+  charge; the serve then takes its expected cost from the slice (its worst-case charge
+  when the grant says so: the last few charges of a budget);
 - exhausted: only from slices still held; stopped: never;
 - no reply from a shard for ``fail_closed_after_s`` (60 s): every campaign of that
   shard is treated as metered, so it spends only from slices held, which expire
@@ -58,6 +59,7 @@ class HeldSlice:
     expires_at: float
     used: int = 0
     last_used: float = 0.0
+    worst_case: bool = False
 
 
 @dataclass(slots=True)
@@ -131,8 +133,8 @@ class BudgetClient:
             return self._effective_state(campaign_id, t)
 
     def record_served(self, served: Served) -> None:
-        """Record a serve's expected cost; metered campaigns take the worst-case charge
-        (``served.max_charge_micros``, else the expected cost) from a slice."""
+        """Record a serve's expected cost; metered campaigns take it from a slice (the
+        worst-case ``served.max_charge_micros`` from a ``worst_case`` slice)."""
         cid = served.campaign_id
         worst = getattr(served, "max_charge_micros", 0) or served.expected_micros
         with self._lock:
@@ -150,7 +152,7 @@ class BudgetClient:
                 self.stats["unsliced_serves"] += 1
                 acc.open += served.expected_micros
                 return
-            s.used += worst
+            s.used += worst if s.worst_case else served.expected_micros
             s.last_used = t
             acc.sliced += served.expected_micros
             if s.amount - s.used < worst:
@@ -209,7 +211,7 @@ class BudgetClient:
             for g in reply.grants:
                 self._slices.setdefault(g.campaign_id, []).append(HeldSlice(
                     g.slice_id, g.campaign_id, date.fromisoformat(g.day), g.amount_micros,
-                    g.expires_at))
+                    g.expires_at, worst_case=g.worst_case))
 
     def held_slices(self) -> list[HeldSlice]:
         with self._lock:

@@ -34,8 +34,8 @@ class CampaignSpend(msgspec.Struct, frozen=True):
 
 
 class SliceUse(msgspec.Struct, frozen=True):
-    """A slice the server will not use any more (expired or released): worst-case
-    charges it took (``used_micros``) and when it was last used."""
+    """A slice the server will not use any more (expired or released): what it took
+    from it (``used_micros``) and when it was last used."""
 
     slice_id: str
     used_micros: int
@@ -73,13 +73,16 @@ class Directive(msgspec.Struct, frozen=True):
 
 class SliceGrant(msgspec.Struct, frozen=True):
     """A lease of ``amount_micros`` for one server and campaign-day, valid until
-    ``expires_at`` (service time)."""
+    ``expires_at`` (service time). A serve needs room for its worst-case charge and
+    takes its expected cost from the slice, or its worst-case charge when
+    ``worst_case`` (the last few charges of a budget)."""
 
     slice_id: str
     campaign_id: int
     day: str
     amount_micros: int
     expires_at: float
+    worst_case: bool = False
 
 
 class Reply(msgspec.Struct, frozen=True):

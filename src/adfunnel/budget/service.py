@@ -40,6 +40,7 @@ from adfunnel.budget.slices import (
     grantable,
     open_threshold,
     slice_size,
+    worst_case_regime,
 )
 from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, PacingMode
 from adfunnel.campaigns.schedule import day_bounds, local_day
@@ -105,6 +106,7 @@ class CampaignDay:
     p_by_minute: dict[int, float] = field(default_factory=dict)
     exhausted_at: float | None = None
     plan_peak_rate: float = 0.0
+    last_committed: int = -1
 
     # -- spend accounting -------------------------------------------------------------
     def in_flight(self) -> int:
@@ -186,6 +188,7 @@ class BudgetService:
                 cd.plan_peak_rate = (campaign.daily_budget_micros
                                      * cd.plan.curve.peak_share_per_s())
                 cd.ctl = controller.ControllerState(cd.ctl.p, 0.0)
+                cd.last_committed = spent
             cd.campaign = campaign
             self._refresh_state(cd, now)
 
@@ -368,7 +371,8 @@ class BudgetService:
         sid = f"{self.shard}-{next(self._slice_ids)}"
         cd.slices[sid] = _Slice(server_id, size, now + SLICE_TTL_S)
         self._refresh_state(cd, now)
-        return SliceGrant(sid, campaign_id, cd.day.isoformat(), size, now + SLICE_TTL_S)
+        return SliceGrant(sid, campaign_id, cd.day.isoformat(), size, now + SLICE_TTL_S,
+                          worst_case_regime(g, charge))
 
     def _expire(self, cd: CampaignDay, now: float) -> None:
         """Slices past their expiry without a close count as fully spent (a crashed server
@@ -427,9 +431,12 @@ class BudgetService:
         if budget > 0 and cd.campaign.pacing_mode is PacingMode.EVEN:
             e0, e1 = cd.last_step_s - cd.start_s, now - cd.start_s
             target = cd.plan.target_micros(e1) - cd.plan.target_micros(e0)
+            committed = cd.committed(now)
+            delta = None if cd.last_committed < 0 else committed - cd.last_committed
+            cd.last_committed = committed
             cd.ctl, _ = controller.step(
                 cd.ctl, cd.step_spend, target, dt, budget_micros=budget,
-                charges=cd.step_charges, gains=self.gains,
+                charges=cd.step_charges, committed_delta_micros=delta, gains=self.gains,
             )
         cd.step_spend = 0
         cd.step_charges = 0

@@ -24,6 +24,14 @@ OPEN_RESERVE_CHARGES = 10
 SLICE_SPEND_S = 10.0
 #: Slice lifetime in seconds.
 SLICE_TTL_S = 30.0
+#: Below this many charges left to grant, serves take their worst-case charge from a
+#: slice instead of their expected cost (no statistical overspend on the last charges).
+WORST_CASE_CHARGES = 3
+
+
+def worst_case_regime(grantable_micros: int, charge_micros: int) -> bool:
+    """True when serves must take their worst-case charge from slices."""
+    return grantable_micros < WORST_CASE_CHARGES * max(1, charge_micros)
 
 
 class BudgetState(StrEnum):

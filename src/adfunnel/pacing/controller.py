@@ -46,6 +46,7 @@ class Gains:
     integral_clamp: float = 0.03
     denominator_floor_share: float = 0.01
     volume_ref: float = 4.0
+    smoothing: float = 0.35
 
 
 DEFAULT_GAINS = Gains()
@@ -58,6 +59,8 @@ class ControllerState:
 
     p: float = 1.0
     integral: float = 0.0
+    spend_avg: float = -1.0  # EWMA of spend per step, micros (< 0: none yet)
+    target_avg: float = -1.0  # EWMA of target per step, micros
 
 
 def clamp_step(p_old: float, p_new: float) -> float:
@@ -77,6 +80,7 @@ def step(
     *,
     budget_micros: int,
     charges: float,
+    committed_delta_micros: float | None = None,
     gains: Gains = DEFAULT_GAINS,
 ) -> tuple[ControllerState, float]:
     """One control step; returns ``(new_state, p)``.
@@ -88,6 +92,9 @@ def step(
         dt_s: step length in seconds (> 0).
         budget_micros: the day's budget (> 0), the unit of the integral.
         charges: how many charges (serves) the step's spend came from; scales gains.
+        committed_delta_micros: change of committed spend (billed + in flight) over the
+            step; feeds the integral so billed reality (renders, clicks) replaces the
+            estimates. Defaults to ``spend_micros``.
         gains: tuning.
 
     Invariant (property-tested): the returned p is in [P_FLOOR, 1] and within ±25 %
@@ -103,7 +110,8 @@ def step(
     floor = gains.denominator_floor_share * budget_micros * dt_s / 3600.0
 
     # integral: leaky and clamped (the clamp bounds wind-up while p sits at 1)
-    dev = (target - spend) / budget_micros
+    moved = spend if committed_delta_micros is None else float(committed_delta_micros)
+    dev = (target - moved) / budget_micros
     leak = math.exp(-dt_s / gains.leak_s)
     integral = state.integral * leak + dev
     c = gains.integral_clamp
@@ -111,14 +119,18 @@ def step(
 
     # set-point: the curve's rate plus making up the deviation over catch_up_s,
     # never below a quarter of the curve's rate (a cut never drives p to the floor)
-    desired = target + integral * budget_micros * dt_s / gains.catch_up_s
-    desired = max(desired, 0.25 * target)
+    a = gains.smoothing
+    prior = target if state.spend_avg < 0 else state.spend_avg  # first step: assume on plan
+    spend_avg = (1 - a) * prior + a * spend
+    target_avg = target if state.target_avg < 0 else (1 - a) * state.target_avg + a * target
+    desired = target_avg + integral * budget_micros * dt_s / gains.catch_up_s
+    desired = max(desired, 0.25 * target_avg)
 
-    ratio = max(desired, floor) / max(spend, floor)
+    ratio = max(desired, floor) / max(spend_avg, floor)
     volume = max(0.0, charges)
     g = gains.kp * volume / (volume + gains.volume_ref)
-    if spend <= 0.0 and desired > floor:
+    if spend_avg <= 0.0 and desired > floor:
         g = max(g, gains.kp * 0.5)  # nothing served at all: move up regardless of volume
     p_new = state.p * math.exp(g * math.log(ratio)) if ratio > 0 else state.p
     p = clamp_step(state.p, p_new)
-    return ControllerState(p, integral), p
+    return ControllerState(p, integral, spend_avg, target_avg), p

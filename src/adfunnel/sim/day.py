@@ -65,7 +65,7 @@ class _Track:
     spend_events: list[tuple[float, int]] = field(default_factory=list)  # (occurred, billed)
     billed: dict[date, int] = field(default_factory=lambda: defaultdict(int))
     absorbed: dict[date, int] = field(default_factory=lambda: defaultdict(int))
-    last_serve: float = 0.0
+    last_serve: dict[date, float] = field(default_factory=dict)
     serves: int = 0
 
 
@@ -229,7 +229,7 @@ class _Sim:
         t = self.now
         imp = f"i{next(self.imp_ids)}"
         client.record_served(Served(c.id, day, imp, expected, t + 3600.0, worst))
-        tr.last_serve = t
+        tr.last_serve[day] = t
         tr.serves += 1
         r = self.rng.random(3)
         lo_lag, hi_lag = self.sc.billing_lag_s
@@ -426,7 +426,7 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
             exhausted_at = None
     stop_lag = None
     if exhausted_at is not None:
-        stop_lag = max(0.0, tr.last_serve - exhausted_at)
+        stop_lag = max(0.0, tr.last_serve.get(d, 0.0) - exhausted_at)
     series = [[round(s[0], 1), round(s[1], 5)] for s in steps[:: max(1, len(steps) // 288)]]
     return {
         "campaign_id": c.id,
