@@ -130,13 +130,9 @@ class ConjunctionIndex:
             if seg.n_conjunctions == 0:
                 continue
             kids, spans = seg.key_ids_of(request)
-            found = seg.match(kids, spans, alive, limit)
-            if not found:
+            ranks = seg.match(kids, spans, alive, limit)
+            if not len(ranks):
                 continue
-            ranks = seg.ad_rank[np.concatenate(found) if len(found) > 1 else found[0]]
-            ranks = np.sort(ranks)  # best first
-            if len(ranks) > 1:  # one per ad (an ad may match by several conjunctions)
-                ranks = ranks[np.concatenate(([True], ranks[1:] != ranks[:-1]))]
             total += len(ranks)
             rows = seg.rank_row[ranks[: limit + 1]]
             ids_parts.append(seg.ad_ids[rows])

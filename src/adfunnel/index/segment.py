@@ -13,8 +13,15 @@ Whang et al., "Indexing Boolean Expressions" (VLDB 2009), stored as numpy arrays
   conjunction. A conjunction matches when all K slots are hit by the request's keys.
 - ``∉`` postings: per key a sorted ``uint32`` array of conjunction ids; any hit rejects.
 
-All postings live in two flat arrays with per-key offsets (CSR), and ``group_off``
-holds, per key and per K, where that K's range begins inside the key's posting list.
+All postings live in two flat arrays with per-key offsets (CSR).
+
+Score bands (reading long lists only as far as needed): band 0 holds the
+``FIRST_WINDOW`` best conjunctions of the segment by static score, band 1 the next
+``2 * FIRST_WINDOW``, and so on, doubling. ``band_bounds[K, b]`` is where band b
+starts inside size group K, and ``band_off[key, K, b]`` where it starts inside the
+key's posting list. A query reads band by band across all size groups and stops
+after the first band that leaves more than ``limit`` distinct matching ads: every
+ad not read then scores below every ad read.
 """
 
 from __future__ import annotations
@@ -226,6 +233,7 @@ class Segment:
         #: int32[c]: ad row of each conjunction (ids in K, score, ad order).
         self.conj_ad = table.conj_ad[order].astype(np.int32)
         conj_k = table.conj_k[order]
+        conj_score = table.scores[table.conj_ad[order]]
         #: bool[N_GROUPS]: the group holds a conjunction with two ∈ terms on one attribute.
         self.group_dup = np.zeros(N_GROUPS, dtype=bool)
         self.group_dup[np.unique(conj_k[table.conj_dup[order]])] = True
@@ -245,14 +253,33 @@ class Segment:
         del enc
         self.not_off, self.not_conj = _csr(table.not_key, rank[table.not_conj], n_keys)
         del rank
-        # group_off[key, K]: index in in_enc where K's range starts in the key's list.
-        bounds_enc = (self.group_bounds << SLOT_BITS).astype(np.uint64)
+        # Score bands: thresholds t_b = score of the (FIRST_WINDOW * 2**b)-th best conjunction.
+        n_groups = (self.groups[-1] + 1) if self.groups else 0
+        desc = np.sort(conj_score)[::-1]
+        cuts = []
+        while FIRST_WINDOW * (1 << len(cuts)) < n_conj:
+            cuts.append(desc[FIRST_WINDOW * (1 << len(cuts)) - 1])
+        del desc
+        n_bands = len(cuts) + 1
+        bounds = np.empty((n_groups, n_bands + 1), dtype=np.int64)
+        for k in range(n_groups):
+            g0, g1 = int(self.group_bounds[k]), int(self.group_bounds[k + 1])
+            neg = -conj_score[g0:g1]
+            bounds[k, 0], bounds[k, n_bands] = g0, g1
+            for b, t in enumerate(cuts):
+                bounds[k, b + 1] = g0 + np.searchsorted(neg, -t, side="right")
+        del conj_score
+        #: int64[K groups, bands + 1]: conjunction id where band b starts in size group K.
+        self.band_bounds = bounds
+        self.n_bands = n_bands
+        # band_off[key, K * (bands + 1) + b]: where that band starts in the key's ∈ list.
+        probe = (bounds.ravel() << SLOT_BITS).astype(np.uint64)
         key_base = (np.arange(n_keys, dtype=np.uint64) << np.uint64(32))[:, None]
-        probe = (key_base | bounds_enc[None, :]).ravel()
+        probe = (key_base | probe[None, :]).ravel()
         pairs_key = np.repeat(np.arange(n_keys, dtype=np.uint64), np.diff(self.in_off))
         flat = (pairs_key << np.uint64(32)) | self.in_enc.astype(np.uint64)
         del pairs_key
-        self.group_off = np.searchsorted(flat, probe).reshape(n_keys, N_GROUPS + 1)
+        self.band_off = np.searchsorted(flat, probe).reshape(n_keys, bounds.size)
         del flat
 
     @classmethod
@@ -279,7 +306,8 @@ class Segment:
             self.in_enc,
             self.not_off,
             self.not_conj,
-            self.group_off,
+            self.band_off,
+            self.band_bounds,
             self.group_bounds,
         )
         return sum(a.nbytes for a in arrays)
@@ -331,20 +359,19 @@ class Segment:
 
     def match(
         self, kids: np.ndarray, spans: list[tuple[int, int]], alive: np.ndarray, want: int
-    ) -> list[np.ndarray]:
-        """Ad rows of live conjunctions matched by the request keys ``kids``.
+    ) -> np.ndarray:
+        """Ranks (see ``ad_rank``) of live ads matched by the request keys ``kids``.
 
-        Per size group K, conjunction ids are read in windows, best score first,
-        until more than ``want`` distinct ads matched or the group is exhausted;
-        so every ad among the best ``want`` matching ones is returned, and more
-        than ``want`` distinct ads overall exactly when more matched. ``spans``:
-        as from :meth:`key_ids_of`. Returns arrays of ad rows (int32), one per
-        window with hits, each in score order.
+        Reads score band by score band across every size group and stops after
+        the first band that leaves more than ``want`` distinct ads, so the result
+        holds every ad among the best ``want`` matching ones, and more than
+        ``want`` ads exactly when more matched. ``spans``: as from
+        :meth:`key_ids_of`. Returns sorted, distinct int32 ranks (best first).
         """
-        out: list[np.ndarray] = []
         if not self.groups:
-            return out
-        in_rows = self.group_off[kids]
+            return _EMPTY32
+        nb1 = self.n_bands + 1
+        offs = self.band_off[kids]
         attr_of = np.full(len(kids), -1, dtype=np.int64)
         for i, (a, b) in enumerate(spans):
             attr_of[a:b] = i
@@ -353,53 +380,52 @@ class Segment:
         not_lists = [
             self.not_conj[a:b] for a, b in zip(not_lo[has_not], not_hi[has_not], strict=True)
         ]
-        for k in self.groups:
-            g0, g1 = int(self.group_bounds[k]), int(self.group_bounds[k + 1])
-            singles: list[np.ndarray] = []
-            multis: list[list[np.ndarray]] = [[] for _ in spans]
-            if k > 0:
-                lo, hi = in_rows[:, k], in_rows[:, k + 1]
-                present = np.flatnonzero(hi > lo)
-                if int((hi - lo)[present].sum()) < k:
+        found: list[np.ndarray] = []
+        n_found = 0
+        ranks = _EMPTY32
+        for b in range(self.n_bands):
+            for k in self.groups:
+                w0, w1 = int(self.band_bounds[k, b]), int(self.band_bounds[k, b + 1])
+                if w0 == w1:
                     continue
-                for i in present.tolist():
-                    p = self.in_enc[lo[i] : hi[i]]
-                    if attr_of[i] < 0:
-                        singles.append(p)
-                    else:
-                        multis[attr_of[i]].append(p)
-            multis = [m for m in multis if m]
-            found, last = 0, -1
-            w0, size = g0, FIRST_WINDOW
-            while w0 < g1:
-                w1 = min(g1, w0 + size) if g1 - w0 > 2 * size else g1
-                whole = w0 == g0 and w1 == g1
-                cand = self._window(k, w0, w1, whole, singles, multis, bool(self.group_dup[k]))
+                singles: list[np.ndarray] = []
+                multis: list[list[np.ndarray]] = [[] for _ in spans]
+                if k > 0:
+                    c = k * nb1 + b
+                    lo, hi = offs[:, c], offs[:, c + 1]
+                    present = np.flatnonzero(hi > lo)
+                    if int((hi - lo)[present].sum()) < k:
+                        continue
+                    for i in present.tolist():
+                        p = self.in_enc[lo[i] : hi[i]]
+                        if attr_of[i] < 0:
+                            singles.append(p)
+                        else:
+                            multis[attr_of[i]].append(p)
+                cand = self._window(
+                    k, w0, w1, singles, [m for m in multis if m], bool(self.group_dup[k])
+                )
                 if len(cand) and not_lists:
                     cand = _reject(cand, w0, w1, not_lists)
                 rows = self.conj_ad[cand]
                 rows = rows[alive[rows]]
                 if len(rows):
-                    new = np.empty(len(rows), dtype=bool)
-                    new[0] = rows[0] != last
-                    np.not_equal(rows[1:], rows[:-1], out=new[1:])
-                    distinct = np.cumsum(new)
-                    if found + int(distinct[-1]) > want:
-                        rows = rows[: int(np.searchsorted(distinct, want - found + 1)) + 1]
-                        out.append(rows)
-                        break
-                    found += int(distinct[-1])
-                    last = int(rows[-1])
-                    out.append(rows)
-                w0, size = w1, size * 2
-        return out
+                    found.append(self.ad_rank[rows])
+                    n_found += len(rows)
+            if n_found > want or b == self.n_bands - 1:
+                ranks = np.sort(np.concatenate(found)) if found else _EMPTY32
+                if len(ranks) > 1:
+                    ranks = ranks[np.concatenate(([True], ranks[1:] != ranks[:-1]))]
+                if len(ranks) > want:
+                    break
+                found, n_found = [ranks], len(ranks)
+        return ranks
 
     def _window(
         self,
         k: int,
         w0: int,
         w1: int,
-        whole: bool,
         singles: list[np.ndarray],
         multis: list[list[np.ndarray]],
         dup: bool,
@@ -407,14 +433,6 @@ class Segment:
         """Conjunction ids in [w0, w1) of size group ``k`` whose k ``∈`` slots are all hit."""
         if k == 0:
             return np.arange(w0, w1, dtype=np.int64)
-        if not whole:
-            e0, e1 = w0 << SLOT_BITS, w1 << SLOT_BITS
-
-            def cut(p: np.ndarray) -> np.ndarray:
-                return p[np.searchsorted(p, e0) : np.searchsorted(p, e1)]
-
-            singles = [cut(p) for p in singles]
-            multis = [[cut(p) for p in m] for m in multis]
         m = sum(len(p) for p in singles) + sum(len(p) for ps in multis for p in ps)
         if m < k:
             return _EMPTY
@@ -445,6 +463,7 @@ class Segment:
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_EMPTY32 = np.zeros(0, dtype=np.int32)
 
 
 def _reject(cand: np.ndarray, w0: int, w1: int, not_lists: list[np.ndarray]) -> np.ndarray:
