@@ -17,8 +17,9 @@ caller: the entries stay pending and the client fails closed after 60 s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import httpx
 import msgspec
@@ -78,11 +79,11 @@ def create_app(service: BudgetService, *, control_loop_s: float | None = None) -
             with lock:
                 service.step()
 
-    async def startup() -> None:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if control_loop_s:
             task.append(asyncio.create_task(loop()))
-
-    async def shutdown() -> None:
+        yield
         for t in task:
             t.cancel()
 
@@ -93,8 +94,7 @@ def create_app(service: BudgetService, *, control_loop_s: float | None = None) -
             Route("/v1/step", step, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
         ],
-        on_startup=[startup],
-        on_shutdown=[shutdown],
+        lifespan=lifespan,
     )
 
 
