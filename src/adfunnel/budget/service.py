@@ -161,7 +161,7 @@ class BudgetService:
         self._current: dict[int, CampaignDay] = {}
         self._yesterday_p: dict[tuple[int, date], dict[int, float]] = {}
         self._seen: dict[str, tuple[int, set[int]]] = {}
-        self._last_reply: dict[str, tuple[int, Reply]] = {}
+        self._last_reply: dict[str, tuple[tuple[int, ...], Reply]] = {}
         self._slice_ids = itertools.count(1)
         self.unknown_campaign_reports = 0
         #: (campaign id, unix s, p, state) after each control step; for reports and plots.
@@ -292,13 +292,14 @@ class BudgetService:
         """Apply a server's report; return directives and any new slices.
 
         Entries already applied (duplicates) are skipped; a message identical to the last
-        one from that server (same highest seq) gets the same reply, so a retry never
+        one from that server (same sequence numbers) gets the same reply, so a retry never
         doubles spend nor grants.
         """
         now = self._now()
-        top = max((e.seq for e in report.entries), default=-1)
+        seqs = tuple(e.seq for e in report.entries)
+        top = max(seqs, default=-1)
         cached = self._last_reply.get(report.server_id)
-        if cached is not None and top >= 0 and cached[0] == top:
+        if cached is not None and seqs and cached[0] == seqs:
             return cached[1]
         max_seq, seen = self._seen.get(report.server_id, (-1, set()))
         for entry in report.entries:
@@ -324,8 +325,8 @@ class BudgetService:
                 grants.append(g)
         reply = Reply(shard=self.shard, at=now, acked_through=max(top, max_seq if top >= 0 else -1),
                       directives=self.directives(now), grants=grants)
-        if top >= 0:
-            self._last_reply[report.server_id] = (top, reply)
+        if seqs:
+            self._last_reply[report.server_id] = (seqs, reply)
         return reply
 
     def _apply_spend(self, server_id: str, sp: CampaignSpend, t: float) -> CampaignDay | None:
