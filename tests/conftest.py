@@ -38,6 +38,8 @@ def pg_admin(pg_url: str) -> Iterator[Engine]:
             conn.execute(text("select 1"))
     except Exception as exc:  # any connection failure means "no PostgreSQL here"
         engine.dispose()
+        if os.environ.get("ADFUNNEL_REQUIRE_SERVICES"):
+            pytest.fail(f"PostgreSQL not reachable at {pg_url}: {exc}")
         pytest.skip(f"PostgreSQL not reachable at {pg_url}: {exc}")
     yield engine
     engine.dispose()

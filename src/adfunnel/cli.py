@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -60,31 +59,16 @@ def replay(
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
     from rich.progress import Progress
 
-    from adfunnel.sim.replay import Replayer, first_last, load_rows
-    from adfunnel.sim.server_proc import ServerProcess
+    from adfunnel.sim.replay import load_rows, run_replay
 
     rows = load_rows(limit)
-    first, last = first_last(rows)
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = None
-        if server is None:
-            url = database_url or f"sqlite:///{Path(tmp) / 'replay.sqlite3'}"
-            console.print(f"starting server ({url}) …")
-            proc = ServerProcess(url, clock="manual", log_path=Path(tmp) / "server.log",
-                                 extra_env={"ADFUNNEL_PCTR_PRIOR": str(pctr_prior)})
-            server = proc.url
-        replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed)
-        try:
-            replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})
-            replayer.create_campaigns(first)
-            with Progress(console=console, transient=False) as progress:
-                task = progress.add_task("replaying", total=len(rows))
-                replayer.replay(rows, lambda n: progress.advance(task, n))
-            result = replayer.report(first, last)
-        finally:
-            replayer.close()
-            if proc is not None:
-                proc.stop()
+    if server is None:
+        console.print("starting a server (embedded SQLite, manual clock) …")
+    with Progress(console=console) as progress:
+        task = progress.add_task("replaying", total=len(rows))
+        result = run_replay(rows, server=server, database_url=database_url, seed=seed,
+                            ctr_scale=ctr_scale, pctr_prior=pctr_prior, speed=speed,
+                            progress=lambda n: progress.advance(task, n))
     report.write_text(json.dumps(result, indent=2))
     print_replay_summary(result)
     console.print(f"report written to {report}")

@@ -35,8 +35,9 @@ def test_vienna_afternoon_daypart_in_summer_and_winter() -> None:
 
 
 def _campaign(start: date) -> Campaign:
-    return Campaign(1, 1, "c", Objective.CLICKS, BidType.CPC, 1_000_000, 100_000_000,
-                    "America/New_York", start)
+    return Campaign(
+        1, 1, "c", Objective.CLICKS, BidType.CPC, 1_000_000, 100_000_000, "America/New_York", start
+    )
 
 
 def test_dst_days_are_one_budget_day_each() -> None:
@@ -55,3 +56,21 @@ def test_flight_start_is_a_local_date() -> None:
     c = _campaign(date(2026, 11, 1))
     assert not in_flight(c, utc(2026, 11, 1, 3, 59))  # still Oct 31 in New York
     assert in_flight(c, utc(2026, 11, 1, 4, 0))
+
+
+def test_a_25_hour_day_gets_one_daily_budget() -> None:
+    """Charges across the whole 25-hour 2026-11-01 in New York share one daily budget."""
+    from adfunnel.billing.ledger import MemoryLedger
+    from adfunnel.billing.model import EventType, LedgerEvent
+
+    ledger = MemoryLedger()
+    start, end = day_bounds(date(2026, 11, 1), "America/New_York")
+    billed = []
+    for i, at in enumerate((start, start + timedelta(hours=12), end - timedelta(minutes=1))):
+        day = local_day(at, "America/New_York")
+        event = LedgerEvent(f"imp{i}", EventType.IMPRESSION, 1, 1, "p", "CPM", 400, at, day)
+        billed.append(ledger.record(event, daily_budget_micros=1_000).billed_micros)
+    assert billed == [400, 400, 200]  # the third hits the one budget of the long day
+    assert [t.day for t in ledger.day_totals(1, date(2026, 10, 31), date(2026, 11, 2))] == [
+        date(2026, 11, 1)
+    ]

@@ -13,7 +13,6 @@ trailing columns that are ignored)::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path

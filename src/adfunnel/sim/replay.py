@@ -68,12 +68,12 @@ def plans() -> list[CampaignPlan]:
         CampaignPlan("2261", "CPC", 6.0, {"attr": "interests", "in": ["10063", "10006"]}),
         CampaignPlan("2821", "CPC", 3.0, {"attr": "slot_size", "in": ["300x250", "336x280"]}),
         CampaignPlan("2997", "CPC", 500.0, {"attr": "exchange", "in": ["1"]}),
-        CampaignPlan("3358", "CPM", 0.4, {"all": [
+        CampaignPlan("3358", "CPM", 0.05, {"all": [
             {"attr": "exchange", "not_in": ["3"]},
             {"attr": "interests", "in": ["10110", "10083", "10059"]}]}),
         CampaignPlan("3386", "CPM", 500.0, {"attr": "slot_size", "in": banners}),
         CampaignPlan("3427", "CPC", 500.0, {"not": {"attr": "geo.city", "in": cities_b}}),
-        CampaignPlan("3476", "CPM", 0.3, {"all": [
+        CampaignPlan("3476", "CPM", 0.05, {"all": [
             {"attr": "os", "in": ["windows"]}, {"attr": "browser", "in": ["chrome"]}]}),
     ]
 
@@ -266,6 +266,48 @@ def ad_request(row: LogRow) -> dict[str, Any]:
     }
 
 
+def run_replay(
+    rows: list[LogRow],
+    *,
+    server: str | None = None,
+    database_url: str | None = None,
+    seed: int = 7,
+    ctr_scale: float = 3.0,
+    pctr_prior: float = 0.0005,
+    speed: float | None = None,
+    progress: Callable[[int], None] | None = None,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    """Replay ``rows`` against ``server``, or against a server started here, and report.
+
+    The started server uses ``database_url`` (default: a SQLite file in ``workdir`` or a
+    temporary directory), a manual clock, and ``pctr_prior`` as its prior click rate.
+    """
+    import tempfile
+
+    from adfunnel.sim.server_proc import ServerProcess
+
+    first, last = first_last(rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = workdir or Path(tmp)
+        proc = None
+        if server is None:
+            url = database_url or f"sqlite:///{work / 'replay.sqlite3'}"
+            proc = ServerProcess(url, clock="manual", log_path=work / "server.log",
+                                 extra_env={"ADFUNNEL_PCTR_PRIOR": str(pctr_prior)})
+            server = proc.url
+        replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed)
+        try:
+            replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})
+            replayer.create_campaigns(first)
+            replayer.replay(rows, progress)
+            return replayer.report(first, last)
+        finally:
+            replayer.close()
+            if proc is not None:
+                proc.stop()
+
+
 def load_rows(limit: int | None = None, data_root: Path | None = None) -> list[LogRow]:
     rows = read_log(default_logs(data_root))
     return rows[:limit] if limit else rows
@@ -279,4 +321,5 @@ def utc(dt: datetime) -> datetime:
     return dt.astimezone(UTC)
 
 
-__all__ = ["ADVERTISERS", "Replayer", "ad_request", "first_last", "load_rows", "plans"]
+__all__ = ["ADVERTISERS", "Replayer", "ad_request", "first_last", "load_rows", "plans",
+           "run_replay"]
