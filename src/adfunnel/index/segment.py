@@ -4,10 +4,10 @@ A :class:`Segment` is an immutable inverted index over conjunctions in the layou
 Whang et al., "Indexing Boolean Expressions" (VLDB 2009), stored as numpy arrays
 (no Python object per ad or per conjunction):
 
-- Conjunctions are numbered by (size K, static score descending, ad id ascending),
-  so each K forms one contiguous id range (the paper's size partitions) and inside
-  it ids run best ad first. The K = 0 range is the paper's Z entry: a conjunction
-  with no ``∈`` term is a candidate for every request.
+- Conjunctions are numbered by (score band, size K, static score descending, ad id
+  ascending). Inside each band every K forms one contiguous id range (the paper's
+  size partitions); the K = 0 range is the paper's Z entry: a conjunction with no
+  ``∈`` term is a candidate for every request.
 - ``∈`` postings: per key (attribute, value) a sorted ``uint32`` array of
   ``conj_id << 5 | slot``, where ``slot`` (0..K-1) is the term's position in its
   conjunction. A conjunction matches when all K slots are hit by the request's keys.
@@ -17,11 +17,16 @@ All postings live in two flat arrays with per-key offsets (CSR).
 
 Score bands (reading long lists only as far as needed): band 0 holds the
 ``FIRST_WINDOW`` best conjunctions of the segment by static score, band 1 the next
-``2 * FIRST_WINDOW``, and so on, doubling. ``band_bounds[K, b]`` is where band b
-starts inside size group K, and ``band_off[key, K, b]`` where it starts inside the
-key's posting list. A query reads band by band across all size groups and stops
-after the first band that leaves more than ``limit`` distinct matching ads: every
-ad not read then scores below every ad read.
+``2 * FIRST_WINDOW``, and so on, doubling; a band is one contiguous id range, so it
+is one contiguous slice of every posting list (``band_off[key, b]``). A query reads
+band by band and stops after the first band that leaves more than ``limit``
+distinct matching ads: every ad not read then scores below every ad read.
+
+Matching one band (ids [B0, B1)): the request's posting slices are gathered; hits of
+keys of one attribute are de-duplicated; each conjunction's hits are counted, with
+a count array over the band when hits are dense or by sorting them when sparse;
+a conjunction whose count equals its K matches (K = 0: count 0), unless a ``∉``
+posting of the request names it.
 """
 
 from __future__ import annotations
@@ -37,11 +42,10 @@ from adfunnel.targeting.evaluate import RequestAttributes
 
 #: Bits of a posting entry that carry the term slot (MAX_IN_TERMS = 2**SLOT_BITS).
 SLOT_BITS = 5
+assert MAX_IN_TERMS <= 1 << SLOT_BITS, "a term slot must fit in SLOT_BITS"
 #: Most conjunctions one segment holds (conjunction ids use the other 27 bits).
 MAX_SEGMENT_CONJUNCTIONS = 1 << (32 - SLOT_BITS)
-#: One group size per possible K (0..MAX_IN_TERMS).
-N_GROUPS = MAX_IN_TERMS + 1
-#: Conjunction-id window first read in a large size group; it doubles until enough match.
+#: Conjunctions in the best score band; each next band is twice as large.
 FIRST_WINDOW = 1 << 15
 
 #: A window whose hits are this many times sparser than its width is counted by
@@ -225,61 +229,55 @@ class Segment:
         self.key_ids: dict[Key, int] = {k: i for i, k in enumerate(table.keys)}
         self.ad_ids = table.ad_ids
         self.scores = table.scores
-        order = np.lexsort(
-            (table.ad_ids[table.conj_ad], -table.scores[table.conj_ad], table.conj_k)
-        )
+        n_keys = len(table.keys)
+        # Score bands: cut b is the score of the (FIRST_WINDOW * 2**b)-th best conjunction.
+        score = table.scores[table.conj_ad]
+        desc = np.sort(score)[::-1]
+        cuts: list[float] = []
+        while FIRST_WINDOW * (1 << len(cuts)) < n_conj:
+            cuts.append(float(desc[FIRST_WINDOW * (1 << len(cuts)) - 1]))
+        del desc
+        self.n_bands = len(cuts) + 1
+        band = np.searchsorted(-np.array(cuts, dtype=np.float64), -score, side="left")
+        order = np.lexsort((table.ad_ids[table.conj_ad], -score, table.conj_k, band))
+        del score
+        band = band[order]
         rank = np.empty(n_conj, dtype=np.int64)
         rank[order] = np.arange(n_conj, dtype=np.int64)
-        #: int32[c]: ad row of each conjunction (ids in K, score, ad order).
+        #: int32[c]: ad row of each conjunction.
         self.conj_ad = table.conj_ad[order].astype(np.int32)
-        conj_k = table.conj_k[order]
-        conj_score = table.scores[table.conj_ad[order]]
-        #: bool[N_GROUPS]: the group holds a conjunction with two ∈ terms on one attribute.
-        self.group_dup = np.zeros(N_GROUPS, dtype=bool)
-        self.group_dup[np.unique(conj_k[table.conj_dup[order]])] = True
+        #: uint8[c]: K (number of ∈ terms) of each conjunction.
+        self.conj_k = table.conj_k[order]
+        dup = table.conj_dup[order]
         del order
+        #: int64[bands + 1]: first conjunction id of each band.
+        self.band_bounds = np.searchsorted(band, np.arange(self.n_bands + 1)).astype(np.int64)
+        #: bool[bands]: the band holds a conjunction with two ∈ terms on one attribute.
+        self.band_dup = np.zeros(self.n_bands, dtype=bool)
+        self.band_dup[np.unique(band[dup])] = True
+        del band, dup
+        #: int64[bands, 2]: the K = 0 (Z entry) id range inside each band.
+        self.band_z = np.empty((self.n_bands, 2), dtype=np.int64)
+        for b in range(self.n_bands):
+            b0, b1 = int(self.band_bounds[b]), int(self.band_bounds[b + 1])
+            self.band_z[b] = (b0, b0 + int(np.searchsorted(self.conj_k[b0:b1], 1)))
         # Ads ranked by (score descending, id ascending): ad_rank[row], rank_row[rank].
         self.rank_row = np.lexsort((table.ad_ids, -table.scores)).astype(np.int32)
         self.ad_rank = np.empty(len(table.ad_ids), dtype=np.int32)
         self.ad_rank[self.rank_row] = np.arange(len(table.ad_ids), dtype=np.int32)
-        #: int64[N_GROUPS + 1]: conjunction id range of each size K.
-        self.group_bounds = np.searchsorted(conj_k, np.arange(N_GROUPS + 1)).astype(np.int64)
-        self.groups = [
-            k for k in range(N_GROUPS) if self.group_bounds[k + 1] > self.group_bounds[k]
-        ]
-        n_keys = len(table.keys)
         enc = (rank[table.in_conj] << SLOT_BITS) | table.in_slot
         self.in_off, self.in_enc = _csr(table.in_key, enc, n_keys)
         del enc
         self.not_off, self.not_conj = _csr(table.not_key, rank[table.not_conj], n_keys)
         del rank
-        # Score bands: thresholds t_b = score of the (FIRST_WINDOW * 2**b)-th best conjunction.
-        n_groups = (self.groups[-1] + 1) if self.groups else 0
-        desc = np.sort(conj_score)[::-1]
-        cuts = []
-        while FIRST_WINDOW * (1 << len(cuts)) < n_conj:
-            cuts.append(desc[FIRST_WINDOW * (1 << len(cuts)) - 1])
-        del desc
-        n_bands = len(cuts) + 1
-        bounds = np.empty((n_groups, n_bands + 1), dtype=np.int64)
-        for k in range(n_groups):
-            g0, g1 = int(self.group_bounds[k]), int(self.group_bounds[k + 1])
-            neg = -conj_score[g0:g1]
-            bounds[k, 0], bounds[k, n_bands] = g0, g1
-            for b, t in enumerate(cuts):
-                bounds[k, b + 1] = g0 + np.searchsorted(neg, -t, side="right")
-        del conj_score
-        #: int64[K groups, bands + 1]: conjunction id where band b starts in size group K.
-        self.band_bounds = bounds
-        self.n_bands = n_bands
-        # band_off[key, K * (bands + 1) + b]: where that band starts in the key's ∈ list.
-        probe = (bounds.ravel() << SLOT_BITS).astype(np.uint64)
+        # band_off[key, b]: index in in_enc where band b starts in the key's ∈ list.
+        probe = (self.band_bounds << SLOT_BITS).astype(np.uint64)
         key_base = (np.arange(n_keys, dtype=np.uint64) << np.uint64(32))[:, None]
         probe = (key_base | probe[None, :]).ravel()
         pairs_key = np.repeat(np.arange(n_keys, dtype=np.uint64), np.diff(self.in_off))
         flat = (pairs_key << np.uint64(32)) | self.in_enc.astype(np.uint64)
         del pairs_key
-        self.band_off = np.searchsorted(flat, probe).reshape(n_keys, bounds.size)
+        self.band_off = np.searchsorted(flat, probe).reshape(n_keys, self.n_bands + 1)
         del flat
 
     @classmethod
@@ -302,13 +300,13 @@ class Segment:
             self.ad_rank,
             self.rank_row,
             self.conj_ad,
+            self.conj_k,
             self.in_off,
             self.in_enc,
             self.not_off,
             self.not_conj,
             self.band_off,
             self.band_bounds,
-            self.group_bounds,
         )
         return sum(a.nbytes for a in arrays)
 
@@ -323,14 +321,14 @@ class Segment:
         not_key = np.repeat(np.arange(len(self.keys), dtype=np.int64), np.diff(self.not_off))
         not_conj = self.not_conj.astype(np.int64)
         mn = keep_conj[not_conj]
-        conj_k = np.repeat(np.arange(N_GROUPS, dtype=np.uint8), np.diff(self.group_bounds))
+        dup = np.repeat(self.band_dup, np.diff(self.band_bounds))
         return ConjTable(
             keys=list(self.keys),
             ad_ids=self.ad_ids[alive],
             scores=self.scores[alive],
             conj_ad=new_ad[self.conj_ad[keep_conj]],
-            conj_k=conj_k[keep_conj],
-            conj_dup=self.group_dup[conj_k][keep_conj],
+            conj_k=self.conj_k[keep_conj],
+            conj_dup=dup[keep_conj],
             in_conj=new_conj[in_conj[m]],
             in_slot=(self.in_enc[m] & ((1 << SLOT_BITS) - 1)).astype(np.uint8),
             in_key=in_key[m],
@@ -362,56 +360,43 @@ class Segment:
     ) -> np.ndarray:
         """Ranks (see ``ad_rank``) of live ads matched by the request keys ``kids``.
 
-        Reads score band by score band across every size group and stops after
-        the first band that leaves more than ``want`` distinct ads, so the result
-        holds every ad among the best ``want`` matching ones, and more than
-        ``want`` ads exactly when more matched. ``spans``: as from
-        :meth:`key_ids_of`. Returns sorted, distinct int32 ranks (best first).
+        Reads band by band (best scores first) and stops after the first band that
+        leaves more than ``want`` distinct ads, so the result holds every ad among
+        the best ``want`` matching ones, and more than ``want`` ads exactly when
+        more matched. ``spans``: as from :meth:`key_ids_of`. Returns sorted,
+        distinct int32 ranks (best first).
         """
-        if not self.groups:
+        if not self.n_conjunctions:
             return _EMPTY32
-        nb1 = self.n_bands + 1
         offs = self.band_off[kids]
         attr_of = np.full(len(kids), -1, dtype=np.int64)
         for i, (a, b) in enumerate(spans):
             attr_of[a:b] = i
         not_lo, not_hi = self.not_off[kids], self.not_off[kids + 1]
-        has_not = not_hi > not_lo
-        not_lists = [
-            self.not_conj[a:b] for a, b in zip(not_lo[has_not], not_hi[has_not], strict=True)
-        ]
+        negs = [self.not_conj[a:b] for a, b in zip(not_lo, not_hi, strict=True) if b > a]
+        neg_all = np.sort(np.concatenate(negs)) if len(negs) > 1 else (negs[0] if negs else None)
         found: list[np.ndarray] = []
         n_found = 0
         ranks = _EMPTY32
         for b in range(self.n_bands):
-            for k in self.groups:
-                w0, w1 = int(self.band_bounds[k, b]), int(self.band_bounds[k, b + 1])
-                if w0 == w1:
-                    continue
-                singles: list[np.ndarray] = []
-                multis: list[list[np.ndarray]] = [[] for _ in spans]
-                if k > 0:
-                    c = k * nb1 + b
-                    lo, hi = offs[:, c], offs[:, c + 1]
-                    present = np.flatnonzero(hi > lo)
-                    if int((hi - lo)[present].sum()) < k:
-                        continue
-                    for i in present.tolist():
-                        p = self.in_enc[lo[i] : hi[i]]
-                        if attr_of[i] < 0:
-                            singles.append(p)
-                        else:
-                            multis[attr_of[i]].append(p)
-                cand = self._window(
-                    k, w0, w1, singles, [m for m in multis if m], bool(self.group_dup[k])
-                )
-                if len(cand) and not_lists:
-                    cand = _reject(cand, w0, w1, not_lists)
-                rows = self.conj_ad[cand]
-                rows = rows[alive[rows]]
-                if len(rows):
-                    found.append(self.ad_rank[rows])
-                    n_found += len(rows)
+            b0, b1 = int(self.band_bounds[b]), int(self.band_bounds[b + 1])
+            lo, hi = offs[:, b], offs[:, b + 1]
+            singles: list[np.ndarray] = []
+            multis: list[list[np.ndarray]] = [[] for _ in spans]
+            for i in np.flatnonzero(hi > lo).tolist():
+                p = self.in_enc[lo[i] : hi[i]]
+                if attr_of[i] < 0:
+                    singles.append(p)
+                else:
+                    multis[attr_of[i]].append(p)
+            cand = self._band(b, b0, b1, singles, [m for m in multis if m])
+            if len(cand) and neg_all is not None:
+                cand = _reject(cand, neg_all)
+            rows = self.conj_ad[cand]
+            rows = rows[alive[rows]]
+            if len(rows):
+                found.append(self.ad_rank[rows])
+                n_found += len(rows)
             if n_found > want or b == self.n_bands - 1:
                 ranks = np.sort(np.concatenate(found)) if found else _EMPTY32
                 if len(ranks) > 1:
@@ -421,60 +406,57 @@ class Segment:
                 found, n_found = [ranks], len(ranks)
         return ranks
 
-    def _window(
+    def _band(
         self,
-        k: int,
-        w0: int,
-        w1: int,
+        b: int,
+        b0: int,
+        b1: int,
         singles: list[np.ndarray],
         multis: list[list[np.ndarray]],
-        dup: bool,
     ) -> np.ndarray:
-        """Conjunction ids in [w0, w1) of size group ``k`` whose k ``∈`` slots are all hit."""
-        if k == 0:
-            return np.arange(w0, w1, dtype=np.int64)
+        """Conjunction ids in band ``b`` ([b0, b1)) whose K ``∈`` slots are all hit."""
+        z0, z1 = int(self.band_z[b, 0]), int(self.band_z[b, 1])
         m = sum(len(p) for p in singles) + sum(len(p) for ps in multis for p in ps)
-        if m < k:
-            return _EMPTY
-        width = w1 - w0
-        if dup or m * SORT_PATH_RATIO < width:
+        if m == 0:
+            return np.arange(z0, z1, dtype=np.int64)
+        width = b1 - b0
+        if self.band_dup[b] or m * SORT_PATH_RATIO < width:
             # sort path: exact for any conjunction (several slots on one attribute too)
             parts = singles + [p for ps in multis for p in ps]
             enc = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
             if multis and len(enc) > 1:
                 enc = enc[np.concatenate(([True], enc[1:] != enc[:-1]))]
             conj = (enc >> SLOT_BITS).astype(np.int64)
-            if k == 1:
-                return conj
-            n = len(conj) - k + 1
-            return conj[:n][conj[k - 1 :] == conj[:n]] if n > 0 else _EMPTY
-        # counting path: one slot per attribute in this group, so count distinct attributes
+            starts = np.flatnonzero(np.concatenate(([True], conj[1:] != conj[:-1])))
+            uniq = conj[starts]
+            hits = np.diff(np.append(starts, len(conj)))
+            matched = uniq[hits == self.conj_k[uniq]]
+            return np.concatenate((np.arange(z0, z1, dtype=np.int64), matched))
+        # counting path: one slot per attribute in this band, so count distinct attributes
         if singles:
             flat = np.concatenate(singles) if len(singles) > 1 else singles[0]
-            counts = np.bincount((flat >> SLOT_BITS).astype(np.int64) - w0, minlength=width)
+            counts = np.bincount((flat >> SLOT_BITS).astype(np.int64) - b0, minlength=width)
         else:
             counts = np.zeros(width, dtype=np.int64)
         for ps in multis:
             hit = np.zeros(width, dtype=bool)
             for p in ps:
-                hit[(p >> SLOT_BITS).astype(np.int64) - w0] = True
+                hit[(p >> SLOT_BITS).astype(np.int64) - b0] = True
             counts += hit
-        return np.flatnonzero(counts == k) + w0
+        return np.flatnonzero(counts == self.conj_k[b0:b1]) + b0
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY32 = np.zeros(0, dtype=np.int32)
 
 
-def _reject(cand: np.ndarray, w0: int, w1: int, not_lists: list[np.ndarray]) -> np.ndarray:
-    """``cand`` (sorted conjunction ids in [w0, w1)) less those hit by a ``∉`` posting."""
+def _reject(cand: np.ndarray, neg_all: np.ndarray) -> np.ndarray:
+    """``cand`` (sorted conjunction ids) less those in ``neg_all`` (sorted ∉ hits)."""
     lo, hi = int(cand[0]), int(cand[-1]) + 1
-    negs = [p[np.searchsorted(p, lo) : np.searchsorted(p, hi)] for p in not_lists]
-    negs = [p for p in negs if len(p)]
-    if not negs:
+    neg = neg_all[np.searchsorted(neg_all, lo) : np.searchsorted(neg_all, hi)]
+    if not len(neg):
         return cand
-    neg = np.concatenate(negs) if len(negs) > 1 else negs[0]
-    if len(cand) == w1 - w0 or len(neg) * 8 > len(cand):
+    if len(neg) * 8 > len(cand) or hi - lo < 4 * len(cand):
         mask = np.ones(hi - lo, dtype=bool)
         mask[neg.astype(np.int64) - lo] = False
         return cand[mask[cand - lo]]
