@@ -164,7 +164,12 @@ class ConjunctionIndex:
         builder = TableBuilder()
         by_id: dict[int, tuple[Expr, int]] = {}
         by_value: dict[Expr, int] = {}
-        add, template = builder.add, builder.template
+        template = builder.template
+        add_id, add_score, add_tmpl = (
+            builder.ad_ids.append,
+            builder.scores.append,
+            builder.ad_tmpl.append,
+        )
         for ad_id, expr, score in ads:
             hit = by_id.get(id(expr))
             if hit is not None and hit[0] is expr:
@@ -174,7 +179,9 @@ class ConjunctionIndex:
                 if t is None:
                     t = by_value[expr] = template(compile_dnf(expr))
                 by_id[id(expr)] = (expr, t)
-            add(ad_id, t, score)
+            add_id(ad_id)
+            add_score(score)
+            add_tmpl(t)
         table = builder.table()
         if len(np.unique(table.ad_ids)) != len(table.ad_ids):
             raise ValueError("duplicate ad ids in build()")

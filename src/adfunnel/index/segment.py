@@ -69,11 +69,11 @@ class ConjTable:
     conj_ad: np.ndarray  # int64[c], row into ad_ids
     conj_k: np.ndarray  # uint8[c], number of ∈ terms
     conj_dup: np.ndarray  # bool[c], two ∈ terms on one attribute
-    in_conj: np.ndarray  # int64[e]
+    in_conj: np.ndarray  # int32/int64[e]
     in_slot: np.ndarray  # uint8[e]
-    in_key: np.ndarray  # int64[e]
-    not_conj: np.ndarray  # int64[f]
-    not_key: np.ndarray  # int64[f]
+    in_key: np.ndarray  # int32/int64[e]
+    not_conj: np.ndarray  # int32/int64[f]
+    not_key: np.ndarray  # int32/int64[f]
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -160,7 +160,7 @@ class TableBuilder:
         in_src = _ranges(tc_in[conj_src], in_len)
         not_len = tc_not[conj_src + 1] - tc_not[conj_src]
         not_src = _ranges(tc_not[conj_src], not_len)
-        conj_ids = np.arange(len(conj_src), dtype=np.int64)
+        conj_ids = np.arange(len(conj_src), dtype=np.int32)
         return ConjTable(
             keys=list(self.keys),
             ad_ids=np.array(self.ad_ids, dtype=np.int64),
@@ -170,9 +170,9 @@ class TableBuilder:
             conj_dup=np.frombuffer(self._tc_dup, dtype=np.uint8)[conj_src].astype(bool),
             in_conj=np.repeat(conj_ids, in_len),
             in_slot=np.frombuffer(self._in_slot, dtype=np.uint8)[in_src],
-            in_key=np.frombuffer(self._in_key, dtype=np.int64)[in_src],
+            in_key=np.frombuffer(self._in_key, dtype=np.int64)[in_src].astype(np.int32),
             not_conj=np.repeat(conj_ids, not_len),
-            not_key=np.frombuffer(self._not_key, dtype=np.int64)[not_src],
+            not_key=np.frombuffer(self._not_key, dtype=np.int64)[not_src].astype(np.int32),
         )
 
 
@@ -265,7 +265,10 @@ class Segment:
         self.rank_row = np.lexsort((table.ad_ids, -table.scores)).astype(np.int32)
         self.ad_rank = np.empty(len(table.ad_ids), dtype=np.int32)
         self.ad_rank[self.rank_row] = np.arange(len(table.ad_ids), dtype=np.int32)
-        enc = (rank[table.in_conj] << SLOT_BITS) | table.in_slot
+        rank = rank.astype(np.uint32)
+        enc = rank[table.in_conj]
+        enc <<= np.uint32(SLOT_BITS)
+        enc |= table.in_slot
         self.in_off, self.in_enc = _csr(table.in_key, enc, n_keys)
         del enc
         self.not_off, self.not_conj = _csr(table.not_key, rank[table.not_conj], n_keys)
