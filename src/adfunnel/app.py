@@ -28,6 +28,7 @@ from adfunnel.db import make_engine
 from adfunnel.index import AdIndex, ScanIndex
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
+from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
 from adfunnel.serving.decision_log import DecisionLog
 from adfunnel.serving.funnel import Decider
 from adfunnel.serving.http import ServingEndpoints, error_response
@@ -50,8 +51,14 @@ class Runtime:
     decider: Decider
     tracker: Tracker
     decisions: DecisionLog
+    feed: ChangeFeed
+
+    def ready(self) -> bool:
+        """True while the catalog follows the change log closely enough to decide."""
+        return self.feed.ready()
 
     def close(self) -> None:
+        self.feed.stop()
         self.engine.dispose()
 
 
@@ -68,8 +75,14 @@ def make_clock(settings: Settings) -> Clock:
     return ManualClock() if settings.clock == "manual" else SystemClock()
 
 
-def build_runtime(settings: Settings, clock: Clock | None = None, seed: int | None = None) -> Runtime:
-    """Open the database (migrating it to head), load the catalog and wire the planes."""
+def build_runtime(
+    settings: Settings, clock: Clock | None = None, seed: int | None = None, *, feed: bool = True
+) -> Runtime:
+    """Open the database (migrating it to head), load the catalog and wire the planes.
+
+    With ``feed`` a background thread tails the change log, so writes made by other
+    processes reach this one; writes made here are applied at once as well.
+    """
     clock = clock or make_clock(settings)
     engine = make_engine(settings.database_url)
     upgrade(engine)
@@ -77,7 +90,11 @@ def build_runtime(settings: Settings, clock: Clock | None = None, seed: int | No
     ledger = SqlLedger(engine)
     catalog = Catalog(make_index(), prior_pctr=settings.pctr_prior)
     catalog.load(Snapshot(*store.snapshot()))
-    store.subscribe(catalog.apply)
+    store.subscribe(catalog.apply_local)
+    change_feed = ChangeFeed(store, catalog, poll_s=settings.change_poll_s,
+                             listen_dsn=libpq_dsn(settings.database_url))
+    if feed:
+        change_feed.start()
     gate = LocalSpendGate()
     _seed_billed(gate, ledger, catalog, clock.now())
     ctr = SmoothedCtr(settings.pctr_prior, settings.pctr_prior_strength)
@@ -91,7 +108,7 @@ def build_runtime(settings: Settings, clock: Clock | None = None, seed: int | No
     )
     tracker = Tracker(ledger, catalog, gate, ctr, clock, key)
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
-                   tracker, decisions)
+                   tracker, decisions, change_feed)
 
 
 def _seed_billed(gate: LocalSpendGate, ledger: Ledger, catalog: Catalog, now: datetime) -> None:
@@ -109,7 +126,7 @@ def build_app(rt: Runtime) -> FastAPI:
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s))
     serving = ServingEndpoints(rt.decider, rt.tracker, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
-                               max_body_bytes=s.max_body_bytes)
+                               max_body_bytes=s.max_body_bytes, ready=rt.ready)
     for route in serving.routes():
         app.router.routes.append(route)
 
@@ -117,8 +134,13 @@ def build_app(rt: Runtime) -> FastAPI:
         return JSONResponse({"status": "ok"})
 
     async def readyz(_: Request) -> Response:
-        return JSONResponse({"status": "ready", "change_log_position": rt.catalog.position,
-                             "ads": len(rt.catalog.index)})
+        ready = rt.ready()
+        body = {"status": "ready" if ready else "not_ready",
+                "change_log_position": rt.catalog.position,
+                "behind_s": round(rt.feed.behind_s(), 3),
+                "last_apply_lag_s": round(rt.feed.last_apply_lag_s, 3),
+                "ads": len(rt.catalog.index)}
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
@@ -149,3 +171,10 @@ def build_app(rt: Runtime) -> FastAPI:
     app.add_route("/v1/ledger/stats", ledger_stats, methods=["GET"])
     app.add_route("/v1/admin/clock", set_clock, methods=["PUT"])
     return app
+
+
+def create_app() -> FastAPI:
+    """App factory for ``uvicorn --factory`` workers: settings from ``ADFUNNEL_*``."""
+    from adfunnel.settings import load_settings
+
+    return build_app(build_runtime(load_settings()))

@@ -28,21 +28,42 @@ def serve(
     database_url: Annotated[str | None, typer.Option(help="sqlite:///file or postgresql://…")] = None,
     clock: Annotated[str | None, typer.Option(help="system, or manual (moved by PUT /v1/admin/clock).")] = None,
     token_secret: Annotated[str | None, typer.Option(help="HMAC key for tracking tokens (>= 32 chars).")] = None,
+    budget_service: Annotated[str | None, typer.Option(help="URL of the budget & pacing service (default: in-process).")] = None,
+    workers: Annotated[int, typer.Option(help="Ad-server processes sharing the port.")] = 1,
 ) -> None:
-    """Run every plane in one process (embedded default: SQLite, in-memory stores)."""
+    """Run the ad server (embedded default: every plane in one process, SQLite)."""
+    import os
+    import secrets
+
     import uvicorn
 
     from adfunnel.app import build_app, build_runtime
+    from adfunnel.campaigns.migrate import upgrade
 
+    flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
+             "token_secret": token_secret, "budget_service_url": budget_service}
+    settings = _settings_or_exit(**flags)
+    if workers <= 1:
+        uvicorn.run(build_app(build_runtime(settings)), host=settings.host, port=settings.port,
+                    log_level="warning", access_log=False)
+        return
+    # N processes: each worker builds its own runtime from the environment; they must
+    # share one token secret, and the schema is migrated once, here.
+    for key, value in flags.items():
+        if value is not None:
+            os.environ[f"ADFUNNEL_{key.upper()}"] = str(value)
+    os.environ.setdefault("ADFUNNEL_TOKEN_SECRET", secrets.token_hex(32))
+    upgrade(settings.database_url)
+    uvicorn.run("adfunnel.app:create_app", factory=True, workers=workers, host=settings.host,
+                port=settings.port, log_level="warning", access_log=False)
+
+
+def _settings_or_exit(**flags: object):
     try:
-        settings = load_settings(host=host, port=port, database_url=database_url, clock=clock,
-                                 token_secret=token_secret)
+        return load_settings(**flags)
     except SettingsError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
-    runtime = build_runtime(settings)
-    uvicorn.run(build_app(runtime), host=settings.host, port=settings.port,
-                log_level="warning", access_log=False)
 
 
 @app.command()

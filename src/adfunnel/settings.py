@@ -28,6 +28,7 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///adfunnel.sqlite3"
     redis_url: str | None = None
+    budget_service_url: str | None = None
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
     token_secret: str = Field(default_factory=lambda: secrets.token_hex(32), min_length=32)
     token_ttl_s: int = Field(default=3600, gt=0, le=86_400)
@@ -38,6 +39,7 @@ class Settings(BaseSettings):
     pctr_prior_strength: float = Field(default=1_000.0, gt=0)
     pcvr_prior: float = Field(default=0.01, gt=0, le=1)
     retrieval_limit: int = Field(default=10_000, gt=0)
+    change_poll_s: float = Field(default=0.25, gt=0, le=5)
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65_535)
 

@@ -67,6 +67,10 @@ MAX_CHANGES_PAGE = 10_000
 MAX_URL_LENGTH = 2048
 
 
+#: PostgreSQL NOTIFY channel carrying the seq of each committed change.
+CHANGE_CHANNEL = "adfunnel_changes"
+
+
 class StoreError(Exception):
     """Base of the campaign store's errors."""
 
@@ -474,6 +478,9 @@ class SqlCampaignStore:
                 committed_at=now,
             )
         ).inserted_primary_key[0]
+        if self._pg:  # delivered to listeners at commit; polling is the safety net
+            conn.execute(text("SELECT pg_notify(:channel, :seq)"),
+                         {"channel": CHANGE_CHANNEL, "seq": str(seq)})
         return ChangeRecord(int(seq), entity, record.id, record.version, record, now)
 
     def _notify(self, change: ChangeRecord) -> None:

@@ -63,11 +63,21 @@ class Catalog:
             self._apply_record(rec)
         self.position = max(self.position, snapshot.last_seq)
 
-    def apply(self, change: ChangeRecord) -> bool:
-        """Apply one change record; False when it was not newer than what is held."""
+    def apply(self, change: ChangeRecord, *, advance: bool = True) -> bool:
+        """Apply one change record; False when it was not newer than what is held.
+
+        ``advance`` moves the change-log position; only an in-order reader of the log
+        (the change feed) may advance it, so a record applied out of order (a local
+        write's callback) never makes the feed skip an earlier one.
+        """
         with self._lock:
-            self.position = max(self.position, change.seq)
+            if advance:
+                self.position = max(self.position, change.seq)
             return self._apply_record(change.record)
+
+    def apply_local(self, change: ChangeRecord) -> bool:
+        """Apply a change this process just committed, ahead of the feed."""
+        return self.apply(change, advance=False)
 
     def apply_all(self, changes: Iterable[ChangeRecord]) -> int:
         return sum(self.apply(c) for c in changes)

@@ -11,7 +11,7 @@ Errors are JSON ``{"error": ..., "fields": [{"field", "problem"}]}`` with a 4xx 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Callable
 
 from prometheus_client import Counter, Histogram
 from starlette.requests import Request
@@ -55,13 +55,14 @@ class ServingEndpoints:
         *,
         default_deadline_ms: int,
         max_body_bytes: int,
-        ready: Any = None,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
         self.decider = decider
         self.tracker = tracker
         self.log = log
         self.default_deadline_ms = default_deadline_ms
         self.max_body_bytes = max_body_bytes
+        self.ready = ready or (lambda: True)
 
     def routes(self) -> list[Route]:
         return [
@@ -73,6 +74,9 @@ class ServingEndpoints:
 
     async def select(self, request: Request) -> Response:
         start = monotonic_ms()
+        if not self.ready():
+            SELECT_OUTCOMES.labels("not_ready").inc()
+            return error_response(503, "not_ready", [("server", "behind the change log")])
         body = await read_limited(request, self.max_body_bytes)
         if body is None:
             REJECTED_REQUESTS.labels("select").inc()
