@@ -35,6 +35,9 @@ from adfunnel.clock import Clock
 
 #: Seconds without a reply after which every campaign of a shard is treated as metered.
 FAIL_CLOSED_AFTER_S = 60.0
+#: Seconds a metered campaign's last demand keeps a slice requested (low-rate campaigns
+#: would otherwise see every slice expire before their next request).
+DEMAND_MEMORY_S = 600.0
 #: Most unacknowledged entries kept per shard (older ones are merged into the newest).
 MAX_PENDING_ENTRIES = 300
 
@@ -97,6 +100,7 @@ class BudgetClient:
         self._slices: dict[int, list[HeldSlice]] = {}
         self._closed: list[list[SliceUse]] = [[] for _ in range(shards)]
         self._wants: set[int] = set()
+        self._demand: dict[int, tuple[float, int]] = {}  # cid -> (last metered demand, charge)
         self.stats = {"sent": 0, "replies": 0, "refused_no_slice": 0, "unsliced_serves": 0}
 
     # -- SpendGate ------------------------------------------------------------------------
@@ -110,6 +114,7 @@ class BudgetClient:
                 return None
             if state is BudgetState.STOPPED:
                 return BUDGET_EXHAUSTED
+            self._demand[cid] = (t, max_charge_micros)
             s = self._slice_with_room(cid, t, max_charge_micros)
             if s is not None:
                 return None
@@ -181,6 +186,12 @@ class BudgetClient:
                 per_shard[cid % self.shards].append(CampaignSpend(
                     cid, day.isoformat(), a.open, a.sliced, a.demand, a.charges))
             self._acc.clear()
+            for cid, (at, charge) in list(self._demand.items()):
+                if now - at > DEMAND_MEMORY_S:
+                    del self._demand[cid]
+                elif (self._effective_state(cid, now) is BudgetState.METERED
+                      and self._slice_with_room(cid, now, charge) is None):
+                    self._wants.add(cid)
             wants: list[list[int]] = [[] for _ in range(self.shards)]
             for cid in self._wants:
                 wants[cid % self.shards].append(cid)

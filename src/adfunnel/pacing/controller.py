@@ -129,7 +129,7 @@ def step(
     ratio = max(desired, floor) / max(spend_avg, floor)
     volume = max(0.0, charges)
     g = gains.kp * volume / (volume + gains.volume_ref)
-    if spend_avg <= 0.0 and desired > floor:
+    if spend <= 0.0 and charges <= 0 and desired > floor and spend_avg < desired:
         g = max(g, gains.kp * 0.5)  # nothing served at all: move up regardless of volume
     p_new = state.p * math.exp(g * math.log(ratio)) if ratio > 0 else state.p
     p = clamp_step(state.p, p_new)
