@@ -268,10 +268,8 @@ def _ads(exprs: list[Expr], n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return gen.integers(0, len(exprs), size=n), gen.lognormal(0.0, 1.0, size=n)
 
 
-def _stream(exprs: list[Expr], tmpl: np.ndarray, scores: np.ndarray, n: int) -> Iterator[Any]:
-    return zip(
-        range(n), map(exprs.__getitem__, tmpl[:n].tolist()), scores[:n].tolist(), strict=True
-    )
+def _stream(exprs: list[Expr], tmpl: list[int], scores: list[float], n: int) -> Iterator[Any]:
+    return zip(range(n), map(exprs.__getitem__, tmpl[:n]), scores[:n], strict=True)
 
 
 def _time_queries(
@@ -309,7 +307,9 @@ def run_index_bench(
         exprs, reqs = _paper(rng, n_templates, queries)
     else:
         exprs, reqs, source = _real(rng, n_templates, queries, data_dir)
-    tmpl, scores = _ads(exprs, ads, seed)
+    tmpl_arr, scores_arr = _ads(exprs, ads, seed)
+    tmpl, scores = tmpl_arr.tolist(), scores_arr.tolist()
+    del tmpl_arr, scores_arr
 
     index = ConjunctionIndex()
     gc.collect()

@@ -213,6 +213,16 @@ def _csr(keys: np.ndarray, values: np.ndarray, n_keys: int) -> tuple[np.ndarray,
     return off, (pairs & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 
+def _band_offsets(off: np.ndarray, values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per key, where each of ``bounds`` falls in the key's sorted slice of ``values``."""
+    out = np.empty((len(off) - 1, len(bounds)), dtype=np.int64)
+    probe = bounds.astype(values.dtype)
+    for k in range(len(off) - 1):
+        a, b = int(off[k]), int(off[k + 1])
+        out[k] = a + np.searchsorted(values[a:b], probe)
+    return out
+
+
 class Segment:
     """An immutable conjunction index over a set of ads (see module docstring).
 
@@ -273,15 +283,9 @@ class Segment:
         del enc
         self.not_off, self.not_conj = _csr(table.not_key, rank[table.not_conj], n_keys)
         del rank
-        # band_off[key, b]: index in in_enc where band b starts in the key's ∈ list.
-        probe = (self.band_bounds << SLOT_BITS).astype(np.uint64)
-        key_base = (np.arange(n_keys, dtype=np.uint64) << np.uint64(32))[:, None]
-        probe = (key_base | probe[None, :]).ravel()
-        pairs_key = np.repeat(np.arange(n_keys, dtype=np.uint64), np.diff(self.in_off))
-        flat = (pairs_key << np.uint64(32)) | self.in_enc.astype(np.uint64)
-        del pairs_key
-        self.band_off = np.searchsorted(flat, probe).reshape(n_keys, self.n_bands + 1)
-        del flat
+        #: int64[keys, bands + 1]: index in in_enc / not_conj where band b starts in a key's list.
+        self.band_off = _band_offsets(self.in_off, self.in_enc, self.band_bounds << SLOT_BITS)
+        self.not_band_off = _band_offsets(self.not_off, self.not_conj, self.band_bounds)
 
     @classmethod
     def build(cls, table: ConjTable) -> Segment:
@@ -309,6 +313,7 @@ class Segment:
             self.not_off,
             self.not_conj,
             self.band_off,
+            self.not_band_off,
             self.band_bounds,
         )
         return sum(a.nbytes for a in arrays)
@@ -375,9 +380,7 @@ class Segment:
         attr_of = np.full(len(kids), -1, dtype=np.int64)
         for i, (a, b) in enumerate(spans):
             attr_of[a:b] = i
-        not_lo, not_hi = self.not_off[kids], self.not_off[kids + 1]
-        negs = [self.not_conj[a:b] for a, b in zip(not_lo, not_hi, strict=True) if b > a]
-        neg_all = np.sort(np.concatenate(negs)) if len(negs) > 1 else (negs[0] if negs else None)
+        noffs = self.not_band_off[kids]
         found: list[np.ndarray] = []
         n_found = 0
         ranks = _EMPTY32
@@ -393,8 +396,11 @@ class Segment:
                 else:
                     multis[attr_of[i]].append(p)
             cand = self._band(b, b0, b1, singles, [m for m in multis if m])
-            if len(cand) and neg_all is not None:
-                cand = _reject(cand, neg_all)
+            if len(cand):
+                nlo, nhi = noffs[:, b], noffs[:, b + 1]
+                negs = [self.not_conj[nlo[i] : nhi[i]] for i in np.flatnonzero(nhi > nlo).tolist()]
+                if negs:
+                    cand = _reject(cand, np.concatenate(negs) if len(negs) > 1 else negs[0])
             rows = self.conj_ad[cand]
             rows = rows[alive[rows]]
             if len(rows):
@@ -453,14 +459,12 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY32 = np.zeros(0, dtype=np.int32)
 
 
-def _reject(cand: np.ndarray, neg_all: np.ndarray) -> np.ndarray:
-    """``cand`` (sorted conjunction ids) less those in ``neg_all`` (sorted ∉ hits)."""
+def _reject(cand: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    """``cand`` (sorted conjunction ids) less those in ``neg`` (∉ hits of the same band)."""
     lo, hi = int(cand[0]), int(cand[-1]) + 1
-    neg = neg_all[np.searchsorted(neg_all, lo) : np.searchsorted(neg_all, hi)]
-    if not len(neg):
-        return cand
     if len(neg) * 8 > len(cand) or hi - lo < 4 * len(cand):
         mask = np.ones(hi - lo, dtype=bool)
+        neg = neg[(neg >= lo) & (neg < hi)]
         mask[neg.astype(np.int64) - lo] = False
         return cand[mask[cand - lo]]
     return cand[~np.isin(cand, neg)]
