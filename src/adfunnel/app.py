@@ -19,7 +19,8 @@ from starlette.responses import JSONResponse, Response
 
 from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.sql_ledger import SqlLedger
-from adfunnel.budget.gate import LocalSpendGate
+from adfunnel.budget.gate import LocalSpendGate, SpendGate
+from adfunnel.budget.process import ReportingBudgetClient
 from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.store import SqlCampaignStore
@@ -46,7 +47,7 @@ class Runtime:
     store: SqlCampaignStore
     ledger: Ledger
     catalog: Catalog
-    gate: LocalSpendGate
+    gate: SpendGate
     ctr: SmoothedCtr
     decider: Decider
     tracker: Tracker
@@ -59,6 +60,8 @@ class Runtime:
 
     def close(self) -> None:
         self.feed.stop()
+        if isinstance(self.gate, ReportingBudgetClient):
+            self.gate.stop()
         self.engine.dispose()
 
 
@@ -95,8 +98,7 @@ def build_runtime(
                              listen_dsn=libpq_dsn(settings.database_url))
     if feed:
         change_feed.start()
-    gate = LocalSpendGate()
-    _seed_billed(gate, ledger, catalog, clock.now())
+    gate = make_gate(settings, ledger, catalog, clock)
     ctr = SmoothedCtr(settings.pctr_prior, settings.pctr_prior_strength)
     key = settings.token_secret.encode()
     decisions = DecisionLog()
@@ -109,6 +111,18 @@ def build_runtime(
     tracker = Tracker(ledger, catalog, gate, ctr, clock, key)
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
                    tracker, decisions, change_feed)
+
+
+def make_gate(settings: Settings, ledger: Ledger, catalog: Catalog, clock: Clock) -> SpendGate:
+    """The spend gate: committed spend held in this process (embedded), or the budget
+    client of the budget & pacing service (fleet, ``budget_service_url``)."""
+    if settings.budget_service_url:
+        client = ReportingBudgetClient(clock, settings.budget_service_url.split(","))
+        client.start()
+        return client
+    gate = LocalSpendGate()
+    _seed_billed(gate, ledger, catalog, clock.now())
+    return gate
 
 
 def _seed_billed(gate: LocalSpendGate, ledger: Ledger, catalog: Catalog, now: datetime) -> None:

@@ -36,10 +36,12 @@ _billed_decoder = msgspec.json.Decoder(list[BilledUpdate])
 _reply_decoder = msgspec.json.Decoder(Reply)
 
 
-def create_app(service: BudgetService, *, control_loop_s: float | None = None) -> Starlette:
+def create_app(service: BudgetService, *, control_loop_s: float | None = None,
+               lock: threading.Lock | None = None) -> Starlette:
     """The Starlette app of one shard. With ``control_loop_s`` the app runs
-    ``service.step()`` every that many seconds while it is up."""
-    lock = threading.Lock()
+    ``service.step()`` every that many seconds while it is up. ``lock`` serialises
+    every use of ``service`` (pass the one other threads of the process use too)."""
+    lock = lock or threading.Lock()
 
     async def report(request: Request) -> Response:
         try:

@@ -211,7 +211,8 @@ class Decider:
         )
         self.gate.record_served(
             Served(c.id, local_day(now, c.time_zone), claims.impression_id,
-                   expected_cost(win.candidate, charge), float(claims.expires_at))
+                   expected_cost(win.candidate, charge), float(claims.expires_at),
+                   max_charge_micros=charge)
         )
         return Placed(win, ad, c, charge, sign(claims, self.token_key))
 

@@ -1,4 +1,4 @@
-"""Start and stop a real ``adfunnel serve`` process for the replay and end-to-end tests."""
+"""Start and stop real ``adfunnel`` processes for the replay, the fleet and end-to-end tests."""
 
 from __future__ import annotations
 
@@ -18,37 +18,45 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class ServerProcess:
-    """A child ``python -m adfunnel serve`` on a free loopback port.
+class ManagedProcess:
+    """A child ``python -m adfunnel <args> --port P`` on a free loopback port, waited for
+    until ``health_path`` answers 200.
 
     Raises:
-        RuntimeError: when the server does not answer ``/healthz`` within ``timeout_s``.
+        RuntimeError: when the process does not become healthy within ``timeout_s``.
     """
 
-    def __init__(self, database_url: str, *, clock: str = "manual", extra_env: dict[str, str]
-                 | None = None, log_path: Path | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(self, args: list[str], *, health_path: str = "/healthz",
+                 extra_env: dict[str, str] | None = None, log_path: Path | None = None,
+                 timeout_s: float = 60.0) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, **(extra_env or {})}
-        cmd = [sys.executable, "-m", "adfunnel", "serve", "--host", "127.0.0.1",
-               "--port", str(self.port), "--database-url", database_url, "--clock", clock]
+        cmd = [sys.executable, "-m", "adfunnel", *args, "--host", "127.0.0.1",
+               "--port", str(self.port)]
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-        self._wait(timeout_s)
+        self._wait(health_path, timeout_s)
 
-    def _wait(self, timeout_s: float) -> None:
+    def _wait(self, health_path: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}")
+                raise RuntimeError(f"process exited with {self.proc.returncode}")
             try:
-                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
+                if httpx.get(self.url + health_path, timeout=1.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError("server did not become healthy in time")
+        raise RuntimeError("process did not become healthy in time")
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no clean shutdown."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -60,8 +68,18 @@ class ServerProcess:
         if hasattr(self._log, "close"):
             self._log.close()
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> ManagedProcess:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+class ServerProcess(ManagedProcess):
+    """A child ``adfunnel serve`` (every plane in one process) on ``database_url``."""
+
+    def __init__(self, database_url: str, *, clock: str = "manual",
+                 extra_env: dict[str, str] | None = None, log_path: Path | None = None,
+                 timeout_s: float = 60.0) -> None:
+        super().__init__(["serve", "--database-url", database_url, "--clock", clock],
+                         extra_env=extra_env, log_path=log_path, timeout_s=timeout_s)

@@ -1,0 +1,159 @@
+"""The budget & pacing service as its own process, and the ad server's side of it.
+
+``BudgetServiceProcess`` runs one shard of :class:`BudgetService` next to two feeders:
+
+- campaign records from the change log (``upsert_campaign``), so budget edits, pauses
+  and new campaigns reach the service like they reach ad servers;
+- billed spend from the ledger every ``billed_every_s`` seconds (≤ 10 s, DESIGN.md):
+  cumulative billed micros per campaign and local day, replacing the estimates served
+  before the watermark ``now - billing_lag_s``.
+
+``ReportingBudgetClient`` is an ad server's :class:`BudgetClient` plus the thread that
+reports once a second over HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import date
+
+from sqlalchemy import Engine
+
+from adfunnel.billing.ledger import Ledger
+from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.http import HttpReportTransport, create_app
+from adfunnel.budget.protocol import BilledUpdate
+from adfunnel.budget.service import BudgetService
+from adfunnel.campaigns.model import Campaign
+from adfunnel.campaigns.schedule import local_day
+from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.clock import Clock
+
+log = logging.getLogger(__name__)
+
+
+class BudgetServiceProcess:
+    """One shard with its change-log and ledger feeders (threads sharing one lock)."""
+
+    def __init__(
+        self,
+        store: SqlCampaignStore,
+        ledger: Ledger,
+        clock: Clock,
+        *,
+        shard: int = 0,
+        shards: int = 1,
+        control_interval_s: float = 10.0,
+        billed_every_s: float = 5.0,
+        billing_lag_s: float = 60.0,
+        poll_s: float = 0.25,
+        engine: Engine | None = None,
+    ) -> None:
+        self.store = store
+        self.ledger = ledger
+        self.clock = clock
+        self.engine = engine
+        self.service = BudgetService(clock, shard=shard, shards=shards,
+                                     control_interval_s=control_interval_s)
+        self.lock = threading.Lock()
+        self.control_interval_s = control_interval_s
+        self.billed_every_s = billed_every_s
+        self.billing_lag_s = billing_lag_s
+        self.poll_s = poll_s
+        self.position = 0
+        self._campaigns: dict[int, Campaign] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def app(self):  # noqa: ANN201 - a Starlette app
+        return create_app(self.service, control_loop_s=self.control_interval_s, lock=self.lock)
+
+    def load(self) -> None:
+        _, campaigns, _, last_seq = self.store.snapshot()
+        with self.lock:
+            for c in campaigns:
+                self._upsert(c)
+            self.position = last_seq
+
+    def poll_changes(self) -> int:
+        changes = self.store.changes_since(self.position, 1000)
+        with self.lock:
+            for ch in changes:
+                if isinstance(ch.record, Campaign):
+                    self._upsert(ch.record)
+                self.position = max(self.position, ch.seq)
+        return len(changes)
+
+    def feed_billed(self) -> int:
+        """Send every owned campaign's billed total of its current local day."""
+        now = self.clock.now()
+        by_day: dict[date, dict[int, int]] = {}
+        updates = []
+        for cid, c in list(self._campaigns.items()):
+            if not self.service.owns(cid):
+                continue
+            day = local_day(now, c.time_zone)
+            if day not in by_day:
+                by_day[day] = self.ledger.billed_on(day)
+            updates.append(BilledUpdate(cid, day.isoformat(), by_day[day].get(cid, 0),
+                                        now.timestamp() - self.billing_lag_s))
+        with self.lock:
+            for u in updates:
+                self.service.record_billed(u)
+        return len(updates)
+
+    def _upsert(self, c: Campaign) -> None:
+        self._campaigns[c.id] = c
+        self.service.upsert_campaign(c)
+
+    def start(self) -> None:
+        self.load()
+        for target, every in ((self.poll_changes, self.poll_s),
+                              (self.feed_billed, self.billed_every_s)):
+            t = threading.Thread(target=self._loop, args=(target, every), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=2)
+
+    def _loop(self, fn, every: float) -> None:  # noqa: ANN001
+        while not self._stop.is_set():
+            try:
+                fn()
+            except Exception:  # the database may be briefly away; retry next round
+                log.exception("budget service feeder %s failed", fn.__name__)
+            self._stop.wait(every)
+
+
+class ReportingBudgetClient(BudgetClient):
+    """A :class:`BudgetClient` over HTTP that reports once a second from a thread."""
+
+    def __init__(self, clock: Clock, service_urls: list[str], *, report_every_s: float = 1.0,
+                 server_id: str | None = None) -> None:
+        self.http_transport = HttpReportTransport(service_urls)
+        super().__init__(server_id or f"ads-{uuid.uuid4().hex[:12]}", clock, self.http_transport,
+                         shards=len(service_urls))
+        self.report_every_s = report_every_s
+        self._stop_reporting = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="budget-report", daemon=True)
+
+    def start(self) -> None:
+        self.report()  # learn states and p before the first decision
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop_reporting.set()
+        self._thread.join(timeout=2)
+        self.http_transport.close()
+
+    def _run(self) -> None:
+        while not self._stop_reporting.wait(self.report_every_s):
+            try:
+                self.report()
+            except Exception:
+                log.exception("budget report failed")
