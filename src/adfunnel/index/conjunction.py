@@ -183,7 +183,8 @@ class ConjunctionIndex:
             add_score(score)
             add_tmpl(t)
         table = builder.table()
-        if len(np.unique(table.ad_ids)) != len(table.ad_ids):
+        sorted_ids = np.sort(table.ad_ids)
+        if len(sorted_ids) > 1 and bool((sorted_ids[1:] == sorted_ids[:-1]).any()):
             raise ValueError("duplicate ad ids in build()")
         if not np.isfinite(table.scores).all():
             raise ValueError("static scores must be finite")

@@ -97,6 +97,7 @@ class TableBuilder:
         self.key_ids: dict[Key, int] = {}
         self.keys: list[Key] = []
         self._tmpl: dict[tuple[Conjunction, ...], int] = {}
+        self._term_keys: dict[tuple[str, frozenset[str]], list[int]] = {}
         self._tmpl_conj = array("q", [0])  # template -> first template-conjunction (CSR)
         self._tc_k = array("B")
         self._tc_dup = array("B")
@@ -126,7 +127,10 @@ class TableBuilder:
         for c in sig:
             slot = 0
             for term in c.terms:
-                keys = [self._key(term.attr, v) for v in sorted(term.values)]
+                tk = (term.attr, term.values)
+                keys = self._term_keys.get(tk)
+                if keys is None:
+                    keys = self._term_keys[tk] = [self._key(term.attr, v) for v in term.values]
                 if term.negated:
                     self._not_key.extend(keys)
                 else:
@@ -249,8 +253,17 @@ class Segment:
         del desc
         self.n_bands = len(cuts) + 1
         band = np.searchsorted(-np.array(cuts, dtype=np.float64), -score, side="left")
-        order = np.lexsort((table.ad_ids[table.conj_ad], -score, table.conj_k, band))
         del score
+        # Ads ranked by (score descending, id ascending): ad_rank[row], rank_row[rank].
+        self.rank_row = np.lexsort((table.ad_ids, -table.scores)).astype(np.int32)
+        self.ad_rank = np.empty(len(table.ad_ids), dtype=np.int32)
+        self.ad_rank[self.rank_row] = np.arange(len(table.ad_ids), dtype=np.int32)
+        # conjunction order: (band, K, ad rank), packed in one int64 sort key
+        sort_key = band.astype(np.int64) << 40
+        sort_key |= table.conj_k.astype(np.int64) << 32
+        sort_key |= self.ad_rank[table.conj_ad]
+        order = np.argsort(sort_key)
+        del sort_key
         band = band[order]
         rank = np.empty(n_conj, dtype=np.int64)
         rank[order] = np.arange(n_conj, dtype=np.int64)
@@ -271,10 +284,6 @@ class Segment:
         for b in range(self.n_bands):
             b0, b1 = int(self.band_bounds[b]), int(self.band_bounds[b + 1])
             self.band_z[b] = (b0, b0 + int(np.searchsorted(self.conj_k[b0:b1], 1)))
-        # Ads ranked by (score descending, id ascending): ad_rank[row], rank_row[rank].
-        self.rank_row = np.lexsort((table.ad_ids, -table.scores)).astype(np.int32)
-        self.ad_rank = np.empty(len(table.ad_ids), dtype=np.int32)
-        self.ad_rank[self.rank_row] = np.arange(len(table.ad_ids), dtype=np.int32)
         rank = rank.astype(np.uint32)
         enc = rank[table.in_conj]
         enc <<= np.uint32(SLOT_BITS)

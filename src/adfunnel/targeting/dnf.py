@@ -144,6 +144,9 @@ def _too_many(path: str, n: int | str) -> TargetingError:
 
 
 def _product(parts: list[list[_Conj]], path: str) -> list[_Conj]:
+    if all(len(p) == 1 for p in parts):  # the common case: an AND of terms
+        c = _simplify_conj(frozenset().union(*(p[0] for p in parts)))
+        return [] if c is None else [c]
     acc: list[_Conj] = [frozenset()]
     for part in parts:
         if len(acc) * len(part) > MAX_CONJUNCTIONS * MAX_CONJUNCTIONS:
