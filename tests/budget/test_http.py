@@ -50,7 +50,8 @@ def test_report_round_trip_over_http() -> None:
         assert client.admit(camp, NOW, 2000) == "no_slice"  # unknown before the first reply
         client.report()
         assert transport.failures == 0
-        assert client.state(7).value == "open"
+        # metered until a control step has measured the spend rate; a slice was granted
+        assert client.state(7).value == "metered"
         assert client.admit(camp, NOW, 2000) is None
         from adfunnel.budget.gate import Served
 

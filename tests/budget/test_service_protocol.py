@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
 from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.slices import BudgetState
 from adfunnel.budget.gate import Served
 from adfunnel.budget.protocol import (
     BilledUpdate,
@@ -66,9 +67,25 @@ def test_out_of_order_entries_apply_once_each() -> None:
 
 
 def test_reply_carries_state_and_p() -> None:
-    svc, _ = _svc()
+    svc, clock = _svc()
     reply = svc.handle_report(Report("a", 0, NOW.timestamp()))
-    assert [(d.campaign_id, d.state, d.p) for d in reply.directives] == [(1, "open", 1.0)]
+    # no control step has measured a spend rate yet: unknown rate, so metered
+    assert [(d.campaign_id, d.state, d.p) for d in reply.directives] == [(1, "metered", 1.0)]
+    svc.handle_report(Report("a", 0, NOW.timestamp(), [_entry(1, 1000)]))
+    clock.advance(10)
+    svc.step()
+    reply = svc.handle_report(Report("a", 0, clock.now().timestamp()))
+    assert [(d.campaign_id, d.state) for d in reply.directives] == [(1, "open")]
+
+
+def test_unknown_rate_burst_cannot_overspend() -> None:
+    """A campaign whose servers have not reported yet is metered: the first burst is
+    bounded by slices, however fast it is."""
+    camp = _camp()
+    svc, clock = _svc(camp)
+    c = BudgetClient("s", clock, _Direct(svc))
+    c.report()
+    assert c.admit(camp, clock.now(), 2_000_000) == "no_slice"
 
 
 def test_billed_spend_replaces_estimates_before_the_watermark() -> None:
@@ -120,6 +137,13 @@ def test_client_fails_closed_after_60_s_without_replies() -> None:
     net = _Direct(svc)
     c = BudgetClient("s", clock, net)
     c.report()
+    c.admit(camp, clock.now(), 2_000_000)  # metered until the rate is measured: a slice
+    c.report()
+    svc.handle_report(Report("t", 0, clock.now().timestamp(), [_entry(1, 1000)]))
+    clock.advance(10)
+    svc.step()  # a measured rate, far below the budget: open
+    c.report()
+    assert c.state(1) is BudgetState.OPEN
     assert c.admit(camp, clock.now(), 2_000_000) is None
     net.up = False
     clock.advance(59)

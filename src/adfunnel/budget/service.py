@@ -249,8 +249,11 @@ class BudgetService:
             return
         in_fl = cd.in_flight()
         committed = cd.billed + in_fl + cd.outstanding(now)
+        # Until a control step has measured the day's spend rate, the rate is unknown and
+        # the campaign stays metered: a burst before the first step (a new campaign, a
+        # server fleet starting up) is bounded by the slices granted, never overspent.
         peak = max(cd.peak_rate, cd.plan_peak_rate)
-        thr = open_threshold(peak, charge)
+        thr = open_threshold(peak, charge) if cd.peak_rate > 0 else budget
         state = budget_state(budget - committed, grantable(budget, cd.billed, in_fl), thr, charge)
         if state is BudgetState.EXHAUSTED and cd.exhausted_at is None:
             cd.exhausted_at = now
