@@ -46,7 +46,7 @@ assert MAX_IN_TERMS <= 1 << SLOT_BITS, "a term slot must fit in SLOT_BITS"
 #: Most conjunctions one segment holds (conjunction ids use the other 27 bits).
 MAX_SEGMENT_CONJUNCTIONS = 1 << (32 - SLOT_BITS)
 #: Conjunctions in the best score band; each next band is twice as large.
-FIRST_WINDOW = 1 << 15
+FIRST_WINDOW = 1 << 14
 
 #: A window whose hits are this many times sparser than its width is counted by
 #: sorting the hits; a denser one with a count array over the window.
@@ -385,29 +385,31 @@ class Segment:
         """
         if not self.n_conjunctions:
             return _EMPTY32
-        offs = self.band_off[kids]
-        attr_of = np.full(len(kids), -1, dtype=np.int64)
+        in_enc, not_conj = self.in_enc, self.not_conj
+        offs = self.band_off[kids].tolist()  # per key: where each band starts in its list
+        noffs = self.not_band_off[kids].tolist()
+        attr_of = [-1] * len(kids)
         for i, (a, b) in enumerate(spans):
-            attr_of[a:b] = i
-        noffs = self.not_band_off[kids]
+            attr_of[a:b] = [i] * (b - a)
+        keys = list(zip(offs, attr_of, strict=True))
+        bounds = self.band_bounds.tolist()
         found: list[np.ndarray] = []
         n_found = 0
         ranks = _EMPTY32
         for b in range(self.n_bands):
-            b0, b1 = int(self.band_bounds[b]), int(self.band_bounds[b + 1])
-            lo, hi = offs[:, b], offs[:, b + 1]
+            b0, b1 = bounds[b], bounds[b + 1]
             singles: list[np.ndarray] = []
             multis: list[list[np.ndarray]] = [[] for _ in spans]
-            for i in np.flatnonzero(hi > lo).tolist():
-                p = self.in_enc[lo[i] : hi[i]]
-                if attr_of[i] < 0:
-                    singles.append(p)
-                else:
-                    multis[attr_of[i]].append(p)
+            for off, attr in keys:
+                lo, hi = off[b], off[b + 1]
+                if hi > lo:
+                    if attr < 0:
+                        singles.append(in_enc[lo:hi])
+                    else:
+                        multis[attr].append(in_enc[lo:hi])
             cand = self._band(b, b0, b1, singles, [m for m in multis if m])
             if len(cand):
-                nlo, nhi = noffs[:, b], noffs[:, b + 1]
-                negs = [self.not_conj[nlo[i] : nhi[i]] for i in np.flatnonzero(nhi > nlo).tolist()]
+                negs = [not_conj[o[b] : o[b + 1]] for o in noffs if o[b + 1] > o[b]]
                 if negs:
                     cand = _reject(cand, np.concatenate(negs) if len(negs) > 1 else negs[0])
             rows = self.conj_ad[cand]
@@ -471,9 +473,11 @@ _EMPTY32 = np.zeros(0, dtype=np.int32)
 def _reject(cand: np.ndarray, neg: np.ndarray) -> np.ndarray:
     """``cand`` (sorted conjunction ids) less those in ``neg`` (∉ hits of the same band)."""
     lo, hi = int(cand[0]), int(cand[-1]) + 1
-    if len(neg) * 8 > len(cand) or hi - lo < 4 * len(cand):
-        mask = np.ones(hi - lo, dtype=bool)
-        neg = neg[(neg >= lo) & (neg < hi)]
-        mask[neg.astype(np.int64) - lo] = False
-        return cand[mask[cand - lo]]
-    return cand[~np.isin(cand, neg)]
+    if hi - lo > 64 * len(cand) and len(neg) > 64 * len(cand):
+        neg = np.sort(neg)  # few candidates, long lists: look each candidate up
+        pos = np.minimum(np.searchsorted(neg, cand), len(neg) - 1)
+        return cand[neg[pos] != cand]
+    mask = np.ones(hi - lo, dtype=bool)
+    neg = neg[(neg >= lo) & (neg < hi)].astype(np.int64)
+    mask[neg - lo] = False
+    return cand[mask[cand - lo]]
