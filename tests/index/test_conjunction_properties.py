@@ -48,14 +48,17 @@ ads_lists = st.lists(st.tuples(exprs.filter(_compiles), scores), min_size=0, max
 @given(ads_lists, st.lists(requests, min_size=1, max_size=6), st.integers(1, 30))
 def test_bulk_build_equals_scan(ads, reqs, limit) -> None:
     index, scan = ConjunctionIndex(), ScanIndex()
-    # tiny score bands so the banded, early-stopping read is exercised too
-    with mock.patch.object(segment, "FIRST_WINDOW", 2):
-        index.build((i, e, s) for i, (e, s) in enumerate(ads))
+    index.build((i, e, s) for i, (e, s) in enumerate(ads))
     for i, (e, s) in enumerate(ads):
         scan.upsert(i, e, s)
+    # tiny windows so the windowed, early-stopping read is exercised too, and
     # both counting paths: sorting the hits, a count array over the window
     for ratio in (0, 1 << 30):
-        with mock.patch.object(segment, "SORT_PATH_RATIO", ratio):
+        with (
+            mock.patch.object(segment, "FIRST_WINDOW", 2),
+            mock.patch.object(segment, "WINDOW_GROWTH", 2),
+            mock.patch.object(segment, "SORT_PATH_RATIO", ratio),
+        ):
             for request in reqs:
                 for lim in (limit, 10_000):
                     got, want = index.query(request, lim), scan.query(request, lim)
@@ -71,7 +74,10 @@ def test_bulk_build_equals_scan(ads, reqs, limit) -> None:
 )
 def test_updates_equal_scan(ads, edits, reqs) -> None:
     """Build, then upserts/removes (delta + tombstones, with merges), then compare."""
-    with mock.patch.object(segment, "FIRST_WINDOW", 2):
+    with (
+        mock.patch.object(segment, "FIRST_WINDOW", 2),
+        mock.patch.object(segment, "WINDOW_GROWTH", 2),
+    ):
         _updates_equal_scan(ads, edits, reqs)
 
 

@@ -1,13 +1,14 @@
 """Columnar storage of compiled conjunctions: the building block of the conjunction index.
 
-A :class:`Segment` is an immutable inverted index over conjunctions in the layout of
+A :class:`Segment` is an immutable inverted index over conjunctions in the spirit of
 Whang et al., "Indexing Boolean Expressions" (VLDB 2009), stored as numpy arrays
 (no Python object per ad or per conjunction):
 
-- Conjunctions are numbered by (score band, size K, static score descending, ad id
-  ascending). Inside each band every K forms one contiguous id range (the paper's
-  size partitions); the K = 0 range is the paper's Z entry: a conjunction with no
-  ``∈`` term is a candidate for every request.
+- Conjunctions are numbered best ad first: by the ad's static score descending,
+  then ad id ascending (an ad's conjunctions are adjacent). ``conj_k`` holds each
+  conjunction's size K (its number of ``∈`` terms); the paper's size partitions
+  become a per-conjunction comparison (hits == K), which vectorises. K = 0
+  conjunctions (``zero_ids``) are the paper's Z entry: candidates for every request.
 - ``∈`` postings: per key (attribute, value) a sorted ``uint32`` array of
   ``conj_id << 5 | slot``, where ``slot`` (0..K-1) is the term's position in its
   conjunction. A conjunction matches when all K slots are hit by the request's keys.
@@ -15,18 +16,14 @@ Whang et al., "Indexing Boolean Expressions" (VLDB 2009), stored as numpy arrays
 
 All postings live in two flat arrays with per-key offsets (CSR).
 
-Score bands (reading long lists only as far as needed): band 0 holds the
-``FIRST_WINDOW`` best conjunctions of the segment by static score, band 1 the next
-``2 * FIRST_WINDOW``, and so on, doubling; a band is one contiguous id range, so it
-is one contiguous slice of every posting list (``band_off[key, b]``). A query reads
-band by band and stops after the first band that leaves more than ``limit``
-distinct matching ads: every ad not read then scores below every ad read.
-
-Matching one band (ids [B0, B1)): the request's posting slices are gathered; hits of
-keys of one attribute are de-duplicated; each conjunction's hits are counted, with
-a count array over the band when hits are dense or by sorting them when sparse;
-a conjunction whose count equals its K matches (K = 0: count 0), unless a ``∉``
-posting of the request names it.
+Reading long lists only as far as needed: a query reads conjunction ids in windows
+from the best down (``FIRST_WINDOW`` first, then sized from the match rate seen so
+far) and stops as soon as more than ``limit`` distinct ads matched; every ad not
+read then scores below every ad read. Per window: the request's posting slices
+are gathered (a binary search per key), hits of keys of one attribute are
+de-duplicated, each conjunction's hits are counted (a count array over the window
+when hits are dense, sorting when sparse), a conjunction whose count equals its K
+matches unless a ``∉`` posting of the request names it.
 """
 
 from __future__ import annotations
@@ -45,8 +42,10 @@ SLOT_BITS = 5
 assert MAX_IN_TERMS <= 1 << SLOT_BITS, "a term slot must fit in SLOT_BITS"
 #: Most conjunctions one segment holds (conjunction ids use the other 27 bits).
 MAX_SEGMENT_CONJUNCTIONS = 1 << (32 - SLOT_BITS)
-#: Conjunctions in the best score band; each next band is twice as large.
+#: Conjunction ids read in a query's first window; later windows follow the match rate.
 FIRST_WINDOW = 1 << 14
+#: A later window is at most this many times its predecessor.
+WINDOW_GROWTH = 8
 
 #: A window whose hits are this many times sparser than its width is counted by
 #: sorting the hits; a denser one with a count array over the window.
@@ -217,16 +216,6 @@ def _csr(keys: np.ndarray, values: np.ndarray, n_keys: int) -> tuple[np.ndarray,
     return off, (pairs & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 
-def _band_offsets(off: np.ndarray, values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Per key, where each of ``bounds`` falls in the key's sorted slice of ``values``."""
-    out = np.empty((len(off) - 1, len(bounds)), dtype=np.int64)
-    probe = bounds.astype(values.dtype)
-    for k in range(len(off) - 1):
-        a, b = int(off[k]), int(off[k + 1])
-        out[k] = a + np.searchsorted(values[a:b], probe)
-    return out
-
-
 class Segment:
     """An immutable conjunction index over a set of ads (see module docstring).
 
@@ -244,57 +233,29 @@ class Segment:
         self.ad_ids = table.ad_ids
         self.scores = table.scores
         n_keys = len(table.keys)
-        # Score bands: cut b is the score of the (FIRST_WINDOW * 2**b)-th best conjunction.
-        score = table.scores[table.conj_ad]
-        desc = np.sort(score)[::-1]
-        cuts: list[float] = []
-        while FIRST_WINDOW * (1 << len(cuts)) < n_conj:
-            cuts.append(float(desc[FIRST_WINDOW * (1 << len(cuts)) - 1]))
-        del desc
-        self.n_bands = len(cuts) + 1
-        band = np.searchsorted(-np.array(cuts, dtype=np.float64), -score, side="left")
-        del score
         # Ads ranked by (score descending, id ascending): ad_rank[row], rank_row[rank].
         self.rank_row = np.lexsort((table.ad_ids, -table.scores)).astype(np.int32)
         self.ad_rank = np.empty(len(table.ad_ids), dtype=np.int32)
         self.ad_rank[self.rank_row] = np.arange(len(table.ad_ids), dtype=np.int32)
-        # conjunction order: (band, K, ad rank), packed in one int64 sort key
-        sort_key = band.astype(np.int64) << 40
-        sort_key |= table.conj_k.astype(np.int64) << 32
-        sort_key |= self.ad_rank[table.conj_ad]
-        order = np.argsort(sort_key)
-        del sort_key
-        band = band[order]
-        rank = np.empty(n_conj, dtype=np.int64)
-        rank[order] = np.arange(n_conj, dtype=np.int64)
+        # conjunction ids in ad rank order
+        order = np.argsort(self.ad_rank[table.conj_ad], kind="stable")
+        rank = np.empty(n_conj, dtype=np.uint32)
+        rank[order] = np.arange(n_conj, dtype=np.uint32)
         #: int32[c]: ad row of each conjunction.
         self.conj_ad = table.conj_ad[order].astype(np.int32)
         #: uint8[c]: K (number of ∈ terms) of each conjunction.
         self.conj_k = table.conj_k[order]
-        dup = table.conj_dup[order]
+        #: int64: ids of conjunctions with two ∈ terms on one attribute (sorted).
+        self.dup_ids = np.flatnonzero(table.conj_dup[order])
         del order
-        #: int64[bands + 1]: first conjunction id of each band.
-        self.band_bounds = np.searchsorted(band, np.arange(self.n_bands + 1)).astype(np.int64)
-        #: bool[bands]: the band holds a conjunction with two ∈ terms on one attribute.
-        self.band_dup = np.zeros(self.n_bands, dtype=bool)
-        self.band_dup[np.unique(band[dup])] = True
-        del band, dup
-        #: int64[bands, 2]: the K = 0 (Z entry) id range inside each band.
-        self.band_z = np.empty((self.n_bands, 2), dtype=np.int64)
-        for b in range(self.n_bands):
-            b0, b1 = int(self.band_bounds[b]), int(self.band_bounds[b + 1])
-            self.band_z[b] = (b0, b0 + int(np.searchsorted(self.conj_k[b0:b1], 1)))
-        rank = rank.astype(np.uint32)
+        #: int64: ids of K = 0 conjunctions (the Z entry), sorted.
+        self.zero_ids = np.flatnonzero(self.conj_k == 0)
         enc = rank[table.in_conj]
         enc <<= np.uint32(SLOT_BITS)
         enc |= table.in_slot
         self.in_off, self.in_enc = _csr(table.in_key, enc, n_keys)
         del enc
         self.not_off, self.not_conj = _csr(table.not_key, rank[table.not_conj], n_keys)
-        del rank
-        #: int64[keys, bands + 1]: index in in_enc / not_conj where band b starts in a key's list.
-        self.band_off = _band_offsets(self.in_off, self.in_enc, self.band_bounds << SLOT_BITS)
-        self.not_band_off = _band_offsets(self.not_off, self.not_conj, self.band_bounds)
 
     @classmethod
     def build(cls, table: ConjTable) -> Segment:
@@ -317,13 +278,12 @@ class Segment:
             self.rank_row,
             self.conj_ad,
             self.conj_k,
+            self.dup_ids,
+            self.zero_ids,
             self.in_off,
             self.in_enc,
             self.not_off,
             self.not_conj,
-            self.band_off,
-            self.not_band_off,
-            self.band_bounds,
         )
         return sum(a.nbytes for a in arrays)
 
@@ -338,7 +298,8 @@ class Segment:
         not_key = np.repeat(np.arange(len(self.keys), dtype=np.int64), np.diff(self.not_off))
         not_conj = self.not_conj.astype(np.int64)
         mn = keep_conj[not_conj]
-        dup = np.repeat(self.band_dup, np.diff(self.band_bounds))
+        dup = np.zeros(self.n_conjunctions, dtype=bool)
+        dup[self.dup_ids] = True
         return ConjTable(
             keys=list(self.keys),
             ad_ids=self.ad_ids[alive],
@@ -377,70 +338,95 @@ class Segment:
     ) -> np.ndarray:
         """Ranks (see ``ad_rank``) of live ads matched by the request keys ``kids``.
 
-        Reads band by band (best scores first) and stops after the first band that
-        leaves more than ``want`` distinct ads, so the result holds every ad among
-        the best ``want`` matching ones, and more than ``want`` ads exactly when
-        more matched. ``spans``: as from :meth:`key_ids_of`. Returns sorted,
-        distinct int32 ranks (best first).
+        Reads windows of conjunction ids, best ads first, and stops as soon as more
+        than ``want`` distinct ads matched, so the result holds every ad among the
+        best ``want`` matching ones, and more than ``want`` ads exactly when more
+        matched. ``spans``: as from :meth:`key_ids_of`. Returns sorted, distinct
+        int32 ranks (best first).
         """
-        if not self.n_conjunctions:
+        n_conj = self.n_conjunctions
+        if not n_conj:
             return _EMPTY32
         in_enc, not_conj = self.in_enc, self.not_conj
-        offs = self.band_off[kids].tolist()  # per key: where each band starts in its list
-        noffs = self.not_band_off[kids].tolist()
         attr_of = [-1] * len(kids)
         for i, (a, b) in enumerate(spans):
             attr_of[a:b] = [i] * (b - a)
-        keys = list(zip(offs, attr_of, strict=True))
-        bounds = self.band_bounds.tolist()
+        ins = [
+            (in_enc[a:b], attr)
+            for a, b, attr in zip(
+                self.in_off[kids].tolist(), self.in_off[kids + 1].tolist(), attr_of, strict=True
+            )
+            if b > a
+        ]
+        nots = [
+            not_conj[a:b]
+            for a, b in zip(
+                self.not_off[kids].tolist(), self.not_off[kids + 1].tolist(), strict=True
+            )
+            if b > a
+        ]
+        in_pos = [0] * len(ins)
+        not_pos = [0] * len(nots)
         found: list[np.ndarray] = []
-        n_found = 0
-        ranks = _EMPTY32
-        for b in range(self.n_bands):
-            b0, b1 = bounds[b], bounds[b + 1]
+        n_found, last = 0, -1
+        w0, width = 0, FIRST_WINDOW
+        while w0 < n_conj:
+            w1 = min(n_conj, w0 + width)
+            if n_conj - w1 < width // 2:
+                w1 = n_conj
+            e1 = w1 << SLOT_BITS
             singles: list[np.ndarray] = []
             multis: list[list[np.ndarray]] = [[] for _ in spans]
-            for off, attr in keys:
-                lo, hi = off[b], off[b + 1]
-                if hi > lo:
+            for i, (p, attr) in enumerate(ins):
+                a = in_pos[i]
+                b = in_pos[i] = a + int(p[a:].searchsorted(e1))
+                if b > a:
                     if attr < 0:
-                        singles.append(in_enc[lo:hi])
+                        singles.append(p[a:b])
                     else:
-                        multis[attr].append(in_enc[lo:hi])
-            cand = self._band(b, b0, b1, singles, [m for m in multis if m])
-            if len(cand):
-                negs = [not_conj[o[b] : o[b + 1]] for o in noffs if o[b + 1] > o[b]]
-                if negs:
-                    cand = _reject(cand, np.concatenate(negs) if len(negs) > 1 else negs[0])
+                        multis[attr].append(p[a:b])
+            cand = self._window(w0, w1, singles, [m for m in multis if m])
+            negs = []
+            for i, p in enumerate(nots):
+                a = not_pos[i]
+                b = not_pos[i] = a + int(p[a:].searchsorted(w1))
+                if b > a:
+                    negs.append(p[a:b])
+            if len(cand) and negs:
+                cand = _reject(cand, np.concatenate(negs) if len(negs) > 1 else negs[0])
             rows = self.conj_ad[cand]
-            rows = rows[alive[rows]]
-            if len(rows):
-                found.append(self.ad_rank[rows])
-                n_found += len(rows)
-            if n_found > want or b == self.n_bands - 1:
-                ranks = np.sort(np.concatenate(found)) if found else _EMPTY32
-                if len(ranks) > 1:
-                    ranks = ranks[np.concatenate(([True], ranks[1:] != ranks[:-1]))]
-                if len(ranks) > want:
-                    break
-                found, n_found = [ranks], len(ranks)
-        return ranks
+            ranks = self.ad_rank[rows[alive[rows]]]  # ascending: ids run in rank order
+            if len(ranks):
+                keep = np.empty(len(ranks), dtype=bool)
+                keep[0] = ranks[0] != last
+                np.not_equal(ranks[1:], ranks[:-1], out=keep[1:])
+                ranks = ranks[keep]
+                if len(ranks):
+                    found.append(ranks)
+                    n_found += len(ranks)
+                    last = int(ranks[-1])
+            if n_found > want:
+                break
+            # next window: enough for the missing ads at the rate seen so far
+            rate = n_found / w1
+            need = (want + 1 - n_found) / rate * 1.25 if rate > 0 else float("inf")
+            width = int(max(FIRST_WINDOW, min(need, width * WINDOW_GROWTH)))
+            w0 = w1
+        if not found:
+            return _EMPTY32
+        return np.concatenate(found) if len(found) > 1 else found[0]
 
-    def _band(
-        self,
-        b: int,
-        b0: int,
-        b1: int,
-        singles: list[np.ndarray],
-        multis: list[list[np.ndarray]],
+    def _window(
+        self, w0: int, w1: int, singles: list[np.ndarray], multis: list[list[np.ndarray]]
     ) -> np.ndarray:
-        """Conjunction ids in band ``b`` ([b0, b1)) whose K ``∈`` slots are all hit."""
-        z0, z1 = int(self.band_z[b, 0]), int(self.band_z[b, 1])
+        """Conjunction ids in [w0, w1) whose K ``∈`` slots are all hit (K = 0 included)."""
+        zero = self.zero_ids[self.zero_ids.searchsorted(w0) : self.zero_ids.searchsorted(w1)]
         m = sum(len(p) for p in singles) + sum(len(p) for ps in multis for p in ps)
         if m == 0:
-            return np.arange(z0, z1, dtype=np.int64)
-        width = b1 - b0
-        if self.band_dup[b] or m * SORT_PATH_RATIO < width:
+            return zero
+        width = w1 - w0
+        dup = self.dup_ids.searchsorted(w1) > self.dup_ids.searchsorted(w0)
+        if dup or m * SORT_PATH_RATIO < width:
             # sort path: exact for any conjunction (several slots on one attribute too)
             parts = singles + [p for ps in multis for p in ps]
             enc = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
@@ -451,27 +437,26 @@ class Segment:
             uniq = conj[starts]
             hits = np.diff(np.append(starts, len(conj)))
             matched = uniq[hits == self.conj_k[uniq]]
-            return np.concatenate((np.arange(z0, z1, dtype=np.int64), matched))
-        # counting path: one slot per attribute in this band, so count distinct attributes
+            return np.sort(np.concatenate((zero, matched))) if len(zero) else matched
+        # counting path: one slot per attribute here, so count distinct attributes hit
         if singles:
             flat = np.concatenate(singles) if len(singles) > 1 else singles[0]
-            counts = np.bincount((flat >> SLOT_BITS).astype(np.int64) - b0, minlength=width)
+            counts = np.bincount((flat >> SLOT_BITS).astype(np.int64) - w0, minlength=width)
         else:
             counts = np.zeros(width, dtype=np.int64)
         for ps in multis:
             hit = np.zeros(width, dtype=bool)
             for p in ps:
-                hit[(p >> SLOT_BITS).astype(np.int64) - b0] = True
+                hit[(p >> SLOT_BITS).astype(np.int64) - w0] = True
             counts += hit
-        return np.flatnonzero(counts == self.conj_k[b0:b1]) + b0
+        return np.flatnonzero(counts == self.conj_k[w0:w1]) + w0
 
 
-_EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY32 = np.zeros(0, dtype=np.int32)
 
 
 def _reject(cand: np.ndarray, neg: np.ndarray) -> np.ndarray:
-    """``cand`` (sorted conjunction ids) less those in ``neg`` (∉ hits of the same band)."""
+    """``cand`` (sorted conjunction ids) less those in ``neg`` (∉ hits of the same window)."""
     lo, hi = int(cand[0]), int(cand[-1]) + 1
     if hi - lo > 64 * len(cand) and len(neg) > 64 * len(cand):
         neg = np.sort(neg)  # few candidates, long lists: look each candidate up
