@@ -161,6 +161,9 @@ class BudgetClient:
             s.last_used = t
             acc.sliced += served.expected_micros
             if s.amount - s.used < worst:
+                # no room for another charge: release it now, so what it did not use
+                # returns to the budget at once rather than when it expires
+                self._release(s)
                 self._wants.add(cid)
 
     def record_billed(self, campaign_id: int, day: date, billed_micros: int, impression_id: str,
@@ -250,6 +253,15 @@ class BudgetClient:
 
         acc = self._acc.setdefault((campaign.id, local_day(now, campaign.time_zone)), _Acc())
         acc.demand += charge
+
+    def _release(self, s: HeldSlice) -> None:
+        lst = self._slices.get(s.campaign_id, [])
+        if s in lst:
+            lst.remove(s)
+            if not lst:
+                del self._slices[s.campaign_id]
+            self._closed[s.campaign_id % self.shards].append(
+                SliceUse(s.slice_id, s.used, s.last_used or s.expires_at))
 
     def _expire_slices(self, now: float) -> None:
         for cid, lst in list(self._slices.items()):

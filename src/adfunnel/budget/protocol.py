@@ -102,9 +102,15 @@ class BilledUpdate(msgspec.Struct, frozen=True):
     ``billed_micros``: cumulative billed on the day (monotone; replaces estimates).
     ``complete_before``: serve time (Unix s) before which every billable event of the
     campaign is in ``billed_micros`` (event-time watermark minus the click window).
+    ``billed_after_micros``: the part of ``billed_micros`` that came from serves at or
+    after ``complete_before`` (clicks and conversions already billed of serves still
+    in flight). The service counts those serves' expected cost less what they have
+    already billed, so a conversion is not counted twice (once billed, once expected)
+    for a whole conversion window. 0 = not known (the expected cost stays in full).
     """
 
     campaign_id: int
     day: str
     billed_micros: int
     complete_before: float
+    billed_after_micros: int = 0

@@ -4,7 +4,9 @@ One instance is one shard (campaigns with ``campaign_id % shards == shard``); th
 embedded default runs one in-process. DESIGN.md §Money and budgets:
 
 - committed spend = billed (ledger, replaces estimates as the watermark moves)
-  + expected cost served and not yet billed + slices outstanding;
+  + expected cost served and not yet billed + slices outstanding; the expected cost
+  of serves still in flight is net of what they already billed
+  (``BilledUpdate.billed_after_micros``), never below 0;
 - open / metered / exhausted by ``adfunnel.budget.slices``;
 - every ``control_interval_s`` the PI controller (``adfunnel.pacing.controller``)
   sets p per campaign against its target plan (``adfunnel.pacing.curve``).
@@ -18,6 +20,7 @@ serialises calls with a lock.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +54,8 @@ from adfunnel.pacing.curve import TargetPlan, curve_for_day
 
 #: Seen sequence numbers kept per (server, shard); older ones count as seen.
 SEQ_WINDOW = 4096
+#: Charges ahead of its curve a campaign must be before its p may be lowered.
+HOLD_BAND_CHARGES = 3
 
 
 class PacingStatus(StrEnum):
@@ -69,6 +74,14 @@ def charge_micros(campaign: Campaign) -> int:
     return max(1, campaign.bid_micros)
 
 
+def hold_band(spent_since_plan_micros: int, charge: int, budget_micros: int) -> float:
+    """How far ahead of its curve a campaign must be before its p may be lowered: the
+    noise of its billed spend (3 σ, σ ≈ √(spend × charge) for spend made of charges up
+    to ``charge``), at least ``HOLD_BAND_CHARGES`` charges, at most 1 % of the budget."""
+    sigma3 = 3.0 * math.sqrt(max(0, spent_since_plan_micros) * max(1, charge))
+    return max(HOLD_BAND_CHARGES * charge, min(sigma3, 0.01 * budget_micros))
+
+
 @dataclass(slots=True)
 class _Slice:
     server_id: str
@@ -76,6 +89,7 @@ class _Slice:
     expires_at: float
     used: int | None = None  # set when the server closes it
     closed_at: float = 0.0
+    provisional: bool = False  # expired here before the server closed it: worst case
 
 
 @dataclass(slots=True)
@@ -90,6 +104,7 @@ class CampaignDay:
     plan: TargetPlan
     ctl: controller.ControllerState
     billed: int = 0
+    billed_after: int = 0  # billed spend of serves after the watermark
     watermark: float = 0.0
     buckets: deque[tuple[float, int]] = field(default_factory=deque)
     bucket_sum: int = 0
@@ -110,13 +125,18 @@ class CampaignDay:
 
     # -- spend accounting -------------------------------------------------------------
     def in_flight(self) -> int:
-        """Expected open spend not yet covered by billing + closed/expired slices' worst-
-        case use not yet covered, micros."""
+        """Expected open spend not yet covered by billing + closed/expired slices' use
+        (worst case for expired ones) not yet covered, less what those serves already
+        billed, micros (≥ 0)."""
         total = self.bucket_sum
         for s in self.slices.values():
             if s.used is not None:
                 total += s.used
-        return total
+        return max(0, total - self.billed_after)
+
+    def spent(self) -> int:
+        """Billed + in flight, leases excluded: the spend the controller follows."""
+        return self.billed + self.in_flight()
 
     def outstanding(self, now: float) -> int:
         """Amount of live (open, unexpired) slices, micros."""
@@ -188,7 +208,7 @@ class BudgetService:
                 cd.plan_peak_rate = (campaign.daily_budget_micros
                                      * cd.plan.curve.peak_share_per_s())
                 cd.ctl = controller.ControllerState(cd.ctl.p, 0.0)
-                cd.last_committed = spent
+                cd.last_committed = cd.spent()
             cd.campaign = campaign
             self._refresh_state(cd, now)
 
@@ -351,9 +371,11 @@ class BudgetService:
         for cd in self._days.values():
             s = cd.slices.get(use.slice_id)
             if s is not None:
-                if s.used is None:
+                if s.used is None or s.provisional:
+                    # a late close replaces the worst case assumed at expiry
                     s.used = min(s.amount, use.used_micros)
                     s.closed_at = use.closed_at
+                    s.provisional = False
                 return
 
     def _grant(self, server_id: str, campaign_id: int, now: float) -> SliceGrant | None:
@@ -385,6 +407,7 @@ class BudgetService:
             if s.used is None and s.expires_at <= now:
                 s.used = s.amount
                 s.closed_at = s.expires_at
+                s.provisional = True
         w = cd.watermark
         if w:
             done = [k for k, s in cd.slices.items() if s.used is not None and s.closed_at < w]
@@ -399,6 +422,8 @@ class BudgetService:
         if cd is None:
             return
         cd.billed = max(cd.billed, update.billed_micros)
+        if update.complete_before >= cd.watermark:
+            cd.billed_after = max(0, min(update.billed_after_micros, update.billed_micros))
         if update.complete_before > cd.watermark:
             cd.watermark = update.complete_before
             b = cd.buckets
@@ -435,12 +460,18 @@ class BudgetService:
         if budget > 0 and cd.campaign.pacing_mode is PacingMode.EVEN:
             e0, e1 = cd.last_step_s - cd.start_s, now - cd.start_s
             target = cd.plan.target_micros(e1) - cd.plan.target_micros(e0)
-            committed = cd.committed(now)
-            delta = None if cd.last_committed < 0 else committed - cd.last_committed
-            cd.last_committed = committed
+            # the controller follows spend (billed + in flight), not leases: a slice
+            # granted is a reservation, its use arrives with the server's report
+            spent = cd.spent()
+            delta = None if cd.last_committed < 0 else spent - cd.last_committed
+            cd.last_committed = spent
+            charge = charge_micros(cd.campaign)
             cd.ctl, _ = controller.step(
                 cd.ctl, cd.step_spend, target, dt, budget_micros=budget,
-                charges=cd.step_charges, committed_delta_micros=delta, gains=self.gains,
+                charges=cd.step_charges, committed_delta_micros=delta,
+                behind_micros=cd.plan.target_micros(e1) - spent,
+                hold_band_micros=hold_band(spent - cd.plan.anchor_spend_micros, charge, budget),
+                charge_micros=charge, gains=self.gains,
             )
         cd.step_spend = 0
         cd.step_charges = 0

@@ -13,8 +13,14 @@ scoring. Rules implemented here:
   the target curve without wind-up;
 - the expected-spend denominator is floored (≥ ``denominator_floor_share`` of the
   daily budget per hour) so a dead hour cannot blow the ratio up;
-- gains scale with campaign volume (charges per step): a few events per step are
-  noise, so the step is damped in proportion.
+- gains scale with campaign volume, the *smoothed* charges per step: a few events
+  per step are noise, so the step is damped in proportion. An empty step moves p up
+  only when charges were expected in it (an empty step of a campaign that charges
+  once a minute is no evidence), or when the campaign is clearly behind its curve;
+- **behind means never down**: while cumulative spend is not ahead of the target
+  by more than ``hold_band_micros`` (a few charges: the noise of billed reality),
+  p is never lowered. A campaign that cannot reach its curve ends at p = 1 (status
+  "limited by bid or audience"), never lowered by a burst of noise.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ class ControllerState:
     integral: float = 0.0
     spend_avg: float = -1.0  # EWMA of spend per step, micros (< 0: none yet)
     target_avg: float = -1.0  # EWMA of target per step, micros
+    charges_avg: float = -1.0  # EWMA of charges per step (< 0: none yet)
 
 
 def clamp_step(p_old: float, p_new: float) -> float:
@@ -81,6 +88,9 @@ def step(
     budget_micros: int,
     charges: float,
     committed_delta_micros: float | None = None,
+    behind_micros: float | None = None,
+    hold_band_micros: float = 0.0,
+    charge_micros: float = 0.0,
     gains: Gains = DEFAULT_GAINS,
 ) -> tuple[ControllerState, float]:
     """One control step; returns ``(new_state, p)``.
@@ -95,10 +105,17 @@ def step(
         committed_delta_micros: change of committed spend (billed + in flight) over the
             step; feeds the integral so billed reality (renders, clicks) replaces the
             estimates. Defaults to ``spend_micros``.
+        behind_micros: target cumulative spend minus spend so far (billed + in flight,
+            leases excluded), micros; None = unknown (no hold rule).
+        hold_band_micros: how far ahead of the curve the campaign must be before p
+            may be lowered (a few of its charges); 0 = any amount ahead.
+        charge_micros: the campaign's largest charge; behind by more than one, an
+            empty step moves p up even when few charges were expected.
         gains: tuning.
 
-    Invariant (property-tested): the returned p is in [P_FLOOR, 1] and within ±25 %
-    of ``state.p`` (when ``state.p`` is itself in range).
+    Invariants (property-tested): the returned p is in [P_FLOOR, 1] and within ±25 %
+    of ``state.p`` (when ``state.p`` is itself in range); p is not lowered while
+    ``behind_micros > -hold_band_micros``.
 
     Raises:
         ValueError: ``dt_s <= 0`` or ``budget_micros <= 0``.
@@ -128,9 +145,15 @@ def step(
 
     ratio = max(desired, floor) / max(spend_avg, floor)
     volume = max(0.0, charges)
-    g = gains.kp * volume / (volume + gains.volume_ref)
-    if spend <= 0.0 and charges <= 0 and desired > floor and spend_avg < desired:
-        g = max(g, gains.kp * 0.5)  # nothing served at all: move up regardless of volume
+    prior_charges = volume if state.charges_avg < 0 else state.charges_avg
+    charges_avg = (1 - a) * prior_charges + a * volume
+    g = gains.kp * charges_avg / (charges_avg + gains.volume_ref)
+    behind = behind_micros is not None and behind_micros > max(0.0, charge_micros)
+    if spend <= 0.0 and volume <= 0 and desired > floor and spend_avg < desired and (
+            prior_charges >= 1.0 or behind):
+        g = max(g, gains.kp * 0.5)  # nothing served where charges were due: move up
     p_new = state.p * math.exp(g * math.log(ratio)) if ratio > 0 else state.p
+    if behind_micros is not None and behind_micros > -hold_band_micros:
+        p_new = max(p_new, state.p)  # not ahead of the curve: never lower p
     p = clamp_step(state.p, p_new)
-    return ControllerState(p, integral, spend_avg, target_avg), p
+    return ControllerState(p, integral, spend_avg, target_avg, charges_avg), p

@@ -41,7 +41,7 @@ from adfunnel.budget.gate import Served
 from adfunnel.budget.protocol import BilledUpdate, Reply, Report
 from adfunnel.budget.service import BudgetService, CampaignDay, charge_micros
 from adfunnel.budget.slices import BudgetState
-from adfunnel.campaigns.model import BidType, Campaign, Objective, PacingMode
+from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, Objective, PacingMode
 from adfunnel.campaigns.schedule import day_bounds, local_day, zone
 from adfunnel.clock import ManualClock
 from adfunnel.money import ceil_micros, cpm_to_impression
@@ -67,6 +67,15 @@ class _Track:
     absorbed: dict[date, int] = field(default_factory=lambda: defaultdict(int))
     last_serve: dict[date, float] = field(default_factory=dict)
     serves: int = 0
+    # billed spend of serves not yet behind billing's watermark: (serve time, micros)
+    after_heap: dict[date, list[tuple[float, int]]] = field(
+        default_factory=lambda: defaultdict(list))
+    after_sum: dict[date, int] = field(default_factory=lambda: defaultdict(int))
+    # status of the campaign in each ad server's store (the serving path's filter)
+    server_active: list[bool] = field(default_factory=list)
+    paused_at: float | None = None
+    after_exhausted_s: float | None = None  # latest admit after the budget ran out
+    after_pause_s: float | None = None  # latest admit after a pause
 
 
 class _Net:
@@ -124,7 +133,7 @@ class _Sim:
             mult = [v * 60.0 / mean_h for v in mins]
             cost = _mean_expected(c)
             rate = c.budget_micros * c.potential / (86400.0 * c.win * cost)
-            self.tracks[c.id] = _Track(c, camp, mult, rate)
+            self.tracks[c.id] = _Track(c, camp, mult, rate, server_active=[True] * sc.servers)
             for s in self.services:
                 s.upsert_campaign(camp)
                 s.set_traffic_shape(c.id, hist)
@@ -203,7 +212,7 @@ class _Sim:
             row = counts[si]
             for ci, tr in enumerate(tracks):
                 n = int(row[ci])
-                if n == 0:
+                if n == 0 or not tr.server_active[server]:
                     continue
                 p = client.pacing_rate(tr.campaign.id)
                 k = int(self.rng.binomial(n, p)) if p < 1.0 else n
@@ -218,6 +227,7 @@ class _Sim:
         c, sc = tr.campaign, tr.sc
         if client.admit(c, at, charge_micros(c)) is not None:
             return
+        self._note_admit(tr)
         lo, hi = sc.price_frac
         price = int(c.bid_micros * (lo + (hi - lo) * float(self.rng.random())))
         if sc.bid_type is BidType.CPM:
@@ -237,10 +247,11 @@ class _Sim:
         if sc.bid_type is BidType.CPM:
             if r[0] < RENDER_RATE:
                 occ = t + 0.2 + 1.8 * r[1]
-                self.push(occ + lag, self.bill, (tr, imp, EventType.IMPRESSION, expected, occ))
+                self.push(occ + lag, self.bill,
+                          (tr, imp, EventType.IMPRESSION, expected, occ, t))
             return
         occ = t + 0.2 + 1.8 * r[1]
-        self.push(occ + lag, self.bill, (tr, imp, EventType.IMPRESSION, 0, occ))
+        self.push(occ + lag, self.bill, (tr, imp, EventType.IMPRESSION, 0, occ, t))
         if sc.bid_type is BidType.CPC:
             prob, mean, window = sc.pctr, self.sc.click_delay_mean_s, self.sc.click_window_s
         else:
@@ -249,9 +260,22 @@ class _Sim:
         if r[0] < prob:
             d = min(window, float(self.rng.exponential(mean)))
             occ2 = max(occ + 0.5, t + d)
-            self.push(occ2 + lag, self.bill, (tr, imp, EventType.CLICK, price, occ2))
+            self.push(occ2 + lag, self.bill, (tr, imp, EventType.CLICK, price, occ2, t))
 
-    def bill(self, tr: _Track, imp: str, et: EventType, charge: int, occurred: float) -> None:
+    def _note_admit(self, tr: _Track) -> None:
+        """Measure how long after a hard stop the campaign still takes part in auctions
+        (the service's own state: when it turned exhausted, or the pause)."""
+        cid = tr.campaign.id
+        cd = self._svc(cid).current(cid, self.now)
+        if cd is not None and cd.state is BudgetState.EXHAUSTED and cd.exhausted_at is not None:
+            lag = self.now - cd.exhausted_at
+            tr.after_exhausted_s = max(lag, tr.after_exhausted_s or 0.0)
+        if tr.paused_at is not None:
+            lag = self.now - tr.paused_at
+            tr.after_pause_s = max(lag, tr.after_pause_s or 0.0)
+
+    def bill(self, tr: _Track, imp: str, et: EventType, charge: int, occurred: float,
+             served_at: float | None = None) -> None:
         at = datetime.fromtimestamp(occurred, tz=UTC)
         day = local_day(at, tr.campaign.time_zone)
         ev = LedgerEvent(imp, et, tr.campaign.id, tr.campaign.id, "feed", tr.sc.bid_type.value,
@@ -262,6 +286,9 @@ class _Sim:
             tr.absorbed[day] += rec.absorbed_micros
             if rec.billed_micros:
                 tr.spend_events.append((occurred, rec.billed_micros))
+                if served_at is not None:
+                    heapq.heappush(tr.after_heap[day], (served_at, rec.billed_micros))
+                    tr.after_sum[day] += rec.billed_micros
 
     def feed(self) -> None:
         for tr in self.tracks.values():
@@ -271,9 +298,13 @@ class _Sim:
             elif tr.sc.bid_type is BidType.CPA:
                 settle += self.sc.conversion_window_s
             svc = self._svc(tr.campaign.id)
+            wm = self.now - settle
             for day, billed in tr.billed.items():
+                h = tr.after_heap[day]
+                while h and h[0][0] < wm:
+                    tr.after_sum[day] -= heapq.heappop(h)[1]
                 svc.record_billed(BilledUpdate(tr.campaign.id, day.isoformat(), billed,
-                                               self.now - settle))
+                                               wm, tr.after_sum[day]))
 
     def edit(self, cid: int, budget: int) -> None:
         tr = self.tracks[cid]
@@ -281,6 +312,22 @@ class _Sim:
                               version=tr.campaign.version + 1)
         for s in self.services:
             s.upsert_campaign(tr.campaign)
+
+    def set_status(self, cid: int, status: CampaignStatus) -> None:
+        """An advertiser's pause/resume: the change log carries it to the budget service
+        and, each after its own delay, to every ad server's campaign store."""
+        tr = self.tracks[cid]
+        tr.campaign = replace(tr.campaign, status=status, version=tr.campaign.version + 1)
+        tr.paused_at = self.now if status is not CampaignStatus.ACTIVE else None
+        for s in self.services:
+            s.upsert_campaign(tr.campaign)
+        lo, hi = self.sc.change_delay_s
+        for i in range(self.sc.servers):
+            d = lo + (hi - lo) * float(self.rng.random())
+            self.push(self.now + d, self._server_status, (tr, i, status))
+
+    def _server_status(self, tr: _Track, server: int, status: CampaignStatus) -> None:
+        tr.server_active[server] = status is CampaignStatus.ACTIVE
 
     def forced(self, cid: int, n: int) -> None:
         tr = self.tracks[cid]
@@ -323,6 +370,14 @@ class _Sim:
             tr = self.tracks[e.campaign_id]
             loc = datetime.combine(sc.day, dtime(*e.local_hm), tzinfo=zone(tr.campaign.time_zone))
             self.push(loc.timestamp(), self.edit, (e.campaign_id, e.new_budget_micros))
+        for pz in sc.pauses:
+            z = zone(self.tracks[pz.campaign_id].campaign.time_zone)
+            loc = datetime.combine(sc.day, dtime(*pz.local_hm), tzinfo=z)
+            self.push(loc.timestamp(), self.set_status, (pz.campaign_id, CampaignStatus.PAUSED))
+            if pz.resume_hm is not None:
+                loc = datetime.combine(sc.day, dtime(*pz.resume_hm), tzinfo=z)
+                self.push(loc.timestamp(), self.set_status,
+                          (pz.campaign_id, CampaignStatus.ACTIVE))
         for c in sc.campaigns:
             for h, m, n in c.forced:
                 loc = datetime.combine(sc.day, dtime(h, m), tzinfo=zone(c.time_zone))
@@ -424,9 +479,14 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
                 exhausted_at = s[0]
         else:
             exhausted_at = None
-    stop_lag = None
-    if exhausted_at is not None:
-        stop_lag = max(0.0, tr.last_serve.get(d, 0.0) - exhausted_at)
+    svc = sim._svc(c.id)
+    cd = svc.campaign_day(c.id, d)
+    final_status = None if cd is None else cd.status.value
+    note = None
+    if not paced:
+        # accelerated delivery follows no curve: an error against one means nothing
+        worst, hours = None, []
+        note = "accelerated: follows no target curve"
     series = [[round(s[0], 1), round(s[1], 5)] for s in steps[:: max(1, len(steps) // 288)]]
     return {
         "campaign_id": c.id,
@@ -440,12 +500,18 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
         "absorbed_share": absorbed / budget if budget else 0.0,
         "delivered_share": billed / budget if budget else 0.0,
         "traffic_allows": traffic_allows,
-        "max_hourly_curve_error": round(worst, 4),
+        "max_hourly_curve_error": None if worst is None else round(worst, 4),
+        "curve_error_note": note,
         "hourly_curve_error": hours,
+        "final_status": final_status,
         "p_min": min(ps) if ps else None,
         "max_steps_at_floor": best,
         "exhausted_at": exhausted_at,
-        "stop_lag_s": stop_lag,
+        "last_auction_after_exhausted_s": None if tr.after_exhausted_s is None
+        else round(tr.after_exhausted_s, 3),
+        "paused": any(pz.campaign_id == c.id for pz in sc.pauses),
+        "last_auction_after_pause_s": None if tr.after_pause_s is None
+        else round(tr.after_pause_s, 3),
         "serves": tr.serves,
         "day_hours": round((de - ds).total_seconds() / 3600.0, 2),
         "p_over_time": series,
@@ -508,16 +574,21 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     out = [f"scenario {result['scenario']} ({'short' if result['short'] else 'full day'}, "
            f"{result['wall_s']} s)",
            f"{'id':>4} {'tz':<18} {'budget':>10} {'deliv':>6} {'above':>6} {'absorb%':>8} "
-           f"{'allows':>6} {'curve':>6} {'pmin':>7} {'floor':>5} {'stop_s':>6}"]
+           f"{'allows':>6} {'curve':>6} {'pmin':>7} {'floor':>5} {'exh_s':>6} {'pause_s':>7}"]
     for c in result["campaigns"]:
         out.append(
             f"{c['campaign_id']:>4} {c['time_zone']:<18} {c['daily_budget_micros'] / 1e6:>10.2f} "
             f"{c['delivered_share']:>6.3f} {c['billed_above_budget_micros']:>6} "
             f"{100 * c['absorbed_share']:>8.4f} {c['traffic_allows']!s:>6} "
-            f"{c['max_hourly_curve_error']:>6.3f} {c['p_min'] or 0:>7.4f} "
+            f"{_opt(c['max_hourly_curve_error'], 3):>6} {c['p_min'] or 0:>7.4f} "
             f"{c['max_steps_at_floor']:>5} "
-            f"{'' if c['stop_lag_s'] is None else round(c['stop_lag_s'], 1)!s:>6}")
+            f"{_opt(c['last_auction_after_exhausted_s'], 1):>6} "
+            f"{_opt(c['last_auction_after_pause_s'], 2):>7}")
     return out
+
+
+def _opt(v: float | None, digits: int) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
 
 
 _ = math  # reserved for future metrics

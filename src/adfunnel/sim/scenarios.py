@@ -53,6 +53,17 @@ class BudgetEdit:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """The advertiser pauses ``campaign_id`` at local ``local_hm`` (and resumes it at
+    ``resume_hm``, if given). The edit reaches the budget service and every ad server's
+    campaign store through the change log."""
+
+    campaign_id: int
+    local_hm: tuple[int, int]
+    resume_hm: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     day: date
@@ -69,6 +80,8 @@ class Scenario:
     conversion_window_s: float = 600.0
     message_delay_s: tuple[float, float] = (0.002, 0.040)
     edits: tuple[BudgetEdit, ...] = ()
+    pauses: tuple[Pause, ...] = ()
+    change_delay_s: tuple[float, float] = (0.05, 0.5)  # change log -> ad server store
     outages: tuple[tuple[int, datetime, float], ...] = ()  # (shard, start UTC, seconds)
     crash_server_after: datetime | None = None  # kill server 1 once it holds slices after
     short_window: tuple[datetime, datetime] | None = None
@@ -166,6 +179,11 @@ def scenarios() -> dict[str, Scenario]:
         Scenario("small-budget", D, (*base, _small()),
                  short_window=(_u(2026, 10, 20, 6), _u(2026, 10, 20, 6, 40)),
                  notes="campaign 20: $20 budget, $2 clicks, every server"),
+        Scenario("pause", D, base,
+                 pauses=(Pause(5, (15, 0), (15, 30)), Pause(2, (20, 0))),
+                 short_window=(_u(2026, 10, 20, 12, 55), _u(2026, 10, 20, 13, 40)),
+                 notes="campaign 5 paused 15:00-15:30 Berlin; campaign 2 paused for good "
+                       "at 20:00 New York"),
         Scenario("midnight", date(2026, 11, 1), (
             SimCampaign(31, "America/Sao_Paulo", BidType.CPM, 400 * USD, 5_000 * USD, 2.0),
             SimCampaign(32, "America/New_York", BidType.CPC, 8 * USD, 8_000 * USD, 2.5,
