@@ -190,3 +190,55 @@ def test_crashed_servers_slices_count_as_spent_until_billing_passes() -> None:
     assert cd.committed(clock.now().timestamp()) == held
     svc.record_billed(BilledUpdate(1, DAY, 0, (clock.now() + timedelta(seconds=1)).timestamp()))
     assert cd.committed(clock.now().timestamp()) == 0
+
+
+def test_already_billed_events_of_serves_in_flight_are_not_counted_twice() -> None:
+    svc, _ = _svc()
+    svc.handle_report(Report("a", 0, NOW.timestamp(), [_entry(1, 1000)]))
+    cd = svc.campaign_day(1, date(2026, 10, 20))
+    # a click of 400 from that serve is billed; the serve is still inside the window
+    svc.record_billed(BilledUpdate(1, DAY, 400, NOW.timestamp() - 1, 400))
+    assert cd.committed(NOW.timestamp()) == 400 + (1000 - 400)
+    # more billed than expected: in flight never goes below 0
+    svc.record_billed(BilledUpdate(1, DAY, 1500, NOW.timestamp() - 1, 1500))
+    assert cd.committed(NOW.timestamp()) == 1500
+
+
+def test_a_late_close_replaces_the_worst_case_assumed_at_expiry() -> None:
+    camp = _camp(budget=20_000_000)
+    svc, clock = _svc(camp)
+    net = _Direct(svc)
+    c = BudgetClient("late", clock, net)
+    c.report()
+    c.admit(camp, clock.now(), 2_000_000)
+    c.report()
+    held = c.held_slices()
+    assert held
+    c.record_served(Served(1, date(2026, 10, 20), "i", 100_000, 0.0, 2_000_000))
+    cd = svc.campaign_day(1, date(2026, 10, 20))
+    clock.advance(31)
+    svc.step()  # the service expires the slices first: worst case
+    assert cd.in_flight() >= sum(s.amount for s in held) - 100_000
+    c.report()  # the server's close arrives: what it really used
+    assert cd.in_flight() == 100_000 + sum(s.used for s in c.held_slices())
+
+
+def test_a_slice_without_room_for_another_charge_is_released_at_once() -> None:
+    camp = _camp(budget=20_000_000)
+    svc, clock = _svc(camp)
+    net = _Direct(svc)
+    c = BudgetClient("s", clock, net)
+    c.report()
+    c.admit(camp, clock.now(), 2_000_000)
+    c.report()
+    cd = svc.campaign_day(1, date(2026, 10, 20))
+    (s,) = c.held_slices()
+    n = 0
+    while c.held_slices() and n < 100:
+        assert c.admit(camp, clock.now(), 2_000_000) is None
+        c.record_served(Served(1, date(2026, 10, 20), f"i{n}", 2_000_000, 0.0, 2_000_000))
+        n += 1
+    assert n == s.amount // 2_000_000
+    c.report()
+    assert cd.outstanding(clock.now().timestamp()) <= sum(
+        x.amount for x in c.held_slices())

@@ -80,3 +80,37 @@ def test_budget_edit_rescales_the_rest_of_the_curve() -> None:
     assert abs(raised.target_micros(23.5 * 3600) - 15_000) < 1e-6
     cut = plan.rescaled(3_000, half, spent)  # below what is spent: nothing more to spend
     assert cut.target_micros(20 * 3600) == spent
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    p=st.floats(P_FLOOR, 1.0),
+    spend=st.floats(0, 1e10),
+    target=st.floats(0, 1e10),
+    charges=st.floats(0, 100),
+    behind=st.floats(-1e9, 1e9),
+    band=st.floats(0, 1e8),
+)
+def test_p_is_never_lowered_while_not_ahead_of_the_curve(p, spend, target, charges, behind,
+                                                          band) -> None:
+    _, p2 = step(ControllerState(p), spend, target, 10, budget_micros=BUDGET, charges=charges,
+                 behind_micros=behind, hold_band_micros=band)
+    if behind > -band:
+        assert p2 >= p - 1e-15
+
+
+def test_a_campaign_that_cannot_reach_its_curve_keeps_p_at_1() -> None:
+    # plant: spend = p × 0.6 × target with bursts (few charges a step); always behind
+    import random
+
+    rnd = random.Random(1)
+    state = ControllerState(1.0)
+    target = BUDGET / 8640
+    behind = 10 * target  # an hour in, already behind (bursts cannot put it ahead)
+    for _ in range(2000):
+        n = sum(1 for _ in range(8) if rnd.random() < 0.0375 * state.p)
+        spend = n * 2 * target
+        behind += target - spend
+        state, _ = step(state, spend, target, 10, budget_micros=BUDGET, charges=n,
+                        behind_micros=behind, hold_band_micros=3 * 2 * target)
+        assert state.p == 1.0

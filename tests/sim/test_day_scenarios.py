@@ -26,6 +26,13 @@ def test_short_scenario_never_bills_above_budget(name: str) -> None:
         assert c["billed_above_budget_micros"] == 0
         assert c["absorbed_overspend_micros"] <= 0.01 * c["daily_budget_micros"]
         assert c["max_steps_at_floor"] <= 1
+        # an exhausted campaign takes part in no auction 30 s later; a paused one 1 s later
+        if c["last_auction_after_exhausted_s"] is not None:
+            assert c["last_auction_after_exhausted_s"] <= 30.0
+        if c["last_auction_after_pause_s"] is not None:
+            assert c["last_auction_after_pause_s"] <= 1.0
+        if c["pacing_mode"] == "accelerated":
+            assert c["max_hourly_curve_error"] is None  # follows no curve
         for key in ("campaign_id", "time_zone", "daily_budget_micros", "billed_micros",
                     "delivered_share", "traffic_allows", "max_hourly_curve_error"):
             assert key in c
@@ -38,6 +45,8 @@ def test_short_scenario_never_bills_above_budget(name: str) -> None:
         assert camps[2]["daily_budget_micros"] == 15_000_000_000
     if name == "server-crash":
         assert r["crash"] is not None and r["crash"]["slices_held"] >= 1
+    if name == "pause":
+        assert camps[5]["paused"] and camps[5]["serves"] > 0
     if name == "small-budget":
         assert camps[20]["absorbed_overspend_micros"] == 0
 
