@@ -7,7 +7,6 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
 from adfunnel.budget.client import BudgetClient
-from adfunnel.budget.slices import BudgetState
 from adfunnel.budget.gate import Served
 from adfunnel.budget.protocol import (
     BilledUpdate,
@@ -17,6 +16,7 @@ from adfunnel.budget.protocol import (
     ReportEntry,
 )
 from adfunnel.budget.service import BudgetService
+from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import BidType, Campaign, Objective
 from adfunnel.clock import ManualClock
 
