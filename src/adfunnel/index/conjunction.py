@@ -124,7 +124,8 @@ class ConjunctionIndex:
         """
         snap = self._snap
         ids_parts: list[np.ndarray] = []
-        score_parts: list[np.ndarray] = []
+        row_parts: list[np.ndarray] = []
+        segs: list[Segment] = []
         total = 0
         for seg, alive in ((snap.main, snap.alive), (snap.delta, snap.delta_alive)):
             if seg.n_conjunctions == 0:
@@ -136,14 +137,16 @@ class ConjunctionIndex:
             total += len(ranks)
             rows = seg.rank_row[ranks[: limit + 1]]
             ids_parts.append(seg.ad_ids[rows])
-            score_parts.append(seg.scores[rows])
+            row_parts.append(rows)  # scores are looked up only when two lists merge
+            segs.append(seg)
         if not ids_parts:
             return Retrieval([], snap.version, truncated=False)
         if len(ids_parts) == 1:
             ids = ids_parts[0]
         else:  # main and delta hold disjoint live ads: merge the two ranked lists
             ids = np.concatenate(ids_parts)
-            ids = ids[np.lexsort((ids, -np.concatenate(score_parts)))]
+            scores = np.concatenate([g.scores[r] for g, r in zip(segs, row_parts, strict=True)])
+            ids = ids[np.lexsort((ids, -scores))]
         truncated = total > limit
         if truncated:
             TRUNCATED.inc()

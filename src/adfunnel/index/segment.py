@@ -45,7 +45,7 @@ MAX_SEGMENT_CONJUNCTIONS = 1 << (32 - SLOT_BITS)
 #: Conjunction ids read in a query's first window; later windows follow the match rate.
 FIRST_WINDOW = 1 << 14
 #: A later window is at most this many times its predecessor.
-WINDOW_GROWTH = 8
+WINDOW_GROWTH = 16
 
 #: A window whose hits are this many times sparser than its width is counted by
 #: sorting the hits; a denser one with a count array over the window.
@@ -374,7 +374,8 @@ class Segment:
             w1 = min(n_conj, w0 + width)
             if n_conj - w1 < width // 2:
                 w1 = n_conj
-            e1 = w1 << SLOT_BITS
+            e1 = np.uint32(w1 << SLOT_BITS)  # same dtype as the lists: no conversion copy
+            n1 = np.uint32(w1)
             singles: list[np.ndarray] = []
             multis: list[list[np.ndarray]] = [[] for _ in spans]
             for i, (p, attr) in enumerate(ins):
@@ -389,7 +390,7 @@ class Segment:
             negs = []
             for i, p in enumerate(nots):
                 a = not_pos[i]
-                b = not_pos[i] = a + int(p[a:].searchsorted(w1))
+                b = not_pos[i] = a + int(p[a:].searchsorted(n1))
                 if b > a:
                     negs.append(p[a:b])
             if len(cand) and negs:
@@ -409,7 +410,7 @@ class Segment:
                 break
             # next window: enough for the missing ads at the rate seen so far
             rate = n_found / w1
-            need = (want + 1 - n_found) / rate * 1.25 if rate > 0 else float("inf")
+            need = (want + 1 - n_found) / rate * 1.1 if rate > 0 else float("inf")
             width = int(max(FIRST_WINDOW, min(need, width * WINDOW_GROWTH)))
             w0 = w1
         if not found:
@@ -441,13 +442,17 @@ class Segment:
         # counting path: one slot per attribute here, so count distinct attributes hit
         if singles:
             flat = np.concatenate(singles) if len(singles) > 1 else singles[0]
-            counts = np.bincount((flat >> SLOT_BITS).astype(np.int64) - w0, minlength=width)
+            rel = flat >> SLOT_BITS
+            rel -= np.uint32(w0)
+            counts = np.bincount(rel, minlength=width)
         else:
             counts = np.zeros(width, dtype=np.int64)
         for ps in multis:
             hit = np.zeros(width, dtype=bool)
             for p in ps:
-                hit[(p >> SLOT_BITS).astype(np.int64) - w0] = True
+                rel = p >> SLOT_BITS
+                rel -= np.uint32(w0)
+                hit[rel] = True
             counts += hit
         return np.flatnonzero(counts == self.conj_k[w0:w1]) + w0
 
