@@ -28,11 +28,16 @@ per-ad ``alive`` mask over main (the tombstones). A write builds a new
 ``Retrieval.version``. When the delta holds more than ``delta_limit`` ads it is
 merged into a new main (cost O(main); :meth:`merge` may also be called at will).
 
-Broad ads: conjunction ids run best static score first inside each size group,
-and a query reads each group in windows only until more than ``limit`` distinct
-ads matched, so long posting lists are read only as far as needed. A narrow ad
-is never crowded out: it is returned whenever fewer than ``limit`` matching ads
-score above it.
+Broad ads: conjunction ids run best static score first, and a query reads them
+in windows only until more than ``limit`` distinct ads matched, so long posting
+lists are read only as far as needed. A narrow ad is never crowded out: it is
+returned whenever fewer than ``limit`` matching ads score above it (ties broken
+by ad id, as :class:`~adfunnel.index.scan.ScanIndex` does).
+
+Memory: per ad 8 B id + 8 B score + 8 B rank maps + 1 B alive; per conjunction
+4 B ad row + 1 B K; per ``∈`` term value 4 B; per ``∉`` term value 4 B; plus one
+dictionary entry per distinct (attribute, value). Updates copy the alive mask
+(1 B per ad) and rebuild the small delta.
 """
 
 from __future__ import annotations
