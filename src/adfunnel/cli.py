@@ -124,6 +124,7 @@ def budget_service(
     shards: Annotated[int, typer.Option(help="Number of shards (routing: campaign id % shards).")] = 1,
     control_interval_s: Annotated[float, typer.Option(help="Seconds between pacing steps.")] = 10.0,
     billed_every_s: Annotated[float, typer.Option(help="Seconds between ledger reads (<= 10).")] = 5.0,
+    billing_lag_s: Annotated[float, typer.Option(help="Seconds after serving by which beacons are in the ledger (the estimate is kept that long).")] = 60.0,
 ) -> None:
     """Run one shard of the budget & pacing service as its own process."""
     import uvicorn
@@ -142,6 +143,7 @@ def budget_service(
     proc = BudgetServiceProcess(
         SqlCampaignStore(engine, clock), SqlLedger(engine), clock, shard=shard, shards=shards,
         control_interval_s=control_interval_s, billed_every_s=billed_every_s,
+        billing_lag_s=billing_lag_s,
     )
     proc.start()
     try:

@@ -20,6 +20,10 @@ import uuid
 from datetime import date
 
 from sqlalchemy import Engine
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from adfunnel.billing.ledger import Ledger
 from adfunnel.budget.client import BudgetClient
@@ -67,8 +71,31 @@ class BudgetServiceProcess:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    def app(self):  # noqa: ANN201 - a Starlette app
-        return create_app(self.service, control_loop_s=self.control_interval_s, lock=self.lock)
+    def app(self) -> Starlette:
+        """The shard's HTTP app plus ``GET /v1/status`` (budget state, p and pacing status
+        per campaign on its current local day)."""
+        app = create_app(self.service, control_loop_s=self.control_interval_s, lock=self.lock)
+        app.router.routes.append(Route("/v1/status", self._status, methods=["GET"]))
+        return app
+
+    def status(self) -> list[dict[str, object]]:
+        now = self.clock.now().timestamp()
+        out = []
+        with self.lock:
+            for cid in sorted(self._campaigns):
+                cd = self.service.current(cid, now) if self.service.owns(cid) else None
+                if cd is None:
+                    continue
+                out.append({
+                    "campaign_id": cid, "day": cd.day.isoformat(), "state": cd.state.value,
+                    "status": cd.status.value, "p": round(cd.ctl.p, 6),
+                    "budget_micros": cd.campaign.daily_budget_micros, "billed_micros": cd.billed,
+                    "committed_micros": cd.committed(now), "slices_open": len(cd.slices),
+                })
+        return out
+
+    async def _status(self, _: Request) -> Response:
+        return JSONResponse(self.status())
 
     def load(self) -> None:
         _, campaigns, _, last_seq = self.store.snapshot()
@@ -121,7 +148,7 @@ class BudgetServiceProcess:
         for t in self._threads:
             t.join(timeout=2)
 
-    def _loop(self, fn, every: float) -> None:  # noqa: ANN001
+    def _loop(self, fn, every: float) -> None:
         while not self._stop.is_set():
             try:
                 fn()

@@ -23,9 +23,8 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import create_engine, text
 
-from adfunnel.billing.tables import ledger as ledger_table
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.sim.server_proc import ManagedProcess
 
@@ -42,6 +41,7 @@ class FleetConfig:
     rate: float = 100.0
     control_interval_s: float = 10.0
     billed_every_s: float = 2.0
+    billing_lag_s: float = 5.0  # the driver fires beacons within a second of serving
     driver_threads: int = 6
     seed: int = 1
     log_dir: Path | None = None
@@ -58,7 +58,7 @@ class CampaignSpec:
 
 
 CAMPAIGNS = (
-    CampaignSpec("small-budget", "CPM", 5_000_000, 150_000, "accelerated"),
+    CampaignSpec("small-budget", "CPM", 5_000_000, 40_000, "accelerated"),
     CampaignSpec("paused-midway", "CPM", 4_500_000, 1_000_000_000, "accelerated"),
     CampaignSpec("paced-even", "CPM", 3_000_000, 20_000_000, "even"),
     CampaignSpec("cpc-cars", "CPC", 1_500_000, 5_000_000, "even",
@@ -111,7 +111,8 @@ def _run(cfg: FleetConfig, url: str, procs: list[ManagedProcess]) -> dict[str, A
     env = {"ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32)}
     budget = ManagedProcess(
         ["budget-service", "--database-url", url, "--control-interval-s",
-         str(cfg.control_interval_s), "--billed-every-s", str(cfg.billed_every_s)],
+         str(cfg.control_interval_s), "--billed-every-s", str(cfg.billed_every_s),
+         "--billing-lag-s", str(cfg.billing_lag_s)],
         extra_env=env, log_path=_log(cfg, "budget-service"))
     procs.append(budget)
     env["ADFUNNEL_BUDGET_SERVICE_URL"] = budget.url
@@ -131,8 +132,11 @@ def _run(cfg: FleetConfig, url: str, procs: list[ManagedProcess]) -> dict[str, A
     events: dict[str, float] = {}
     stop = threading.Event()
     t0 = time.time()
+    states: list[tuple[float, dict[int, str]]] = []
     threads = [threading.Thread(target=_drive, args=(cfg, i, alive, tracker.url, obs, stop, t0))
                for i in range(cfg.driver_threads)]
+    latest: dict[int, dict[str, Any]] = {}
+    threads.append(threading.Thread(target=_monitor, args=(budget.url, states, latest, stop)))
     for t in threads:
         t.start()
     _at(t0 + cfg.duration_s / 3)
@@ -148,7 +152,7 @@ def _run(cfg: FleetConfig, url: str, procs: list[ManagedProcess]) -> dict[str, A
         t.join()
     time.sleep(cfg.billed_every_s + 1.0)  # last beacons reach the ledger and the service
     lags = {s.url: httpx.get(s.url + "/readyz", timeout=5).json() for s in alive}
-    result = _report(cfg, url, api, ids, obs, events, t0, lags)
+    result = _report(cfg, api, ids, obs, events, t0, lags, states, latest)
     api.close()
     return result
 
@@ -234,26 +238,36 @@ def _drive(cfg: FleetConfig, n: int, alive: list[ManagedProcess], tracker: str, 
     http.close()
 
 
-def _exhausted_at(url: str, campaign_id: int, budget: int, charge: int) -> float | None:
-    """When billed spend first came within one charge of the budget (ledger time)."""
-    engine = create_engine(_sqlalchemy_url(url))
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(ledger_table.c.occurred_at, ledger_table.c.billed_micros)
-            .where(ledger_table.c.campaign_id == campaign_id)
-            .order_by(ledger_table.c.occurred_at)
-        ).all()
-    engine.dispose()
-    total = 0
-    for at, billed in rows:
-        total += billed
-        if budget - total < charge:
-            return at.timestamp()
-    return None
+def _monitor(budget_url: str, states: list[tuple[float, dict[int, str]]],
+             latest: dict[int, dict[str, Any]], stop: threading.Event) -> None:
+    """Poll the budget service's per-campaign state twice a second."""
+    http = httpx.Client(timeout=2.0)
+    while not stop.wait(0.5):
+        try:
+            rows = http.get(budget_url + "/v1/status").json()
+        except httpx.HTTPError:
+            continue
+        states.append((time.time(), {r["campaign_id"]: r["state"] for r in rows}))
+        latest.clear()
+        latest.update({r["campaign_id"]: r for r in rows})
+    http.close()
 
 
-def _report(cfg: FleetConfig, url: str, api: httpx.Client, ids: dict[str, int], obs: _Observed,
-            events: dict[str, float], t0: float, lags: dict[str, Any]) -> dict[str, Any]:
+def _exhausted_since(states: list[tuple[float, dict[int, str]]], cid: int) -> float | None:
+    """Start of the final run of ``exhausted`` states of ``cid`` (None if it ended open)."""
+    since = None
+    for t, by_id in states:
+        if by_id.get(cid) == "exhausted":
+            since = since if since is not None else t
+        else:
+            since = None
+    return since
+
+
+def _report(cfg: FleetConfig, api: httpx.Client, ids: dict[str, int], obs: _Observed,
+            events: dict[str, float], t0: float, lags: dict[str, Any],
+            states: list[tuple[float, dict[int, str]]],
+            latest: dict[int, dict[str, Any]]) -> dict[str, Any]:
     campaigns = []
     specs = {s.name: s for s in CAMPAIGNS}
     for name, cid in ids.items():
@@ -268,15 +282,17 @@ def _report(cfg: FleetConfig, url: str, api: httpx.Client, ids: dict[str, int], 
                 [0] + [d["billed_micros"] - spec.daily_budget_micros for d in rep["days"]]),
             "absorbed_overspend_micros": rep["absorbed_overspend_micros"],
             "impressions": rep["impressions"], "clicks": rep["clicks"], "serves": len(serves),
+            "final_state": latest.get(cid, {}).get("state"),
+            "final_pacing_status": latest.get(cid, {}).get("status"),
+            "final_p": latest.get(cid, {}).get("p"),
         }
         if name == "paused-midway":
             after = [t - events["paused_at"] for t in serves if t > events["paused_at"]]
             row["last_serve_after_pause_s"] = round(max(after, default=0.0), 3)
-        if name == "small-budget":
-            charge = spec.bid_micros // 1000
-            t_ex = _exhausted_at(url, cid, spec.daily_budget_micros, charge)
-            after = [t - t_ex for t in serves if t_ex is not None and t > t_ex]
-            row["exhausted_after_s"] = None if t_ex is None else round(t_ex - t0, 3)
+        t_ex = _exhausted_since(states, cid)
+        row["exhausted_at_s"] = None if t_ex is None else round(t_ex - t0, 3)
+        if t_ex is not None:
+            after = [t - t_ex for t in serves if t > t_ex]
             row["last_serve_after_exhausted_s"] = round(max(after, default=0.0), 3)
         campaigns.append(row)
     return {
