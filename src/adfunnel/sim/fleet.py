@@ -257,10 +257,10 @@ def _exhausted_since(states: list[tuple[float, dict[int, str]]], cid: int) -> fl
     """Start of the final run of ``exhausted`` states of ``cid`` (None if it ended open)."""
     since = None
     for t, by_id in states:
-        if by_id.get(cid) == "exhausted":
-            since = since if since is not None else t
-        else:
+        if by_id.get(cid) != "exhausted":
             since = None
+        elif since is None:
+            since = t
     return since
 
 
