@@ -26,7 +26,7 @@ from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import Clock, ManualClock, SystemClock
 from adfunnel.db import make_engine
-from adfunnel.index import AdIndex, ScanIndex
+from adfunnel.index import AdIndex, ConjunctionIndex, ScanIndex
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
@@ -65,13 +65,9 @@ class Runtime:
         self.engine.dispose()
 
 
-def make_index() -> AdIndex:
-    """The serving index: the conjunction index when present, else the reference scan."""
-    try:
-        from adfunnel.index import ConjunctionIndex  # type: ignore[attr-defined]
-    except ImportError:
-        return ScanIndex()
-    return ConjunctionIndex()
+def make_index(settings: Settings) -> AdIndex:
+    """The serving index: the conjunction index, or the reference scan (``index="scan"``)."""
+    return ScanIndex() if settings.index == "scan" else ConjunctionIndex()
 
 
 def make_clock(settings: Settings) -> Clock:
@@ -91,7 +87,7 @@ def build_runtime(
     upgrade(engine)
     store = SqlCampaignStore(engine, clock)
     ledger = SqlLedger(engine)
-    catalog = Catalog(make_index(), prior_pctr=settings.pctr_prior)
+    catalog = Catalog(make_index(settings), prior_pctr=settings.pctr_prior)
     catalog.load(Snapshot(*store.snapshot()))
     store.subscribe(catalog.apply_local)
     change_feed = ChangeFeed(store, catalog, poll_s=settings.change_poll_s,

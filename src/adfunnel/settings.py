@@ -39,6 +39,7 @@ class Settings(BaseSettings):
     pctr_prior_strength: float = Field(default=1_000.0, gt=0)
     pcvr_prior: float = Field(default=0.01, gt=0, le=1)
     retrieval_limit: int = Field(default=10_000, gt=0)
+    index: Literal["conjunction", "scan"] = "conjunction"
     change_poll_s: float = Field(default=0.25, gt=0, le=5)
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65_535)

@@ -277,6 +277,7 @@ def run_replay(
     speed: float | None = None,
     progress: Callable[[int], None] | None = None,
     workdir: Path | None = None,
+    server_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Replay ``rows`` against ``server``, or against a server started here, and report.
 
@@ -294,7 +295,8 @@ def run_replay(
         if server is None:
             url = database_url or f"sqlite:///{work / 'replay.sqlite3'}"
             proc = ServerProcess(url, clock="manual", log_path=work / "server.log",
-                                 extra_env={"ADFUNNEL_PCTR_PRIOR": str(pctr_prior)})
+                                 extra_env={"ADFUNNEL_PCTR_PRIOR": str(pctr_prior),
+                                            **(server_env or {})})
             server = proc.url
         replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed)
         try:
