@@ -26,7 +26,12 @@ SLICE_SPEND_S = 10.0
 SLICE_TTL_S = 30.0
 #: Below this many charges left to grant, serves take their worst-case charge from a
 #: slice instead of their expected cost (no statistical overspend on the last charges).
-WORST_CASE_CHARGES = 3
+#: Each worst-case serve holds a whole charge until billing's watermark passes it (a
+#: conversion window), so this reserve is what a CPA campaign cannot deliver: two
+#: charges keep the worst case for the last two while leaving ≥ 98 % deliverable when
+#: a charge is ≤ 0.6 % of the budget (beyond the two, the chance that pending events
+#: exceed their expected cost by two charges is what is left to absorb).
+WORST_CASE_CHARGES = 2
 
 
 def worst_case_regime(grantable_micros: int, charge_micros: int) -> bool:
