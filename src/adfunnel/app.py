@@ -27,6 +27,8 @@ from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import Clock, ManualClock, SystemClock
 from adfunnel.db import make_engine
 from adfunnel.index import AdIndex, ConjunctionIndex, ScanIndex
+from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
+from adfunnel.periodic import Periodic
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
@@ -53,12 +55,15 @@ class Runtime:
     tracker: Tracker
     decisions: DecisionLog
     feed: ChangeFeed
+    background: list[Periodic]
 
     def ready(self) -> bool:
         """True while the catalog follows the change log closely enough to decide."""
         return self.feed.ready()
 
     def close(self) -> None:
+        for task in self.background:
+            task.stop(final=True)
         self.feed.stop()
         if isinstance(self.gate, ReportingBudgetClient):
             self.gate.stop()
@@ -98,15 +103,22 @@ def build_runtime(
     ctr = SmoothedCtr(settings.pctr_prior, settings.pctr_prior_strength)
     key = settings.token_secret.encode()
     decisions = DecisionLog()
+    background: list[Periodic] = []
+    eligible = None
+    if settings.budget_service_url:  # the budget service shapes curves from this log
+        eligible = EligibleCounter()
+        traffic = SqlTrafficLog(engine)
+        background.append(Periodic(lambda: traffic.add(eligible.drain()),
+                                   settings.traffic_flush_s, "eligible-flush").start())
     decider = Decider(
         catalog, gate, ctr, clock, key,
         token_ttl_s=settings.token_ttl_s, pcvr=settings.pcvr_prior,
         retrieval_limit=settings.retrieval_limit,
-        rng=random.Random(seed) if seed is not None else None,
+        rng=random.Random(seed) if seed is not None else None, eligible=eligible,
     )
     tracker = Tracker(ledger, catalog, gate, ctr, clock, key)
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
-                   tracker, decisions, change_feed)
+                   tracker, decisions, change_feed, background)
 
 
 def make_gate(settings: Settings, ledger: Ledger, catalog: Catalog, clock: Clock) -> SpendGate:

@@ -143,7 +143,7 @@ def budget_service(
     proc = BudgetServiceProcess(
         SqlCampaignStore(engine, clock), SqlLedger(engine), clock, shard=shard, shards=shards,
         control_interval_s=control_interval_s, billed_every_s=billed_every_s,
-        billing_lag_s=billing_lag_s,
+        billing_lag_s=billing_lag_s, engine=engine,
     )
     proc.start()
     try:

@@ -41,6 +41,7 @@ class Settings(BaseSettings):
     retrieval_limit: int = Field(default=10_000, gt=0)
     index: Literal["conjunction", "scan"] = "conjunction"
     change_poll_s: float = Field(default=0.25, gt=0, le=5)
+    traffic_flush_s: float = Field(default=10.0, gt=0)
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65_535)
 

@@ -10,7 +10,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
 import adfunnel.billing.tables
-import adfunnel.campaigns.tables  # noqa: F401  (registers the tables)
+import adfunnel.campaigns.tables
+import adfunnel.pacing.traffic_tables  # noqa: F401  (registers the tables)
 from adfunnel.campaigns.migrate import MIGRATIONS_DIR, current_revision, upgrade
 from adfunnel.db import make_engine, metadata
 
@@ -41,7 +42,7 @@ def test_upgrade_by_url_creates_every_table(tmp_path: Path) -> None:
     engine = make_engine(url)
     try:
         assert set(inspect(engine).get_table_names()) >= set(metadata.tables)
-        assert current_revision(engine) == "0001"
+        assert current_revision(engine) == "0002"
     finally:
         engine.dispose()
 

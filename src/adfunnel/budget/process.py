@@ -34,8 +34,13 @@ from adfunnel.campaigns.model import Campaign
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import Clock
+from adfunnel.pacing.traffic_log import SqlTrafficLog, shapes, window_start
+from adfunnel.periodic import Periodic
 
 log = logging.getLogger(__name__)
+
+#: Seconds between re-reads of the eligible-traffic log.
+SHAPE_REFRESH_S = 300.0
 
 
 class BudgetServiceProcess:
@@ -68,8 +73,8 @@ class BudgetServiceProcess:
         self.poll_s = poll_s
         self.position = 0
         self._campaigns: dict[int, Campaign] = {}
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self.traffic = SqlTrafficLog(engine) if engine is not None else None
+        self._loops: list[Periodic] = []
 
     def app(self) -> Starlette:
         """The shard's HTTP app plus ``GET /v1/status`` (budget state, p and pacing status
@@ -111,6 +116,8 @@ class BudgetServiceProcess:
                 if isinstance(ch.record, Campaign):
                     self._upsert(ch.record)
                 self.position = max(self.position, ch.seq)
+        if any(isinstance(ch.record, Campaign) and ch.version == 1 for ch in changes):
+            self.refresh_shapes()  # a new campaign starts from the placement average
         return len(changes)
 
     def feed_billed(self) -> int:
@@ -135,26 +142,32 @@ class BudgetServiceProcess:
         self._campaigns[c.id] = c
         self.service.upsert_campaign(c)
 
+    def refresh_shapes(self) -> int:
+        """Target-curve shapes from the last 7 days of eligible requests (DESIGN.md
+        §Pacing); new campaigns get the placement average."""
+        if self.traffic is None:
+            return 0
+        traffic = self.traffic.hourly(window_start(self.clock.now()))
+        zones = {cid: c.time_zone for cid, c in self._campaigns.items()}
+        by_campaign = shapes(traffic, zones)
+        with self.lock:
+            for cid, shape in by_campaign.items():
+                if any(shape):
+                    self.service.set_traffic_shape(cid, shape)
+        return len(by_campaign)
+
     def start(self) -> None:
         self.load()
-        for target, every in ((self.poll_changes, self.poll_s),
-                              (self.feed_billed, self.billed_every_s)):
-            t = threading.Thread(target=self._loop, args=(target, every), daemon=True)
-            t.start()
-            self._threads.append(t)
+        self.refresh_shapes()
+        self._loops = [
+            Periodic(self.poll_changes, self.poll_s, "budget-changes").start(),
+            Periodic(self.feed_billed, self.billed_every_s, "budget-billed").start(),
+            Periodic(self.refresh_shapes, SHAPE_REFRESH_S, "budget-shapes").start(),
+        ]
 
     def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=2)
-
-    def _loop(self, fn, every: float) -> None:
-        while not self._stop.is_set():
-            try:
-                fn()
-            except Exception:  # the database may be briefly away; retry next round
-                log.exception("budget service feeder %s failed", fn.__name__)
-            self._stop.wait(every)
+        for loop in self._loops:
+            loop.stop()
 
 
 class ReportingBudgetClient(BudgetClient):
@@ -162,25 +175,16 @@ class ReportingBudgetClient(BudgetClient):
 
     def __init__(self, clock: Clock, service_urls: list[str], *, report_every_s: float = 1.0,
                  server_id: str | None = None) -> None:
+        """``service_urls[shard]`` serves that shard; reports every ``report_every_s`` s."""
         self.http_transport = HttpReportTransport(service_urls)
         super().__init__(server_id or f"ads-{uuid.uuid4().hex[:12]}", clock, self.http_transport,
                          shards=len(service_urls))
-        self.report_every_s = report_every_s
-        self._stop_reporting = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="budget-report", daemon=True)
+        self._reporter = Periodic(self.report, report_every_s, "budget-report")
 
     def start(self) -> None:
         self.report()  # learn states and p before the first decision
-        self._thread.start()
+        self._reporter.start()
 
     def stop(self) -> None:
-        self._stop_reporting.set()
-        self._thread.join(timeout=2)
+        self._reporter.stop()
         self.http_transport.close()
-
-    def _run(self) -> None:
-        while not self._stop_reporting.wait(self.report_every_s):
-            try:
-                self.report()
-            except Exception:
-                log.exception("budget report failed")

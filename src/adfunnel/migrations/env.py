@@ -11,7 +11,8 @@ from alembic import context
 from sqlalchemy import Connection
 
 import adfunnel.billing.tables
-import adfunnel.campaigns.tables  # noqa: F401  (registers the tables on the metadata)
+import adfunnel.campaigns.tables
+import adfunnel.pacing.traffic_tables  # noqa: F401  (registers the tables on the metadata)
 from adfunnel.db import make_engine, metadata
 
 config = context.config

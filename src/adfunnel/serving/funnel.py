@@ -25,6 +25,7 @@ from adfunnel.campaigns.model import (
 from adfunnel.campaigns.schedule import in_daypart, in_flight, local_day
 from adfunnel.clock import Clock, monotonic_ms
 from adfunnel.money import cpm_to_impression, round_micros
+from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog
 from adfunnel.serving.request import SelectRequest, SlotIn, request_attributes
@@ -85,6 +86,7 @@ class Decider:
         retrieval_limit: int = 10_000,
         rng: random.Random | None = None,
         on_decision: Callable[[Decision], None] | None = None,
+        eligible: EligibleCounter | None = None,
     ) -> None:
         self.catalog = catalog
         self.gate = gate
@@ -96,6 +98,7 @@ class Decider:
         self.retrieval_limit = retrieval_limit
         self.rng = rng or random.Random()
         self.on_decision = on_decision
+        self.eligible = eligible
 
     def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
         """Decide ``req`` before ``deadline_at_ms`` (a :func:`monotonic_ms` instant)."""
@@ -156,6 +159,8 @@ class Decider:
             return OUT_OF_FLIGHT
         if not in_daypart(c.dayparts, now, c.time_zone):
             return OUTSIDE_DAYPART
+        if self.eligible is not None:  # traffic it could reach: the pacing curve's shape
+            self.eligible.add(c.id, now)
         reason = self.gate.admit(c, now, max_charge(c))
         if reason is not None:
             return reason
@@ -197,7 +202,8 @@ class Decider:
             decision.rejections.extend(result.rejections)
 
     def _place(self, win: Win, ad: Ad, c: Campaign, placement: str, now: datetime) -> Placed:
-        charge = cpm_to_impression(win.price_micros) if c.bid_type is BidType.CPM else win.price_micros
+        price = win.price_micros
+        charge = cpm_to_impression(price) if c.bid_type is BidType.CPM else price
         issued = int(now.timestamp())
         claims = TokenClaims(
             impression_id=new_impression_id(),

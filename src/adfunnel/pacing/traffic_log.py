@@ -1,0 +1,106 @@
+"""Where target curves come from: eligible requests per campaign and hour.
+
+Ad servers count, per campaign and UTC hour, the requests that passed targeting, status
+and schedule (the traffic the campaign could reach, before budget and pacing) and add
+them to the ``eligible_traffic`` table every few seconds. The budget service turns the
+last 7 days into a 24-hour shape in each campaign's local time; a campaign without
+history gets the average shape of all campaigns (the placement average), and with no
+history at all the shape is flat.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Engine, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from adfunnel.campaigns.schedule import zone
+from adfunnel.pacing.traffic_tables import eligible_traffic
+
+HOURS = 24
+#: Requests a campaign needs in the window before its own shape is trusted.
+MIN_REQUESTS = 200
+
+
+class EligibleCounter:
+    """In-memory counts per (campaign id, UTC hour start); thread-safe, O(1) per add."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[int, datetime], int] = defaultdict(int)
+        self._lock = threading.Lock()
+
+    def add(self, campaign_id: int, at: datetime) -> None:
+        hour = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        with self._lock:
+            self._counts[(campaign_id, hour)] += 1
+
+    def drain(self) -> dict[tuple[int, datetime], int]:
+        with self._lock:
+            counts, self._counts = self._counts, defaultdict(int)
+        return dict(counts)
+
+
+class SqlTrafficLog:
+    """The ``eligible_traffic`` table: additive writes from many ad servers."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
+
+    def add(self, counts: dict[tuple[int, datetime], int]) -> None:
+        """Add ``counts`` to the stored totals (an upsert per row, one transaction)."""
+        if not counts:
+            return
+        rows = [{"campaign_id": c, "hour_start": h, "requests": n} for (c, h), n in counts.items()]
+        stmt = self._insert(eligible_traffic).values(rows)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["campaign_id", "hour_start"],
+            set_={"requests": eligible_traffic.c.requests + stmt.excluded.requests},
+        )
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
+
+    def hourly(self, since: datetime) -> dict[int, dict[datetime, int]]:
+        """campaign id -> {UTC hour start: requests} for hours at or after ``since``."""
+        out: dict[int, dict[datetime, int]] = defaultdict(dict)
+        q = select(eligible_traffic).where(eligible_traffic.c.hour_start >= since)
+        with self.engine.connect() as conn:
+            for row in conn.execute(q):
+                hour = row.hour_start
+                hour = hour.replace(tzinfo=UTC) if hour.tzinfo is None else hour
+                out[row.campaign_id][hour] = row.requests
+        return dict(out)
+
+
+def local_shape(counts: dict[datetime, int], tz: str) -> list[float]:
+    """24 weights by local hour of day (sums over days), normalised to sum 1; all zero
+    when there is no traffic."""
+    z = zone(tz)
+    by_hour = [0.0] * HOURS
+    for hour_start, n in counts.items():
+        by_hour[hour_start.astimezone(z).hour] += n
+    total = sum(by_hour)
+    return [v / total for v in by_hour] if total else by_hour
+
+
+def shapes(
+    traffic: dict[int, dict[datetime, int]], zones: dict[int, str]
+) -> dict[int, list[float]]:
+    """The curve shape of every campaign in ``zones``: its own when it has at least
+    ``MIN_REQUESTS`` logged, else the average of those that do, else flat."""
+    own = {cid: local_shape(traffic.get(cid, {}), tz) for cid, tz in zones.items()
+           if sum(traffic.get(cid, {}).values()) >= MIN_REQUESTS}
+    if own:
+        average = [sum(s[h] for s in own.values()) / len(own) for h in range(HOURS)]
+    else:
+        average = [1.0 / HOURS] * HOURS
+    return {cid: own.get(cid, average) for cid in zones}
+
+
+def window_start(now: datetime, days: int = 7) -> datetime:
+    return (now - timedelta(days=days)).astimezone(UTC).replace(minute=0, second=0,
+                                                                 microsecond=0)

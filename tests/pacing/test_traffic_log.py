@@ -1,0 +1,70 @@
+"""Eligible-traffic log: counts per campaign and hour, and the curve shapes made from them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from adfunnel.campaigns.migrate import upgrade
+from adfunnel.db import make_engine
+from adfunnel.pacing.traffic_log import (
+    MIN_REQUESTS,
+    EligibleCounter,
+    SqlTrafficLog,
+    local_shape,
+    shapes,
+    window_start,
+)
+
+T0 = datetime(2026, 7, 15, 0, 0, tzinfo=UTC)
+
+
+def test_counter_buckets_by_utc_hour_and_drains() -> None:
+    c = EligibleCounter()
+    c.add(1, T0 + timedelta(minutes=5))
+    c.add(1, T0 + timedelta(minutes=55))
+    c.add(1, T0 + timedelta(hours=1))
+    assert c.drain() == {(1, T0): 2, (1, T0 + timedelta(hours=1)): 1}
+    assert c.drain() == {}
+
+
+def test_local_shape_follows_the_campaign_time_zone() -> None:
+    # all traffic at 10:00Z: 12:00 in Vienna (CEST), 06:00 in New York (EDT)
+    counts = {T0 + timedelta(hours=10): 50}
+    vienna = local_shape(counts, "Europe/Vienna")
+    new_york = local_shape(counts, "America/New_York")
+    assert vienna[12] == 1.0 and sum(vienna) == 1.0
+    assert new_york[6] == 1.0
+
+
+def test_new_campaign_gets_the_placement_average() -> None:
+    busy = {T0 + timedelta(hours=h): MIN_REQUESTS for h in (8, 9)}
+    traffic = {1: busy, 2: {T0 + timedelta(hours=20): MIN_REQUESTS}, 3: {T0: 3}}
+    got = shapes(traffic, {1: "UTC", 2: "UTC", 3: "UTC", 4: "UTC"})
+    assert got[1][8] == pytest.approx(0.5) and got[2][20] == 1.0
+    assert got[3] == got[4]  # too little history / none: the average of the others
+    assert got[4][8] == pytest.approx(0.25) and got[4][20] == pytest.approx(0.5)
+
+
+def test_no_history_anywhere_is_flat() -> None:
+    assert shapes({}, {1: "UTC"})[1] == [1 / 24] * 24
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def traffic_log(request: pytest.FixtureRequest, tmp_path):  # noqa: ANN001, ANN201
+    url = (f"sqlite:///{tmp_path / 't.db'}" if request.param == "sqlite"
+           else request.getfixturevalue("pg_schema_url"))
+    engine = make_engine(url)
+    upgrade(engine)
+    yield SqlTrafficLog(engine)
+    engine.dispose()
+
+
+def test_writes_from_many_servers_add_up(traffic_log: SqlTrafficLog) -> None:
+    traffic_log.add({(1, T0): 3, (2, T0): 1})
+    traffic_log.add({(1, T0): 4})
+    traffic_log.add({})
+    got = traffic_log.hourly(window_start(T0 + timedelta(days=1)))
+    assert got == {1: {T0: 7}, 2: {T0: 1}}
+    assert traffic_log.hourly(T0 + timedelta(hours=1)) == {}
