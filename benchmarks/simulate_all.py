@@ -10,7 +10,8 @@ Targets (DESIGN.md §Money and budgets; the issue's acceptance figures):
 
 - billed above budget: 0 for every campaign;
 - absorbed overspend: median ≤ 0.1 % of the daily budget, max ≤ 1 %;
-- delivery ≥ 98 % where traffic allows (p fell below 1 at some point of the day);
+- delivery ≥ 98 % where traffic allows (p fell below 1 at some point of the day) and the
+  campaign was not paused for good by its advertiser (its status at the end: stopped);
 - hourly |cumulative spend share − target| ≤ 0.05 (paced campaigns whose traffic allows
   and whose budget holds ≥ 100 charges; accelerated campaigns follow no curve and
   report null; a budget of 10 charges is shown apart: its spend moves in 10 % steps);
@@ -57,7 +58,8 @@ def scenario_row(r: dict[str, Any]) -> dict[str, Any]:
     """Worst figure per target over the campaigns of one scenario report."""
     cs = r["campaigns"]
     absorbed = [c["absorbed_share"] for c in cs]
-    allows = [c for c in cs if c["traffic_allows"]]
+    # judged on delivery and curve: traffic allows, and not paused for good by its owner
+    allows = [c for c in cs if c["traffic_allows"] and c.get("final_status") != "stopped"]
     curves = [c["max_hourly_curve_error"] for c in allows
               if c["max_hourly_curve_error"] is not None
               and c.get("budget_charges", MIN_CHARGES_FOR_CURVE) >= MIN_CHARGES_FOR_CURVE]

@@ -45,6 +45,10 @@ def test_short_scenario_never_bills_above_budget(name: str) -> None:
         assert camps[2]["daily_budget_micros"] == 15_000_000_000
     if name == "server-crash":
         assert r["crash"] is not None and r["crash"]["slices_held"] >= 1
+    if name == "exhaustion":  # the stop after exhaustion is measured, not vacuous
+        for cid in (60, 61):
+            assert camps[cid]["exhausted_at"] is not None
+            assert camps[cid]["final_status"] == "exhausted"
     if name == "pause":
         assert camps[5]["paused"] and camps[5]["serves"] > 0
     if name == "small-budget":

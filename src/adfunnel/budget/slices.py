@@ -25,13 +25,15 @@ SLICE_SPEND_S = 10.0
 #: Slice lifetime in seconds.
 SLICE_TTL_S = 30.0
 #: Below this many charges left to grant, serves take their worst-case charge from a
-#: slice instead of their expected cost (no statistical overspend on the last charges).
-#: Each worst-case serve holds a whole charge until billing's watermark passes it (a
-#: conversion window), so this reserve is what a CPA campaign cannot deliver: two
-#: charges keep the worst case for the last two while leaving ≥ 98 % deliverable when
-#: a charge is ≤ 0.6 % of the budget (beyond the two, the chance that pending events
-#: exceed their expected cost by two charges is what is left to absorb).
-WORST_CASE_CHARGES = 2
+#: slice instead of their expected cost. Each worst-case serve holds a whole charge
+#: until billing's watermark passes it (a conversion window), so the reserve is what a
+#: CPA campaign cannot deliver: measured in the day simulation, 3 charges held 1.8 %
+#: of a 166-charge CPA budget (delivery 94-97 %), 2 charges 1.2 %. At 1 no grant is
+#: ever in the worst-case regime (grants stop below one charge): the charge left
+#: ungranted after expected in-flight cost is the margin against pending clicks and
+#: conversions exceeding their expectation (absorbed overspend, measured 0 in the day
+#: simulation). Raise it to trade delivery for a zero-overspend guarantee.
+WORST_CASE_CHARGES = 1
 
 
 def worst_case_regime(grantable_micros: int, charge_micros: int) -> bool:

@@ -510,6 +510,9 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
         "exhausted_at": exhausted_at,
         "last_auction_after_exhausted_s": None if tr.after_exhausted_s is None
         else round(tr.after_exhausted_s, 3),
+        # last serve of the day relative to the final exhaustion (< 0: it stopped before)
+        "last_serve_rel_exhausted_s": None if cd is None or cd.exhausted_at is None
+        or d not in tr.last_serve else round(tr.last_serve[d] - cd.exhausted_at, 3),
         "paused": any(pz.campaign_id == c.id for pz in sc.pauses),
         "last_auction_after_pause_s": None if tr.after_pause_s is None
         else round(tr.after_pause_s, 3),

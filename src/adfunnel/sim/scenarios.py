@@ -184,6 +184,15 @@ def scenarios() -> dict[str, Scenario]:
                  short_window=(_u(2026, 10, 20, 12, 55), _u(2026, 10, 20, 13, 40)),
                  notes="campaign 5 paused 15:00-15:30 Berlin; campaign 2 paused for good "
                        "at 20:00 New York"),
+        Scenario("exhaustion", D, (
+            SimCampaign(60, "Europe/Berlin", BidType.CPM, 250 * USD, 200 * USD, 40.0,
+                        pacing=PacingMode.ACCELERATED),
+            SimCampaign(61, "Europe/Berlin", BidType.CPC, 4 * USD, 300 * USD, 40.0,
+                        pacing=PacingMode.ACCELERATED, pctr=0.05),
+            *base[:2],
+        ), short_window=(_u(2026, 10, 20, 9, 50), _u(2026, 10, 20, 10, 30)),
+            notes="campaigns 60 (CPM) and 61 (CPC): accelerated, 40x the traffic their "
+                  "budget buys: exhausted within minutes of the window"),
         Scenario("midnight", date(2026, 11, 1), (
             SimCampaign(31, "America/Sao_Paulo", BidType.CPM, 400 * USD, 5_000 * USD, 2.0),
             SimCampaign(32, "America/New_York", BidType.CPC, 8 * USD, 8_000 * USD, 2.5,
