@@ -190,13 +190,13 @@ class ConjunctionIndex:
             add_id(ad_id)
             add_score(score)
             add_tmpl(t)
-        table = builder.table()
-        sorted_ids = np.sort(table.ad_ids)
+        sorted_ids = np.sort(np.frombuffer(builder.ad_ids, dtype=np.int64))
         if len(sorted_ids) > 1 and bool((sorted_ids[1:] == sorted_ids[:-1]).any()):
             raise ValueError("duplicate ad ids in build()")
-        if not np.isfinite(table.scores).all():
+        del sorted_ids
+        if not np.isfinite(np.frombuffer(builder.scores, dtype=np.float64)).all():
             raise ValueError("static scores must be finite")
-        main = Segment.build(table)
+        main = Segment.from_builder(builder)
         with self._write:
             self._snap = self._new_main(main, self._snap.version + 1)
 
