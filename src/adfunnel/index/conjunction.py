@@ -3,9 +3,12 @@
 Source: S. E. Whang, H. Garcia-Molina, C. Brower, J. Shanmugasundaram, S. Vassilvitskii,
 E. Vee, R. Yerneni, "Indexing Boolean Expressions", VLDB 2009. Each ad's targeting is
 compiled to DNF (:func:`adfunnel.targeting.dnf.compile_dnf`); each conjunction is
-indexed under its ``∈`` terms' (attribute, value) keys, partitioned by its size K;
-a conjunction matches when the request hits all K of its ``∈`` terms and none of
-its ``∉`` terms; K = 0 conjunctions match unless a ``∉`` term rejects them.
+indexed under its ``∈`` terms' (attribute, value) keys and carries its size K; a
+conjunction matches when the request hits all K of its ``∈`` terms and none of
+its ``∉`` terms; K = 0 conjunctions (the paper's Z entry) match unless a ``∉``
+term rejects them. Where the paper walks K-partitioned posting lists with
+cursors, this index counts hits per conjunction with numpy over windows of
+conjunction ids (see :mod:`adfunnel.index.segment`). Pure: no I/O.
 
 Semantics equal :func:`adfunnel.targeting.evaluate.matches` exactly, for any
 request (attribute -> set of values, several values allowed for any attribute):
@@ -26,7 +29,9 @@ per-ad ``alive`` mask over main (the tombstones). A write builds a new
 :class:`_Snapshot` and swaps it in with one assignment; a query reads
 ``self._snap`` once, so it sees one consistent version, returned in
 ``Retrieval.version``. When the delta holds more than ``delta_limit`` ads it is
-merged into a new main (cost O(main); :meth:`merge` may also be called at will).
+merged into a new main (cost O(main), paid by that writer under the write lock
+while readers keep reading the previous version; :meth:`merge` may also be called
+at will, e.g. from a background thread). A write costs O(delta + ads in main).
 
 Broad ads: conjunction ids run best static score first, and a query reads them
 in windows only until more than ``limit`` distinct ads matched, so long posting
