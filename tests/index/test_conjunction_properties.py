@@ -47,10 +47,14 @@ ads_lists = st.lists(st.tuples(exprs.filter(_compiles), scores), min_size=0, max
 @settings(max_examples=150, deadline=None)
 @given(ads_lists, st.lists(requests, min_size=1, max_size=6), st.integers(1, 30))
 def test_bulk_build_equals_scan(ads, reqs, limit) -> None:
-    index, scan = ConjunctionIndex(), ScanIndex()
+    index, scan, merged = ConjunctionIndex(), ScanIndex(), ConjunctionIndex()
     index.build((i, e, s) for i, (e, s) in enumerate(ads))
+    with mock.patch.object(segment, "RADIX_MAX_KEYS", 0):  # the other bulk postings path
+        merged.build((i, e, s) for i, (e, s) in enumerate(ads))
     for i, (e, s) in enumerate(ads):
         scan.upsert(i, e, s)
+    for request in reqs:
+        assert merged.query(request).ad_ids == scan.query(request).ad_ids
     # tiny windows so the windowed, early-stopping read is exercised too, and
     # both counting paths: sorting the hits, a count array over the window
     for ratio in (0, 1 << 30):

@@ -42,6 +42,8 @@ SLOT_BITS = 5
 assert MAX_IN_TERMS <= 1 << SLOT_BITS, "a term slot must fit in SLOT_BITS"
 #: Most conjunctions one segment holds (conjunction ids use the other 27 bits).
 MAX_SEGMENT_CONJUNCTIONS = 1 << (32 - SLOT_BITS)
+#: Bulk builds with at most this many distinct keys group postings by a 16-bit radix sort.
+RADIX_MAX_KEYS = 1 << 16
 #: Conjunction ids read in a query's first window; later windows follow the match rate.
 FIRST_WINDOW = 1 << 14
 #: A later window is at most this many times its predecessor.
@@ -76,12 +78,17 @@ class ConjTable:
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + n)`` for each (s, n), vectorised."""
+    """Concatenation of ``arange(s, s + n)`` for each (s, n), vectorised (one cumsum)."""
+    keep = lengths > 0
+    starts, lengths = starts[keep].astype(np.int64), lengths[keep].astype(np.int64)
     total = int(lengths.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64)
-    offsets = np.cumsum(lengths) - lengths
-    return np.repeat(starts.astype(np.int64) - offsets, lengths) + np.arange(total, dtype=np.int64)
+    steps = np.ones(total, dtype=np.int64)
+    steps[0] = starts[0]
+    run_starts = np.cumsum(lengths)[:-1]
+    steps[run_starts] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
+    return np.cumsum(steps, out=steps)
 
 
 class TableBuilder:
@@ -216,6 +223,36 @@ def _csr(keys: np.ndarray, values: np.ndarray, n_keys: int) -> tuple[np.ndarray,
     return off, (pairs & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 
+def _postings_radix(
+    conj_src: np.ndarray,
+    tc_off: np.ndarray,
+    entry_key: np.ndarray,
+    entry_slot: np.ndarray | None,
+    n_keys: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Posting lists when key ids fit in 16 bits: one stable radix sort by key.
+
+    Entries are produced in conjunction order (so each key's list comes out
+    sorted) and grouped by key with numpy's O(n) radix sort for 16-bit keys.
+    ``conj_src[c]`` is the template conjunction of conjunction c; ``tc_off`` the
+    CSR offsets of template entries. Returns offsets int64[n_keys + 1], values uint32.
+    """
+    lens = tc_off[conj_src + 1] - tc_off[conj_src]
+    src = _ranges(tc_off[conj_src], lens)
+    key = entry_key[src].astype(np.uint16)
+    vals = np.repeat(np.arange(len(conj_src), dtype=np.uint32), lens)
+    del lens
+    if entry_slot is not None:
+        vals <<= np.uint32(SLOT_BITS)
+        vals |= entry_slot[src]
+    del src
+    off = np.zeros(n_keys + 1, dtype=np.int64)
+    np.cumsum(np.bincount(key, minlength=n_keys), out=off[1:])
+    order = np.argsort(key, kind="stable")
+    del key
+    return off, vals[order]
+
+
 def _postings(
     entry_tc: np.ndarray,
     entry_key: np.ndarray,
@@ -322,25 +359,32 @@ class Segment:
         self.conj_k = tc_k[conj_src]
         self.dup_ids = np.flatnonzero(np.frombuffer(tb._tc_dup, dtype=np.uint8)[conj_src])
         self.zero_ids = np.flatnonzero(self.conj_k == 0)
+        tc_in = np.frombuffer(tb._tc_in, dtype=np.int64)
+        tc_not = np.frombuffer(tb._tc_not, dtype=np.int64)
+        in_key = np.frombuffer(tb._in_key, dtype=np.int64)
+        in_slot = np.frombuffer(tb._in_slot, dtype=np.uint8)
+        not_key = np.frombuffer(tb._not_key, dtype=np.int64)
+        if n_keys <= RADIX_MAX_KEYS:
+            self.in_off, self.in_enc = _postings_radix(conj_src, tc_in, in_key, in_slot, n_keys)
+            self.not_off, self.not_conj = _postings_radix(conj_src, tc_not, not_key, None, n_keys)
+            return self
         # instances of each template conjunction: ascending conjunction ids, grouped
         n_tc = len(tc_k)
         inst = np.argsort(conj_src, kind="stable").astype(np.uint32)
         inst_off = np.zeros(n_tc + 1, dtype=np.int64)
         np.cumsum(np.bincount(conj_src, minlength=n_tc), out=inst_off[1:])
         del conj_src
-        tc_in = np.frombuffer(tb._tc_in, dtype=np.int64)
         self.in_off, self.in_enc = _postings(
             np.repeat(np.arange(n_tc, dtype=np.int64), np.diff(tc_in)),
-            np.frombuffer(tb._in_key, dtype=np.int64),
-            np.frombuffer(tb._in_slot, dtype=np.uint8),
+            in_key,
+            in_slot,
             inst,
             inst_off,
             n_keys,
         )
-        tc_not = np.frombuffer(tb._tc_not, dtype=np.int64)
         self.not_off, self.not_conj = _postings(
             np.repeat(np.arange(n_tc, dtype=np.int64), np.diff(tc_not)),
-            np.frombuffer(tb._not_key, dtype=np.int64),
+            not_key,
             None,
             inst,
             inst_off,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import pairwise
 
 from adfunnel.targeting.evaluate import RequestAttributes
 from adfunnel.targeting.expr import All, Any_, Expr, In, Not, NotIn, TargetingError
@@ -107,14 +108,23 @@ def compile_dnf(expr: Expr, path: str = "targeting") -> list[Conjunction]:
             ``path`` names the node (``targeting.all[2].any[0]`` style).
     """
     conjs = _dnf(expr, path, negated=False)
-    out = [Conjunction(tuple(sorted(c, key=Term.sort_key))) for c in conjs]
-    out.sort(key=lambda c: tuple(t.sort_key() for t in c.terms))
+    out = [Conjunction(_canonical(c)) for c in conjs]
+    if len(out) > 1:
+        out.sort(key=lambda c: tuple(t.sort_key() for t in c.terms))
     for c in out:
         if c.size > MAX_IN_TERMS:
             raise TargetingError(
                 path, f"a conjunction would hold {c.size} 'in' terms (limit {MAX_IN_TERMS})"
             )
     return out
+
+
+def _canonical(terms: frozenset[Term]) -> tuple[Term, ...]:
+    """Terms in canonical order: ∈ before ∉, by attribute, then by values."""
+    out = sorted(terms, key=lambda t: (t.negated, t.attr))
+    if any(a.negated == b.negated and a.attr == b.attr for a, b in pairwise(out)):
+        out.sort(key=Term.sort_key)  # same-attribute terms: order them by their values
+    return tuple(out)
 
 
 # A conjunction under construction: its terms as a frozenset (order-free, hashable).
