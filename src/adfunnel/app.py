@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from adfunnel.billing.ledger import Ledger
+from adfunnel.body_limit import BodyLimit
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.budget.gate import LocalSpendGate, SpendGate
 from adfunnel.budget.process import ReportingBudgetClient
@@ -145,6 +146,7 @@ def build_app(rt: Runtime) -> FastAPI:
     app = FastAPI(title="adfunnel", version="0.1.0",
                   description="Ad server: advertiser API, ad decisions, tracking.")
     install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s))
     serving = ServingEndpoints(rt.decider, rt.tracker, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
@@ -174,6 +176,11 @@ def build_app(rt: Runtime) -> FastAPI:
                              "invalid_tokens": counters.get("invalid_tokens", 0),
                              "counters": counters})
 
+    async def serving_stats(_: Request) -> Response:
+        d = rt.decisions
+        return JSONResponse({"decisions": d.decisions, "late": d.late,
+                             "filled_slots": d.filled_slots})
+
     async def set_clock(request: Request) -> Response:
         if not isinstance(rt.clock, ManualClock):
             return error_response(409, "clock_not_manual",
@@ -192,6 +199,7 @@ def build_app(rt: Runtime) -> FastAPI:
     app.add_route("/metrics", metrics, methods=["GET"])
     app.add_route("/v1/ledger/stats", ledger_stats, methods=["GET"])
     app.add_route("/v1/admin/clock", set_clock, methods=["PUT"])
+    app.add_route("/v1/serving/stats", serving_stats, methods=["GET"])
     return app
 
 

@@ -82,7 +82,11 @@ def replay(
 
     from adfunnel.sim.replay import load_rows, run_replay
 
-    rows = load_rows(limit)
+    try:
+        rows = load_rows(limit)
+    except FileNotFoundError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     if server is None:
         console.print("starting a server (embedded SQLite, manual clock) …")
     with Progress(console=console) as progress:
@@ -101,7 +105,7 @@ def print_replay_summary(result: dict) -> None:
                 "limited days"):
         table.add_column(col, justify="right")
     for c in result["campaigns"]:
-        table.add_row(c["name"], f"{c['bid_type']} {format_units(c['bid_micros'])}",
+        table.add_row(c["name"].removeprefix("ipinyou-"), f"{c['bid_type']} {format_units(c['bid_micros'])}",
                       format_units(c["daily_budget_micros"]), format_units(c["billed_micros"]),
                       format_units(c["absorbed_overspend_micros"]), str(c["impressions"]),
                       str(c["clicks"]), f"{c['budget_limited_days']}/{len(c['days'])}")
@@ -109,7 +113,8 @@ def print_replay_summary(result: dict) -> None:
     lat, led = result["latency_ms"], result["ledger"]
     console.print(
         f"requests {result['requests']}  filled {result['filled_slots']}  "
-        f"fill rate {result['fill_rate']:.1%}  latency p50 {lat['p50']} ms p99 {lat['p99']} ms\n"
+        f"fill rate {result['fill_rate']:.1%}  latency p50 {lat['p50']} ms p99 {lat['p99']} ms  "
+        f"late decisions {result['late_decisions']}\n"
         f"ledger rows {led['rows']}  duplicates rejected {led['duplicates_rejected']}  "
         f"invalid tokens {led['invalid_tokens']}  errors {result['errors'] or 'none'}"
     )
@@ -185,11 +190,17 @@ def simulate(
     short: Annotated[bool, typer.Option(help="The short form used by tests.")] = False,
 ) -> None:
     """Simulate a day of the budget & pacing service on a virtual clock."""
-    from adfunnel.sim.day import run_simulation
+    from adfunnel.sim.day import run_simulation, summary_lines
 
-    result = run_simulation(scenario, report, plots, seed=seed, short=short)
-    json.dump(result, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    try:
+        result = run_simulation(scenario, report, plots, seed=seed, short=short)
+    except KeyError as exc:
+        console.print(f"[red]{exc.args[0]}[/red]")
+        raise typer.Exit(2) from None
+    for line in summary_lines(result):
+        typer.echo(line)
+    if report is not None:
+        console.print(f"report written to {report}")
 
 
 @bench_app.command("index")

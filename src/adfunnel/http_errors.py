@@ -149,7 +149,8 @@ async def _on_invalid_change(_request: Request, exc: InvalidChange) -> JSONRespo
 
 
 async def _on_not_found(_request: Request, exc: NotFound) -> JSONResponse:
-    body = {"error": "not_found", "entity": exc.entity, "id": exc.entity_id, "message": str(exc)}
+    body = {"error": "not_found", "entity": exc.entity, "id": exc.entity_id, "message": str(exc),
+            "fields": [{"field": f"{exc.entity}_id", "problem": "not found"}]}
     return _json(404, body)
 
 
@@ -161,6 +162,8 @@ async def _on_conflict(_request: Request, exc: VersionConflict) -> JSONResponse:
         "expected_version": exc.expected,
         "current_version": exc.current,
         "message": str(exc),
+        "fields": [{"field": "version",
+                    "problem": f"stale: expected {exc.expected}, current is {exc.current}"}],
     }
     return _json(409, body)
 
@@ -184,6 +187,8 @@ async def _on_http(_request: Request, exc: StarletteHTTPException) -> JSONRespon
         "error": _SLUGS.get(exc.status_code, "http_error"),
         "message": detail if isinstance(detail, str) else str(exc.status_code),
         "detail": detail,
+        "fields": [{"field": "request",
+                    "problem": detail if isinstance(detail, str) else str(exc.status_code)}],
     }
     return JSONResponse(status_code=exc.status_code, content=body, headers=exc.headers)
 

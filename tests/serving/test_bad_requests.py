@@ -52,3 +52,53 @@ def test_clock_is_only_settable_in_manual_mode(client: TestClient) -> None:
     assert r.status_code == 200
     r = client.put("/v1/admin/clock", json={"now": "not a time"})
     assert r.status_code == 422 and _fields(r) == ["now"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"deadline_ms": 2**70}, "deadline_ms"),
+        ({"request_id": "r" * 500}, "request_id"),
+        ({"placement": {"id": "p" * 500}}, "placement.id"),
+        ({"placement": {"id": "p", "reserve_cpm_micros": 2**70}}, "placement.reserve_cpm_micros"),
+        ({"slots": [{"id": "s", "position": 1, "width": 2**40, "height": 1}]}, "slots[0]"),
+        ({"user": {"key": "u", "attributes": {"interests": [1, 2]}}}, "user.attributes.interests"),
+        ({"user": {"key": "u", "attributes": {"gender": {"x": 1}}}}, "user.attributes.gender"),
+    ],
+)
+def test_out_of_range_fields_are_named(client: TestClient, change: dict, field: str) -> None:
+    make_campaign(client)
+    r = client.post("/v1/ads:select", json=ad_request(**change))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == "validation"
+    assert field in _fields(r), r.json()
+    assert client.post("/v1/ads:select", json=ad_request()).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/campaigns/18446744073709551616", "/v1/advertisers/9223372036854775808",
+     "/v1/ads/99999999999999999999", "/v1/campaigns/-1"],
+)
+def test_ids_beyond_64_bits_are_not_found(client: TestClient, path: str) -> None:
+    r = client.get(path)
+    assert r.status_code in (404, 422), r.text
+    assert r.json()["fields"]
+    assert client.get("/healthz").status_code == 200
+
+
+def test_advertiser_api_bodies_are_limited_too(client: TestClient) -> None:
+    r = client.post("/v1/advertisers", content=b'{"name": "' + b"x" * 70_000 + b'"}',
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 413 and _fields(r) == ["body"]
+    assert client.post("/v1/advertisers", json={"name": "ok"}).status_code == 201
+
+
+def test_control_characters_and_host_time_zone_refused(client: TestClient) -> None:
+    assert client.post("/v1/advertisers", json={"name": "a\x00b"}).status_code == 422
+    adv = client.post("/v1/advertisers", json={"name": "a"}).json()
+    r = client.post("/v1/campaigns", json={
+        "advertiser_id": adv["id"], "name": "c", "objective": "impressions", "bid_type": "CPM",
+        "bid_micros": 1, "daily_budget_micros": 1, "time_zone": "localtime",
+        "flight_start": "2026-07-01"})
+    assert r.status_code == 422 and "time_zone" in _fields(r)

@@ -25,6 +25,7 @@ def test_parses_nested_tree() -> None:
         ({"all": [{"attr": "gender", "in": ["F"]}], "any": []}, "targeting"),
         ({"xor": [{"attr": "gender", "in": ["F"]}]}, "targeting"),
         ({"any": [{"attr": "gender", "in": [True]}]}, "targeting.any[0].in[0]"),
+        ({"attr": "geo.country", "in": [1, 2]}, "targeting.in[0]"),
         ([1, 2], "targeting"),
     ],
 )

@@ -32,16 +32,23 @@ def zone(name: str) -> ZoneInfo:
 
 
 def is_valid_zone(name: str) -> bool:
-    """True for an IANA zone name (``UTC`` included)."""
-    if not isinstance(name, str) or not name:
-        return False
-    if name in available_timezones() or name == "UTC":
-        return True
-    try:
-        zone(name)
-    except ValueError:
-        return False
-    return True
+    """True for an IANA zone name (``UTC`` included); never ``localtime`` or a file path."""
+    return isinstance(name, str) and (name == "UTC" or name in _iana_names())
+
+
+def _iana_names() -> frozenset[str]:
+    global _IANA
+    if _IANA is None:
+        # the system database also lists its own files (localtime, posixrules, posix/…)
+        _IANA = frozenset(
+            n for n in available_timezones()
+            if n not in _NOT_ZONES and not n.startswith(("posix/", "right/"))
+        )
+    return _IANA
+
+
+_IANA: frozenset[str] | None = None
+_NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 
 
 def local_day(now: datetime, tz: str) -> date:

@@ -384,6 +384,8 @@ class SqlCampaignStore:
     # --- internals -----------------------------------------------------------------
 
     def _get(self, entity: str, entity_id: int) -> Any:
+        if not _storable_id(entity_id):
+            raise NotFound(entity, entity_id)
         table = _TABLES[entity]
         with self._connect() as conn:
             row = conn.execute(select(table).where(table.c.id == entity_id)).mappings().first()
@@ -410,6 +412,8 @@ class SqlCampaignStore:
         with self._transaction() as conn:
             self._lock_writes(conn)
             if parent is not None:  # records are never deleted, so this stays true
+                if not _storable_id(parent[1]):
+                    raise NotFound(*parent)
                 ptable = _TABLES[parent[0]]
                 found = conn.execute(select(ptable.c.id).where(ptable.c.id == parent[1]))
                 if found.first() is None:
@@ -428,6 +432,8 @@ class SqlCampaignStore:
         changes: Mapping[str, Any],
         expected_version: int | None,
     ) -> Any:
+        if not _storable_id(entity_id):
+            raise NotFound(entity, entity_id)
         allowed = set(codec.field_names(entity)) - _FIXED
         for name in changes:
             if name not in allowed:
@@ -637,8 +643,18 @@ def _money(value: object, field: str, *, positive: bool = False) -> None:
         raise InvalidChange(field, "too large")
 
 
+def _storable_id(entity_id: object) -> bool:
+    """Ids are positive 64-bit integers; anything else names no record."""
+    return isinstance(entity_id, int) and 1 <= entity_id <= _MAX_ID
+
+
+_MAX_ID = 2**63 - 1
+
+
 def _text(value: object, field: str, max_len: int) -> None:
     if not isinstance(value, str) or not value.strip():
         raise InvalidChange(field, "must be a non-empty string")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise InvalidChange(field, "must not contain control characters")
     if len(value) > max_len:
         raise InvalidChange(field, f"longer than {max_len} characters")

@@ -85,7 +85,8 @@ class ServingEndpoints:
             req = decode_request(body)
         except RequestError as exc:
             REJECTED_REQUESTS.labels("select").inc()
-            return error_response(exc.status, "invalid_request", exc.fields)
+            error = "malformed_json" if exc.status == 400 else "validation"
+            return error_response(exc.status, error, exc.fields)
         deadline = start + (req.deadline_ms or self.default_deadline_ms)
         request_id = req.request_id or uuid.uuid4().hex
         decision = self.decider.decide(req, request_id, deadline)

@@ -35,7 +35,7 @@ class RequestError(ValueError):
 
 class UserIn(msgspec.Struct, forbid_unknown_fields=True):
     key: str
-    attributes: dict[str, str | list[str]] = {}
+    attributes: dict[str, object] = {}  # checked by _check_attributes, naming the attribute
 
 
 class PlacementIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -134,6 +134,15 @@ def _split_msgspec(message: str) -> tuple[str, str, str]:
 _FIELD_IN_MESSAGE = re.compile(r"(?:unknown|required) field `([^`]+)`")
 
 
+#: Upper bounds of request fields (a request beyond them is refused, never truncated).
+MAX_DEADLINE_MS = 10_000
+MAX_SLOT_PIXELS = 10_000
+MAX_RESERVE_CPM_MICROS = 10**12
+MAX_ID_CHARS = {"request_id": 128, "user.key": 256, "placement.id": 200, "placement.exchange":
+                200, "placement.domain": 200}
+MAX_VALUES = 1_000
+
+
 def _check(req: SelectRequest) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     if not 1 <= len(req.slots) <= MAX_SLOTS:
@@ -141,26 +150,53 @@ def _check(req: SelectRequest) -> list[tuple[str, str]]:
     if len({s.id for s in req.slots}) != len(req.slots):
         problems.append(("slots", "slot ids must be unique"))
     for i, s in enumerate(req.slots):
-        if s.width <= 0 or s.height <= 0:
-            problems.append((f"slots[{i}]", "width and height must be > 0"))
-        if s.position < 1:
-            problems.append((f"slots[{i}].position", "must be >= 1"))
-        if s.reserve_cpm_micros is not None and s.reserve_cpm_micros < 0:
-            problems.append((f"slots[{i}].reserve_cpm_micros", "must be >= 0"))
-    if req.deadline_ms is not None and req.deadline_ms <= 0:
-        problems.append(("deadline_ms", "must be > 0"))
-    if req.placement.reserve_cpm_micros < 0:
-        problems.append(("placement.reserve_cpm_micros", "must be >= 0"))
-    if not req.user.key:
-        problems.append(("user.key", "must not be empty"))
-    if not req.placement.id:
-        problems.append(("placement.id", "must not be empty"))
-    for name, value in req.user.attributes.items():
+        if not 0 < s.width <= MAX_SLOT_PIXELS or not 0 < s.height <= MAX_SLOT_PIXELS:
+            problems.append((f"slots[{i}]", f"width and height must be in 1..{MAX_SLOT_PIXELS}"))
+        if s.position < 1 or s.position > MAX_SLOTS * 10:
+            problems.append((f"slots[{i}].position", "must be in 1..30"))
+        if not s.id or len(s.id) > 64:
+            problems.append((f"slots[{i}].id", "must be 1 to 64 characters"))
+        if s.reserve_cpm_micros is not None:
+            problems += _reserve_problem(f"slots[{i}].reserve_cpm_micros", s.reserve_cpm_micros)
+    if req.deadline_ms is not None and not 0 < req.deadline_ms <= MAX_DEADLINE_MS:
+        problems.append(("deadline_ms", f"must be > 0 and <= {MAX_DEADLINE_MS}"))
+    problems += _reserve_problem("placement.reserve_cpm_micros", req.placement.reserve_cpm_micros)
+    texts = {"request_id": req.request_id, "user.key": req.user.key,
+             "placement.id": req.placement.id, "placement.exchange": req.placement.exchange,
+             "placement.domain": req.placement.domain}
+    for name, value in texts.items():
+        if value is None:
+            continue
+        if not value and name in ("user.key", "placement.id"):
+            problems.append((name, "must not be empty"))
+        elif len(value) > MAX_ID_CHARS[name]:
+            problems.append((name, f"longer than {MAX_ID_CHARS[name]} characters"))
+    problems += _check_attributes(req.user.attributes)
+    return problems
+
+
+def _reserve_problem(field: str, value: int) -> list[tuple[str, str]]:
+    if not 0 <= value <= MAX_RESERVE_CPM_MICROS:
+        return [(field, f"must be an integer in 0..{MAX_RESERVE_CPM_MICROS} micros")]
+    return []
+
+
+def _check_attributes(attributes: dict[str, object]) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    for name, value in attributes.items():
         where = f"user.attributes.{name}"
         if name not in ATTRIBUTES or name in DERIVED:
             problems.append((where, "unknown attribute"))
-        elif isinstance(value, list) and not all(isinstance(v, str) and v for v in value):
-            problems.append((where, "values must be non-empty strings"))
+        elif isinstance(value, str):
+            if not value:
+                problems.append((where, "must not be empty"))
+        elif isinstance(value, list):
+            if len(value) > MAX_VALUES:
+                problems.append((where, f"more than {MAX_VALUES} values"))
+            elif not all(isinstance(v, str) and v for v in value):
+                problems.append((where, "values must be non-empty strings"))
+        else:
+            problems.append((where, "must be a string or a list of strings"))
     return problems
 
 
@@ -168,7 +204,7 @@ def request_attributes(req: SelectRequest) -> dict[str, frozenset[str]]:
     """The targeting view of a request: user attributes plus placement and slot facts."""
     attrs: dict[str, frozenset[str]] = {}
     for name, value in req.user.attributes.items():
-        vals = frozenset(value) if isinstance(value, list) else frozenset((value,))
+        vals = frozenset(value) if isinstance(value, list) else frozenset((str(value),))
         if vals:
             attrs[name] = vals
     attrs["placement"] = frozenset((req.placement.id,))

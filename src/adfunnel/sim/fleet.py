@@ -58,7 +58,7 @@ class CampaignSpec:
 
 
 CAMPAIGNS = (
-    CampaignSpec("small-budget", "CPM", 5_000_000, 40_000, "accelerated"),
+    CampaignSpec("small-budget", "CPM", 5_000_000, 25_000, "accelerated"),
     CampaignSpec("paused-midway", "CPM", 4_500_000, 1_000_000_000, "accelerated"),
     CampaignSpec("paced-even", "CPM", 3_000_000, 20_000_000, "even"),
     CampaignSpec("cpc-cars", "CPC", 1_500_000, 5_000_000, "even",

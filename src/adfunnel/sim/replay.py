@@ -12,7 +12,9 @@
 Click model (stated): a rendered ad is clicked with probability
 ``min(1, ctr_scale × its advertiser's real average CTR)``; ``ctr_scale`` defaults to 3
 so that ~12.5k requests bill enough clicks to exercise CPC billing (1 = real rates).
-Render model: 90 % of served ads render. A few beacons are re-sent (duplicates) and a
+Render model: 90 % of served ads render. Requests carry a 2 s deadline so that the
+report depends on the seed only, not on the machine's load (the report counts late
+decisions all the same). A few beacons are re-sent (duplicates) and a
 few tokens are forged, to show that both are refused without loss.
 """
 
@@ -40,6 +42,7 @@ from adfunnel.sim.ipinyou import (
     split_useragent,
 )
 
+REPLAY_DEADLINE_MS = 2_000
 RENDER_RATE = 0.90
 DUPLICATE_RATE = 0.03
 FORGED_RATE = 0.005
@@ -231,12 +234,14 @@ class Replayer:
                 "days": days,
             })
         ledger = self.http.get("/v1/ledger/stats").json()
+        serving = self.http.get("/v1/serving/stats").json()
         return {
             "requests": s.requests,
             "filled_slots": s.filled_slots,
             "fill_rate": round(s.filled_slots / s.requests, 4) if s.requests else 0.0,
             "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 3),
                            "p99": round(float(np.percentile(lat, 99)), 3)},
+            "late_decisions": serving["late"],
             "campaigns": campaigns,
             "ledger": {"rows": ledger["rows"], "duplicates_rejected": ledger["duplicates_rejected"],
                        "invalid_tokens": ledger["invalid_tokens"]},
@@ -263,6 +268,9 @@ def ad_request(row: LogRow) -> dict[str, Any]:
                       "reserve_cpm_micros": row.slot_price_fen * MICROS_PER_FEN},
         "slots": [{"id": "s1", "position": 1, "width": row.width, "height": row.height,
                    "format": "banner", "visibility": row.visibility}],
+        # a generous deadline: a replay checks decisions, not this machine's load, and a
+        # late decision (204) would make the report depend on timing
+        "deadline_ms": REPLAY_DEADLINE_MS,
     }
 
 

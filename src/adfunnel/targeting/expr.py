@@ -8,7 +8,7 @@ JSON shape (grouping is always explicit; there is no and/or precedence)::
     {"attr": A, "in": [v, ...]}      the request's value(s) of A intersect the set
     {"attr": A, "not_in": [v, ...]}  the request's value(s) of A avoid the set
 
-Values are non-empty strings (numbers are accepted and kept as their JSON text).
+Values are non-empty strings (request attributes are strings too).
 Unknown attributes, unknown keys and empty value lists are refused with a
 :class:`TargetingError` naming the path of the offending node.
 """
@@ -112,9 +112,9 @@ def _parse_leaf(raw: dict[str, Any], path: str) -> Expr:
         raise TargetingError(f"{path}.{op}", f"more than {MAX_VALUES} values")
     out: set[str] = set()
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, str | int):
-            raise TargetingError(f"{path}.{op}[{i}]", "values must be strings or integers")
-        text = str(v)
+        if not isinstance(v, str):
+            raise TargetingError(f"{path}.{op}[{i}]", "values must be strings")
+        text = v
         if not text.strip():
             raise TargetingError(f"{path}.{op}[{i}]", "empty value")
         out.add(text)
