@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from adfunnel.billing.ledger import Ledger
-from adfunnel.body_limit import BodyLimit
 from adfunnel.billing.sql_ledger import SqlLedger
+from adfunnel.body_limit import BodyLimit
 from adfunnel.budget.gate import LocalSpendGate, SpendGate
 from adfunnel.budget.process import ReportingBudgetClient
 from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router

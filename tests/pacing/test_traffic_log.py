@@ -52,7 +52,7 @@ def test_no_history_anywhere_is_flat() -> None:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def traffic_log(request: pytest.FixtureRequest, tmp_path):  # noqa: ANN001, ANN201
+def traffic_log(request: pytest.FixtureRequest, tmp_path):
     url = (f"sqlite:///{tmp_path / 't.db'}" if request.param == "sqlite"
            else request.getfixturevalue("pg_schema_url"))
     engine = make_engine(url)

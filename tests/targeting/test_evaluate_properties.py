@@ -27,11 +27,11 @@ request = st.dictionaries(st.sampled_from(ATTRS), values)
 
 @settings(max_examples=300)
 @given(tree, request)
-def test_not_inverts(expr, req) -> None:  # noqa: ANN001
+def test_not_inverts(expr, req) -> None:
     assert matches(Not(expr), req) is (not matches(expr, req))
 
 
 @settings(max_examples=300)
 @given(st.sampled_from(ATTRS), values, request)
-def test_not_in_is_not_of_in(attr: str, vals: frozenset[str], req) -> None:  # noqa: ANN001
+def test_not_in_is_not_of_in(attr: str, vals: frozenset[str], req) -> None:
     assert matches(NotIn(attr, vals), req) is matches(Not(In(attr, vals)), req)

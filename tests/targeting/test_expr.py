@@ -10,7 +10,9 @@ from adfunnel.targeting import All, In, Not, NotIn, TargetingError, dump_expr, p
 
 
 def test_parses_nested_tree() -> None:
-    expr = parse_expr({"all": [{"attr": "gender", "in": ["F"]}, {"not": {"attr": "os", "not_in": ["ios"]}}]})
+    expr = parse_expr(
+        {"all": [{"attr": "gender", "in": ["F"]}, {"not": {"attr": "os", "not_in": ["ios"]}}]}
+    )
     assert expr == All((In("gender", frozenset({"F"})), Not(NotIn("os", frozenset({"ios"})))))
 
 
@@ -42,7 +44,8 @@ def test_refuses_implicit_precedence() -> None:
 
 
 def test_canonical_text_round_trips_byte_identically() -> None:
-    raw = {"any": [{"attr": "geo.city", "in": ["Zürich", "42"]}, {"not": {"attr": "os", "in": ["ios"]}}]}
+    raw = {"any": [{"attr": "geo.city", "in": ["Zürich", "42"]},
+                   {"not": {"attr": "os", "in": ["ios"]}}]}
     text = dump_expr(raw)
     again = dump_expr(json.loads(text))
     assert text == again

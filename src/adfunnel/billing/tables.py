@@ -19,7 +19,9 @@ from adfunnel.db import metadata
 ledger = Table(
     "ledger",
     metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
     Column("impression_id", String(64), nullable=False),
     Column("event_type", String(16), nullable=False),
     Column("campaign_id", BigInteger, nullable=False),

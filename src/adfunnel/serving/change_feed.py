@@ -29,7 +29,9 @@ APPLY_LAG = Histogram(
     "adfunnel_change_apply_lag_seconds", "Commit-to-applied lag of change-log records",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0),
 )
-BEHIND = Gauge("adfunnel_change_feed_behind_seconds", "Seconds since the feed last reached the head")
+BEHIND = Gauge(
+    "adfunnel_change_feed_behind_seconds", "Seconds since the feed last reached the head"
+)
 POSITION = Gauge("adfunnel_change_feed_position", "Last change-log seq applied")
 
 BATCH = 1_000

@@ -97,7 +97,8 @@ class ServingEndpoints:
             SELECT_OUTCOMES.labels("late" if late else "no_fill").inc()
             return Response(status_code=204, headers={"x-request-id": request_id})
         SELECT_OUTCOMES.labels("filled").inc()
-        return Response(encode(self._response(decision, req.explain)), media_type="application/json")
+        body = encode(self._response(decision, req.explain))
+        return Response(body, media_type="application/json")
 
     def _response(self, d: Decision, explain: bool) -> SelectResponse:
         ads = [

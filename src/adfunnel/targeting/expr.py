@@ -85,7 +85,9 @@ def _parse(raw: Any, path: str, depth: int) -> Expr:
     keys = set(raw)
     if len(keys) != 1 or not keys <= {"all", "any", "not"}:
         raise TargetingError(
-            path, f"expected exactly one of 'all', 'any', 'not' or a leaf with 'attr', got {sorted(keys)}"
+            path,
+            "expected exactly one of 'all', 'any', 'not' or a leaf with 'attr', "
+            f"got {sorted(keys)}",
         )
     op = next(iter(keys))
     if op == "not":
@@ -103,7 +105,9 @@ def _parse_leaf(raw: dict[str, Any], path: str) -> Expr:
         raise TargetingError(f"{path}.attr", f"unknown attribute {attr!r}")
     ops = set(raw) - {"attr"}
     if ops not in ({"in"}, {"not_in"}):
-        raise TargetingError(path, f"a leaf needs exactly one of 'in' or 'not_in', got {sorted(ops)}")
+        raise TargetingError(
+            path, f"a leaf needs exactly one of 'in' or 'not_in', got {sorted(ops)}"
+        )
     op = next(iter(ops))
     values = raw[op]
     if not isinstance(values, list) or not values:

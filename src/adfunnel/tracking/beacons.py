@@ -10,6 +10,7 @@ up by the ad id inside the signed token, never to a URL taken from the request.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from prometheus_client import Counter
 
@@ -79,13 +80,15 @@ class Tracker:
         landing = ad.landing_url if ad is not None and event_type is EventType.CLICK else None
         return BeaconResult(recorded.outcome.value, recorded, landing)
 
-    def _record(self, claims: TokenClaims, event_type: EventType, now) -> Recorded:  # noqa: ANN001
+    def _record(self, claims: TokenClaims, event_type: EventType, now: datetime) -> Recorded:
         campaign = self.catalog.campaigns.get(claims.campaign_id)
         if campaign is None:
             self.ledger.count("unknown_campaign")
             return Recorded(Outcome.NOT_BILLABLE)
-        billable = (claims.billing_type == BidType.CPM.value) == (event_type is EventType.IMPRESSION)
-        billable = billable and claims.billing_type != BidType.CPA.value
+        # CPM bills the impression, CPC the click; CPA bills conversions (not tracked yet)
+        bills_on = EventType.IMPRESSION if claims.billing_type == BidType.CPM.value else (
+            EventType.CLICK if claims.billing_type == BidType.CPC.value else None)
+        billable = event_type is bills_on
         day = local_day(now, campaign.time_zone)
         event = LedgerEvent(
             impression_id=claims.impression_id,
