@@ -1,5 +1,5 @@
-"""The replay's report depends only on the seed: the same with the conjunction index as
-with the brute-force scan, and the same on a second run."""
+"""The replay's report depends only on the seed: a second run, with the brute-force scan
+in place of the conjunction index, reports exactly the same."""
 
 from __future__ import annotations
 
@@ -17,13 +17,12 @@ def _without_timings(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_same_seed_same_report_with_either_index(tmp_path) -> None:
-    rows = load_rows(limit=2_500)
+    rows = load_rows(limit=2_000)
     runs = []
-    for i, index in enumerate(("conjunction", "scan", "conjunction")):
+    for i, index in enumerate(("conjunction", "scan")):
         work = tmp_path / f"run{i}"
         work.mkdir()
         runs.append(run_replay(rows, seed=11, workdir=work, server_env={"ADFUNNEL_INDEX": index}))
     first = _without_timings(runs[0])
     assert first["filled_slots"] > 0
     assert _without_timings(runs[1]) == first
-    assert _without_timings(runs[2]) == first
