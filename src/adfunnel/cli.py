@@ -46,6 +46,9 @@ def serve(
         uvicorn.run(build_app(build_runtime(settings)), host=settings.host, port=settings.port,
                     log_level="warning", access_log=False)
         return
+    if not settings.budget_service_url:
+        console.print("[yellow]several workers without --budget-service: each holds its own "
+                      "committed spend, so more overspend is absorbed (never billed)[/yellow]")
     # N processes: each worker builds its own runtime from the environment; they must
     # share one token secret, and the schema is migrated once, here.
     for key, value in flags.items():
