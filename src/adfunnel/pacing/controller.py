@@ -109,7 +109,7 @@ def step(
             leases excluded), micros; None = unknown (no hold rule).
         hold_band_micros: how far ahead of the curve the campaign must be before p
             may be lowered (a few of its charges); 0 = any amount ahead.
-        charge_micros: the campaign's largest charge; behind by more than one, an
+        charge_micros: the campaign's largest charge; behind by more than half of one, an
             empty step moves p up even when few charges were expected.
         gains: tuning.
 
@@ -148,7 +148,7 @@ def step(
     prior_charges = volume if state.charges_avg < 0 else state.charges_avg
     charges_avg = (1 - a) * prior_charges + a * volume
     g = gains.kp * charges_avg / (charges_avg + gains.volume_ref)
-    behind = behind_micros is not None and behind_micros > max(0.0, charge_micros)
+    behind = behind_micros is not None and behind_micros > 0.5 * max(0.0, charge_micros)
     if spend <= 0.0 and volume <= 0 and desired > floor and spend_avg < desired and (
             prior_charges >= 1.0 or behind):
         g = max(g, gains.kp * 0.5)  # nothing served where charges were due: move up
