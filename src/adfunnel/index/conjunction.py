@@ -137,17 +137,17 @@ class ConjunctionIndex:
         row_parts: list[np.ndarray] = []
         segs: list[Segment] = []
         total = 0
-        for seg, alive in ((snap.main, snap.alive), (snap.delta, snap.delta_alive)):
+        main_alive = None if snap.n_main_alive == len(snap.alive) else snap.alive
+        for seg, alive in ((snap.main, main_alive), (snap.delta, None)):
             if seg.n_conjunctions == 0:
                 continue
-            kids, spans = seg.key_ids_of(request)
-            ranks = seg.match(kids, spans, alive, limit)
+            ranks = seg.match(seg.key_ids_of(request), alive, limit)
             if not len(ranks):
                 continue
             total += len(ranks)
-            rows = seg.rank_row[ranks[: limit + 1]]
-            ids_parts.append(seg.ad_ids[rows])
-            row_parts.append(rows)  # scores are looked up only when two lists merge
+            ranks = ranks[: limit + 1]
+            ids_parts.append(seg.rank_ids[ranks])
+            row_parts.append(ranks)  # scores are looked up only when two lists merge
             segs.append(seg)
         if not ids_parts:
             return Retrieval([], snap.version, truncated=False)
@@ -155,7 +155,9 @@ class ConjunctionIndex:
             ids = ids_parts[0]
         else:  # main and delta hold disjoint live ads: merge the two ranked lists
             ids = np.concatenate(ids_parts)
-            scores = np.concatenate([g.scores[r] for g, r in zip(segs, row_parts, strict=True)])
+            scores = np.concatenate(
+                [g.scores[g.rank_row[r]] for g, r in zip(segs, row_parts, strict=True)]
+            )
             ids = ids[np.lexsort((ids, -scores))]
         truncated = total > limit
         if truncated:

@@ -28,6 +28,7 @@ matches unless a ``∉`` posting of the request names it.
 
 from __future__ import annotations
 
+import threading
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,9 @@ WINDOW_GROWTH = 16
 #: A window whose hits are this many times sparser than its width is counted by
 #: sorting the hits; a denser one with a count array over the window.
 SORT_PATH_RATIO = 16
+#: A posting group holding at least 1/DENSE_RATIO of a segment's conjunctions is
+#: stored as a packed bitmap (then no bigger than its uint32 list).
+DENSE_RATIO = 32
 
 Key = tuple[str, str]
 
@@ -323,6 +327,7 @@ class Segment:
         self.in_off, self.in_enc = _csr(table.in_key, enc, n_keys)
         del enc
         self.not_off, self.not_conj = _csr(table.not_key, rank[table.not_conj], n_keys)
+        self._densify()
 
     @classmethod
     def build(cls, table: ConjTable) -> Segment:
@@ -367,6 +372,7 @@ class Segment:
         if n_keys <= RADIX_MAX_KEYS:
             self.in_off, self.in_enc = _postings_radix(conj_src, tc_in, in_key, in_slot, n_keys)
             self.not_off, self.not_conj = _postings_radix(conj_src, tc_not, not_key, None, n_keys)
+            self._densify()
             return self
         # instances of each template conjunction: ascending conjunction ids, grouped
         n_tc = len(tc_k)
@@ -390,6 +396,7 @@ class Segment:
             inst_off,
             n_keys,
         )
+        self._densify()
         return self
 
     @classmethod
@@ -399,6 +406,73 @@ class Segment:
     @property
     def n_conjunctions(self) -> int:
         return len(self.conj_ad)
+
+    def _densify(self) -> None:
+        """Move dense posting groups out of the sparse lists into packed bitmaps.
+
+        A group is the ``∈`` entries of one (key, slot) or the ``∉`` list of one key;
+        it becomes a bitmap row (bit c = conjunction c, little-endian within uint64
+        words) when it holds at least ``n_conjunctions / DENSE_RATIO`` entries, so a
+        row is never much bigger than the list it replaces. Also builds ``has_bits``:
+        row s has bit c set when conjunction c has more than s ``∈`` terms.
+        """
+        n = self.n_conjunctions
+        nw = (n + 63) >> 6
+        n_keys = len(self.keys)
+        #: int32[c]: rank of each conjunction's ad (ascending, as ids run in rank order).
+        self.conj_rank = self.ad_rank[self.conj_ad]
+        #: int64[a]: ad ids in rank order (best first).
+        self.rank_ids = self.ad_ids[self.rank_row]
+        self.n_slots = int(self.conj_k.max()) if n else 0
+        #: uint64[n_slots, words]: bit c of row s set when K(c) > s.
+        self.has_bits = np.empty((self.n_slots, nw), dtype=np.uint64)
+        buf = np.zeros(nw * 64, dtype=bool)
+        for s in range(self.n_slots):
+            np.greater(self.conj_k, s, out=buf[:n])
+            self.has_bits[s] = np.packbits(buf, bitorder="little").view(np.uint64)
+        thresh = max(1, -(-n // DENSE_RATIO))
+        # ∈ groups: (key, slot) pairs with at least `thresh` entries
+        lens = np.diff(self.in_off)
+        pairs: list[tuple[int, int]] = []
+        for k in np.flatnonzero(lens >= thresh).tolist():
+            a, b = int(self.in_off[k]), int(self.in_off[k + 1])
+            cnt = np.bincount(self.in_enc[a:b] & np.uint32(SLOT_MASK), minlength=1 << SLOT_BITS)
+            pairs.extend((k, s) for s in np.flatnonzero(cnt >= thresh).tolist())
+        self.in_bits = np.empty((len(pairs), nw), dtype=np.uint64)
+        self.in_dense_slot = np.array([s for _, s in pairs], dtype=np.int64)
+        self.in_dense_off = np.searchsorted(
+            np.array([k for k, _ in pairs], dtype=np.int64), np.arange(n_keys + 1)
+        )
+        if pairs:
+            keep = np.ones(len(self.in_enc), dtype=bool)
+            removed = np.zeros(n_keys, dtype=np.int64)
+            for r, (k, s) in enumerate(pairs):
+                a, b = int(self.in_off[k]), int(self.in_off[k + 1])
+                m = (self.in_enc[a:b] & np.uint32(SLOT_MASK)) == s
+                buf[:] = False
+                buf[self.in_enc[a:b][m] >> np.uint32(SLOT_BITS)] = True
+                self.in_bits[r] = np.packbits(buf, bitorder="little").view(np.uint64)
+                keep[a:b] &= ~m
+                removed[k] += int(m.sum())
+            self.in_enc = self.in_enc[keep]
+            self.in_off = self.in_off - np.concatenate(([0], np.cumsum(removed)))
+        # ∉ keys with at least `thresh` conjunctions
+        lens = np.diff(self.not_off)
+        dense = np.flatnonzero(lens >= thresh)
+        self.not_bits = np.empty((len(dense), nw), dtype=np.uint64)
+        self.not_dense_off = np.searchsorted(dense, np.arange(n_keys + 1))
+        if len(dense):
+            keep = np.ones(len(self.not_conj), dtype=bool)
+            removed = np.zeros(n_keys, dtype=np.int64)
+            for r, k in enumerate(dense.tolist()):
+                a, b = int(self.not_off[k]), int(self.not_off[k + 1])
+                buf[:] = False
+                buf[self.not_conj[a:b]] = True
+                self.not_bits[r] = np.packbits(buf, bitorder="little").view(np.uint64)
+                keep[a:b] = False
+                removed[k] = b - a
+            self.not_conj = self.not_conj[keep]
+            self.not_off = self.not_off - np.concatenate(([0], np.cumsum(removed)))
 
     def nbytes(self) -> int:
         """Bytes held in numpy arrays (the key dictionary is not counted)."""
@@ -415,19 +489,51 @@ class Segment:
             self.in_enc,
             self.not_off,
             self.not_conj,
+            self.has_bits,
+            self.conj_rank,
+            self.rank_ids,
+            self.in_bits,
+            self.in_dense_slot,
+            self.in_dense_off,
+            self.not_bits,
+            self.not_dense_off,
         )
         return sum(a.nbytes for a in arrays)
+
+    def _full_postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every ``∈`` entry (key, enc) and ``∉`` entry (key, conj), bitmaps expanded."""
+        n = self.n_conjunctions
+        n_keys = len(self.keys)
+        in_key = [np.repeat(np.arange(n_keys, dtype=np.int64), np.diff(self.in_off))]
+        in_enc = [self.in_enc]
+        row_key = np.repeat(np.arange(n_keys, dtype=np.int64), np.diff(self.in_dense_off))
+        for r in range(len(self.in_bits)):
+            c = _bits_ids(self.in_bits[r], n)
+            in_key.append(np.full(len(c), row_key[r], dtype=np.int64))
+            in_enc.append((c << np.uint32(SLOT_BITS)) | np.uint32(self.in_dense_slot[r]))
+        not_key = [np.repeat(np.arange(n_keys, dtype=np.int64), np.diff(self.not_off))]
+        not_conj = [self.not_conj]
+        row_key = np.repeat(np.arange(n_keys, dtype=np.int64), np.diff(self.not_dense_off))
+        for r in range(len(self.not_bits)):
+            c = _bits_ids(self.not_bits[r], n)
+            not_key.append(np.full(len(c), row_key[r], dtype=np.int64))
+            not_conj.append(c)
+        return (
+            np.concatenate(in_key),
+            np.concatenate(in_enc),
+            np.concatenate(not_key),
+            np.concatenate(not_conj),
+        )
 
     def to_table(self, alive: np.ndarray) -> ConjTable:
         """The live ads of this segment back as columns (for merging segments)."""
         keep_conj = alive[self.conj_ad]
         new_conj = np.cumsum(keep_conj) - 1
         new_ad = np.cumsum(alive) - 1
-        in_key = np.repeat(np.arange(len(self.keys), dtype=np.int64), np.diff(self.in_off))
-        in_conj = (self.in_enc >> SLOT_BITS).astype(np.int64)
+        in_key, in_enc, not_key, not_conj_u = self._full_postings()
+        in_conj = (in_enc >> SLOT_BITS).astype(np.int64)
         m = keep_conj[in_conj]
-        not_key = np.repeat(np.arange(len(self.keys), dtype=np.int64), np.diff(self.not_off))
-        not_conj = self.not_conj.astype(np.int64)
+        not_conj = not_conj_u.astype(np.int64)
         mn = keep_conj[not_conj]
         dup = np.zeros(self.n_conjunctions, dtype=bool)
         dup[self.dup_ids] = True
@@ -439,95 +545,49 @@ class Segment:
             conj_k=self.conj_k[keep_conj],
             conj_dup=dup[keep_conj],
             in_conj=new_conj[in_conj[m]],
-            in_slot=(self.in_enc[m] & ((1 << SLOT_BITS) - 1)).astype(np.uint8),
+            in_slot=(in_enc[m] & SLOT_MASK).astype(np.uint8),
             in_key=in_key[m],
             not_conj=new_conj[not_conj[mn]],
             not_key=not_key[mn],
         )
 
-    def key_ids_of(self, request: RequestAttributes) -> tuple[np.ndarray, list[tuple[int, int]]]:
-        """Key ids of ``request`` known to this segment, grouped by attribute.
-
-        Returns the key ids (int64) and the ``(start, end)`` spans of attributes
-        that contributed more than one key (their hits must be de-duplicated).
-        """
-        kids: list[int] = []
-        spans: list[tuple[int, int]] = []
+    def key_ids_of(self, request: RequestAttributes) -> np.ndarray:
+        """Key ids (int64) of the request's (attribute, value) pairs known to this segment."""
         get = self.key_ids.get
-        for attr, values in request.items():
-            n = len(kids)
-            for v in values:
-                kid = get((attr, v))
-                if kid is not None:
-                    kids.append(kid)
-            if len(kids) - n > 1:
-                spans.append((n, len(kids)))
-        return np.array(kids, dtype=np.int64), spans
+        kids = [
+            k
+            for attr, values in request.items()
+            for v in values
+            if (k := get((attr, v))) is not None
+        ]
+        return np.array(kids, dtype=np.int64)
 
-    def match(
-        self, kids: np.ndarray, spans: list[tuple[int, int]], alive: np.ndarray, want: int
-    ) -> np.ndarray:
+    def match(self, kids: np.ndarray, alive: np.ndarray | None, want: int) -> np.ndarray:
         """Ranks (see ``ad_rank``) of live ads matched by the request keys ``kids``.
 
         Reads windows of conjunction ids, best ads first, and stops as soon as more
         than ``want`` distinct ads matched, so the result holds every ad among the
         best ``want`` matching ones, and more than ``want`` ads exactly when more
-        matched. ``spans``: as from :meth:`key_ids_of`. Returns sorted, distinct
-        int32 ranks (best first).
+        matched. ``alive``: bool per ad row, or None when every ad is live.
+        Returns sorted, distinct int32 ranks (best first).
         """
         n_conj = self.n_conjunctions
         if not n_conj:
             return _EMPTY32
-        in_enc, not_conj = self.in_enc, self.not_conj
-        attr_of = [-1] * len(kids)
-        for i, (a, b) in enumerate(spans):
-            attr_of[a:b] = [i] * (b - a)
-        ins = [
-            (in_enc[a:b], attr)
-            for a, b, attr in zip(
-                self.in_off[kids].tolist(), self.in_off[kids + 1].tolist(), attr_of, strict=True
-            )
-            if b > a
-        ]
-        nots = [
-            not_conj[a:b]
-            for a, b in zip(
-                self.not_off[kids].tolist(), self.not_off[kids + 1].tolist(), strict=True
-            )
-            if b > a
-        ]
-        in_pos = [0] * len(ins)
-        not_pos = [0] * len(nots)
+        q = _Query(self, kids)
         found: list[np.ndarray] = []
         n_found, last = 0, -1
         w0, width = 0, FIRST_WINDOW
         while w0 < n_conj:
             w1 = min(n_conj, w0 + width)
+            if w1 - w0 >= 64:
+                w1 = min(n_conj, (w1 + 63) & ~63)
             if n_conj - w1 < width // 2:
                 w1 = n_conj
-            e1 = np.uint32(w1 << SLOT_BITS)  # same dtype as the lists: no conversion copy
-            n1 = np.uint32(w1)
-            singles: list[np.ndarray] = []
-            multis: list[list[np.ndarray]] = [[] for _ in spans]
-            for i, (p, attr) in enumerate(ins):
-                a = in_pos[i]
-                b = in_pos[i] = a + int(p[a:].searchsorted(e1))
-                if b > a:
-                    if attr < 0:
-                        singles.append(p[a:b])
-                    else:
-                        multis[attr].append(p[a:b])
-            cand = self._window(w0, w1, singles, [m for m in multis if m])
-            negs = []
-            for i, p in enumerate(nots):
-                a = not_pos[i]
-                b = not_pos[i] = a + int(p[a:].searchsorted(n1))
-                if b > a:
-                    negs.append(p[a:b])
-            if len(cand) and negs:
-                cand = _reject(cand, np.concatenate(negs) if len(negs) > 1 else negs[0])
-            rows = self.conj_ad[cand]
-            ranks = self.ad_rank[rows[alive[rows]]]  # ascending: ids run in rank order
+            cand = q.window(w0, w1)
+            if alive is not None:
+                cand = cand[alive[self.conj_ad[cand]]]
+            ranks = self.conj_rank[cand]  # ascending: ids run in rank order
             if len(ranks):
                 keep = np.empty(len(ranks), dtype=bool)
                 keep[0] = ranks[0] != last
@@ -548,47 +608,176 @@ class Segment:
             return _EMPTY32
         return np.concatenate(found) if len(found) > 1 else found[0]
 
-    def _window(
-        self, w0: int, w1: int, singles: list[np.ndarray], multis: list[list[np.ndarray]]
-    ) -> np.ndarray:
-        """Conjunction ids in [w0, w1) whose K ``∈`` slots are all hit (K = 0 included)."""
-        zero = self.zero_ids[self.zero_ids.searchsorted(w0) : self.zero_ids.searchsorted(w1)]
-        m = sum(len(p) for p in singles) + sum(len(p) for ps in multis for p in ps)
-        if m == 0:
-            return zero
+
+_EMPTY32 = np.zeros(0, dtype=np.int32)
+SLOT_MASK = (1 << SLOT_BITS) - 1
+_SCRATCH = threading.local()
+
+
+def _scratch(n: int) -> np.ndarray:
+    """A per-thread all-False bool buffer of at least ``n`` (callers clear what they set)."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or len(buf) < n:
+        buf = _SCRATCH.buf = np.zeros(max(n, 1 << 16), dtype=bool)
+    return buf
+
+
+def _bits_ids(words: np.ndarray, limit: int) -> np.ndarray:
+    """Set bit positions (uint32, ascending) of packed ``words``, below ``limit``."""
+    bits = np.unpackbits(words.view(np.uint8), bitorder="little").view(bool)[:limit]
+    return np.flatnonzero(bits).astype(np.uint32)
+
+
+class _Query:
+    """One request's posting lists in one segment, read window by window."""
+
+    __slots__ = (
+        "in_pos",
+        "in_rows",
+        "in_slots",
+        "in_starts",
+        "ins",
+        "not_pos",
+        "not_rows",
+        "nots",
+        "seg",
+    )
+
+    def __init__(self, seg: Segment, kids: np.ndarray) -> None:
+        self.seg = seg
+        in_enc, not_conj = seg.in_enc, seg.not_conj
+        self.ins = [
+            in_enc[a:b]
+            for a, b in zip(seg.in_off[kids].tolist(), seg.in_off[kids + 1].tolist(), strict=True)
+            if b > a
+        ]
+        self.nots = [
+            not_conj[a:b]
+            for a, b in zip(seg.not_off[kids].tolist(), seg.not_off[kids + 1].tolist(), strict=True)
+            if b > a
+        ]
+        self.in_pos = [0] * len(self.ins)
+        self.not_pos = [0] * len(self.nots)
+        d0 = seg.in_dense_off[kids]
+        rows = _ranges(d0, seg.in_dense_off[kids + 1] - d0)
+        slots = seg.in_dense_slot[rows]
+        order = np.argsort(slots, kind="stable")
+        self.in_rows, slots = rows[order], slots[order]
+        starts = (
+            np.flatnonzero(np.concatenate(([True], slots[1:] != slots[:-1])))
+            if len(slots)
+            else np.zeros(0, dtype=np.int64)
+        )
+        self.in_starts = starts
+        self.in_slots = slots[starts]
+        d0 = seg.not_dense_off[kids]
+        self.not_rows = _ranges(d0, seg.not_dense_off[kids + 1] - d0)
+
+    def _sparse(self, w1: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The sparse ``∈`` and ``∉`` entries below conjunction ``w1`` not read yet."""
+        e1 = np.uint32(w1 << SLOT_BITS)  # same dtype as the lists: no conversion copy
+        n1 = np.uint32(w1)
+        ins, nots = [], []
+        for i, p in enumerate(self.ins):
+            a = self.in_pos[i]
+            b = self.in_pos[i] = a + int(p[a:].searchsorted(e1))
+            if b > a:
+                ins.append(p[a:b])
+        for i, p in enumerate(self.nots):
+            a = self.not_pos[i]
+            b = self.not_pos[i] = a + int(p[a:].searchsorted(n1))
+            if b > a:
+                nots.append(p[a:b])
+        return ins, nots
+
+    def window(self, w0: int, w1: int) -> np.ndarray:
+        """Conjunction ids in [w0, w1) the request matches, ascending."""
+        ins, nots = self._sparse(w1)
+        seg = self.seg
+        b0, b1 = w0 >> 6, (w1 + 63) >> 6
         width = w1 - w0
-        dup = self.dup_ids.searchsorted(w1) > self.dup_ids.searchsorted(w0)
-        if dup or m * SORT_PATH_RATIO < width:
-            # sort path: exact for any conjunction (several slots on one attribute too)
-            parts = singles + [p for ps in multis for p in ps]
-            enc = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
-            if multis and len(enc) > 1:
-                enc = enc[np.concatenate(([True], enc[1:] != enc[:-1]))]
+        m = sum(len(p) for p in ins) + sum(len(p) for p in nots)
+        m += (len(self.in_rows) + len(self.not_rows)) * (width // DENSE_RATIO + 1)
+        if m * SORT_PATH_RATIO < width:
+            return self._sorted(w0, w1, ins, nots)
+        base, nw = b0 << 6, b1 - b0
+        nbits = nw << 6
+        S = seg.n_slots
+        if ins or nots:
+            buf = _scratch((S + 1) * nbits)
+            idx_parts = []
+            if ins:
+                enc = np.concatenate(ins) if len(ins) > 1 else ins[0]
+                idx = (enc & np.uint32(SLOT_MASK)).astype(np.int64)
+                idx *= nbits
+                idx += enc >> np.uint32(SLOT_BITS)
+                idx -= base
+                idx_parts.append(idx)
+            if nots:
+                neg = np.concatenate(nots) if len(nots) > 1 else nots[0]
+                idx_parts.append(neg.astype(np.int64) + (S * nbits - base))
+            for idx in idx_parts:
+                buf[idx] = True
+            hit = np.packbits(buf[: (S + 1) * nbits], bitorder="little").view(np.uint64)
+            for idx in idx_parts:
+                buf[idx] = False
+            hit = hit.reshape(S + 1, nw)
+        else:
+            hit = np.zeros((S + 1, nw), dtype=np.uint64)
+        if len(self.in_rows):
+            dense = seg.in_bits[self.in_rows, b0:b1]
+            if len(self.in_starts) < len(self.in_rows):
+                dense = np.bitwise_or.reduceat(dense, self.in_starts, axis=0)
+            hit[self.in_slots] |= dense
+        if len(self.not_rows):
+            hit[S] |= np.bitwise_or.reduce(seg.not_bits[self.not_rows, b0:b1], axis=0)
+        has = seg.has_bits[:, b0:b1]
+        np.bitwise_not(hit[:S], out=hit[:S])
+        np.bitwise_and(hit[:S], has, out=hit[:S])
+        fail = np.bitwise_or.reduce(hit, axis=0)  # a slot missed, or a ∉ hit
+        np.bitwise_not(fail, out=fail)
+        bits = np.unpackbits(fail.view(np.uint8), bitorder="little").view(bool)
+        cand = np.flatnonzero(bits[w0 - base : w1 - base])
+        cand += w0
+        return cand
+
+    def _sorted(
+        self, w0: int, w1: int, ins: list[np.ndarray], nots: list[np.ndarray]
+    ) -> np.ndarray:
+        """:meth:`window` for few hits: sort the entries, count each conjunction's slots hit."""
+        seg = self.seg
+        b0, b1 = w0 >> 6, (w1 + 63) >> 6
+        lo, hi = w0 - (b0 << 6), w1 - (b0 << 6)
+        zero = seg.zero_ids[seg.zero_ids.searchsorted(w0) : seg.zero_ids.searchsorted(w1)]
+        parts = list(ins)
+        for r, s in zip(
+            self.in_rows.tolist(), seg.in_dense_slot[self.in_rows].tolist(), strict=True
+        ):
+            c = _bits_ids(seg.in_bits[r, b0:b1], hi)
+            c = c[c.searchsorted(lo) :] + np.uint32(b0 << 6)
+            if len(c):
+                parts.append((c << np.uint32(SLOT_BITS)) | np.uint32(s))
+        if parts:
+            enc = np.unique(np.concatenate(parts)) if len(parts) > 1 else parts[0]
             conj = (enc >> SLOT_BITS).astype(np.int64)
             starts = np.flatnonzero(np.concatenate(([True], conj[1:] != conj[:-1])))
             uniq = conj[starts]
             hits = np.diff(np.append(starts, len(conj)))
-            matched = uniq[hits == self.conj_k[uniq]]
-            return np.sort(np.concatenate((zero, matched))) if len(zero) else matched
-        # counting path: one slot per attribute here, so count distinct attributes hit
-        if singles:
-            flat = np.concatenate(singles) if len(singles) > 1 else singles[0]
-            rel = flat >> SLOT_BITS
-            rel -= np.uint32(w0)
-            counts = np.bincount(rel, minlength=width)
+            cand = uniq[hits == seg.conj_k[uniq]]
+            if len(zero):
+                cand = np.sort(np.concatenate((zero, cand)))
         else:
-            counts = np.zeros(width, dtype=np.int64)
-        for ps in multis:
-            hit = np.zeros(width, dtype=bool)
-            for p in ps:
-                rel = p >> SLOT_BITS
-                rel -= np.uint32(w0)
-                hit[rel] = True
-            counts += hit
-        return np.flatnonzero(counts == self.conj_k[w0:w1]) + w0
-
-
-_EMPTY32 = np.zeros(0, dtype=np.int32)
+            cand = zero
+        if not len(cand):
+            return cand
+        negs = list(nots)
+        for r in self.not_rows.tolist():
+            c = _bits_ids(seg.not_bits[r, b0:b1], hi)
+            negs.append(c[c.searchsorted(lo) :] + np.uint32(b0 << 6))
+        negs = [p for p in negs if len(p)]
+        if negs:
+            cand = _reject(cand, np.concatenate(negs) if len(negs) > 1 else negs[0])
+        return cand
 
 
 def _reject(cand: np.ndarray, neg: np.ndarray) -> np.ndarray:
