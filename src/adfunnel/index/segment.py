@@ -50,9 +50,9 @@ FIRST_WINDOW = 1 << 14
 #: A later window is at most this many times its predecessor.
 WINDOW_GROWTH = 16
 
-#: A window whose hits are this many times sparser than its width is counted by
-#: sorting the hits; a denser one with a count array over the window.
-SORT_PATH_RATIO = 16
+#: A window whose hits are this many times sparser than its width is matched by
+#: sorting the hits (cost ~ hits); a denser one with bitmaps (cost ~ width).
+SORT_PATH_RATIO = 256
 #: A posting group holding at least 1/DENSE_RATIO of a segment's conjunctions is
 #: stored as a packed bitmap (then no bigger than its uint32 list).
 DENSE_RATIO = 32
