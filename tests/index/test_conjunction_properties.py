@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adfunnel.index import ConjunctionIndex, ScanIndex, segment
+from adfunnel.index import ConjunctionIndex, ScanIndex, bench, segment
 from adfunnel.targeting import All, Any_, In, Not, NotIn, TargetingError
 from adfunnel.targeting.dnf import compile_dnf
 
@@ -104,3 +106,63 @@ def _updates_equal_scan(ads, edits, reqs) -> None:
     index.merge()
     for request in reqs:
         assert index.query(request).ad_ids == scan.query(request).ad_ids
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ads_lists,
+    st.lists(st.tuples(st.integers(0, 30), st.one_of(st.none(), exprs.filter(_compiles)), scores)),
+    st.lists(requests, min_size=1, max_size=4),
+    st.sampled_from([1, 4, 1 << 30]),
+    st.sampled_from([0, 1 << 30]),
+)
+def test_bitmap_and_list_postings_equal_scan(ads, edits, reqs, dense, sort_ratio) -> None:
+    """Posting groups stored as lists, as bitmaps or mixed; matched by sorting or by bitmaps.
+
+    DENSE_RATIO 1: (almost) every group a list; 1 << 30: every group a bitmap.
+    Merges expand the bitmaps back to entries (``Segment.to_table``).
+    """
+    with (
+        mock.patch.object(segment, "DENSE_RATIO", dense),
+        mock.patch.object(segment, "SORT_PATH_RATIO", sort_ratio),
+        mock.patch.object(segment, "FIRST_WINDOW", 3),
+        mock.patch.object(segment, "WINDOW_GROWTH", 3),
+    ):
+        _updates_equal_scan(ads, edits, reqs)
+        index, scan = ConjunctionIndex(), ScanIndex()
+        index.build((i, e, s) for i, (e, s) in enumerate(ads))
+        scan.build((i, e, s) for i, (e, s) in enumerate(ads))
+        for request in reqs:
+            for lim in (1, 5, 10_000):
+                got, want = index.query(request, lim), scan.query(request, lim)
+                assert (got.ad_ids, got.truncated) == (want.ad_ids, want.truncated)
+
+
+@pytest.mark.parametrize("workload", ["go", "paper", "real"])
+def test_benchmark_workloads_equal_scan(workload: str, tmp_path) -> None:
+    """A few thousand ads of each benchmark workload: bitmaps many words wide, several windows."""
+    rng = random.Random(5)
+    if workload == "go":
+        exprs, reqs = bench._go(rng, 600, 40)
+    elif workload == "paper":
+        exprs, reqs = bench._paper(rng, 600, 40)
+    else:
+        exprs, reqs, _ = bench._real(rng, 600, 40, str(tmp_path))  # the uniform stand-in
+    ads = [
+        (i, exprs[rng.randrange(len(exprs))], rng.choice([0.5, 1.0, rng.random()]))
+        for i in range(4000)
+    ]
+    index, scan = ConjunctionIndex(), ScanIndex()
+    index.build(ads)
+    scan.build(ads)
+    with mock.patch.object(segment, "FIRST_WINDOW", 100):
+        for request in reqs:
+            for lim in (30, 10_000):
+                got, want = index.query(request, lim), scan.query(request, lim)
+                assert (got.ad_ids, got.truncated) == (want.ad_ids, want.truncated)
+    index.upsert_many(ads[:50])
+    index.remove_many(range(50, 90))
+    for a in range(50, 90):
+        scan.remove(a)
+    for request in reqs[:10]:
+        assert index.query(request, 100).ad_ids == scan.query(request, 100).ad_ids
