@@ -35,6 +35,7 @@ def event(
     campaign_id: int = 1,
     day: date = DAY,
     billing_type: str = "CPM",
+    at: datetime | None = None,
 ) -> LedgerEvent:
     return LedgerEvent(
         impression_id=impression_id,
@@ -44,7 +45,7 @@ def event(
         placement="feed_top",
         billing_type=billing_type,
         charge_micros=charge,
-        occurred_at=datetime(day.year, day.month, day.day, 12, tzinfo=UTC),
+        occurred_at=at or datetime(day.year, day.month, day.day, 12, tzinfo=UTC),
         day=day,
     )
 
@@ -235,6 +236,20 @@ def test_totals_are_per_campaign_and_local_day(ledger_backend: LedgerBackend) ->
     assert ledger.billed_on(d1) == {1: 1_000, 2: 70}
     assert ledger.billed_on(d2) == {1: 1_000}
     assert ledger.billed_on(d1 - timedelta(days=1)) == {}
+
+
+def test_billed_since_counts_later_events_of_the_day(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    noon = datetime(DAY.year, DAY.month, DAY.day, 12, tzinfo=UTC)
+    ledger.record(event("a", charge=100, at=noon), BIG_BUDGET)
+    ledger.record(event("b", charge=200, at=noon + timedelta(minutes=5)), BIG_BUDGET)
+    ledger.record(event("c", charge=400, at=noon + timedelta(minutes=9), campaign_id=2),
+                  BIG_BUDGET)
+    ledger.record(event("d", charge=800, at=noon + timedelta(minutes=9),
+                        day=DAY + timedelta(days=1)), BIG_BUDGET)
+    assert ledger.billed_since(DAY, noon) == {1: 300, 2: 400}
+    assert ledger.billed_since(DAY, noon + timedelta(minutes=1)) == {1: 200, 2: 400}
+    assert ledger.billed_since(DAY, noon + timedelta(hours=1)) == {}
 
 
 def test_counters_survive_a_new_ledger_on_the_same_storage(ledger_backend: LedgerBackend) -> None:

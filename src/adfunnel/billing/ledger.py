@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from datetime import date
+from datetime import date, datetime
 from typing import Protocol
 
 from adfunnel.billing.model import (
@@ -38,6 +38,11 @@ class Ledger(Protocol):
 
     def billed_on(self, day: date) -> dict[int, int]:
         """campaign id -> billed micros on local ``day`` (what budgets count as spent)."""
+        ...
+
+    def billed_since(self, day: date, since: datetime) -> dict[int, int]:
+        """campaign id -> micros billed on local ``day`` by events at or after ``since``
+        (the budget service's billed spend of serves still counted in flight)."""
         ...
 
     def count(self, name: str, n: int = 1) -> None:
@@ -107,6 +112,14 @@ class MemoryLedger:
     def billed_on(self, day: date) -> dict[int, int]:
         with self._lock:
             return {cid: v[2] for (cid, d), v in self._days.items() if d == day}
+
+    def billed_since(self, day: date, since: datetime) -> dict[int, int]:
+        out: dict[int, int] = defaultdict(int)
+        with self._lock:
+            for event, billed, _ in self._rows.values():
+                if event.day == day and event.occurred_at >= since and billed:
+                    out[event.campaign_id] += billed
+        return dict(out)
 
     def count(self, name: str, n: int = 1) -> None:
         with self._lock:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, func, select
@@ -183,6 +183,17 @@ class SqlLedger:
         )
         with self._engine.connect() as conn:
             return {cid: billed for cid, billed in conn.execute(query)}
+
+    def billed_since(self, day: date, since: datetime) -> dict[int, int]:
+        """campaign id -> micros billed on local ``day`` by events at or after ``since``."""
+        t = ledger
+        query = (
+            select(t.c.campaign_id, func.sum(t.c.billed_micros))
+            .where(t.c.day == day, t.c.occurred_at >= since, t.c.billed_micros > 0)
+            .group_by(t.c.campaign_id)
+        )
+        with self._engine.connect() as conn:
+            return {cid: int(total) for cid, total in conn.execute(query)}
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to the named durable counter (e.g. ``invalid_tokens``)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from datetime import date
+from datetime import date, timedelta
 
 from sqlalchemy import Engine
 from starlette.applications import Starlette
@@ -123,16 +123,23 @@ class BudgetServiceProcess:
     def feed_billed(self) -> int:
         """Send every owned campaign's billed total of its current local day."""
         now = self.clock.now()
-        by_day: dict[date, dict[int, int]] = {}
+        watermark = now - timedelta(seconds=self.billing_lag_s)
+        by_day: dict[date, tuple[dict[int, int], dict[int, int]]] = {}
         updates = []
         for cid, c in list(self._campaigns.items()):
             if not self.service.owns(cid):
                 continue
             day = local_day(now, c.time_zone)
             if day not in by_day:
-                by_day[day] = self.ledger.billed_on(day)
-            updates.append(BilledUpdate(cid, day.isoformat(), by_day[day].get(cid, 0),
-                                        now.timestamp() - self.billing_lag_s))
+                by_day[day] = (self.ledger.billed_on(day), self.ledger.billed_since(day, watermark))
+            billed, after = by_day[day]
+            # billed_after: billed spend of serves still counted in flight, so a billed
+            # click is not also counted as expected cost. The ledger keeps beacon time,
+            # which stands in for serve time: a beacon just after the watermark may belong
+            # to a serve just before it, which overstates this by at most the billing of
+            # one serve-to-beacon delay (the ledger still never bills above the budget).
+            updates.append(BilledUpdate(cid, day.isoformat(), billed.get(cid, 0),
+                                        watermark.timestamp(), after.get(cid, 0)))
         with self.lock:
             for u in updates:
                 self.service.record_billed(u)
