@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import random
 import threading
+from unittest import mock
 
 import pytest
 from prometheus_client import REGISTRY
 
-from adfunnel.index import ConjunctionIndex, ScanIndex
+from adfunnel.index import ConjunctionIndex, ScanIndex, conjunction
 from adfunnel.targeting import All, Expr, In, NotIn, TargetingError, matches, parse_expr
 
 GEOS = ["US", "FR", "DE", "JP"]
@@ -193,3 +194,67 @@ def test_refused_targeting_leaves_index_unchanged() -> None:
     assert index.version == v and len(index) == 1
     with pytest.raises(ValueError):
         index.upsert(4, In("gender", frozenset({"M"})), float("nan"))
+
+
+def test_background_merge_keeps_writes_made_while_it_runs() -> None:
+    """A merge runs on a thread; writes made meanwhile land in the next delta, versions hold."""
+    rng = random.Random(5)
+    index, scan = ConjunctionIndex(delta_limit=8), ScanIndex()
+    base = [(i, _random_expr(rng), rng.random()) for i in range(200)]
+    index.build(base)
+    scan.build(base)
+    gate, entered = threading.Event(), threading.Event()
+    real_concat = conjunction.concat_tables
+
+    def slow_concat(a, b):
+        entered.set()
+        assert gate.wait(timeout=30)
+        return real_concat(a, b)
+
+    def check() -> None:
+        assert len(index) == len(scan)
+        for _ in range(30):
+            req = _random_request(rng)
+            assert index.query(req).ad_ids == scan.query(req).ad_ids
+            assert index.query(req, 5).ad_ids == scan.query(req, 5).ad_ids
+
+    with mock.patch.object(conjunction, "concat_tables", slow_concat):
+        for i in range(9):  # the 9th write passes the limit: a merge starts
+            ad = (1000 + i, _random_expr(rng), rng.random())
+            index.upsert(*ad)
+            scan.upsert(*ad)
+        assert entered.wait(timeout=30)
+        thread = index._merge_thread
+        assert thread is not None and thread.is_alive()
+        # while it runs: replace main ads and merged-delta ads, add, remove both kinds
+        for a in (3, 1001, 2000, 2001):
+            ad = (a, _random_expr(rng), rng.random())
+            index.upsert(*ad)
+            scan.upsert(*ad)
+        for a in (4, 1002, 9999):
+            index.remove(a)
+            scan.remove(a)
+        check()
+        version = index.version
+        gate.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert index.version == version  # the swap changed the layout, not the content
+    assert len(index._snap.delta_ads) == 4  # 3, 1001, 2000, 2001: written during the merge
+    check()
+    index.merge()
+    assert index.version == version + 1 and not index._snap.delta_ads
+    check()
+
+
+def test_synchronous_merge_when_asked() -> None:
+    rng = random.Random(6)
+    index, scan = ConjunctionIndex(delta_limit=4, background_merge=False), ScanIndex()
+    for i in range(30):
+        ad = (i, _random_expr(rng), rng.random())
+        index.upsert(*ad)
+        scan.upsert(*ad)
+        assert index._merge_thread is None and len(index._snap.delta_ads) <= 4
+    for _ in range(30):
+        req = _random_request(rng)
+        assert index.query(req).ad_ids == scan.query(req).ad_ids

@@ -47,6 +47,7 @@ dictionary entry per distinct (attribute, value). Updates copy the alive mask
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Iterable
@@ -69,6 +70,8 @@ TRUNCATED = Counter(
 
 #: Delta size (ads) above which a write merges the delta into main.
 DEFAULT_DELTA_LIMIT = 2048
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +101,18 @@ class ConjunctionIndex:
     writes serialise on one lock. No query raises or sees a half-applied write.
     """
 
-    def __init__(self, *, delta_limit: int = DEFAULT_DELTA_LIMIT) -> None:
+    def __init__(
+        self, *, delta_limit: int = DEFAULT_DELTA_LIMIT, background_merge: bool = True
+    ) -> None:
         self._write = threading.Lock()
         self._delta_limit = delta_limit
+        self._background = background_merge
         self._snap = self._new_main(Segment.empty(), version=0)
+        # In-flight background merge: its thread, the ads written since its base
+        # snapshot, and the epoch it belongs to (build/merge bump it: result dropped).
+        self._merge_thread: threading.Thread | None = None
+        self._touched: set[int] | None = None
+        self._epoch = 0
 
     # ---- reading ---------------------------------------------------------------
 
@@ -205,6 +216,7 @@ class ConjunctionIndex:
             raise ValueError("static scores must be finite")
         main = Segment.from_builder(builder)
         with self._write:
+            self._drop_merge()
             self._snap = self._new_main(main, self._snap.version + 1)
 
     def upsert(self, ad_id: int, expr: Expr, static_score: float = 0.0) -> None:
@@ -227,7 +239,7 @@ class ConjunctionIndex:
             delta_ads = dict(snap.delta_ads)
             for ad_id, conjs, score in compiled:
                 delta_ads[ad_id] = (conjs, score)
-            self._publish(snap, alive, delta_ads)
+            self._publish(snap, alive, delta_ads, [a for a, _, _ in compiled])
 
     def remove(self, ad_id: int) -> None:
         """Remove one ad; an unknown ad is a no-op (the version does not change)."""
@@ -244,11 +256,18 @@ class ConjunctionIndex:
                 delta_ads = {a: v for a, v in delta_ads.items() if a not in set(ids)}
             if alive is snap.alive and delta_ads is snap.delta_ads:
                 return
-            self._publish(snap, alive, delta_ads)
+            self._publish(snap, alive, delta_ads, ids)
 
     def merge(self) -> None:
-        """Fold the delta and the tombstones into a new main segment (one new version)."""
+        """Fold the delta and the tombstones into a new main segment (one new version).
+
+        Synchronous: waits for a background merge in flight, then merges what is left.
+        """
+        thread = self._merge_thread
+        if thread is not None:
+            thread.join()
         with self._write:
+            self._drop_merge()
             snap = self._snap
             table = concat_tables(snap.main.to_table(snap.alive), _delta_table(snap.delta_ads))
             self._snap = self._new_main(Segment.build(table), snap.version + 1)
@@ -292,8 +311,9 @@ class ConjunctionIndex:
         snap: _Snapshot,
         alive: np.ndarray,
         delta_ads: dict[int, tuple[tuple[Conjunction, ...], float]],
+        ad_ids: list[int],
     ) -> None:
-        """Swap in the next version (caller holds the write lock)."""
+        """Swap in the next version (caller holds the write lock); ``ad_ids`` were written."""
         n_alive = snap.n_main_alive if alive is snap.alive else int(alive.sum())
         delta = (
             snap.delta if delta_ads is snap.delta_ads else Segment.build(_delta_table(delta_ads))
@@ -309,10 +329,72 @@ class ConjunctionIndex:
             delta=delta,
             delta_alive=np.ones(len(delta.ad_ids), dtype=bool),
         )
+        if self._touched is not None:
+            self._touched.update(ad_ids)
         if len(delta_ads) > self._delta_limit:
-            table = concat_tables(snap.main.to_table(alive), _delta_table(delta_ads))
-            nxt = self._new_main(Segment.build(table), snap.version + 1)
+            if not self._background:
+                table = concat_tables(snap.main.to_table(alive), _delta_table(delta_ads))
+                nxt = self._new_main(Segment.build(table), snap.version + 1)
+            elif self._merge_thread is None:
+                self._start_merge(nxt)
         self._snap = nxt
+
+    # ---- background merge ------------------------------------------------------
+
+    def _drop_merge(self) -> None:
+        """Forget the merge in flight: its result will be dropped (caller holds the lock)."""
+        self._epoch += 1
+        self._merge_thread, self._touched = None, None
+
+    def _start_merge(self, base: _Snapshot) -> None:
+        """Merge ``base`` into a new main on a thread (caller holds the write lock)."""
+        self._touched = set()
+        thread = threading.Thread(
+            target=self._merge_in_background,
+            args=(base, self._epoch),
+            name="adfunnel-index-merge",
+            daemon=True,
+        )
+        self._merge_thread = thread
+        thread.start()
+
+    def _merge_in_background(self, base: _Snapshot, epoch: int) -> None:
+        """Build a main from ``base``, then swap it in under the lock with the writes since.
+
+        Ads written after ``base`` (``self._touched``) are hidden in the new main and
+        carried over in a new delta, so the swapped-in snapshot holds exactly the
+        current content: it keeps the current version number (nothing was written).
+        """
+        try:
+            table = concat_tables(base.main.to_table(base.alive), _delta_table(base.delta_ads))
+            fresh = self._new_main(Segment.build(table), base.version)
+        except Exception:  # pragma: no cover - e.g. memory; the next write retries
+            LOG.exception("background index merge failed")
+            with self._write:
+                if self._epoch == epoch:
+                    self._merge_thread, self._touched = None, None
+            return
+        with self._write:
+            if self._epoch != epoch or self._touched is None:
+                return
+            cur, touched = self._snap, sorted(self._touched)
+            self._merge_thread, self._touched = None, None
+            alive = self._hide(fresh, touched)
+            delta_ads = {a: cur.delta_ads[a] for a in touched if a in cur.delta_ads}
+            delta = Segment.build(_delta_table(delta_ads)) if delta_ads else fresh.delta
+            self._snap = _Snapshot(
+                version=cur.version,
+                main=fresh.main,
+                alive=alive,
+                main_sorted_ids=fresh.main_sorted_ids,
+                main_sorted_rows=fresh.main_sorted_rows,
+                n_main_alive=int(alive.sum()),
+                delta_ads=delta_ads,
+                delta=delta,
+                delta_alive=np.ones(len(delta.ad_ids), dtype=bool),
+            )
+            if len(delta_ads) > self._delta_limit:
+                self._start_merge(self._snap)
 
 
 def _delta_table(delta_ads: dict[int, tuple[tuple[Conjunction, ...], float]]) -> ConjTable:
