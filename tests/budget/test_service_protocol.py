@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
+import pytest
+
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.gate import Served
 from adfunnel.budget.protocol import (
@@ -242,3 +244,18 @@ def test_a_slice_without_room_for_another_charge_is_released_at_once() -> None:
     c.report()
     assert cd.outstanding(clock.now().timestamp()) <= sum(
         x.amount for x in c.held_slices())
+
+
+def test_campaign_created_mid_day_spreads_its_budget_over_the_rest_of_the_day() -> None:
+    camp = _camp(budget=10_000_000)
+    clock = ManualClock(NOW)  # 12:00 UTC
+    svc = BudgetService(clock)
+    svc.upsert_campaign(camp, created_at=NOW.timestamp())
+    cd = svc.current(1, NOW.timestamp())
+    elapsed = NOW.timestamp() - cd.start_s
+    assert cd.plan.target_micros(elapsed) == 0.0  # nothing was due before it existed
+    assert cd.plan.target_micros(86_400) == pytest.approx(10_000_000)
+    # a campaign known since before the day started follows the whole-day curve
+    svc2, _ = _svc(camp)
+    full = svc2.current(1, NOW.timestamp()).plan
+    assert full.target_micros(elapsed) > 0

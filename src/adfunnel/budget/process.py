@@ -114,7 +114,8 @@ class BudgetServiceProcess:
         with self.lock:
             for ch in changes:
                 if isinstance(ch.record, Campaign):
-                    self._upsert(ch.record)
+                    created = ch.committed_at.timestamp() if ch.version == 1 else None
+                    self._upsert(ch.record, created_at=created)
                 self.position = max(self.position, ch.seq)
         if any(isinstance(ch.record, Campaign) and ch.version == 1 for ch in changes):
             self.refresh_shapes()  # a new campaign starts from the placement average
@@ -145,9 +146,9 @@ class BudgetServiceProcess:
                 self.service.record_billed(u)
         return len(updates)
 
-    def _upsert(self, c: Campaign) -> None:
+    def _upsert(self, c: Campaign, created_at: float | None = None) -> None:
         self._campaigns[c.id] = c
-        self.service.upsert_campaign(c)
+        self.service.upsert_campaign(c, created_at=created_at)
 
     def refresh_shapes(self) -> int:
         """Target-curve shapes from the last 7 days of eligible requests (DESIGN.md

@@ -50,7 +50,7 @@ from adfunnel.campaigns.schedule import day_bounds, local_day
 from adfunnel.clock import Clock
 from adfunnel.money import cpm_to_impression
 from adfunnel.pacing import controller
-from adfunnel.pacing.curve import TargetPlan, curve_for_day
+from adfunnel.pacing.curve import TargetCurve, TargetPlan, curve_for_day
 
 #: Seen sequence numbers kept per (server, shard); older ones count as seen.
 SEQ_WINDOW = 4096
@@ -177,6 +177,7 @@ class BudgetService:
         self._default_shape = tuple(default_shape) if default_shape else (1.0,) * 24
         self._shapes: dict[int, tuple[float, ...]] = {}
         self._campaigns: dict[int, Campaign] = {}
+        self._created_at: dict[int, float] = {}
         self._days: dict[tuple[int, date], CampaignDay] = {}
         self._current: dict[int, CampaignDay] = {}
         self._yesterday_p: dict[tuple[int, date], dict[int, float]] = {}
@@ -191,12 +192,20 @@ class BudgetService:
     def owns(self, campaign_id: int) -> bool:
         return campaign_id % self.shards == self.shard
 
-    def upsert_campaign(self, campaign: Campaign) -> None:
+    def upsert_campaign(self, campaign: Campaign, *, created_at: float | None = None) -> None:
         """Apply a campaign record from the change log (newer versions only). A budget
-        edit rescales the rest of today's curve from the spend committed now."""
+        edit rescales the rest of today's curve from the spend committed now.
+
+        ``created_at`` (Unix s) marks a campaign created now: on the local day it was
+        created, its curve starts at that moment, so the whole daily budget is spread
+        over the rest of the day instead of being "behind" the part of the curve that
+        passed before it existed.
+        """
         old = self._campaigns.get(campaign.id)
         if old is not None and old.version > campaign.version:
             return
+        if created_at is not None:
+            self._created_at[campaign.id] = created_at
         self._campaigns[campaign.id] = campaign
         now = self._now()
         for (cid, _day), cd in self._days.items():
@@ -250,13 +259,20 @@ class BudgetService:
             p0 = prev[k]
         cd = CampaignDay(
             campaign=c, day=day, start_s=start_s, end_s=end_s,
-            plan=TargetPlan(curve, c.daily_budget_micros),
+            plan=self._first_plan(curve, c, start_s, end_s),
             ctl=controller.ControllerState(p0, 0.0), last_step_s=max(now, start_s),
         )
         cd.plan_peak_rate = c.daily_budget_micros * curve.peak_share_per_s()
         self._days[key] = cd
         self._refresh_state(cd, now)
         return cd
+
+    def _first_plan(self, curve: TargetCurve, c: Campaign, start_s: float,
+                    end_s: float) -> TargetPlan:
+        created = self._created_at.get(c.id)
+        if created is not None and start_s < created < end_s:
+            return TargetPlan(curve, c.daily_budget_micros, anchor_s=created - start_s)
+        return TargetPlan(curve, c.daily_budget_micros)
 
     def _refresh_state(self, cd: CampaignDay, now: float) -> None:
         c = cd.campaign
