@@ -183,8 +183,9 @@ def _real(
     for r in rows:
         for a, vs in r.items():
             tallies.setdefault(a, Tally()).update(vs)
-    # values weighted by how often the log shows them (popular ones targeted more often)
-    weighted = {a: (list(t), list(t.values())) for a, t in tallies.items()}
+    # values weighted by how often the log shows them (popular ones targeted more often);
+    # sorted, so the workload does not depend on the process's string hash seed
+    weighted = {a: (sorted(t), [t[v] for v in sorted(t)]) for a, t in tallies.items()}
 
     def pick(attr: str, lo: int, hi: int) -> frozenset[str]:
         vals, w = weighted[attr]
