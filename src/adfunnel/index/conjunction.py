@@ -7,8 +7,9 @@ indexed under its ``∈`` terms' (attribute, value) keys and carries its size K;
 conjunction matches when the request hits all K of its ``∈`` terms and none of
 its ``∉`` terms; K = 0 conjunctions (the paper's Z entry) match unless a ``∉``
 term rejects them. Where the paper walks K-partitioned posting lists with
-cursors, this index counts hits per conjunction with numpy over windows of
-conjunction ids (see :mod:`adfunnel.index.segment`). Pure: no I/O.
+cursors, this index evaluates windows of conjunction ids with word-wise bitmap
+algebra (dense posting groups are stored as bitmaps; see
+:mod:`adfunnel.index.segment`). Pure: no I/O.
 
 Semantics equal :func:`adfunnel.targeting.evaluate.matches` exactly, for any
 request (attribute -> set of values, several values allowed for any attribute):
@@ -29,9 +30,14 @@ per-ad ``alive`` mask over main (the tombstones). A write builds a new
 :class:`_Snapshot` and swaps it in with one assignment; a query reads
 ``self._snap`` once, so it sees one consistent version, returned in
 ``Retrieval.version``. When the delta holds more than ``delta_limit`` ads it is
-merged into a new main (cost O(main), paid by that writer under the write lock
-while readers keep reading the previous version; :meth:`merge` may also be called
-at will, e.g. from a background thread). A write costs O(delta + ads in main).
+merged into a new main on a background thread (``background_merge=True``, the
+default): the writer returns at once, readers keep reading, later writes go to
+the delta as usual, and when the new main is ready it is swapped in under the
+write lock with the ads written meanwhile hidden in it and carried over in a new
+delta; that swap keeps the version number (the content is unchanged). With
+``background_merge=False`` the writer that passes the limit merges synchronously
+(cost O(main)). :meth:`merge` merges at once (waiting for a merge in flight). A
+write costs O(delta + ads in main) (the alive mask is copied).
 
 Broad ads: conjunction ids run best static score first, and a query reads them
 in windows only until more than ``limit`` distinct ads matched, so long posting
@@ -39,8 +45,10 @@ lists are read only as far as needed. A narrow ad is never crowded out: it is
 returned whenever fewer than ``limit`` matching ads score above it (ties broken
 by ad id, as :class:`~adfunnel.index.scan.ScanIndex` does).
 
-Memory: per ad 8 B id + 8 B score + 8 B rank maps + 1 B alive; per conjunction
-4 B ad row + 1 B K; per ``∈`` term value 4 B; per ``∉`` term value 4 B; plus one
+Memory: per ad 8 B id + 8 B score + 8 B ad id in rank order + 8 B rank maps +
+1 B alive; per conjunction 4 B ad row + 4 B ad rank + 1 B K + 1 bit per slot
+below the segment's largest K; per sparse ``∈``/``∉`` entry 4 B; per dense
+group 1 bit per conjunction (no more than its list would take); plus one
 dictionary entry per distinct (attribute, value). Updates copy the alive mask
 (1 B per ad) and rebuild the small delta.
 """

@@ -6,24 +6,32 @@ Whang et al., "Indexing Boolean Expressions" (VLDB 2009), stored as numpy arrays
 
 - Conjunctions are numbered best ad first: by the ad's static score descending,
   then ad id ascending (an ad's conjunctions are adjacent). ``conj_k`` holds each
-  conjunction's size K (its number of ``∈`` terms); the paper's size partitions
-  become a per-conjunction comparison (hits == K), which vectorises. K = 0
-  conjunctions (``zero_ids``) are the paper's Z entry: candidates for every request.
-- ``∈`` postings: per key (attribute, value) a sorted ``uint32`` array of
-  ``conj_id << 5 | slot``, where ``slot`` (0..K-1) is the term's position in its
-  conjunction. A conjunction matches when all K slots are hit by the request's keys.
-- ``∉`` postings: per key a sorted ``uint32`` array of conjunction ids; any hit rejects.
+  conjunction's size K (its number of ``∈`` terms); each ``∈`` term has a *slot*
+  0..K-1 (its position in the conjunction). K = 0 conjunctions (``zero_ids``) are
+  the paper's Z entry: candidates for every request.
+- ``∈`` postings, per (key, slot) group, key = (attribute, value): a *sparse* group
+  is a run of ``uint32`` entries ``conj_id << 5 | slot`` in the key's sorted list
+  (``in_off``/``in_enc``, CSR); a *dense* group, one holding at least 1/``DENSE_RATIO``
+  of the conjunctions, is a row of ``in_bits``, a packed bitmap over conjunction ids
+  (so never bigger than the list it replaces).
+- ``∉`` postings, per key: a sorted ``uint32`` list of conjunction ids
+  (``not_off``/``not_conj``), or a row of ``not_bits`` when dense; any hit rejects.
+- ``has_bits`` row s: the conjunctions with K > s.
 
-All postings live in two flat arrays with per-key offsets (CSR).
+Matching is set algebra over one window of conjunction ids, 64 per machine word:
+with ``hit[s]`` the conjunctions whose slot s is hit by some request key and
+``neg`` those a request key rejects, the window's matches are
+``~(OR_s (has[s] & ~hit[s]) | neg)``. This is exact for any conjunction (two
+terms on one attribute included) and needs no count per conjunction: sparse
+entries are scattered into a per-thread scratch bool buffer and packed, dense
+rows are OR-ed in word by word. A window whose entries are very sparse
+(``SORT_PATH_RATIO``) is matched instead by sorting its entries and counting
+distinct slots hit per conjunction (hits == K).
 
 Reading long lists only as far as needed: a query reads conjunction ids in windows
 from the best down (``FIRST_WINDOW`` first, then sized from the match rate seen so
 far) and stops as soon as more than ``limit`` distinct ads matched; every ad not
-read then scores below every ad read. Per window: the request's posting slices
-are gathered (a binary search per key), hits of keys of one attribute are
-de-duplicated, each conjunction's hits are counted (a count array over the window
-when hits are dense, sorting when sparse), a conjunction whose count equals its K
-matches unless a ``∉`` posting of the request names it.
+read then scores below every ad read.
 """
 
 from __future__ import annotations
