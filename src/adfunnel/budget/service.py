@@ -122,6 +122,7 @@ class CampaignDay:
     exhausted_at: float | None = None
     plan_peak_rate: float = 0.0
     last_committed: int = -1
+    rate_measured: bool = False  # a control step has seen this day's serves
 
     # -- spend accounting -------------------------------------------------------------
     def in_flight(self) -> int:
@@ -289,7 +290,7 @@ class BudgetService:
         # the campaign stays metered: a burst before the first step (a new campaign, a
         # server fleet starting up) is bounded by the slices granted, never overspent.
         peak = max(cd.peak_rate, cd.plan_peak_rate)
-        thr = open_threshold(peak, charge) if cd.peak_rate > 0 else budget
+        thr = open_threshold(peak, charge) if cd.rate_measured else budget
         state = budget_state(budget - committed, grantable(budget, cd.billed, in_fl), thr, charge)
         if state is BudgetState.EXHAUSTED and cd.exhausted_at is None:
             cd.exhausted_at = now
@@ -489,6 +490,8 @@ class BudgetService:
                 hold_band_micros=hold_band(spent - cd.plan.anchor_spend_micros, charge, budget),
                 charge_micros=charge, gains=self.gains,
             )
+        if cd.step_charges > 0:
+            cd.rate_measured = True
         cd.step_spend = 0
         cd.step_charges = 0
         cd.last_step_s = now
