@@ -100,7 +100,7 @@ def build_runtime(
                              listen_dsn=libpq_dsn(settings.database_url))
     if feed:
         change_feed.start()
-    gate = make_gate(settings, ledger, catalog, clock)
+    gate = make_gate(settings, ledger, clock)
     ctr = SmoothedCtr(settings.pctr_prior, settings.pctr_prior_strength)
     key = settings.token_secret.encode()
     decisions = DecisionLog()
@@ -122,7 +122,7 @@ def build_runtime(
                    tracker, decisions, change_feed, background)
 
 
-def make_gate(settings: Settings, ledger: Ledger, catalog: Catalog, clock: Clock) -> SpendGate:
+def make_gate(settings: Settings, ledger: Ledger, clock: Clock) -> SpendGate:
     """The spend gate: committed spend held in this process (embedded), or the budget
     client of the budget & pacing service (fleet, ``budget_service_url``)."""
     if settings.budget_service_url:
@@ -130,11 +130,11 @@ def make_gate(settings: Settings, ledger: Ledger, catalog: Catalog, clock: Clock
         client.start()
         return client
     gate = LocalSpendGate()
-    _seed_billed(gate, ledger, catalog, clock.now())
+    _seed_billed(gate, ledger, clock.now())
     return gate
 
 
-def _seed_billed(gate: LocalSpendGate, ledger: Ledger, catalog: Catalog, now: datetime) -> None:
+def _seed_billed(gate: LocalSpendGate, ledger: Ledger, now: datetime) -> None:
     """Committed spend survives a restart: start from the ledger's billed totals."""
     days = {(now + timedelta(days=d)).date() for d in (-1, 0, 1)}
     gate.seed_billed({(cid, day): v for day in days for cid, v in ledger.billed_on(day).items()})
