@@ -131,31 +131,52 @@ def _canonical(terms: frozenset[Term]) -> tuple[Term, ...]:
 _Conj = frozenset[Term]
 
 
-def _dnf(expr: Expr, path: str, negated: bool) -> list[_Conj]:
-    if isinstance(expr, In | NotIn):
+# A node's path, built lazily (formatted only for an error): the root's name, or
+# (parent path, ".not") or (parent path, "all" | "any", child index).
+_Path = str | tuple
+_LEAVES = (In, NotIn)
+_NODES = (All, Any_)
+
+
+def _path_str(path: _Path) -> str:
+    """``targeting.all[2].any[0]`` style text of a lazy path."""
+    parts: list[str] = []
+    while isinstance(path, tuple):
+        if len(path) == 2:
+            path, step = path
+            parts.append(step)
+        else:
+            path, op, i = path
+            parts.append(f".{op}[{i}]")
+    return path + "".join(reversed(parts))
+
+
+def _dnf(expr: Expr, path: _Path, negated: bool) -> list[_Conj]:
+    if isinstance(expr, _LEAVES):
         neg = isinstance(expr, NotIn) != negated
-        return [frozenset({Term(expr.attr, expr.values, neg)})]
+        return [frozenset((Term(expr.attr, expr.values, neg),))]
     if isinstance(expr, Not):
-        return _dnf(expr.child, f"{path}.not", not negated)
-    if isinstance(expr, All | Any_):
-        op = "all" if isinstance(expr, All) else "any"
-        parts = [_dnf(c, f"{path}.{op}[{i}]", negated) for i, c in enumerate(expr.children)]
+        return _dnf(expr.child, (path, ".not"), not negated)
+    if isinstance(expr, _NODES):
+        is_all = isinstance(expr, All)
+        op = "all" if is_all else "any"
+        parts = [_dnf(c, (path, op, i), negated) for i, c in enumerate(expr.children)]
         # AND distributes over the children's ORs; under NOT, ANY becomes ALL.
-        if isinstance(expr, All) != negated:
+        if is_all != negated:
             return _product(parts, path)
         return _union(parts, path)
     raise TypeError(f"not a targeting expression: {expr!r}")
 
 
-def _too_many(path: str, n: int | str) -> TargetingError:
+def _too_many(path: _Path, n: int | str) -> TargetingError:
     return TargetingError(
-        path, f"targeting would compile to {n} conjunctions (limit {MAX_CONJUNCTIONS})"
+        _path_str(path), f"targeting would compile to {n} conjunctions (limit {MAX_CONJUNCTIONS})"
     )
 
 
-def _product(parts: list[list[_Conj]], path: str) -> list[_Conj]:
+def _product(parts: list[list[_Conj]], path: _Path) -> list[_Conj]:
     if all(len(p) == 1 for p in parts):  # the common case: an AND of terms
-        c = _simplify_conj(frozenset().union(*(p[0] for p in parts)))
+        c = _simplify_conj(frozenset().union(*[p[0] for p in parts]))
         return [] if c is None else [c]
     acc: list[_Conj] = [frozenset()]
     for part in parts:
@@ -168,7 +189,7 @@ def _product(parts: list[list[_Conj]], path: str) -> list[_Conj]:
     return acc
 
 
-def _union(parts: list[list[_Conj]], path: str) -> list[_Conj]:
+def _union(parts: list[list[_Conj]], path: _Path) -> list[_Conj]:
     out = _simplify_or(c for part in parts for c in part)
     if len(out) > MAX_CONJUNCTIONS:
         raise _too_many(path, len(out))
@@ -177,11 +198,11 @@ def _union(parts: list[list[_Conj]], path: str) -> list[_Conj]:
 
 def _simplify_conj(terms: _Conj) -> _Conj | None:
     """Merge same-attribute terms exactly (see module docstring); None when unsatisfiable."""
+    if len({t.attr for t in terms}) == len(terms):  # the common case: one term per attribute
+        return terms
     by_attr: dict[str, list[Term]] = {}
     for t in terms:
         by_attr.setdefault(t.attr, []).append(t)
-    if all(len(ts) == 1 for ts in by_attr.values()):
-        return terms
     out: set[Term] = set()
     for attr, ts in by_attr.items():
         excluded: frozenset[str] = frozenset().union(*(t.values for t in ts if t.negated))
