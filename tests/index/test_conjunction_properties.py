@@ -127,6 +127,7 @@ def test_bitmap_and_list_postings_equal_scan(ads, edits, reqs, dense, sort_ratio
         mock.patch.object(segment, "SORT_PATH_RATIO", sort_ratio),
         mock.patch.object(segment, "FIRST_WINDOW", 3),
         mock.patch.object(segment, "WINDOW_GROWTH", 3),
+        mock.patch.object(segment, "MAX_SCRATCH", 256),  # windows of at most ~64 ids
     ):
         _updates_equal_scan(ads, edits, reqs)
         index, scan = ConjunctionIndex(), ScanIndex()
@@ -155,7 +156,10 @@ def test_benchmark_workloads_equal_scan(workload: str, tmp_path) -> None:
     index, scan = ConjunctionIndex(), ScanIndex()
     index.build(ads)
     scan.build(ads)
-    with mock.patch.object(segment, "FIRST_WINDOW", 100):
+    with (
+        mock.patch.object(segment, "FIRST_WINDOW", 100),
+        mock.patch.object(segment, "MAX_SCRATCH", 20_000),
+    ):
         for request in reqs:
             for lim in (30, 10_000):
                 got, want = index.query(request, lim), scan.query(request, lim)

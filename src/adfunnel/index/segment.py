@@ -64,6 +64,9 @@ SORT_PATH_RATIO = 256
 #: A posting group holding at least 1/DENSE_RATIO of a segment's conjunctions is
 #: stored as a packed bitmap (then no bigger than its uint32 list).
 DENSE_RATIO = 32
+#: About the most bytes of per-thread scratch one window uses ((largest K + 1) per
+#: conjunction): wider windows are split.
+MAX_SCRATCH = 1 << 24
 
 Key = tuple[str, str]
 
@@ -586,11 +589,12 @@ class Segment:
         found: list[np.ndarray] = []
         n_found, last = 0, -1
         w0, width = 0, FIRST_WINDOW
+        widest = max(64, (MAX_SCRATCH // (self.n_slots + 1)) & ~63)
         while w0 < n_conj:
-            w1 = min(n_conj, w0 + width)
+            w1 = min(n_conj, w0 + min(width, widest))
             if w1 - w0 >= 64:
                 w1 = min(n_conj, (w1 + 63) & ~63)
-            if n_conj - w1 < width // 2:
+            if n_conj - w1 < min(width, widest) // 2:
                 w1 = n_conj
             cand = q.window(w0, w1)
             if alive is not None:
