@@ -748,9 +748,18 @@ class _Query:
         np.bitwise_and(hit[:S], has, out=hit[:S])
         fail = np.bitwise_or.reduce(hit, axis=0)  # a slot missed, or a ∉ hit
         np.bitwise_not(fail, out=fail)
-        bits = np.unpackbits(fail.view(np.uint8), bitorder="little").view(bool)
-        cand = np.flatnonzero(bits[w0 - base : w1 - base])
-        cand += w0
+        words = np.flatnonzero(fail)
+        if len(words) * 4 < nw:  # few words match: unpack only those
+            bits = np.unpackbits(fail[words].view(np.uint8), bitorder="little").view(bool)
+            pos = np.flatnonzero(bits)
+            cand = words[pos >> 6] << 6
+            cand += pos & 63
+            cand = cand[(cand >= w0 - base) & (cand < w1 - base)]
+        else:
+            bits = np.unpackbits(fail.view(np.uint8), bitorder="little").view(bool)
+            cand = np.flatnonzero(bits[w0 - base : w1 - base])
+            cand += w0 - base
+        cand += base
         return cand
 
     def _sorted(
