@@ -42,6 +42,10 @@ class FleetConfig:
     control_interval_s: float = 10.0
     billed_every_s: float = 2.0
     billing_lag_s: float = 5.0  # the driver fires beacons within a second of serving
+    #: Clicks per rendered CPC impression; the ad servers' pCTR prior is set to the same
+    #: rate, so expected costs are calibrated (an uncalibrated pCTR shows up as absorbed
+    #: overspend: the budget plane can only hold back what it expects to be billed).
+    click_rate: float = 0.02
     driver_threads: int = 6
     seed: int = 1
     log_dir: Path | None = None
@@ -61,7 +65,7 @@ CAMPAIGNS = (
     CampaignSpec("small-budget", "CPM", 5_000_000, 25_000, "accelerated"),
     CampaignSpec("paused-midway", "CPM", 4_500_000, 1_000_000_000, "accelerated"),
     CampaignSpec("paced-even", "CPM", 3_000_000, 20_000_000, "even"),
-    CampaignSpec("cpc-cars", "CPC", 1_500_000, 5_000_000, "even",
+    CampaignSpec("cpc-cars", "CPC", 1_500_000, 60_000_000, "even",
                  {"attr": "interests", "in": ["cars"]}),
     CampaignSpec("broad-cheap", "CPM", 1_000_000, 1_000_000_000, "accelerated"),
 )
@@ -116,6 +120,7 @@ def _run(cfg: FleetConfig, url: str, procs: list[ManagedProcess]) -> dict[str, A
         extra_env=env, log_path=_log(cfg, "budget-service"))
     procs.append(budget)
     env["ADFUNNEL_BUDGET_SERVICE_URL"] = budget.url
+    env["ADFUNNEL_PCTR_PRIOR"] = str(cfg.click_rate)
     serve = ["serve", "--database-url", url, "--clock", "system"]
     servers = [ManagedProcess(serve, health_path="/readyz", extra_env=env,
                               log_path=_log(cfg, f"adserver-{i}")) for i in range(cfg.servers)]
@@ -233,7 +238,7 @@ def _drive(cfg: FleetConfig, n: int, alive: list[ManagedProcess], tracker: str, 
                 obs.serves[ad["campaign_id"]].append(now)
             if rng.random() < 0.9:
                 http.get(tracker + ad["impression_url"])
-                if ad["billing_type"] == "CPC" and rng.random() < 0.05:
+                if ad["billing_type"] == "CPC" and rng.random() < cfg.click_rate:
                     http.get(tracker + ad["click_url"])
     http.close()
 
@@ -276,6 +281,7 @@ def _report(cfg: FleetConfig, api: httpx.Client, ids: dict[str, int], obs: _Obse
         serves = obs.serves.get(cid, [])
         row: dict[str, Any] = {
             "campaign_id": cid, "name": name, "bid_type": spec.bid_type,
+            "bid_micros": spec.bid_micros,
             "daily_budget_micros": spec.daily_budget_micros,
             "billed_micros": rep["billed_micros"],
             "billed_above_budget_micros": max(
