@@ -89,3 +89,19 @@ def test_local_apply_does_not_advance_position() -> None:
     c = Campaign(1, 1, "c", Objective.CLICKS, BidType.CPC, 1, 100, "UTC", date(2026, 1, 1))
     catalog.apply_local(ChangeRecord(9, "campaign", 1, 1, c, datetime.now(UTC)))
     assert catalog.position == 0 and 1 in catalog.campaigns
+
+
+def test_a_new_process_boots_from_the_snapshot(tmp_path) -> None:  # noqa: ANN001
+    url = f"sqlite:///{tmp_path / 'boot.sqlite3'}"
+    first = _runtime(url)
+    cid = _campaign(first)
+    ad = first.store.create_ad(campaign_id=cid, landing_url="https://x.test/", creative_ref="c",
+                               format="banner", width=300, height=250)
+    first.close()
+    second = _runtime(url)
+    try:
+        assert second.catalog.campaigns[cid].id == cid
+        assert second.catalog.index.query({}).ad_ids == [ad.id]
+        assert second.catalog.position == second.store.last_seq()
+    finally:
+        second.close()

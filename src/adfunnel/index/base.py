@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,6 +45,18 @@ class AdIndex(Protocol):
 
     def remove(self, ad_id: int) -> None:
         """Remove one ad; removing an unknown ad is a no-op."""
+        ...
+
+    def build(self, ads: Iterable[tuple[int, Expr, float]]) -> None:
+        """Replace the whole content with ``(ad id, expression, static score)`` items."""
+        ...
+
+    def upsert_many(self, ads: Iterable[tuple[int, Expr, float]]) -> None:
+        """Add or replace several ads in one version (a campaign edit is never half-applied)."""
+        ...
+
+    def remove_many(self, ad_ids: Iterable[int]) -> None:
+        """Remove several ads in one version; unknown ids are ignored."""
         ...
 
     def query(self, request: RequestAttributes, limit: int = DEFAULT_LIMIT) -> Retrieval:

@@ -42,6 +42,19 @@ class ScanIndex:
             ads[ad_id] = (expr, static_score)
             self._ads, self._version = ads, self._version + 1
 
+    def upsert_many(self, ads: Iterable[tuple[int, Expr, float]]) -> None:
+        with self._write:
+            new = dict(self._ads)
+            new.update({ad_id: (expr, score) for ad_id, expr, score in ads})
+            self._ads, self._version = new, self._version + 1
+
+    def remove_many(self, ad_ids: Iterable[int]) -> None:
+        with self._write:
+            new = dict(self._ads)
+            for ad_id in ad_ids:
+                new.pop(ad_id, None)
+            self._ads, self._version = new, self._version + 1
+
     def remove(self, ad_id: int) -> None:
         with self._write:
             if ad_id in self._ads:

@@ -58,10 +58,19 @@ class Catalog:
         self._lock = threading.Lock()
 
     def load(self, snapshot: Snapshot) -> None:
-        """Boot from a snapshot; later changes arrive through :meth:`apply`."""
-        for rec in (*snapshot.advertisers, *snapshot.campaigns, *snapshot.ads):
-            self._apply_record(rec)
-        self.position = max(self.position, snapshot.last_seq)
+        """Boot from a snapshot (one bulk index build); later changes arrive through
+        :meth:`apply`."""
+        with self._lock:
+            for a in snapshot.advertisers:
+                self.advertisers[a.id] = a
+            for c in snapshot.campaigns:
+                self.campaigns[c.id] = c
+                self._targeting[c.id] = _compile(c)
+            for ad in snapshot.ads:
+                self.ads[ad.id] = ad
+                self._ads_by_campaign.setdefault(ad.campaign_id, set()).add(ad.id)
+            self.index.build(self._entries(self.ads.values())[0])
+            self.position = max(self.position, snapshot.last_seq)
 
     def apply(self, change: ChangeRecord, *, advance: bool = True) -> bool:
         """Apply one change record; False when it was not newer than what is held.
@@ -99,9 +108,8 @@ class Catalog:
             return False
         self.campaigns[c.id] = c
         if held is None or held.targeting != c.targeting:
-            self._targeting[c.id] = parse_expr(json.loads(c.targeting)) if c.targeting else EVERYONE
-        for ad_id in self._ads_by_campaign.get(c.id, ()):
-            self._index_ad(self.ads[ad_id])
+            self._targeting[c.id] = _compile(c)
+        self._reindex(self.ads[a] for a in self._ads_by_campaign.get(c.id, ()))
         return True
 
     def _apply_ad(self, ad: Ad) -> bool:
@@ -110,18 +118,34 @@ class Catalog:
             return False
         self.ads[ad.id] = ad
         self._ads_by_campaign.setdefault(ad.campaign_id, set()).add(ad.id)
-        self._index_ad(ad)
+        self._reindex((ad,))
         return True
 
-    def _index_ad(self, ad: Ad) -> None:
-        campaign = self.campaigns.get(ad.campaign_id)
-        if campaign is None or ad.review_state is not ReviewState.APPROVED:
-            self.index.remove(ad.id)
-            return
-        self.index.upsert(ad.id, self._targeting[campaign.id], self.static_score(campaign))
+    def _entries(self, ads: Iterable[Ad]) -> tuple[list[tuple[int, Expr, float]], list[int]]:
+        """(index entries of servable ads, ids of ads that must not be indexed)."""
+        entries: list[tuple[int, Expr, float]] = []
+        dropped: list[int] = []
+        for ad in ads:
+            campaign = self.campaigns.get(ad.campaign_id)
+            if campaign is None or ad.review_state is not ReviewState.APPROVED:
+                dropped.append(ad.id)
+            else:
+                entries.append((ad.id, self._targeting[campaign.id], self.static_score(campaign)))
+        return entries, dropped
+
+    def _reindex(self, ads: Iterable[Ad]) -> None:
+        entries, dropped = self._entries(ads)
+        if dropped:
+            self.index.remove_many(dropped)
+        if entries:
+            self.index.upsert_many(entries)
 
     def static_score(self, c: Campaign) -> float:
         """Expected value per impression at the prior pCTR, micros (index ordering)."""
         if c.bid_type is BidType.CPM:
             return c.bid_micros / MILLE
         return c.bid_micros * self.prior_pctr
+
+
+def _compile(c: Campaign) -> Expr:
+    return parse_expr(json.loads(c.targeting)) if c.targeting else EVERYONE
