@@ -10,28 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adfunnel.index import ConjunctionIndex, ScanIndex, bench, segment
-from adfunnel.targeting import All, Any_, In, Not, NotIn, TargetingError
+from adfunnel.targeting import TargetingError
 from adfunnel.targeting.dnf import compile_dnf
+from tests.strategies import requests as request_strategy
+from tests.strategies import trees
 
 ATTRS = ["geo.country", "geo.region", "gender", "interests", "age_band", "x.any_name"]
 VALUES = ["a", "b", "c", "d", "e"]
 
-values = st.frozensets(st.sampled_from(VALUES), min_size=1, max_size=3)
-leaves = st.one_of(
-    st.builds(In, st.sampled_from(ATTRS), values), st.builds(NotIn, st.sampled_from(ATTRS), values)
-)
-exprs = st.recursive(
-    leaves,
-    lambda ch: st.one_of(
-        st.builds(All, st.lists(ch, min_size=1, max_size=4).map(tuple)),
-        st.builds(Any_, st.lists(ch, min_size=1, max_size=3).map(tuple)),
-        st.builds(Not, ch),
-    ),
-    max_leaves=10,
-)
-requests = st.dictionaries(
-    st.sampled_from(ATTRS), st.frozensets(st.sampled_from(VALUES), min_size=0, max_size=3)
-)
+exprs = trees(ATTRS, VALUES, max_all=4)
+requests = request_strategy(ATTRS, VALUES)
 scores = st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0])
 
 

@@ -91,7 +91,7 @@ def test_local_apply_does_not_advance_position() -> None:
     assert catalog.position == 0 and 1 in catalog.campaigns
 
 
-def test_a_new_process_boots_from_the_snapshot(tmp_path) -> None:  # noqa: ANN001
+def test_a_new_process_boots_from_the_snapshot(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'boot.sqlite3'}"
     first = _runtime(url)
     cid = _campaign(first)

@@ -8,26 +8,14 @@ from hypothesis import strategies as st
 
 from adfunnel.targeting import All, Any_, In, Not, NotIn, TargetingError, matches, parse_expr
 from adfunnel.targeting.dnf import MAX_CONJUNCTIONS, Conjunction, Term, compile_dnf
+from tests.strategies import requests as request_strategy
+from tests.strategies import trees
 
 ATTRS = ["geo.country", "geo.region", "gender", "interests", "age_band"]
 VALUES = ["a", "b", "c", "d"]
 
-values = st.frozensets(st.sampled_from(VALUES), min_size=1, max_size=3)
-leaves = st.one_of(
-    st.builds(In, st.sampled_from(ATTRS), values), st.builds(NotIn, st.sampled_from(ATTRS), values)
-)
-exprs = st.recursive(
-    leaves,
-    lambda ch: st.one_of(
-        st.builds(All, st.lists(ch, min_size=1, max_size=3).map(tuple)),
-        st.builds(Any_, st.lists(ch, min_size=1, max_size=3).map(tuple)),
-        st.builds(Not, ch),
-    ),
-    max_leaves=10,
-)
-requests = st.dictionaries(
-    st.sampled_from(ATTRS), st.frozensets(st.sampled_from(VALUES), min_size=0, max_size=3)
-)
+exprs = trees(ATTRS, VALUES)
+requests = request_strategy(ATTRS, VALUES)
 
 
 def _eval(conjs: list[Conjunction], request: dict[str, frozenset[str]]) -> bool:

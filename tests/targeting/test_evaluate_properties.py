@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from adfunnel.targeting import All, Any_, In, Not, NotIn, matches
+from adfunnel.targeting import In, Not, NotIn, matches
+from tests.strategies import requests, trees, value_sets
 
 ATTRS = ["gender", "os", "interests"]
 VALUES = ["a", "b", "c"]
-values = st.frozensets(st.sampled_from(VALUES), min_size=1)
-leaf = st.one_of(
-    st.builds(In, st.sampled_from(ATTRS), values), st.builds(NotIn, st.sampled_from(ATTRS), values)
-)
-tree = st.recursive(
-    leaf,
-    lambda kids: st.one_of(
-        st.builds(lambda c: All(tuple(c)), st.lists(kids, min_size=1, max_size=3)),
-        st.builds(lambda c: Any_(tuple(c)), st.lists(kids, min_size=1, max_size=3)),
-        st.builds(Not, kids),
-    ),
-    max_leaves=8,
-)
-request = st.dictionaries(st.sampled_from(ATTRS), values)
+values = value_sets(VALUES)
+tree = trees(ATTRS, VALUES, max_leaves=8)
+request = requests(ATTRS, VALUES, min_size=1)
 
 
 @settings(max_examples=300)
