@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adfunnel.targeting import In, Not, NotIn, matches
 from tests.strategies import requests, trees, value_sets
