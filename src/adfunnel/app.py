@@ -21,7 +21,7 @@ from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.body_limit import BodyLimit
 from adfunnel.budget.gate import LocalSpendGate, SpendGate
-from adfunnel.budget.process import ReportingBudgetClient
+from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
 from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.store import SqlCampaignStore
@@ -100,12 +100,12 @@ def build_runtime(
                              listen_dsn=libpq_dsn(settings.database_url))
     if feed:
         change_feed.start()
-    gate = make_gate(settings, ledger, clock)
+    gate = make_gate(settings, store, ledger, clock, engine)
     ctr = SmoothedCtr(settings.pctr_prior, settings.pctr_prior_strength)
     key = settings.token_secret.encode()
     decisions = DecisionLog()
     background: list[Periodic] = []
-    eligible = None
+    eligible = gate.eligible if isinstance(gate, InProcessBudget) else None
     if settings.budget_service_url:  # the budget service shapes curves from this log
         eligible = EligibleCounter()
         traffic = SqlTrafficLog(engine)
@@ -122,13 +122,17 @@ def build_runtime(
                    tracker, decisions, change_feed, background)
 
 
-def make_gate(settings: Settings, ledger: Ledger, clock: Clock) -> SpendGate:
-    """The spend gate: committed spend held in this process (embedded), or the budget
-    client of the budget & pacing service (fleet, ``budget_service_url``)."""
+def make_gate(settings: Settings, store: SqlCampaignStore, ledger: Ledger, clock: Clock,
+              engine: Engine) -> SpendGate:
+    """The spend gate: the budget client of the budget & pacing service — a separate
+    process (fleet, ``budget_service_url``) or in this process (embedded default) — or,
+    with ``budget="local"``, committed spend held in this process without pacing."""
     if settings.budget_service_url:
         client = ReportingBudgetClient(clock, settings.budget_service_url.split(","))
         client.start()
         return client
+    if settings.budget == "service":
+        return InProcessBudget(store, ledger, clock, engine=engine)
     gate = LocalSpendGate()
     _seed_billed(gate, ledger, clock.now())
     return gate

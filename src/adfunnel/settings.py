@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///adfunnel.sqlite3"
     redis_url: str | None = None
     budget_service_url: str | None = None
+    #: without ``budget_service_url``: run the budget & pacing service in this process
+    #: ("service"), or hold committed spend here without pacing ("local")
+    budget: Literal["service", "local"] = "service"
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
     token_secret: str = Field(default_factory=lambda: secrets.token_hex(32), min_length=32)
     token_ttl_s: int = Field(default=3600, gt=0, le=86_400)

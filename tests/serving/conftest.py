@@ -16,8 +16,15 @@ START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def runtime() -> Iterator[Runtime]:
-    settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32)
+def budget_mode() -> str:
+    """The spend gate: the in-process budget service (default) or ``local``."""
+    return "service"
+
+
+@pytest.fixture
+def runtime(budget_mode: str) -> Iterator[Runtime]:
+    settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
+                             budget=budget_mode)
     rt = build_runtime(settings, ManualClock(START), seed=1)
     yield rt
     rt.close()

@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from datetime import date, timedelta
+from collections.abc import Callable
+from datetime import date, datetime, timedelta
 
 from sqlalchemy import Engine
 from starlette.applications import Starlette
@@ -27,14 +28,15 @@ from starlette.routing import Route
 
 from adfunnel.billing.ledger import Ledger
 from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.gate import NO_SLICE, Served
 from adfunnel.budget.http import HttpReportTransport, create_app
-from adfunnel.budget.protocol import BilledUpdate
+from adfunnel.budget.protocol import BilledUpdate, Reply, Report
 from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.model import Campaign
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import Clock
-from adfunnel.pacing.traffic_log import SqlTrafficLog, shapes, window_start
+from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog, shapes, window_start
 from adfunnel.periodic import Periodic
 
 log = logging.getLogger(__name__)
@@ -196,3 +198,93 @@ class ReportingBudgetClient(BudgetClient):
     def stop(self) -> None:
         self._reporter.stop()
         self.http_transport.close()
+
+
+class _DirectTransport:
+    """Reports straight into an in-process shard (under its lock)."""
+
+    def __init__(self, process: BudgetServiceProcess) -> None:
+        self.process = process
+
+    def send_report(self, report: Report, on_reply: Callable[[Reply], None]) -> None:
+        with self.process.lock:
+            reply = self.process.service.handle_report(report)
+        on_reply(reply)
+
+
+class InProcessBudget:
+    """The budget & pacing service inside the ad-server process (the embedded default).
+
+    The same production pieces as the fleet — :class:`BudgetService`, its change-log and
+    ledger feeders, and a :class:`BudgetClient` as the spend gate — but ticked by domain
+    time instead of threads: a decision that finds ``report_every_s`` (1 s) of domain
+    time passed first polls the change log and reports, and so on for the ledger feed
+    and the control step. The outcome then depends only on the sequence of requests, so
+    a replay on a manual clock is deterministic.
+    """
+
+    def __init__(self, store: SqlCampaignStore, ledger: Ledger, clock: Clock, *,
+                 engine: Engine | None = None, report_every_s: float = 1.0,
+                 control_interval_s: float = 10.0, billed_every_s: float = 5.0,
+                 billing_lag_s: float = 60.0) -> None:
+        self.process = BudgetServiceProcess(
+            store, ledger, clock, control_interval_s=control_interval_s,
+            billed_every_s=billed_every_s, billing_lag_s=billing_lag_s, engine=engine)
+        self.client = BudgetClient("embedded", clock, _DirectTransport(self.process))
+        self.clock = clock
+        self.eligible = EligibleCounter()  # filled by the decider, flushed on the tick
+        self._traffic = SqlTrafficLog(engine) if engine is not None else None
+        self._every = {"report": report_every_s, "billed": billed_every_s,
+                       "step": control_interval_s, "shapes": SHAPE_REFRESH_S}
+        self._due: dict[str, float] = {}
+        self._asked: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self.process.load()
+        self.process.refresh_shapes()
+        self.tick(clock.now().timestamp())
+
+    def tick(self, t: float) -> None:
+        """Run whatever is due at domain time ``t`` (Unix s)."""
+        with self._lock:
+            due = [k for k, every in self._every.items() if t >= self._due.get(k, 0.0)]
+            for k in due:
+                self._due[k] = t + self._every[k]
+        if "report" in due:
+            self.process.poll_changes()
+            self.client.report(t)
+        if "billed" in due:
+            self.process.feed_billed()
+        if "step" in due:
+            with self.process.lock:
+                self.process.service.step()
+        if "shapes" in due:
+            if self._traffic is not None:
+                self._traffic.add(self.eligible.drain())
+            self.process.refresh_shapes()
+
+    # -- SpendGate ------------------------------------------------------------------------
+    def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
+        t = now.timestamp()
+        self.tick(t)
+        reason = self.client.admit(campaign, now, max_charge_micros)
+        if reason == NO_SLICE and self._asked.get(campaign.id) != t:
+            # the service is in this process: ask for the slice now rather than at the
+            # next report (once per campaign and instant, so a refusal costs one round)
+            self._asked[campaign.id] = t
+            self.process.poll_changes()
+            self.client.report(t)
+            reason = self.client.admit(campaign, now, max_charge_micros)
+        return reason
+
+    def pacing_rate(self, campaign_id: int) -> float:
+        return self.client.pacing_rate(campaign_id)
+
+    def record_served(self, served: Served) -> None:
+        self.client.record_served(served)
+
+    def record_billed(self, campaign_id: int, day: date, billed_micros: int, impression_id: str,
+                      settles: bool) -> None:
+        """Billed spend reaches the service from the ledger feed."""
+
+    def status(self) -> list[dict[str, object]]:
+        return self.process.status()
