@@ -1,0 +1,52 @@
+"""The embedded default: the budget & pacing service in the ad-server process, ticked by
+domain time."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+from adfunnel.billing.model import EventType, LedgerEvent
+from adfunnel.billing.sql_ledger import SqlLedger
+from adfunnel.budget.gate import Served
+from adfunnel.budget.process import InProcessBudget
+from adfunnel.campaigns.migrate import upgrade
+from adfunnel.campaigns.model import BidType, Objective, PacingMode
+from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.clock import ManualClock
+from adfunnel.db import make_engine
+
+T0 = datetime(2026, 7, 15, 0, 0, tzinfo=UTC)
+
+
+def test_spends_up_to_the_budget_and_stops(tmp_path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'b.sqlite3'}")
+    upgrade(engine)
+    clock = ManualClock(T0)
+    store, ledger = SqlCampaignStore(engine, clock), SqlLedger(engine)
+    adv = store.create_advertiser("a")
+    camp = store.create_campaign(
+        advertiser_id=adv.id, name="c", objective=Objective.IMPRESSIONS, bid_type=BidType.CPM,
+        bid_micros=5_000_000, daily_budget_micros=100_000, time_zone="UTC",
+        flight_start=date(2026, 1, 1), pacing_mode=PacingMode.ACCELERATED)
+    gate = InProcessBudget(store, ledger, clock, engine=engine, billing_lag_s=5.0)
+    billed = served = 0
+    reasons = set()
+    for i in range(3_000):  # one request every 2 s for 100 minutes
+        now = clock.advance(2.0)
+        reason = gate.admit(camp, now, 5_000)
+        if reason is not None:
+            reasons.add(reason)
+            continue
+        served += 1
+        gate.record_served(Served(camp.id, now.date(), f"i{i}", 5_000, now.timestamp() + 3600,
+                                  max_charge_micros=5_000))
+        rec = ledger.record(LedgerEvent(f"i{i}", EventType.IMPRESSION, camp.id, 1, "p", "CPM",
+                                        5_000, now, now.date()), camp.daily_budget_micros)
+        billed += rec.billed_micros
+        assert rec.absorbed_micros == 0
+    assert billed <= 100_000
+    assert billed >= 80_000  # the budget is spent, bar the last few charges
+    assert "budget_exhausted" in reasons
+    status = {s["campaign_id"]: s for s in gate.status()}[camp.id]
+    assert status["state"] == "exhausted"
+    assert clock.now() - T0 == timedelta(seconds=6_000)
