@@ -70,11 +70,6 @@ class ManualClock:
             return self._at
 
 
-def unix_seconds(clock: Clock) -> float:
-    """The clock's time as Unix seconds."""
-    return clock.now().timestamp()
-
-
 def _aware(at: datetime) -> datetime:
     if at.tzinfo is None:
         raise ValueError("clock times must be timezone-aware")

@@ -88,8 +88,6 @@ class Catalog:
         """Apply a change this process just committed, ahead of the feed."""
         return self.apply(change, advance=False)
 
-    def apply_all(self, changes: Iterable[ChangeRecord]) -> int:
-        return sum(self.apply(c) for c in changes)
 
     def _apply_record(self, rec: Advertiser | Campaign | Ad) -> bool:
         if isinstance(rec, Advertiser):

@@ -9,8 +9,7 @@ what it has (or nothing).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from adfunnel.auction.gsp import Candidate, Rejection, Win, run_auction
@@ -63,7 +62,6 @@ class Decision:
     index_version: int
     late: bool = False
     truncated: bool = False
-    timings_ms: dict[str, float] = field(default_factory=dict)
 
 
 class Decider:
@@ -85,7 +83,6 @@ class Decider:
         pcvr: float = 0.01,
         retrieval_limit: int = 10_000,
         rng: random.Random | None = None,
-        on_decision: Callable[[Decision], None] | None = None,
         eligible: EligibleCounter | None = None,
     ) -> None:
         self.catalog = catalog
@@ -97,7 +94,6 @@ class Decider:
         self.pcvr = pcvr
         self.retrieval_limit = retrieval_limit
         self.rng = rng or random.Random()
-        self.on_decision = on_decision
         self.eligible = eligible
 
     def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
@@ -107,14 +103,9 @@ class Decider:
         decision = Decision(request_id, [], [], retrieval.version, truncated=retrieval.truncated)
         if monotonic_ms() >= deadline_at_ms:
             decision.late = True
-            return self._finish(decision)
+            return decision
         candidates = self._filter(req, retrieval.ad_ids, now, decision, deadline_at_ms)
         self._auction(req, candidates, now, decision)
-        return self._finish(decision)
-
-    def _finish(self, decision: Decision) -> Decision:
-        if self.on_decision is not None:
-            self.on_decision(decision)
         return decision
 
     def _filter(
@@ -169,9 +160,8 @@ class Decider:
         return None
 
     def _candidate(self, ad: Ad, c: Campaign, placement: str) -> Candidate:
-        advertiser_id = c.advertiser_id
         return Candidate(
-            ad.id, c.id, advertiser_id, c.bid_type, c.bid_micros,
+            ad.id, c.id, c.advertiser_id, c.bid_type, c.bid_micros,
             self.ctr.pctr(ad.id, placement), self.pcvr,
         )
 

@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -331,10 +331,6 @@ def load_rows(limit: int | None = None, data_root: Path | None = None) -> list[L
 
 def first_last(rows: list[LogRow]) -> tuple[datetime, datetime]:
     return rows[0].timestamp, rows[-1].timestamp
-
-
-def utc(dt: datetime) -> datetime:
-    return dt.astimezone(UTC)
 
 
 __all__ = ["ADVERTISERS", "Replayer", "ad_request", "first_last", "load_rows", "plans",
