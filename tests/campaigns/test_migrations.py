@@ -42,7 +42,7 @@ def test_upgrade_by_url_creates_every_table(tmp_path: Path) -> None:
     engine = make_engine(url)
     try:
         assert set(inspect(engine).get_table_names()) >= set(metadata.tables)
-        assert current_revision(engine) == "0002"
+        assert current_revision(engine) == "0005"
     finally:
         engine.dispose()
 
