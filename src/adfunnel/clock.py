@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -45,11 +46,23 @@ class ManualClock:
 
     Before the first ``set`` it reads the wall clock. It never moves backwards:
     an earlier ``set`` is ignored, so out-of-order callers cannot rewind budgets.
+    Listeners added with :meth:`on_move` run after every move, in the mover's thread
+    (the embedded budget service runs its due work there, so a replay is deterministic).
     """
 
     def __init__(self, at: datetime | None = None) -> None:
         self._lock = threading.Lock()
         self._at = _aware(at) if at else None
+        self._listeners: list[Callable[[datetime], None]] = []
+
+    def on_move(self, listener: Callable[[datetime], None]) -> None:
+        """Call ``listener(now)`` after each ``set`` or ``advance``."""
+        self._listeners.append(listener)
+
+    def _moved(self, at: datetime) -> datetime:
+        for listener in list(self._listeners):
+            listener(at)
+        return at
 
     def now(self) -> datetime:
         with self._lock:
@@ -61,13 +74,15 @@ class ManualClock:
         with self._lock:
             if self._at is None or at > self._at:
                 self._at = at
-            return self._at
+            now = self._at
+        return self._moved(now)
 
     def advance(self, seconds: float) -> datetime:
         with self._lock:
             base = self._at if self._at is not None else datetime.now(UTC)
             self._at = base + timedelta(seconds=seconds)
-            return self._at
+            now = self._at
+        return self._moved(now)
 
 
 def _aware(at: datetime) -> datetime:
