@@ -3,7 +3,9 @@
 Input models forbid unknown fields. Money fields are strict integers of micros: a
 float (``1.0``, ``NaN``), a bool or a string is refused, never coerced. Dates are
 ``YYYY-MM-DD`` strings. ``landing_url`` is validated as a plain string and never
-normalised. ``targeting`` is the raw JSON tree; the route validates it with
+normalised: an IRI (non-ASCII host, path or query) is stored as given and must have a
+URI form (:func:`adfunnel.tracking.landing.to_uri`, used by the click redirect).
+``targeting`` is the raw JSON tree; the route validates it with
 ``adfunnel.targeting.parse_expr`` so errors can name the offending node.
 """
 
@@ -27,6 +29,7 @@ from adfunnel.campaigns.model import (
 )
 from adfunnel.campaigns.schedule import is_valid_zone
 from adfunnel.campaigns.store import landing_url_problem
+from adfunnel.tracking.landing import uri_problem
 
 _MAX_MICROS = 2**63 - 1
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -54,7 +57,8 @@ def _zone(value: str) -> str:
 
 
 def _url(value: str) -> str:
-    problem = landing_url_problem(value)
+    # an IRI is accepted and stored as given; it must have a URI form for the redirect
+    problem = landing_url_problem(value) or uri_problem(value)
     if problem:
         raise ValueError(problem)
     return value
@@ -207,7 +211,7 @@ class CampaignOut(BaseModel):
 
 
 class AdIn(_In):
-    """A new ad; ``landing_url`` (http/https) is stored byte-for-byte."""
+    """A new ad; ``landing_url`` (http/https URL or IRI) is stored byte-for-byte."""
 
     landing_url: LandingUrl
     creative_ref: Text

@@ -2,7 +2,8 @@
 
 - ``POST /v1/ads:select`` → 200 with one ad per filled slot, or 204 (no fill);
 - ``GET /i?t=TOKEN`` → 204 (impression beacon);
-- ``GET /c?t=TOKEN`` → 302 to the ad's own landing URL;
+- ``GET /c?t=TOKEN`` → 302 to the URI form of the ad's own landing URL (IDNA host,
+  UTF-8 percent-encoding; :mod:`adfunnel.tracking.landing`);
 - ``GET /v1/decisions/{request_id}`` → the explain record of a recent decision.
 
 Errors are JSON ``{"error": ..., "fields": [{"field", "problem"}]}`` with a 4xx status.
@@ -15,7 +16,7 @@ from collections.abc import Callable
 
 from prometheus_client import Counter, Histogram
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from adfunnel.clock import monotonic_ms
@@ -30,6 +31,7 @@ from adfunnel.serving.request import (
     encode,
 )
 from adfunnel.tracking.beacons import Tracker
+from adfunnel.tracking.landing import LandingUrlError, to_uri
 
 SELECT_LATENCY = Histogram(
     "adfunnel_select_seconds", "Ad decision latency inside the server",
@@ -130,7 +132,12 @@ class ServingEndpoints:
             return error_response(400, "invalid_token", [("t", result.outcome.split(":", 1)[1])])
         if result.landing_url is None:
             return error_response(404, "unknown_ad", [("t", "the ad is no longer served")])
-        return RedirectResponse(result.landing_url, status_code=302)
+        try:
+            location = to_uri(result.landing_url)
+        except LandingUrlError as exc:  # stored before IRIs were checked on create
+            return error_response(404, "unusable_landing_url", [("landing_url", exc.problem)])
+        # not RedirectResponse: it percent-encodes an IDN host and re-quotes ASCII bytes
+        return Response(status_code=302, headers={"location": location})
 
     def explain(self, request: Request) -> Response:
         record = self.log.explain(request.path_params["request_id"])
