@@ -4,7 +4,10 @@ Rules (DESIGN.md §Events and billing, §Money and budgets):
 - one row per (impression id, event type): the same beacon twice bills once;
 - a click bills only when its impression was billed (has a ledger row);
 - nothing above a campaign's daily budget is billed: the part of a charge above the
-  remaining budget of its local day is recorded as absorbed overspend.
+  remaining budget of its local day is recorded as absorbed overspend;
+- no charge is rounded against the advertiser: a per-mille (CPM) charge bills
+  floor((carry + price) / 1000) micros and carries the remainder per campaign and local
+  day, so a day's billed + absorbed total is within one micro below the exact total.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from adfunnel.billing.model import (
     Outcome,
     Recorded,
 )
-from adfunnel.money import micros
+from adfunnel.money import MoneyError, bill_per_mille, micros
+
+_INT64_MAX = 2**63 - 1
 
 
 class Ledger(Protocol):
@@ -41,8 +46,9 @@ class Ledger(Protocol):
         ...
 
     def billed_since(self, day: date, since: datetime) -> dict[int, int]:
-        """campaign id -> micros billed on local ``day`` by events at or after ``since``
-        (the budget service's billed spend of serves still counted in flight)."""
+        """campaign id -> micros billed on local ``day`` by events of serves at or after
+        ``since`` (serve time, ``LedgerEvent.served_at``; event time where unknown): the
+        budget service's billed spend of serves still counted in flight."""
         ...
 
     def count(self, name: str, n: int = 1) -> None:
@@ -64,13 +70,27 @@ def split_charge(charge: int, billed_so_far: int, daily_budget: int) -> tuple[in
     return billed, charge - billed
 
 
+def checked_charge(event: LedgerEvent) -> int:
+    """``event``'s exact charge in thousandths of a micro, validated.
+
+    Raises:
+        MoneyError: for a negative or non-integer charge, or one too large to store.
+    """
+    micros(event.charge_micros, field="charge_micros")
+    exact = event.charge_millimicros
+    if exact > _INT64_MAX:
+        raise MoneyError(f"charge_micros: too large, got {event.charge_micros}")
+    return exact
+
+
 class MemoryLedger:
     """In-process ledger (embedded default and tests); one lock serialises writes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: dict[tuple[str, EventType], tuple[LedgerEvent, int, int]] = {}
-        self._days: dict[tuple[int, date], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        # (campaign, day) -> [impressions, clicks, billed, absorbed, carry in 1/1000 µ]
+        self._days: dict[tuple[int, date], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
         self._counters: dict[str, int] = defaultdict(int)
 
     def record(self, event: LedgerEvent, daily_budget_micros: int) -> Recorded:
@@ -79,7 +99,7 @@ class MemoryLedger:
         Raises:
             MoneyError: for a negative or non-integer charge or budget.
         """
-        micros(event.charge_micros, field="charge_micros")
+        exact = checked_charge(event)
         micros(daily_budget_micros, field="daily_budget_micros")
         event_type = EventType(event.event_type)
         key = (event.impression_id, event_type)
@@ -93,7 +113,8 @@ class MemoryLedger:
                 self._counters["clicks_without_impression"] += 1
                 return Recorded(Outcome.NOT_BILLABLE)
             totals = self._days[(event.campaign_id, event.day)]
-            billed, absorbed = split_charge(event.charge_micros, totals[2], daily_budget_micros)
+            due, totals[4] = bill_per_mille(totals[4], exact)
+            billed, absorbed = split_charge(due, totals[2], daily_budget_micros)
             self._rows[key] = (event, billed, absorbed)
             totals[0 if event_type is EventType.IMPRESSION else 1] += 1
             totals[2] += billed
@@ -103,7 +124,7 @@ class MemoryLedger:
     def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
         with self._lock:
             out = [
-                DayTotals(day, *vals)
+                DayTotals(day, *vals[:4])
                 for (cid, day), vals in self._days.items()
                 if cid == campaign_id and first <= day <= last
             ]
@@ -117,7 +138,8 @@ class MemoryLedger:
         out: dict[int, int] = defaultdict(int)
         with self._lock:
             for event, billed, _ in self._rows.values():
-                if event.day == day and event.occurred_at >= since and billed:
+                served = event.served_at or event.occurred_at
+                if event.day == day and served >= since and billed:
                     out[event.campaign_id] += billed
         return dict(out)
 

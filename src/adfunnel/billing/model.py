@@ -23,7 +23,10 @@ class LedgerEvent:
     """A validated beacon ready for the ledger.
 
     ``charge_micros`` is what this event costs when it is the billable event of its
-    billing type (per impression for CPM, per click for CPC), else 0.
+    billing type (per impression for CPM, per click for CPC), else 0. With
+    ``charge_per_mille`` it is a price per thousand events (the CPM price, exactly as
+    the token carries it) and the ledger bills it with the campaign-day's carried
+    fraction (:func:`adfunnel.money.bill_per_mille`), never rounding it up.
     ``day`` is the campaign's local budget day of ``occurred_at``.
     """
 
@@ -36,11 +39,22 @@ class LedgerEvent:
     charge_micros: int
     occurred_at: datetime
     day: date
+    charge_per_mille: bool = False
+    #: when the impression was served (the token's issue time); None = ``occurred_at``.
+    #: The budget service's billed feed counts billed spend by serve time.
+    served_at: datetime | None = None
+
+    @property
+    def charge_millimicros(self) -> int:
+        """The exact charge in thousandths of a micro (a CPM price is exactly that)."""
+        return self.charge_micros if self.charge_per_mille else self.charge_micros * 1000
 
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
-    """What ``Ledger.record`` did: ``billed + absorbed == charge`` for a new billed row."""
+    """What ``Ledger.record`` did. For a new billed row ``billed + absorbed`` is the whole
+    micros the event made due: its charge, or for a per-mille charge
+    floor((carry + price) / 1000)."""
 
     outcome: Outcome
     billed_micros: int = 0

@@ -14,11 +14,13 @@ across threads and processes. ``record`` runs in ONE transaction:
    event type): no row returned means another request recorded it first →
    DUPLICATE (counted). (RETURNING, not rowcount: psycopg under SQLAlchemy 2.1
    reports rowcount -1 for this statement);
-5. the day's totals are increased by the billed and absorbed parts.
+5. the day's totals are increased by the billed and absorbed parts, and its carried
+   fraction of per-mille (CPM) charges is replaced (:func:`adfunnel.money.bill_per_mille`).
 
-Invariants: billed + absorbed == charge for every row; a campaign-day's billed
-total never exceeds the daily budget passed with each charge (when the same budget
-is passed; a lowered budget bills nothing more, it never un-bills).
+Invariants: billed + absorbed == the whole micros the event made due for every row
+(its charge; for a per-mille charge floor((carry + price) / 1000), never rounded up);
+a campaign-day's billed total never exceeds the daily budget passed with each charge
+(when the same budget is passed; a lowered budget bills nothing more, it never un-bills).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from adfunnel.billing.ledger import split_charge
+from adfunnel.billing.ledger import checked_charge, split_charge
 from adfunnel.billing.model import (
     DayTotals,
     EventType,
@@ -42,7 +44,7 @@ from adfunnel.billing.model import (
     Recorded,
 )
 from adfunnel.billing.tables import campaign_day_spend, ledger, ledger_counters
-from adfunnel.money import micros
+from adfunnel.money import bill_per_mille, micros
 
 DUPLICATES_REJECTED = "duplicates_rejected"
 CLICKS_WITHOUT_IMPRESSION = "clicks_without_impression"
@@ -96,7 +98,7 @@ class SqlLedger:
                 locked" after the 30 s busy timeout under heavy multi-process load); the
                 transaction is rolled back and nothing is recorded, so retrying is safe.
         """
-        charge = micros(event.charge_micros, field="charge_micros")
+        exact = checked_charge(event)
         budget = micros(daily_budget_micros, field="daily_budget_micros")
         event_type = EventType(event.event_type)
         day_key = and_(
@@ -113,13 +115,15 @@ class SqlLedger:
                     clicks=0,
                     billed_micros=0,
                     absorbed_micros=0,
+                    carry_millimicros=0,
                 )
                 .on_conflict_do_nothing(index_elements=["campaign_id", "day"])
             )
-            query = select(campaign_day_spend.c.billed_micros).where(day_key)
+            t = campaign_day_spend.c
+            query = select(t.billed_micros, t.carry_millimicros).where(day_key)
             if self._for_update:
                 query = query.with_for_update()
-            billed_so_far = conn.execute(query).scalar_one()
+            billed_so_far, carry = conn.execute(query).one()
 
             if event_type is EventType.CLICK and not self._impression_exists(
                 conn, event.impression_id
@@ -127,6 +131,7 @@ class SqlLedger:
                 self._add(conn, CLICKS_WITHOUT_IMPRESSION, 1)
                 return Recorded(Outcome.NOT_BILLABLE)
 
+            charge, carry = bill_per_mille(carry, exact)
             billed, absorbed = split_charge(charge, billed_so_far, budget)
             inserted = conn.execute(
                 self._insert(ledger)
@@ -138,10 +143,12 @@ class SqlLedger:
                     placement=event.placement,
                     billing_type=event.billing_type,
                     charge_micros=charge,
+                    charge_millimicros=exact,
                     billed_micros=billed,
                     absorbed_micros=absorbed,
                     day=event.day,
                     occurred_at=event.occurred_at,
+                    served_at=event.served_at,
                 )
                 .on_conflict_do_nothing(index_elements=["impression_id", "event_type"])
                 .returning(ledger.c.id)
@@ -159,6 +166,7 @@ class SqlLedger:
                     clicks=campaign_day_spend.c.clicks + (0 if is_impression else 1),
                     billed_micros=campaign_day_spend.c.billed_micros + billed,
                     absorbed_micros=campaign_day_spend.c.absorbed_micros + absorbed,
+                    carry_millimicros=carry,
                 )
             )
             return Recorded(Outcome.BILLED, billed, absorbed)
@@ -185,11 +193,13 @@ class SqlLedger:
             return {cid: billed for cid, billed in conn.execute(query)}
 
     def billed_since(self, day: date, since: datetime) -> dict[int, int]:
-        """campaign id -> micros billed on local ``day`` by events at or after ``since``."""
+        """campaign id -> micros billed on local ``day`` by events of serves at or after
+        ``since`` (serve time; event time for rows without one)."""
         t = ledger
         query = (
             select(t.c.campaign_id, func.sum(t.c.billed_micros))
-            .where(t.c.day == day, t.c.occurred_at >= since, t.c.billed_micros > 0)
+            .where(t.c.day == day, func.coalesce(t.c.served_at, t.c.occurred_at) >= since,
+                   t.c.billed_micros > 0)
             .group_by(t.c.campaign_id)
         )
         with self._engine.connect() as conn:

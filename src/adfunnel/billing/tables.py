@@ -28,11 +28,16 @@ ledger = Table(
     Column("ad_id", BigInteger, nullable=False),
     Column("placement", String(200), nullable=False),
     Column("billing_type", String(8), nullable=False),
+    # whole micros this event made due (billed + absorbed) ...
     Column("charge_micros", BigInteger, nullable=False),
+    # ... of its exact charge in thousandths of a micro (a CPM price per mille as is)
+    Column("charge_millimicros", BigInteger, nullable=False, server_default="0"),
     Column("billed_micros", BigInteger, nullable=False),
     Column("absorbed_micros", BigInteger, nullable=False),
     Column("day", Date, nullable=False),
     Column("occurred_at", DateTime(timezone=True), nullable=False),
+    # when its impression was served (token issue time); NULL in rows from before 0005
+    Column("served_at", DateTime(timezone=True), nullable=True),
     # The double-billing guard: replaying any event stream is always safe.
     UniqueConstraint("impression_id", "event_type", name="uq_ledger_impression_event"),
     Index("ix_ledger_campaign_day", "campaign_id", "day"),
@@ -48,6 +53,8 @@ campaign_day_spend = Table(
     Column("clicks", BigInteger, nullable=False, default=0),
     Column("billed_micros", BigInteger, nullable=False, default=0),
     Column("absorbed_micros", BigInteger, nullable=False, default=0),
+    # not yet billed fraction of the day's per-mille charges, thousandths of a micro
+    Column("carry_millimicros", BigInteger, nullable=False, default=0, server_default="0"),
 )
 
 # Counters that must survive restarts (duplicates rejected, invalid tokens, ...).

@@ -10,7 +10,7 @@ up by the ad id inside the signed token, never to a URL taken from the request.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from prometheus_client import Counter
 
@@ -100,6 +100,9 @@ class Tracker:
             charge_micros=claims.price_micros if billable else 0,
             occurred_at=now,
             day=day,
+            served_at=datetime.fromtimestamp(claims.issued_at, tz=UTC),
+            # a CPM price is per thousand impressions: the ledger bills it exactly
+            charge_per_mille=claims.billing_type == BidType.CPM.value,
         )
         recorded = self.ledger.record(event, campaign.daily_budget_micros)
         if recorded.outcome is Outcome.BILLED:

@@ -1,4 +1,4 @@
-"""Ledger rows keep the serve time of their impression (filled in by the budget work).
+"""Ledger rows keep the serve time of their impression (the billed feed counts by it).
 
 Revision ID: 0005
 Revises: 0004
@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+from alembic import op
+
 revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
@@ -16,8 +19,10 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    pass
+    with op.batch_alter_table("ledger") as batch:
+        batch.add_column(sa.Column("served_at", sa.DateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table("ledger") as batch:
+        batch.drop_column("served_at")
