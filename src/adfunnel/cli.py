@@ -131,9 +131,13 @@ def budget_service(
     shards: Annotated[int, typer.Option(help="Number of shards (routing: campaign id % shards).")] = 1,
     control_interval_s: Annotated[float, typer.Option(help="Seconds between pacing steps.")] = 10.0,
     billed_every_s: Annotated[float, typer.Option(help="Seconds between ledger reads (<= 10).")] = 5.0,
-    billing_lag_s: Annotated[float, typer.Option(help="Seconds after serving by which beacons are in the ledger (the estimate is kept that long).")] = 60.0,
+    token_ttl_s: Annotated[float | None, typer.Option(help="Life of the ad servers' tracking tokens, s (a serve's estimate is kept until its events can no longer bill; default: ADFUNNEL_TOKEN_TTL_S or 3600).")] = None,
+    warmup_s: Annotated[float, typer.Option(help="Seconds after start before the first slice is granted (every server reports and re-sends first).")] = 3.0,
 ) -> None:
-    """Run one shard of the budget & pacing service as its own process."""
+    """Run one shard of the budget & pacing service as its own process.
+
+    At start it reads the campaigns and today's billed spend, and grants nothing until
+    every ad server has reported to it (a restart or a standby taking over is safe)."""
     import uvicorn
 
     from adfunnel.billing.sql_ledger import SqlLedger
@@ -144,13 +148,14 @@ def budget_service(
     from adfunnel.db import make_engine
 
     settings = _settings_or_exit(database_url=database_url)
+    ttl = token_ttl_s if token_ttl_s is not None else float(settings.token_ttl_s)
     engine = make_engine(settings.database_url)
     upgrade(engine)
     clock = SystemClock()
     proc = BudgetServiceProcess(
         SqlCampaignStore(engine, clock), SqlLedger(engine), clock, shard=shard, shards=shards,
         control_interval_s=control_interval_s, billed_every_s=billed_every_s,
-        billing_lag_s=billing_lag_s, engine=engine,
+        token_ttl_s=ttl, engine=engine, warmup_s=warmup_s,
     )
     proc.start()
     try:

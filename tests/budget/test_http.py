@@ -28,7 +28,7 @@ def _free_port() -> int:
 
 def test_report_round_trip_over_http() -> None:
     clock = ManualClock(NOW)
-    svc = BudgetService(clock)
+    svc = BudgetService(clock, warmup_s=0.0)
     camp = Campaign(7, 1, "c", Objective.CLICKS, BidType.CPM, 2_000_000, 100_000_000, "UTC",
                     date(2026, 1, 1))
     svc.upsert_campaign(camp)
@@ -50,8 +50,12 @@ def test_report_round_trip_over_http() -> None:
         assert client.admit(camp, NOW, 2000) == "no_slice"  # unknown before the first reply
         client.report()
         assert transport.failures == 0
+        # a new instance grants nothing before it has read the day's billed spend
+        assert client.admit(camp, NOW, 2000) == "no_slice"
+        transport.send_billed(0, [BilledUpdate(7, "2026-10-20", 0, NOW.timestamp() - 3600)])
+        client.report()  # names the service's epoch: synced
         # metered until a control step has measured the spend rate; a slice was granted
-        assert client.state(7).value == "metered"
+        assert client.state(7, NOW.date()).value == "metered"
         assert client.admit(camp, NOW, 2000) is None
         from adfunnel.budget.gate import Served
 

@@ -28,7 +28,7 @@ def test_spends_up_to_the_budget_and_stops(tmp_path) -> None:
         advertiser_id=adv.id, name="c", objective=Objective.IMPRESSIONS, bid_type=BidType.CPM,
         bid_micros=5_000_000, daily_budget_micros=100_000, time_zone="UTC",
         flight_start=date(2026, 1, 1), pacing_mode=PacingMode.ACCELERATED)
-    gate = InProcessBudget(store, ledger, clock, engine=engine, billing_lag_s=5.0)
+    gate = InProcessBudget(store, ledger, clock, engine=engine, background=False)
     billed = served = 0
     reasons = set()
     for i in range(3_000):  # one request every 2 s for 100 minutes

@@ -32,10 +32,14 @@ def _camp(budget: int = 100_000_000, cid: int = 1, bid: int = 2_000_000) -> Camp
 
 
 def _svc(*camps: Campaign) -> tuple[BudgetService, ManualClock]:
+    """A warm service: today's billed spend read (0) and its one prior server synced."""
     clock = ManualClock(NOW)
-    svc = BudgetService(clock)
+    svc = BudgetService(clock, warmup_s=0.0)
     for c in camps or (_camp(),):
         svc.upsert_campaign(c)
+        svc.record_billed(BilledUpdate(c.id, DAY, 0, 0.0))
+    svc.handle_report(Report("setup", 0, NOW.timestamp(), epoch=svc.epoch))
+    assert svc.warm()
     return svc, clock
 
 
@@ -145,7 +149,7 @@ def test_client_fails_closed_after_60_s_without_replies() -> None:
     clock.advance(10)
     svc.step()  # a measured rate, far below the budget: open
     c.report()
-    assert c.state(1) is BudgetState.OPEN
+    assert c.state(1, NOW.date()) is BudgetState.OPEN
     assert c.admit(camp, clock.now(), 2_000_000) is None
     net.up = False
     clock.advance(59)

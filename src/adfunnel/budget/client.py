@@ -15,12 +15,21 @@ by sequence number).
   shard is treated as metered, so it spends only from slices held, which expire
   within 30 s (fail closed, with a bound).
 
+Budget state is kept per campaign and local day: a campaign-day the service has not
+yet spoken about is metered (ask for a slice), so yesterday's "exhausted" never stops
+today. A reply from a new service instance (``Reply.epoch``: a restart or a standby
+taking over) makes the client drop the slices of the old instance and re-send, marked
+``resent``, the spend the old instance had acknowledged within ``resend_window_s`` (the
+billing window: until then that spend may still bill), so the new instance counts it in
+flight before it grants anything.
+
 The transport is swappable (:class:`ReportTransport`): in memory with delays in the
 day simulation, HTTP between processes (``adfunnel.budget.http``). Thread-safe.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +40,7 @@ from adfunnel.budget.gate import BUDGET_EXHAUSTED, NO_SLICE, Served
 from adfunnel.budget.protocol import CampaignSpend, Reply, Report, ReportEntry, SliceUse
 from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import Campaign
+from adfunnel.campaigns.schedule import local_day
 from adfunnel.clock import Clock
 
 #: Seconds without a reply after which every campaign of a shard is treated as metered.
@@ -40,6 +50,11 @@ FAIL_CLOSED_AFTER_S = 60.0
 DEMAND_MEMORY_S = 600.0
 #: Most unacknowledged entries kept per shard (older ones are merged into the newest).
 MAX_PENDING_ENTRIES = 300
+#: Seconds of acknowledged spend kept to re-send to a new service instance: the token's
+#: life, after which no impression or click of a serve can bill.
+RESEND_WINDOW_S = 3600.0
+#: Resolution of the kept spend, seconds.
+HISTORY_BUCKET_S = 60.0
 
 
 class ReportTransport(Protocol):
@@ -85,14 +100,20 @@ class BudgetClient:
     """
 
     def __init__(self, server_id: str, clock: Clock, transport: ReportTransport, *,
-                 shards: int = 1, fail_closed_after_s: float = FAIL_CLOSED_AFTER_S) -> None:
+                 shards: int = 1, fail_closed_after_s: float = FAIL_CLOSED_AFTER_S,
+                 resend_window_s: float = RESEND_WINDOW_S) -> None:
         self.server_id = server_id
         self.clock = clock
         self.transport = transport
         self.shards = shards
         self.fail_closed_after_s = fail_closed_after_s
+        self.resend_window_s = resend_window_s
         self._lock = threading.Lock()
-        self._state: dict[int, tuple[BudgetState, float]] = {}
+        self._state: dict[tuple[int, date], BudgetState] = {}
+        self._p: dict[int, float] = {}
+        self._epoch = [""] * shards
+        # acknowledged spend by (campaign, day, bucket end): re-sent to a new instance
+        self._history: list[dict[tuple[int, str, float], int]] = [{} for _ in range(shards)]
         self._last_reply: list[float] = [clock.now().timestamp()] * shards
         self._seq = [0] * shards
         self._pending: list[list[ReportEntry]] = [[] for _ in range(shards)]
@@ -100,42 +121,45 @@ class BudgetClient:
         self._slices: dict[int, list[HeldSlice]] = {}
         self._closed: list[list[SliceUse]] = [[] for _ in range(shards)]
         self._wants: set[int] = set()
-        self._demand: dict[int, tuple[float, int]] = {}  # cid -> (last metered demand, charge)
-        self.stats = {"sent": 0, "replies": 0, "refused_no_slice": 0, "unsliced_serves": 0}
+        # cid -> (time of last metered demand, charge, local day)
+        self._demand: dict[int, tuple[float, int, date]] = {}
+        self.stats = {"sent": 0, "replies": 0, "refused_no_slice": 0, "unsliced_serves": 0,
+                      "resyncs": 0}
 
     # -- SpendGate ------------------------------------------------------------------------
     def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
         """None when ``campaign`` may take part now; else ``budget_exhausted`` or ``no_slice``."""
         cid = campaign.id
         t = now.timestamp()
+        day = local_day(now, campaign.time_zone)
         with self._lock:
-            state = self._effective_state(cid, t)
+            state = self._effective_state(cid, day, t)
             if state is BudgetState.OPEN:
                 return None
             if state is BudgetState.STOPPED:
                 return BUDGET_EXHAUSTED
-            self._demand[cid] = (t, max_charge_micros)
-            s = self._slice_with_room(cid, t, max_charge_micros)
+            self._demand[cid] = (t, max_charge_micros, day)
+            s = self._slice_with_room(cid, day, t, max_charge_micros)
             if s is not None:
                 return None
             if state is BudgetState.METERED:
                 self._wants.add(cid)
                 self.stats["refused_no_slice"] += 1
-                self._note_demand(campaign, now, max_charge_micros)
+                self._acc.setdefault((cid, day), _Acc()).demand += max_charge_micros
                 return NO_SLICE
             return BUDGET_EXHAUSTED
 
     def pacing_rate(self, campaign_id: int) -> float:
         """p from the service's last reply (1.0 before the first)."""
         with self._lock:
-            st = self._state.get(campaign_id)
-        return 1.0 if st is None else st[1]
+            return self._p.get(campaign_id, 1.0)
 
-    def state(self, campaign_id: int, now: float | None = None) -> BudgetState:
-        """The state the client acts on now (after fail-closed)."""
+    def state(self, campaign_id: int, day: date, now: float | None = None) -> BudgetState:
+        """The state the client acts on now for the campaign's local ``day``
+        (after fail-closed)."""
         t = self.clock.now().timestamp() if now is None else now
         with self._lock:
-            return self._effective_state(campaign_id, t)
+            return self._effective_state(campaign_id, day, t)
 
     def record_served(self, served: Served) -> None:
         """Record a serve's expected cost; metered campaigns take it from a slice (the
@@ -147,10 +171,10 @@ class BudgetClient:
             acc.charges += 1
             acc.demand += worst
             t = self.clock.now().timestamp()
-            if self._effective_state(cid, t) is BudgetState.OPEN:
+            if self._effective_state(cid, served.day, t) is BudgetState.OPEN:
                 acc.open += served.expected_micros
                 return
-            s = self._slice_with_room(cid, t, worst)
+            s = self._slice_with_room(cid, served.day, t, worst)
             if s is None:
                 # admitted before a state change: count it as open spend (the service
                 # counts it as in-flight cost), never lose it
@@ -189,11 +213,11 @@ class BudgetClient:
                 per_shard[cid % self.shards].append(CampaignSpend(
                     cid, day.isoformat(), a.open, a.sliced, a.demand, a.charges))
             self._acc.clear()
-            for cid, (at, charge) in list(self._demand.items()):
+            for cid, (at, charge, day) in list(self._demand.items()):
                 if now - at > DEMAND_MEMORY_S:
                     del self._demand[cid]
-                elif (self._effective_state(cid, now) is BudgetState.METERED
-                      and self._slice_with_room(cid, now, charge) is None):
+                elif (self._effective_state(cid, day, now) is BudgetState.METERED
+                      and self._slice_with_room(cid, day, now, charge) is None):
                     self._wants.add(cid)
             wants: list[list[int]] = [[] for _ in range(self.shards)]
             for cid in self._wants:
@@ -209,7 +233,9 @@ class BudgetClient:
                 if len(pend) > MAX_PENDING_ENTRIES:
                     pend[:] = [_merge(pend[: len(pend) - MAX_PENDING_ENTRIES + 1]),
                                *pend[len(pend) - MAX_PENDING_ENTRIES + 1:]]
-                out.append(Report(self.server_id, sh, now, list(pend), wants[sh]))
+                out.append(Report(self.server_id, sh, now, list(pend), wants[sh],
+                                  epoch=self._epoch[sh]))
+            self._trim_history(now)
             return out
 
     def handle_reply(self, reply: Reply) -> None:
@@ -219,9 +245,19 @@ class BudgetClient:
             sh = reply.shard
             if reply.at >= self._last_reply[sh]:
                 self._last_reply[sh] = reply.at
-            self._pending[sh] = [e for e in self._pending[sh] if e.seq > reply.acked_through]
+            if reply.epoch and reply.epoch != self._epoch[sh]:
+                self._resync(sh, reply.epoch)
+            kept = []
+            for e in self._pending[sh]:
+                if e.seq > reply.acked_through:
+                    kept.append(e)
+                elif not e.resent:
+                    self._remember(sh, e)
+            self._pending[sh] = kept
             for d in reply.directives:
-                self._state[d.campaign_id] = (BudgetState(d.state), d.p)
+                if d.day:
+                    self._state[(d.campaign_id, date.fromisoformat(d.day))] = BudgetState(d.state)
+                self._p[d.campaign_id] = d.p
             for g in reply.grants:
                 self._slices.setdefault(g.campaign_id, []).append(HeldSlice(
                     g.slice_id, g.campaign_id, date.fromisoformat(g.day), g.amount_micros,
@@ -232,27 +268,52 @@ class BudgetClient:
             return [s for lst in self._slices.values() for s in lst]
 
     # -- internals ------------------------------------------------------------------------
-    def _effective_state(self, cid: int, t: float) -> BudgetState:
-        st = self._state.get(cid)
-        if st is None:
-            return BudgetState.METERED  # unknown to us yet: ask for a slice
-        state = st[0]
+    def _effective_state(self, cid: int, day: date, t: float) -> BudgetState:
+        state = self._state.get((cid, day))
+        if state is None:
+            return BudgetState.METERED  # this campaign-day unknown to us yet: ask for a slice
         if state is BudgetState.OPEN and t - self._last_reply[cid % self.shards] > (
                 self.fail_closed_after_s):
             return BudgetState.METERED
         return state
 
-    def _slice_with_room(self, cid: int, t: float, charge: int) -> HeldSlice | None:
+    def _slice_with_room(self, cid: int, day: date, t: float, charge: int) -> HeldSlice | None:
         for s in self._slices.get(cid, ()):
-            if s.expires_at > t and s.amount - s.used >= charge:
+            if s.day == day and s.expires_at > t and s.amount - s.used >= charge:
                 return s
         return None
 
-    def _note_demand(self, campaign: Campaign, now: datetime, charge: int) -> None:
-        from adfunnel.campaigns.schedule import local_day
+    def _remember(self, sh: int, e: ReportEntry) -> None:
+        """Keep an acknowledged entry's spend for a possible re-send."""
+        bucket = math.ceil(e.period_end / HISTORY_BUCKET_S) * HISTORY_BUCKET_S
+        hist = self._history[sh]
+        for sp in e.spend:
+            spent = sp.open_micros + sp.sliced_micros
+            if spent:
+                key = (sp.campaign_id, sp.day, bucket)
+                hist[key] = hist.get(key, 0) + spent
 
-        acc = self._acc.setdefault((campaign.id, local_day(now, campaign.time_zone)), _Acc())
-        acc.demand += charge
+    def _trim_history(self, now: float) -> None:
+        for hist in self._history:
+            for key in [k for k in hist if k[2] < now - self.resend_window_s]:
+                del hist[key]
+
+    def _resync(self, sh: int, epoch: str) -> None:
+        """A new service instance: forget the old one's slices, re-send what it had
+        acknowledged (as in-flight spend, by the time it was served)."""
+        if self._epoch[sh]:
+            self.stats["resyncs"] += 1
+            for cid in [c for c in self._slices if c % self.shards == sh]:
+                del self._slices[cid]
+            self._closed[sh] = []
+            by_time: dict[float, list[CampaignSpend]] = {}
+            for (cid, day, bucket), spent in sorted(self._history[sh].items()):
+                by_time.setdefault(bucket, []).append(CampaignSpend(cid, day, open_micros=spent))
+            for bucket, spend in sorted(by_time.items()):
+                self._seq[sh] += 1
+                self._pending[sh].append(ReportEntry(self._seq[sh], bucket, spend, resent=True))
+            self._history[sh] = {}
+        self._epoch[sh] = epoch
 
     def _release(self, s: HeldSlice) -> None:
         lst = self._slices.get(s.campaign_id, [])
@@ -292,5 +353,6 @@ def _merge(entries: list[ReportEntry]) -> ReportEntry:
             v[3] += sp.charges
         closed.extend(e.closed_slices)
     spend = [CampaignSpend(cid, d, *v) for (cid, d), v in acc.items()]
-    return ReportEntry(entries[-1].seq, entries[-1].period_end, spend, closed)
+    return ReportEntry(entries[-1].seq, entries[-1].period_end, spend, closed,
+                       resent=all(e.resent for e in entries))
 

@@ -5,21 +5,20 @@ shard (``adfunnel budget-service`` runs it under uvicorn):
 
 - ``POST /v1/report``: a JSON :class:`~adfunnel.budget.protocol.Report` -> ``Reply``;
 - ``POST /v1/billed``: a JSON list of ``BilledUpdate`` -> ``{"applied": n}``;
-- ``POST /v1/step``: run one control step now (the process normally runs its own
-  loop, see :func:`control_loop`);
+- ``POST /v1/step``: run one control step now (``adfunnel budget-service`` runs them
+  on its domain-time ticker, ``adfunnel.budget.process``);
 - ``GET /healthz``: ``{"ok": true, "shard": n}``.
 
 Client: :class:`HttpReportTransport`, the ``ReportTransport`` of an ad server's
-``BudgetClient`` over httpx (one base URL per shard). Failures never raise into the
-caller: the entries stay pending and the client fails closed after 60 s.
+``BudgetClient`` over httpx (per shard a primary URL and optional standbys, written
+``primary|standby``). Failures never raise into the caller: the entries stay pending
+and the client fails closed after 60 s.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import httpx
 import msgspec
@@ -36,11 +35,9 @@ _billed_decoder = msgspec.json.Decoder(list[BilledUpdate])
 _reply_decoder = msgspec.json.Decoder(Reply)
 
 
-def create_app(service: BudgetService, *, control_loop_s: float | None = None,
-               lock: threading.Lock | None = None) -> Starlette:
-    """The Starlette app of one shard. With ``control_loop_s`` the app runs
-    ``service.step()`` every that many seconds while it is up. ``lock`` serialises
-    every use of ``service`` (pass the one other threads of the process use too)."""
+def create_app(service: BudgetService, *, lock: threading.Lock | None = None) -> Starlette:
+    """The Starlette app of one shard. ``lock`` serialises every use of ``service``
+    (pass the one other threads of the process use too)."""
     lock = lock or threading.Lock()
 
     async def report(request: Request) -> Response:
@@ -72,23 +69,6 @@ def create_app(service: BudgetService, *, control_loop_s: float | None = None,
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True, "shard": service.shard, "shards": service.shards})
 
-    task: list[asyncio.Task[None]] = []
-
-    async def loop() -> None:
-        assert control_loop_s is not None
-        while True:
-            await asyncio.sleep(control_loop_s)
-            with lock:
-                service.step()
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if control_loop_s:
-            task.append(asyncio.create_task(loop()))
-        yield
-        for t in task:
-            t.cancel()
-
     return Starlette(
         routes=[
             Route("/v1/report", report, methods=["POST"]),
@@ -96,35 +76,48 @@ def create_app(service: BudgetService, *, control_loop_s: float | None = None,
             Route("/v1/step", step, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
         ],
-        lifespan=lifespan,
     )
 
 
 class HttpReportTransport:
     """``ReportTransport`` over HTTP: ``base_urls[shard]`` serves that shard.
 
-    ``send_report`` posts synchronously (call ``BudgetClient.report`` from a background
-    thread once a second) and calls ``on_reply`` on success; errors are counted in
-    ``failures`` and otherwise ignored.
+    A shard's entry may list standbys after its primary, ``http://a:8090|http://b:8090``:
+    a failed post goes to the next URL, which stays in use until it fails in turn (a
+    standby that takes over is a new instance: the client re-sends to it, see
+    ``adfunnel.budget.client``). ``send_report`` posts synchronously (call
+    ``BudgetClient.report`` from a background thread once a second) and calls
+    ``on_reply`` on success; errors are counted in ``failures`` and otherwise ignored.
     """
 
     def __init__(self, base_urls: Sequence[str], *, timeout_s: float = 0.5,
                  client: httpx.Client | None = None) -> None:
-        self.base_urls = list(base_urls)
+        self.candidates = [[u.rstrip("/") for u in entry.split("|") if u] for entry in base_urls]
+        self._active = [0] * len(self.candidates)
         self._http = client or httpx.Client(timeout=timeout_s)
         self.failures = 0
 
+    @property
+    def base_urls(self) -> list[str]:
+        """The URL in use for each shard."""
+        return [c[i] for c, i in zip(self.candidates, self._active, strict=True)]
+
     def send_report(self, report: Report, on_reply: Callable[[Reply], None]) -> None:
-        url = self.base_urls[report.shard] + "/v1/report"
-        try:
-            r = self._http.post(url, content=msgspec.json.encode(report),
-                                headers={"content-type": "application/json"})
-            r.raise_for_status()
-            reply = _reply_decoder.decode(r.content)
-        except (httpx.HTTPError, msgspec.DecodeError):
-            self.failures += 1
+        urls = self.candidates[report.shard]
+        body = msgspec.json.encode(report)
+        for attempt in range(len(urls)):
+            i = (self._active[report.shard] + attempt) % len(urls)
+            try:
+                r = self._http.post(urls[i] + "/v1/report", content=body,
+                                    headers={"content-type": "application/json"})
+                r.raise_for_status()
+                reply = _reply_decoder.decode(r.content)
+            except (httpx.HTTPError, msgspec.DecodeError):
+                self.failures += 1
+                continue
+            self._active[report.shard] = i
+            on_reply(reply)
             return
-        on_reply(reply)
 
     def send_billed(self, shard: int, updates: Sequence[BilledUpdate]) -> None:
         """Post billed totals to a shard (the aggregator's side). Raises httpx.HTTPError."""

@@ -4,9 +4,13 @@
 
 - campaign records from the change log (``upsert_campaign``), so budget edits, pauses
   and new campaigns reach the service like they reach ad servers;
-- billed spend from the ledger every ``billed_every_s`` seconds (≤ 10 s, DESIGN.md):
-  cumulative billed micros per campaign and local day, replacing the estimates served
-  before the watermark ``now - billing_lag_s``.
+- billed spend from the ledger every ``billed_every_s`` seconds (≤ 10 s, DESIGN.md)
+  through :class:`~adfunnel.budget.feed.BilledFeeder`: cumulative billed micros per
+  campaign and local day, replacing the estimates of serves whose billing window closed.
+
+Every schedule here runs on the injected clock (:class:`~adfunnel.periodic.Ticker`).
+At start the shard reads the campaigns and the day's billed spend before it answers;
+it grants nothing until warm (``adfunnel.budget.service``).
 
 ``ReportingBudgetClient`` is an ad server's :class:`BudgetClient` plus the thread that
 reports once a second over HTTP.
@@ -18,7 +22,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 
 from sqlalchemy import Engine
 from starlette.applications import Starlette
@@ -28,16 +32,16 @@ from starlette.routing import Route
 
 from adfunnel.billing.ledger import Ledger
 from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
 from adfunnel.budget.gate import NO_SLICE, Served
 from adfunnel.budget.http import HttpReportTransport, create_app
-from adfunnel.budget.protocol import BilledUpdate, Reply, Report
-from adfunnel.budget.service import BudgetService
-from adfunnel.campaigns.model import Campaign
-from adfunnel.campaigns.schedule import local_day
+from adfunnel.budget.protocol import Reply, Report
+from adfunnel.budget.service import WARMUP_S, BudgetService
+from adfunnel.campaigns.model import Campaign, ChangeRecord
 from adfunnel.campaigns.store import SqlCampaignStore
-from adfunnel.clock import Clock
+from adfunnel.clock import Clock, ManualClock
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog, shapes, window_start
-from adfunnel.periodic import Periodic
+from adfunnel.periodic import Job, Ticker
 
 log = logging.getLogger(__name__)
 
@@ -58,32 +62,46 @@ class BudgetServiceProcess:
         shards: int = 1,
         control_interval_s: float = 10.0,
         billed_every_s: float = 5.0,
-        billing_lag_s: float = 60.0,
+        token_ttl_s: float = TOKEN_TTL_S,
         poll_s: float = 0.25,
         engine: Engine | None = None,
+        warmup_s: float = WARMUP_S,
+        expected_servers: set[str] | None = None,
     ) -> None:
         self.store = store
         self.ledger = ledger
         self.clock = clock
         self.engine = engine
         self.service = BudgetService(clock, shard=shard, shards=shards,
-                                     control_interval_s=control_interval_s)
+                                     control_interval_s=control_interval_s, warmup_s=warmup_s,
+                                     expected_servers=expected_servers)
+        self.feeder = BilledFeeder(ledger, token_ttl_s=token_ttl_s)
         self.lock = threading.Lock()
         self.control_interval_s = control_interval_s
         self.billed_every_s = billed_every_s
-        self.billing_lag_s = billing_lag_s
         self.poll_s = poll_s
         self.position = 0
         self._campaigns: dict[int, Campaign] = {}
         self.traffic = SqlTrafficLog(engine) if engine is not None else None
-        self._loops: list[Periodic] = []
+        self.ticker = Ticker(clock, [
+            Job("changes", poll_s, self.poll_changes),
+            Job("billed", billed_every_s, self.feed_billed),
+            Job("step", control_interval_s, self.step),
+            Job("shapes", SHAPE_REFRESH_S, self.refresh_shapes),
+        ], name="budget-service", poll_s=min(0.1, poll_s))
 
     def app(self) -> Starlette:
         """The shard's HTTP app plus ``GET /v1/status`` (budget state, p and pacing status
-        per campaign on its current local day)."""
-        app = create_app(self.service, control_loop_s=self.control_interval_s, lock=self.lock)
+        per campaign on its current local day). The control step runs on the process's
+        ticker (domain time), not in the app."""
+        app = create_app(self.service, lock=self.lock)
         app.router.routes.append(Route("/v1/status", self._status, methods=["GET"]))
         return app
+
+    def step(self) -> None:
+        """One control step of every owned campaign."""
+        with self.lock:
+            self.service.step()
 
     def status(self) -> list[dict[str, object]]:
         now = self.clock.now().timestamp()
@@ -125,28 +143,19 @@ class BudgetServiceProcess:
 
     def feed_billed(self) -> int:
         """Send every owned campaign's billed total of its current local day."""
-        now = self.clock.now()
-        watermark = now - timedelta(seconds=self.billing_lag_s)
-        by_day: dict[date, tuple[dict[int, int], dict[int, int]]] = {}
-        updates = []
-        for cid, c in list(self._campaigns.items()):
-            if not self.service.owns(cid):
-                continue
-            day = local_day(now, c.time_zone)
-            if day not in by_day:
-                by_day[day] = (self.ledger.billed_on(day), self.ledger.billed_since(day, watermark))
-            billed, after = by_day[day]
-            # billed_after: billed spend of serves still counted in flight, so a billed
-            # click is not also counted as expected cost. The ledger keeps beacon time,
-            # which stands in for serve time: a beacon just after the watermark may belong
-            # to a serve just before it, which overstates this by at most the billing of
-            # one serve-to-beacon delay (the ledger still never bills above the budget).
-            updates.append(BilledUpdate(cid, day.isoformat(), billed.get(cid, 0),
-                                        watermark.timestamp(), after.get(cid, 0)))
+        owned = [c for cid, c in list(self._campaigns.items()) if self.service.owns(cid)]
+        updates = self.feeder.updates(owned, self.clock.now())
         with self.lock:
             for u in updates:
                 self.service.record_billed(u)
         return len(updates)
+
+    def apply_local(self, change: ChangeRecord) -> None:
+        """A write committed in this process: apply it now, ahead of the change log."""
+        if isinstance(change.record, Campaign):
+            created = change.committed_at.timestamp() if change.version == 1 else None
+            with self.lock:
+                self._upsert(change.record, created_at=created)
 
     def _upsert(self, c: Campaign, created_at: float | None = None) -> None:
         self._campaigns[c.id] = c
@@ -167,17 +176,13 @@ class BudgetServiceProcess:
         return len(by_campaign)
 
     def start(self) -> None:
+        """Read campaigns, shapes and the day's billed spend, then run the schedule."""
         self.load()
-        self.refresh_shapes()
-        self._loops = [
-            Periodic(self.poll_changes, self.poll_s, "budget-changes").start(),
-            Periodic(self.feed_billed, self.billed_every_s, "budget-billed").start(),
-            Periodic(self.refresh_shapes, SHAPE_REFRESH_S, "budget-shapes").start(),
-        ]
+        self.ticker.run_due()
+        self.ticker.start()
 
     def stop(self) -> None:
-        for loop in self._loops:
-            loop.stop()
+        self.ticker.stop()
 
 
 class ReportingBudgetClient(BudgetClient):
@@ -189,10 +194,11 @@ class ReportingBudgetClient(BudgetClient):
         self.http_transport = HttpReportTransport(service_urls)
         super().__init__(server_id or f"ads-{uuid.uuid4().hex[:12]}", clock, self.http_transport,
                          shards=len(service_urls))
-        self._reporter = Periodic(self.report, report_every_s, "budget-report")
+        self._reporter = Ticker(clock, [Job("report", report_every_s, self.report)],
+                                name="budget-report", poll_s=min(0.1, report_every_s))
 
     def start(self) -> None:
-        self.report()  # learn states and p before the first decision
+        self._reporter.run_due()  # learn states and p before the first decision
         self._reporter.start()
 
     def stop(self) -> None:
@@ -212,66 +218,79 @@ class _DirectTransport:
         on_reply(reply)
 
 
+#: The embedded default's one ad server, as the in-process service knows it.
+EMBEDDED_SERVER = "embedded"
+
+
 class InProcessBudget:
     """The budget & pacing service inside the ad-server process (the embedded default).
 
     The same production pieces as the fleet — :class:`BudgetService`, its change-log and
-    ledger feeders, and a :class:`BudgetClient` as the spend gate — but ticked by domain
-    time instead of threads: a decision that finds ``report_every_s`` (1 s) of domain
-    time passed first polls the change log and reports, and so on for the ledger feed
-    and the control step. The outcome then depends only on the sequence of requests, so
-    a replay on a manual clock is deterministic.
+    ledger feeders, and a :class:`BudgetClient` as the spend gate — scheduled on domain
+    time by a :class:`~adfunnel.periodic.Ticker`, off the request path: a daemon thread
+    runs what is due (report once a second, billed feed, control step, traffic shapes),
+    and a :class:`~adfunnel.clock.ManualClock` runs it synchronously each time it is
+    moved, so a replay on a manual clock is deterministic. A decision only reads
+    in-memory state; when a metered campaign has no slice it asks the in-process service
+    for one at once (memory only, no I/O).
+
+    Writes made through ``store`` in this process reach the service at once; others'
+    through the change log.
     """
 
     def __init__(self, store: SqlCampaignStore, ledger: Ledger, clock: Clock, *,
                  engine: Engine | None = None, report_every_s: float = 1.0,
                  control_interval_s: float = 10.0, billed_every_s: float = 5.0,
-                 billing_lag_s: float = 60.0) -> None:
+                 token_ttl_s: float = TOKEN_TTL_S, poll_s: float = 0.1,
+                 background: bool = True) -> None:
         self.process = BudgetServiceProcess(
             store, ledger, clock, control_interval_s=control_interval_s,
-            billed_every_s=billed_every_s, billing_lag_s=billing_lag_s, engine=engine)
-        self.client = BudgetClient("embedded", clock, _DirectTransport(self.process))
+            billed_every_s=billed_every_s, token_ttl_s=token_ttl_s, engine=engine,
+            expected_servers={EMBEDDED_SERVER})
+        self.client = BudgetClient(EMBEDDED_SERVER, clock, _DirectTransport(self.process))
         self.clock = clock
-        self.eligible = EligibleCounter()  # filled by the decider, flushed on the tick
+        self.eligible = EligibleCounter()  # filled by the decider, flushed by the ticker
         self._traffic = SqlTrafficLog(engine) if engine is not None else None
-        self._every = {"report": report_every_s, "billed": billed_every_s,
-                       "step": control_interval_s, "shapes": SHAPE_REFRESH_S}
-        self._due: dict[str, float] = {}
         self._asked: dict[int, float] = {}
-        self._lock = threading.Lock()
+        self.ticker = Ticker(clock, [
+            Job("report", report_every_s, self._report),
+            Job("billed", billed_every_s, self.process.feed_billed),
+            Job("step", control_interval_s, self.process.step),
+            Job("shapes", SHAPE_REFRESH_S, self._shapes),
+        ], name="embedded-budget", poll_s=poll_s)
+        store.subscribe(self.process.apply_local)
         self.process.load()
-        self.process.refresh_shapes()
-        self.tick(clock.now().timestamp())
+        self.ticker.run_due()  # campaigns, the day's billed spend, a first report
+        self.client.report()  # names the service's epoch: the service is warm
+        if isinstance(clock, ManualClock):
+            clock.on_move(lambda at: self.ticker.run_due(at.timestamp()))
+        if background:
+            self.ticker.start()
 
-    def tick(self, t: float) -> None:
-        """Run whatever is due at domain time ``t`` (Unix s)."""
-        with self._lock:
-            due = [k for k, every in self._every.items() if t >= self._due.get(k, 0.0)]
-            for k in due:
-                self._due[k] = t + self._every[k]
-        if "report" in due:
-            self.process.poll_changes()
-            self.client.report(t)
-        if "billed" in due:
-            self.process.feed_billed()
-        if "step" in due:
-            with self.process.lock:
-                self.process.service.step()
-        if "shapes" in due:
-            if self._traffic is not None:
-                self._traffic.add(self.eligible.drain())
-            self.process.refresh_shapes()
+    def tick(self, t: float | None = None) -> list[str]:
+        """Run whatever is due at domain time ``t`` (Unix s; default now)."""
+        return self.ticker.run_due(t)
+
+    def stop(self) -> None:
+        self.ticker.stop()
+
+    def _report(self) -> None:
+        self.process.poll_changes()
+        self.client.report()
+
+    def _shapes(self) -> None:
+        if self._traffic is not None:
+            self._traffic.add(self.eligible.drain())
+        self.process.refresh_shapes()
 
     # -- SpendGate ------------------------------------------------------------------------
     def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
         t = now.timestamp()
-        self.tick(t)
         reason = self.client.admit(campaign, now, max_charge_micros)
         if reason == NO_SLICE and self._asked.get(campaign.id) != t:
             # the service is in this process: ask for the slice now rather than at the
             # next report (once per campaign and instant, so a refusal costs one round)
             self._asked[campaign.id] = t
-            self.process.poll_changes()
             self.client.report(t)
             reason = self.client.admit(campaign, now, max_charge_micros)
         return reason

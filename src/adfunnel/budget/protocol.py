@@ -43,12 +43,18 @@ class SliceUse(msgspec.Struct, frozen=True):
 
 
 class ReportEntry(msgspec.Struct, frozen=True):
-    """One second's report; ``seq`` increases by one per entry for a (server, shard)."""
+    """One second's report; ``seq`` increases by one per entry for a (server, shard).
+
+    ``resent``: spend already acknowledged by an earlier service instance, sent again to
+    a new one (restart, standby takeover) so it counts as in flight until billing covers
+    it; it does not count as this period's spend rate.
+    """
 
     seq: int
     period_end: float
     spend: list[CampaignSpend] = []
     closed_slices: list[SliceUse] = []
+    resent: bool = False
 
 
 class Report(msgspec.Struct, frozen=True):
@@ -60,15 +66,20 @@ class Report(msgspec.Struct, frozen=True):
     sent_at: float
     entries: list[ReportEntry] = []
     wants: list[int] = []
+    #: the service instance this server has synchronised with (``Reply.epoch``): a
+    #: server that reports a new epoch has re-sent its in-flight spend to it
+    epoch: str = ""
 
 
 class Directive(msgspec.Struct, frozen=True):
     """Budget state (``adfunnel.budget.slices.BudgetState`` value) and participation
-    probability of one campaign."""
+    probability of one campaign on its local ``day`` (ISO date): budget state is kept
+    per campaign and local day, so yesterday's "exhausted" never stops today."""
 
     campaign_id: int
     state: str
     p: float
+    day: str = ""
 
 
 class SliceGrant(msgspec.Struct, frozen=True):
@@ -94,6 +105,8 @@ class Reply(msgspec.Struct, frozen=True):
     acked_through: int
     directives: list[Directive] = []
     grants: list[SliceGrant] = []
+    #: this service instance (random per start): a change tells servers to re-send
+    epoch: str = ""
 
 
 class BilledUpdate(msgspec.Struct, frozen=True):

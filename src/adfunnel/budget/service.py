@@ -15,12 +15,23 @@ Reports are idempotent by ``(server_id, seq)``: a duplicate entry is acknowledge
 ignored, an out-of-order one is applied once; a re-sent message gets the reply it had.
 Time comes from the injected clock only. Not thread-safe by itself: the HTTP layer
 serialises calls with a lock.
+
+Cold start, restart and takeover (DESIGN.md: "a restarted or new budget shard grants
+nothing for a campaign-day before it has read that day's billed spend"): an instance
+has a random ``epoch``. It grants no slice for a campaign-day, and holds it metered,
+until (1) billed spend of that day has been read from the ledger (a ``BilledUpdate``)
+and (2) it is warm: every server that reported to it in the last ``SERVER_STALE_S``
+has reported once more naming this epoch — by then it has re-sent the spend the
+previous instance acknowledged (``ReportEntry.resent``) and dropped that instance's
+slices — and ``warmup_s`` has passed since start (servers report once a second, so
+each live server has been heard), or every one of ``expected_servers`` has synced.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +59,7 @@ from adfunnel.budget.slices import (
 from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, PacingMode
 from adfunnel.campaigns.schedule import day_bounds, local_day
 from adfunnel.clock import Clock
-from adfunnel.money import cpm_to_impression
+from adfunnel.money import impression_charge_bound
 from adfunnel.pacing import controller
 from adfunnel.pacing.curve import TargetCurve, TargetPlan, curve_for_day
 
@@ -56,6 +67,10 @@ from adfunnel.pacing.curve import TargetCurve, TargetPlan, curve_for_day
 SEQ_WINDOW = 4096
 #: Charges ahead of its curve a campaign must be before its p may be lowered.
 HOLD_BAND_CHARGES = 3
+#: Seconds after start before a fleet shard may grant (three report periods).
+WARMUP_S = 3.0
+#: A server silent this long no longer holds a new instance's warm-up back (seconds).
+SERVER_STALE_S = 10.0
 
 
 class PacingStatus(StrEnum):
@@ -64,13 +79,16 @@ class PacingStatus(StrEnum):
     LIMITED_BY_BID_OR_AUDIENCE = "limited_by_bid_or_audience"
     EXHAUSTED = "exhausted"
     STOPPED = "stopped"
+    #: a (re)started instance that has not yet read the day's billed spend or heard
+    #: every server: metered, no grants
+    COLD = "cold"
 
 
 def charge_micros(campaign: Campaign) -> int:
     """The largest single charge of a campaign, micros: one impression of a CPM bid,
     one click (CPC) or conversion (CPA) at the bid."""
     if campaign.bid_type is BidType.CPM:
-        return max(1, cpm_to_impression(campaign.bid_micros))
+        return max(1, impression_charge_bound(campaign.bid_micros))
     return max(1, campaign.bid_micros)
 
 
@@ -158,6 +176,9 @@ class BudgetService:
         default_shape: the placement average for new campaigns.
         control_interval_s: seconds between controller steps.
         gains: controller tuning.
+        warmup_s: seconds after start before grants (see module docstring).
+        expected_servers: the servers that report here, when known (the embedded
+            default: its one in-process server); warm once each has synced.
     """
 
     def __init__(
@@ -169,8 +190,18 @@ class BudgetService:
         default_shape: Sequence[float] | None = None,
         control_interval_s: float = 10.0,
         gains: controller.Gains = controller.DEFAULT_GAINS,
+        warmup_s: float = WARMUP_S,
+        expected_servers: set[str] | None = None,
     ) -> None:
         self.clock = clock
+        self.epoch = uuid.uuid4().hex[:16]
+        self.started_at = clock.now().timestamp()
+        self.warmup_s = warmup_s
+        self.expected_servers = set(expected_servers) if expected_servers else None
+        self._heard: dict[str, float] = {}  # server id -> last report (domain s)
+        self._synced: set[str] = set()  # servers that reported naming this epoch
+        self._warm = False
+        self._billed_read: set[tuple[int, date]] = set()
         self.shard = shard
         self.shards = shards
         self.control_interval_s = control_interval_s
@@ -275,6 +306,24 @@ class BudgetService:
             return TargetPlan(curve, c.daily_budget_micros, anchor_s=created - start_s)
         return TargetPlan(curve, c.daily_budget_micros)
 
+    # -- cold start ---------------------------------------------------------------------
+    def warm(self, now: float | None = None) -> bool:
+        """True once every live server has synced with this instance (module docstring)."""
+        if self._warm:
+            return True
+        now = self._now() if now is None else now
+        if self.expected_servers is not None:
+            ok = self.expected_servers <= self._synced
+        else:
+            live = {s for s, t in self._heard.items() if now - t <= SERVER_STALE_S}
+            ok = now - self.started_at >= self.warmup_s and live <= self._synced
+        self._warm = ok
+        return ok
+
+    def can_grant(self, cd: CampaignDay, now: float) -> bool:
+        """Grants need the day's billed spend read and a warm instance."""
+        return (cd.campaign.id, cd.day) in self._billed_read and self.warm(now)
+
     def _refresh_state(self, cd: CampaignDay, now: float) -> None:
         c = cd.campaign
         charge = charge_micros(c)
@@ -283,6 +332,10 @@ class BudgetService:
         if c.status is not CampaignStatus.ACTIVE or not flying or budget <= 0:
             cd.state = BudgetState.STOPPED
             cd.status = PacingStatus.STOPPED
+            return
+        if not self.can_grant(cd, now):
+            cd.state = BudgetState.METERED
+            cd.status = PacingStatus.COLD
             return
         in_fl = cd.in_flight()
         committed = cd.billed + in_fl + cd.outstanding(now)
@@ -336,6 +389,9 @@ class BudgetService:
         doubles spend nor grants.
         """
         now = self._now()
+        self._heard[report.server_id] = now
+        if report.epoch == self.epoch:
+            self._synced.add(report.server_id)
         seqs = tuple(e.seq for e in report.entries)
         top = max(seqs, default=-1)
         cached = self._last_reply.get(report.server_id)
@@ -349,7 +405,7 @@ class BudgetService:
             if entry.seq > max_seq:
                 max_seq = entry.seq
             for sp in entry.spend:
-                cd = self._apply_spend(report.server_id, sp, entry.period_end)
+                cd = self._apply_spend(report.server_id, sp, entry.period_end, entry.resent)
                 if cd is not None:
                     self._refresh_state(cd, now)
             for use in entry.closed_slices:
@@ -364,19 +420,22 @@ class BudgetService:
             if g is not None:
                 grants.append(g)
         reply = Reply(shard=self.shard, at=now, acked_through=max(top, max_seq if top >= 0 else -1),
-                      directives=self.directives(now), grants=grants)
+                      directives=self.directives(now), grants=grants, epoch=self.epoch)
         if seqs:
             self._last_reply[report.server_id] = (seqs, reply)
         return reply
 
-    def _apply_spend(self, server_id: str, sp: CampaignSpend, t: float) -> CampaignDay | None:
+    def _apply_spend(self, server_id: str, sp: CampaignSpend, t: float,
+                     resent: bool = False) -> CampaignDay | None:
         cd = self._get_day(sp.campaign_id, date.fromisoformat(sp.day))
         if cd is None:
             self.unknown_campaign_reports += 1
             return None
-        if sp.open_micros:
+        if sp.open_micros and not (cd.watermark and t < cd.watermark):
             cd.buckets.append((t, sp.open_micros))
             cd.bucket_sum += sp.open_micros
+        if resent:  # in flight, but not this period's spend rate
+            return cd
         cd.step_spend += sp.open_micros + sp.sliced_micros
         cd.step_charges += sp.charges
         cd.served_total += sp.open_micros + sp.sliced_micros
@@ -404,7 +463,7 @@ class BudgetService:
             return None
         self._expire(cd, now)
         self._refresh_state(cd, now)
-        if cd.state is not BudgetState.METERED:
+        if cd.state is not BudgetState.METERED or not self.can_grant(cd, now):
             return None
         charge = charge_micros(c)
         g = grantable(c.daily_budget_micros, cd.billed, cd.in_flight())
@@ -438,6 +497,7 @@ class BudgetService:
         cd = self._get_day(update.campaign_id, date.fromisoformat(update.day))
         if cd is None:
             return
+        self._billed_read.add((cd.campaign.id, cd.day))
         cd.billed = max(cd.billed, update.billed_micros)
         if update.complete_before >= cd.watermark:
             cd.billed_after = max(0, min(update.billed_after_micros, update.billed_micros))
@@ -464,6 +524,7 @@ class BudgetService:
         # forget days that ended more than two days ago
         for key in [k for k, cd in self._days.items() if cd.end_s < now - 2 * 86400]:
             del self._days[key]
+            self._billed_read.discard(key)
 
     def _step_one(self, cd: CampaignDay, now: float) -> None:
         dt = now - cd.last_step_s
@@ -510,7 +571,7 @@ class BudgetService:
             cd = self.current(cid, now)
             if cd is None:
                 continue
-            out.append(Directive(cid, cd.state.value, self._p(cd)))
+            out.append(Directive(cid, cd.state.value, self._p(cd), cd.day.isoformat()))
         return out
 
     def _now(self) -> float:

@@ -41,7 +41,6 @@ class FleetConfig:
     rate: float = 100.0
     control_interval_s: float = 10.0
     billed_every_s: float = 2.0
-    billing_lag_s: float = 5.0  # the driver fires beacons within a second of serving
     #: Clicks per rendered CPC impression; the ad servers' pCTR prior is set to the same
     #: rate, so expected costs are calibrated (an uncalibrated pCTR shows up as absorbed
     #: overspend: the budget plane can only hold back what it expects to be billed).
@@ -115,8 +114,7 @@ def _run(cfg: FleetConfig, url: str, procs: list[ManagedProcess]) -> dict[str, A
     env = {"ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32)}
     budget = ManagedProcess(
         ["budget-service", "--database-url", url, "--control-interval-s",
-         str(cfg.control_interval_s), "--billed-every-s", str(cfg.billed_every_s),
-         "--billing-lag-s", str(cfg.billing_lag_s)],
+         str(cfg.control_interval_s), "--billed-every-s", str(cfg.billed_every_s)],
         extra_env=env, log_path=_log(cfg, "budget-service"))
     procs.append(budget)
     env["ADFUNNEL_BUDGET_SERVICE_URL"] = budget.url
