@@ -13,16 +13,21 @@ pay a uniform share of the bid), since budgets and pacing are what is measured.
 
 Eligible requests per campaign follow its traffic shape (the iPinYou hour-of-day
 curve unless the scenario says otherwise) in its local time, Poisson per server per
-second. The first p of the day is seeded as "yesterday's" p: the share of its
-reachable traffic the budget buys.
+second. Controllers start as production's do: a fresh service has no yesterday, so
+every campaign starts its day at p = 1 (a restarted shard likewise).
+
+Evidence (``_campaign_result``): billed and absorbed overspend are read from the
+ledger; ``potential_micros`` (what the campaign would spend at p = 1) is counted from
+the eligible requests the simulation generated, independent of any controller; a
+figure that was not measured is ``None``.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import json
-import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -46,11 +51,15 @@ from adfunnel.campaigns.schedule import day_bounds, local_day, zone
 from adfunnel.clock import ManualClock
 from adfunnel.money import ceil_micros, cpm_to_impression
 from adfunnel.pacing.controller import P_FLOOR
-from adfunnel.pacing.curve import hourly_to_minutely
+from adfunnel.pacing.curve import curve_for_day, hourly_to_minutely
 from adfunnel.sim.scenarios import Scenario, SimCampaign, scenarios
 from adfunnel.sim.traffic import ipinyou_hourly, normalised
 
 RENDER_RATE = 0.97
+#: Traffic allows the budget when the spend reachable at p = 1 is at least this multiple
+#: of what the budget asks of the simulated window: 5 % for Poisson noise and for the
+#: traffic after 23:30 local, which the target curve leaves unused.
+TRAFFIC_ALLOWS_MARGIN = 1.05
 
 
 @dataclass
@@ -64,9 +73,11 @@ class _Track:
     steps: list[tuple[float, float, str, float, int, int]] = field(default_factory=list)
     spend_events: list[tuple[float, int]] = field(default_factory=list)  # (occurred, billed)
     billed: dict[date, int] = field(default_factory=lambda: defaultdict(int))
-    absorbed: dict[date, int] = field(default_factory=lambda: defaultdict(int))
     last_serve: dict[date, float] = field(default_factory=dict)
     serves: int = 0
+    # eligible requests by local day (every request the campaign could take part in at
+    # p = 1 on a server whose store has it active): the basis of potential_micros
+    eligible: dict[date, int] = field(default_factory=lambda: defaultdict(int))
     # billed spend of serves not yet behind billing's watermark: (serve time, micros)
     after_heap: dict[date, list[tuple[float, int]]] = field(
         default_factory=lambda: defaultdict(list))
@@ -112,13 +123,7 @@ class _Sim:
         self.now = self.start.timestamp()
         self.clock = ManualClock(self.start)
         shape = normalised(ipinyou_hourly())
-        self.services = [
-            BudgetService(self.clock, shard=i, shards=sc.shards, default_shape=shape,
-                          control_interval_s=sc.control_interval_s)
-            for i in range(sc.shards)
-        ]
-        for s in self.services:
-            s.on_step = self._on_step
+        self.shape = shape
         self.tracks: dict[int, _Track] = {}
         for c in sc.campaigns:
             camp = Campaign(
@@ -134,11 +139,8 @@ class _Sim:
             cost = _mean_expected(c)
             rate = c.budget_micros * c.potential / (86400.0 * c.win * cost)
             self.tracks[c.id] = _Track(c, camp, mult, rate, server_active=[True] * sc.servers)
-            for s in self.services:
-                s.upsert_campaign(camp)
-                s.set_traffic_shape(c.id, hist)
-            p_y = 1.0 if c.pacing is PacingMode.ACCELERATED else min(1.0, 1.0 / c.potential)
-            self._svc(c.id).seed_yesterday(c.id, local_day(self.start, c.time_zone), {0: p_y})
+        self.services = [self._fresh_service(i) for i in range(sc.shards)]
+        self.restarted: dict[str, Any] | None = None
         self.alive = [True] * sc.servers
         self.clients = [
             BudgetClient(f"sim-{i}", self.clock, _Net(self, i), shards=sc.shards)
@@ -154,6 +156,18 @@ class _Sim:
         self.lag_max = sc.billing_lag_s[1]
 
     # -- plumbing -------------------------------------------------------------------------
+    def _fresh_service(self, shard: int) -> BudgetService:
+        """A shard process as it boots: campaign records and traffic shapes from their
+        stores, nothing else (no spend, slices, rates or yesterday's p)."""
+        svc = BudgetService(self.clock, shard=shard, shards=self.sc.shards,
+                            default_shape=self.shape,
+                            control_interval_s=self.sc.control_interval_s)
+        svc.on_step = self._on_step
+        for tr in self.tracks.values():
+            svc.upsert_campaign(tr.campaign)
+            svc.set_traffic_shape(tr.campaign.id, tr.sc.history or self.shape)
+        return svc
+
     def _svc(self, cid: int) -> BudgetService:
         return self.services[cid % self.sc.shards]
 
@@ -214,6 +228,7 @@ class _Sim:
                 n = int(row[ci])
                 if n == 0 or not tr.server_active[server]:
                     continue
+                tr.eligible[locals_[ci].date()] += n
                 p = client.pacing_rate(tr.campaign.id)
                 k = int(self.rng.binomial(n, p)) if p < 1.0 else n
                 if k == 0:
@@ -283,7 +298,6 @@ class _Sim:
         rec = self.ledger.record(ev, tr.campaign.daily_budget_micros)
         if rec.outcome is Outcome.BILLED:
             tr.billed[day] += rec.billed_micros
-            tr.absorbed[day] += rec.absorbed_micros
             if rec.billed_micros:
                 tr.spend_events.append((occurred, rec.billed_micros))
                 if served_at is not None:
@@ -339,6 +353,23 @@ class _Sim:
         if self.alive[server]:
             self.clients[server].report(self.now)
 
+    def restart(self, shard: int) -> None:
+        """Replace shard ``shard``'s process by a fresh one (reports and the billed feed
+        reach the new one from now on); note what each campaign had spent then."""
+        at = datetime.fromtimestamp(self.now, tz=UTC)
+        spent: dict[int, float] = {}
+        serves: dict[int, int] = {}
+        for cid, tr in self.tracks.items():
+            if cid % self.sc.shards != shard:
+                continue
+            day = local_day(at, tr.campaign.time_zone)
+            billed = self.ledger.billed_on(day).get(cid, 0)
+            spent[cid] = round(billed / tr.campaign.daily_budget_micros, 4)
+            serves[cid] = tr.serves
+        self.services[shard] = self._fresh_service(shard)
+        self.restarted = {"shard": shard, "at": self.now, "billed_share_at_restart": spent,
+                          "serves_at_restart": serves}
+
     def maybe_crash(self) -> None:
         if self.crashed_at is not None or not self.alive[1 % self.sc.servers]:
             return
@@ -384,6 +415,10 @@ class _Sim:
                 self.push(loc.timestamp() + 0.3, self.forced, (c.id, n))
         if self.short:
             self.seed_short()
+        if sc.restart is not None:
+            rs = sc.restart
+            loc = datetime.combine(sc.day, dtime(*rs.local_hm), tzinfo=zone(rs.time_zone))
+            self.push(loc.timestamp() + 0.5, self.restart, (rs.shard,))
         crash_t = sc.crash_server_after.timestamp() if sc.crash_server_after else None
         n = sc.servers
         ri = max(1, int(sc.report_interval_s))
@@ -396,8 +431,8 @@ class _Sim:
                 for i in range(n):
                     self.push(sec + 0.1 + 0.8 * i / n, self.report, (i,))
             if (sec - t0) % ci == 0:
-                for svc in self.services:
-                    self.push(sec + 0.93, self._control, (svc,))
+                for shard in range(len(self.services)):
+                    self.push(sec + 0.93, self._control, (shard,))
             if (sec - t0) % bi == 5 % bi:
                 self.push(sec + 0.97, self.feed)
             if crash_t is not None and sec >= crash_t:
@@ -408,19 +443,50 @@ class _Sim:
                 self._set(t)
                 fn(*args)
 
-    def _control(self, svc: BudgetService) -> None:
-        idx = self.services.index(svc)
-        if not self._shard_down(idx, self.now):
-            svc.step()
+    def _control(self, shard: int) -> None:
+        if not self._shard_down(shard, self.now):
+            self.services[shard].step()
 
 
 def _mean_expected(c: SimCampaign) -> float:
+    """Expected cost of one won request as the serving path records it, micros."""
     price = c.bid_micros * (c.price_frac[0] + c.price_frac[1]) / 2.0
     if c.bid_type is BidType.CPM:
         return price / 1000.0
     if c.bid_type is BidType.CPC:
         return price * c.pctr
     return price * c.pctr * c.pcvr
+
+
+def _expected_billed(c: SimCampaign) -> float:
+    """Expected billed micros of one won request: its expected cost, for CPM only the
+    rendered share (an unrendered impression bills nothing)."""
+    exp = _mean_expected(c)
+    return exp * RENDER_RATE if c.bid_type is BidType.CPM else exp
+
+
+def potential_micros(eligible: int, c: SimCampaign) -> int:
+    """Spend reachable at p = 1: eligible requests × win probability × expected billed
+    charge per win, micros (from the traffic generated, not from any controller)."""
+    return int(eligible * c.win * _expected_billed(c))
+
+
+def _window_ask(sim: _Sim, tr: _Track, s0: float, s1: float) -> float:
+    """What the budget asks of the simulated part [s0, s1) of the day: the budget times
+    the share of a curve shaped like the campaign's history that falls in it."""
+    c = tr.campaign
+    ds, _ = day_bounds(sim.sc.day, c.time_zone)
+    curve = curve_for_day(tr.sc.history or sim.shape, sim.sc.day, c.time_zone)
+    share = curve.share_at(s1 - ds.timestamp()) - curve.share_at(s0 - ds.timestamp())
+    return c.daily_budget_micros * share
+
+
+def _ledger_day(sim: _Sim, cid: int, d: date) -> tuple[int, int]:
+    """(billed, absorbed) micros of ``cid`` on local day ``d``, read from the ledger."""
+    totals = sim.ledger.day_totals(cid, d, d)
+    if not totals:
+        return 0, 0
+    return totals[0].billed_micros, totals[0].absorbed_micros
 
 
 # -- results -------------------------------------------------------------------------------
@@ -431,26 +497,22 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
     ds, de = day_bounds(d, c.time_zone)
     s0, s1 = max(ds.timestamp(), sim.start.timestamp()), min(de.timestamp(), sim.end.timestamp())
     budget = c.daily_budget_micros
-    billed = tr.billed.get(d, 0)
-    absorbed = tr.absorbed.get(d, 0)
+    billed, absorbed = _ledger_day(sim, c.id, d)
     steps = [s for s in tr.steps if s[5] == d.toordinal()]
     ps = [s[1] for s in steps]
     paced = c.pacing_mode is PacingMode.EVEN
-    if paced:
-        traffic_allows = any(p < 1.0 for p in ps)
-    else:
-        traffic_allows = any(s[2] == BudgetState.EXHAUSTED.value for s in steps)
+    potential = potential_micros(tr.eligible.get(d, 0), tr.sc)
+    ask = _window_ask(sim, tr, s0, s1)
+    traffic_allows = ask > 0 and potential >= TRAFFIC_ALLOWS_MARGIN * ask
     # hourly |cumulative spend share - target|
     ev = sorted((t, b) for t, b in tr.spend_events if ds.timestamp() <= t < de.timestamp())
-    worst = 0.0
-    hours = []
+    worst: float | None = None
+    hours: list[float] = []
     if steps:
         times = [s[0] for s in steps]
         j = 0
         acc = 0
         h = ds.timestamp() + 3600.0
-        import bisect
-
         while h <= s1 + 1e-6:
             if h > s0 + 1.0:
                 while j < len(ev) and ev[j][0] <= h:
@@ -461,7 +523,7 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
                     _, _, _, target, bud, _ = steps[k]
                     err = abs(acc - target) / bud if bud else 0.0
                     hours.append(round(err, 4))
-                    worst = max(worst, err)
+                    worst = err if worst is None else max(worst, err)
             else:
                 while j < len(ev) and ev[j][0] <= h:
                     acc += ev[j][1]
@@ -498,8 +560,11 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
         "billed_micros": billed,
         "billed_above_budget_micros": max(0, billed - budget),
         "absorbed_overspend_micros": absorbed,
-        "absorbed_share": absorbed / budget if budget else 0.0,
-        "delivered_share": billed / budget if budget else 0.0,
+        "absorbed_share": absorbed / budget if budget else None,
+        "delivered_share": billed / budget if budget else None,
+        "eligible_requests": tr.eligible.get(d, 0),
+        "potential_micros": potential,
+        "window_budget_micros": round(ask),
         "traffic_allows": traffic_allows,
         "max_hourly_curve_error": None if worst is None else round(worst, 4),
         "curve_error_note": note,
@@ -560,6 +625,7 @@ def run_simulation(scenario: str, report_path: Path | None = None, plots_dir: Pa
         "crash": None if sim.crashed_at is None else {
             "server": f"sim-{1 % sc.servers}", "at": sim.crashed_at,
             "slices_held": sim.crash_slices},
+        "restart": _restart_result(sim),
         "client_stats": [c.stats for c in sim.clients],
         "campaigns": [_campaign_result(sim, tr) for tr in sim.tracks.values()],
     }
@@ -573,6 +639,20 @@ def run_simulation(scenario: str, report_path: Path | None = None, plots_dir: Pa
     return result
 
 
+def _restart_result(sim: _Sim) -> dict[str, Any] | None:
+    """The shard restart, if any: when, what each of its campaigns had billed then, its
+    serves and absorbed overspend (ledger) on the scenario's day since."""
+    r = sim.restarted
+    if r is None:
+        return None
+    out = dict(r)
+    out["serves_after"] = {cid: sim.tracks[cid].serves - n
+                           for cid, n in r["serves_at_restart"].items()}
+    out["absorbed_micros"] = {cid: _ledger_day(sim, cid, sim.sc.day)[1]
+                              for cid in r["serves_at_restart"]}
+    return out
+
+
 def summary_lines(result: dict[str, Any]) -> list[str]:
     """A human table of a report (what ``adfunnel simulate`` prints)."""
     out = [f"scenario {result['scenario']} ({'short' if result['short'] else 'full day'}, "
@@ -582,9 +662,9 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     for c in result["campaigns"]:
         out.append(
             f"{c['campaign_id']:>4} {c['time_zone']:<18} {c['daily_budget_micros'] / 1e6:>10.2f} "
-            f"{c['delivered_share']:>6.3f} {c['billed_above_budget_micros']:>6} "
-            f"{100 * c['absorbed_share']:>8.4f} {c['traffic_allows']!s:>6} "
-            f"{_opt(c['max_hourly_curve_error'], 3):>6} {c['p_min'] or 0:>7.4f} "
+            f"{_opt(c['delivered_share'], 3):>6} {c['billed_above_budget_micros']:>6} "
+            f"{_opt(_pct(c['absorbed_share']), 4):>8} {c['traffic_allows']!s:>6} "
+            f"{_opt(c['max_hourly_curve_error'], 3):>6} {_opt(c['p_min'], 4):>7} "
             f"{c['max_steps_at_floor']:>5} "
             f"{_opt(c['last_auction_after_exhausted_s'], 1):>6} "
             f"{_opt(c['last_auction_after_pause_s'], 2):>7}")
@@ -592,7 +672,9 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
 
 
 def _opt(v: float | None, digits: int) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
+    """A figure, or "n/a" where it was not measured."""
+    return "n/a" if v is None else f"{v:.{digits}f}"
 
 
-_ = math  # reserved for future metrics
+def _pct(v: float | None) -> float | None:
+    return None if v is None else 100 * v

@@ -64,6 +64,17 @@ class Pause:
 
 
 @dataclass(frozen=True)
+class Restart:
+    """The process of budget shard ``shard`` is replaced by a fresh one at local
+    ``local_hm`` in ``time_zone`` on the scenario's day: no memory of spend, slices,
+    rates or p; it relearns from the billed feed and the servers' reports."""
+
+    shard: int
+    local_hm: tuple[int, int]
+    time_zone: str
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     day: date
@@ -84,6 +95,7 @@ class Scenario:
     change_delay_s: tuple[float, float] = (0.05, 0.5)  # change log -> ad server store
     outages: tuple[tuple[int, datetime, float], ...] = ()  # (shard, start UTC, seconds)
     crash_server_after: datetime | None = None  # kill server 1 once it holds slices after
+    restart: Restart | None = None
     short_window: tuple[datetime, datetime] | None = None
     notes: str = field(default="")
 
@@ -141,6 +153,30 @@ def _evening() -> tuple[float, ...]:
     return tuple(base)
 
 
+def _front_loaded(share: float = 0.9, hour: int = 14) -> tuple[float, ...]:
+    """The iPinYou shape with the hours before ``hour`` scaled so that ``share`` of the
+    day's traffic (and so of a curve shaped like it) comes before ``hour``:00."""
+    s = _shape()
+    before, after = sum(s[:hour]), sum(s[hour:])
+    k = share * after / ((1.0 - share) * before)
+    return tuple(v * k if h < hour else v for h, v in enumerate(s))
+
+
+def _restart_campaigns() -> tuple[SimCampaign, ...]:
+    """Berlin campaigns on shard 0 (even ids) that have spent ~90 % by 14:00 Berlin."""
+    early = _front_loaded()
+    return (
+        SimCampaign(80, "Europe/Berlin", BidType.CPC, 4 * USD, 4_000 * USD, 2.0, pctr=0.05,
+                    history=early),
+        SimCampaign(82, "Europe/Berlin", BidType.CPA, 30 * USD, 3_000 * USD, 2.0, pctr=0.06,
+                    pcvr=0.2, history=early),
+        SimCampaign(84, "Europe/Berlin", BidType.CPM, 300 * USD, 3_000 * USD, 1.04,
+                    pacing=PacingMode.ACCELERATED, history=early),
+        SimCampaign(86, "Europe/Berlin", BidType.CPC, 2 * USD, 20 * USD, 40.0,
+                    price_frac=(1.0, 1.0), pctr=0.05, history=early),
+    )
+
+
 def _small() -> SimCampaign:
     return SimCampaign(20, "Europe/Berlin", BidType.CPC, 2 * USD, 20 * USD, 40.0,
                        price_frac=(1.0, 1.0), pctr=0.05)
@@ -190,7 +226,7 @@ def scenarios() -> dict[str, Scenario]:
             SimCampaign(61, "Europe/Berlin", BidType.CPC, 4 * USD, 300 * USD, 40.0,
                         pacing=PacingMode.ACCELERATED, pctr=0.05),
             *base[:2],
-        ), short_window=(_u(2026, 10, 20, 9, 50), _u(2026, 10, 20, 10, 30)),
+        ), short_window=(_u(2026, 10, 20, 9, 50), _u(2026, 10, 20, 10, 45)),
             notes="campaigns 60 (CPM) and 61 (CPC): accelerated, 40x the traffic their "
                   "budget buys: exhausted within minutes of the window"),
         Scenario("midnight", date(2026, 11, 1), (
@@ -206,5 +242,10 @@ def scenarios() -> dict[str, Scenario]:
             *base[1:3],
         ), short_window=(_u(2026, 10, 21, 1, 45), _u(2026, 10, 21, 2, 20)),
             notes="campaign 41: evening 3x average, 0.2x after 22:00 New York"),
+        Scenario("service-restart", D, (*_restart_campaigns(), b[1], b[5]),
+                 restart=Restart(0, (14, 0), "Europe/Berlin"),
+                 short_window=(_u(2026, 10, 20, 11, 50), _u(2026, 10, 20, 12, 25)),
+                 notes="budget shard 0 (campaigns 80-86, ~90 % of their budgets spent) "
+                       "replaced by a fresh process at 14:00 Berlin"),
     ]
     return {s.name: s for s in out}
