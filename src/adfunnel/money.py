@@ -54,11 +54,44 @@ def ceil_micros(value: float) -> Micros:
 
 
 def cpm_to_impression(cpm_micros: int) -> Micros:
-    """Charge for one impression of a CPM price (micros per thousand), half-up rounded.
+    """One impression of a CPM price (micros per thousand), rounded *down* to whole micros.
 
-    The error is at most half a micro per impression.
+    Never rounds against the advertiser, but drifts by up to one micro per impression;
+    the ledger bills CPM exactly with :func:`bill_per_mille` instead. For callers that
+    keep no carry (the day simulation).
     """
-    return Micros((cpm_micros * 2 + MILLE) // (2 * MILLE))
+    return Micros(cpm_micros // MILLE)
+
+
+def impression_charge_bound(cpm_micros: int) -> Micros:
+    """The most one impression of a CPM price can bill, micros: ceil(price / 1000).
+
+    With the carried fraction (:func:`bill_per_mille`) an impression bills
+    floor((carry + price) / 1000) with carry ≤ 999, so never more than this. Budget
+    estimates (max charge, expected cost) use it: conservative, and never billed.
+    """
+    return Micros(-(-cpm_micros // MILLE))
+
+
+def bill_per_mille(carry_millimicros: int, price_per_mille: int) -> tuple[Micros, int]:
+    """Bill one event of a price per thousand events, carrying the fraction exactly.
+
+    ``carry_millimicros`` (in [0, 999]) is the not-yet-billed fraction of earlier events
+    in thousandths of a micro; ``price_per_mille`` is micros per 1000 events (a CPM
+    price), i.e. the event's exact charge in thousandths of a micro.
+    Returns ``(whole micros due now, new carry)``: due = floor((carry + price) / 1000).
+
+    Invariant over any sequence starting at carry 0: 1000·Σ due + carry = Σ price, so
+    Σ due ≤ exact total < Σ due + 1 micro; no event is ever rounded up.
+
+    Raises:
+        MoneyError: for a carry outside [0, 999] or a negative price.
+    """
+    if not 0 <= carry_millimicros < MILLE:
+        raise MoneyError(f"carry must be in [0, {MILLE - 1}], got {carry_millimicros}")
+    micros(price_per_mille, field="price_per_mille")
+    due, carry = divmod(carry_millimicros + price_per_mille, MILLE)
+    return Micros(due), carry
 
 
 def format_units(amount: int, currency: str = "") -> str:

@@ -36,6 +36,7 @@ def event(
     day: date = DAY,
     billing_type: str = "CPM",
     at: datetime | None = None,
+    per_mille: bool = False,
 ) -> LedgerEvent:
     return LedgerEvent(
         impression_id=impression_id,
@@ -47,6 +48,7 @@ def event(
         charge_micros=charge,
         occurred_at=at or datetime(day.year, day.month, day.day, 12, tzinfo=UTC),
         day=day,
+        charge_per_mille=per_mille,
     )
 
 
@@ -283,6 +285,59 @@ def test_concurrent_counts_are_not_lost(ledger_backend: LedgerBackend) -> None:
     assert ledger_backend.open().counters() == {"invalid_tokens": 160}
 
 
+def test_cpm_price_is_billed_exactly_with_the_fraction_carried(
+    ledger_backend: LedgerBackend,
+) -> None:
+    """CPM 1,500 µ per mille (issue 7 §4): impressions bill 1, 2, 1, 2 … µ, so 1,001
+    impressions bill 1,501 µ (exact 1,501.5), never 2 µ each (2,002 µ)."""
+    ledger = ledger_backend.open()
+    got = [
+        ledger.record(event(f"imp-{k}", charge=1_500, per_mille=True), BIG_BUDGET)
+        for k in range(1_001)
+    ]
+    assert [r.billed_micros for r in got[:4]] == [1, 2, 1, 2]
+    assert all(r.absorbed_micros == 0 for r in got)
+    assert ledger.billed_on(DAY) == {1: 1_501}
+    # a reopened ledger (another process) continues from the carried half micro
+    reopened = ledger_backend.open()
+    assert reopened.record(event("imp-x", charge=1_500, per_mille=True), BIG_BUDGET) == (
+        Recorded(Outcome.BILLED, 2, 0)
+    )
+    assert reopened.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1_002, 0, 1_503, 0)]
+
+
+def test_carry_is_per_campaign_and_day_and_whole_micro_charges_keep_it(
+    ledger_backend: LedgerBackend,
+) -> None:
+    ledger = ledger_backend.open()
+    d2 = DAY + timedelta(days=1)
+    half = {"charge": 500, "per_mille": True}
+    assert ledger.record(event("a", **half), BIG_BUDGET).billed_micros == 0  # type: ignore[arg-type]
+    # other campaigns and days start from their own (zero) carry
+    assert ledger.record(event("b", campaign_id=2, **half), BIG_BUDGET).billed_micros == 0  # type: ignore[arg-type]
+    assert ledger.record(event("c", day=d2, **half), BIG_BUDGET).billed_micros == 0  # type: ignore[arg-type]
+    # a CPC click (whole micros) bills its price and leaves the carry alone
+    ledger.record(event("d", charge=0, billing_type="CPC"), BIG_BUDGET)
+    assert ledger.record(click("d", charge=7), BIG_BUDGET).billed_micros == 7
+    assert ledger.record(event("e", **half), BIG_BUDGET).billed_micros == 1  # type: ignore[arg-type]
+    assert ledger.billed_on(DAY) == {1: 8, 2: 0}
+    assert ledger.billed_on(d2) == {1: 0}
+
+
+def test_carried_charges_above_the_budget_are_absorbed(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    got = [
+        ledger.record(event(f"imp-{k}", charge=1_500, per_mille=True), 4) for k in range(4)
+    ]
+    assert got == [
+        Recorded(Outcome.BILLED, 1, 0),
+        Recorded(Outcome.BILLED, 2, 0),
+        Recorded(Outcome.BILLED, 1, 0),
+        Recorded(Outcome.BILLED, 0, 2),
+    ]
+    assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 4, 0, 4, 2)]
+
+
 # --- properties of the budget split (MemoryLedger, the reference implementation) ---
 
 charges = st.lists(st.integers(0, 5_000_000), max_size=60)
@@ -342,3 +397,15 @@ def test_memory_ledger_totals_match_its_recorded_outcomes(
     assert ledger.stats().rows == len(seen)
     for day, billed in billed_by_day.items():
         assert ledger.billed_on(day) == {1: billed}
+
+
+@settings(max_examples=200, deadline=None)
+@given(prices=st.lists(st.integers(0, 3_000_000), max_size=80))
+def test_per_mille_billing_stays_within_one_micro_of_exact(prices: list[int]) -> None:
+    """Over any number of CPM impressions: Σ billed ≤ Σ price / 1000 < Σ billed + 1."""
+    ledger = MemoryLedger()
+    for k, price in enumerate(prices):
+        got = ledger.record(event(f"imp-{k}", charge=price, per_mille=True), BIG_BUDGET)
+        assert got.billed_micros <= -(-price // 1_000)  # never rounded up
+    billed = ledger.billed_on(DAY).get(1, 0)
+    assert 1_000 * billed <= sum(prices) < 1_000 * (billed + 1)

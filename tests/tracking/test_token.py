@@ -107,12 +107,14 @@ def test_signed_but_invalid_payload_is_malformed() -> None:
         body = b64(msgspec.json.encode(fields))
         return f"{body}.{b64(hmac.new(KEY, body.encode(), hashlib.sha256).digest())}"
 
-    good = [1, "abc", 1, 2, 3, "CPM", "p", NOW, NOW + 10]
+    good = [2, "abc", 1, 2, 3, "CPM", "p", NOW, NOW + 10]
     assert verify(forge(good), KEY, NOW).billing_type == "CPM"
     bad_cases = [
         {"not": "a list"},
         good[:-1],
-        [2, *good[1:]],  # unknown version
+        [3, *good[1:]],  # unknown version
+        [0, *good[1:]],
+        [1, "abc", 1, 2, 2**62, *good[5:]],  # v1 CPM price per mille overflows int64
         [True, *good[1:]],
         [1.0, *good[1:]],
         [1, "", *good[2:]],
@@ -232,3 +234,23 @@ def test_any_claims_round_trip_and_any_edit_fails(c: TokenClaims, where: int) ->
     replacement = "A" if token[i] != "A" else "B"
     with pytest.raises(InvalidToken):
         verify(token[:i] + replacement + token[i + 1 :], KEY, NOW)
+
+
+def test_price_travels_in_the_bids_unit() -> None:
+    """A CPM price is per mille (1,500 µ stays 1,500, not a rounded 2 µ per impression)."""
+    token = sign(claims(price_micros=1_500, billing_type="CPM"), KEY)
+    assert verify(token, KEY, NOW).price_micros == 1_500
+
+
+def test_version_1_tokens_bill_their_per_impression_price() -> None:
+    """Tokens signed before the per-mille price (v1) still verify during a deployment:
+    a CPM charge of 2 µ per impression reads as 2,000 µ per mille; CPC is unchanged."""
+
+    def forge(fields: list[object]) -> str:
+        body = b64(msgspec.json.encode(fields))
+        return f"{body}.{b64(hmac.new(KEY, body.encode(), hashlib.sha256).digest())}"
+
+    cpm = verify(forge([1, "abc", 1, 2, 2, "CPM", "p", NOW, NOW + 10]), KEY, NOW)
+    assert cpm.price_micros == 2_000
+    cpc = verify(forge([1, "abc", 1, 2, 7, "CPC", "p", NOW, NOW + 10]), KEY, NOW)
+    assert cpc.price_micros == 7

@@ -9,21 +9,28 @@ DESIGN.md §The funnel, step 6:
 - slots are filled in position order with the best totals, at most one ad per
   campaign (and per advertiser, by default) per page;
 - GSP price in the bid's unit = (next total − own quality) ÷ own action rate, rounded
-  up to whole micros, capped at the bid and floored at the reserve. The next total
-  of the last winner is the next eligible candidate's, or the reserve.
+  up to whole micros, capped at the bid and floored at the reserve in the bid's unit
+  (CPM: the reserve itself; CPC/CPA: reserve ÷ (1000 × action rate), rounded up in
+  exact rational arithmetic). The next total of the last winner is the next eligible
+  candidate's, or the reserve. The price is what the token carries: a CPM price is
+  billed per impression as price ÷ 1000 with the fraction carried by the ledger, so
+  no charge is rounded against the advertiser.
 
 Worked example (DESIGN.md): A bids $2.00 CPC at 1.5 % with quality +$0.002, B bids
 $3.00 at 0.8 % with quality −$0.001: totals 0.032 vs 0.023, A wins and pays
 (0.023 − 0.002) / 0.015 = $1.40 per click.
 
-Invariants (property-tested): reserve ≤ price ≤ bid for every winner; winners are
-distinct campaigns; a winner's total ≥ the next winner's total.
+Invariants (property-tested): price ≤ bid, and price ≥ reserve in the bid's unit
+wherever that is ≤ bid, for every winner; winners are distinct campaigns; a winner's
+total ≥ the next winner's total.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from adfunnel.campaigns.model import BidType
 from adfunnel.money import MILLE, ceil_micros
@@ -142,13 +149,23 @@ def run_auction(
             rejections.append(Rejection(c.ad_id, c.campaign_id, OUTRANKED))
             continue
         next_total = ranked[i + 1].total if i + 1 < len(ranked) else reserve_imp
-        wins.append(Win(slot_ids[i], c, gsp_price(c, next_total, reserve_imp)))
+        wins.append(Win(slot_ids[i], c, gsp_price(c, next_total, reserve_cpm_micros)))
     return AuctionResult(wins, rejections)
 
 
-def gsp_price(c: Candidate, next_total: float, reserve_per_impression: float) -> int:
+def gsp_price(c: Candidate, next_total: float, reserve_cpm_micros: int) -> int:
     """Price in ``c``'s bid unit: (next total − own quality) ÷ action rate, in [reserve, bid]."""
-    rate = c.action_rate
-    raw = max(0.0, (next_total - c.quality_micros) / rate)
-    floor = reserve_in_unit(reserve_per_impression, c)
-    return min(c.bid_micros, max(ceil_micros(raw), ceil_micros(floor)))
+    raw = max(0.0, (next_total - c.quality_micros) / c.action_rate)
+    return min(c.bid_micros, max(ceil_micros(raw), reserve_price(reserve_cpm_micros, c)))
+
+
+def reserve_price(reserve_cpm_micros: int, c: Candidate) -> int:
+    """The reserve in ``c``'s bid unit, whole micros rounded up, computed exactly.
+
+    CPM: the reserve (micros per mille) itself; CPC/CPA: ceil(reserve ÷ (1000 × action
+    rate)) in rational arithmetic, so a price at this floor is never below the reserve.
+    ``c.action_rate`` must be > 0.
+    """
+    if c.bid_type is BidType.CPM:
+        return reserve_cpm_micros
+    return math.ceil(Fraction(reserve_cpm_micros) / (MILLE * Fraction(c.action_rate)))

@@ -147,10 +147,11 @@ def _ctr(clicks: int, impressions: int) -> float:
 
 
 def _ecpm(billed_micros: int, impressions: int) -> int:
-    """Billed micros per 1000 impressions, rounded half up; 0 without impressions."""
+    """Billed micros per 1000 impressions, rounded down (so never above the CPM price
+    billed, hence the bid); 0 without impressions."""
     if not impressions:
         return 0
-    return (billed_micros * 1000 * 2 + impressions) // (2 * impressions)
+    return billed_micros * 1000 // impressions
 
 
 def make_advertiser_router(

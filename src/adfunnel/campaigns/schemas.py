@@ -263,7 +263,7 @@ class ReportOut(BaseModel):
     """Ledger totals of one campaign over local days ``from``..``to`` inclusive.
 
     ``ctr`` = clicks / impressions (0 without impressions); ``ecpm_micros`` = billed
-    micros per 1000 impressions, rounded half up (0 without impressions).
+    micros per 1000 impressions, rounded down (0 without impressions).
     """
 
     model_config = ConfigDict(populate_by_name=True)

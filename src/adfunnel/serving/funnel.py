@@ -23,7 +23,7 @@ from adfunnel.campaigns.model import (
 )
 from adfunnel.campaigns.schedule import in_daypart, in_flight, local_day
 from adfunnel.clock import Clock, monotonic_ms
-from adfunnel.money import cpm_to_impression, round_micros
+from adfunnel.money import impression_charge_bound, round_micros
 from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog
@@ -50,7 +50,7 @@ class Placed:
     win: Win
     ad: Ad
     campaign: Campaign
-    charge_micros: int  # the billable event's charge (per impression / click / conversion)
+    charge_micros: int  # most the billable event can bill (CPM impression: price/1000 rounded up)
     token: str
 
 
@@ -193,13 +193,15 @@ class Decider:
 
     def _place(self, win: Win, ad: Ad, c: Campaign, placement: str, now: datetime) -> Placed:
         price = win.price_micros
-        charge = cpm_to_impression(price) if c.bid_type is BidType.CPM else price
+        # the most this serve can bill per event (budget side: a bound, rounded up);
+        # the token carries the exact price in the bid's unit for the ledger
+        charge = impression_charge_bound(price) if c.bid_type is BidType.CPM else price
         issued = int(now.timestamp())
         claims = TokenClaims(
             impression_id=new_impression_id(),
             ad_id=ad.id,
             campaign_id=c.id,
-            price_micros=charge,
+            price_micros=price,
             billing_type=c.bid_type.value,
             placement=placement,
             issued_at=issued,
@@ -224,8 +226,9 @@ def expected_cost(cand: Candidate, charge: int) -> int:
 
 
 def max_charge(c: Campaign) -> int:
-    """The most one billable event of ``c`` can cost, micros (its bid, per event)."""
-    return cpm_to_impression(c.bid_micros) if c.bid_type is BidType.CPM else c.bid_micros
+    """The most one billable event of ``c`` can cost, micros (its bid per event; a CPM
+    impression rounded up — a bound for budgets, never what is billed)."""
+    return impression_charge_bound(c.bid_micros) if c.bid_type is BidType.CPM else c.bid_micros
 
 
 def _reserve(req: SelectRequest, slot: SlotIn) -> int:

@@ -6,6 +6,9 @@ Wire format (URL-safe, no padding, at most :data:`MAX_TOKEN_CHARS` characters)::
 
 ``payload`` is a compact JSON array (msgspec): ``[version, impression_id, ad_id,
 campaign_id, price_micros, billing_type, placement, issued_at, expires_at]``.
+Version 2 carries the price in the bid's unit (CPM: micros per thousand impressions,
+so the ledger can bill it exactly); version 1 tokens (price per impression, whole
+micros) still verify during a deployment and are read as that price × 1000 per mille.
 The MAC covers the base64url text of the payload exactly as sent, and both parts
 must be the canonical base64url encoding of their bytes, so no two different
 strings verify as the same token.
@@ -23,7 +26,7 @@ import hashlib
 import hmac
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import msgspec
@@ -37,7 +40,9 @@ MAX_IMPRESSION_ID_CHARS = 64
 #: Longest placement name (the ledger column is 200 characters).
 MAX_PLACEMENT_CHARS = 200
 
-_VERSION = 1
+_VERSION = 2
+#: Version 1 priced a CPM impression in whole micros (price per impression).
+_VERSION_PER_IMPRESSION = 1
 _MAC_BYTES = hashlib.sha256().digest_size
 _INT64_MAX = 2**63 - 1
 _B64URL = re.compile(r"[A-Za-z0-9_-]+")
@@ -59,8 +64,9 @@ class InvalidToken(Exception):
 class TokenClaims:
     """What the ad server vouches for when it serves one ad.
 
-    ``price_micros`` is the charge of the billable event in integer micros: per
-    impression for CPM, per click for CPC (and per action for CPA).
+    ``price_micros`` is the auction price in the bid's unit, integer micros: per
+    thousand impressions for CPM (one impression bills it ÷ 1000 with the fraction
+    carried by the ledger), per click for CPC, per conversion for CPA.
     ``issued_at`` and ``expires_at`` are unix seconds; the token is valid while
     ``now < expires_at``.
 
@@ -203,9 +209,13 @@ def _decode_claims(payload: bytes) -> TokenClaims:
         raise InvalidToken("malformed") from None
     if not isinstance(fields, list) or len(fields) != 9:
         raise InvalidToken("malformed")
-    if type(fields[0]) is not int or fields[0] != _VERSION:
+    version = fields[0]
+    if type(version) is not int or version not in (_VERSION, _VERSION_PER_IMPRESSION):
         raise InvalidToken("malformed")
     try:
-        return TokenClaims(*fields[1:])
+        claims = TokenClaims(*fields[1:])
+        if version == _VERSION_PER_IMPRESSION and claims.billing_type == "CPM":
+            claims = replace(claims, price_micros=claims.price_micros * 1000)
+        return claims
     except (ValueError, TypeError):
         raise InvalidToken("malformed") from None

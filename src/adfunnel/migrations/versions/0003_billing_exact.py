@@ -1,4 +1,10 @@
-"""Billing: CPM fraction carry and lifetime budget spend (filled in by the money work).
+"""Billing: CPM charges billed exactly (fraction carried per campaign-day).
+
+``ledger.charge_millimicros``: each row's exact charge in thousandths of a micro (a
+CPM price per mille as the token carried it); ``charge_micros`` stays the whole micros
+the row made due. ``campaign_day_spend.carry_millimicros``: the not yet billed
+fraction of the day's per-mille charges. Existing rows were billed in whole micros:
+their exact charge is ``charge_micros × 1000`` and their carry 0.
 
 Revision ID: 0003
 Revises: 0002
@@ -9,6 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+from alembic import op
+
 revision: str = "0003"
 down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
@@ -16,8 +25,19 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    pass
+    with op.batch_alter_table("ledger") as batch:
+        batch.add_column(
+            sa.Column("charge_millimicros", sa.BigInteger(), nullable=False, server_default="0")
+        )
+    op.execute("UPDATE ledger SET charge_millimicros = charge_micros * 1000")
+    with op.batch_alter_table("campaign_day_spend") as batch:
+        batch.add_column(
+            sa.Column("carry_millimicros", sa.BigInteger(), nullable=False, server_default="0")
+        )
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table("campaign_day_spend") as batch:
+        batch.drop_column("carry_millimicros")
+    with op.batch_alter_table("ledger") as batch:
+        batch.drop_column("charge_millimicros")
