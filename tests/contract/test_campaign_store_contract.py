@@ -31,10 +31,13 @@ from adfunnel.campaigns.model import (
     ChangeRecord,
     Daypart,
     FrequencyCap,
+    HouseAd,
     Objective,
+    Placement,
     ReviewState,
 )
 from adfunnel.campaigns.store import (
+    AlreadyExists,
     InvalidChange,
     NotFound,
     SqlCampaignStore,
@@ -408,3 +411,146 @@ def test_concurrent_writers_lose_no_update(backend: StoreBackend) -> None:
     assert final.version == writes
     log = [c for c in first.changes_since(0, limit=1000) if c.entity == "campaign"]
     assert [c.version for c in log] == list(range(1, writes + 1))  # seq order = commit order
+
+
+# --- placements and ad quality (operator settings) ------------------------------------
+
+HOUSE = HouseAd("house/feed.png", "https://operator.test/app?x=1%202", "banner", 300, 250)
+
+
+def new_placement(
+    store: SqlCampaignStore, placement_id: str = "feed-top", **over: object
+) -> Placement:
+    values: dict[str, object] = {
+        "id": placement_id,
+        "name": "Feed, top",
+        "reserve_cpm_micros": 500_000,
+        "country_reserves_cpm_micros": {"US": 2_000_000, "DE": 1_000_000},
+        "allowed_sizes": ("300x250", "728x90"),
+        "allowed_formats": ("banner",),
+        "house_ad": HOUSE,
+    }
+    values.update(over)
+    return store.create_placement(**values)  # type: ignore[arg-type]
+
+
+def test_placement_writes_bump_version_and_log_the_whole_record(store: SqlCampaignStore) -> None:
+    p1 = new_placement(store)
+    assert p1.version == 1 and p1.country_reserves_cpm_micros == {"DE": 1_000_000, "US": 2_000_000}
+    assert store.get_placement("feed-top") == p1
+    p2 = store.update_placement("feed-top", {"reserve_cpm_micros": 700_000}, expected_version=1)
+    p3 = store.update_placement("feed-top", {"house_ad": None}, expected_version=None)
+    assert (p2.version, p3.version) == (2, 3)
+    assert p3.house_ad is None and p3.reserve_cpm_micros == 700_000
+    assert store.get_placement("feed-top") == p3
+
+    changes = store.changes_since(0)
+    assert [(c.entity, c.version) for c in changes] == [("placement", v) for v in (1, 2, 3)]
+    assert [c.record for c in changes] == [p1, p2, p3]
+    assert len({c.entity_id for c in changes}) == 1  # one placement, one log key
+
+    before = log_count(store)
+    with pytest.raises(VersionConflict) as err:
+        store.update_placement("feed-top", {"name": "late"}, expected_version=2)
+    assert (err.value.expected, err.value.current) == (2, 3)
+    assert store.get_placement("feed-top") == p3 and log_count(store) == before
+
+
+def test_placement_id_is_unique_and_chosen_by_the_operator(backend: StoreBackend) -> None:
+    store = backend.open()
+    first = new_placement(store, "feed-top")
+    with pytest.raises(AlreadyExists):
+        new_placement(backend.open(), "feed-top", name="another")
+    assert log_count(store) == 1
+    second = new_placement(store, "article.end:2", house_ad=None, allowed_sizes=())
+    other = backend.open()  # another process
+    assert other.list_placements() == [second, first]  # by id
+    assert other.get_placement("feed-top") == first
+
+
+def test_missing_placements_raise_not_found(store: SqlCampaignStore) -> None:
+    for call in (
+        lambda: store.get_placement("nope"),
+        lambda: store.get_placement("bad/id"),
+        lambda: store.update_placement("nope", {"name": "x"}),
+    ):
+        with pytest.raises(NotFound):
+            call()
+    assert log_count(store) == 0
+
+
+@pytest.mark.parametrize(
+    ("over", "field_name"),
+    [
+        ({"id": "feed/top"}, "id"),
+        ({"id": ""}, "id"),
+        ({"id": "x" * 201}, "id"),
+        ({"name": " "}, "name"),
+        ({"reserve_cpm_micros": -1}, "reserve_cpm_micros"),
+        ({"reserve_cpm_micros": 1.5}, "reserve_cpm_micros"),
+        ({"reserve_cpm_micros": 10**12 + 1}, "reserve_cpm_micros"),
+        ({"country_reserves_cpm_micros": {"UK": 1}}, "country_reserves_cpm_micros.UK"),
+        ({"country_reserves_cpm_micros": {"us": 1}}, "country_reserves_cpm_micros.us"),
+        ({"country_reserves_cpm_micros": {"USA": 1}}, "country_reserves_cpm_micros.USA"),
+        ({"country_reserves_cpm_micros": {"FR": -5}}, "country_reserves_cpm_micros.FR"),
+        ({"allowed_sizes": ("300x",)}, "allowed_sizes[0]"),
+        ({"allowed_sizes": ("300x250", "0x50")}, "allowed_sizes[1]"),
+        ({"allowed_sizes": ("300x250", "300x250")}, "allowed_sizes"),
+        ({"allowed_formats": ("",)}, "allowed_formats[0]"),
+        ({"allowed_sizes": ("728x90",)}, "house_ad"),
+        ({"allowed_formats": ("native",)}, "house_ad.format"),
+        ({"house_ad": HouseAd("h", "javascript:alert(1)", "banner", 300, 250)},
+         "house_ad.landing_url"),
+        ({"house_ad": HouseAd("h", "https://o.test/", "banner", 0, 250)}, "house_ad.width"),
+        ({"house_ad": {"creative_ref": "h"}}, "house_ad"),
+    ],
+)
+def test_invalid_placements_are_refused_without_a_write(
+    store: SqlCampaignStore, over: dict[str, object], field_name: str
+) -> None:
+    with pytest.raises(InvalidChange) as err:
+        new_placement(store, **over)
+    assert err.value.field == field_name
+    assert log_count(store) == 0
+
+
+def test_invalid_placement_updates_change_nothing(store: SqlCampaignStore) -> None:
+    p = new_placement(store)
+    for changes, field_name in [
+        ({"id": "other"}, "id"),
+        ({"colour": "red"}, "colour"),
+        ({"allowed_sizes": ("728x90",)}, "house_ad"),  # would strand the house ad
+        ({"country_reserves_cpm_micros": {"ZZ": 1}}, "country_reserves_cpm_micros.ZZ"),
+    ]:
+        with pytest.raises(InvalidChange) as err:
+            store.update_placement(p.id, changes, expected_version=1)
+        assert err.value.field == field_name
+    assert store.get_placement(p.id) == p and log_count(store) == 1
+
+
+def test_placement_round_trips_through_payload_and_snapshot(store: SqlCampaignStore) -> None:
+    p = new_placement(store, name="Ünïcode feed", house_ad=HouseAd(
+        "h/ü.png", "https://bücher.example/straße?q=größe", "banner", 728, 90))
+    assert codec.from_payload("placement", codec.dumps_payload(p)) == p
+    assert store.changes_since(0)[-1].record == p
+    advertisers, campaigns, ads, last = store.snapshot()  # the advertiser side only
+    assert (advertisers, campaigns, ads) == ([], [], []) and last == 1
+    assert store.list_placements() == [p]
+
+
+def test_ad_quality_is_stored_signed_and_bounded(store: SqlCampaignStore) -> None:
+    camp = new_campaign(store, store.create_advertiser("Acme").id)
+    ad = new_ad(store, camp.id)
+    assert ad.quality_micros == 0
+    worse = store.update_ad(ad.id, {"quality_micros": -1_000}, expected_version=1)
+    assert store.get_ad(ad.id) == worse and worse.quality_micros == -1_000
+    assert store.changes_since(0)[-1].record == worse
+    better = store.create_ad(campaign_id=camp.id, landing_url=URL, creative_ref="c",
+                             format="banner", width=1, height=1, quality_micros=2_000)
+    assert store.get_ad(better.id).quality_micros == 2_000
+    before = log_count(store)
+    for bad in (10**9 + 1, -(10**9) - 1, 0.5, True, "3"):
+        with pytest.raises(InvalidChange) as err:
+            store.update_ad(ad.id, {"quality_micros": bad})
+        assert err.value.field == "quality_micros"
+    assert log_count(store) == before and store.get_ad(ad.id) == worse

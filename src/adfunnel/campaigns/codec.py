@@ -1,13 +1,15 @@
 """Conversions of advertiser-side records to and from their stored and logged forms.
 
-Three forms of one record (:class:`Advertiser`, :class:`Campaign`, :class:`Ad`):
+Three forms of one record (:class:`Advertiser`, :class:`Campaign`, :class:`Ad`,
+:class:`Placement`):
 
 - the domain dataclass (``adfunnel.campaigns.model``);
 - a *payload*: a JSON-safe dict (dates as ``YYYY-MM-DD``, enums as their values,
-  dayparts and caps as lists of objects, targeting as its canonical *text*), which
+  dayparts and caps as lists of objects, targeting as its canonical *text*, a
+  placement's country reserves as an object and its house ad as an object or null), which
   the change log stores as JSON text and ad servers decode with :func:`from_payload`;
-- a *row*: the column values of ``adfunnel.campaigns.tables`` (dates as ``date``,
-  dayparts and caps as JSON text).
+- a *row*: the column values of ``adfunnel.campaigns.tables`` (dates as ``date``;
+  dayparts, caps and a placement's reserves, sizes, formats and house ad as JSON text).
 
 Money stays integer micros in every form. Targeting and landing URLs are strings
 carried unchanged, so every form round-trips byte-identically.
@@ -32,18 +34,21 @@ from adfunnel.campaigns.model import (
     CapWindow,
     Daypart,
     FrequencyCap,
+    HouseAd,
     Objective,
     PacingMode,
+    Placement,
     ReviewState,
 )
 
-Record = Advertiser | Campaign | Ad
+Record = Advertiser | Campaign | Ad | Placement
 
 #: Entity name (as in ``ChangeRecord.entity`` and ``change_log.entity``) -> record class.
-ENTITY_TYPES: dict[str, type[Advertiser] | type[Campaign] | type[Ad]] = {
+ENTITY_TYPES: dict[str, type[Advertiser] | type[Campaign] | type[Ad] | type[Placement]] = {
     "advertiser": Advertiser,
     "campaign": Campaign,
     "ad": Ad,
+    "placement": Placement,
 }
 
 _ENUMS: dict[str, dict[str, type]] = {
@@ -55,12 +60,18 @@ _ENUMS: dict[str, dict[str, type]] = {
     },
     "ad": {"review_state": ReviewState, "status": AdStatus},
     "advertiser": {},
+    "placement": {},
 }
 _DATES = ("flight_start", "flight_end")
+#: Fields stored as JSON text in their column.
+_JSON_COLUMNS = frozenset({
+    "dayparts", "frequency_caps",
+    "country_reserves_cpm_micros", "allowed_sizes", "allowed_formats", "house_ad",
+})
 
 
 def entity_of(record: Record) -> str:
-    """The entity name of ``record``: ``advertiser``, ``campaign`` or ``ad``.
+    """The entity name of ``record``: ``advertiser``, ``campaign``, ``ad`` or ``placement``.
 
     Raises:
         TypeError: not an advertiser-side record.
@@ -115,13 +126,16 @@ def from_payload(entity: str, payload: Mapping[str, Any] | str) -> Record:
 def to_row(entity: str, values: Mapping[str, Any]) -> dict[str, Any]:
     """Column values for (some of) ``entity``'s fields; ``id`` is left to the caller.
 
-    Enums become their values, dayparts and caps JSON text; dates, strings and
-    integers are kept as they are.
+    Enums become their values, the ``_JSON_COLUMNS`` fields JSON text (a missing
+    house ad stays NULL); dates, strings and integers are kept as they are.
     """
     row: dict[str, Any] = {}
     for name, value in values.items():
-        if name in ("dayparts", "frequency_caps"):
-            row[name] = json.dumps(_plain(tuple(value)), separators=(",", ":"))
+        if name in _JSON_COLUMNS:
+            plain = _plain(tuple(value) if isinstance(value, list) else value)
+            row[name] = None if plain is None else json.dumps(
+                plain, ensure_ascii=False, separators=(",", ":")
+            )
         else:
             row[name] = _plain(value) if not isinstance(value, date) else value
     return row
@@ -130,7 +144,7 @@ def to_row(entity: str, values: Mapping[str, Any]) -> dict[str, Any]:
 def from_row(entity: str, row: Mapping[str, Any]) -> Record:
     """The record held in one table row (extra columns such as ``updated_at`` ignored)."""
     kwargs = {name: row[name] for name in field_names(entity)}
-    for name in ("dayparts", "frequency_caps"):
+    for name in _JSON_COLUMNS:
         if isinstance(kwargs.get(name), str):
             kwargs[name] = json.loads(kwargs[name])
     return ENTITY_TYPES[entity](**coerce_fields(entity, kwargs))
@@ -165,6 +179,22 @@ def coerce_fields(entity: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             else FrequencyCap(c["count"], CapWindow(c["window"]), CapLevel(c["level"]))
             for c in kwargs["frequency_caps"] or ()
         )
+    return _coerce_placement(kwargs)
+
+
+def _coerce_placement(kwargs: dict[str, Any]) -> dict[str, Any]:
+    for name in ("allowed_sizes", "allowed_formats"):
+        if name in kwargs:
+            kwargs[name] = tuple(kwargs[name] or ())
+    if "country_reserves_cpm_micros" in kwargs:  # a copy, in code order
+        given = kwargs["country_reserves_cpm_micros"] or {}
+        kwargs["country_reserves_cpm_micros"] = {k: given[k] for k in sorted(given)}
+    house = kwargs.get("house_ad")
+    if house is not None and not isinstance(house, HouseAd):
+        kwargs["house_ad"] = HouseAd(
+            house["creative_ref"], house["landing_url"], house["format"],
+            house["width"], house["height"],
+        )
     return kwargs
 
 
@@ -178,6 +208,10 @@ def _plain(value: Any) -> Any:
         }
     if isinstance(value, FrequencyCap):
         return {"count": value.count, "window": str(value.window), "level": str(value.level)}
+    if isinstance(value, HouseAd):
+        return {name: getattr(value, name) for name in HouseAd.__dataclass_fields__}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     if isinstance(value, date):

@@ -1,4 +1,5 @@
-"""Domain records of the advertiser side: advertiser, campaign, ad.
+"""Domain records of the advertiser side (advertiser, campaign, ad) and the operator's
+placements.
 
 These are immutable values shared by every plane: the store returns them, the
 change log carries them, ad servers hold them in memory. Money is integer micros
@@ -7,6 +8,7 @@ of the deployment's currency (``adfunnel.money``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from enum import StrEnum
@@ -119,7 +121,9 @@ class Campaign:
 class Ad:
     """One creative of a campaign. Only ``approved`` and ``active`` ads serve.
 
-    ``landing_url`` is http(s) and stored byte-for-byte as given.
+    ``landing_url`` is http(s) and stored byte-for-byte as given. ``quality_micros``
+    is the operator's adjustment of the ad's total value, micros per impression
+    (positive or negative, DESIGN.md §The funnel step 6); advertisers cannot set it.
     """
 
     id: int
@@ -131,7 +135,63 @@ class Ad:
     height: int
     review_state: ReviewState = ReviewState.APPROVED
     status: AdStatus = AdStatus.ACTIVE
+    quality_micros: int = 0
     version: int = 1
+
+
+#: Campaign and ad id carried by a house ad's token: no stored record has id 0, and the
+#: tracker never bills it.
+HOUSE_ID = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HouseAd:
+    """The operator's own creative of a placement.
+
+    Served at price 0 in a slot no paid ad fills (when it has the slot's format and
+    size), flagged as house, never billed and never counted toward any budget.
+    """
+
+    creative_ref: str
+    landing_url: str
+    format: str
+    width: int
+    height: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where ads appear, as the operator configures it; ``id`` is the ``placement.id``
+    of ad requests.
+
+    Reserves are micros per thousand impressions: a request from a country listed in
+    ``country_reserves_cpm_micros`` (ISO 3166-1 alpha-2, upper case) gets that reserve,
+    any other the default ``reserve_cpm_micros``; the auction applies the higher of it
+    and the request's own. Empty ``allowed_sizes`` (``"WIDTHxHEIGHT"``) or
+    ``allowed_formats`` allow every size or format. The mapping is never mutated.
+    """
+
+    id: str
+    name: str
+    reserve_cpm_micros: int = 0
+    country_reserves_cpm_micros: dict[str, int] = field(default_factory=dict)
+    allowed_sizes: tuple[str, ...] = ()
+    allowed_formats: tuple[str, ...] = ()
+    house_ad: HouseAd | None = None
+    version: int = 1
+
+    def reserve_for(self, countries: Iterable[str]) -> int:
+        """The configured reserve (micros per mille) for a request from ``countries``
+        (upper-case codes; several: the highest applies, none listed: the default)."""
+        listed = [self.country_reserves_cpm_micros[c] for c in countries
+                  if c in self.country_reserves_cpm_micros]
+        return max(listed) if listed else self.reserve_cpm_micros
+
+    def size_allowed(self, width: int, height: int) -> bool:
+        return not self.allowed_sizes or f"{width}x{height}" in self.allowed_sizes
+
+    def format_allowed(self, format: str) -> bool:
+        return not self.allowed_formats or format in self.allowed_formats
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +199,13 @@ class ChangeRecord:
     """One committed write, in commit order (``seq``), carrying the whole new record.
 
     Consumers apply a record only if its ``version`` is newer than what they hold,
-    so duplicates and reordering are harmless.
+    so duplicates and reordering are harmless. ``entity_id`` is the record's id; for a
+    placement (whose id is a string) it is the placements table's integer ``row_id``.
     """
 
     seq: int
-    entity: str  # "advertiser" | "campaign" | "ad"
+    entity: str  # "advertiser" | "campaign" | "ad" | "placement"
     entity_id: int
     version: int
-    record: Advertiser | Campaign | Ad
+    record: Advertiser | Campaign | Ad | Placement
     committed_at: datetime = field(compare=False)

@@ -1,4 +1,5 @@
-"""The campaign store: advertisers, campaigns and ads, versioned, with a change log.
+"""The campaign store: advertisers, campaigns, ads and the operator's placements,
+versioned, with a change log.
 
 Every write runs in one transaction that (1) bumps the record's ``version`` by one
 (new records start at 1) and (2) appends one ``change_log`` row carrying the whole
@@ -15,14 +16,19 @@ serialisation costs nothing that matters.
 
 The store checks domain invariants (money is non-negative integer micros, bids are
 positive, a known IANA time zone, ``flight_end >= flight_start``, hours in range,
-http(s) landing URLs, positive ad sizes) and raises :class:`InvalidChange`; it does
-not parse targeting — callers pass the canonical text (``adfunnel.targeting.dump_expr``).
+http(s) landing URLs, positive ad sizes, bounded ad quality, placement reserves and
+ISO 3166-1 country codes) and raises :class:`InvalidChange`; it does not parse
+targeting — callers pass the canonical text (``adfunnel.targeting.dump_expr``).
+
+Placements are keyed by the string id ad requests carry; their change-log rows are
+filed under the table's integer ``row_id`` (``change_log.entity_id`` is an integer).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -31,7 +37,9 @@ from datetime import UTC, date, datetime
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+import pycountry
 from sqlalchemy import Connection, Engine, func, insert, select, text, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import StaticPool
 
 from adfunnel.campaigns import codec
@@ -45,19 +53,23 @@ from adfunnel.campaigns.model import (
     ChangeRecord,
     Daypart,
     FrequencyCap,
+    HouseAd,
     Objective,
     PacingMode,
+    Placement,
     ReviewState,
 )
 from adfunnel.campaigns.schedule import is_valid_zone
-from adfunnel.campaigns.tables import ads, advertisers, campaigns, change_log
+from adfunnel.campaigns.tables import ads, advertisers, campaigns, change_log, placements
 from adfunnel.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", Advertiser, Campaign, Ad)
 
-_TABLES = {"advertiser": advertisers, "campaign": campaigns, "ad": ads}
+_TABLES = {"advertiser": advertisers, "campaign": campaigns, "ad": ads, "placement": placements}
+#: The advertiser-side entities of :meth:`SqlCampaignStore.snapshot`.
+_ADVERTISER_SIDE = ("advertiser", "campaign", "ad")
 #: Fields no update may change (identity, ownership, the version itself).
 _FIXED = frozenset({"id", "version", "advertiser_id", "campaign_id"})
 #: Arbitrary constant key of the PostgreSQL advisory lock serialising store writes.
@@ -65,6 +77,15 @@ _PG_WRITE_LOCK = 0x0ADF0C4A
 #: Largest page ``changes_since`` returns.
 MAX_CHANGES_PAGE = 10_000
 MAX_URL_LENGTH = 2048
+#: Largest |quality| of an ad, micros per impression (1,000 units of money).
+MAX_QUALITY_MICROS = 10**9
+#: Largest reserve, micros per mille (the bound ad requests have too).
+MAX_RESERVE_CPM_MICROS = 10**12
+#: A placement id: what ad requests send as ``placement.id``, safe in a URL path.
+PLACEMENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
+#: An allowed size, ``WIDTHxHEIGHT`` in pixels.
+SIZE = re.compile(r"[1-9][0-9]{0,4}x[1-9][0-9]{0,4}")
+MAX_ALLOWED = 100
 
 
 #: PostgreSQL NOTIFY channel carrying the seq of each committed change.
@@ -78,7 +99,7 @@ class StoreError(Exception):
 class NotFound(StoreError, LookupError):
     """No ``entity`` with id ``entity_id`` (HTTP 404)."""
 
-    def __init__(self, entity: str, entity_id: int) -> None:
+    def __init__(self, entity: str, entity_id: int | str) -> None:
         super().__init__(f"no {entity} with id {entity_id}")
         self.entity = entity
         self.entity_id = entity_id
@@ -95,6 +116,15 @@ class VersionConflict(StoreError):
         self.entity_id = entity_id
         self.expected = expected
         self.current = current
+
+
+class AlreadyExists(StoreError):
+    """A record with this caller-chosen id exists already (HTTP 409)."""
+
+    def __init__(self, entity: str, entity_id: str) -> None:
+        super().__init__(f"{entity} {entity_id!r} already exists")
+        self.entity = entity
+        self.entity_id = entity_id
 
 
 class InvalidChange(StoreError, ValueError):
@@ -171,6 +201,26 @@ class CampaignStore(Protocol):
     def update_ad(
         self, ad_id: int, changes: Mapping[str, Any], expected_version: int | None = None
     ) -> Ad: ...
+
+    def create_placement(
+        self,
+        *,
+        id: str,
+        name: str,
+        reserve_cpm_micros: int = 0,
+        country_reserves_cpm_micros: Mapping[str, int] | None = None,
+        allowed_sizes: tuple[str, ...] = (),
+        allowed_formats: tuple[str, ...] = (),
+        house_ad: HouseAd | None = None,
+    ) -> Placement: ...
+
+    def get_placement(self, placement_id: str) -> Placement: ...
+
+    def list_placements(self) -> list[Placement]: ...
+
+    def update_placement(
+        self, placement_id: str, changes: Mapping[str, Any], expected_version: int | None = None
+    ) -> Placement: ...
 
     def changes_since(self, seq: int, limit: int = 1000) -> list[ChangeRecord]: ...
 
@@ -295,12 +345,16 @@ class SqlCampaignStore:
         height: int,
         review_state: ReviewState | str = ReviewState.APPROVED,
         status: AdStatus | str = AdStatus.ACTIVE,
+        quality_micros: int = 0,
     ) -> Ad:
         """Create an ad of a campaign (version 1); ``landing_url`` is kept byte-for-byte.
 
+        ``quality_micros`` is the operator's quality, micros per impression (may be < 0).
+
         Raises:
             NotFound: no such campaign.
-            InvalidChange: a non-http(s) URL, a size <= 0, an unknown state.
+            InvalidChange: a non-http(s) URL, a size <= 0, an unknown state, a quality
+                beyond ±MAX_QUALITY_MICROS.
         """
         values = {k: v for k, v in locals().items() if k != "self"}
         return self._create("ad", values, parent=("campaign", campaign_id))
@@ -322,6 +376,51 @@ class SqlCampaignStore:
             NotFound, VersionConflict, InvalidChange: as for :meth:`update_campaign`.
         """
         return self._update("ad", ad_id, changes, expected_version)
+
+    # --- placements ------------------------------------------------------------------
+
+    def create_placement(
+        self,
+        *,
+        id: str,
+        name: str,
+        reserve_cpm_micros: int = 0,
+        country_reserves_cpm_micros: Mapping[str, int] | None = None,
+        allowed_sizes: tuple[str, ...] = (),
+        allowed_formats: tuple[str, ...] = (),
+        house_ad: HouseAd | None = None,
+    ) -> Placement:
+        """Create a placement (version 1). Reserves are micros per mille; country codes
+        ISO 3166-1 alpha-2 in upper case; sizes ``WIDTHxHEIGHT``.
+
+        Raises:
+            AlreadyExists: a placement with this id exists.
+            InvalidChange: a malformed id, a reserve outside 0..MAX_RESERVE_CPM_MICROS,
+                an unknown country code, a malformed or duplicate size or format, a house
+                ad that is invalid or not of an allowed size and format.
+        """
+        values = {k: v for k, v in locals().items() if k != "self"}
+        values["country_reserves_cpm_micros"] = dict(country_reserves_cpm_micros or {})
+        return self._create("placement", values)
+
+    def get_placement(self, placement_id: str) -> Placement:
+        """Raises: NotFound."""
+        return self._get("placement", placement_id)
+
+    def list_placements(self) -> list[Placement]:
+        """Every placement, by id."""
+        return self._list("placement")
+
+    def update_placement(
+        self, placement_id: str, changes: Mapping[str, Any], expected_version: int | None = None
+    ) -> Placement:
+        """Apply ``changes`` to a placement and bump its version (``house_ad=None`` removes
+        the house ad).
+
+        Raises:
+            NotFound, VersionConflict, InvalidChange: as for :meth:`update_campaign`.
+        """
+        return self._update("placement", placement_id, changes, expected_version)
 
     # --- change log ----------------------------------------------------------------
 
@@ -361,7 +460,7 @@ class SqlCampaignStore:
                     codec.from_row(e, r)
                     for r in conn.execute(select(t).order_by(t.c.id)).mappings()
                 ]
-                for e, t in _TABLES.items()
+                for e, t in _TABLES.items() if e in _ADVERTISER_SIDE
             }
         return found["advertiser"], found["campaign"], found["ad"], last
 
@@ -383,8 +482,8 @@ class SqlCampaignStore:
 
     # --- internals -----------------------------------------------------------------
 
-    def _get(self, entity: str, entity_id: int) -> Any:
-        if not _storable_id(entity_id):
+    def _get(self, entity: str, entity_id: int | str) -> Any:
+        if not _storable_key(entity, entity_id):
             raise NotFound(entity, entity_id)
         table = _TABLES[entity]
         with self._connect() as conn:
@@ -405,7 +504,7 @@ class SqlCampaignStore:
         self, entity: str, values: dict[str, Any], parent: tuple[str, int] | None = None
     ) -> Any:
         values = _coerce(entity, values)
-        probe = codec.ENTITY_TYPES[entity](id=0, version=1, **values)
+        probe = codec.ENTITY_TYPES[entity](**{"id": 0, **values, "version": 1})
         _check(probe)
         table = _TABLES[entity]
         now = self._clock.now()
@@ -419,9 +518,14 @@ class SqlCampaignStore:
                 if found.first() is None:
                     raise NotFound(*parent)
             row = {**codec.to_row(entity, values), "version": 1, "updated_at": now}
-            new_id = conn.execute(insert(table).values(row)).inserted_primary_key[0]
-            record = dataclasses.replace(probe, id=int(new_id))
-            change = self._append(conn, record, now)
+            try:
+                new_id = int(conn.execute(insert(table).values(row)).inserted_primary_key[0])
+            except IntegrityError as exc:  # only placements choose their id
+                if entity != "placement":
+                    raise
+                raise AlreadyExists(entity, probe.id) from exc
+            record = probe if entity == "placement" else dataclasses.replace(probe, id=new_id)
+            change = self._append(conn, record, now, new_id)
         self._notify(change)
         return record
 
@@ -432,7 +536,7 @@ class SqlCampaignStore:
         changes: Mapping[str, Any],
         expected_version: int | None,
     ) -> Any:
-        if not _storable_id(entity_id):
+        if not _storable_key(entity, entity_id):
             raise NotFound(entity, entity_id)
         allowed = set(codec.field_names(entity)) - _FIXED
         for name in changes:
@@ -465,7 +569,7 @@ class SqlCampaignStore:
                 conn.execute(
                     update(table).where(table.c.id == entity_id).values(codec.to_row(entity, typed))
                 )
-            change = self._append(conn, record, now)
+            change = self._append(conn, record, now, row.get("row_id", record.id))
         self._notify(change)
         return record
 
@@ -473,12 +577,14 @@ class SqlCampaignStore:
         if self._pg:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_WRITE_LOCK})
 
-    def _append(self, conn: Connection, record: Any, now: datetime) -> ChangeRecord:
+    def _append(
+        self, conn: Connection, record: Any, now: datetime, entity_id: int
+    ) -> ChangeRecord:
         entity = codec.entity_of(record)
         seq = conn.execute(
             insert(change_log).values(
                 entity=entity,
-                entity_id=record.id,
+                entity_id=entity_id,
                 version=record.version,
                 payload=codec.dumps_payload(record),
                 committed_at=now,
@@ -487,7 +593,7 @@ class SqlCampaignStore:
         if self._pg:  # delivered to listeners at commit; polling is the safety net
             conn.execute(text("SELECT pg_notify(:channel, :seq)"),
                          {"channel": CHANGE_CHANNEL, "seq": str(seq)})
-        return ChangeRecord(int(seq), entity, record.id, record.version, record, now)
+        return ChangeRecord(int(seq), entity, entity_id, record.version, record, now)
 
     def _notify(self, change: ChangeRecord) -> None:
         with self._listeners_lock:
@@ -547,7 +653,7 @@ def _coerce(entity: str, values: dict[str, Any]) -> dict[str, Any]:
     return codec.coerce_fields(entity, values)
 
 
-def _check(record: Advertiser | Campaign | Ad) -> None:
+def _check(record: Advertiser | Campaign | Ad | Placement) -> None:
     """Domain rules every stored record obeys.
 
     Raises:
@@ -557,6 +663,8 @@ def _check(record: Advertiser | Campaign | Ad) -> None:
         _text(record.name, "name", 200)
     elif isinstance(record, Campaign):
         _check_campaign(record)
+    elif isinstance(record, Placement):
+        _check_placement(record)
     else:
         _check_ad(record)
 
@@ -595,12 +703,77 @@ def _check_ad(ad: Ad) -> None:
     problem = landing_url_problem(ad.landing_url)
     if problem:
         raise InvalidChange("landing_url", problem)
-    _text(ad.creative_ref, "creative_ref", 500)
-    _text(ad.format, "format", 64)
+    _check_creative(ad, "")
+    if not _int(ad.quality_micros) or abs(ad.quality_micros) > MAX_QUALITY_MICROS:
+        raise InvalidChange(
+            "quality_micros", f"must be an integer of micros within ±{MAX_QUALITY_MICROS}"
+        )
+
+
+def _check_creative(ad: Ad | HouseAd, where: str) -> None:
+    _text(ad.creative_ref, f"{where}creative_ref", 500)
+    _text(ad.format, f"{where}format", 64)
     for name in ("width", "height"):
         value = getattr(ad, name)
         if not _int(value) or value <= 0:
-            raise InvalidChange(name, "must be an integer > 0")
+            raise InvalidChange(f"{where}{name}", "must be an integer > 0")
+
+
+def _check_placement(p: Placement) -> None:
+    if not isinstance(p.id, str) or not PLACEMENT_ID.fullmatch(p.id):
+        raise InvalidChange("id", "must be 1-200 of [A-Za-z0-9._:-], starting alphanumeric")
+    _text(p.name, "name", 200)
+    _reserve(p.reserve_cpm_micros, "reserve_cpm_micros")
+    reserves = p.country_reserves_cpm_micros
+    if not isinstance(reserves, dict) or len(reserves) > 300:
+        raise InvalidChange("country_reserves_cpm_micros", "must map at most 300 countries")
+    for code, micros in reserves.items():
+        where = f"country_reserves_cpm_micros.{code}"
+        if not _iso_country(code):
+            raise InvalidChange(where, "not an ISO 3166-1 alpha-2 country code (upper case)")
+        _reserve(micros, where)
+    _check_list(p.allowed_sizes, "allowed_sizes", lambda v: isinstance(v, str)
+                and SIZE.fullmatch(v) is not None, "WIDTHxHEIGHT in pixels, e.g. 300x250")
+    _check_list(p.allowed_formats, "allowed_formats", lambda v: isinstance(v, str)
+                and 0 < len(v) <= 64 and v.strip() == v, "a format name of 1-64 characters")
+    if p.house_ad is not None:
+        _check_house_ad(p, p.house_ad)
+
+
+def _check_house_ad(p: Placement, house: HouseAd) -> None:
+    if not isinstance(house, HouseAd):
+        raise InvalidChange("house_ad", "must be an object")
+    problem = landing_url_problem(house.landing_url)
+    if problem:
+        raise InvalidChange("house_ad.landing_url", problem)
+    _check_creative(house, "house_ad.")
+    if not p.size_allowed(house.width, house.height):
+        raise InvalidChange("house_ad", f"size {house.width}x{house.height} is not allowed here")
+    if not p.format_allowed(house.format):
+        raise InvalidChange("house_ad.format", f"{house.format!r} is not allowed here")
+
+
+def _check_list(
+    values: object, field: str, ok: Callable[[object], bool], expected: str
+) -> None:
+    if not isinstance(values, tuple) or len(values) > MAX_ALLOWED:
+        raise InvalidChange(field, f"must be a list of at most {MAX_ALLOWED}")
+    for i, v in enumerate(values):
+        if not ok(v):
+            raise InvalidChange(f"{field}[{i}]", f"must be {expected}")
+    if len(set(values)) != len(values):
+        raise InvalidChange(field, "must not repeat a value")
+
+
+def _iso_country(code: object) -> bool:
+    return (isinstance(code, str) and len(code) == 2 and code.isascii() and code.isupper()
+            and pycountry.countries.get(alpha_2=code) is not None)
+
+
+def _reserve(value: object, field: str) -> None:
+    _money(value, field)
+    if value > MAX_RESERVE_CPM_MICROS:  # type: ignore[operator]
+        raise InvalidChange(field, f"must be <= {MAX_RESERVE_CPM_MICROS} micros per mille")
 
 
 def landing_url_problem(url: object) -> str | None:
@@ -646,6 +819,13 @@ def _money(value: object, field: str, *, positive: bool = False) -> None:
 def _storable_id(entity_id: object) -> bool:
     """Ids are positive 64-bit integers; anything else names no record."""
     return isinstance(entity_id, int) and 1 <= entity_id <= _MAX_ID
+
+
+def _storable_key(entity: str, key: object) -> bool:
+    """Placements are keyed by their id string, every other record by its integer id."""
+    if entity == "placement":
+        return isinstance(key, str) and PLACEMENT_ID.fullmatch(key) is not None
+    return _storable_id(key)
 
 
 _MAX_ID = 2**63 - 1

@@ -24,6 +24,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 from adfunnel.db import metadata
@@ -78,9 +79,30 @@ ads = Table(
     Column("height", Integer, nullable=False),
     Column("review_state", String(16), nullable=False),
     Column("status", String(16), nullable=False),
+    # the operator's quality, micros per impression (may be negative); 0 on older rows
+    Column("quality_micros", BigInteger, nullable=False, server_default="0"),
     Column("version", Integer, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Index("ix_ads_campaign", "campaign_id"),
+    sqlite_autoincrement=True,
+)
+
+# Operator-configured placements. ``id`` is the string ad requests name; ``row_id`` is the
+# integer the change log files a placement's writes under (``change_log.entity_id``).
+placements = Table(
+    "placements",
+    metadata,
+    Column("row_id", _ID, primary_key=True, autoincrement=True),
+    Column("id", String(200), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("reserve_cpm_micros", BigInteger, nullable=False),
+    Column("country_reserves_cpm_micros", Text, nullable=False),  # JSON {"US": micros}
+    Column("allowed_sizes", Text, nullable=False),  # JSON list of "WIDTHxHEIGHT"
+    Column("allowed_formats", Text, nullable=False),  # JSON list of format names
+    Column("house_ad", Text, nullable=True),  # JSON object, or NULL without a house ad
+    Column("version", Integer, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("id", name="uq_placements_id"),
     sqlite_autoincrement=True,
 )
 
