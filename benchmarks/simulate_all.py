@@ -8,9 +8,12 @@ budget service, controller and clients (``adfunnel.sim.day``); this script only 
 
 Targets (DESIGN.md §Money and budgets; the issue's acceptance figures):
 
-- billed above budget: 0 for every campaign;
-- absorbed overspend: median ≤ 0.1 % of the daily budget, max ≤ 1 %;
-- delivery ≥ 98 % where traffic allows (p fell below 1 at some point of the day) and the
+- absorbed overspend (read from the simulated ledger): median ≤ 0.1 % of the daily
+  budget, max ≤ 1 %; in ``service-restart`` at most one charge for every campaign of
+  the restarted shard (billed above budget is reported but not a target: the ledger
+  bills at most the budget, so it is 0 by construction);
+- delivery ≥ 98 % where traffic allows (its potential spend at p = 1, counted from the
+  eligible requests the simulation generated, is ≥ 1.05 × its budget) and the
   campaign was not paused for good by its advertiser (its status at the end: stopped);
 - hourly |cumulative spend share − target| ≤ 0.05 (paced campaigns whose traffic allows
   and whose budget holds ≥ 100 charges; accelerated campaigns follow no curve and
@@ -38,6 +41,7 @@ CURVE_MAX = 0.05
 EXHAUSTED_STOP_S = 30.0
 PAUSE_STOP_S = 1.0
 FLOOR_STEPS_MAX = 1
+RESTART_CHARGES_MAX = 1.0
 #: The curve target is judged where one charge is ≤ 1 % of the budget; a budget of a
 #: few charges moves in steps of 10 % or more and is reported apart.
 MIN_CHARGES_FOR_CURVE = 100
@@ -57,7 +61,7 @@ def _run(args: tuple[str, int, str | None]) -> dict[str, Any]:
 def scenario_row(r: dict[str, Any]) -> dict[str, Any]:
     """Worst figure per target over the campaigns of one scenario report."""
     cs = r["campaigns"]
-    absorbed = [c["absorbed_share"] for c in cs]
+    absorbed = [c["absorbed_share"] for c in cs if c["absorbed_share"] is not None]
     # judged on delivery and curve: traffic allows, and not paused for good by its owner
     allows = [c for c in cs if c["traffic_allows"] and c.get("final_status") != "stopped"]
     curves = [c["max_hourly_curve_error"] for c in allows
@@ -82,10 +86,21 @@ def scenario_row(r: dict[str, Any]) -> dict[str, Any]:
         "exhausted_stop_max_s": max(stops, default=None),
         "pause_stop_max_s": max(pauses, default=None),
         "floor_steps_max": max(c["max_steps_at_floor"] for c in cs),
+        "restart_absorbed_charges_max": _restart_charges(r),
         "wall_s": r["wall_s"],
     }
     row["met"] = targets_met(row)
     return row
+
+
+def _restart_charges(r: dict[str, Any]) -> float | None:
+    """Most absorbed overspend of a restarted shard's campaigns, in charges (None: no
+    restart in the scenario)."""
+    rs = r.get("restart")
+    if not rs:
+        return None
+    charge = {c["campaign_id"]: c["charge_micros"] for c in r["campaigns"]}
+    return max((a / charge[int(cid)] for cid, a in rs["absorbed_micros"].items()), default=0.0)
 
 
 def targets_met(row: dict[str, Any]) -> dict[str, bool]:
@@ -93,9 +108,9 @@ def targets_met(row: dict[str, Any]) -> dict[str, bool]:
         return v is None or v <= lim + 1e-12
 
     return {
-        "billed_above": row["billed_above_max_micros"] == 0,
         "absorbed": le(row["absorbed_median"], ABSORBED_MEDIAN_MAX)
         and le(row["absorbed_max"], ABSORBED_MAX),
+        "restart": le(row.get("restart_absorbed_charges_max"), RESTART_CHARGES_MAX),
         "delivery": row["delivery_min"] is None or row["delivery_min"] >= DELIVERY_MIN,
         "curve": le(row["curve_error_max"], CURVE_MAX),
         "stop": le(row["exhausted_stop_max_s"], EXHAUSTED_STOP_S)
@@ -110,12 +125,20 @@ def _coarse(w: dict[str, Any]) -> str:
 
 
 def _f(v: float | None, fmt: str) -> str:
-    return "–" if v is None else format(v, fmt)
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def _pct(v: float | None) -> float | None:
+    return None if v is None else 100 * v
 
 
 def scenario_table(rows: list[dict[str, Any]]) -> list[str]:
     out = [
-        "| scenario | billed above budget (max, µ$) | absorbed median / max (% of budget) "
+        "| scenario | absorbed median / max (% of budget) | restart absorbed (charges) "
         "| delivery min (campaign) | curve error max | stop after exhausted / pause (max s) "
         "| steps at p floor (max) | all targets |",
         "|---|---|---|---|---|---|---|---|",
@@ -123,9 +146,10 @@ def scenario_table(rows: list[dict[str, Any]]) -> list[str]:
     for w in rows:
         miss = [k for k, ok in w["met"].items() if not ok]
         out.append(
-            f"| {w['scenario']} | {w['billed_above_max_micros']} "
+            f"| {w['scenario']} "
             f"| {100 * w['absorbed_median']:.4f} / {100 * w['absorbed_max']:.4f} "
-            f"| {_f(w['delivery_min'], '.4f')} ({w['delivery_min_campaign'] or '–'}) "
+            f"| {_f(w['restart_absorbed_charges_max'], '.2f')} "
+            f"| {_f(w['delivery_min'], '.4f')} ({w['delivery_min_campaign'] or 'n/a'}) "
             f"| {_f(w['curve_error_max'], '.4f')}{_coarse(w)} "
             f"| {_f(w['exhausted_stop_max_s'], '.1f')} / {_f(w['pause_stop_max_s'], '.2f')} "
             f"| {w['floor_steps_max']} | {'met' if not miss else 'NOT met: ' + ', '.join(miss)} |"
@@ -136,17 +160,18 @@ def scenario_table(rows: list[dict[str, Any]]) -> list[str]:
 def campaign_table(reports: list[dict[str, Any]]) -> list[str]:
     out = [
         "| scenario | campaign | tz | bid | pacing | budget $ | delivered | absorbed % "
-        "| charges in budget | traffic allows | status | curve error | p min | floor steps "
-        "| after exhausted s | after pause s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| charges in budget | potential ÷ budget | traffic allows | status | curve error "
+        "| p min | floor steps | after exhausted s | after pause s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         for c in r["campaigns"]:
             out.append(
                 f"| {r['scenario']} | {c['campaign_id']} | {c['time_zone']} | {c['bid_type']} "
                 f"| {c['pacing_mode']} | {c['daily_budget_micros'] / 1e6:,.0f} "
-                f"| {c['delivered_share']:.4f} | {100 * c['absorbed_share']:.4f} "
+                f"| {_f(c['delivered_share'], '.4f')} | {_f(_pct(c['absorbed_share']), '.4f')} "
                 f"| {c.get('budget_charges', '')} "
+                f"| {_f(_ratio(c['potential_micros'], c['window_budget_micros']), '.2f')} "
                 f"| {c['traffic_allows']} | {c.get('final_status', '')} "
                 f"| {_f(c['max_hourly_curve_error'], '.4f')} | {_f(c['p_min'], '.4f')} "
                 f"| {c['max_steps_at_floor']} "
@@ -174,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         reports = [_run(j) for j in jobs]
     rows = [scenario_row(r) for r in reports]
-    absorbed = [c["absorbed_share"] for r in reports for c in r["campaigns"]]
+    absorbed = [c["absorbed_share"] for r in reports for c in r["campaigns"]
+                if c["absorbed_share"] is not None]
     overall = {
         "absorbed_median_all": statistics.median(absorbed),
         "absorbed_max_all": max(absorbed),

@@ -556,6 +556,7 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
         "bid_type": c.bid_type.value,
         "pacing_mode": c.pacing_mode.value,
         "daily_budget_micros": budget,
+        "charge_micros": charge_micros(c),
         "budget_charges": budget // charge_micros(c),
         "billed_micros": billed,
         "billed_above_budget_micros": max(0, billed - budget),
