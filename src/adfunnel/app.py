@@ -33,6 +33,7 @@ from adfunnel.periodic import Periodic
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
+from adfunnel.serving.deadline import ArrivalStamp, DecisionWorker
 from adfunnel.serving.decision_log import DecisionLog
 from adfunnel.serving.funnel import Decider
 from adfunnel.serving.http import ServingEndpoints, error_response
@@ -57,16 +58,18 @@ class Runtime:
     decisions: DecisionLog
     feed: ChangeFeed
     background: list[Periodic]
+    worker: DecisionWorker  # the one thread that runs ad decisions (serving/deadline.py)
 
     def ready(self) -> bool:
         """True while the catalog follows the change log closely enough to decide."""
         return self.feed.ready()
 
     def close(self) -> None:
+        self.worker.close()
         for task in self.background:
             task.stop(final=True)
         self.feed.stop()
-        if isinstance(self.gate, ReportingBudgetClient):
+        if isinstance(self.gate, ReportingBudgetClient | InProcessBudget):
             self.gate.stop()
         self.engine.dispose()
 
@@ -94,9 +97,9 @@ def build_runtime(
     store = SqlCampaignStore(engine, clock)
     ledger = SqlLedger(engine)
     catalog = Catalog(make_index(settings), prior_pctr=settings.pctr_prior)
-    catalog.load(Snapshot(*store.snapshot()))
+    catalog.load(Snapshot.read(store))
     store.subscribe(catalog.apply_local)
-    change_feed = ChangeFeed(store, catalog, poll_s=settings.change_poll_s,
+    change_feed = ChangeFeed(store, catalog, clock=clock, poll_s=settings.change_poll_s,
                              listen_dsn=libpq_dsn(settings.database_url))
     if feed:
         change_feed.start()
@@ -110,7 +113,7 @@ def build_runtime(
         eligible = EligibleCounter()
         traffic = SqlTrafficLog(engine)
         background.append(Periodic(lambda: traffic.add(eligible.drain()),
-                                   settings.traffic_flush_s, "eligible-flush").start())
+                                   settings.traffic_flush_s, "eligible-flush", clock).start())
     decider = Decider(
         catalog, gate, ctr, clock, key,
         token_ttl_s=settings.token_ttl_s, pcvr=settings.pcvr_prior,
@@ -119,7 +122,13 @@ def build_runtime(
     )
     tracker = Tracker(ledger, catalog, gate, ctr, clock, key)
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
-                   tracker, decisions, change_feed, background)
+                   tracker, decisions, change_feed, background, _worker(decider))
+
+
+def _worker(decider):
+    import os
+    from adfunnel.serving.deadline import LoopDecisionQueue
+    return LoopDecisionQueue(decider) if os.environ.get("XMODE") == "loop" else DecisionWorker(decider)
 
 
 def make_gate(settings: Settings, store: SqlCampaignStore, ledger: Ledger, clock: Clock,
@@ -132,7 +141,8 @@ def make_gate(settings: Settings, store: SqlCampaignStore, ledger: Ledger, clock
         client.start()
         return client
     if settings.budget == "service":
-        return InProcessBudget(store, ledger, clock, engine=engine)
+        return InProcessBudget(store, ledger, clock, engine=engine,
+                               token_ttl_s=settings.token_ttl_s)
     gate = LocalSpendGate()
     _seed_billed(gate, ledger, clock.now())
     return gate
@@ -152,7 +162,7 @@ def build_app(rt: Runtime) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s))
-    serving = ServingEndpoints(rt.decider, rt.tracker, rt.decisions,
+    serving = ServingEndpoints(rt.worker, rt.tracker, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready)
     for route in serving.routes():
@@ -182,7 +192,8 @@ def build_app(rt: Runtime) -> FastAPI:
 
     async def serving_stats(_: Request) -> Response:
         d = rt.decisions
-        return JSONResponse({"decisions": d.decisions, "late": d.late,
+        return JSONResponse({"decisions": d.decisions, "late": d.late, "shed": d.shed,
+                             "deadline_miss_rate": round(d.miss_rate(), 4),
                              "filled_slots": d.filled_slots})
 
     async def set_clock(request: Request) -> Response:
@@ -204,6 +215,8 @@ def build_app(rt: Runtime) -> FastAPI:
     app.add_route("/v1/ledger/stats", ledger_stats, methods=["GET"])
     app.add_route("/v1/admin/clock", set_clock, methods=["PUT"])
     app.add_route("/v1/serving/stats", serving_stats, methods=["GET"])
+    # added last = outermost of ours: a select's deadline starts as early as we see it
+    app.add_middleware(ArrivalStamp, select=serving.select_asgi)
     return app
 
 

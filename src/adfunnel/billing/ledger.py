@@ -92,6 +92,11 @@ class MemoryLedger:
         # (campaign, day) -> [impressions, clicks, billed, absorbed, carry in 1/1000 µ]
         self._days: dict[tuple[int, date], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
         self._counters: dict[str, int] = defaultdict(int)
+        # day -> campaign -> serve minute -> [(serve time, billed)]: billed_since reads
+        # only the minutes from ``since`` on (the budget feed asks every few seconds)
+        self._by_serve: dict[date, dict[int, dict[int, list[tuple[float, int]]]]] = (
+            defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
+        self._last_minute: dict[tuple[date, int], int] = {}
 
     def record(self, event: LedgerEvent, daily_budget_micros: int) -> Recorded:
         """See :meth:`Ledger.record`.
@@ -119,6 +124,12 @@ class MemoryLedger:
             totals[0 if event_type is EventType.IMPRESSION else 1] += 1
             totals[2] += billed
             totals[3] += absorbed
+            if billed:
+                ts = (event.served_at or event.occurred_at).timestamp()
+                minute = int(ts // 60)
+                self._by_serve[event.day][event.campaign_id][minute].append((ts, billed))
+                k = (event.day, event.campaign_id)
+                self._last_minute[k] = max(minute, self._last_minute.get(k, minute))
             return Recorded(Outcome.BILLED, billed, absorbed)
 
     def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
@@ -135,13 +146,22 @@ class MemoryLedger:
             return {cid: v[2] for (cid, d), v in self._days.items() if d == day}
 
     def billed_since(self, day: date, since: datetime) -> dict[int, int]:
-        out: dict[int, int] = defaultdict(int)
+        out: dict[int, int] = {}
+        t = since.timestamp()
+        first = int(t // 60)
         with self._lock:
-            for event, billed, _ in self._rows.values():
-                served = event.served_at or event.occurred_at
-                if event.day == day and served >= since and billed:
-                    out[event.campaign_id] += billed
-        return dict(out)
+            for cid, minutes in self._by_serve.get(day, {}).items():
+                total = sum(b for ts, b in minutes.get(first, ()) if ts >= t)
+                last = self._last_minute[(day, cid)]
+                if last - first <= len(minutes):
+                    later = (minutes.get(m, ()) for m in range(first + 1, last + 1))
+                else:  # a long window (conversions): fewer minutes held than in it
+                    later = (rows for m, rows in minutes.items() if m > first)
+                for rows in later:
+                    total += sum(b for _, b in rows)
+                if total:
+                    out[cid] = total
+        return out
 
     def count(self, name: str, n: int = 1) -> None:
         with self._lock:

@@ -29,10 +29,11 @@ TOKEN_TTL_S = 3600.0
 CONVERSION_WINDOW_S = 7 * 86_400.0
 
 
-def billing_window_s(campaign: Campaign, token_ttl_s: float = TOKEN_TTL_S) -> float:
+def billing_window_s(campaign: Campaign, token_ttl_s: float = TOKEN_TTL_S,
+                     conversion_window_s: float = CONVERSION_WINDOW_S) -> float:
     """Seconds after a serve during which its billable event may still bill."""
     if campaign.bid_type is BidType.CPA:
-        return CONVERSION_WINDOW_S
+        return conversion_window_s
     return token_ttl_s
 
 
@@ -42,11 +43,14 @@ class BilledFeeder:
     Args:
         ledger: the billing ledger (any implementation).
         token_ttl_s: the tracking token's life in seconds (the impression/click window).
+        conversion_window_s: the conversion attribution window in seconds.
     """
 
-    def __init__(self, ledger: Ledger, *, token_ttl_s: float = TOKEN_TTL_S) -> None:
+    def __init__(self, ledger: Ledger, *, token_ttl_s: float = TOKEN_TTL_S,
+                 conversion_window_s: float = CONVERSION_WINDOW_S) -> None:
         self.ledger = ledger
         self.token_ttl_s = token_ttl_s
+        self.conversion_window_s = conversion_window_s
 
     def updates(self, campaigns: Iterable[Campaign], now: datetime) -> list[BilledUpdate]:
         """One update per campaign for its current local day (cumulative, idempotent)."""
@@ -55,7 +59,7 @@ class BilledFeeder:
         out = []
         for c in campaigns:
             day = local_day(now, c.time_zone)
-            window = billing_window_s(c, self.token_ttl_s)
+            window = billing_window_s(c, self.token_ttl_s, self.conversion_window_s)
             watermark = now - timedelta(seconds=window)
             if day not in billed:
                 billed[day] = self.ledger.billed_on(day)

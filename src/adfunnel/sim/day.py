@@ -42,8 +42,9 @@ import numpy as np
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome
 from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
 from adfunnel.budget.gate import Served
-from adfunnel.budget.protocol import BilledUpdate, Reply, Report
+from adfunnel.budget.protocol import Reply, Report
 from adfunnel.budget.service import BudgetService, CampaignDay, charge_micros
 from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, Objective, PacingMode
@@ -78,10 +79,6 @@ class _Track:
     # eligible requests by local day (every request the campaign could take part in at
     # p = 1 on a server whose store has it active): the basis of potential_micros
     eligible: dict[date, int] = field(default_factory=lambda: defaultdict(int))
-    # billed spend of serves not yet behind billing's watermark: (serve time, micros)
-    after_heap: dict[date, list[tuple[float, int]]] = field(
-        default_factory=lambda: defaultdict(list))
-    after_sum: dict[date, int] = field(default_factory=lambda: defaultdict(int))
     # status of the campaign in each ad server's store (the serving path's filter)
     server_active: list[bool] = field(default_factory=list)
     paused_at: float | None = None
@@ -147,13 +144,14 @@ class _Sim:
             for i in range(sc.servers)
         ]
         self.ledger = MemoryLedger()
+        self.feeder = BilledFeeder(self.ledger, token_ttl_s=TOKEN_TTL_S,
+                                   conversion_window_s=sc.conversion_window_s)
         self.imp_ids = itertools.count(1)
         self.crashed_at: float | None = None
         self.crash_slices: int = 0
         self.down: list[list[tuple[float, float]]] = [[] for _ in range(sc.shards)]
         for shard, at, secs in sc.outages:
             self.down[shard].append((at.timestamp(), at.timestamp() + secs))
-        self.lag_max = sc.billing_lag_s[1]
 
     # -- plumbing -------------------------------------------------------------------------
     def _fresh_service(self, shard: int) -> BudgetService:
@@ -253,7 +251,7 @@ class _Sim:
             expected, worst = ceil_micros(price * sc.pctr * sc.pcvr), price
         t = self.now
         imp = f"i{next(self.imp_ids)}"
-        client.record_served(Served(c.id, day, imp, expected, t + 3600.0, worst))
+        client.record_served(Served(c.id, day, imp, expected, t + TOKEN_TTL_S, worst))
         tr.last_serve[day] = t
         tr.serves += 1
         r = self.rng.random(3)
@@ -293,32 +291,23 @@ class _Sim:
              served_at: float | None = None) -> None:
         at = datetime.fromtimestamp(occurred, tz=UTC)
         day = local_day(at, tr.campaign.time_zone)
+        served = None if served_at is None else datetime.fromtimestamp(served_at, tz=UTC)
         ev = LedgerEvent(imp, et, tr.campaign.id, tr.campaign.id, "feed", tr.sc.bid_type.value,
-                         charge, at, day)
+                         charge, at, day, served_at=served)
         rec = self.ledger.record(ev, tr.campaign.daily_budget_micros)
         if rec.outcome is Outcome.BILLED:
             tr.billed[day] += rec.billed_micros
             if rec.billed_micros:
                 tr.spend_events.append((occurred, rec.billed_micros))
-                if served_at is not None:
-                    heapq.heappush(tr.after_heap[day], (served_at, rec.billed_micros))
-                    tr.after_sum[day] += rec.billed_micros
 
     def feed(self) -> None:
-        for tr in self.tracks.values():
-            settle = self.lag_max + 2.0
-            if tr.sc.bid_type is BidType.CPC:
-                settle += self.sc.click_window_s
-            elif tr.sc.bid_type is BidType.CPA:
-                settle += self.sc.conversion_window_s
-            svc = self._svc(tr.campaign.id)
-            wm = self.now - settle
-            for day, billed in tr.billed.items():
-                h = tr.after_heap[day]
-                while h and h[0][0] < wm:
-                    tr.after_sum[day] -= heapq.heappop(h)[1]
-                svc.record_billed(BilledUpdate(tr.campaign.id, day.isoformat(), billed,
-                                               wm, tr.after_sum[day]))
+        """Billed spend to every shard through production's feeder, from the ledger."""
+        now = datetime.fromtimestamp(self.now, tz=UTC)
+        for shard, svc in enumerate(self.services):
+            camps = [tr.campaign for tr in self.tracks.values()
+                     if tr.campaign.id % self.sc.shards == shard]
+            for u in self.feeder.updates(camps, now):
+                svc.record_billed(u)
 
     def edit(self, cid: int, budget: int) -> None:
         tr = self.tracks[cid]
