@@ -17,7 +17,7 @@ import re
 
 import msgspec
 
-from adfunnel.targeting.attributes import ATTRIBUTES
+from adfunnel.targeting.attributes import ATTRIBUTES, normalise_value, normalise_values
 
 MAX_SLOTS = 3
 #: Attributes the server derives from the placement and slots, not from the user.
@@ -77,6 +77,7 @@ class AdOut(msgspec.Struct):
     token: str
     impression_url: str
     click_url: str
+    house: bool = False  # the placement's house ad: price 0, never billed
 
 
 class RejectionOut(msgspec.Struct):
@@ -201,16 +202,19 @@ def _check_attributes(attributes: dict[str, object]) -> list[tuple[str, str]]:
 
 
 def request_attributes(req: SelectRequest) -> dict[str, frozenset[str]]:
-    """The targeting view of a request: user attributes plus placement and slot facts."""
+    """The targeting view of a request: user attributes plus placement and slot facts.
+
+    Values are case-normalised per attribute (``VALUE_CASE``), as the campaign side is.
+    """
     attrs: dict[str, frozenset[str]] = {}
     for name, value in req.user.attributes.items():
         vals = frozenset(value) if isinstance(value, list) else frozenset((str(value),))
         if vals:
-            attrs[name] = vals
+            attrs[name] = normalise_values(name, vals)
     attrs["placement"] = frozenset((req.placement.id,))
     attrs["slot_size"] = frozenset(f"{s.width}x{s.height}" for s in req.slots)
     if req.placement.exchange:
         attrs["exchange"] = frozenset((req.placement.exchange,))
     if req.placement.domain:
-        attrs["domain"] = frozenset((req.placement.domain,))
+        attrs["domain"] = frozenset((normalise_value("domain", req.placement.domain),))
     return attrs

@@ -8,7 +8,10 @@ JSON shape (grouping is always explicit; there is no and/or precedence)::
     {"attr": A, "in": [v, ...]}      the request's value(s) of A intersect the set
     {"attr": A, "not_in": [v, ...]}  the request's value(s) of A avoid the set
 
-Values are non-empty strings (request attributes are strings too).
+Values are non-empty strings (request attributes are strings too). The parsed tree
+holds them in the case of their attribute (:data:`adfunnel.targeting.attributes.VALUE_CASE`:
+``geo.country`` upper, ``os`` lower, ids as given), which the request side applies too;
+:func:`dump_expr` keeps the advertiser's spelling.
 Unknown attributes, unknown keys and empty value lists are refused with a
 :class:`TargetingError` naming the path of the offending node.
 """
@@ -19,7 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from adfunnel.targeting.attributes import ATTRIBUTES
+from adfunnel.targeting.attributes import ATTRIBUTES, normalise_value
 
 #: Deepest nesting accepted; deeper trees are refused (they are never hand-written).
 MAX_DEPTH = 12
@@ -118,10 +121,9 @@ def _parse_leaf(raw: dict[str, Any], path: str) -> Expr:
     for i, v in enumerate(values):
         if not isinstance(v, str):
             raise TargetingError(f"{path}.{op}[{i}]", "values must be strings")
-        text = v
-        if not text.strip():
+        if not v.strip():
             raise TargetingError(f"{path}.{op}[{i}]", "empty value")
-        out.add(text)
+        out.add(normalise_value(attr, v))  # compared in the attribute's case; stored as given
     return In(attr, frozenset(out)) if op == "in" else NotIn(attr, frozenset(out))
 
 
