@@ -7,6 +7,7 @@ serving routes (Starlette) on one ASGI app. Nothing is created at import time.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,8 +25,16 @@ from adfunnel.budget.gate import LocalSpendGate, SpendGate
 from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
 from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
 from adfunnel.campaigns.migrate import upgrade
+from adfunnel.campaigns.operator_api import make_operator_router
 from adfunnel.campaigns.store import SqlCampaignStore
-from adfunnel.clock import Clock, ManualClock, SystemClock
+from adfunnel.clock import (
+    INSTANT_FORMAT,
+    Clock,
+    ClockWentBackwards,
+    ManualClock,
+    SystemClock,
+    parse_instant,
+)
 from adfunnel.db import make_engine
 from adfunnel.index import AdIndex, ConjunctionIndex, ScanIndex
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
@@ -162,6 +171,7 @@ def build_app(rt: Runtime) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s))
+    app.include_router(make_operator_router(rt.store))  # no roles yet: a later issue
     serving = ServingEndpoints(rt.worker, rt.tracker, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready)
@@ -201,13 +211,21 @@ def build_app(rt: Runtime) -> FastAPI:
             return error_response(409, "clock_not_manual",
                                   [("clock", "start the server with --clock manual")])
         try:
-            body = await request.json()
-            at = datetime.fromisoformat(body["now"])
-            if at.tzinfo is None:
-                raise ValueError("needs a UTC offset")
-        except (ValueError, KeyError, TypeError) as exc:
-            return error_response(422, "invalid_request", [("now", f"ISO 8601 with offset: {exc}")])
-        return JSONResponse({"now": rt.clock.set(at).isoformat()})
+            body = json.loads(await request.body())
+        except ValueError:
+            return error_response(400, "malformed_json", [("body", "not valid JSON")])
+        if not isinstance(body, dict) or "now" not in body:
+            return error_response(422, "validation", [("now", f"required; {INSTANT_FORMAT}")])
+        extra = sorted(set(body) - {"now"})
+        if extra:
+            return error_response(422, "validation", [(k, "unknown field") for k in extra])
+        try:
+            at = rt.clock.set(parse_instant(body["now"]))
+        except ClockWentBackwards as exc:  # a rewind would replay spent budget: refused
+            return error_response(409, "clock_backwards", [("now", str(exc))])
+        except ValueError as exc:
+            return error_response(422, "validation", [("now", str(exc))])
+        return JSONResponse({"now": at.isoformat()})
 
     app.add_route("/healthz", healthz, methods=["GET"])
     app.add_route("/readyz", readyz, methods=["GET"])

@@ -41,11 +41,22 @@ class FixedClock:
         self._at = _aware(at)
 
 
+class ClockWentBackwards(ValueError):
+    """A :meth:`ManualClock.set` to a time before the clock's current time."""
+
+    def __init__(self, current: datetime, requested: datetime) -> None:
+        super().__init__(f"the clock is at {current.isoformat()}; it cannot move back to "
+                         f"{requested.isoformat()}")
+        self.current = current
+        self.requested = requested
+
+
 class ManualClock:
     """A clock moved by its owner (a replay or a simulation); thread-safe.
 
-    Before the first ``set`` it reads the wall clock. It never moves backwards:
-    an earlier ``set`` is ignored, so out-of-order callers cannot rewind budgets.
+    Before the first ``set`` it reads the wall clock. It never moves backwards: an
+    earlier ``set`` raises :class:`ClockWentBackwards` and leaves the time as it was,
+    so out-of-order callers cannot rewind budgets and are told so.
     Listeners added with :meth:`on_move` run after every move, in the mover's thread
     (the embedded budget service runs its due work there, so a replay is deterministic).
     """
@@ -69,13 +80,18 @@ class ManualClock:
             return self._at if self._at is not None else datetime.now(UTC)
 
     def set(self, at: datetime) -> datetime:
-        """Move to ``at`` unless that is in the past; return the resulting time."""
+        """Move to ``at`` (the same time again is allowed); return the resulting time.
+
+        Raises:
+            ClockWentBackwards: ``at`` is before the current time (nothing changes).
+            ValueError: ``at`` is naive.
+        """
         at = _aware(at)
         with self._lock:
-            if self._at is None or at > self._at:
-                self._at = at
-            now = self._at
-        return self._moved(now)
+            if self._at is not None and at < self._at:
+                raise ClockWentBackwards(self._at, at)
+            self._at = at
+        return self._moved(at)
 
     def advance(self, seconds: float) -> datetime:
         with self._lock:
@@ -83,6 +99,31 @@ class ManualClock:
             self._at = base + timedelta(seconds=seconds)
             now = self._at
         return self._moved(now)
+
+
+#: The problem text of a time that :func:`parse_instant` refuses.
+INSTANT_FORMAT = "must be an ISO 8601 date-time with a UTC offset, e.g. 2026-07-15T12:00:00Z"
+
+
+def parse_instant(value: object) -> datetime:
+    """An ISO 8601 date-time with a UTC offset (``Z`` or ``±HH:MM``), as UTC.
+
+    Raises:
+        ValueError: with :data:`INSTANT_FORMAT` (no parser internals) for a non-string,
+            a malformed text or a time without an offset.
+    """
+    if not isinstance(value, str):
+        raise ValueError(INSTANT_FORMAT)
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(INSTANT_FORMAT) from None
+    if at.tzinfo is None:
+        raise ValueError(INSTANT_FORMAT)
+    try:
+        return at.astimezone(UTC)
+    except OverflowError:  # year 1 or 9999 pushed out of range by the offset
+        raise ValueError("must be between years 1 and 9999 in UTC") from None
 
 
 def _aware(at: datetime) -> datetime:
