@@ -25,7 +25,6 @@ from adfunnel.budget.gate import LocalSpendGate, SpendGate
 from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
 from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
 from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.operator_api import make_operator_router
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import (
     INSTANT_FORMAT,
@@ -171,7 +170,6 @@ def build_app(rt: Runtime) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s))
-    app.include_router(make_operator_router(rt.store))  # no roles yet: a later issue
     serving = ServingEndpoints(rt.worker, rt.tracker, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready)
