@@ -1,4 +1,5 @@
-"""Advertiser-API fixtures: a store on a fresh in-memory SQLite database, a MemoryLedger."""
+"""Advertiser- and operator-API fixtures: a store on a fresh in-memory SQLite database, a
+MemoryLedger."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from fastapi.testclient import TestClient
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
 from adfunnel.campaigns.migrate import upgrade
+from adfunnel.campaigns.operator_api import make_operator_router
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import FixedClock
 from adfunnel.db import make_engine
@@ -36,9 +38,11 @@ def ledger() -> MemoryLedger:
 
 @pytest.fixture
 def client(store: SqlCampaignStore, ledger: MemoryLedger) -> Iterator[TestClient]:
-    """The advertiser API over ``store`` and ``ledger``, with the JSON error handlers."""
+    """The advertiser and operator APIs over ``store`` and ``ledger``, with the JSON error
+    handlers."""
     app = FastAPI()
     install_error_handlers(app)
     app.include_router(make_advertiser_router(store, ledger, FixedClock(NOW), None))
+    app.include_router(make_operator_router(store))
     with TestClient(app) as c:
         yield c

@@ -15,6 +15,7 @@ import re
 from datetime import date
 from typing import Annotated, Any
 
+import pycountry
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 from adfunnel.campaigns.model import (
@@ -28,7 +29,14 @@ from adfunnel.campaigns.model import (
     ReviewState,
 )
 from adfunnel.campaigns.schedule import is_valid_zone
-from adfunnel.campaigns.store import landing_url_problem
+from adfunnel.campaigns.store import (
+    MAX_ALLOWED,
+    MAX_QUALITY_MICROS,
+    MAX_RESERVE_CPM_MICROS,
+    PLACEMENT_ID,
+    SIZE,
+    landing_url_problem,
+)
 from adfunnel.tracking.landing import uri_problem
 
 _MAX_MICROS = 2**63 - 1
@@ -243,6 +251,7 @@ class AdOut(BaseModel):
     height: int
     review_state: str
     status: str
+    quality_micros: int  # set by the operator (PUT /v1/ads/{id}/quality)
     version: int
 
 
@@ -278,3 +287,122 @@ class ReportOut(BaseModel):
     ctr: float
     ecpm_micros: int
     days: list[ReportDay]
+
+
+# --- operator settings: placements, ad quality ----------------------------------------------
+
+
+def _placement_id(value: str) -> str:
+    if not PLACEMENT_ID.fullmatch(value):
+        raise ValueError("must be 1-200 of [A-Za-z0-9._:-], starting alphanumeric")
+    return value
+
+
+def _countries(value: dict[str, int]) -> dict[str, int]:
+    """Codes upper-cased (``us`` → ``US``) and checked against ISO 3166-1 alpha-2."""
+    out: dict[str, int] = {}
+    for code, micros in value.items():
+        upper = code.upper()
+        if len(upper) != 2 or pycountry.countries.get(alpha_2=upper) is None:
+            raise ValueError(f"{code!r} is not an ISO 3166-1 alpha-2 country code")
+        if upper in out:
+            raise ValueError(f"{upper} is given twice")
+        out[upper] = micros
+    return out
+
+
+def _size(value: str) -> str:
+    if not SIZE.fullmatch(value):
+        raise ValueError("must be WIDTHxHEIGHT in pixels, e.g. 300x250")
+    return value
+
+
+def _unique(values: list[str]) -> list[str]:
+    if len(set(values)) != len(values):
+        raise ValueError("must not repeat a value")
+    return values
+
+
+PlacementId = Annotated[str, Strict(), AfterValidator(_placement_id)]
+#: Reserve price, integer micros per thousand impressions.
+ReserveMicros = Annotated[int, Strict(), Field(ge=0, le=MAX_RESERVE_CPM_MICROS)]
+CountryReserves = Annotated[
+    dict[str, ReserveMicros], Field(max_length=300), AfterValidator(_countries)
+]
+FormatName = Annotated[
+    str, Strict(), Field(min_length=1, max_length=64), AfterValidator(_not_blank)
+]
+Sizes = Annotated[
+    list[Annotated[str, Strict(), AfterValidator(_size)]],
+    Field(max_length=MAX_ALLOWED), AfterValidator(_unique),
+]
+Formats = Annotated[list[FormatName], Field(max_length=MAX_ALLOWED), AfterValidator(_unique)]
+
+
+class HouseAdIn(_In):
+    """The operator's own creative; it must have an allowed size and format."""
+
+    creative_ref: Text
+    landing_url: LandingUrl
+    format: FormatName
+    width: Size
+    height: Size
+
+
+class PlacementIn(_In):
+    """A new placement. ``id`` is what ad requests send as ``placement.id``; reserves are
+    micros per mille; country codes ISO 3166-1 alpha-2 (any case, stored upper case);
+    empty ``allowed_sizes``/``allowed_formats`` allow everything."""
+
+    id: PlacementId
+    name: Annotated[Name, AfterValidator(_not_blank)]
+    reserve_cpm_micros: ReserveMicros = 0
+    country_reserves_cpm_micros: CountryReserves = {}
+    allowed_sizes: Sizes = []
+    allowed_formats: Formats = []
+    house_ad: HouseAdIn | None = None
+
+
+class PlacementPatch(_In):
+    """Fields to change; ``house_ad: null`` removes the house ad. ``version`` as for
+    :class:`CampaignPatch` (stale: HTTP 409)."""
+
+    version: Version | None = None
+    name: Annotated[Name, AfterValidator(_not_blank)] | None = None
+    reserve_cpm_micros: ReserveMicros | None = None
+    country_reserves_cpm_micros: CountryReserves | None = None
+    allowed_sizes: Sizes | None = None
+    allowed_formats: Formats | None = None
+    house_ad: HouseAdIn | None = None
+
+
+#: Placement patch fields that may be set to ``null``.
+PLACEMENT_NULLABLE = frozenset({"house_ad"})
+
+
+class HouseAdOut(BaseModel):
+    creative_ref: str
+    landing_url: str
+    format: str
+    width: int
+    height: int
+
+
+class PlacementOut(BaseModel):
+    id: str
+    name: str
+    reserve_cpm_micros: int
+    country_reserves_cpm_micros: dict[str, int]
+    allowed_sizes: list[str]
+    allowed_formats: list[str]
+    house_ad: HouseAdOut | None
+    version: int
+
+
+class QualityIn(_In):
+    """``PUT /v1/ads/{id}/quality``: the operator's quality, micros per impression (±)."""
+
+    quality_micros: Annotated[
+        int, Strict(), Field(ge=-MAX_QUALITY_MICROS, le=MAX_QUALITY_MICROS)
+    ]
+    version: Version | None = None

@@ -1,9 +1,11 @@
-"""The ad server's in-memory view of campaigns and ads, kept current from the change log.
+"""The ad server's in-memory view of campaigns, ads and placements, kept current from the
+change log.
 
 A record is applied only when its version is newer than the one held, so duplicate
 and out-of-order change records are harmless. Each approved ad is indexed under
-its campaign's targeting; status, schedule and budget are checked later by the
-funnel so that rejections carry a reason.
+its campaign's targeting, with a static score that includes its quality; status,
+schedule and budget are checked later by the funnel so that rejections carry a reason.
+Placements (reserves, allowed sizes and formats, house ad) are held by id.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from adfunnel.campaigns.model import (
     Ad,
@@ -19,8 +21,10 @@ from adfunnel.campaigns.model import (
     BidType,
     Campaign,
     ChangeRecord,
+    Placement,
     ReviewState,
 )
+from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.index.base import AdIndex
 from adfunnel.money import MILLE
 from adfunnel.targeting.expr import All, Expr, parse_expr
@@ -37,6 +41,13 @@ class Snapshot:
     campaigns: list[Campaign]
     ads: list[Ad]
     last_seq: int
+    placements: list[Placement] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, store: SqlCampaignStore) -> Snapshot:
+        """Every record of ``store``. Placements are read after the log position, so
+        they hold at least every change up to it (a replay skips newer ones by version)."""
+        return cls(*store.snapshot(), placements=store.list_placements())
 
 
 class Catalog:
@@ -52,6 +63,7 @@ class Catalog:
         self.advertisers: dict[int, Advertiser] = {}
         self.campaigns: dict[int, Campaign] = {}
         self.ads: dict[int, Ad] = {}
+        self.placements: dict[str, Placement] = {}
         self._ads_by_campaign: dict[int, set[int]] = {}
         self._targeting: dict[int, Expr] = {}
         self.position = 0  # last change-log seq applied
@@ -69,6 +81,8 @@ class Catalog:
             for ad in snapshot.ads:
                 self.ads[ad.id] = ad
                 self._ads_by_campaign.setdefault(ad.campaign_id, set()).add(ad.id)
+            for p in snapshot.placements:
+                self._apply_placement(p)
             self.index.build(self._entries(self.ads.values())[0])
             self.position = max(self.position, snapshot.last_seq)
 
@@ -89,7 +103,7 @@ class Catalog:
         return self.apply(change, advance=False)
 
 
-    def _apply_record(self, rec: Advertiser | Campaign | Ad) -> bool:
+    def _apply_record(self, rec: Advertiser | Campaign | Ad | Placement) -> bool:
         if isinstance(rec, Advertiser):
             held = self.advertisers.get(rec.id)
             if held is not None and held.version >= rec.version:
@@ -98,7 +112,16 @@ class Catalog:
             return True
         if isinstance(rec, Campaign):
             return self._apply_campaign(rec)
+        if isinstance(rec, Placement):
+            return self._apply_placement(rec)
         return self._apply_ad(rec)
+
+    def _apply_placement(self, p: Placement) -> bool:
+        held = self.placements.get(p.id)
+        if held is not None and held.version >= p.version:
+            return False
+        self.placements[p.id] = p
+        return True
 
     def _apply_campaign(self, c: Campaign) -> bool:
         held = self.campaigns.get(c.id)
@@ -128,7 +151,8 @@ class Catalog:
             if campaign is None or ad.review_state is not ReviewState.APPROVED:
                 dropped.append(ad.id)
             else:
-                entries.append((ad.id, self._targeting[campaign.id], self.static_score(campaign)))
+                score = self.static_score(campaign) + ad.quality_micros  # the total's prior
+                entries.append((ad.id, self._targeting[campaign.id], score))
         return entries, dropped
 
     def _reindex(self, ads: Iterable[Ad]) -> None:

@@ -1,0 +1,88 @@
+"""The operator API: settings that belong to the platform, not to advertisers.
+
+Routes (JSON bodies; money in integer micros)::
+
+    POST  /v1/placements             201 placement   (409 when the id exists)
+    GET   /v1/placements             200 [placement]
+    GET   /v1/placements/{id}        200 placement
+    PATCH /v1/placements/{id}        200 placement   (body "version": 409 if stale)
+    PUT   /v1/ads/{id}/quality       200 ad          (body "version": 409 if stale)
+
+The API has no roles yet: these routes are apart from the advertiser routes (the
+advertiser's ad create/PATCH refuse ``quality_micros``) so that a later issue can put
+an operator-only guard on this router alone. Errors: ``adfunnel.http_errors``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from adfunnel.campaigns import codec
+from adfunnel.campaigns.api import ad_out
+from adfunnel.campaigns.model import Placement
+from adfunnel.campaigns.schemas import (
+    PLACEMENT_NULLABLE,
+    AdOut,
+    PlacementIn,
+    PlacementOut,
+    PlacementPatch,
+    QualityIn,
+)
+from adfunnel.campaigns.store import AlreadyExists, CampaignStore
+from adfunnel.http_errors import ApiError, validation_error
+
+__all__ = ["make_operator_router", "placement_out"]
+
+
+def placement_out(p: Placement) -> PlacementOut:
+    return PlacementOut.model_validate(codec.to_payload(p))
+
+
+def make_operator_router(store: CampaignStore) -> APIRouter:
+    """The operator routes over ``store``; the app must also install the error handlers."""
+    router = APIRouter(tags=["operator"])
+
+    @router.post("/v1/placements", status_code=201, response_model=PlacementOut)
+    def create_placement(body: PlacementIn) -> PlacementOut:
+        try:
+            return placement_out(store.create_placement(**body.model_dump()))
+        except AlreadyExists as exc:
+            raise ApiError(409, "conflict", str(exc), fields=[("id", "already exists")]) from exc
+
+    @router.get("/v1/placements", response_model=list[PlacementOut])
+    def list_placements() -> list[PlacementOut]:
+        return [placement_out(p) for p in store.list_placements()]
+
+    @router.get("/v1/placements/{placement_id}", response_model=PlacementOut)
+    def get_placement(placement_id: str) -> PlacementOut:
+        return placement_out(store.get_placement(placement_id))
+
+    @router.patch("/v1/placements/{placement_id}", response_model=PlacementOut)
+    def patch_placement(placement_id: str, body: PlacementPatch) -> PlacementOut:
+        changes = _changes(body)
+        return placement_out(store.update_placement(placement_id, changes, body.version))
+
+    @router.put("/v1/ads/{ad_id}/quality", response_model=AdOut)
+    def put_quality(ad_id: int, body: QualityIn) -> AdOut:
+        changes = {"quality_micros": body.quality_micros}
+        return ad_out(store.update_ad(ad_id, changes, body.version))
+
+    return router
+
+
+def _changes(body: PlacementPatch) -> dict[str, Any]:
+    """The fields a patch sets (``version`` excluded); ``null`` only for the house ad.
+
+    Raises:
+        ApiError: 422 for an empty patch or ``null`` on another field.
+    """
+    names = body.model_fields_set - {"version"}
+    if not names:
+        raise validation_error(("body", "no fields to change"))
+    data = body.model_dump(include=names)
+    bad = sorted(n for n in names if data[n] is None and n not in PLACEMENT_NULLABLE)
+    if bad:
+        raise validation_error(*((n, "must not be null") for n in bad))
+    return data
