@@ -571,6 +571,8 @@ class BudgetService:
             cd = self.current(cid, now)
             if cd is None:
                 continue
+            if cd.status is PacingStatus.COLD:
+                self._refresh_state(cd, now)  # warm now, or the day's billed spend read
             out.append(Directive(cid, cd.state.value, self._p(cd), cd.day.isoformat()))
         return out
 
