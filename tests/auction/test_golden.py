@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,11 @@ def _candidate(raw: dict) -> Candidate:
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_golden_auction(path: Path) -> None:
     case = json.loads(path.read_text())
+    # exact ties break at random: a case with ties names the decision's seed
+    rng = random.Random(case["seed"]) if "seed" in case else None
     result = run_auction(
-        [_candidate(c) for c in case["candidates"]], case["slots"], case["reserve_cpm_micros"]
+        [_candidate(c) for c in case["candidates"]], case["slots"], case["reserve_cpm_micros"],
+        rng=rng,
     )
     wins = [
         {"slot_id": w.slot_id, "ad_id": w.candidate.ad_id, "price_micros": w.price_micros}

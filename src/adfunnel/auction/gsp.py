@@ -8,6 +8,9 @@ DESIGN.md §The funnel, step 6:
 - candidates whose value or total is under the reserve are dropped (``below_reserve``);
 - slots are filled in position order with the best totals, at most one ad per
   campaign (and per advertiser, by default) per page;
+- exactly equal totals are ordered uniformly at random by the decision's own random
+  source (one random key per candidate, so ties among three or more are uniform too);
+  the caller seeds it per decision, so a replay with the same seed reproduces;
 - GSP price in the bid's unit = (next total − own quality) ÷ own action rate, rounded
   up to whole micros, capped at the bid and floored at the reserve in the bid's unit
   (CPM: the reserve itself; CPC/CPA: reserve ÷ (1000 × action rate), rounded up in
@@ -28,6 +31,7 @@ total ≥ the next winner's total.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -113,10 +117,13 @@ def run_auction(
     reserve_cpm_micros: int = 0,
     *,
     one_per_advertiser: bool = True,
+    rng: random.Random | None = None,
 ) -> AuctionResult:
     """Fill ``slot_ids`` (already in position order) from ``candidates``.
 
     ``reserve_cpm_micros`` is the floor per thousand impressions for this placement.
+    ``rng`` breaks exact ties of total value uniformly at random (a fresh, unseeded one
+    when omitted; pass the decision's seeded one to make the decision reproducible).
     Returns winners with prices and every loser with its reason.
     """
     reserve_imp = reserve_cpm_micros / MILLE
@@ -128,7 +135,7 @@ def run_auction(
             eligible.append(c)
         else:
             rejections.append(Rejection(c.ad_id, c.campaign_id, BELOW_RESERVE))
-    eligible.sort(key=lambda c: (-c.total, c.ad_id))
+    eligible = _rank(eligible, rng or random.Random())
 
     ranked: list[Candidate] = []
     campaigns: set[int] = set()
@@ -151,6 +158,13 @@ def run_auction(
         next_total = ranked[i + 1].total if i + 1 < len(ranked) else reserve_imp
         wins.append(Win(slot_ids[i], c, gsp_price(c, next_total, reserve_cpm_micros)))
     return AuctionResult(wins, rejections)
+
+
+def _rank(eligible: list[Candidate], rng: random.Random) -> list[Candidate]:
+    """By total value, best first; exact ties in a uniformly random order."""
+    keyed = [(-c.total, rng.random(), c) for c in eligible]
+    keyed.sort(key=lambda k: (k[0], k[1]))
+    return [c for _, _, c in keyed]
 
 
 def gsp_price(c: Candidate, next_total: float, reserve_cpm_micros: int) -> int:

@@ -9,7 +9,7 @@ what it has (or nothing).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from adfunnel.auction.gsp import Candidate, Rejection, Win, run_auction
@@ -172,6 +172,9 @@ class Decider:
         now: datetime,
         decision: Decision,
     ) -> None:
+        # one random source per decision, drawn from the seeded rng: a replay reproduces
+        rng = random.Random(self.rng.getrandbits(64))
+        candidates = rotate_creatives(candidates, self.ctr, req.placement.id)
         by_ad = {cand.ad_id: (ad, c) for cand, ad, c in candidates}
         placed_campaigns: set[int] = set()
         placed_advertisers: set[int] = set()
@@ -183,7 +186,7 @@ class Decider:
                 and c.id not in placed_campaigns and c.advertiser_id not in placed_advertisers
             ]
             reserve = _reserve(req, run[0])
-            result = run_auction(pool, [s.id for s in run], reserve)
+            result = run_auction(pool, [s.id for s in run], reserve, rng=rng)
             for win in result.wins:
                 ad, c = by_ad[win.candidate.ad_id]
                 placed_campaigns.add(c.id)
@@ -213,6 +216,30 @@ class Decider:
                    max_charge_micros=charge)
         )
         return Placed(win, ad, c, charge, sign(claims, self.token_key))
+
+
+def rotate_creatives(
+    candidates: list[tuple[Candidate, Ad, Campaign]], ctr: SmoothedCtr, placement: str
+) -> list[tuple[Candidate, Ad, Campaign]]:
+    """A campaign's creatives of one size rotate evenly until the model tells them apart.
+
+    Those the model cannot tell apart from the campaign's best
+    (:meth:`SmoothedCtr.campaign_pctrs`) get one pooled pCTR, so their totals tie and
+    the auction's uniform tie-break picks among them; quality still separates them.
+    """
+    groups: dict[tuple[int, str, int, int], list[int]] = {}
+    for i, (cand, ad, _) in enumerate(candidates):
+        groups.setdefault((cand.campaign_id, ad.format, ad.width, ad.height), []).append(i)
+    out = list(candidates)
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue
+        pctrs = ctr.campaign_pctrs([candidates[i][0].ad_id for i in idx], placement)
+        for i, pctr in zip(idx, pctrs, strict=True):
+            cand, ad, c = candidates[i]
+            if cand.pctr != pctr:
+                out[i] = (replace(cand, pctr=pctr), ad, c)
+    return out
 
 
 def expected_cost(cand: Candidate, charge: int) -> int:
