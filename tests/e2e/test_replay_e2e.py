@@ -22,12 +22,19 @@ def test_every_row_is_one_request(report: dict) -> None:
     assert report["latency_ms"]["p50"] > 0
 
 
-def test_nothing_billed_above_any_daily_budget(report: dict) -> None:
+def _one_charge(c: dict) -> int:
+    return c["bid_micros"] // 1000 if c["bid_type"] == "CPM" else c["bid_micros"]
+
+
+def test_budgets_bind_and_overspend_stays_within_the_margin(report: dict) -> None:
+    # the ledger bills at most the budget by construction; what the budget gate decides
+    # is how much was charged beyond it (absorbed): within 1 % or one charge
     limited = 0
     for c in report["campaigns"]:
         assert c["billed_micros"] == sum(d["billed_micros"] for d in c["days"])
         for day in c["days"]:
-            assert day["billed_micros"] <= day["budget_micros"], (c["name"], day)
+            margin = max(day["budget_micros"] // 100, _one_charge(c))
+            assert day["absorbed_overspend_micros"] <= margin, (c["name"], day)
         limited += c["budget_limited_days"] > 0
     assert limited >= 2  # the plan makes some campaigns budget-limited…
     assert limited < len(report["campaigns"])  # …and not all
