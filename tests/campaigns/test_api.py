@@ -504,3 +504,86 @@ def test_embedded_listener_sees_api_writes(
     r = client.post("/v1/campaigns", json=campaign_body(advertiser["id"]))
     client.post(f"/v1/campaigns/{r.json()['id']}:pause")
     assert [(c.entity, c.version) for c in seen] == [("campaign", 1), ("campaign", 2)]
+
+
+# --- warnings on campaign writes ---------------------------------------------------------
+
+
+def warnings_of(r: Any) -> dict[str, str]:
+    return {w["field"]: w["problem"] for w in r.json().get("warnings", [])}
+
+
+def test_a_campaign_that_can_deliver_has_no_warnings_key(
+    client: TestClient, campaign: dict[str, Any]
+) -> None:
+    assert "warnings" not in campaign
+    assert client.get(f"/v1/campaigns/{campaign['id']}").json() == campaign
+
+
+@pytest.mark.parametrize(
+    ("zone", "flight_end", "warned"),
+    [
+        ("America/New_York", "2026-11-02", True),  # NOW is 2026-11-03 10:00 in New York
+        ("America/New_York", "2026-11-03", False),  # ends today: still serves today
+        ("Pacific/Auckland", "2026-11-03", True),  # already 2026-11-04 04:00 there
+        ("Pacific/Honolulu", "2026-11-03", False),  # 05:00 on 2026-11-03
+    ],
+)
+def test_flight_already_over_is_a_warning(
+    client: TestClient, advertiser: dict[str, Any], zone: str, flight_end: str, warned: bool
+) -> None:
+    body = campaign_body(advertiser["id"], time_zone=zone, flight_start="2026-10-01",
+                         flight_end=flight_end)
+    r = client.post("/v1/campaigns", json=body)
+    assert r.status_code == 201, r.text
+    got = warnings_of(r)
+    assert ("flight_end" in got) is warned
+    if warned:
+        assert flight_end in got["flight_end"] and "will not serve" in got["flight_end"]
+        assert client.get(f"/v1/campaigns/{r.json()['id']}").json()["flight_end"] == flight_end
+
+
+@pytest.mark.parametrize(
+    ("bid_type", "bid", "daily", "warned"),
+    [
+        ("CPC", 1_500_001, 1_500_000, True),
+        ("CPC", 1_500_000, 1_500_000, False),
+        ("CPA", 20_000_000, 5_000_000, True),
+        ("CPM", 2_000_000, 1_999, True),  # one impression costs 2,000 micros
+        ("CPM", 2_000_000, 2_000, False),
+        ("CPM", 2_000_001, 2_000, True),  # ceil(2,000.001) = 2,001 micros
+        ("CPM", 1, 0, True),  # a zero budget fits no charge
+    ],
+)
+def test_one_charge_above_the_daily_budget_is_a_warning(
+    client: TestClient, advertiser: dict[str, Any], bid_type: str, bid: int, daily: int,
+    warned: bool,
+) -> None:
+    objective = {"CPC": "clicks", "CPA": "conversions", "CPM": "impressions"}[bid_type]
+    body = campaign_body(advertiser["id"], bid_type=bid_type, objective=objective,
+                         bid_micros=bid, daily_budget_micros=daily)
+    r = client.post("/v1/campaigns", json=body)
+    assert r.status_code == 201, r.text
+    assert ("bid_micros" in warnings_of(r)) is warned
+    if warned:
+        assert str(daily) in warnings_of(r)["bid_micros"]
+
+
+def test_both_warnings_together(client: TestClient, advertiser: dict[str, Any]) -> None:
+    body = campaign_body(advertiser["id"], flight_start="2026-01-01", flight_end="2026-01-31",
+                         bid_micros=9_000_000, daily_budget_micros=1_000_000)
+    r = client.post("/v1/campaigns", json=body)
+    assert r.status_code == 201
+    assert [w["field"] for w in r.json()["warnings"]] == ["flight_end", "bid_micros"]
+
+
+def test_edits_that_stop_delivery_are_warned(
+    client: TestClient, campaign: dict[str, Any]
+) -> None:
+    cid = campaign["id"]
+    r = client.put(f"/v1/campaigns/{cid}/budget", json={"daily_budget_micros": 1_000_000})
+    assert r.status_code == 200 and "bid_micros" in warnings_of(r)  # bid is 1,500,000
+    r = client.patch(f"/v1/campaigns/{cid}", json={"flight_end": "2026-11-02"})
+    assert r.status_code == 200 and set(warnings_of(r)) == {"bid_micros", "flight_end"}
+    r = client.patch(f"/v1/campaigns/{cid}", json={"flight_end": None, "bid_micros": 900_000})
+    assert r.status_code == 200 and "warnings" not in r.json()

@@ -23,6 +23,10 @@ campaign's time zone)::
     PATCH /v1/ads/{id}                      200 ad
     GET   /v1/campaigns/{id}/report?from=&to=  200 report
 
+Campaign writes (create, PATCH, budget) also answer ``warnings`` — ``[{"field",
+"problem"}]``, only when the campaign cannot deliver as written
+(``adfunnel.campaigns.checks``).
+
 Errors: see ``adfunnel.http_errors`` (422 validation with named fields, 400 malformed
 JSON, 404 not found, 409 version conflict).
 """
@@ -30,13 +34,14 @@ JSON, 404 not found, 409 version conflict).
 from __future__ import annotations
 
 import json
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
 from adfunnel.billing.ledger import Ledger
 from adfunnel.campaigns import codec
+from adfunnel.campaigns.checks import campaign_warnings
 from adfunnel.campaigns.model import Ad, Advertiser, Campaign, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.schemas import (
@@ -50,6 +55,8 @@ from adfunnel.campaigns.schemas import (
     CampaignIn,
     CampaignOut,
     CampaignPatch,
+    CampaignWritten,
+    FieldProblemOut,
     ReportDay,
     ReportOut,
     VersionIn,
@@ -102,6 +109,16 @@ def campaign_out(c: Campaign) -> CampaignOut:
     payload = codec.to_payload(c)
     payload["targeting"] = json.loads(c.targeting) if c.targeting else None
     return CampaignOut.model_validate(payload)
+
+
+def written_out(c: Campaign, now: datetime) -> CampaignWritten:
+    """:func:`campaign_out` plus ``warnings`` (``adfunnel.campaigns.checks``), which is
+    set only when there are some: routes answer with ``response_model_exclude_unset``."""
+    out = CampaignWritten.model_validate(campaign_out(c).model_dump())
+    warnings = campaign_warnings(c, now)
+    if warnings:
+        out.warnings = [FieldProblemOut(field=f, problem=p) for f, p in warnings]
+    return out
 
 
 def ad_out(ad: Ad) -> AdOut:
@@ -181,8 +198,9 @@ def make_advertiser_router(
 
     # --- campaigns ------------------------------------------------------------------
 
-    @router.post("/v1/campaigns", status_code=201, response_model=CampaignOut)
-    def create_campaign(body: CampaignIn) -> CampaignOut:
+    @router.post("/v1/campaigns", status_code=201, response_model=CampaignWritten,
+                 response_model_exclude_unset=True)
+    def create_campaign(body: CampaignIn) -> CampaignWritten:
         values = body.model_dump(exclude={"targeting"})
         values["dayparts"] = tuple(values["dayparts"])
         values["frequency_caps"] = tuple(values["frequency_caps"])
@@ -192,7 +210,7 @@ def make_advertiser_router(
             store.get_advertiser(body.advertiser_id)
         except NotFound as exc:
             raise validation_error(("advertiser_id", "no such advertiser")) from exc
-        return campaign_out(store.create_campaign(**values))
+        return written_out(store.create_campaign(**values), clock.now())
 
     @router.get("/v1/campaigns", response_model=list[CampaignOut])
     def list_campaigns(advertiser_id: int | None = None) -> list[CampaignOut]:
@@ -202,12 +220,14 @@ def make_advertiser_router(
     def get_campaign(campaign_id: int) -> CampaignOut:
         return campaign_out(store.get_campaign(campaign_id))
 
-    @router.patch("/v1/campaigns/{campaign_id}", response_model=CampaignOut)
-    def patch_campaign(campaign_id: int, body: CampaignPatch) -> CampaignOut:
+    @router.patch("/v1/campaigns/{campaign_id}", response_model=CampaignWritten,
+                  response_model_exclude_unset=True)
+    def patch_campaign(campaign_id: int, body: CampaignPatch) -> CampaignWritten:
         changes = _changes(body, CAMPAIGN_NULLABLE)
         if "targeting" in changes and changes["targeting"] is not None:
             changes["targeting"] = canonical_targeting(body.targeting)
-        return campaign_out(store.update_campaign(campaign_id, changes, body.version))
+        return written_out(store.update_campaign(campaign_id, changes, body.version),
+                           clock.now())
 
     def set_status(campaign_id: int, body: VersionIn | None, to: CampaignStatus) -> CampaignOut:
         version = body.version if body else None
@@ -232,12 +252,14 @@ def make_advertiser_router(
     def resume_campaign(campaign_id: int, body: OptionalVersion = None) -> CampaignOut:
         return set_status(campaign_id, body, CampaignStatus.ACTIVE)
 
-    @router.put("/v1/campaigns/{campaign_id}/budget", response_model=CampaignOut)
-    def put_budget(campaign_id: int, body: BudgetIn) -> CampaignOut:
+    @router.put("/v1/campaigns/{campaign_id}/budget", response_model=CampaignWritten,
+                response_model_exclude_unset=True)
+    def put_budget(campaign_id: int, body: BudgetIn) -> CampaignWritten:
         changes: dict[str, Any] = {"daily_budget_micros": body.daily_budget_micros}
         if "lifetime_budget_micros" in body.model_fields_set:
             changes["lifetime_budget_micros"] = body.lifetime_budget_micros
-        return campaign_out(store.update_campaign(campaign_id, changes, body.version))
+        return written_out(store.update_campaign(campaign_id, changes, body.version),
+                           clock.now())
 
     # --- ads --------------------------------------------------------------------------
 

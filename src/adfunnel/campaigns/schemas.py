@@ -215,6 +215,20 @@ class CampaignOut(BaseModel):
     version: int
 
 
+class FieldProblemOut(BaseModel):
+    field: str
+    problem: str
+
+
+class CampaignWritten(CampaignOut):
+    """Answer of a campaign write: the campaign, plus ``warnings`` when it cannot deliver
+    as written (flight already over, one charge above the daily budget; see
+    ``adfunnel.campaigns.checks``). Omitted when there is nothing to warn about, so the
+    answer equals a later GET."""
+
+    warnings: list[FieldProblemOut] = []
+
+
 # --- ads ---------------------------------------------------------------------------------
 
 
