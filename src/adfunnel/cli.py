@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -43,7 +45,9 @@ def serve(
              "token_secret": token_secret, "budget_service_url": budget_service}
     settings = _settings_or_exit(**flags)
     if workers <= 1:
-        uvicorn.run(build_app(build_runtime(settings)), host=settings.host, port=settings.port,
+        with _database_or_exit(settings.database_url):
+            runtime = build_runtime(settings)
+        uvicorn.run(build_app(runtime), host=settings.host, port=settings.port,
                     log_level="warning", access_log=False)
         return
     if not settings.budget_service_url:
@@ -55,9 +59,39 @@ def serve(
         if value is not None:
             os.environ[f"ADFUNNEL_{key.upper()}"] = str(value)
     os.environ.setdefault("ADFUNNEL_TOKEN_SECRET", secrets.token_hex(32))
-    upgrade(settings.database_url)
+    with _database_or_exit(settings.database_url):
+        upgrade(settings.database_url)
     uvicorn.run("adfunnel.app:create_app", factory=True, workers=workers, host=settings.host,
                 port=settings.port, log_level="warning", access_log=False)
+
+
+@contextmanager
+def _database_or_exit(url: str) -> Iterator[None]:
+    """Turn a database that cannot be reached into one line on stderr and exit code 1."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        typer.echo(f"adfunnel: cannot use the database {hide_password(url)}: "
+                   f"{_first_line(exc.orig or exc)}", err=True)
+        raise typer.Exit(1) from None
+
+
+def hide_password(url: str) -> str:
+    """``url`` with its password shown as ``***`` (SQLAlchemy's own rendering)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "(an unparsable URL)"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 def _settings_or_exit(**flags: object):
