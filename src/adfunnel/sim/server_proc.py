@@ -28,8 +28,8 @@ class ManagedProcess:
 
     def __init__(self, args: list[str], *, health_path: str = "/healthz",
                  extra_env: dict[str, str] | None = None, log_path: Path | None = None,
-                 timeout_s: float = 60.0) -> None:
-        self.port = free_port()
+                 timeout_s: float = 60.0, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, **(extra_env or {})}
         cmd = [sys.executable, "-m", "adfunnel", *args, "--host", "127.0.0.1",
