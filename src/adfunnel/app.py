@@ -25,7 +25,9 @@ from adfunnel.budget.gate import LocalSpendGate, SpendGate
 from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
 from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
 from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.model import CampaignStatus
+from adfunnel.campaigns.operator_api import make_operator_router
+from adfunnel.campaigns.store import SqlCampaignStore, VersionConflict
 from adfunnel.clock import (
     INSTANT_FORMAT,
     Clock,
@@ -41,7 +43,7 @@ from adfunnel.periodic import Periodic
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
-from adfunnel.serving.deadline import ArrivalStamp, DecisionWorker
+from adfunnel.serving.deadline import ArrivalStamp, DecisionQueue
 from adfunnel.serving.decision_log import DecisionLog
 from adfunnel.serving.funnel import Decider
 from adfunnel.serving.http import ServingEndpoints, error_response
@@ -66,14 +68,13 @@ class Runtime:
     decisions: DecisionLog
     feed: ChangeFeed
     background: list[Periodic]
-    worker: DecisionWorker  # the one thread that runs ad decisions (serving/deadline.py)
+    queue: DecisionQueue  # where ad requests wait for a decision (serving/deadline.py)
 
     def ready(self) -> bool:
         """True while the catalog follows the change log closely enough to decide."""
         return self.feed.ready()
 
     def close(self) -> None:
-        self.worker.close()
         for task in self.background:
             task.stop(final=True)
         self.feed.stop()
@@ -128,15 +129,10 @@ def build_runtime(
         retrieval_limit=settings.retrieval_limit,
         rng=random.Random(seed) if seed is not None else None, eligible=eligible,
     )
-    tracker = Tracker(ledger, catalog, gate, ctr, clock, key)
+    tracker = Tracker(ledger, catalog, gate, ctr, clock, key,
+                      on_lifetime_spent=lambda cid: mark_completed(store, cid))
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
-                   tracker, decisions, change_feed, background, _worker(decider))
-
-
-def _worker(decider):
-    import os
-    from adfunnel.serving.deadline import LoopDecisionQueue
-    return LoopDecisionQueue(decider) if os.environ.get("XMODE") == "loop" else DecisionWorker(decider)
+                   tracker, decisions, change_feed, background, DecisionQueue(decider))
 
 
 def make_gate(settings: Settings, store: SqlCampaignStore, ledger: Ledger, clock: Clock,
@@ -160,6 +156,22 @@ def _seed_billed(gate: LocalSpendGate, ledger: Ledger, now: datetime) -> None:
     """Committed spend survives a restart: start from the ledger's billed totals."""
     days = {(now + timedelta(days=d)).date() for d in (-1, 0, 1)}
     gate.seed_billed({(cid, day): v for day in days for cid, v in ledger.billed_on(day).items()})
+    gate.seed_lifetime(ledger.lifetime_billed())
+
+
+def mark_completed(store: SqlCampaignStore, campaign_id: int, attempts: int = 3) -> None:
+    """Set an active or paused campaign's status to ``completed`` (its lifetime budget is
+    spent); the change log carries it to every server, whose filter then rejects it.
+    A concurrent edit (version conflict) is retried on the new version."""
+    for _ in range(attempts):
+        c = store.get_campaign(campaign_id)
+        if c.status not in (CampaignStatus.ACTIVE, CampaignStatus.PAUSED):
+            return
+        try:
+            store.update_campaign(campaign_id, {"status": CampaignStatus.COMPLETED}, c.version)
+            return
+        except VersionConflict:
+            continue
 
 
 def build_app(rt: Runtime) -> FastAPI:
@@ -170,7 +182,8 @@ def build_app(rt: Runtime) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s))
-    serving = ServingEndpoints(rt.worker, rt.tracker, rt.decisions,
+    app.include_router(make_operator_router(rt.store))  # no roles yet: a later issue
+    serving = ServingEndpoints(rt.queue, rt.tracker, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready)
     for route in serving.routes():
@@ -204,6 +217,14 @@ def build_app(rt: Runtime) -> FastAPI:
                              "deadline_miss_rate": round(d.miss_rate(), 4),
                              "filled_slots": d.filled_slots})
 
+    async def budget_pacing(_: Request) -> Response:
+        """The embedded budget service's pacing summary (steps, p_min, budget refusals
+        per campaign and local day); 404 where the service runs in its own process."""
+        if not isinstance(rt.gate, InProcessBudget):
+            return error_response(404, "not_embedded",
+                                  [("budget", "the budget service runs in its own process")])
+        return JSONResponse(rt.gate.pacing_summary())
+
     async def set_clock(request: Request) -> Response:
         if not isinstance(rt.clock, ManualClock):
             return error_response(409, "clock_not_manual",
@@ -231,6 +252,7 @@ def build_app(rt: Runtime) -> FastAPI:
     app.add_route("/v1/ledger/stats", ledger_stats, methods=["GET"])
     app.add_route("/v1/admin/clock", set_clock, methods=["PUT"])
     app.add_route("/v1/serving/stats", serving_stats, methods=["GET"])
+    app.add_route("/v1/budget/pacing", budget_pacing, methods=["GET"])
     # added last = outermost of ours: a select's deadline starts as early as we see it
     app.add_middleware(ArrivalStamp, select=serving.select_asgi)
     return app

@@ -35,9 +35,27 @@ def test_budgets_bind_and_overspend_stays_within_the_margin(report: dict) -> Non
         for day in c["days"]:
             margin = max(day["budget_micros"] // 100, _one_charge(c))
             assert day["absorbed_overspend_micros"] <= margin, (c["name"], day)
-        limited += c["budget_limited_days"] > 0
-    assert limited >= 2  # the plan makes some campaigns budget-limited…
+        limited += c["budget_bound_days"] > 0
+    assert limited >= 2  # the plan makes some campaigns budget-bound…
     assert limited < len(report["campaigns"])  # …and not all
+
+
+def test_every_budget_bound_day_delivers_98_percent(report: dict) -> None:
+    """A day on which the campaign was refused for budget at least once bills ≥ 98 % of
+    its budget, paced or accelerated, at the log's sparse traffic."""
+    bound = [(c["name"], d) for c in report["campaigns"] for d in c["days"]
+             if d["budget_bound"]]
+    assert bound
+    short = [(name, d["date"], d["billed_micros"] / d["budget_micros"]) for name, d in bound
+             if d["billed_micros"] < 0.98 * d["budget_micros"]]
+    assert short == []
+
+
+def test_the_replay_paces(report: dict) -> None:
+    modes = [c["pacing_mode"] for c in report["campaigns"]]
+    assert modes.count("even") >= 3
+    assert report["pacing"]["steps"] > 0
+    assert 0.0 < report["pacing"]["p_min"] <= 1.0
 
 
 def test_duplicates_billed_once_and_forgeries_refused(report: dict) -> None:

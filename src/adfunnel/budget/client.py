@@ -125,10 +125,14 @@ class BudgetClient:
         self._demand: dict[int, tuple[float, int, date]] = {}
         self.stats = {"sent": 0, "replies": 0, "refused_no_slice": 0, "unsliced_serves": 0,
                       "resyncs": 0}
+        #: (campaign, local day) -> admits refused for budget (exhausted or no slice)
+        self.refusals: dict[tuple[int, date], int] = {}
 
     # -- SpendGate ------------------------------------------------------------------------
-    def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
-        """None when ``campaign`` may take part now; else ``budget_exhausted`` or ``no_slice``."""
+    def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int, *,
+              count_refusal: bool = True) -> str | None:
+        """None when ``campaign`` may take part now; else ``budget_exhausted`` or ``no_slice``
+        (counted in ``refusals`` unless ``count_refusal`` is False: the caller retries)."""
         cid = campaign.id
         t = now.timestamp()
         day = local_day(now, campaign.time_zone)
@@ -137,7 +141,7 @@ class BudgetClient:
             if state is BudgetState.OPEN:
                 return None
             if state is BudgetState.STOPPED:
-                return BUDGET_EXHAUSTED
+                return self._refuse(cid, day, BUDGET_EXHAUSTED, count_refusal)
             self._demand[cid] = (t, max_charge_micros, day)
             s = self._slice_with_room(cid, day, t, max_charge_micros)
             if s is not None:
@@ -146,8 +150,20 @@ class BudgetClient:
                 self._wants.add(cid)
                 self.stats["refused_no_slice"] += 1
                 self._acc.setdefault((cid, day), _Acc()).demand += max_charge_micros
-                return NO_SLICE
-            return BUDGET_EXHAUSTED
+                return self._refuse(cid, day, NO_SLICE, count_refusal)
+            return self._refuse(cid, day, BUDGET_EXHAUSTED, count_refusal)
+
+    def _refuse(self, cid: int, day: date, reason: str, count: bool) -> str:
+        if count:
+            key = (cid, day)
+            self.refusals[key] = self.refusals.get(key, 0) + 1
+        return reason
+
+    def note_refusal(self, campaign_id: int, day: date) -> None:
+        """Count one admit of ``campaign_id`` on local ``day`` refused for budget."""
+        with self._lock:
+            key = (campaign_id, day)
+            self.refusals[key] = self.refusals.get(key, 0) + 1
 
     def pacing_rate(self, campaign_id: int) -> float:
         """p from the service's last reply (1.0 before the first)."""

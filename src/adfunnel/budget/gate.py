@@ -23,6 +23,20 @@ PACED_OUT = "paced_out"
 NO_SLICE = "no_slice"
 
 
+def effective_daily_budget(
+    daily_budget_micros: int, lifetime_budget_micros: int | None, billed_before_day_micros: int
+) -> int:
+    """A campaign-day's budget under a lifetime budget, micros (DESIGN.md §Money and budgets):
+    min(daily, lifetime − billed on earlier days), ≥ 0; the daily budget without one.
+
+    So remaining = effective − billed today = min(daily remaining, lifetime remaining),
+    and the open / metered / slice rules apply to it unchanged.
+    """
+    if lifetime_budget_micros is None:
+        return daily_budget_micros
+    return max(0, min(daily_budget_micros, lifetime_budget_micros - billed_before_day_micros))
+
+
 @dataclass(frozen=True, slots=True)
 class Served:
     """One served impression's expected cost, outstanding until billed or expired.
@@ -64,7 +78,8 @@ class SpendGate(Protocol):
 class LocalSpendGate:
     """Committed spend held in one server process (embedded mode).
 
-    Admits while billed + outstanding + ``max_charge`` <= daily budget on the
+    Admits while billed + outstanding + ``max_charge`` <= the campaign-day's budget
+    (:func:`effective_daily_budget`: daily, or less under a lifetime budget) on the
     campaign's local day. Outstanding expected costs expire with their token.
     """
 
@@ -74,6 +89,12 @@ class LocalSpendGate:
         self._outstanding: dict[tuple[int, date], int] = {}
         self._open: dict[str, Served] = {}
         self._expiry: list[tuple[float, str]] = []
+        self._lifetime: dict[int, int] = {}  # campaign id -> billed on every day
+
+    def seed_lifetime(self, billed: dict[int, int]) -> None:
+        """Start from lifetime billed totals read from the ledger (restart recovery)."""
+        with self._lock:
+            self._lifetime.update(billed)
 
     def seed_billed(self, billed: dict[tuple[int, date], int]) -> None:
         """Start from billed totals read from the ledger (restart recovery)."""
@@ -84,8 +105,13 @@ class LocalSpendGate:
         key = (campaign.id, local_day(now, campaign.time_zone))
         with self._lock:
             self._expire(now.timestamp())
-            committed = self._billed.get(key, 0) + self._outstanding.get(key, 0)
-        if committed + max_charge_micros > campaign.daily_budget_micros:
+            today = self._billed.get(key, 0)
+            committed = today + self._outstanding.get(key, 0)
+            before = self._lifetime.get(campaign.id, 0) - today
+        budget = effective_daily_budget(
+            campaign.daily_budget_micros, campaign.lifetime_budget_micros, before
+        )
+        if committed + max_charge_micros > budget:
             return BUDGET_EXHAUSTED
         return None
 
@@ -110,6 +136,7 @@ class LocalSpendGate:
         key = (campaign_id, day)
         with self._lock:
             self._billed[key] = self._billed.get(key, 0) + billed_micros
+            self._lifetime[campaign_id] = self._lifetime.get(campaign_id, 0) + billed_micros
             if settles:
                 self._release(impression_id)
 

@@ -38,6 +38,7 @@ from adfunnel.budget.http import HttpReportTransport, create_app
 from adfunnel.budget.protocol import Reply, Report
 from adfunnel.budget.service import WARMUP_S, BudgetService
 from adfunnel.campaigns.model import Campaign, ChangeRecord
+from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import Clock, ManualClock
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog, shapes, window_start
@@ -286,13 +287,15 @@ class InProcessBudget:
     # -- SpendGate ------------------------------------------------------------------------
     def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
         t = now.timestamp()
-        reason = self.client.admit(campaign, now, max_charge_micros)
+        reason = self.client.admit(campaign, now, max_charge_micros, count_refusal=False)
         if reason == NO_SLICE and self._asked.get(campaign.id) != t:
             # the service is in this process: ask for the slice now rather than at the
             # next report (once per campaign and instant, so a refusal costs one round)
             self._asked[campaign.id] = t
             self.client.report(t)
-            reason = self.client.admit(campaign, now, max_charge_micros)
+            reason = self.client.admit(campaign, now, max_charge_micros, count_refusal=False)
+        if reason is not None:
+            self.client.note_refusal(campaign.id, local_day(now, campaign.time_zone))
         return reason
 
     def pacing_rate(self, campaign_id: int) -> float:
@@ -307,3 +310,16 @@ class InProcessBudget:
 
     def status(self) -> list[dict[str, object]]:
         return self.process.status()
+
+    def pacing_summary(self) -> dict[str, object]:
+        """Control steps run, lowest p given to an evenly paced campaign (None: no step
+        has run), and per campaign and local day the admits refused for budget."""
+        with self.process.lock:
+            svc = self.process.service
+            steps, p_min = svc.steps, svc.p_min
+        with self.client._lock:
+            refusals = dict(self.client.refusals)
+        by_campaign: dict[str, dict[str, int]] = {}
+        for (cid, day), n in sorted(refusals.items()):
+            by_campaign.setdefault(str(cid), {})[day.isoformat()] = n
+        return {"steps": steps, "p_min": p_min, "budget_refusals": by_campaign}

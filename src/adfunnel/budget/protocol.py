@@ -120,6 +120,9 @@ class BilledUpdate(msgspec.Struct, frozen=True):
     in flight). The service counts those serves' expected cost less what they have
     already billed, so a conversion is not counted twice (once billed, once expected)
     for a whole conversion window. 0 = not known (the expected cost stays in full).
+    ``lifetime_billed_before_micros``: billed on the campaign's earlier days (ledger
+    lifetime total − ``billed_micros``); under a lifetime budget the day's budget is
+    min(daily, lifetime − this) (``adfunnel.budget.gate.effective_daily_budget``).
     """
 
     campaign_id: int
@@ -127,3 +130,4 @@ class BilledUpdate(msgspec.Struct, frozen=True):
     billed_micros: int
     complete_before: float
     billed_after_micros: int = 0
+    lifetime_billed_before_micros: int = 0

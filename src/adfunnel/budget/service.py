@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from enum import StrEnum
 
+from adfunnel.budget.gate import effective_daily_budget
 from adfunnel.budget.protocol import (
     BilledUpdate,
     CampaignSpend,
@@ -92,6 +93,13 @@ def charge_micros(campaign: Campaign) -> int:
     return max(1, campaign.bid_micros)
 
 
+def day_budget(cd: CampaignDay) -> int:
+    """The campaign-day's budget, micros: min(daily, lifetime − billed on earlier days)."""
+    c = cd.campaign
+    return effective_daily_budget(c.daily_budget_micros, c.lifetime_budget_micros,
+                                  cd.lifetime_billed_before)
+
+
 def hold_band(spent_since_plan_micros: int, charge: int, budget_micros: int) -> float:
     """How far ahead of its curve a campaign must be before its p may be lowered: the
     noise of its billed spend (3 σ, σ ≈ √(spend × charge) for spend made of charges up
@@ -123,6 +131,7 @@ class CampaignDay:
     ctl: controller.ControllerState
     billed: int = 0
     billed_after: int = 0  # billed spend of serves after the watermark
+    lifetime_billed_before: int = 0  # billed on earlier days (lifetime budgets)
     watermark: float = 0.0
     buckets: deque[tuple[float, int]] = field(default_factory=deque)
     bucket_sum: int = 0
@@ -217,6 +226,9 @@ class BudgetService:
         self._last_reply: dict[str, tuple[tuple[int, ...], Reply]] = {}
         self._slice_ids = itertools.count(1)
         self.unknown_campaign_reports = 0
+        #: control steps run, and the lowest p an evenly paced campaign-day was given
+        self.steps = 0
+        self.p_min: float | None = None
         #: (campaign id, unix s, p, state) after each control step; for reports and plots.
         self.on_step: Callable[[CampaignDay, float], None] | None = None
 
@@ -327,7 +339,7 @@ class BudgetService:
     def _refresh_state(self, cd: CampaignDay, now: float) -> None:
         c = cd.campaign
         charge = charge_micros(c)
-        budget = c.daily_budget_micros
+        budget = day_budget(cd)
         flying = c.flight_start <= cd.day and (c.flight_end is None or cd.day <= c.flight_end)
         if c.status is not CampaignStatus.ACTIVE or not flying or budget <= 0:
             cd.state = BudgetState.STOPPED
@@ -466,7 +478,7 @@ class BudgetService:
         if cd.state is not BudgetState.METERED or not self.can_grant(cd, now):
             return None
         charge = charge_micros(c)
-        g = grantable(c.daily_budget_micros, cd.billed, cd.in_flight())
+        g = grantable(day_budget(cd), cd.billed, cd.in_flight())
         size = slice_size(cd.server_rates.get(server_id, 0.0), charge, g, cd.outstanding(now))
         if size <= 0:
             return None
@@ -499,6 +511,8 @@ class BudgetService:
             return
         self._billed_read.add((cd.campaign.id, cd.day))
         cd.billed = max(cd.billed, update.billed_micros)
+        cd.lifetime_billed_before = max(cd.lifetime_billed_before,
+                                        update.lifetime_billed_before_micros)
         if update.complete_before >= cd.watermark:
             cd.billed_after = max(0, min(update.billed_after_micros, update.billed_micros))
         if update.complete_before > cd.watermark:
@@ -514,6 +528,7 @@ class BudgetService:
     def step(self) -> None:
         """One control step for every campaign on its current local day."""
         now = self._now()
+        self.steps += 1
         for cid in self._campaigns:
             if not self.owns(cid):
                 continue
@@ -557,6 +572,8 @@ class BudgetService:
         cd.step_charges = 0
         cd.last_step_s = now
         cd.p_by_minute[int((now - cd.start_s) // 60)] = cd.ctl.p
+        if cd.campaign.pacing_mode is PacingMode.EVEN and cd.state is not BudgetState.STOPPED:
+            self.p_min = cd.ctl.p if self.p_min is None else min(self.p_min, cd.ctl.p)
         self._refresh_state(cd, now)
         if self.on_step is not None:
             self.on_step(cd, now)
