@@ -1,36 +1,73 @@
 """The decision log: what each decision saw, chose and rejected (with reason codes).
 
 Kept in a bounded in-memory ring for the explain endpoint; the trainer's served log
-is a later plane. Appending is O(1) and never blocks the request path.
+is a later plane. Appending is O(1) and never blocks the request path. Only answers
+sent in time are appended (DESIGN.md §The funnel, step 7); late and shed requests are
+counted, and the deadline miss rate is their share of the most recent requests.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 from adfunnel.serving.funnel import Decision
 
 
 class DecisionLog:
-    """The last ``capacity`` decisions, by request id."""
+    """The last ``capacity`` committed decisions, by request id, and the outcome counts.
 
-    def __init__(self, capacity: int = 10_000) -> None:
+    ``decisions`` counts every ad request that reached the decision stage: committed
+    (answered in time, filled or not), ``late`` (decided, found late, 204) and ``shed``
+    (never decided, 204). :meth:`miss_rate` is (late + shed) / requests over the last
+    ``window`` of them.
+    """
+
+    def __init__(self, capacity: int = 10_000, window: int = 1_000) -> None:
         self.capacity = capacity
         self._items: OrderedDict[str, Decision] = OrderedDict()
         self._lock = threading.Lock()
         self.decisions = 0
         self.late = 0
+        self.shed = 0
         self.filled_slots = 0
+        self._recent: deque[bool] = deque(maxlen=window)  # True: late or shed
+        self._recent_missed = 0
 
     def append(self, decision: Decision) -> None:
+        """Log a decision whose answer is sent in time (the commit step)."""
         with self._lock:
             self.decisions += 1
-            self.late += decision.late
             self.filled_slots += len(decision.placed)
+            self._note(missed=False)
             self._items[decision.request_id] = decision
             if len(self._items) > self.capacity:
                 self._items.popitem(last=False)
+
+    def count_late(self) -> None:
+        """A decision found late: answered 204, nothing logged or committed."""
+        with self._lock:
+            self.decisions += 1
+            self.late += 1
+            self._note(missed=True)
+
+    def count_shed(self) -> None:
+        """A request shed before it was decided: answered 204."""
+        with self._lock:
+            self.decisions += 1
+            self.shed += 1
+            self._note(missed=True)
+
+    def miss_rate(self) -> float:
+        """(late + shed) / requests over the recent window; 0.0 before any request."""
+        with self._lock:
+            return self._recent_missed / len(self._recent) if self._recent else 0.0
+
+    def _note(self, *, missed: bool) -> None:
+        if len(self._recent) == self._recent.maxlen:
+            self._recent_missed -= self._recent[0]
+        self._recent.append(missed)
+        self._recent_missed += missed
 
     def get(self, request_id: str) -> Decision | None:
         with self._lock:

@@ -9,7 +9,7 @@ what it has (or nothing).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from adfunnel.auction.gsp import Candidate, Rejection, Win, run_auction
@@ -20,6 +20,7 @@ from adfunnel.campaigns.model import (
     BidType,
     Campaign,
     CampaignStatus,
+    Placement,
 )
 from adfunnel.campaigns.schedule import in_daypart, in_flight, local_day
 from adfunnel.clock import Clock, monotonic_ms
@@ -27,6 +28,7 @@ from adfunnel.money import impression_charge_bound, round_micros
 from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog
+from adfunnel.serving.house import HouseFill, house_fills
 from adfunnel.serving.request import SelectRequest, SlotIn, request_attributes
 from adfunnel.tracking.token import TokenClaims, new_impression_id, sign
 
@@ -34,9 +36,12 @@ from adfunnel.tracking.token import TokenClaims, new_impression_id, sign
 AD_PAUSED = "ad_paused"
 CAMPAIGN_PAUSED = "paused"
 CAMPAIGN_ENDED = "ended"
+CAMPAIGN_COMPLETED = "completed"  # lifetime budget spent
 OUT_OF_FLIGHT = "out_of_flight"
 OUTSIDE_DAYPART = "outside_daypart"
 NO_FITTING_SLOT = "no_fitting_slot"
+SIZE_NOT_ALLOWED = "size_not_allowed"  # the placement's operator does not allow the size
+FORMAT_NOT_ALLOWED = "format_not_allowed"
 DEADLINE = "deadline"
 
 #: How many candidates the filter stage processes between deadline checks.
@@ -52,6 +57,7 @@ class Placed:
     campaign: Campaign
     charge_micros: int  # most the billable event can bill (CPM impression: price/1000 rounded up)
     token: str
+    served: Served  # the expected spend :meth:`Decider.commit` records once the answer is sent
 
 
 @dataclass(slots=True)
@@ -62,6 +68,7 @@ class Decision:
     index_version: int
     late: bool = False
     truncated: bool = False
+    house: list[HouseFill] = field(default_factory=list)  # empty slots given the house ad
 
 
 class Decider:
@@ -97,7 +104,11 @@ class Decider:
         self.eligible = eligible
 
     def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
-        """Decide ``req`` before ``deadline_at_ms`` (a :func:`monotonic_ms` instant)."""
+        """Decide ``req`` before ``deadline_at_ms`` (a :func:`monotonic_ms` instant).
+
+        Pure with respect to spend: winners, prices and signed tokens, nothing recorded;
+        the caller commits with :meth:`commit` only when the answer goes out in time.
+        """
         now = self.clock.now()
         retrieval = self.catalog.index.query(request_attributes(req), self.retrieval_limit)
         decision = Decision(request_id, [], [], retrieval.version, truncated=retrieval.truncated)
@@ -106,7 +117,21 @@ class Decider:
             return decision
         candidates = self._filter(req, retrieval.ad_ids, now, decision, deadline_at_ms)
         self._auction(req, candidates, now, decision)
+        decision.house = house_fills(
+            self.catalog.placements.get(req.placement.id), req.slots,
+            {p.win.slot_id for p in decision.placed}, now, self.token_key, self.token_ttl_s,
+        )
         return decision
+
+    def commit(self, decision: Decision) -> None:
+        """Commit an answer that is being sent in time: its expected spend (budget gate).
+
+        :meth:`decide` commits nothing, so a decision found late or shed costs nothing.
+        This is the single place where everything owed to a sent answer is recorded:
+        frequency-cap increments and the served-log record hook in here too.
+        """
+        for p in decision.placed:
+            self.gate.record_served(p.served)
 
     def _filter(
         self,
@@ -120,6 +145,7 @@ class Decider:
         verdicts: dict[int, str | None] = {}  # campaign id -> reason (None = eligible)
         sizes = {(s.format, s.width, s.height) for s in req.slots}
         cat = self.catalog
+        placement = cat.placements.get(req.placement.id)
         for i, ad_id in enumerate(ad_ids):
             if i % _CHECK_EVERY == _CHECK_EVERY - 1 and monotonic_ms() >= deadline_at_ms:
                 decision.late = True
@@ -131,6 +157,8 @@ class Decider:
             reason = AD_PAUSED if ad.status is not AdStatus.ACTIVE else None
             if reason is None and (ad.format, ad.width, ad.height) not in sizes:
                 reason = NO_FITTING_SLOT
+            if reason is None and placement is not None:
+                reason = _placement_rejection(placement, ad)
             if reason is None:
                 if campaign.id not in verdicts:
                     verdicts[campaign.id] = self._campaign_verdict(campaign, now)
@@ -146,6 +174,8 @@ class Decider:
             return CAMPAIGN_PAUSED
         if c.status is CampaignStatus.ENDED:
             return CAMPAIGN_ENDED
+        if c.status is CampaignStatus.COMPLETED:
+            return CAMPAIGN_COMPLETED
         if not in_flight(c, now):
             return OUT_OF_FLIGHT
         if not in_daypart(c.dayparts, now, c.time_zone):
@@ -162,7 +192,7 @@ class Decider:
     def _candidate(self, ad: Ad, c: Campaign, placement: str) -> Candidate:
         return Candidate(
             ad.id, c.id, c.advertiser_id, c.bid_type, c.bid_micros,
-            self.ctr.pctr(ad.id, placement), self.pcvr,
+            self.ctr.pctr(ad.id, placement), self.pcvr, quality_micros=ad.quality_micros,
         )
 
     def _auction(
@@ -185,7 +215,7 @@ class Decider:
                 if (ad.format, ad.width, ad.height) == shape
                 and c.id not in placed_campaigns and c.advertiser_id not in placed_advertisers
             ]
-            reserve = _reserve(req, run[0])
+            reserve = _reserve(req, run[0], self.catalog.placements.get(req.placement.id))
             result = run_auction(pool, [s.id for s in run], reserve, rng=rng)
             for win in result.wins:
                 ad, c = by_ad[win.candidate.ad_id]
@@ -210,12 +240,10 @@ class Decider:
             issued_at=issued,
             expires_at=issued + self.token_ttl_s,
         )
-        self.gate.record_served(
-            Served(c.id, local_day(now, c.time_zone), claims.impression_id,
-                   expected_cost(win.candidate, charge), float(claims.expires_at),
-                   max_charge_micros=charge)
-        )
-        return Placed(win, ad, c, charge, sign(claims, self.token_key))
+        served = Served(c.id, local_day(now, c.time_zone), claims.impression_id,
+                        expected_cost(win.candidate, charge), float(claims.expires_at),
+                        max_charge_micros=charge)
+        return Placed(win, ad, c, charge, sign(claims, self.token_key), served)
 
 
 def rotate_creatives(
@@ -258,10 +286,26 @@ def max_charge(c: Campaign) -> int:
     return impression_charge_bound(c.bid_micros) if c.bid_type is BidType.CPM else c.bid_micros
 
 
-def _reserve(req: SelectRequest, slot: SlotIn) -> int:
-    if slot.reserve_cpm_micros is not None:
-        return slot.reserve_cpm_micros
-    return req.placement.reserve_cpm_micros
+def _reserve(req: SelectRequest, slot: SlotIn, placement: Placement | None) -> int:
+    """The reserve applied to ``slot``, micros per mille: the higher of the request's (the
+    slot's own, else the placement's in the request) and the operator's configured one
+    for the request's ``geo.country`` (else the placement's default)."""
+    asked = slot.reserve_cpm_micros
+    if asked is None:
+        asked = req.placement.reserve_cpm_micros
+    if placement is None:
+        return asked
+    country = req.user.attributes.get("geo.country")
+    given = country if isinstance(country, list) else [country] if country else []
+    return max(asked, placement.reserve_for(str(c).upper() for c in given))
+
+
+def _placement_rejection(placement: Placement, ad: Ad) -> str | None:
+    if not placement.size_allowed(ad.width, ad.height):
+        return SIZE_NOT_ALLOWED
+    if not placement.format_allowed(ad.format):
+        return FORMAT_NOT_ALLOWED
+    return None
 
 
 def _slot_runs(slots: list[SlotIn]) -> list[list[SlotIn]]:

@@ -7,21 +7,27 @@
 - ``GET /v1/decisions/{request_id}`` → the explain record of a recent decision.
 
 Errors are JSON ``{"error": ..., "fields": [{"field", "problem"}]}`` with a 4xx status.
+
+A select's deadline runs from its arrival (stamped by :class:`ArrivalStamp`); the
+decision waits its turn in the :class:`DecisionQueue`, and only an answer that is still
+in time when it is about to be sent commits spend and the decision log. Late or shed → 204.
 """
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from adfunnel.clock import monotonic_ms
+from adfunnel.serving.deadline import DecisionQueue, arrival_ms
 from adfunnel.serving.decision_log import DecisionLog
-from adfunnel.serving.funnel import Decider, Decision
+from adfunnel.serving.funnel import Decision
 from adfunnel.serving.request import (
     AdOut,
     RejectionOut,
@@ -34,8 +40,17 @@ from adfunnel.tracking.beacons import Tracker
 from adfunnel.tracking.landing import LandingUrlError, to_uri
 
 SELECT_LATENCY = Histogram(
-    "adfunnel_select_seconds", "Ad decision latency inside the server",
+    "adfunnel_select_seconds", "Ad request latency inside the server, from arrival",
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
+)
+SHED_REQUESTS = Counter(
+    "adfunnel_shed_requests", "Ad requests shed (204, never decided) because they could not "
+    "start before their deadline: reason queue (on arrival) or expired (in the queue)",
+    ["reason"],
+)
+DEADLINE_MISS_RATE = Gauge(
+    "adfunnel_deadline_miss_rate", "deadline_miss_rate: (late + shed) / ad requests, over "
+    "the last 1,000 ad requests of this process",
 )
 SELECT_OUTCOMES = Counter("adfunnel_select_total", "Ad decisions by outcome", ["outcome"])
 REJECTED_REQUESTS = Counter("adfunnel_bad_requests_total", "Refused requests", ["endpoint"])
@@ -51,7 +66,7 @@ class ServingEndpoints:
 
     def __init__(
         self,
-        decider: Decider,
+        queue: DecisionQueue,
         tracker: Tracker,
         log: DecisionLog,
         *,
@@ -59,7 +74,11 @@ class ServingEndpoints:
         max_body_bytes: int,
         ready: Callable[[], bool] | None = None,
     ) -> None:
-        self.decider = decider
+        self.queue = queue
+        self.decider = queue.decider
+        # request ids: a random per-process prefix and a counter (no syscall per request)
+        self._id_prefix = uuid.uuid4().hex[:16]
+        self._ids = itertools.count(1)
         self.tracker = tracker
         self.log = log
         self.default_deadline_ms = default_deadline_ms
@@ -74,8 +93,13 @@ class ServingEndpoints:
             Route("/v1/decisions/{request_id}", self.explain, methods=["GET"]),
         ]
 
+    async def select_asgi(self, scope: dict, receive: object, send: object) -> None:
+        """``select`` as a bare ASGI app (the fast path of :class:`ArrivalStamp`)."""
+        response = await self.select(Request(scope, receive))  # type: ignore[arg-type]
+        await response(scope, receive, send)  # type: ignore[arg-type]
+
     async def select(self, request: Request) -> Response:
-        start = monotonic_ms()
+        start = arrival_ms(request.scope)
         if not self.ready():
             SELECT_OUTCOMES.labels("not_ready").inc()
             return error_response(503, "not_ready", [("server", "behind the change log")])
@@ -90,17 +114,32 @@ class ServingEndpoints:
             error = "malformed_json" if exc.status == 400 else "validation"
             return error_response(exc.status, error, exc.fields)
         deadline = start + (req.deadline_ms or self.default_deadline_ms)
-        request_id = req.request_id or uuid.uuid4().hex
-        decision = self.decider.decide(req, request_id, deadline)
+        request_id = req.request_id or f"{self._id_prefix}-{next(self._ids):x}"
+        outcome = await self.queue.decide(req, request_id, deadline)
+        decision = outcome.decision
+        if decision is None:
+            self.log.count_shed()
+            SHED_REQUESTS.labels(outcome.shed).inc()
+            return self._no_ad(start, "shed", request_id)
+        if monotonic_ms() >= deadline:  # checked just before commit: late work commits nothing
+            self.log.count_late()
+            return self._no_ad(start, "late", request_id)
+        self.decider.commit(decision)
         self.log.append(decision)
-        SELECT_LATENCY.observe((monotonic_ms() - start) / 1000.0)
-        late = monotonic_ms() > deadline
-        if late or not decision.placed:
-            SELECT_OUTCOMES.labels("late" if late else "no_fill").inc()
-            return Response(status_code=204, headers={"x-request-id": request_id})
-        SELECT_OUTCOMES.labels("filled").inc()
+        if not decision.placed and not decision.house:
+            return self._no_ad(start, "no_fill", request_id)
+        self._observe(start, "filled")
         body = encode(self._response(decision, req.explain))
         return Response(body, media_type="application/json")
+
+    def _no_ad(self, start: float, outcome: str, request_id: str) -> Response:
+        self._observe(start, outcome)
+        return Response(status_code=204, headers={"x-request-id": request_id})
+
+    def _observe(self, start: float, outcome: str) -> None:
+        SELECT_OUTCOMES.labels(outcome).inc()
+        SELECT_LATENCY.observe((monotonic_ms() - start) / 1000.0)
+        DEADLINE_MISS_RATE.set(self.log.miss_rate())
 
     def _response(self, d: Decision, explain: bool) -> SelectResponse:
         ads = [
@@ -112,7 +151,7 @@ class ServingEndpoints:
                 impression_url=f"/i?t={p.token}", click_url=f"/c?t={p.token}",
             )
             for p in d.placed
-        ]
+        ] + [h.ad_out() for h in d.house]  # house ads: price 0, never billed
         rejections = (
             [RejectionOut(r.ad_id, r.campaign_id, r.reason) for r in d.rejections]
             if explain else None

@@ -1,0 +1,195 @@
+"""Overload benchmark: many concurrent keep-alive clients against one ``adfunnel serve``.
+
+Starts a real server process (temporary SQLite file, system clock), creates a few
+campaigns through the advertiser API, measures a baseline at concurrency 1, then holds
+``clients`` requests in flight for ``duration_s`` seconds (closed loop: each client sends
+its next request when the previous answer arrives). Latency is client-side, from the
+request's first byte written to the answer's last byte read.
+
+The load generator writes pre-encoded HTTP/1.1 requests on raw asyncio streams: it shares
+the machine with the server, and a full HTTP client library costs more CPU per request
+than the server's own answer, which would measure the client instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import uvloop
+
+from adfunnel.sim.server_proc import ServerProcess
+
+COUNTRIES = ("US", "CA", "DE", "FR")
+
+
+@dataclass
+class Tally:
+    """What the clients saw: latency in ms per answer, and answers by status."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    statuses: dict[int, int] = field(default_factory=dict)
+    errors: int = 0
+
+    def add(self, status: int, ms: float) -> None:
+        self.latencies_ms.append(ms)
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+
+    def summary(self) -> dict[str, Any]:
+        lat = np.array(self.latencies_ms) if self.latencies_ms else np.zeros(1)
+        return {"answers": len(self.latencies_ms), "errors": self.errors,
+                "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
+                "p50_ms": round(float(np.percentile(lat, 50)), 2),
+                "p99_ms": round(float(np.percentile(lat, 99)), 2),
+                "max_ms": round(float(lat.max()), 2)}
+
+
+def select_request(host: str, n: int, deadline_ms: int) -> bytes:
+    """One pre-encoded ``POST /v1/ads:select`` (HTTP/1.1, keep-alive)."""
+    body = json.dumps({
+        "user": {"key": f"u{n % 997}",
+                 "attributes": {"geo.country": COUNTRIES[n % len(COUNTRIES)]}},
+        "placement": {"id": "feed", "reserve_cpm_micros": 100_000},
+        "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}],
+        "deadline_ms": deadline_ms,
+    }).encode()
+    head = (f"POST /v1/ads:select HTTP/1.1\r\nhost: {host}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n")
+    return head.encode() + body
+
+
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    request: bytes) -> int:
+    """Send one request, read its whole answer; the HTTP status."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split(b" ", 2)[1])
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    if length:
+        await reader.readexactly(length)
+    return status
+
+
+async def _client(host: str, port: int, requests: list[bytes], window: dict[str, float],
+                  ready: asyncio.Semaphore, start: asyncio.Event, tally: Tally,
+                  limit: int | None) -> None:
+    writer = None
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+        await _exchange(reader, writer, requests[-1])  # warm-up: the server has accepted us
+    except (OSError, asyncio.IncompleteReadError, ValueError):
+        tally.errors += 1
+        reader = None
+    finally:
+        ready.release()
+    await start.wait()
+    sent = 0
+    try:
+        while (reader is not None and time.monotonic() < window["stop_at"]
+               and (limit is None or sent < limit)):
+            t0 = time.perf_counter()
+            status = await _exchange(reader, writer, requests[sent % len(requests)])
+            tally.add(status, (time.perf_counter() - t0) * 1000.0)
+            sent += 1
+    except (OSError, asyncio.IncompleteReadError, ValueError):
+        tally.errors += 1
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+async def drive(url: str, clients: int, duration_s: float, deadline_ms: int,
+                limit_per_client: int | None = None) -> Tally:
+    """``clients`` keep-alive connections in a closed loop for ``duration_s`` seconds
+    (or ``limit_per_client`` requests each). Connections open before the clock starts."""
+    host, port = url.removeprefix("http://").split(":")
+    requests = [select_request(host, n, deadline_ms) for n in range(64)]
+    tally = Tally()
+    start = asyncio.Event()
+    ready = asyncio.Semaphore(0)
+    window = {"stop_at": float("inf")}
+    tasks = [asyncio.create_task(_client(host, int(port), requests[i % 64:] + requests[:i % 64],
+                                         window, ready, start, tally, limit_per_client))
+             for i in range(clients)]
+    for _ in range(clients):  # every connection answered once before the clock starts
+        await ready.acquire()
+    window["stop_at"] = time.monotonic() + duration_s
+    start.set()
+    await asyncio.gather(*tasks)
+    return tally
+
+
+def create_campaigns(url: str, n: int) -> None:
+    """``n`` broad CPM campaigns (one 300x250 ad each) through the advertiser API."""
+    with httpx.Client(base_url=url, timeout=30.0) as http:
+        for k in range(n):
+            adv = _post(http, "/v1/advertisers", {"name": f"overload-{k}"})
+            c = _post(http, "/v1/campaigns", {
+                "advertiser_id": adv["id"], "name": f"overload-{k}", "objective": "impressions",
+                "bid_type": "CPM", "bid_micros": 1_000_000 + 100_000 * k,
+                "daily_budget_micros": 10**12, "time_zone": "UTC", "flight_start": "2020-01-01",
+            })
+            _post(http, f"/v1/campaigns/{c['id']}/ads", {
+                "landing_url": "https://example.test/", "creative_ref": f"overload/{k}.png",
+                "format": "banner", "width": 300, "height": 250,
+            })
+
+
+def _post(http: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    r = http.post(path, json=body)
+    if r.status_code >= 400:
+        raise RuntimeError(f"POST {path} -> {r.status_code}: {r.text}")
+    return dict(r.json())
+
+
+def _serving_stats(url: str) -> dict[str, Any]:
+    return dict(httpx.get(url + "/v1/serving/stats", timeout=30.0).json())
+
+
+def run_overload(clients: int = 1000, duration_s: float = 5.0, deadline_ms: int = 100,
+                 campaigns: int = 5, baseline_requests: int = 300,
+                 database_url: str | None = None) -> dict[str, Any]:
+    """Baseline (one client) then ``clients`` concurrent clients against one real server.
+
+    Returns the JSON report: client-side p50/p99 (ms) of both phases, the overload
+    phase's shed, late and filled shares (of the server's ad requests in that phase),
+    throughput, and p99 / deadline (target: <= 2).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        url = database_url or f"sqlite:///{Path(tmp) / 'overload.sqlite3'}"
+        with ServerProcess(url, clock="system") as server:
+            create_campaigns(server.url, campaigns)
+            base = uvloop.run(drive(server.url, 1, 3600.0, deadline_ms, baseline_requests))
+            before = _serving_stats(server.url)
+            t0 = time.monotonic()
+            load = uvloop.run(drive(server.url, clients, duration_s, deadline_ms))
+            wall = time.monotonic() - t0
+            after = _serving_stats(server.url)
+    delta = {k: after[k] - before[k] for k in ("decisions", "late", "shed", "filled_slots")}
+    seen = max(delta["decisions"], 1)
+    overload = load.summary()
+    return {
+        "deadline_ms": deadline_ms, "clients": clients, "duration_s": duration_s,
+        "campaigns": campaigns,
+        "baseline": {"clients": 1, **base.summary()},
+        "overload": {**overload, "answers_per_s": round(len(load.latencies_ms) / wall, 1),
+                     "server": delta},
+        "shed_share": round(delta["shed"] / seen, 4),
+        "late_share": round(delta["late"] / seen, 4),
+        "filled_share": round(delta["filled_slots"] / seen, 4),
+        "p99_over_deadline": round(overload["p99_ms"] / deadline_ms, 3),
+        "p99_over_baseline_p99": round(overload["p99_ms"] / max(base.summary()["p99_ms"], 1e-3),
+                                       1),
+    }
