@@ -16,11 +16,16 @@ from hypothesis import strategies as st
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome
 from adfunnel.billing.sql_ledger import SqlLedger
-from adfunnel.billing.tables import campaign_day_spend, ledger, ledger_counters
+from adfunnel.billing.tables import (
+    campaign_day_spend,
+    campaign_spend,
+    ledger,
+    ledger_counters,
+)
 from adfunnel.db import make_engine, metadata
 
 DAY = date(2026, 3, 14)
-TABLES = [ledger, campaign_day_spend, ledger_counters]
+TABLES = [ledger, campaign_day_spend, campaign_spend, ledger_counters]
 
 
 def event(

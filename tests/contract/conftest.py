@@ -18,10 +18,15 @@ from sqlalchemy import Engine
 
 from adfunnel.billing.ledger import Ledger, MemoryLedger
 from adfunnel.billing.sql_ledger import SqlLedger
-from adfunnel.billing.tables import campaign_day_spend, ledger, ledger_counters
+from adfunnel.billing.tables import (
+    campaign_day_spend,
+    campaign_spend,
+    ledger,
+    ledger_counters,
+)
 from adfunnel.db import make_engine, metadata
 
-LEDGER_TABLES = [ledger, campaign_day_spend, ledger_counters]
+LEDGER_TABLES = [ledger, campaign_day_spend, campaign_spend, ledger_counters]
 
 
 @dataclass

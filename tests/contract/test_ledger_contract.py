@@ -338,6 +338,57 @@ def test_carried_charges_above_the_budget_are_absorbed(ledger_backend: LedgerBac
     assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 4, 0, 4, 2)]
 
 
+def test_lifetime_budget_caps_billing_across_days(ledger_backend: LedgerBackend) -> None:
+    """Issue 7 §10: lifetime 10,000 µ, daily 100,000 µ, 2,000 µ per impression over
+    three days billed 60,000 µ. Now 10,000 µ are billed and the rest is absorbed."""
+    ledger = ledger_backend.open()
+    got = []
+    for d in range(3):
+        day = DAY + timedelta(days=d)
+        for k in range(10):
+            ev = event(f"imp-{d}-{k}", charge=2_000_000, day=day, per_mille=True)
+            got.append(ledger.record(ev, 100_000, 10_000))
+    assert sum(r.billed_micros for r in got) == 10_000
+    assert sum(r.absorbed_micros for r in got) == 50_000
+    assert [r.lifetime_remaining_micros for r in got[:6]] == [8_000, 6_000, 4_000, 2_000, 0, 0]
+    assert ledger.lifetime_billed() == {1: 10_000}
+    assert ledger.lifetime_billed(1) == {1: 10_000}
+    assert ledger.lifetime_billed(2) == {}
+    assert ledger.day_totals(1, DAY, DAY + timedelta(days=2)) == [
+        DayTotals(DAY, 10, 0, 10_000, 10_000),
+        DayTotals(DAY + timedelta(days=1), 10, 0, 0, 20_000),
+        DayTotals(DAY + timedelta(days=2), 10, 0, 0, 20_000),
+    ]
+    # without a lifetime budget nothing is reported as remaining
+    other = ledger.record(event("other", campaign_id=2), BIG_BUDGET)
+    assert other.lifetime_remaining_micros is None
+    # a raised lifetime budget bills again, from what was billed before
+    raised = ledger_backend.open().record(event("later", charge=3_000, day=DAY), 100_000, 12_000)
+    assert raised == Recorded(Outcome.BILLED, 2_000, 1_000, 0)
+
+
+def test_two_days_racing_at_midnight_never_bill_above_the_lifetime_budget(
+    ledger_backend: LedgerBackend,
+) -> None:
+    n_threads, per_thread, charge, lifetime = 8, 15, 1_000, 50_000
+    ledgers = [ledger_backend.open() for _ in range(n_threads)]
+
+    def work(i: int) -> list[Recorded]:
+        day = DAY + timedelta(days=i % 2)  # half the threads bill the next local day
+        return [
+            ledgers[i].record(event(f"imp-{i}-{k}", charge=charge, day=day), BIG_BUDGET, lifetime)
+            for k in range(per_thread)
+        ]
+
+    results = race(n_threads, work)
+    assert sum(r.billed_micros for r in results) == lifetime
+    assert sum(r.absorbed_micros for r in results) == n_threads * per_thread * charge - lifetime
+    ledger = ledger_backend.open()
+    assert ledger.lifetime_billed() == {1: lifetime}
+    days = ledger.day_totals(1, DAY, DAY + timedelta(days=1))
+    assert sum(t.billed_micros for t in days) == lifetime
+
+
 # --- properties of the budget split (MemoryLedger, the reference implementation) ---
 
 charges = st.lists(st.integers(0, 5_000_000), max_size=60)

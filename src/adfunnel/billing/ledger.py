@@ -5,6 +5,8 @@ Rules (DESIGN.md §Events and billing, §Money and budgets):
 - a click bills only when its impression was billed (has a ledger row);
 - nothing above a campaign's daily budget is billed: the part of a charge above the
   remaining budget of its local day is recorded as absorbed overspend;
+- nor above its lifetime budget: remaining = min(daily budget − billed today,
+  lifetime budget − billed on every day), the rest absorbed likewise;
 - no charge is rounded against the advertiser: a per-mille (CPM) charge bills
   floor((carry + price) / 1000) micros and carries the remainder per campaign and local
   day, so a day's billed + absorbed total is within one micro below the exact total.
@@ -33,8 +35,18 @@ _INT64_MAX = 2**63 - 1
 class Ledger(Protocol):
     """Billing ledger; every implementation passes tests/contract/test_ledger_contract.py."""
 
-    def record(self, event: LedgerEvent, daily_budget_micros: int) -> Recorded:
-        """Record ``event`` at most once, billing no more than the day's remaining budget."""
+    def record(
+        self, event: LedgerEvent, daily_budget_micros: int,
+        lifetime_budget_micros: int | None = None,
+    ) -> Recorded:
+        """Record ``event`` at most once, billing no more than the remaining budget:
+        min(daily − billed on its day, lifetime − billed on all days) (no lifetime
+        budget: None). ``Recorded.lifetime_remaining_micros`` is what is left after it."""
+        ...
+
+    def lifetime_billed(self, campaign_id: int | None = None) -> dict[int, int]:
+        """campaign id -> billed micros over every day (one campaign, or all; none
+        without billed spend)."""
         ...
 
     def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
@@ -60,14 +72,25 @@ class Ledger(Protocol):
     def counters(self) -> dict[str, int]: ...
 
 
-def split_charge(charge: int, billed_so_far: int, daily_budget: int) -> tuple[int, int]:
+def split_charge(
+    charge: int, billed_so_far: int, daily_budget: int, lifetime_remaining: int | None = None
+) -> tuple[int, int]:
     """(billed, absorbed) for a ``charge`` on a day already billed ``billed_so_far``.
 
-    Invariant: billed + absorbed == charge and billed_so_far + billed <= daily_budget.
+    ``lifetime_remaining``: what the lifetime budget has left (None: no lifetime budget).
+    Invariant: billed + absorbed == charge, billed_so_far + billed <= daily_budget and
+    billed <= lifetime_remaining.
     """
     remaining = max(0, daily_budget - billed_so_far)
+    if lifetime_remaining is not None:
+        remaining = min(remaining, max(0, lifetime_remaining))
     billed = min(charge, remaining)
     return billed, charge - billed
+
+
+def lifetime_left(lifetime_budget: int | None, lifetime_billed: int) -> int | None:
+    """Micros the lifetime budget has left (≥ 0), or None without a lifetime budget."""
+    return None if lifetime_budget is None else max(0, lifetime_budget - lifetime_billed)
 
 
 def checked_charge(event: LedgerEvent) -> int:
@@ -92,13 +115,17 @@ class MemoryLedger:
         # (campaign, day) -> [impressions, clicks, billed, absorbed, carry in 1/1000 µ]
         self._days: dict[tuple[int, date], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
         self._counters: dict[str, int] = defaultdict(int)
+        self._lifetime: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # billed, absorbed
         # day -> campaign -> serve minute -> [(serve time, billed)]: billed_since reads
         # only the minutes from ``since`` on (the budget feed asks every few seconds)
         self._by_serve: dict[date, dict[int, dict[int, list[tuple[float, int]]]]] = (
             defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
         self._last_minute: dict[tuple[date, int], int] = {}
 
-    def record(self, event: LedgerEvent, daily_budget_micros: int) -> Recorded:
+    def record(
+        self, event: LedgerEvent, daily_budget_micros: int,
+        lifetime_budget_micros: int | None = None,
+    ) -> Recorded:
         """See :meth:`Ledger.record`.
 
         Raises:
@@ -106,6 +133,8 @@ class MemoryLedger:
         """
         exact = checked_charge(event)
         micros(daily_budget_micros, field="daily_budget_micros")
+        if lifetime_budget_micros is not None:
+            micros(lifetime_budget_micros, field="lifetime_budget_micros")
         event_type = EventType(event.event_type)
         key = (event.impression_id, event_type)
         with self._lock:
@@ -119,18 +148,23 @@ class MemoryLedger:
                 return Recorded(Outcome.NOT_BILLABLE)
             totals = self._days[(event.campaign_id, event.day)]
             due, totals[4] = bill_per_mille(totals[4], exact)
-            billed, absorbed = split_charge(due, totals[2], daily_budget_micros)
+            life = self._lifetime[event.campaign_id]
+            left = lifetime_left(lifetime_budget_micros, life[0])
+            billed, absorbed = split_charge(due, totals[2], daily_budget_micros, left)
             self._rows[key] = (event, billed, absorbed)
             totals[0 if event_type is EventType.IMPRESSION else 1] += 1
             totals[2] += billed
             totals[3] += absorbed
+            life[0] += billed
+            life[1] += absorbed
             if billed:
                 ts = (event.served_at or event.occurred_at).timestamp()
                 minute = int(ts // 60)
                 self._by_serve[event.day][event.campaign_id][minute].append((ts, billed))
                 k = (event.day, event.campaign_id)
                 self._last_minute[k] = max(minute, self._last_minute.get(k, minute))
-            return Recorded(Outcome.BILLED, billed, absorbed)
+            return Recorded(Outcome.BILLED, billed, absorbed,
+                            lifetime_left(lifetime_budget_micros, life[0]))
 
     def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
         with self._lock:
@@ -162,6 +196,11 @@ class MemoryLedger:
                 if total:
                     out[cid] = total
         return out
+
+    def lifetime_billed(self, campaign_id: int | None = None) -> dict[int, int]:
+        with self._lock:
+            return {cid: v[0] for cid, v in self._lifetime.items()
+                    if v[0] and (campaign_id is None or cid == campaign_id)}
 
     def count(self, name: str, n: int = 1) -> None:
         with self._lock:

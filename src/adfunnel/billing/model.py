@@ -59,6 +59,9 @@ class Recorded:
     outcome: Outcome
     billed_micros: int = 0
     absorbed_micros: int = 0
+    #: what the lifetime budget has left after this event (None: no lifetime budget, or
+    #: not billed); 0 means the lifetime budget is spent
+    lifetime_remaining_micros: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

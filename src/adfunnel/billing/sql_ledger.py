@@ -3,18 +3,21 @@
 Same rules as :class:`adfunnel.billing.ledger.MemoryLedger`, made durable and safe
 across threads and processes. ``record`` runs in ONE transaction:
 
-1. upsert the ``campaign_day_spend`` row of (campaign, local day) — on SQLite this
-   first write takes the database's write lock, so every following read in the
+1. upsert the ``campaign_spend`` row of the campaign and then the
+   ``campaign_day_spend`` row of (campaign, local day) — on SQLite this first write
+   takes the database's write lock, so every following read in the
    transaction sees the latest committed totals and no other writer can interleave
-   (``BEGIN IMMEDIATE`` semantics); on PostgreSQL it makes the row exist so that
-2. ``SELECT … FOR UPDATE`` can lock it: concurrent charges to one campaign-day
-   queue on that row lock and each sees the previous one's billed total;
+   (``BEGIN IMMEDIATE`` semantics); on PostgreSQL it makes the rows exist so that
+2. ``SELECT … FOR UPDATE`` can lock them, campaign row first: concurrent charges to
+   one campaign — on any of its days, so two local days racing at midnight too —
+   queue on that row lock and each sees the previous one's billed totals;
 3. a click whose impression has no ledger row is NOT_BILLABLE;
 4. ``INSERT … ON CONFLICT DO NOTHING RETURNING id`` on the unique (impression id,
    event type): no row returned means another request recorded it first →
    DUPLICATE (counted). (RETURNING, not rowcount: psycopg under SQLAlchemy 2.1
    reports rowcount -1 for this statement);
-5. the day's totals are increased by the billed and absorbed parts, and its carried
+5. the campaign's and the day's totals are increased by the billed and absorbed
+   parts (remaining = min(daily − billed today, lifetime − billed ever)), the day's carried
    fraction of per-mille (CPM) charges is replaced (:func:`adfunnel.money.bill_per_mille`).
 
 Invariants: billed + absorbed == the whole micros the event made due for every row
@@ -34,7 +37,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from adfunnel.billing.ledger import checked_charge, split_charge
+from adfunnel.billing.ledger import checked_charge, lifetime_left, split_charge
 from adfunnel.billing.model import (
     DayTotals,
     EventType,
@@ -43,7 +46,7 @@ from adfunnel.billing.model import (
     Outcome,
     Recorded,
 )
-from adfunnel.billing.tables import campaign_day_spend, ledger, ledger_counters
+from adfunnel.billing.tables import campaign_day_spend, campaign_spend, ledger, ledger_counters
 from adfunnel.money import bill_per_mille, micros
 
 DUPLICATES_REJECTED = "duplicates_rejected"
@@ -84,10 +87,15 @@ class SqlLedger:
         self._engine = engine
         self._for_update = dialect == "postgresql"
 
-    def record(self, event: LedgerEvent, daily_budget_micros: int) -> Recorded:
-        """Record ``event`` at most once, billing no more than the day's remaining budget.
+    def record(
+        self, event: LedgerEvent, daily_budget_micros: int,
+        lifetime_budget_micros: int | None = None,
+    ) -> Recorded:
+        """Record ``event`` at most once, billing no more than the remaining budget.
 
-        ``daily_budget_micros`` is the campaign's budget for ``event.day`` in micros.
+        ``daily_budget_micros`` is the campaign's budget for ``event.day`` in micros;
+        ``lifetime_budget_micros`` its lifetime budget (None: none). Remaining =
+        min(daily − billed on the day, lifetime − billed on every day).
         Returns BILLED (a new row; ``billed + absorbed == charge``), DUPLICATE (the
         (impression id, event type) row exists; counted as ``duplicates_rejected``) or
         NOT_BILLABLE (a click without an impression row; ``clicks_without_impression``).
@@ -100,12 +108,15 @@ class SqlLedger:
         """
         exact = checked_charge(event)
         budget = micros(daily_budget_micros, field="daily_budget_micros")
+        if lifetime_budget_micros is not None:
+            micros(lifetime_budget_micros, field="lifetime_budget_micros")
         event_type = EventType(event.event_type)
         day_key = and_(
             campaign_day_spend.c.campaign_id == event.campaign_id,
             campaign_day_spend.c.day == event.day,
         )
         with self._lock, self._engine.begin() as conn:
+            lifetime_billed = self._lock_campaign(conn, event.campaign_id)
             conn.execute(
                 self._insert(campaign_day_spend)
                 .values(
@@ -132,7 +143,8 @@ class SqlLedger:
                 return Recorded(Outcome.NOT_BILLABLE)
 
             charge, carry = bill_per_mille(carry, exact)
-            billed, absorbed = split_charge(charge, billed_so_far, budget)
+            left = lifetime_left(lifetime_budget_micros, lifetime_billed)
+            billed, absorbed = split_charge(charge, billed_so_far, budget, left)
             inserted = conn.execute(
                 self._insert(ledger)
                 .values(
@@ -169,7 +181,40 @@ class SqlLedger:
                     carry_millimicros=carry,
                 )
             )
-            return Recorded(Outcome.BILLED, billed, absorbed)
+            conn.execute(
+                campaign_spend.update()
+                .where(campaign_spend.c.campaign_id == event.campaign_id)
+                .values(
+                    billed_micros=campaign_spend.c.billed_micros + billed,
+                    absorbed_micros=campaign_spend.c.absorbed_micros + absorbed,
+                )
+            )
+            return Recorded(Outcome.BILLED, billed, absorbed,
+                            lifetime_left(lifetime_budget_micros, lifetime_billed + billed))
+
+    def _lock_campaign(self, conn: Connection, campaign_id: int) -> int:
+        """Make the campaign's lifetime row exist, lock it; its billed micros so far."""
+        conn.execute(
+            self._insert(campaign_spend)
+            .values(campaign_id=campaign_id, billed_micros=0, absorbed_micros=0)
+            .on_conflict_do_nothing(index_elements=["campaign_id"])
+        )
+        query = select(campaign_spend.c.billed_micros).where(
+            campaign_spend.c.campaign_id == campaign_id
+        )
+        if self._for_update:
+            query = query.with_for_update()
+        return int(conn.execute(query).scalar_one())
+
+    def lifetime_billed(self, campaign_id: int | None = None) -> dict[int, int]:
+        """campaign id -> billed micros over every day (one campaign, or all; none
+        without billed spend)."""
+        t = campaign_spend.c
+        query = select(t.campaign_id, t.billed_micros).where(t.billed_micros > 0)
+        if campaign_id is not None:
+            query = query.where(t.campaign_id == campaign_id)
+        with self._engine.connect() as conn:
+            return {cid: int(billed) for cid, billed in conn.execute(query)}
 
     def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
         """Totals for local days ``first``..``last`` inclusive that have any row, by day."""

@@ -57,6 +57,16 @@ campaign_day_spend = Table(
     Column("carry_millimicros", BigInteger, nullable=False, default=0, server_default="0"),
 )
 
+# Running totals per campaign over every day (lifetime budgets); its row lock serialises
+# a campaign's charges across days (two local days racing at midnight).
+campaign_spend = Table(
+    "campaign_spend",
+    metadata,
+    Column("campaign_id", BigInteger, primary_key=True),
+    Column("billed_micros", BigInteger, nullable=False, default=0),
+    Column("absorbed_micros", BigInteger, nullable=False, default=0),
+)
+
 # Counters that must survive restarts (duplicates rejected, invalid tokens, ...).
 ledger_counters = Table(
     "ledger_counters",

@@ -39,7 +39,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
-from adfunnel.billing.ledger import Ledger
+from adfunnel.billing.ledger import Ledger, lifetime_left
 from adfunnel.campaigns import codec
 from adfunnel.campaigns.checks import campaign_warnings
 from adfunnel.campaigns.model import Ad, Advertiser, Campaign, CampaignStatus
@@ -125,8 +125,12 @@ def ad_out(ad: Ad) -> AdOut:
     return AdOut.model_validate(codec.to_payload(ad))
 
 
-def report(ledger: Ledger, campaign_id: int, first: date, last: date) -> ReportOut:
-    """Totals and per-day rows of ``ledger.day_totals`` for local days ``first``..``last``."""
+def report(
+    ledger: Ledger, campaign_id: int, first: date, last: date,
+    lifetime_budget_micros: int | None = None,
+) -> ReportOut:
+    """Totals and per-day rows of ``ledger.day_totals`` for local days ``first``..``last``,
+    and the lifetime budget's billed and remaining micros over every day."""
     rows = ledger.day_totals(campaign_id, first, last)
     days = [
         ReportDay(
@@ -143,6 +147,7 @@ def report(ledger: Ledger, campaign_id: int, first: date, last: date) -> ReportO
     imps = sum(r.impressions for r in rows)
     clicks = sum(r.clicks for r in rows)
     billed = sum(r.billed_micros for r in rows)
+    lifetime = ledger.lifetime_billed(campaign_id).get(campaign_id, 0)
     return ReportOut.model_validate(
         {
             "campaign_id": campaign_id,
@@ -155,6 +160,9 @@ def report(ledger: Ledger, campaign_id: int, first: date, last: date) -> ReportO
             "ctr": _ctr(clicks, imps),
             "ecpm_micros": _ecpm(billed, imps),
             "days": days,
+            "lifetime_budget_micros": lifetime_budget_micros,
+            "lifetime_billed_micros": lifetime,
+            "lifetime_remaining_micros": lifetime_left(lifetime_budget_micros, lifetime),
         }
     )
 
@@ -296,7 +304,7 @@ def make_advertiser_router(
             raise validation_error(("from", "must be on or before to"))
         if last - first >= timedelta(days=max_days):
             raise validation_error(("to", f"a report spans at most {max_days} days"))
-        return report(ledger, campaign_id, first, last)
+        return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros)
 
     return router
 

@@ -32,6 +32,7 @@ class CampaignStatus(StrEnum):
     ACTIVE = "active"
     PAUSED = "paused"
     ENDED = "ended"
+    COMPLETED = "completed"  # its lifetime budget is spent (set when billing shows it)
 
 
 class PacingMode(StrEnum):

@@ -287,6 +287,8 @@ class ReportOut(BaseModel):
 
     ``ctr`` = clicks / impressions (0 without impressions); ``ecpm_micros`` = billed
     micros per 1000 impressions, rounded down (0 without impressions).
+    ``lifetime_*``: the lifetime budget, what was billed on every day (not only this
+    span) and what remains; ``lifetime_remaining_micros`` is null without one.
     """
 
     model_config = ConfigDict(populate_by_name=True)
@@ -301,6 +303,9 @@ class ReportOut(BaseModel):
     ctr: float
     ecpm_micros: int
     days: list[ReportDay]
+    lifetime_budget_micros: int | None = None
+    lifetime_billed_micros: int = 0
+    lifetime_remaining_micros: int | None = None
 
 
 # --- operator settings: placements, ad quality ----------------------------------------------

@@ -9,6 +9,7 @@ up by the ad id inside the signed token, never to a URL taken from the request.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -17,7 +18,7 @@ from prometheus_client import Counter
 from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.budget.gate import SpendGate
-from adfunnel.campaigns.model import BidType
+from adfunnel.campaigns.model import BidType, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.clock import Clock
 from adfunnel.prediction.smoothed import SmoothedCtr
@@ -49,6 +50,8 @@ class Tracker:
         ctr: SmoothedCtr,
         clock: Clock,
         token_key: bytes,
+        *,
+        on_lifetime_spent: Callable[[int], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.catalog = catalog
@@ -56,6 +59,9 @@ class Tracker:
         self.ctr = ctr
         self.clock = clock
         self.token_key = token_key
+        #: called with the campaign id when billing leaves its lifetime budget at 0
+        #: (the app marks the campaign ``completed``)
+        self.on_lifetime_spent = on_lifetime_spent
 
     def impression(self, token: str | None) -> BeaconResult:
         return self._handle(token, EventType.IMPRESSION)
@@ -104,7 +110,12 @@ class Tracker:
             # a CPM price is per thousand impressions: the ledger bills it exactly
             charge_per_mille=claims.billing_type == BidType.CPM.value,
         )
-        recorded = self.ledger.record(event, campaign.daily_budget_micros)
+        recorded = self.ledger.record(
+            event, campaign.daily_budget_micros, campaign.lifetime_budget_micros
+        )
+        if (recorded.lifetime_remaining_micros == 0 and self.on_lifetime_spent is not None
+                and campaign.status is not CampaignStatus.COMPLETED):
+            self.on_lifetime_spent(campaign.id)
         if recorded.outcome is Outcome.BILLED:
             if event_type is EventType.IMPRESSION:
                 self.ctr.observe_impression(claims.ad_id, claims.placement)
