@@ -5,6 +5,8 @@ it is the first of its (impression id, event type); a click bills only when its
 impression was billed. Forged, malformed and expired tokens are refused and
 counted, never billed. The click redirect goes to the ad's own landing URL, looked
 up by the ad id inside the signed token, never to a URL taken from the request.
+A house ad's token (campaign ``HOUSE_ID``, price 0) is counted and never billed; its
+click goes to the placement's house-ad URL.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from prometheus_client import Counter
 from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.budget.gate import SpendGate
-from adfunnel.campaigns.model import BidType, CampaignStatus
+from adfunnel.campaigns.model import HOUSE_ID, BidType, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.clock import Clock
 from adfunnel.prediction.smoothed import SmoothedCtr
@@ -80,11 +82,23 @@ class Tracker:
             self.ledger.count(f"invalid_tokens_{exc.reason}")
             BEACONS.labels(event_type.value, f"invalid_{exc.reason}").inc()
             return BeaconResult(f"invalid:{exc.reason}")
+        if claims.campaign_id == HOUSE_ID:
+            return self._house(claims, event_type)
         recorded = self._record(claims, event_type, now)
         BEACONS.labels(event_type.value, recorded.outcome.value).inc()
         ad = self.catalog.ads.get(claims.ad_id)
         landing = ad.landing_url if ad is not None and event_type is EventType.CLICK else None
         return BeaconResult(recorded.outcome.value, recorded, landing)
+
+    def _house(self, claims: TokenClaims, event_type: EventType) -> BeaconResult:
+        """A house ad's beacon: counted (``house_impression``/``house_click``), never billed,
+        never seen by budgets or the click model; a click goes to the house ad's URL."""
+        self.ledger.count(f"house_{event_type.value}")
+        BEACONS.labels(event_type.value, "house").inc()
+        placement = self.catalog.placements.get(claims.placement)
+        house = placement.house_ad if placement is not None else None
+        landing = house.landing_url if house and event_type is EventType.CLICK else None
+        return BeaconResult(Outcome.NOT_BILLABLE.value, Recorded(Outcome.NOT_BILLABLE), landing)
 
     def _record(self, claims: TokenClaims, event_type: EventType, now: datetime) -> Recorded:
         campaign = self.catalog.campaigns.get(claims.campaign_id)
