@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from datetime import datetime
 from typing import Any
 
 import httpx
@@ -14,38 +12,18 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.app import Runtime, build_app
-from adfunnel.budget.gate import LocalSpendGate, Served
-from adfunnel.campaigns.model import Campaign
+from adfunnel.budget.gate import LocalSpendGate
 from adfunnel.clock import monotonic_ms
 from adfunnel.serving.deadline import SHED_EXPIRED, SHED_QUEUE, DecisionQueue
 from adfunnel.serving.request import decode_request
 from tests.serving.conftest import START
 from tests.serving.helpers import ad_request, make_campaign
+from tests.serving.slow_gate import SlowGate
 
 
 @pytest.fixture
 def budget_mode() -> str:
     return "local"  # committed spend is readable: LocalSpendGate.committed
-
-
-class SlowGate:
-    """The real :class:`LocalSpendGate`, whose next ``admit`` calls first sleep the given
-    seconds each (a slow budget lookup, so lateness is deterministic)."""
-
-    def __init__(self, gate: LocalSpendGate, delays: list[float]) -> None:
-        self.gate = gate
-        self.delays = delays
-
-    def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
-        if self.delays:
-            time.sleep(self.delays.pop(0))
-        return self.gate.admit(campaign, now, max_charge_micros)
-
-    def pacing_rate(self, campaign_id: int) -> float:
-        return self.gate.pacing_rate(campaign_id)
-
-    def record_served(self, served: Served) -> None:
-        self.gate.record_served(served)
 
 
 def _committed(rt: Runtime, campaign_id: int) -> int:
