@@ -53,11 +53,15 @@ class BilledFeeder:
         self.conversion_window_s = conversion_window_s
 
     def updates(self, campaigns: Iterable[Campaign], now: datetime) -> list[BilledUpdate]:
-        """One update per campaign for its current local day (cumulative, idempotent)."""
+        """One update per campaign for its current local day (cumulative, idempotent);
+        under a lifetime budget it carries what the campaign billed on earlier days."""
+        camps = list(campaigns)
         billed: dict[date, dict[int, int]] = {}
         after: dict[tuple[date, float], dict[int, int]] = {}
+        lifetime = (self.ledger.lifetime_billed(camps[0].id if len(camps) == 1 else None)
+                    if any(c.lifetime_budget_micros is not None for c in camps) else {})
         out = []
-        for c in campaigns:
+        for c in camps:
             day = local_day(now, c.time_zone)
             window = billing_window_s(c, self.token_ttl_s, self.conversion_window_s)
             watermark = now - timedelta(seconds=window)
@@ -65,6 +69,9 @@ class BilledFeeder:
                 billed[day] = self.ledger.billed_on(day)
             if (day, window) not in after:
                 after[(day, window)] = self.ledger.billed_since(day, watermark)
-            out.append(BilledUpdate(c.id, day.isoformat(), billed[day].get(c.id, 0),
-                                    watermark.timestamp(), after[(day, window)].get(c.id, 0)))
+            today = billed[day].get(c.id, 0)
+            out.append(BilledUpdate(c.id, day.isoformat(), today, watermark.timestamp(),
+                                    after[(day, window)].get(c.id, 0),
+                                    lifetime_billed_before_micros=max(
+                                        0, lifetime.get(c.id, 0) - today)))
         return out

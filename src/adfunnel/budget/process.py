@@ -161,6 +161,11 @@ class BudgetServiceProcess:
     def _upsert(self, c: Campaign, created_at: float | None = None) -> None:
         self._campaigns[c.id] = c
         self.service.upsert_campaign(c, created_at=created_at)
+        if created_at is not None:
+            # a new campaign: read its billed spend now (normally none), so it need not
+            # wait for the next feed before its first slice
+            for u in self.feeder.updates([c], self.clock.now()):
+                self.service.record_billed(u)
 
     def refresh_shapes(self) -> int:
         """Target-curve shapes from the last 7 days of eligible requests (DESIGN.md
