@@ -25,13 +25,6 @@ HOUSE: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def budget_mode() -> str:
-    # the subject is the auction's inputs: the plain in-process spend gate keeps the
-    # budget out of the picture (a lone CPM campaign with budget left always bids)
-    return "local"
-
-
 def placement(client: TestClient, **body: Any) -> dict[str, Any]:
     r = client.post("/v1/placements", json={"id": "feed", "name": "Feed", **body})
     assert r.status_code == 201, r.text

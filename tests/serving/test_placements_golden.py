@@ -38,7 +38,7 @@ START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
 @pytest.fixture
 def runtime() -> Iterator[Runtime]:
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
-                             budget="local")
+                             budget="service")
     rt = build_runtime(settings, ManualClock(START), seed=1, feed=False)
     yield rt
     rt.close()
