@@ -114,3 +114,31 @@ def test_queue_that_cannot_drain_in_time_sheds_on_arrival(
 
     # 1-3 fit before the deadline at 30 ms each; 4 and 5 are shed at once
     assert asyncio.run(run()) == [None, None, None, SHED_QUEUE, SHED_QUEUE]
+
+
+def test_a_failing_decision_fails_alone_and_the_queue_goes_on(
+        client: TestClient, runtime: Runtime) -> None:
+    make_campaign(client)
+    decider = runtime.decider
+    calls = {"n": 0}
+    real = decider.decide
+
+    def first_one_breaks(*args: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug in one decision")
+        return real(*args)
+
+    decider.decide = first_one_breaks  # type: ignore[method-assign]
+    queue = DecisionQueue(decider)
+
+    async def run() -> list[object]:
+        deadline = monotonic_ms() + 5_000
+        req = decode_request(json.dumps(ad_request()).encode())
+        return await asyncio.gather(*(queue.decide(req, f"r{i}", deadline) for i in range(3)),
+                                    return_exceptions=True)
+
+    first, *rest = asyncio.run(run())
+    assert isinstance(first, RuntimeError)
+    assert [o.shed for o in rest] == [None, None]  # type: ignore[attr-defined]
+    assert all(o.decision is not None for o in rest)  # type: ignore[attr-defined]

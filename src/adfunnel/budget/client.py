@@ -200,9 +200,12 @@ class BudgetClient:
             s.used += worst if s.worst_case else served.expected_micros
             s.last_used = t
             acc.sliced += served.expected_micros
-            if s.amount - s.used < worst:
-                # no room for another charge: release it now, so what it did not use
-                # returns to the budget at once rather than when it expires
+            demand = self._demand.get(cid)
+            need = max(worst, demand[1]) if demand is not None else worst
+            if s.amount - s.used < need:
+                # no room for another admit (which asks room for the campaign's largest
+                # charge, its bid — a GSP price may be lower): release it now, so what it
+                # did not use returns to the budget at once rather than when it expires
                 self._release(s)
                 self._wants.add(cid)
 

@@ -110,8 +110,12 @@ class DecisionQueue:
                 turn_ends = monotonic_ms() + self.turn_ms
                 while self._queue and monotonic_ms() < turn_ends:
                     job = self._queue.popleft()
-                    if not job.done.done():  # its client may have gone
+                    if job.done.done():  # its client may have gone
+                        continue
+                    try:
                         job.done.set_result(self._run(job))
+                    except Exception as exc:  # that request fails (500), the queue goes on
+                        job.done.set_exception(exc)
                 await asyncio.sleep(0)  # let the loop read and stamp new requests
         finally:
             self._consumer = None
