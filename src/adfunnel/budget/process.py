@@ -257,7 +257,7 @@ class InProcessBudget:
         self.clock = clock
         self.eligible = EligibleCounter()  # filled by the decider, flushed by the ticker
         self._traffic = SqlTrafficLog(engine) if engine is not None else None
-        self._asked: dict[int, float] = {}
+        self._refused_at: dict[int, float] = {}  # campaign -> instant of a refused ask
         self.ticker = Ticker(clock, [
             Job("report", report_every_s, self._report),
             Job("billed", billed_every_s, self.process.feed_billed),
@@ -293,12 +293,14 @@ class InProcessBudget:
     def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
         t = now.timestamp()
         reason = self.client.admit(campaign, now, max_charge_micros, count_refusal=False)
-        if reason == NO_SLICE and self._asked.get(campaign.id) != t:
+        if reason == NO_SLICE and self._refused_at.get(campaign.id) != t:
             # the service is in this process: ask for the slice now rather than at the
-            # next report (once per campaign and instant, so a refusal costs one round)
-            self._asked[campaign.id] = t
+            # next report; after a refused ask, not again at the same instant (a
+            # refusal costs one round), but a granted one may be followed by another
             self.client.report(t)
             reason = self.client.admit(campaign, now, max_charge_micros, count_refusal=False)
+            if reason is not None:
+                self._refused_at[campaign.id] = t
         if reason is not None:
             self.client.note_refusal(campaign.id, local_day(now, campaign.time_zone))
         return reason
