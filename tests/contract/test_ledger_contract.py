@@ -37,6 +37,8 @@ def event(
     billing_type: str = "CPM",
     at: datetime | None = None,
     per_mille: bool = False,
+    served: datetime | None = None,
+    expected: int | None = None,
 ) -> LedgerEvent:
     return LedgerEvent(
         impression_id=impression_id,
@@ -49,6 +51,8 @@ def event(
         occurred_at=at or datetime(day.year, day.month, day.day, 12, tzinfo=UTC),
         day=day,
         charge_per_mille=per_mille,
+        served_at=served,
+        expected_micros=expected,
     )
 
 
@@ -240,7 +244,8 @@ def test_totals_are_per_campaign_and_local_day(ledger_backend: LedgerBackend) ->
     assert ledger.billed_on(d1 - timedelta(days=1)) == {}
 
 
-def test_billed_since_counts_later_events_of_the_day(ledger_backend: LedgerBackend) -> None:
+def test_settled_since_counts_later_serves_of_the_day(ledger_backend: LedgerBackend) -> None:
+    """Without an expected cost a row settles what it billed, by event time."""
     ledger = ledger_backend.open()
     noon = datetime(DAY.year, DAY.month, DAY.day, 12, tzinfo=UTC)
     ledger.record(event("a", charge=100, at=noon), BIG_BUDGET)
@@ -249,9 +254,30 @@ def test_billed_since_counts_later_events_of_the_day(ledger_backend: LedgerBacke
                   BIG_BUDGET)
     ledger.record(event("d", charge=800, at=noon + timedelta(minutes=9),
                         day=DAY + timedelta(days=1)), BIG_BUDGET)
-    assert ledger.billed_since(DAY, noon) == {1: 300, 2: 400}
-    assert ledger.billed_since(DAY, noon + timedelta(minutes=1)) == {1: 200, 2: 400}
-    assert ledger.billed_since(DAY, noon + timedelta(hours=1)) == {}
+    assert ledger.settled_since(DAY, noon) == {1: 300, 2: 400}
+    assert ledger.settled_since(DAY, noon + timedelta(minutes=1)) == {1: 200, 2: 400}
+    assert ledger.settled_since(DAY, noon + timedelta(hours=1)) == {}
+
+
+def test_settled_since_is_each_serves_expected_cost_by_serve_time(
+        ledger_backend: LedgerBackend) -> None:
+    """A click settles its serve's expected cost (not its price), counted at the serve's
+    time; a CPC impression settles nothing; an absorbed event settles all the same."""
+    ledger = ledger_backend.open()
+    noon = datetime(DAY.year, DAY.month, DAY.day, 12, tzinfo=UTC)
+    later = noon + timedelta(minutes=40)
+    for imp, served in (("s1", noon), ("s2", noon + timedelta(minutes=20))):
+        ledger.record(event(imp, charge=0, billing_type="CPC", at=later, served=served,
+                            expected=0), BIG_BUDGET)
+        ledger.record(click(imp, charge=1_400_000, at=later, served=served, expected=28_000),
+                      BIG_BUDGET)
+    ledger.record(click("s3", charge=1_400_000, at=later, served=noon, expected=9_000), 0)
+    assert ledger.settled_since(DAY, noon) == {1: 28_000 + 28_000}  # s3 had no impression
+    assert ledger.settled_since(DAY, noon + timedelta(minutes=10)) == {1: 28_000}
+    ledger.record(event("s3", charge=0, billing_type="CPC", at=later, served=noon,
+                        expected=0), BIG_BUDGET)
+    ledger.record(click("s3", charge=1_400_000, at=later, served=noon, expected=9_000), 0)
+    assert ledger.settled_since(DAY, noon) == {1: 28_000 + 28_000 + 9_000}
 
 
 def test_counters_survive_a_new_ledger_on_the_same_storage(ledger_backend: LedgerBackend) -> None:

@@ -170,3 +170,19 @@ def test_report_and_plots_are_written(tmp_path: Path) -> None:
 def test_unknown_scenario() -> None:
     with pytest.raises(KeyError):
         run_simulation("nope", short=True)
+
+
+def test_late_clicks_keep_their_expected_cost_committed_until_they_bill() -> None:
+    """Clicks 10-50 min after the serve: at every control step the service's committed
+    spend was at least billed + the expected cost of every serve that could still bill
+    (measured by the simulation from its own serves and ledger, not by the service),
+    and what the ledger absorbed stays within 1 % of the budget."""
+    camps = _by_id(_short("late-clicks"))
+    for cid in (70, 71):
+        c = camps[cid]
+        assert c["committed_shortfall_micros"] is not None
+        assert c["committed_shortfall_micros"] <= 0, c
+        assert c["absorbed_overspend_micros"] <= 0.01 * c["daily_budget_micros"], c
+    assert camps[70]["exhausted_at"] is not None  # the budget bound while clicks were due
+    assert camps[70]["delivered_share"] >= 0.95
+    assert camps[1]["committed_shortfall_micros"] is None  # CPM: not tracked

@@ -112,7 +112,11 @@ def test_signed_but_invalid_payload_is_malformed() -> None:
     bad_cases = [
         {"not": "a list"},
         good[:-1],
-        [3, *good[1:]],  # unknown version
+        [4, *good[1:]],  # unknown version
+        [3, *good[1:]],  # version 3 without its expected cost
+        [3, *good[1:], -1],  # negative expected cost
+        [3, *good[1:], 1.5],
+        [2, *good[1:], 5],  # version 2 with a tenth field
         [0, *good[1:]],
         [1, "abc", 1, 2, 2**62, *good[5:]],  # v1 CPM price per mille overflows int64
         [True, *good[1:]],
@@ -254,3 +258,15 @@ def test_version_1_tokens_bill_their_per_impression_price() -> None:
     assert cpm.price_micros == 2_000
     cpc = verify(forge([1, "abc", 1, 2, 7, "CPC", "p", NOW, NOW + 10]), KEY, NOW)
     assert cpc.price_micros == 7
+
+
+def test_version_3_carries_the_expected_cost_and_version_2_has_none() -> None:
+    token = sign(claims(price_micros=2_000_000, billing_type="CPC", expected_micros=1_234), KEY)
+    assert verify(token, KEY, NOW).expected_micros == 1_234
+
+    def forge(fields: list[object]) -> str:
+        body = b64(msgspec.json.encode(fields))
+        return f"{body}.{b64(hmac.new(KEY, body.encode(), hashlib.sha256).digest())}"
+
+    v2 = verify(forge([2, "abc", 1, 2, 7, "CPC", "p", NOW, NOW + 10]), KEY, NOW)
+    assert v2.expected_micros is None and v2.price_micros == 7

@@ -57,10 +57,11 @@ class Ledger(Protocol):
         """campaign id -> billed micros on local ``day`` (what budgets count as spent)."""
         ...
 
-    def billed_since(self, day: date, since: datetime) -> dict[int, int]:
-        """campaign id -> micros billed on local ``day`` by events of serves at or after
-        ``since`` (serve time, ``LedgerEvent.served_at``; event time where unknown): the
-        budget service's billed spend of serves still counted in flight."""
+    def settled_since(self, day: date, since: datetime) -> dict[int, int]:
+        """campaign id -> expected cost settled (``LedgerEvent.expected_micros``; the
+        billed micros where unknown) by the events on local ``day`` of serves at or after
+        ``since`` (serve time, ``LedgerEvent.served_at``; event time where unknown): what
+        the budget service takes out of its in-flight estimates."""
         ...
 
     def count(self, name: str, n: int = 1) -> None:
@@ -116,7 +117,7 @@ class MemoryLedger:
         self._days: dict[tuple[int, date], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
         self._counters: dict[str, int] = defaultdict(int)
         self._lifetime: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # billed, absorbed
-        # day -> campaign -> serve minute -> [(serve time, billed)]: billed_since reads
+        # day -> campaign -> serve minute -> [(serve time, settled)]: settled_since reads
         # only the minutes from ``since`` on (the budget feed asks every few seconds)
         self._by_serve: dict[date, dict[int, dict[int, list[tuple[float, int]]]]] = (
             defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
@@ -157,10 +158,11 @@ class MemoryLedger:
             totals[3] += absorbed
             life[0] += billed
             life[1] += absorbed
-            if billed:
+            settles = billed if event.expected_micros is None else event.expected_micros
+            if settles:
                 ts = (event.served_at or event.occurred_at).timestamp()
                 minute = int(ts // 60)
-                self._by_serve[event.day][event.campaign_id][minute].append((ts, billed))
+                self._by_serve[event.day][event.campaign_id][minute].append((ts, settles))
                 k = (event.day, event.campaign_id)
                 self._last_minute[k] = max(minute, self._last_minute.get(k, minute))
             return Recorded(Outcome.BILLED, billed, absorbed,
@@ -179,7 +181,7 @@ class MemoryLedger:
         with self._lock:
             return {cid: v[2] for (cid, d), v in self._days.items() if d == day}
 
-    def billed_since(self, day: date, since: datetime) -> dict[int, int]:
+    def settled_since(self, day: date, since: datetime) -> dict[int, int]:
         out: dict[int, int] = {}
         t = since.timestamp()
         first = int(t // 60)

@@ -43,6 +43,10 @@ class LedgerEvent:
     #: when the impression was served (the token's issue time); None = ``occurred_at``.
     #: The budget service's billed feed counts billed spend by serve time.
     served_at: datetime | None = None
+    #: the serve's expected cost this event settles in the budget (micros): its billable
+    #: event carries the token's expected cost, other events 0; None = unknown (an
+    #: older token), and the billed amount stands in for it
+    expected_micros: int | None = None
 
     @property
     def charge_millimicros(self) -> int:

@@ -161,6 +161,7 @@ class SqlLedger:
                     day=event.day,
                     occurred_at=event.occurred_at,
                     served_at=event.served_at,
+                    settles_micros=event.expected_micros,
                 )
                 .on_conflict_do_nothing(index_elements=["impression_id", "event_type"])
                 .returning(ledger.c.id)
@@ -237,15 +238,16 @@ class SqlLedger:
         with self._engine.connect() as conn:
             return {cid: billed for cid, billed in conn.execute(query)}
 
-    def billed_since(self, day: date, since: datetime) -> dict[int, int]:
-        """campaign id -> micros billed on local ``day`` by events of serves at or after
-        ``since`` (serve time; event time for rows without one)."""
+    def settled_since(self, day: date, since: datetime) -> dict[int, int]:
+        """campaign id -> expected cost settled by the events on local ``day`` of serves
+        at or after ``since`` (serve time; event time for rows without one), micros."""
         t = ledger
+        settles = func.coalesce(t.c.settles_micros, t.c.billed_micros)
         query = (
-            select(t.c.campaign_id, func.sum(t.c.billed_micros))
-            .where(t.c.day == day, func.coalesce(t.c.served_at, t.c.occurred_at) >= since,
-                   t.c.billed_micros > 0)
+            select(t.c.campaign_id, func.sum(settles))
+            .where(t.c.day == day, func.coalesce(t.c.served_at, t.c.occurred_at) >= since)
             .group_by(t.c.campaign_id)
+            .having(func.sum(settles) > 0)
         )
         with self._engine.connect() as conn:
             return {cid: int(total) for cid, total in conn.execute(query)}

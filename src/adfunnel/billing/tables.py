@@ -38,6 +38,9 @@ ledger = Table(
     Column("occurred_at", DateTime(timezone=True), nullable=False),
     # when its impression was served (token issue time); NULL in rows from before 0005
     Column("served_at", DateTime(timezone=True), nullable=True),
+    # the serve's expected cost this row settles (LedgerEvent.expected_micros); NULL =
+    # unknown, billed_micros stands in
+    Column("settles_micros", BigInteger, nullable=True),
     # The double-billing guard: replaying any event stream is always safe.
     UniqueConstraint("impression_id", "event_type", name="uq_ledger_impression_event"),
     Index("ix_ledger_campaign_day", "campaign_id", "day"),

@@ -8,9 +8,11 @@ the service's committed spend until its billable event is billed or can no longe
 bill. An impression bills within the token's life, a click too (it needs the same
 token), a conversion within the attribution window. So each update's watermark
 ``complete_before`` is ``now − window`` for the campaign's billing type: every serve
-before it either billed or never will, and its estimate is replaced by the ledger. The
-billed spend of serves after the watermark (``billed_after_micros``, by serve time)
-is netted against their estimates, so a billed click is not also counted as expected.
+before it either billed or never will, and its estimate is replaced by the ledger. A
+serve after the watermark whose billable event is in the ledger is settled: its own
+expected cost (carried by the token into the ledger row) comes out of the in-flight
+estimate (``settled_after_micros``, by serve time), so a billed click is not also
+counted as expected, and the estimate of a serve still waiting for its event stays.
 """
 
 from __future__ import annotations
@@ -30,10 +32,15 @@ CONVERSION_WINDOW_S = 7 * 86_400.0
 
 
 def billing_window_s(campaign: Campaign, token_ttl_s: float = TOKEN_TTL_S,
-                     conversion_window_s: float = CONVERSION_WINDOW_S) -> float:
-    """Seconds after a serve during which its billable event may still bill."""
+                     conversion_window_s: float = CONVERSION_WINDOW_S,
+                     click_window_s: float | None = None) -> float:
+    """Seconds after a serve during which its billable event may still bill: the
+    token's life for an impression, the click window (at most the token's life) for a
+    click, the attribution window for a conversion."""
     if campaign.bid_type is BidType.CPA:
         return conversion_window_s
+    if campaign.bid_type is BidType.CPC and click_window_s is not None:
+        return min(click_window_s, token_ttl_s)
     return token_ttl_s
 
 
@@ -44,13 +51,18 @@ class BilledFeeder:
         ledger: the billing ledger (any implementation).
         token_ttl_s: the tracking token's life in seconds (the impression/click window).
         conversion_window_s: the conversion attribution window in seconds.
+        click_window_s: seconds after a serve in which its click can bill, where the
+            deployment knows it is shorter than the token's life (None: the token's
+            life; a click needs a valid token).
     """
 
     def __init__(self, ledger: Ledger, *, token_ttl_s: float = TOKEN_TTL_S,
-                 conversion_window_s: float = CONVERSION_WINDOW_S) -> None:
+                 conversion_window_s: float = CONVERSION_WINDOW_S,
+                 click_window_s: float | None = None) -> None:
         self.ledger = ledger
         self.token_ttl_s = token_ttl_s
         self.conversion_window_s = conversion_window_s
+        self.click_window_s = click_window_s
 
     def updates(self, campaigns: Iterable[Campaign], now: datetime) -> list[BilledUpdate]:
         """One update per campaign for its current local day (cumulative, idempotent);
@@ -63,12 +75,13 @@ class BilledFeeder:
         out = []
         for c in camps:
             day = local_day(now, c.time_zone)
-            window = billing_window_s(c, self.token_ttl_s, self.conversion_window_s)
+            window = billing_window_s(c, self.token_ttl_s, self.conversion_window_s,
+                                      self.click_window_s)
             watermark = now - timedelta(seconds=window)
             if day not in billed:
                 billed[day] = self.ledger.billed_on(day)
             if (day, window) not in after:
-                after[(day, window)] = self.ledger.billed_since(day, watermark)
+                after[(day, window)] = self.ledger.settled_since(day, watermark)
             today = billed[day].get(c.id, 0)
             out.append(BilledUpdate(c.id, day.isoformat(), today, watermark.timestamp(),
                                     after[(day, window)].get(c.id, 0),

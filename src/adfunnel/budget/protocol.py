@@ -113,13 +113,14 @@ class BilledUpdate(msgspec.Struct, frozen=True):
     """Billed spend of one campaign-day from the ledger.
 
     ``billed_micros``: cumulative billed on the day (monotone; replaces estimates).
-    ``complete_before``: serve time (Unix s) before which every billable event of the
-    campaign is in ``billed_micros`` (event-time watermark minus the click window).
-    ``billed_after_micros``: the part of ``billed_micros`` that came from serves at or
-    after ``complete_before`` (clicks and conversions already billed of serves still
-    in flight). The service counts those serves' expected cost less what they have
-    already billed, so a conversion is not counted twice (once billed, once expected)
-    for a whole conversion window. 0 = not known (the expected cost stays in full).
+    ``complete_before``: serve time (Unix s) before which every serve of the campaign
+    has billed its event or can no longer (now − its billing window,
+    ``adfunnel.budget.feed``); their estimates are replaced by ``billed_micros``.
+    ``settled_after_micros``: the expected cost of the serves at or after
+    ``complete_before`` whose billable event is already in the ledger (each its own
+    estimate, carried by the token). The service takes it out of its in-flight
+    estimate, so a billed click is not also counted as expected, while a serve still
+    waiting for its click stays counted. 0 = none known (estimates stay in full).
     ``lifetime_billed_before_micros``: billed on the campaign's earlier days (ledger
     lifetime total − ``billed_micros``); under a lifetime budget the day's budget is
     min(daily, lifetime − this) (``adfunnel.budget.gate.effective_daily_budget``).
@@ -129,5 +130,5 @@ class BilledUpdate(msgspec.Struct, frozen=True):
     day: str
     billed_micros: int
     complete_before: float
-    billed_after_micros: int = 0
+    settled_after_micros: int = 0
     lifetime_billed_before_micros: int = 0

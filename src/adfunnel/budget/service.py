@@ -4,9 +4,9 @@ One instance is one shard (campaigns with ``campaign_id % shards == shard``); th
 embedded default runs one in-process. DESIGN.md §Money and budgets:
 
 - committed spend = billed (ledger, replaces estimates as the watermark moves)
-  + expected cost served and not yet billed + slices outstanding; the expected cost
-  of serves still in flight is net of what they already billed
-  (``BilledUpdate.billed_after_micros``), never below 0;
+  + expected cost served and not yet billed + slices outstanding; a serve whose event
+  billed leaves the in-flight estimate by its own expected cost
+  (``BilledUpdate.settled_after_micros``), never below 0;
 - open / metered / exhausted by ``adfunnel.budget.slices``;
 - every ``control_interval_s`` the PI controller (``adfunnel.pacing.controller``)
   sets p per campaign against its target plan (``adfunnel.pacing.curve``).
@@ -130,7 +130,7 @@ class CampaignDay:
     plan: TargetPlan
     ctl: controller.ControllerState
     billed: int = 0
-    billed_after: int = 0  # billed spend of serves after the watermark
+    settled_after: int = 0  # expected cost of serves after the watermark already billed
     lifetime_billed_before: int = 0  # billed on earlier days (lifetime budgets)
     watermark: float = 0.0
     buckets: deque[tuple[float, int]] = field(default_factory=deque)
@@ -154,13 +154,13 @@ class CampaignDay:
     # -- spend accounting -------------------------------------------------------------
     def in_flight(self) -> int:
         """Expected open spend not yet covered by billing + closed/expired slices' use
-        (worst case for expired ones) not yet covered, less what those serves already
-        billed, micros (≥ 0)."""
+        (worst case for expired ones) not yet covered, less the expected cost of those
+        serves whose event already billed, micros (≥ 0)."""
         total = self.bucket_sum
         for s in self.slices.values():
             if s.used is not None:
                 total += s.used
-        return max(0, total - self.billed_after)
+        return max(0, total - self.settled_after)
 
     def spent(self) -> int:
         """Billed + in flight, leases excluded: the spend the controller follows."""
@@ -514,7 +514,7 @@ class BudgetService:
         cd.lifetime_billed_before = max(cd.lifetime_billed_before,
                                         update.lifetime_billed_before_micros)
         if update.complete_before >= cd.watermark:
-            cd.billed_after = max(0, min(update.billed_after_micros, update.billed_micros))
+            cd.settled_after = max(0, update.settled_after_micros)
         if update.complete_before > cd.watermark:
             cd.watermark = update.complete_before
             b = cd.buckets

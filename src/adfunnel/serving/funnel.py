@@ -230,6 +230,7 @@ class Decider:
         # the token carries the exact price in the bid's unit for the ledger
         charge = impression_charge_bound(price) if c.bid_type is BidType.CPM else price
         issued = int(now.timestamp())
+        expected = expected_cost(win.candidate, charge)
         claims = TokenClaims(
             impression_id=new_impression_id(),
             ad_id=ad.id,
@@ -239,10 +240,10 @@ class Decider:
             placement=placement,
             issued_at=issued,
             expires_at=issued + self.token_ttl_s,
+            expected_micros=expected,  # what its billable event settles in the budget
         )
         served = Served(c.id, local_day(now, c.time_zone), claims.impression_id,
-                        expected_cost(win.candidate, charge), float(claims.expires_at),
-                        max_charge_micros=charge)
+                        expected, float(claims.expires_at), max_charge_micros=charge)
         return Placed(win, ad, c, charge, sign(claims, self.token_key), served)
 
 

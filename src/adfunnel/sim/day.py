@@ -42,7 +42,7 @@ import numpy as np
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome
 from adfunnel.budget.client import BudgetClient
-from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
+from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder, billing_window_s
 from adfunnel.budget.gate import Served
 from adfunnel.budget.protocol import Reply, Report
 from adfunnel.budget.service import BudgetService, CampaignDay, charge_micros
@@ -82,6 +82,11 @@ class _Track:
     # status of the campaign in each ad server's store (the serving path's filter)
     server_active: list[bool] = field(default_factory=list)
     paused_at: float | None = None
+    # late-click scenarios: serves still able to bill, imp -> (serve time, expected), the
+    # time each one's billable event reached the ledger, and the worst shortfall seen
+    pending: dict[str, tuple[float, int]] | None = None
+    settled_at: dict[str, float] = field(default_factory=dict)
+    committed_shortfall: int = 0
     after_exhausted_s: float | None = None  # latest admit after the budget ran out
     after_pause_s: float | None = None  # latest admit after a pause
 
@@ -144,8 +149,17 @@ class _Sim:
             for i in range(sc.servers)
         ]
         self.ledger = MemoryLedger()
+        self.last_feed = self.now
+        if sc.click_delay_range_s is not None:
+            for tr in self.tracks.values():
+                if tr.sc.bid_type is BidType.CPC:
+                    tr.pending = {}
+        # the scenario's billing rules: clicks come within its click window, conversions
+        # within its conversion window (both shorter than a real deployment's)
+        late = sc.click_delay_range_s
         self.feeder = BilledFeeder(self.ledger, token_ttl_s=TOKEN_TTL_S,
-                                   conversion_window_s=sc.conversion_window_s)
+                                   conversion_window_s=sc.conversion_window_s,
+                                   click_window_s=late[1] if late else sc.click_window_s)
         self.imp_ids = itertools.count(1)
         self.crashed_at: float | None = None
         self.crash_slices: int = 0
@@ -196,6 +210,8 @@ class _Sim:
 
     def _on_step(self, cd: CampaignDay, now: float) -> None:
         tr = self.tracks[cd.campaign.id]
+        if tr.pending is not None:
+            self._check_committed(tr, cd, now)
         p = 0.0 if cd.state is BudgetState.STOPPED else (
             1.0 if cd.campaign.pacing_mode is PacingMode.ACCELERATED else cd.ctl.p)
         tr.steps.append((now, p, cd.state.value, cd.plan.target_micros(now - cd.start_s),
@@ -252,6 +268,8 @@ class _Sim:
         t = self.now
         imp = f"i{next(self.imp_ids)}"
         client.record_served(Served(c.id, day, imp, expected, t + TOKEN_TTL_S, worst))
+        if tr.pending is not None:
+            tr.pending[imp] = (t, expected)
         tr.last_serve[day] = t
         tr.serves += 1
         r = self.rng.random(3)
@@ -261,19 +279,24 @@ class _Sim:
             if r[0] < RENDER_RATE:
                 occ = t + 0.2 + 1.8 * r[1]
                 self.push(occ + lag, self.bill,
-                          (tr, imp, EventType.IMPRESSION, expected, occ, t))
+                          (tr, imp, EventType.IMPRESSION, expected, occ, t, expected))
             return
         occ = t + 0.2 + 1.8 * r[1]
-        self.push(occ + lag, self.bill, (tr, imp, EventType.IMPRESSION, 0, occ, t))
+        self.push(occ + lag, self.bill, (tr, imp, EventType.IMPRESSION, 0, occ, t, 0))
         if sc.bid_type is BidType.CPC:
             prob, mean, window = sc.pctr, self.sc.click_delay_mean_s, self.sc.click_window_s
         else:
             prob = sc.pctr * sc.pcvr
             mean, window = self.sc.conversion_delay_mean_s, self.sc.conversion_window_s
         if r[0] < prob:
-            d = min(window, float(self.rng.exponential(mean)))
+            late = self.sc.click_delay_range_s if sc.bid_type is BidType.CPC else None
+            if late is not None:
+                d = float(self.rng.uniform(*late))
+            else:
+                d = min(window, float(self.rng.exponential(mean)))
             occ2 = max(occ + 0.5, t + d)
-            self.push(occ2 + lag, self.bill, (tr, imp, EventType.CLICK, price, occ2, t))
+            self.push(occ2 + lag, self.bill,
+                      (tr, imp, EventType.CLICK, price, occ2, t, expected))
 
     def _note_admit(self, tr: _Track) -> None:
         """Measure how long after a hard stop the campaign still takes part in auctions
@@ -288,20 +311,46 @@ class _Sim:
             tr.after_pause_s = max(lag, tr.after_pause_s or 0.0)
 
     def bill(self, tr: _Track, imp: str, et: EventType, charge: int, occurred: float,
-             served_at: float | None = None) -> None:
+             served_at: float | None = None, expected: int | None = None) -> None:
+        """One event into the ledger, as the tracker writes it: ``expected`` is the
+        serve's expected cost that the event settles (the token carries it)."""
         at = datetime.fromtimestamp(occurred, tz=UTC)
         day = local_day(at, tr.campaign.time_zone)
         served = None if served_at is None else datetime.fromtimestamp(served_at, tz=UTC)
         ev = LedgerEvent(imp, et, tr.campaign.id, tr.campaign.id, "feed", tr.sc.bid_type.value,
-                         charge, at, day, served_at=served)
+                         charge, at, day, served_at=served, expected_micros=expected)
         rec = self.ledger.record(ev, tr.campaign.daily_budget_micros)
+        if tr.pending is not None and rec.outcome is Outcome.BILLED and expected:
+            tr.settled_at[imp] = self.now  # its billable event is in the ledger now
         if rec.outcome is Outcome.BILLED:
             tr.billed[day] += rec.billed_micros
             if rec.billed_micros:
                 tr.spend_events.append((occurred, rec.billed_micros))
 
+    def _check_committed(self, tr: _Track, cd: CampaignDay, now: float) -> None:
+        """How far the service's committed spend is below billed + the expected cost of
+        every serve still able to bill (reported to it, its event not yet in the ledger
+        at the last feed): a measure the service does not set."""
+        f = self.feeder
+        window_start = now - billing_window_s(tr.campaign, f.token_ttl_s,
+                                              f.conversion_window_s, f.click_window_s)
+        reported = now - 2.0 * self.sc.report_interval_s - self.sc.message_delay_s[1]
+        assert tr.pending is not None
+        outstanding = 0
+        for imp, (t, expected) in list(tr.pending.items()):
+            settled = tr.settled_at.get(imp)
+            if t < window_start or (settled is not None and settled <= self.last_feed):
+                del tr.pending[imp]
+                tr.settled_at.pop(imp, None)
+            elif t <= reported and local_day(datetime.fromtimestamp(t, tz=UTC),
+                                             tr.campaign.time_zone) == cd.day:
+                outstanding += expected
+        shortfall = cd.billed + outstanding - cd.committed(now)
+        tr.committed_shortfall = max(tr.committed_shortfall, shortfall)
+
     def feed(self) -> None:
         """Billed spend to every shard through production's feeder, from the ledger."""
+        self.last_feed = self.now
         now = datetime.fromtimestamp(self.now, tz=UTC)
         for shard, svc in enumerate(self.services):
             camps = [tr.campaign for tr in self.tracks.values()
@@ -380,7 +429,9 @@ class _Sim:
                 continue
             amount = int(cd.plan.target_micros(t - cd.start_s))
             if amount > 0:
-                self.bill(tr, f"prior-{tr.campaign.id}", EventType.IMPRESSION, amount, t - 1.0)
+                # spend of the day so far: its serves are past their billing window
+                self.bill(tr, f"prior-{tr.campaign.id}", EventType.IMPRESSION, amount, t - 1.0,
+                          t - TOKEN_TTL_S - 1.0, 0)
         self.feed()
 
     def run(self) -> None:
@@ -551,6 +602,10 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
         "billed_above_budget_micros": max(0, billed - budget),
         "absorbed_overspend_micros": absorbed,
         "absorbed_share": absorbed / budget if budget else None,
+        # worst (billed + expected cost of serves still able to bill) − committed, as
+        # the service held them at a control step; null where not tracked
+        "committed_shortfall_micros": tr.committed_shortfall if tr.pending is not None
+        else None,
         "delivered_share": billed / budget if budget else None,
         "eligible_requests": tr.eligible.get(d, 0),
         "potential_micros": potential,

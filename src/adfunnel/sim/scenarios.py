@@ -87,6 +87,9 @@ class Scenario:
     billing_lag_s: tuple[float, float] = (2.0, 15.0)
     click_delay_mean_s: float = 20.0
     click_window_s: float = 120.0
+    #: clicks of CPC serves arrive uniformly this many seconds after the serve instead
+    #: (late clicks: the expected cost must stay committed until they can no longer bill)
+    click_delay_range_s: tuple[float, float] | None = None
     conversion_delay_mean_s: float = 90.0
     conversion_window_s: float = 600.0
     message_delay_s: tuple[float, float] = (0.002, 0.040)
@@ -220,6 +223,17 @@ def scenarios() -> dict[str, Scenario]:
                  short_window=(_u(2026, 10, 20, 12, 55), _u(2026, 10, 20, 13, 40)),
                  notes="campaign 5 paused 15:00-15:30 Berlin; campaign 2 paused for good "
                        "at 20:00 New York"),
+        Scenario("late-clicks", D, (
+            SimCampaign(70, "Europe/Berlin", BidType.CPC, 4 * USD, 300 * USD, 40.0,
+                        pacing=PacingMode.ACCELERATED, pctr=0.05),
+            SimCampaign(71, "Europe/Berlin", BidType.CPC, 5 * USD, 4_000 * USD, 1.6,
+                        pctr=0.05),
+            base[0],
+        ), click_delay_range_s=(600.0, 3000.0),
+            short_window=(_u(2026, 10, 20, 9, 50), _u(2026, 10, 20, 11, 20)),
+            notes="CPC clicks arrive 10-50 min after the serve; campaign 70 is "
+                  "accelerated at 40x the traffic its budget buys, so it exhausts while "
+                  "most of its clicks are still to come"),
         Scenario("exhaustion", D, (
             SimCampaign(60, "Europe/Berlin", BidType.CPM, 250 * USD, 200 * USD, 40.0,
                         pacing=PacingMode.ACCELERATED),

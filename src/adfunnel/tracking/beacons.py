@@ -121,6 +121,8 @@ class Tracker:
             occurred_at=now,
             day=day,
             served_at=datetime.fromtimestamp(claims.issued_at, tz=UTC),
+            # the billable event settles its serve's in-flight estimate; others nothing
+            expected_micros=claims.expected_micros if billable else 0,
             # a CPM price is per thousand impressions: the ledger bills it exactly
             charge_per_mille=claims.billing_type == BidType.CPM.value,
         )

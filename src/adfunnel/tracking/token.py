@@ -5,10 +5,12 @@ Wire format (URL-safe, no padding, at most :data:`MAX_TOKEN_CHARS` characters)::
     base64url(payload) "." base64url(HMAC-SHA256(key, base64url(payload)))
 
 ``payload`` is a compact JSON array (msgspec): ``[version, impression_id, ad_id,
-campaign_id, price_micros, billing_type, placement, issued_at, expires_at]``.
-Version 2 carries the price in the bid's unit (CPM: micros per thousand impressions,
-so the ledger can bill it exactly); version 1 tokens (price per impression, whole
-micros) still verify during a deployment and are read as that price × 1000 per mille.
+campaign_id, price_micros, billing_type, placement, issued_at, expires_at,
+expected_micros]``. Version 3 adds ``expected_micros``, the serve's expected cost that
+the budget counted in flight (its billable event settles exactly that); version 2
+(eight claims, price in the bid's unit: CPM micros per thousand impressions, so the
+ledger can bill it exactly) and version 1 (price per impression, whole micros, read as
+that price × 1000 per mille) still verify during a deployment, with no expected cost.
 The MAC covers the base64url text of the payload exactly as sent, and both parts
 must be the canonical base64url encoding of their bytes, so no two different
 strings verify as the same token.
@@ -40,7 +42,9 @@ MAX_IMPRESSION_ID_CHARS = 64
 #: Longest placement name (the ledger column is 200 characters).
 MAX_PLACEMENT_CHARS = 200
 
-_VERSION = 2
+_VERSION = 3
+#: Version 2: as 3 without the expected cost.
+_VERSION_NO_EXPECTED = 2
 #: Version 1 priced a CPM impression in whole micros (price per impression).
 _VERSION_PER_IMPRESSION = 1
 _MAC_BYTES = hashlib.sha256().digest_size
@@ -68,7 +72,8 @@ class TokenClaims:
     thousand impressions for CPM (one impression bills it ÷ 1000 with the fraction
     carried by the ledger), per click for CPC, per conversion for CPA.
     ``issued_at`` and ``expires_at`` are unix seconds; the token is valid while
-    ``now < expires_at``.
+    ``now < expires_at``. ``expected_micros`` is the serve's expected cost in micros as
+    the budget counted it (DESIGN.md §The funnel, step 7); None in older tokens.
 
     Raises:
         ValueError: on construction, for a field outside its domain: impression id
@@ -85,6 +90,7 @@ class TokenClaims:
     placement: str
     issued_at: int
     expires_at: int
+    expected_micros: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.impression_id, str) or not _IMPRESSION_ID.fullmatch(
@@ -109,6 +115,10 @@ class TokenClaims:
             )
         if self.expires_at < self.issued_at:
             raise ValueError(f"expires_at {self.expires_at} is before issued_at {self.issued_at}")
+        e = self.expected_micros
+        if e is not None and (isinstance(e, bool) or not isinstance(e, int)
+                              or not 0 <= e <= _INT64_MAX):
+            raise ValueError(f"expected_micros: an int in [0, 2**63 - 1] or None, got {e!r}")
 
 
 def new_impression_id() -> str:
@@ -135,6 +145,7 @@ def sign(claims: TokenClaims, key: bytes) -> str:
             claims.placement,
             claims.issued_at,
             claims.expires_at,
+            claims.expected_micros,
         ]
     )
     body = _b64encode(payload)
@@ -207,10 +218,11 @@ def _decode_claims(payload: bytes) -> TokenClaims:
         fields = msgspec.json.decode(payload)
     except (msgspec.MsgspecError, ValueError, UnicodeDecodeError):
         raise InvalidToken("malformed") from None
-    if not isinstance(fields, list) or len(fields) != 9:
+    if not isinstance(fields, list) or not fields:
         raise InvalidToken("malformed")
     version = fields[0]
-    if type(version) is not int or version not in (_VERSION, _VERSION_PER_IMPRESSION):
+    want = {_VERSION: 10, _VERSION_NO_EXPECTED: 9, _VERSION_PER_IMPRESSION: 9}
+    if type(version) is not int or want.get(version) != len(fields):
         raise InvalidToken("malformed")
     try:
         claims = TokenClaims(*fields[1:])

@@ -1,4 +1,5 @@
-"""Ledger rows keep the serve time of their impression (the billed feed counts by it).
+"""Ledger rows keep the serve time of their impression and the expected cost they
+settle (the billed feed nets in-flight estimates by them).
 
 Revision ID: 0005
 Revises: 0004
@@ -21,8 +22,10 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("ledger") as batch:
         batch.add_column(sa.Column("served_at", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column("settles_micros", sa.BigInteger(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("ledger") as batch:
+        batch.drop_column("settles_micros")
         batch.drop_column("served_at")
