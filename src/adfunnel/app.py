@@ -127,12 +127,16 @@ def build_runtime(
         catalog, gate, ctr, clock, key,
         token_ttl_s=settings.token_ttl_s, pcvr=settings.pcvr_prior,
         retrieval_limit=settings.retrieval_limit,
-        rng=random.Random(seed) if seed is not None else None, eligible=eligible,
+        rng=_decision_rng(seed if seed is not None else settings.seed), eligible=eligible,
     )
     tracker = Tracker(ledger, catalog, gate, ctr, clock, key,
                       on_lifetime_spent=lambda cid: mark_completed(store, cid))
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
                    tracker, decisions, change_feed, background, DecisionQueue(decider))
+
+
+def _decision_rng(seed: int | None) -> random.Random | None:
+    return random.Random(seed) if seed is not None else None
 
 
 def make_gate(settings: Settings, store: SqlCampaignStore, ledger: Ledger, clock: Clock,

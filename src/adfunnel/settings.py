@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     index: Literal["conjunction", "scan"] = "conjunction"
     change_poll_s: float = Field(default=0.25, gt=0, le=5)
     traffic_flush_s: float = Field(default=10.0, gt=0)
+    #: seed of the decider's random draws (pacing coins, tie-breaks); None = from the
+    #: operating system. A replay sets it so its report depends only on its seed.
+    seed: int | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65_535)
 

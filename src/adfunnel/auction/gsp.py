@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from adfunnel.auction.draws import TIE_BREAK, unit
 from adfunnel.campaigns.model import BidType
 from adfunnel.money import MILLE, ceil_micros
 
@@ -118,12 +119,15 @@ def run_auction(
     *,
     one_per_advertiser: bool = True,
     rng: random.Random | None = None,
+    tie_seed: int | None = None,
 ) -> AuctionResult:
     """Fill ``slot_ids`` (already in position order) from ``candidates``.
 
     ``reserve_cpm_micros`` is the floor per thousand impressions for this placement.
-    ``rng`` breaks exact ties of total value uniformly at random (a fresh, unseeded one
-    when omitted; pass the decision's seeded one to make the decision reproducible).
+    Exact ties of total value are broken uniformly at random by a key per ad drawn from
+    ``tie_seed`` (``adfunnel.auction.draws``: independent of the candidates' order),
+    else from a seed drawn from ``rng``, else from a fresh unseeded source. Pass the
+    decision's seed to make the decision reproducible.
     Returns winners with prices and every loser with its reason.
     """
     reserve_imp = reserve_cpm_micros / MILLE
@@ -135,7 +139,9 @@ def run_auction(
             eligible.append(c)
         else:
             rejections.append(Rejection(c.ad_id, c.campaign_id, BELOW_RESERVE))
-    eligible = _rank(eligible, rng or random.Random())
+    if tie_seed is None:
+        tie_seed = (rng or random.Random()).getrandbits(64)
+    eligible = _rank(eligible, tie_seed)
 
     ranked: list[Candidate] = []
     campaigns: set[int] = set()
@@ -160,9 +166,9 @@ def run_auction(
     return AuctionResult(wins, rejections)
 
 
-def _rank(eligible: list[Candidate], rng: random.Random) -> list[Candidate]:
+def _rank(eligible: list[Candidate], tie_seed: int) -> list[Candidate]:
     """By total value, best first; exact ties in a uniformly random order."""
-    keyed = [(-c.total, rng.random(), c) for c in eligible]
+    keyed = [(-c.total, unit(tie_seed, c.ad_id, TIE_BREAK), c) for c in eligible]
     keyed.sort(key=lambda k: (k[0], k[1]))
     return [c for _, _, c in keyed]
 

@@ -28,7 +28,6 @@ a campaign-day's billed total never exceeds the daily budget passed with each ch
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from datetime import date, datetime
@@ -47,23 +46,11 @@ from adfunnel.billing.model import (
     Recorded,
 )
 from adfunnel.billing.tables import campaign_day_spend, campaign_spend, ledger, ledger_counters
+from adfunnel.db import connection_guard, sqlite_lock
 from adfunnel.money import bill_per_mille, micros
 
 DUPLICATES_REJECTED = "duplicates_rejected"
 CLICKS_WITHOUT_IMPRESSION = "clicks_without_impression"
-
-# One lock per SQLite database in this process: threads queue here instead of in
-# SQLite's sleeping busy handler (and a shared in-memory connection is never used by
-# two transactions at once). Other processes are still serialised by SQLite's lock.
-_sqlite_locks: dict[str, threading.Lock] = {}
-_sqlite_locks_guard = threading.Lock()
-
-
-def _sqlite_lock(engine: Engine) -> threading.Lock:
-    key = engine.url.render_as_string(hide_password=True)
-    with _sqlite_locks_guard:
-        return _sqlite_locks.setdefault(key, threading.Lock())
-
 
 class SqlLedger:
     """Billing ledger over the tables of :mod:`adfunnel.billing.tables`.
@@ -81,10 +68,11 @@ class SqlLedger:
             self._lock: AbstractContextManager[object] = nullcontext()
         elif dialect == "sqlite":
             self._insert = sqlite.insert
-            self._lock = _sqlite_lock(engine)
+            self._lock = sqlite_lock(engine)  # one per database in this process (adfunnel.db)
         else:
             raise ValueError(f"SqlLedger supports sqlite and postgresql, not {dialect!r}")
         self._engine = engine
+        self._guard = connection_guard(engine)
         self._for_update = dialect == "postgresql"
 
     def record(
@@ -115,7 +103,7 @@ class SqlLedger:
             campaign_day_spend.c.campaign_id == event.campaign_id,
             campaign_day_spend.c.day == event.day,
         )
-        with self._lock, self._engine.begin() as conn:
+        with self._lock, self._guard, self._engine.begin() as conn:
             lifetime_billed = self._lock_campaign(conn, event.campaign_id)
             conn.execute(
                 self._insert(campaign_day_spend)
@@ -214,7 +202,7 @@ class SqlLedger:
         query = select(t.campaign_id, t.billed_micros).where(t.billed_micros > 0)
         if campaign_id is not None:
             query = query.where(t.campaign_id == campaign_id)
-        with self._engine.connect() as conn:
+        with self._guard, self._engine.connect() as conn:
             return {cid: int(billed) for cid, billed in conn.execute(query)}
 
     def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
@@ -226,7 +214,7 @@ class SqlLedger:
             .where(t.impressions + t.clicks > 0)  # rows upserted for rejected events
             .order_by(t.day)
         )
-        with self._engine.connect() as conn:
+        with self._guard, self._engine.connect() as conn:
             return [DayTotals(*row) for row in conn.execute(query)]
 
     def billed_on(self, day: date) -> dict[int, int]:
@@ -235,7 +223,7 @@ class SqlLedger:
         query = select(t.campaign_id, t.billed_micros).where(
             t.day == day, t.impressions + t.clicks > 0
         )
-        with self._engine.connect() as conn:
+        with self._guard, self._engine.connect() as conn:
             return {cid: billed for cid, billed in conn.execute(query)}
 
     def settled_since(self, day: date, since: datetime) -> dict[int, int]:
@@ -249,17 +237,17 @@ class SqlLedger:
             .group_by(t.c.campaign_id)
             .having(func.sum(settles) > 0)
         )
-        with self._engine.connect() as conn:
+        with self._guard, self._engine.connect() as conn:
             return {cid: int(total) for cid, total in conn.execute(query)}
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to the named durable counter (e.g. ``invalid_tokens``)."""
-        with self._lock, self._engine.begin() as conn:
+        with self._lock, self._guard, self._engine.begin() as conn:
             self._add(conn, name, n)
 
     def stats(self) -> LedgerStats:
         """Ledger rows and duplicates rejected so far (durable)."""
-        with self._engine.connect() as conn:
+        with self._guard, self._engine.connect() as conn:
             rows = conn.execute(select(func.count()).select_from(ledger)).scalar_one()
             dups = conn.execute(
                 select(ledger_counters.c.value).where(ledger_counters.c.name == DUPLICATES_REJECTED)
@@ -268,7 +256,7 @@ class SqlLedger:
 
     def counters(self) -> dict[str, int]:
         """Every durable counter by name."""
-        with self._engine.connect() as conn:
+        with self._guard, self._engine.connect() as conn:
             return dict(conn.execute(select(ledger_counters.c.name, ledger_counters.c.value)).all())
 
     def _add(self, conn: Connection, name: str, n: int) -> None:

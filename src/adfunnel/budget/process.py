@@ -138,7 +138,10 @@ class BudgetServiceProcess:
                     created = ch.committed_at.timestamp() if ch.version == 1 else None
                     self._upsert(ch.record, created_at=created)
                 self.position = max(self.position, ch.seq)
-        if any(isinstance(ch.record, Campaign) and ch.version == 1 for ch in changes):
+        new = [ch.record for ch in changes
+               if isinstance(ch.record, Campaign) and ch.version == 1]
+        if new:
+            self._read_billed(new)
             self.refresh_shapes()  # a new campaign starts from the placement average
         return len(changes)
 
@@ -157,15 +160,20 @@ class BudgetServiceProcess:
             created = change.committed_at.timestamp() if change.version == 1 else None
             with self.lock:
                 self._upsert(change.record, created_at=created)
+            if created is not None:
+                self._read_billed([change.record])
+
+    def _read_billed(self, new: list[Campaign]) -> None:
+        """New campaigns' billed spend now (normally none), so they need not wait for
+        the next feed before a first slice. The ledger is read outside the lock."""
+        updates = self.feeder.updates(new, self.clock.now())
+        with self.lock:
+            for u in updates:
+                self.service.record_billed(u)
 
     def _upsert(self, c: Campaign, created_at: float | None = None) -> None:
         self._campaigns[c.id] = c
         self.service.upsert_campaign(c, created_at=created_at)
-        if created_at is not None:
-            # a new campaign: read its billed spend now (normally none), so it need not
-            # wait for the next feed before its first slice
-            for u in self.feeder.updates([c], self.clock.now()):
-                self.service.record_billed(u)
 
     def refresh_shapes(self) -> int:
         """Target-curve shapes from the last 7 days of eligible requests (DESIGN.md

@@ -30,9 +30,8 @@ import dataclasses
 import logging
 import re
 import threading
-import weakref
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
@@ -40,7 +39,6 @@ from urllib.parse import urlsplit
 import pycountry
 from sqlalchemy import Connection, Engine, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.pool import StaticPool
 
 from adfunnel.campaigns import codec
 from adfunnel.campaigns.model import (
@@ -62,6 +60,7 @@ from adfunnel.campaigns.model import (
 from adfunnel.campaigns.schedule import is_valid_zone
 from adfunnel.campaigns.tables import ads, advertisers, campaigns, change_log, placements
 from adfunnel.clock import Clock, SystemClock
+from adfunnel.db import connection_guard
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +242,7 @@ class SqlCampaignStore:
         self._pg = engine.dialect.name == "postgresql"
         self._listeners: list[ChangeListener] = []
         self._listeners_lock = threading.Lock()
-        self._guard = _single_connection_lock(engine)
+        self._guard = connection_guard(engine)
 
     @property
     def engine(self) -> Engine:
@@ -603,30 +602,6 @@ class SqlCampaignStore:
                 listener(change)
             except Exception:  # a broken consumer must not fail a committed write
                 log.exception("change listener %r failed on seq %d", listener, change.seq)
-
-
-_SHARED_CONNECTION_LOCKS: weakref.WeakKeyDictionary[Engine, threading.RLock] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _single_connection_lock(engine: Engine) -> AbstractContextManager[object]:
-    """A lock serialising use of an engine whose pool is one shared connection.
-
-    In-memory SQLite (``sqlite://``) runs on one connection shared by all threads
-    (``StaticPool``); interleaved transactions on it would mix, so every store on
-    such an engine takes the same lock. Other engines need none.
-    """
-    if not isinstance(engine.pool, StaticPool):
-        return nullcontext()
-    with _LOCKS_LOCK:
-        lock = _SHARED_CONNECTION_LOCKS.get(engine)
-        if lock is None:
-            lock = _SHARED_CONNECTION_LOCKS[engine] = threading.RLock()
-    return lock
-
-
-_LOCKS_LOCK = threading.Lock()
 
 
 def _last_seq(conn: Connection) -> int:

@@ -19,6 +19,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from adfunnel.campaigns.schedule import zone
+from adfunnel.db import connection_guard
 from adfunnel.pacing.traffic_tables import eligible_traffic
 
 HOURS = 24
@@ -61,14 +62,14 @@ class SqlTrafficLog:
             index_elements=["campaign_id", "hour_start"],
             set_={"requests": eligible_traffic.c.requests + stmt.excluded.requests},
         )
-        with self.engine.begin() as conn:
+        with connection_guard(self.engine), self.engine.begin() as conn:
             conn.execute(stmt)
 
     def hourly(self, since: datetime) -> dict[int, dict[datetime, int]]:
         """campaign id -> {UTC hour start: requests} for hours at or after ``since``."""
         out: dict[int, dict[datetime, int]] = defaultdict(dict)
         q = select(eligible_traffic).where(eligible_traffic.c.hour_start >= since)
-        with self.engine.connect() as conn:
+        with connection_guard(self.engine), self.engine.connect() as conn:
             for row in conn.execute(q):
                 hour = row.hour_start
                 hour = hour.replace(tzinfo=UTC) if hour.tzinfo is None else hour

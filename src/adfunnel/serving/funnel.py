@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from adfunnel.auction.draws import PACING_COIN, unit
 from adfunnel.auction.gsp import Candidate, Rejection, Win, run_auction
 from adfunnel.budget.gate import PACED_OUT, Served, SpendGate
 from adfunnel.campaigns.model import (
@@ -110,13 +111,16 @@ class Decider:
         the caller commits with :meth:`commit` only when the answer goes out in time.
         """
         now = self.clock.now()
+        # one seed per decision from the seeded source; every draw below is a function
+        # of it and an id, so a replay reproduces whatever order candidates come in
+        seed = self.rng.getrandbits(64)
         retrieval = self.catalog.index.query(request_attributes(req), self.retrieval_limit)
         decision = Decision(request_id, [], [], retrieval.version, truncated=retrieval.truncated)
         if monotonic_ms() >= deadline_at_ms:
             decision.late = True
             return decision
-        candidates = self._filter(req, retrieval.ad_ids, now, decision, deadline_at_ms)
-        self._auction(req, candidates, now, decision)
+        candidates = self._filter(req, retrieval.ad_ids, now, decision, deadline_at_ms, seed)
+        self._auction(req, candidates, now, decision, seed)
         decision.house = house_fills(
             self.catalog.placements.get(req.placement.id), req.slots,
             {p.win.slot_id for p in decision.placed}, now, self.token_key, self.token_ttl_s,
@@ -140,6 +144,7 @@ class Decider:
         now: datetime,
         decision: Decision,
         deadline_at_ms: float,
+        seed: int,
     ) -> list[tuple[Candidate, Ad, Campaign]]:
         out: list[tuple[Candidate, Ad, Campaign]] = []
         verdicts: dict[int, str | None] = {}  # campaign id -> reason (None = eligible)
@@ -161,7 +166,7 @@ class Decider:
                 reason = _placement_rejection(placement, ad)
             if reason is None:
                 if campaign.id not in verdicts:
-                    verdicts[campaign.id] = self._campaign_verdict(campaign, now)
+                    verdicts[campaign.id] = self._campaign_verdict(campaign, now, seed)
                 reason = verdicts[campaign.id]
             if reason is not None:
                 decision.rejections.append(Rejection(ad.id, campaign.id, reason))
@@ -169,7 +174,7 @@ class Decider:
             out.append((self._candidate(ad, campaign, req.placement.id), ad, campaign))
         return out
 
-    def _campaign_verdict(self, c: Campaign, now: datetime) -> str | None:
+    def _campaign_verdict(self, c: Campaign, now: datetime, seed: int) -> str | None:
         if c.status is CampaignStatus.PAUSED:
             return CAMPAIGN_PAUSED
         if c.status is CampaignStatus.ENDED:
@@ -185,7 +190,7 @@ class Decider:
         reason = self.gate.admit(c, now, max_charge(c))
         if reason is not None:
             return reason
-        if self.rng.random() >= self.gate.pacing_rate(c.id):
+        if unit(seed, c.id, PACING_COIN) >= self.gate.pacing_rate(c.id):
             return PACED_OUT
         return None
 
@@ -201,9 +206,8 @@ class Decider:
         candidates: list[tuple[Candidate, Ad, Campaign]],
         now: datetime,
         decision: Decision,
+        seed: int,
     ) -> None:
-        # one random source per decision, drawn from the seeded rng: a replay reproduces
-        rng = random.Random(self.rng.getrandbits(64))
         candidates = rotate_creatives(candidates, self.ctr, req.placement.id)
         by_ad = {cand.ad_id: (ad, c) for cand, ad, c in candidates}
         placed_campaigns: set[int] = set()
@@ -216,7 +220,7 @@ class Decider:
                 and c.id not in placed_campaigns and c.advertiser_id not in placed_advertisers
             ]
             reserve = _reserve(req, run[0], self.catalog.placements.get(req.placement.id))
-            result = run_auction(pool, [s.id for s in run], reserve, rng=rng)
+            result = run_auction(pool, [s.id for s in run], reserve, tie_seed=seed)
             for win in result.wins:
                 ad, c = by_ad[win.candidate.ad_id]
                 placed_campaigns.add(c.id)

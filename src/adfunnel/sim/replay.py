@@ -317,6 +317,7 @@ def run_replay(
             url = database_url or f"sqlite:///{work / 'replay.sqlite3'}"
             proc = ServerProcess(url, clock="manual", log_path=work / "server.log",
                                  extra_env={"ADFUNNEL_PCTR_PRIOR": str(pctr_prior),
+                                            "ADFUNNEL_SEED": str(seed),
                                             **(server_env or {})})
             server = proc.url
         replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed)

@@ -1,0 +1,27 @@
+"""Order-independent random draws for one decision.
+
+A decision draws one 64-bit seed from its decider's seeded source; every draw it then
+makes — a campaign's pacing coin, an ad's tie-break key — is a function of that seed
+and the campaign or ad id (the splitmix64 finaliser, Steele et al., "Fast splittable
+pseudorandom number generators", OOPSLA 2014). So the outcome does not depend on the
+order in which the index returns candidates, and a replay with the same seed makes the
+same choices with either index.
+"""
+
+from __future__ import annotations
+
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+#: Salts keep the draws of different purposes independent for one id.
+PACING_COIN = 0x5EED_0001
+TIE_BREAK = 0x5EED_0002
+
+
+def unit(seed: int, key: int, salt: int) -> float:
+    """A uniform draw in [0, 1), determined by ``(seed, key, salt)``."""
+    z = (seed ^ salt ^ ((key + 1) * _GOLDEN)) & _MASK
+    z = (z + _GOLDEN) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    z ^= z >> 31
+    return (z >> 11) / float(1 << 53)
