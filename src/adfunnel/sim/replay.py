@@ -62,17 +62,20 @@ class CampaignPlan:
 
 
 def plans() -> list[CampaignPlan]:
-    """The nine campaigns; the small daily budgets (2259, 2261, 2821, 3358, 3476) bind.
-    Four pace evenly over the day (2259, 2261, 2821 bind; 1458 does not)."""
+    """The nine campaigns. The small CPM budgets (2259, 3358, 3476: 50-700 impressions)
+    bind. Four campaigns pace evenly over the day (2259 binds; 1458, 2261, 2821 do not).
+    The CPC budgets hold ten clicks at the bid: at this log's traffic a CPC campaign
+    earns about one click a day, and a budget small enough to bind would be one or two
+    clicks, where a day's delivery moves in steps of 50 %."""
     cities_a = ["219", "217", "233"]
     cities_b = ["222", "227", "220", "234"]
     banners = ["728x90", "1000x90", "950x90", "960x90", "468x60"]
     return [
         CampaignPlan("1458", "CPM", 500.0, {"attr": "geo.city", "in": cities_a}, "even"),
         CampaignPlan("2259", "CPM", 0.5, {"attr": "geo.region", "in": ["CN-216"]}, "even"),
-        CampaignPlan("2261", "CPC", 6.0, {"attr": "interests", "in": ["10063", "10006"]},
+        CampaignPlan("2261", "CPC", 30.0, {"attr": "interests", "in": ["10063", "10006"]},
                      "even"),
-        CampaignPlan("2821", "CPC", 3.0, {"attr": "slot_size", "in": ["300x250", "336x280"]},
+        CampaignPlan("2821", "CPC", 15.0, {"attr": "slot_size", "in": ["300x250", "336x280"]},
                      "even"),
         CampaignPlan("2997", "CPC", 500.0, {"attr": "exchange", "in": ["1"]}),
         CampaignPlan("3358", "CPM", 0.05, {"all": [
