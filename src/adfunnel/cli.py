@@ -274,13 +274,17 @@ def bench_overload(
     duration_s: Annotated[float, typer.Option(help="Seconds of load.")] = 5.0,
     deadline_ms: Annotated[int, typer.Option(help="deadline_ms of every ad request.")] = 100,
     campaigns: Annotated[int, typer.Option(help="Campaigns created through the API.")] = 5,
+    load: Annotated[str, typer.Option(help="Load generator: python (asyncio, a separate process) or wrk (Debian package wrk).")] = "python",
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
 ) -> None:
     """One real server under many concurrent clients: client p50/p99, shed share, fill,
     against a one-client baseline measured in the same run (target: p99 <= 2 x deadline)."""
     from adfunnel.sim.overload import run_overload
 
-    result = run_overload(clients, duration_s, deadline_ms, campaigns)
+    if load not in ("python", "wrk"):
+        console.print("[red]--load: python or wrk[/red]")
+        raise typer.Exit(2)
+    result = run_overload(clients, duration_s, deadline_ms, campaigns, load=load)
     if json_path is not None:
         json_path.write_text(json.dumps(result, indent=2))
     console.print_json(json.dumps(result))

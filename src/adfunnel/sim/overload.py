@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shutil
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -159,10 +162,59 @@ def _serving_stats(url: str) -> dict[str, Any]:
     return dict(httpx.get(url + "/v1/serving/stats", timeout=30.0).json())
 
 
+_WRK_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
+
+
+def drive_wrk(url: str, clients: int, duration_s: float, deadline_ms: int) -> dict[str, Any]:
+    """The same closed-loop load from ``wrk`` (C, one thread, ``clients`` keep-alive
+    connections), so the load generator's own cost is small next to the server's.
+
+    Returns ``answers``, ``answers_per_s``, ``p50_ms``, ``p99_ms``, ``errors`` (socket
+    errors and timeouts), as wrk measured them.
+
+    Raises:
+        RuntimeError: when ``wrk`` is not installed (Debian package ``wrk``) or fails.
+    """
+    exe = shutil.which("wrk")
+    if exe is None:
+        raise RuntimeError("wrk is not installed (apt-get install wrk)")
+    body = select_request("x", 0, deadline_ms).split(b"\r\n\r\n", 1)[1].decode()
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n'
+                'wrk.headers["Content-Type"] = "application/json"\n')
+        script = f.name
+    try:
+        out = subprocess.run(
+            [exe, "-t1", f"-c{clients}", f"-d{max(1, round(duration_s))}s", "--latency",
+             "--timeout", "10s", "-s", script, url + "/v1/ads:select"],
+            capture_output=True, text=True, timeout=duration_s + 60, check=False)
+    finally:
+        Path(script).unlink(missing_ok=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"wrk failed: {out.stderr.strip()}")
+    return parse_wrk(out.stdout)
+
+
+def parse_wrk(text: str) -> dict[str, Any]:
+    """The figures of ``wrk --latency`` output (latencies in ms)."""
+    pct = {m.group(1): float(m.group(2)) * _WRK_UNITS[m.group(3)]
+           for m in re.finditer(r"^\s+(50|99)(?:\.0+)?%\s+([\d.]+)(us|ms|s|m)\b", text, re.M)}
+    answers = re.search(r"^\s*(\d+) requests in", text, re.M)
+    rate = re.search(r"^Requests/sec:\s+([\d.]+)", text, re.M)
+    errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", text))
+    if answers is None or rate is None or "50" not in pct or "99" not in pct:
+        raise RuntimeError(f"unreadable wrk output: {text!r:.300}")
+    return {"answers": int(answers.group(1)), "answers_per_s": float(rate.group(1)),
+            "p50_ms": round(pct["50"], 2), "p99_ms": round(pct["99"], 2), "errors": errors}
+
+
 def run_overload(clients: int = 1000, duration_s: float = 5.0, deadline_ms: int = 100,
                  campaigns: int = 5, baseline_requests: int = 300,
-                 database_url: str | None = None) -> dict[str, Any]:
+                 database_url: str | None = None, load: str = "python") -> dict[str, Any]:
     """Baseline (one client) then ``clients`` concurrent clients against one real server.
+
+    ``load`` is the overload phase's generator: ``python`` (the asyncio client here,
+    a separate process from the server) or ``wrk`` (:func:`drive_wrk`).
 
     Returns the JSON report: client-side p50/p99 (ms) of both phases, the overload
     phase's shed, late and filled shares (of the server's ad requests in that phase),
@@ -178,18 +230,22 @@ def run_overload(clients: int = 1000, duration_s: float = 5.0, deadline_ms: int 
             base = uvloop.run(drive(server.url, 1, 3600.0, deadline_ms, baseline_requests))
             before = _serving_stats(server.url)
             t0 = time.monotonic()
-            load = uvloop.run(drive(server.url, clients, duration_s, deadline_ms))
-            wall = time.monotonic() - t0
+            if load == "wrk":
+                figures = drive_wrk(server.url, clients, duration_s, deadline_ms)
+            else:
+                tally = uvloop.run(drive(server.url, clients, duration_s, deadline_ms))
+                wall = time.monotonic() - t0
+                figures = {**tally.summary(),
+                           "answers_per_s": round(len(tally.latencies_ms) / wall, 1)}
             after = _serving_stats(server.url)
     delta = {k: after[k] - before[k] for k in ("decisions", "late", "shed", "filled_slots")}
     seen = max(delta["decisions"], 1)
-    overload = load.summary()
+    overload = figures
     return {
         "deadline_ms": deadline_ms, "clients": clients, "duration_s": duration_s,
-        "campaigns": campaigns, "budget": "local",
+        "campaigns": campaigns, "budget": "local", "load_generator": load,
         "baseline": {"clients": 1, **base.summary()},
-        "overload": {**overload, "answers_per_s": round(len(load.latencies_ms) / wall, 1),
-                     "server": delta},
+        "overload": {**overload, "server": delta},
         "shed_share": round(delta["shed"] / seen, 4),
         "late_share": round(delta["late"] / seen, 4),
         "filled_share": round(delta["filled_slots"] / seen, 4),
