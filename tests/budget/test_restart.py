@@ -176,3 +176,19 @@ def test_a_standby_takes_over_when_the_primary_does_not_answer() -> None:
     finally:
         server.should_exit = True
         th.join(timeout=5)
+
+
+def test_states_of_days_long_over_are_forgotten() -> None:
+    clock = ManualClock(NOW)
+    svc = _service(clock)
+    _billed(svc, 0)
+    c = BudgetClient("s", clock, _Switch(svc))
+    c.report()
+    clock.advance(4)
+    c.report()
+    assert c.admit(CAMP, clock.now(), CHARGE) in (None, "no_slice")
+    assert any(day == DAY for _, day in c._state)
+    clock.advance(3 * 86_400)
+    c.report()
+    assert not any(day == DAY for _, day in c._state)
+    assert c.refusals == {} or all(day > DAY - timedelta(days=8) for _, day in c.refusals)

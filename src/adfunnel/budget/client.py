@@ -33,7 +33,7 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Protocol
 
 from adfunnel.budget.gate import BUDGET_EXHAUSTED, NO_SLICE, Served
@@ -55,6 +55,9 @@ MAX_PENDING_ENTRIES = 300
 RESEND_WINDOW_S = 3600.0
 #: Resolution of the kept spend, seconds.
 HISTORY_BUCKET_S = 60.0
+#: Seconds between prunes of campaign-days long over; days of refusal counts kept.
+PRUNE_EVERY_S = 3600.0
+REFUSALS_KEPT_DAYS = 8
 
 
 class ReportTransport(Protocol):
@@ -127,6 +130,7 @@ class BudgetClient:
                       "resyncs": 0}
         #: (campaign, local day) -> admits refused for budget (exhausted or no slice)
         self.refusals: dict[tuple[int, date], int] = {}
+        self._pruned_at = clock.now().timestamp()
 
     # -- SpendGate ------------------------------------------------------------------------
     def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int, *,
@@ -316,6 +320,15 @@ class BudgetClient:
         for hist in self._history:
             for key in [k for k in hist if k[2] < now - self.resend_window_s]:
                 del hist[key]
+        if now - self._pruned_at >= PRUNE_EVERY_S:
+            # campaign-days long over: their state can no longer be asked for
+            self._pruned_at = now
+            state_cut = datetime.fromtimestamp(now - 2 * 86_400, tz=UTC).date()
+            for key in [k for k in self._state if k[1] < state_cut]:
+                del self._state[key]
+            refusal_cut = datetime.fromtimestamp(now - REFUSALS_KEPT_DAYS * 86_400, tz=UTC).date()
+            for key in [k for k in self.refusals if k[1] < refusal_cut]:
+                del self.refusals[key]
 
     def _resync(self, sh: int, epoch: str) -> None:
         """A new service instance: forget the old one's slices, re-send what it had
