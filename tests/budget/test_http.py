@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from datetime import UTC, date, datetime
-
-import httpx
-import uvicorn
 
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.http import HttpReportTransport, create_app
@@ -16,14 +10,9 @@ from adfunnel.budget.protocol import BilledUpdate
 from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.model import BidType, Campaign, Objective
 from adfunnel.clock import ManualClock
+from tests.http_server import serving
 
 NOW = datetime(2026, 10, 20, 12, 0, tzinfo=UTC)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_report_round_trip_over_http() -> None:
@@ -32,19 +21,7 @@ def test_report_round_trip_over_http() -> None:
     camp = Campaign(7, 1, "c", Objective.CLICKS, BidType.CPM, 2_000_000, 100_000_000, "UTC",
                     date(2026, 1, 1))
     svc.upsert_campaign(camp)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(svc), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
-    th = threading.Thread(target=server.run, daemon=True)
-    th.start()
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                if httpx.get(base + "/healthz").json()["ok"]:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+    with serving(create_app(svc), lifespan="on") as base:
         transport = HttpReportTransport([base], timeout_s=2.0)
         client = BudgetClient("s1", clock, transport)
         assert client.admit(camp, NOW, 2000) == "no_slice"  # unknown before the first reply
@@ -65,6 +42,3 @@ def test_report_round_trip_over_http() -> None:
         transport.send_billed(0, [BilledUpdate(7, "2026-10-20", 1500, NOW.timestamp() + 1)])
         assert svc.campaign_day(7, NOW.date()).billed == 1500
         transport.close()
-    finally:
-        server.should_exit = True
-        th.join(timeout=5)

@@ -9,11 +9,13 @@ from datetime import UTC, date, datetime, timedelta
 
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.gate import Served
-from adfunnel.budget.http import HttpReportTransport
+from adfunnel.budget.http import HttpReportTransport, create_app
 from adfunnel.budget.protocol import BilledUpdate, Reply, Report
 from adfunnel.budget.service import BudgetService, PacingStatus
 from adfunnel.campaigns.model import BidType, Campaign, Objective, PacingMode
 from adfunnel.clock import ManualClock
+from adfunnel.sim.server_proc import free_port
+from tests.http_server import serving
 
 NOW = datetime(2026, 10, 20, 14, 0, tzinfo=UTC)
 DAY = NOW.date()
@@ -138,31 +140,10 @@ def test_the_new_local_day_waits_for_its_own_billed_spend() -> None:
 def test_a_standby_takes_over_when_the_primary_does_not_answer() -> None:
     """The transport tries a shard's standby after its primary; the standby is a new
     instance, so the client re-syncs with it."""
-    import threading
-    import time
-
-    import httpx
-    import uvicorn
-
-    from adfunnel.budget.http import create_app
-    from adfunnel.sim.server_proc import free_port
-
     clock = ManualClock(NOW)
     standby = _service(clock)
     _billed(standby, 50_000)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(standby), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    th = threading.Thread(target=server.run, daemon=True)
-    th.start()
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                if httpx.get(base + "/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+    with serving(create_app(standby)) as base:
         dead = f"http://127.0.0.1:{free_port()}"
         transport = HttpReportTransport([f"{dead}|{base}"], timeout_s=2.0)
         c = BudgetClient("s", clock, transport)
@@ -173,9 +154,6 @@ def test_a_standby_takes_over_when_the_primary_does_not_answer() -> None:
         c.report()
         assert 0 < _granted(c) <= 50_000 // 2
         transport.close()
-    finally:
-        server.should_exit = True
-        th.join(timeout=5)
 
 
 def test_states_of_days_long_over_are_forgotten() -> None:

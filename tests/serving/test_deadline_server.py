@@ -7,18 +7,15 @@ the 200 answers placed — nothing for shed or late requests."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from adfunnel.app import Runtime, build_app
 from adfunnel.budget.gate import LocalSpendGate
+from tests.http_server import serving
 from tests.serving.conftest import START
 from tests.serving.helpers import ad_request, make_campaign
 from tests.serving.slow_gate import SlowGate
@@ -33,23 +30,8 @@ def budget_mode() -> str:
 
 @pytest.fixture
 def server_url(runtime: Runtime) -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(build_app(runtime), host="127.0.0.1", port=port,
-                                           log_level="warning", backlog=2048))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(url + "/healthz").status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(build_app(runtime), backlog=2048) as url:
+        yield url
 
 
 async def _burst(url: str) -> list[tuple[str, int]]:
