@@ -289,5 +289,56 @@ def bench_overload(
         json_path.write_text(json.dumps(result, indent=2))
     console.print_json(json.dumps(result))
 
+@bench_app.command("decide")
+def bench_decide(
+    ads: Annotated[int, typer.Option(help="Number of ads (one campaign per 10 ads).")] = 100_000,
+    workload: Annotated[str, typer.Option(help="go, paper or real.")] = "real",
+    queries: Annotated[int, typer.Option(help="Decisions to time.")] = 1_000,
+    seed: Annotated[int, typer.Option()] = 1,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+) -> None:
+    """Whole in-process decisions (columnar path) against the per-candidate reference
+    path on the same catalogue and requests: p50/p99, per-stage p50, decisions/s."""
+    from adfunnel.serving.bench import run_decide_bench
+
+    result = run_decide_bench(ads=ads, workload=workload, queries=queries, seed=seed)
+    _emit(result, json_path)
+
+
+@bench_app.command("http")
+def bench_http(
+    ads: Annotated[int, typer.Option(help="Campaigns of one ad each.")] = 100_000,
+    workers: Annotated[int, typer.Option(help="Ad-server processes (SO_REUSEPORT).")] = 1,
+    concurrency: Annotated[int, typer.Option(help="Keep-alive connections.")] = 16,
+    duration_s: Annotated[float, typer.Option(help="Seconds of load.")] = 10.0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+) -> None:
+    """`adfunnel serve` (embedded default) under load from a separate process: decisions/s,
+    per busy core, p50/p99, against a bare 204 route of the same process and run."""
+    from adfunnel.sim.http_bench import run_http_bench
+
+    result = run_http_bench(ads=ads, workers=workers, concurrency=concurrency,
+                            duration_s=duration_s)
+    _emit(result, json_path)
+
+
+@bench_app.command("budget")
+def bench_budget(
+    campaigns: Annotated[int, typer.Option(help="Campaigns in the budget service.")] = 100_000,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+) -> None:
+    """Budget & pacing service at scale: start-up (bulk state read) and one control step."""
+    from adfunnel.budget.bench import run_budget_bench
+
+    result = run_budget_bench(campaigns=campaigns)
+    _emit(result, json_path)
+
+
+def _emit(result: dict, json_path: Path | None) -> None:
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2))
+    console.print_json(json.dumps(result))
+
+
 if __name__ == "__main__":
     app()
