@@ -36,7 +36,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Protocol
 
-from adfunnel.budget.gate import BUDGET_EXHAUSTED, NO_SLICE, Served
+import numpy as np
+
+from adfunnel.budget.gate import ADMIT, ASK, BUDGET_EXHAUSTED, DENSE_IDS, NO_SLICE, DenseIds, Served
 from adfunnel.budget.protocol import CampaignSpend, Reply, Report, ReportEntry, SliceUse
 from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import Campaign
@@ -131,6 +133,11 @@ class BudgetClient:
         #: (campaign, local day) -> admits refused for budget (exhausted or no slice)
         self.refusals: dict[tuple[int, date], int] = {}
         self._pruned_at = clock.now().timestamp()
+        # the bulk view (BulkGate): per campaign id, the local day (ordinal) whose state
+        # is open, and p; written with every directive applied
+        self._open_day = DenseIds(np.int32, -1)
+        self._p_dense = DenseIds(np.float64, 1.0)
+        self.generation = 0
 
     # -- SpendGate ------------------------------------------------------------------------
     def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int, *,
@@ -173,6 +180,40 @@ class BudgetClient:
         """p from the service's last reply (1.0 before the first)."""
         with self._lock:
             return self._p.get(campaign_id, 1.0)
+
+    def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
+                   charges: np.ndarray, caps: np.ndarray, t: float) -> np.ndarray:
+        """:class:`~adfunnel.budget.gate.BulkGate`: ADMIT where the campaign's state on
+        its local day is open and its shard has replied recently (``admit`` would answer
+        None with no side effect); ASK everywhere else."""
+        with self._lock:
+            stale = np.array([t - last > self.fail_closed_after_s for last in self._last_reply])
+        open_now = (self._open_day.get(campaign_ids) == day_ordinals) & (campaign_ids < DENSE_IDS)
+        if stale.any():
+            open_now &= ~stale[campaign_ids % self.shards]
+        return np.where(open_now, ADMIT, ASK).astype(np.int8)
+
+    def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
+        """p of each campaign (float64[n]), as :meth:`pacing_rate` answers."""
+        out = self._p_dense.get(campaign_ids)
+        big = campaign_ids >= DENSE_IDS
+        if big.any():
+            with self._lock:
+                out[big] = [self._p.get(int(c), 1.0) for c in campaign_ids[big]]
+        return out
+
+    def _note_directive(self, campaign_id: int, day: date | None, state: BudgetState,
+                        p: float) -> None:
+        """Keep the bulk view in step with one directive (called under the lock)."""
+        self._p_dense.set(campaign_id, p)
+        if day is None:
+            return
+        ordinal = day.toordinal()
+        if state is BudgetState.OPEN:
+            if ordinal >= self._open_day.get(np.array([campaign_id]))[0]:
+                self._open_day.set(campaign_id, ordinal)
+        elif self._open_day.get(np.array([campaign_id]))[0] == ordinal:
+            self._open_day.set(campaign_id, -1)
 
     def state(self, campaign_id: int, day: date, now: float | None = None) -> BudgetState:
         """The state the client acts on now for the campaign's local ``day``
@@ -278,9 +319,13 @@ class BudgetClient:
                     self._remember(sh, e)
             self._pending[sh] = kept
             for d in reply.directives:
-                if d.day:
-                    self._state[(d.campaign_id, date.fromisoformat(d.day))] = BudgetState(d.state)
+                day = date.fromisoformat(d.day) if d.day else None
+                state = BudgetState(d.state)
+                if day is not None:
+                    self._state[(d.campaign_id, day)] = state
                 self._p[d.campaign_id] = d.p
+                self._note_directive(d.campaign_id, day, state, d.p)
+            self.generation += 1
             for g in reply.grants:
                 self._slices.setdefault(g.campaign_id, []).append(HeldSlice(
                     g.slice_id, g.campaign_id, date.fromisoformat(g.day), g.amount_micros,

@@ -12,7 +12,9 @@ import heapq
 import threading
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+import numpy as np
 
 from adfunnel.campaigns.model import Campaign
 from adfunnel.campaigns.schedule import local_day
@@ -75,6 +77,69 @@ class SpendGate(Protocol):
         ...
 
 
+#: Codes of :meth:`BulkGate.bulk_admit`: admitted (certain, no side effect), refused for
+#: budget (certain, no side effect), or ask :meth:`SpendGate.admit` (the scalar answer).
+ADMIT, REFUSE, ASK = 0, 1, 2
+#: Campaign ids below this are held in dense per-id arrays; larger ones are always ASK.
+DENSE_IDS = 1 << 24
+
+
+@runtime_checkable
+class BulkGate(Protocol):
+    """A spend gate that answers for many campaigns at once (the decider's columnar path).
+
+    ``generation`` increases whenever states or p change (a reply from the budget
+    service); a decider that asked :meth:`SpendGate.admit` re-reads the bulk answers of
+    the campaigns after it when the generation moved, so both paths see the same states.
+    """
+
+    generation: int
+
+    def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
+                   charges: np.ndarray, caps: np.ndarray, t: float) -> np.ndarray:
+        """Per campaign: ADMIT, REFUSE or ASK (int8[n]).
+
+        ``campaign_ids`` int64[n]; ``day_ordinals`` int[n], each campaign's local day
+        now (``date.toordinal``); ``charges`` int64[n], the most one event can cost,
+        micros; ``caps`` int64[n], min(daily, lifetime) budget, micros; ``t`` Unix s.
+        ADMIT and REFUSE must equal what :meth:`SpendGate.admit` would answer, with no
+        side effect skipped; anything else is ASK.
+        """
+        ...
+
+    def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
+        """p of each campaign (float64[n]), as :meth:`SpendGate.pacing_rate` answers."""
+        ...
+
+
+class DenseIds:
+    """A growable array indexed by campaign id (ids < ``DENSE_IDS``), with a default."""
+
+    def __init__(self, dtype: type, fill: float | int) -> None:
+        self.fill = fill
+        self.values = np.full(1024, fill, dtype=dtype)
+
+    def set(self, campaign_id: int, value: float | int) -> None:
+        if not 0 <= campaign_id < DENSE_IDS:
+            return
+        if campaign_id >= len(self.values):
+            grown = np.full(max(campaign_id + 1, 2 * len(self.values)), self.fill,
+                            dtype=self.values.dtype)
+            grown[: len(self.values)] = self.values
+            self.values = grown  # one reference swap: readers see the old or the new
+        self.values[campaign_id] = value
+
+    def get(self, campaign_ids: np.ndarray) -> np.ndarray:
+        """Values at ``campaign_ids`` (the fill for ids never set or out of range)."""
+        vals = self.values
+        inside = (campaign_ids >= 0) & (campaign_ids < len(vals))
+        if inside.all():
+            return vals[campaign_ids]
+        out = np.full(len(campaign_ids), self.fill, dtype=vals.dtype)
+        out[inside] = vals[campaign_ids[inside]]
+        return out
+
+
 class LocalSpendGate:
     """Committed spend held in one server process (embedded mode).
 
@@ -90,16 +155,24 @@ class LocalSpendGate:
         self._open: dict[str, Served] = {}
         self._expiry: list[tuple[float, str]] = []
         self._lifetime: dict[int, int] = {}  # campaign id -> billed on every day
+        # campaigns with any spend held (1): their admit is asked; the others' is
+        # known in bulk (committed 0: admitted while the charge fits the budget)
+        self._touched = DenseIds(np.int8, 0)
+        self.generation = 0
 
     def seed_lifetime(self, billed: dict[int, int]) -> None:
         """Start from lifetime billed totals read from the ledger (restart recovery)."""
         with self._lock:
             self._lifetime.update(billed)
+            for cid in billed:
+                self._touch(cid)
 
     def seed_billed(self, billed: dict[tuple[int, date], int]) -> None:
         """Start from billed totals read from the ledger (restart recovery)."""
         with self._lock:
             self._billed.update(billed)
+            for cid, _ in billed:
+                self._touch(cid)
 
     def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
         key = (campaign.id, local_day(now, campaign.time_zone))
@@ -118,6 +191,22 @@ class LocalSpendGate:
     def pacing_rate(self, campaign_id: int) -> float:
         return 1.0
 
+    def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
+                   charges: np.ndarray, caps: np.ndarray, t: float) -> np.ndarray:
+        """:class:`BulkGate`: a campaign without spend held is admitted while its charge
+        fits its budget (``caps``), refused otherwise; any other is ASK."""
+        touched = self._touched.get(campaign_ids).astype(bool)
+        touched |= campaign_ids >= DENSE_IDS
+        out = np.where(charges > caps, REFUSE, ADMIT).astype(np.int8)
+        out[touched] = ASK
+        return out
+
+    def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
+        return np.ones(len(campaign_ids))
+
+    def _touch(self, campaign_id: int) -> None:
+        self._touched.set(campaign_id, 1)
+
     def committed(self, campaign_id: int, day: date) -> int:
         key = (campaign_id, day)
         with self._lock:
@@ -127,6 +216,7 @@ class LocalSpendGate:
         key = (served.campaign_id, served.day)
         with self._lock:
             self._open[served.impression_id] = served
+            self._touch(served.campaign_id)
             self._outstanding[key] = self._outstanding.get(key, 0) + served.expected_micros
             heapq.heappush(self._expiry, (served.expires_at, served.impression_id))
 
@@ -137,6 +227,7 @@ class LocalSpendGate:
         with self._lock:
             self._billed[key] = self._billed.get(key, 0) + billed_micros
             self._lifetime[campaign_id] = self._lifetime.get(campaign_id, 0) + billed_micros
+            self._touch(campaign_id)
             if settles:
                 self._release(impression_id)
 

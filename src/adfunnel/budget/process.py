@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from datetime import date, datetime
 
+import numpy as np
 from sqlalchemy import Engine
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -315,6 +316,18 @@ class InProcessBudget:
 
     def pacing_rate(self, campaign_id: int) -> float:
         return self.client.pacing_rate(campaign_id)
+
+    @property
+    def generation(self) -> int:
+        return self.client.generation
+
+    def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
+                   charges: np.ndarray, caps: np.ndarray, t: float) -> np.ndarray:
+        """:class:`~adfunnel.budget.gate.BulkGate` (the client's bulk view)."""
+        return self.client.bulk_admit(campaign_ids, day_ordinals, charges, caps, t)
+
+    def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
+        return self.client.bulk_pacing(campaign_ids)
 
     def record_served(self, served: Served) -> None:
         self.client.record_served(served)
