@@ -10,6 +10,8 @@ same choices with either index.
 
 from __future__ import annotations
 
+import numpy as np
+
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 #: Salts keep the draws of different purposes independent for one id.
@@ -25,3 +27,15 @@ def unit(seed: int, key: int, salt: int) -> float:
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
     z ^= z >> 31
     return (z >> 11) / float(1 << 53)
+
+
+def unit_array(seed: int, keys: np.ndarray, salt: int) -> np.ndarray:
+    """:func:`unit` for each of ``keys`` (int64[n] ids ≥ 0): float64[n], bit for bit equal."""
+    k = keys.astype(np.uint64) + np.uint64(1)
+    with np.errstate(over="ignore"):
+        z = np.uint64((seed ^ salt) & _MASK) ^ (k * np.uint64(_GOLDEN))
+        z = z + np.uint64(_GOLDEN)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)

@@ -18,6 +18,7 @@ import numpy as np
 
 from adfunnel.campaigns.model import Campaign
 from adfunnel.campaigns.schedule import local_day
+from adfunnel.dense import DENSE_IDS, DenseIds
 
 # Reason codes carried by rejected candidates (rejections are data, not exceptions).
 BUDGET_EXHAUSTED = "budget_exhausted"
@@ -80,8 +81,6 @@ class SpendGate(Protocol):
 #: Codes of :meth:`BulkGate.bulk_admit`: admitted (certain, no side effect), refused for
 #: budget (certain, no side effect), or ask :meth:`SpendGate.admit` (the scalar answer).
 ADMIT, REFUSE, ASK = 0, 1, 2
-#: Campaign ids below this are held in dense per-id arrays; larger ones are always ASK.
-DENSE_IDS = 1 << 24
 
 
 @runtime_checkable
@@ -110,34 +109,6 @@ class BulkGate(Protocol):
     def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
         """p of each campaign (float64[n]), as :meth:`SpendGate.pacing_rate` answers."""
         ...
-
-
-class DenseIds:
-    """A growable array indexed by campaign id (ids < ``DENSE_IDS``), with a default."""
-
-    def __init__(self, dtype: type, fill: float | int) -> None:
-        self.fill = fill
-        self.values = np.full(1024, fill, dtype=dtype)
-
-    def set(self, campaign_id: int, value: float | int) -> None:
-        if not 0 <= campaign_id < DENSE_IDS:
-            return
-        if campaign_id >= len(self.values):
-            grown = np.full(max(campaign_id + 1, 2 * len(self.values)), self.fill,
-                            dtype=self.values.dtype)
-            grown[: len(self.values)] = self.values
-            self.values = grown  # one reference swap: readers see the old or the new
-        self.values[campaign_id] = value
-
-    def get(self, campaign_ids: np.ndarray) -> np.ndarray:
-        """Values at ``campaign_ids`` (the fill for ids never set or out of range)."""
-        vals = self.values
-        inside = (campaign_ids >= 0) & (campaign_ids < len(vals))
-        if inside.all():
-            return vals[campaign_ids]
-        out = np.full(len(campaign_ids), self.fill, dtype=vals.dtype)
-        out[inside] = vals[campaign_ids[inside]]
-        return out
 
 
 class LocalSpendGate:

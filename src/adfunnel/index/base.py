@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from adfunnel.targeting.evaluate import RequestAttributes
 from adfunnel.targeting.expr import Expr
 
@@ -25,6 +27,24 @@ class Retrieval:
     ad_ids: list[int]
     version: int
     truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayRetrieval:
+    """:class:`Retrieval` with ``ad_ids`` as an int64 numpy array (same order)."""
+
+    ad_ids: np.ndarray
+    version: int
+    truncated: bool = False
+
+
+def query_array(index: AdIndex, request: RequestAttributes, limit: int) -> ArrayRetrieval:
+    """``index``'s retrieval as an array: its own ``query_array`` where it has one."""
+    fast = getattr(index, "query_array", None)
+    if fast is not None:
+        return fast(request, limit)
+    r = index.query(request, limit)
+    return ArrayRetrieval(np.asarray(r.ad_ids, dtype=np.int64), r.version, r.truncated)
 
 
 class AdIndex(Protocol):

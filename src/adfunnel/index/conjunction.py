@@ -64,7 +64,7 @@ from dataclasses import dataclass
 import numpy as np
 from prometheus_client import Counter
 
-from adfunnel.index.base import DEFAULT_LIMIT, Retrieval
+from adfunnel.index.base import DEFAULT_LIMIT, ArrayRetrieval, Retrieval
 from adfunnel.index.segment import ConjTable, Segment, TableBuilder, concat_tables
 from adfunnel.targeting.dnf import Conjunction, compile_dnf
 from adfunnel.targeting.evaluate import RequestAttributes
@@ -151,6 +151,11 @@ class ConjunctionIndex:
         :class:`~adfunnel.index.scan.ScanIndex` — with ``truncated`` True (and the
         ``adfunnel_index_truncated_total`` counter incremented) when more matched.
         """
+        r = self.query_array(request, limit)
+        return Retrieval(r.ad_ids.tolist(), r.version, truncated=r.truncated)
+
+    def query_array(self, request: RequestAttributes, limit: int = DEFAULT_LIMIT) -> ArrayRetrieval:
+        """:meth:`query` with the ad ids as an int64 array (the columnar decider's input)."""
         snap = self._snap
         ids_parts: list[np.ndarray] = []
         row_parts: list[np.ndarray] = []
@@ -169,7 +174,7 @@ class ConjunctionIndex:
             row_parts.append(ranks)  # scores are looked up only when two lists merge
             segs.append(seg)
         if not ids_parts:
-            return Retrieval([], snap.version, truncated=False)
+            return ArrayRetrieval(np.zeros(0, dtype=np.int64), snap.version, truncated=False)
         if len(ids_parts) == 1:
             ids = ids_parts[0]
         else:  # main and delta hold disjoint live ads: merge the two ranked lists
@@ -181,7 +186,8 @@ class ConjunctionIndex:
         truncated = total > limit
         if truncated:
             TRUNCATED.inc()
-        return Retrieval(ids[:limit].tolist(), snap.version, truncated=truncated)
+        return ArrayRetrieval(ids[:limit].astype(np.int64, copy=False), snap.version,
+                              truncated=truncated)
 
     # ---- writing ---------------------------------------------------------------
 

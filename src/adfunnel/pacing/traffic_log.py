@@ -11,8 +11,10 @@ history at all the shape is flat.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -31,7 +33,7 @@ class EligibleCounter:
     """In-memory counts per (campaign id, UTC hour start); thread-safe, O(1) per add."""
 
     def __init__(self) -> None:
-        self._counts: dict[tuple[int, datetime], int] = defaultdict(int)
+        self._counts: Counter[tuple[int, datetime]] = Counter()
         self._lock = threading.Lock()
 
     def add(self, campaign_id: int, at: datetime) -> None:
@@ -39,9 +41,15 @@ class EligibleCounter:
         with self._lock:
             self._counts[(campaign_id, hour)] += 1
 
+    def add_many(self, campaign_ids: Iterable[int], at: datetime) -> None:
+        """:meth:`add` for each of ``campaign_ids`` (one lock, counted in C)."""
+        hour = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        with self._lock:
+            self._counts.update(zip(campaign_ids, repeat(hour)))
+
     def drain(self) -> dict[tuple[int, datetime], int]:
         with self._lock:
-            counts, self._counts = self._counts, defaultdict(int)
+            counts, self._counts = self._counts, Counter()
         return dict(counts)
 
 

@@ -19,6 +19,10 @@ import threading
 from collections import defaultdict
 from collections.abc import Sequence
 
+import numpy as np
+
+from adfunnel.dense import DENSE_IDS, DenseIds
+
 #: Two-sided 95 % normal quantile: creatives whose posterior mean is within this many
 #: standard errors of their difference from the best one's cannot be told apart.
 ROTATION_Z = 1.96
@@ -63,6 +67,8 @@ class SmoothedCtr:
         self.prior = prior
         self.strength = strength
         self._counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
+        # the same counts as arrays by ad id, per placement, for pctr_array
+        self._dense: dict[str, tuple[DenseIds, DenseIds]] = {}
         self._lock = threading.Lock()
 
     def pctr(self, ad_id: int, placement: str) -> float:
@@ -87,13 +93,39 @@ class SmoothedCtr:
                 out[i] = pooled
         return out
 
+    def pctr_array(self, ad_ids: np.ndarray, placement: str) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`pctr` of each ad (float64[n], the same floats) and whether the ad has
+        any count on ``placement`` (bool[n])."""
+        dense = self._dense.get(placement)
+        if dense is None:
+            prior = self._smooth(0, 0)
+            return np.full(len(ad_ids), prior), np.zeros(len(ad_ids), dtype=bool)
+        imps, clicks = dense[0].get(ad_ids), dense[1].get(ad_ids)
+        big = ad_ids >= DENSE_IDS
+        if big.any():
+            for i in np.flatnonzero(big):
+                imps[i], clicks[i] = self._counts.get((int(ad_ids[i]), placement), (0, 0))
+        pctr = (clicks + self.prior * self.strength) / (imps + self.strength)
+        return pctr, (imps > 0) | (clicks > 0)
+
     def _smooth(self, imps: int, clicks: int) -> float:
         return (clicks + self.prior * self.strength) / (imps + self.strength)
 
     def observe_impression(self, ad_id: int, placement: str) -> None:
         with self._lock:
-            self._counts[(ad_id, placement)][0] += 1
+            counts = self._counts[(ad_id, placement)]
+            counts[0] += 1
+            self._mirror(ad_id, placement, counts)
 
     def observe_click(self, ad_id: int, placement: str) -> None:
         with self._lock:
-            self._counts[(ad_id, placement)][1] += 1
+            counts = self._counts[(ad_id, placement)]
+            counts[1] += 1
+            self._mirror(ad_id, placement, counts)
+
+    def _mirror(self, ad_id: int, placement: str, counts: list[int]) -> None:
+        dense = self._dense.get(placement)
+        if dense is None:
+            dense = self._dense[placement] = (DenseIds(np.int64, 0), DenseIds(np.int64, 0))
+        dense[0].set(ad_id, counts[0])
+        dense[1].set(ad_id, counts[1])

@@ -27,6 +27,7 @@ from adfunnel.campaigns.model import (
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.index.base import AdIndex
 from adfunnel.money import MILLE
+from adfunnel.serving.columns import CatalogColumns
 from adfunnel.targeting.expr import All, Expr, parse_expr
 
 #: Matches every request (an empty conjunction).
@@ -67,6 +68,9 @@ class Catalog:
         self._ads_by_campaign: dict[int, set[int]] = {}
         self._targeting: dict[int, Expr] = {}
         self.position = 0  # last change-log seq applied
+        # serving fields as arrays (the columnar decider); written before the index
+        # makes an ad retrievable
+        self.columns = CatalogColumns()
         self._lock = threading.Lock()
 
     def load(self, snapshot: Snapshot) -> None:
@@ -83,6 +87,8 @@ class Catalog:
                 self._ads_by_campaign.setdefault(ad.campaign_id, set()).add(ad.id)
             for p in snapshot.placements:
                 self._apply_placement(p)
+            self.columns.put_campaigns(list(self.campaigns.values()))
+            self.columns.put_ads(list(self.ads.values()))
             self.index.build(self._entries(self.ads.values())[0])
             self.position = max(self.position, snapshot.last_seq)
 
@@ -128,6 +134,7 @@ class Catalog:
         if held is not None and held.version >= c.version:
             return False
         self.campaigns[c.id] = c
+        self.columns.put_campaigns([c])
         if held is None or held.targeting != c.targeting:
             self._targeting[c.id] = _compile(c)
         self._reindex(self.ads[a] for a in self._ads_by_campaign.get(c.id, ()))
@@ -139,6 +146,7 @@ class Catalog:
             return False
         self.ads[ad.id] = ad
         self._ads_by_campaign.setdefault(ad.campaign_id, set()).add(ad.id)
+        self.columns.put_ads([ad])
         self._reindex((ad,))
         return True
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 
+from adfunnel.auction.gsp import Rejection
 from adfunnel.serving.funnel import Decision
 
 
@@ -94,4 +95,14 @@ class DecisionLog:
                 {"ad_id": r.ad_id, "campaign_id": r.campaign_id, "reason": r.reason}
                 for r in d.rejections
             ],
+            # per reason; every candidate's own reason is kept for explain requests only
+            "rejection_counts": (d.reason_counts if d.reason_counts is not None
+                                 else _tally(d.rejections)),
         }
+
+
+def _tally(rejections: list[Rejection]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rejections:
+        out[r.reason] = out.get(r.reason, 0) + 1
+    return out

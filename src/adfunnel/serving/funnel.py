@@ -70,6 +70,9 @@ class Decision:
     late: bool = False
     truncated: bool = False
     house: list[HouseFill] = field(default_factory=list)  # empty slots given the house ad
+    #: rejections counted per reason (the columnar path); None where ``rejections``
+    #: holds every candidate's (the reference path, explain requests)
+    reason_counts: dict[str, int] | None = None
 
 
 class Decider:

@@ -1,0 +1,408 @@
+"""The columnar decision: the funnel's filter, budget gate, pacing coin, pre-rank and
+auction over numpy arrays (DESIGN.md §The funnel; issue "The decision at catalogue scale").
+
+:class:`ColumnarDecider` gives the same winners, prices and side effects as the
+per-candidate reference path (:class:`~adfunnel.serving.funnel.Decider`) for the same
+seed and state — a differential test holds it to that — at a cost that follows the
+candidates that can still win:
+
+1. **Filter** — boolean masks over the retrieved ads' columns
+   (:mod:`adfunnel.serving.columns`): ad status, slot shape, the placement's allowed
+   sizes and formats; then, once per distinct campaign in first-retrieved order,
+   status, flight and daypart (local dates and hours per time zone, not per ad).
+2. **Budget gate** — a :class:`~adfunnel.budget.gate.BulkGate` answers admit / refuse
+   for most campaigns in one call; only the rest are asked one by one
+   (:meth:`SpendGate.admit`), in the reference order, re-reading the bulk answers
+   after an ask that changed the gate's state (its ``generation``).
+3. **Pacing coin** — one vectorised draw (:func:`adfunnel.auction.draws.unit_array`).
+4. **Pre-rank** — total value per impression (bid × action rate + quality, with the
+   smoothed pCTR and creative rotation) is one vectorised expression; per slot run,
+   the best ``prerank_keep`` candidates above the reserve (ties at the cut kept) become
+   :class:`~adfunnel.auction.gsp.Candidate` objects for the reference auction. With the
+   scores exact, this cut never changes a winner or a price: the kept set is a prefix
+   of the full ranking, widened until it holds one ranked candidate beyond the slots.
+5. Only winners become tokens.
+
+Rejections are data without the cost: an ``explain`` request goes through the
+reference path and keeps every candidate's reason; any other decision counts reasons
+per code (``Decision.reason_counts``, a ``bincount``), with ``prerank_cut`` for the
+candidates beyond the pre-rank cut.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import numpy as np
+
+from adfunnel.auction.draws import PACING_COIN, unit_array
+from adfunnel.auction.gsp import OUTRANKED, Candidate, run_auction
+from adfunnel.budget.gate import ASK, BUDGET_EXHAUSTED, PACED_OUT, REFUSE, BulkGate
+from adfunnel.campaigns.model import Placement
+from adfunnel.clock import monotonic_ms
+from adfunnel.index.base import query_array
+from adfunnel.money import MILLE
+from adfunnel.serving.columns import BID_TYPES, MAX_DENSE_ID, ColumnsView
+from adfunnel.serving.funnel import (
+    AD_PAUSED,
+    CAMPAIGN_COMPLETED,
+    CAMPAIGN_ENDED,
+    CAMPAIGN_PAUSED,
+    FORMAT_NOT_ALLOWED,
+    NO_FITTING_SLOT,
+    OUT_OF_FLIGHT,
+    OUTSIDE_DAYPART,
+    SIZE_NOT_ALLOWED,
+    Decider,
+    Decision,
+    _reserve,
+    _slot_runs,
+)
+from adfunnel.serving.house import house_fills
+from adfunnel.serving.request import SelectRequest, request_attributes
+
+#: Candidates kept by pre-rank per slot run (more when ties or one-per-page need them).
+PRERANK_KEEP = 200
+#: Reason carried (in counts) by eligible candidates beyond the pre-rank cut.
+PRERANK_CUT = "prerank_cut"
+
+# reason codes of the masks: index into REASONS (0 = still a candidate)
+REASONS: tuple[str | None, ...] = (
+    None, AD_PAUSED, NO_FITTING_SLOT, SIZE_NOT_ALLOWED, FORMAT_NOT_ALLOWED,
+    CAMPAIGN_PAUSED, CAMPAIGN_ENDED, CAMPAIGN_COMPLETED, OUT_OF_FLIGHT, OUTSIDE_DAYPART,
+    PACED_OUT, BUDGET_EXHAUSTED,
+)
+_CODE = {r: i for i, r in enumerate(REASONS) if r is not None}
+#: c_status value (columns.STATUS_CODES) -> reason code
+_STATUS_REASON = np.array([0, _CODE[CAMPAIGN_PAUSED], _CODE[CAMPAIGN_ENDED],
+                           _CODE[CAMPAIGN_COMPLETED]], dtype=np.int8)
+#: The stages timed when ``ColumnarDecider.timings`` is a list.
+STAGES = ("retrieve", "filter", "gate", "prerank", "auction")
+
+
+class ColumnarDecider(Decider):
+    """:class:`Decider` whose decisions run over the catalogue's columns (module doc).
+
+    ``prerank_keep``: candidates kept per slot run for the auction (≥ 1). When
+    ``timings`` is a list, each decision appends its stage durations (µs, by
+    :data:`STAGES`): for benchmarks.
+    """
+
+    def __init__(self, *args: object, prerank_keep: int = PRERANK_KEEP, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        if prerank_keep < 1:
+            raise ValueError("prerank_keep must be at least 1")
+        self.prerank_keep = prerank_keep
+        self.timings: list[dict[str, float]] | None = None
+        self._placement_reasons: dict[str, tuple[int, int, np.ndarray]] = {}
+
+    def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
+        if req.explain:  # every candidate's reason: the reference path
+            return super().decide(req, request_id, deadline_at_ms)
+        clock = _StageClock(self.timings is not None)
+        now = self.clock.now()
+        seed = self.rng.getrandbits(64)
+        retrieval = query_array(self.catalog.index, request_attributes(req), self.retrieval_limit)
+        ids = retrieval.ad_ids
+        view = self.catalog.columns.view()
+        if len(ids) and (int(ids.max()) >= len(view.ad_campaign)
+                         or int(view.ad_campaign[ids].max()) >= MAX_DENSE_ID):
+            # an id the columns do not hold (beyond the dense range, or written after
+            # this view): the reference path decides, from the same draw
+            return self._reference(req, request_id, deadline_at_ms, seed, retrieval)
+        decision = Decision(request_id, [], [], retrieval.version, truncated=retrieval.truncated,
+                            reason_counts={})
+        clock.lap("retrieve")
+        if monotonic_ms() >= deadline_at_ms:
+            decision.late = True
+            return decision
+        counts = decision.reason_counts
+        assert counts is not None
+        ids, camp, reasons = self._mask_ads(req, ids, view)
+        clock.lap("filter")
+        extra: list[str] = []  # the gate's own reasons, coded after REASONS
+        self._campaign_stage(ids, camp, reasons, view, now, seed, extra)
+        clock.lap("gate")
+        _count(counts, reasons, extra)
+        keep = reasons == 0
+        ids, camp = ids[keep], camp[keep]
+        if monotonic_ms() >= deadline_at_ms:
+            decision.late = True
+            return decision
+        scores = self._scores(ids, camp, view, req.placement.id)
+        clock.lap("prerank")
+        self._auction_columns(req, ids, camp, scores, view, now, decision, seed)
+        decision.house = house_fills(
+            self.catalog.placements.get(req.placement.id), req.slots,
+            {p.win.slot_id for p in decision.placed}, now, self.token_key, self.token_ttl_s,
+        )
+        clock.lap("auction")
+        if self.timings is not None:
+            self.timings.append(clock.laps)
+        return decision
+
+    def _reference(self, req: SelectRequest, request_id: str, deadline_at_ms: float,
+                   seed: int, retrieval: object) -> Decision:
+        """The reference path for this request with the seed already drawn."""
+        rng, self.rng = self.rng, _Fixed(seed)
+        try:
+            return super().decide(req, request_id, deadline_at_ms)
+        finally:
+            self.rng = rng
+
+    # ---- 1. masks over ads ---------------------------------------------------------
+    def _mask_ads(self, req: SelectRequest, ids: np.ndarray,
+                  view: ColumnsView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(known ad ids, their campaign ids, reason code int8[n]) in retrieval order.
+
+        Ads or campaigns the catalogue no longer holds are dropped without a reason,
+        as the reference path drops them."""
+        camp = view.ad_campaign[ids]
+        known = camp >= 0
+        n_c = len(view.c_known)
+        known &= camp < n_c
+        known[known] = view.c_known[camp[known]]
+        if not known.all():
+            ids, camp = ids[known], camp[known]
+        reasons = np.zeros(len(ids), dtype=np.int8)
+        reasons[~view.ad_active[ids]] = _CODE[AD_PAUSED]
+        shape = view.ad_shape[ids]
+        cols = self.catalog.columns
+        wanted = [cols.shape_code(s.format, s.width, s.height) for s in req.slots]
+        open_ = reasons == 0
+        reasons[open_ & ~np.isin(shape, wanted)] = _CODE[NO_FITTING_SLOT]
+        placement = self.catalog.placements.get(req.placement.id)
+        if placement is not None:
+            by_shape = self._placement_table(placement)[shape]
+            open_ = (reasons == 0) & (by_shape != 0)
+            reasons[open_] = by_shape[open_]
+        return ids, camp, reasons
+
+    def _placement_table(self, p: Placement) -> np.ndarray:
+        """Reason code per shape code for placement ``p`` (0: allowed)."""
+        shapes = self.catalog.columns.shape_list
+        held = self._placement_reasons.get(p.id)
+        if held is not None and held[0] == p.version and held[1] == len(shapes):
+            return held[2]
+        table = np.zeros(max(len(shapes), 1), dtype=np.int8)
+        for code, (fmt, w, h) in enumerate(list(shapes)):
+            if not p.size_allowed(w, h):
+                table[code] = _CODE[SIZE_NOT_ALLOWED]
+            elif not p.format_allowed(fmt):
+                table[code] = _CODE[FORMAT_NOT_ALLOWED]
+        self._placement_reasons[p.id] = (p.version, len(shapes), table)
+        return table
+
+    # ---- 2-3. once per campaign -------------------------------------------------------
+    def _campaign_stage(self, ids: np.ndarray, camp: np.ndarray, reasons: np.ndarray,
+                        view: ColumnsView, now: datetime, seed: int,
+                        extra: list[str]) -> None:
+        """Status, flight, daypart, budget gate and pacing coin for every campaign with
+        an ad still in, in first-retrieved order; writes the reasons of its ads."""
+        alive = np.flatnonzero(reasons == 0)
+        if not len(alive):
+            return
+        uc, first, inverse = np.unique(camp[alive], return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # first-retrieved order
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        uc = uc[order]
+        verdict = _STATUS_REASON[view.c_status[uc]]
+        ordinals, hours = self.catalog.columns.zones.at(now)
+        zone = view.c_zone[uc]
+        local = ordinals[zone]
+        open_ = verdict == 0
+        out = open_ & ((local < view.c_start[uc]) | (local > view.c_end[uc]))
+        verdict[out] = _CODE[OUT_OF_FLIGHT]
+        open_ = verdict == 0
+        off = open_ & ~view.dayparts[view.c_daypart[uc], hours[zone]]
+        verdict[off] = _CODE[OUTSIDE_DAYPART]
+        live = np.flatnonzero(verdict == 0)
+        if self.eligible is not None and len(live):  # the pacing curve's traffic
+            self.eligible.add_many(uc[live].tolist(), now)
+        verdict[live] = self._gate(uc[live], local[live], view, now, seed, extra)
+        reasons[alive] = verdict[rank[inverse]]
+
+    def _gate(self, cids: np.ndarray, days: np.ndarray, view: ColumnsView, now: datetime,
+              seed: int, extra: list[str]) -> np.ndarray:
+        """Reason code per campaign (0 = admitted and in by the pacing coin). A reason of
+        the gate's own that :data:`REASONS` lacks (e.g. ``no_slice``) gets a code past
+        them, its name at that index of ``extra``."""
+        n = len(cids)
+        out = np.zeros(n, dtype=np.int8)
+        if not n:
+            return out
+        gate = self.gate
+        charges, caps = view.c_charge[cids], view.c_cap[cids]
+        t = now.timestamp()
+        if isinstance(gate, BulkGate):
+            codes = gate.bulk_admit(cids, days, charges, caps, t)
+            p = gate.bulk_pacing(cids)
+            gen = gate.generation
+        else:
+            codes = np.full(n, ASK, dtype=np.int8)
+            p = np.ones(n)
+            gen = 0
+        out[codes == REFUSE] = _CODE[BUDGET_EXHAUSTED]
+        asks = np.flatnonzero(codes == ASK)
+        while len(asks):
+            k = int(asks[0])
+            reason = gate.admit(self.catalog.campaigns[int(cids[k])], now, int(charges[k]))
+            if reason is not None:
+                out[k] = _code_of(reason, extra)
+            if isinstance(gate, BulkGate) and gate.generation != gen:
+                # the ask changed the gate (an in-process reply): later campaigns, and
+                # this one's p, are read anew, as the reference path reads them
+                gen = gate.generation
+                codes[k + 1:] = gate.bulk_admit(cids[k + 1:], days[k + 1:], charges[k + 1:],
+                                                caps[k + 1:], t)
+                out[k + 1:] = np.where(codes[k + 1:] == REFUSE, _CODE[BUDGET_EXHAUSTED], 0)
+                p[k:] = gate.bulk_pacing(cids[k:])
+            elif not isinstance(gate, BulkGate) and reason is None:
+                p[k] = gate.pacing_rate(int(cids[k]))
+            rest = np.flatnonzero(codes[k + 1:] == ASK)
+            asks = rest + k + 1
+        admitted = np.flatnonzero(out == 0)
+        paced = unit_array(seed, cids[admitted], PACING_COIN) >= p[admitted]
+        out[admitted[paced]] = _CODE[PACED_OUT]
+        return out
+
+    # ---- 4. pre-rank scores -------------------------------------------------------------
+    def _scores(self, ids: np.ndarray, camp: np.ndarray, view: ColumnsView,
+                placement: str) -> dict[str, np.ndarray]:
+        """Per candidate: pCTR (with creative rotation), action rate, value and total."""
+        pctr, seen = self.ctr.pctr_array(ids, placement)
+        shape = view.ad_shape[ids]
+        if seen.any():
+            self._rotate(ids, camp, shape, pctr, seen, placement)
+        bid_type = view.c_bid_type[camp]
+        bid = view.c_bid[camp]
+        rate = np.where(bid_type == 0, 1.0 / MILLE,
+                        np.where(bid_type == 1, pctr, pctr * self.pcvr))
+        value = bid * rate
+        quality = view.ad_quality[ids]
+        return {"pctr": pctr, "rate": rate, "total": value + quality, "shape": shape,
+                "bid": bid, "bid_type": bid_type, "quality": quality,
+                "advertiser": view.c_advertiser[camp]}
+
+    def _rotate(self, ids: np.ndarray, camp: np.ndarray, shape: np.ndarray,
+                pctr: np.ndarray, seen: np.ndarray, placement: str) -> None:
+        """:func:`~adfunnel.serving.funnel.rotate_creatives` on the arrays: a campaign's
+        creatives of one shape, where one has counts, get the rotation pool's pCTRs."""
+        key = camp * (int(shape.max()) + 1) + shape
+        _, group, size = np.unique(key, return_inverse=True, return_counts=True)
+        for g in np.unique(group[(size[group] > 1) & seen]):
+            members = np.flatnonzero(group == g)
+            pctr[members] = self.ctr.campaign_pctrs(ids[members].tolist(), placement)
+
+    # ---- 5. auction per slot run ----------------------------------------------------------
+    def _auction_columns(self, req: SelectRequest, ids: np.ndarray, camp: np.ndarray,
+                         s: dict[str, np.ndarray], view: ColumnsView, now: datetime,
+                         decision: Decision, seed: int) -> None:
+        counts = decision.reason_counts
+        assert counts is not None
+        placement = self.catalog.placements.get(req.placement.id)
+        in_page = np.zeros(len(ids), dtype=bool)  # campaign or advertiser placed already
+        cols = self.catalog.columns
+        for run in _slot_runs(req.slots):
+            pool = (s["shape"] == cols.shape_code(run[0].format, run[0].width, run[0].height))
+            pool &= ~in_page
+            reserve = _reserve(req, run[0], placement)
+            eligible = pool & _above_reserve(s, reserve / MILLE)
+            _add(counts, "below_reserve", int(pool.sum() - eligible.sum()))
+            result, kept = self._auction_prefix(ids, camp, s, np.flatnonzero(eligible),
+                                                [x.id for x in run], reserve, seed)
+            _add(counts, PRERANK_CUT, int(eligible.sum()) - kept)
+            for r in result.rejections:
+                _add(counts, r.reason, 1)
+            for win in result.wins:
+                c = self.catalog.campaigns[win.candidate.campaign_id]
+                ad = self.catalog.ads[win.candidate.ad_id]
+                in_page |= (camp == c.id) | (s["advertiser"] == c.advertiser_id)
+                decision.placed.append(self._place(win, ad, c, req.placement.id, now))
+
+    def _auction_prefix(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
+                        eligible: np.ndarray, slot_ids: list[str], reserve: int,
+                        seed: int) -> tuple[object, int]:
+        """The reference auction over the best of ``eligible`` (a prefix of the ranking),
+        widened until one ranked candidate beyond the slots is in it (exact prices)."""
+        keep = self.prerank_keep
+        total = s["total"]
+        while True:
+            if len(eligible) > keep:
+                part = np.argpartition(-total[eligible], keep - 1)[:keep]
+                cut = total[eligible[part]].min()
+                chosen = eligible[total[eligible] >= cut]  # ties at the cut all kept
+            else:
+                chosen = eligible
+            cands = [self._candidate_at(i, ids, camp, s) for i in chosen.tolist()]
+            result = run_auction(cands, slot_ids, reserve, tie_seed=seed)
+            ranked = len(result.wins) + sum(r.reason == OUTRANKED for r in result.rejections)
+            if len(chosen) == len(eligible) or ranked > len(slot_ids):
+                return result, len(chosen)
+            keep *= 4
+
+    def _candidate_at(self, i: int, ids: np.ndarray, camp: np.ndarray,
+                      s: dict[str, np.ndarray]) -> Candidate:
+        return Candidate(
+            int(ids[i]), int(camp[i]), int(s["advertiser"][i]), BID_TYPES[s["bid_type"][i]],
+            int(s["bid"][i]), float(s["pctr"][i]), self.pcvr,
+            quality_micros=int(s["quality"][i]),
+        )
+
+
+def _above_reserve(s: dict[str, np.ndarray], reserve_imp: float) -> np.ndarray:
+    """:func:`~adfunnel.auction.gsp.run_auction`'s reserve test, vectorised: action rate
+    > 0, bid ≥ reserve in the bid's unit, total ≥ reserve per impression."""
+    rate = s["rate"]
+    positive = rate > 0
+    in_unit = np.full(len(rate), np.inf)
+    np.divide(reserve_imp, rate, out=in_unit, where=positive)
+    return positive & (s["bid"] >= in_unit) & (s["total"] >= reserve_imp)
+
+
+def _code_of(reason: str, extra: list[str]) -> int:
+    code = _CODE.get(reason)
+    if code is None:
+        if reason not in extra:
+            extra.append(reason)
+        code = len(REASONS) + extra.index(reason)
+    return code
+
+
+def _count(counts: dict[str, int], reasons: np.ndarray, extra: list[str]) -> None:
+    names = [*REASONS, *extra]
+    tally = np.bincount(reasons[reasons > 0], minlength=len(names))
+    for code in np.flatnonzero(tally):
+        _add(counts, names[code] or "", int(tally[code]))
+
+
+def _add(counts: dict[str, int], reason: str, n: int) -> None:
+    if n:
+        counts[reason] = counts.get(reason, 0) + n
+
+
+class _Fixed:
+    """A stand-in random source whose one 64-bit draw is a given seed."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def getrandbits(self, k: int) -> int:
+        return self.seed
+
+
+class _StageClock:
+    """Stage durations in µs (measurement only: not domain time)."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter() if on else 0.0
+
+    def lap(self, stage: str) -> None:
+        if self.on:
+            t = time.perf_counter()
+            self.laps[stage] = (t - self._t) * 1e6
+            self._t = t
