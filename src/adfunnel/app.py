@@ -45,7 +45,7 @@ from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
 from adfunnel.serving.deadline import ArrivalStamp, DecisionQueue
 from adfunnel.serving.decision_log import DecisionLog
-from adfunnel.serving.funnel import Decider
+from adfunnel.serving.fast import ColumnarDecider
 from adfunnel.serving.http import ServingEndpoints, error_response
 from adfunnel.settings import Settings
 from adfunnel.tracking.beacons import Tracker
@@ -63,7 +63,7 @@ class Runtime:
     catalog: Catalog
     gate: SpendGate
     ctr: SmoothedCtr
-    decider: Decider
+    decider: ColumnarDecider
     tracker: Tracker
     decisions: DecisionLog
     feed: ChangeFeed
@@ -123,7 +123,7 @@ def build_runtime(
         traffic = SqlTrafficLog(engine)
         background.append(Periodic(lambda: traffic.add(eligible.drain()),
                                    settings.traffic_flush_s, "eligible-flush", clock).start())
-    decider = Decider(
+    decider = ColumnarDecider(
         catalog, gate, ctr, clock, key,
         token_ttl_s=settings.token_ttl_s, pcvr=settings.pcvr_prior,
         retrieval_limit=settings.retrieval_limit,
