@@ -38,7 +38,6 @@ from adfunnel.index import ConjunctionIndex, ScanIndex
 from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
-from adfunnel.serving.decision_log import _tally
 from adfunnel.serving.fast import PRERANK_CUT, ColumnarDecider
 from adfunnel.serving.funnel import Decider, Decision
 from adfunnel.serving.request import SelectRequest, decode_request
@@ -221,8 +220,8 @@ def test_columnar_path_equals_reference(gate_kind: str, keep: int) -> None:
             where = f"world {world_seed}, request {i}"
             assert _outcome(b) == _outcome(a), where
             assert b.reason_counts is not None and not b.rejections
-            assert _split(b.reason_counts) == _split(_tally(a.rejections)), where
-            assert b.reason_counts.get(BELOW_RESERVE, 0) == _tally(a.rejections).get(
+            assert _split(b.reason_counts) == _split(a.rejection_counts()), where
+            assert b.reason_counts.get(BELOW_RESERVE, 0) == a.rejection_counts().get(
                 BELOW_RESERVE, 0), where
         assert _gate_effects(col_world.gate) == _gate_effects(ref_world.gate)
         assert col_world.eligible.drain() == ref_world.eligible.drain()

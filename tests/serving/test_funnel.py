@@ -29,11 +29,11 @@ def test_out_of_flight_and_daypart(client: TestClient, runtime: Runtime) -> None
     make_campaign(client, dayparts=[{"weekdays": [0, 1, 2, 3, 4, 5, 6], "start_hour": 0,
                                      "end_hour": 6}])
     d = runtime.decider.decide(_req(), "r", monotonic_ms() + 1000)
-    assert sorted(r.reason for r in d.rejections) == ["out_of_flight", "outside_daypart"]
+    assert d.rejection_counts() == {"out_of_flight": 1, "outside_daypart": 1}
 
 
 def test_size_mismatch_rejected(client: TestClient, runtime: Runtime) -> None:
     make_campaign(client)
     slots = [{"id": "s", "position": 1, "width": 728, "height": 90}]
     d = runtime.decider.decide(_req(slots=slots), "r", monotonic_ms() + 1000)
-    assert [r.reason for r in d.rejections] == ["no_fitting_slot"]
+    assert d.rejection_counts() == {"no_fitting_slot": 1}

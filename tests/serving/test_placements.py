@@ -40,8 +40,12 @@ def select(client: TestClient, country: str = "US", **over: Any) -> Any:
 def reasons(runtime: Runtime, country: str = "US", **over: Any) -> list[str]:
     body = ad_request(**over)
     body["user"]["attributes"]["geo.country"] = country
-    req = decode_request(json.dumps(body).encode())
-    return [r.reason for r in runtime.decider.decide(req, "r", monotonic_ms() + 5_000).rejections]
+    counted = runtime.decider.decide(decode_request(json.dumps(body).encode()), "r",
+                                     monotonic_ms() + 5_000).rejection_counts()
+    req = decode_request(json.dumps({**body, "explain": True}).encode())
+    listed = [r.reason for r in runtime.decider.decide(req, "r", monotonic_ms() + 5_000).rejections]
+    assert counted == {r: listed.count(r) for r in listed}  # both paths agree
+    return listed
 
 
 # --- reserves --------------------------------------------------------------------------

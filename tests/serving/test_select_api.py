@@ -79,6 +79,10 @@ def test_paused_campaign_is_rejected_with_reason(client: TestClient) -> None:
     r = client.post("/v1/ads:select", json=ad_request(request_id="r1"))
     assert r.status_code == 204
     explain = client.get("/v1/decisions/r1").json()
+    assert explain["rejection_counts"] == {"paused": 1}  # counted: not an explain request
+    r = client.post("/v1/ads:select", json=ad_request(request_id="r2", explain=True))
+    assert r.status_code == 204
+    explain = client.get("/v1/decisions/r2").json()
     assert explain["rejections"] == [{"ad_id": made["ad"]["id"], "campaign_id": cid,
                                       "reason": "paused"}]
     client.post(f"/v1/campaigns/{cid}/resume")

@@ -111,12 +111,18 @@ class ZoneClock:
 
 @dataclass(frozen=True, slots=True)
 class ColumnsView:
-    """The arrays of :class:`CatalogColumns` at one moment (read without a lock)."""
+    """The arrays of :class:`CatalogColumns` (read without a lock).
+
+    Writers overwrite a record's entries in place, its version last; a reader that
+    reads the versions first and finds the record objects at those versions when it
+    uses them knows the entries it read in between were that version's.
+    """
 
     ad_campaign: np.ndarray  # int64[ads]: campaign id, −1 = no such ad
     ad_active: np.ndarray  # bool[ads]
     ad_shape: np.ndarray  # int32[ads]: shape code
     ad_quality: np.ndarray  # int64[ads]: quality, micros per impression
+    ad_version: np.ndarray  # int64[ads]: record version (written last)
     c_known: np.ndarray  # bool[campaigns]
     c_advertiser: np.ndarray  # int64[campaigns]
     c_status: np.ndarray  # int8[campaigns]: STATUS_CODES
@@ -128,6 +134,7 @@ class ColumnsView:
     c_start: np.ndarray  # int32[campaigns]: flight start, local date ordinal
     c_end: np.ndarray  # int32[campaigns]: flight end (inclusive) or NO_END
     c_daypart: np.ndarray  # int32[campaigns]: row of ``dayparts``
+    c_version: np.ndarray  # int64[campaigns]: record version (written last)
     dayparts: np.ndarray  # bool[k, 168]
 
 
@@ -147,6 +154,7 @@ class CatalogColumns:
         self._ad = {
             "ad_campaign": _Grown(np.int64, -1), "ad_active": _Grown(np.bool_, False),
             "ad_shape": _Grown(np.int32, -1), "ad_quality": _Grown(np.int64, 0),
+            "ad_version": _Grown(np.int64, 0),
         }
         self._c = {
             "c_known": _Grown(np.bool_, False), "c_advertiser": _Grown(np.int64, -1),
@@ -154,7 +162,7 @@ class CatalogColumns:
             "c_bid": _Grown(np.int64, 0), "c_charge": _Grown(np.int64, 0),
             "c_cap": _Grown(np.int64, 0), "c_zone": _Grown(np.int16, 0),
             "c_start": _Grown(np.int32, 0), "c_end": _Grown(np.int32, NO_END),
-            "c_daypart": _Grown(np.int32, 0),
+            "c_daypart": _Grown(np.int32, 0), "c_version": _Grown(np.int64, 0),
         }
         self._lock = threading.Lock()
         self._view: ColumnsView | None = None
@@ -195,6 +203,7 @@ class CatalogColumns:
         cols["c_end"][ids] = [c.flight_end.toordinal() if c.flight_end else NO_END for c in cs]
         cols["c_daypart"][ids] = [self._daypart_code(c.dayparts) for c in cs]
         cols["c_known"][ids] = True
+        cols["c_version"][ids] = [c.version for c in cs]  # last: see ColumnsView
         self._view = None
 
     def put_ads(self, ads: list[Ad]) -> None:
@@ -209,6 +218,7 @@ class CatalogColumns:
         cols["ad_shape"][ids] = [self._shape(a.format, a.width, a.height) for a in ads]
         cols["ad_quality"][ids] = [a.quality_micros for a in ads]
         cols["ad_campaign"][ids] = [a.campaign_id for a in ads]
+        cols["ad_version"][ids] = [a.version for a in ads]  # last: see ColumnsView
         self._view = None
 
     def _reserve(self, group: dict[str, _Grown], size: int) -> None:

@@ -28,22 +28,38 @@ SHED_EXPIRED = "expired"  # its deadline passed while it waited for the worker
 
 
 class ArrivalStamp:
-    """Outermost ASGI middleware: stamps each HTTP request's arrival (monotonic ms) and
-    hands ``POST /v1/ads:select`` straight to ``select`` (an ASGI callable), so the hot
-    path skips the advertiser API's middleware and router."""
+    """Outermost ASGI layer: stamps each HTTP request's arrival (monotonic ms) and hands
+    the hot routes — ``routes``, keyed by ``(method, path)``, bare ASGI callables such as
+    ``POST /v1/ads:select`` — straight to their handler, so they skip the advertiser
+    API's framework layers, middleware and router; everything else goes to ``app``.
 
-    def __init__(self, app: Any, select: Any = None) -> None:
+    Measured in process (``adfunnel bench http`` notes in the README): the FastAPI and
+    Starlette layers around a route cost a select about as much as its own HTTP
+    handling, so the hot routes never enter them. ``select`` is the older spelling of
+    ``routes={("POST", SELECT_PATH): select}``.
+    """
+
+    def __init__(self, app: Any, select: Any = None,
+                 routes: dict[tuple[str, str], Any] | None = None) -> None:
         self.app = app
-        self.select = select
+        self.hot = dict(routes or {})
+        if select is not None:
+            self.hot[("POST", SELECT_PATH)] = select
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             scope[ARRIVAL_KEY] = monotonic_ms()
-            if (self.select is not None and scope["path"] == SELECT_PATH
-                    and scope["method"] == "POST"):
-                await self.select(scope, receive, send)
+            handler = self.hot.get((scope["method"], scope["path"]))
+            if handler is not None:
+                await handler(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def __getattr__(self, name: str) -> Any:
+        """The wrapped app's attributes (``routes``, ``state``, … of a FastAPI app)."""
+        if name == "app":  # not set yet (during unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.app, name)
 
 
 def arrival_ms(scope: dict[str, Any]) -> float:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 
-from adfunnel.auction.gsp import Rejection
 from adfunnel.serving.funnel import Decision
 
 
@@ -96,13 +95,5 @@ class DecisionLog:
                 for r in d.rejections
             ],
             # per reason; every candidate's own reason is kept for explain requests only
-            "rejection_counts": (d.reason_counts if d.reason_counts is not None
-                                 else _tally(d.rejections)),
+            "rejection_counts": d.rejection_counts(),
         }
-
-
-def _tally(rejections: list[Rejection]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in rejections:
-        out[r.reason] = out.get(r.reason, 0) + 1
-    return out

@@ -66,6 +66,8 @@ from adfunnel.serving.request import SelectRequest, request_attributes
 PRERANK_KEEP = 200
 #: Reason carried (in counts) by eligible candidates beyond the pre-rank cut.
 PRERANK_CUT = "prerank_cut"
+#: Reason of a winner whose ad or campaign was edited while the decision read it.
+CHANGED = "changed_during_decision"
 
 # reason codes of the masks: index into REASONS (0 = still a candidate)
 REASONS: tuple[str | None, ...] = (
@@ -119,7 +121,7 @@ class ColumnarDecider(Decider):
             return decision
         counts = decision.reason_counts
         assert counts is not None
-        ids, camp, reasons = self._mask_ads(req, ids, view)
+        ids, camp, reasons, versions = self._mask_ads(req, ids, view)
         clock.lap("filter")
         extra: list[str] = []  # the gate's own reasons, coded after REASONS
         self._campaign_stage(ids, camp, reasons, view, now, seed, extra)
@@ -132,7 +134,7 @@ class ColumnarDecider(Decider):
             return decision
         scores = self._scores(ids, camp, view, req.placement.id)
         clock.lap("prerank")
-        self._auction_columns(req, ids, camp, scores, view, now, decision, seed)
+        self._auction_columns(req, ids, camp, scores, versions, now, decision, seed)
         decision.house = house_fills(
             self.catalog.placements.get(req.placement.id), req.slots,
             {p.win.slot_id for p in decision.placed}, now, self.token_key, self.token_ttl_s,
@@ -153,18 +155,24 @@ class ColumnarDecider(Decider):
 
     # ---- 1. masks over ads ---------------------------------------------------------
     def _mask_ads(self, req: SelectRequest, ids: np.ndarray,
-                  view: ColumnsView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(known ad ids, their campaign ids, reason code int8[n]) in retrieval order.
+                  view: ColumnsView) -> tuple[np.ndarray, np.ndarray, np.ndarray, _Versions]:
+        """(known ad ids, their campaign ids, reason code int8[n], the versions read) in
+        retrieval order.
 
         Ads or campaigns the catalogue no longer holds are dropped without a reason,
         as the reference path drops them."""
+        ad_version = view.ad_version[ids]  # versions first (ColumnsView)
         camp = view.ad_campaign[ids]
         known = camp >= 0
         n_c = len(view.c_known)
         known &= camp < n_c
+        c_version = np.zeros(len(ids), dtype=np.int64)
+        c_version[known] = view.c_version[camp[known]]
         known[known] = view.c_known[camp[known]]
         if not known.all():
             ids, camp = ids[known], camp[known]
+            ad_version, c_version = ad_version[known], c_version[known]
+        versions = _Versions(ids, ad_version, c_version)
         reasons = np.zeros(len(ids), dtype=np.int8)
         reasons[~view.ad_active[ids]] = _CODE[AD_PAUSED]
         shape = view.ad_shape[ids]
@@ -177,7 +185,7 @@ class ColumnarDecider(Decider):
             by_shape = self._placement_table(placement)[shape]
             open_ = (reasons == 0) & (by_shape != 0)
             reasons[open_] = by_shape[open_]
-        return ids, camp, reasons
+        return ids, camp, reasons, versions
 
     def _placement_table(self, p: Placement) -> np.ndarray:
         """Reason code per shape code for placement ``p`` (0: allowed)."""
@@ -298,7 +306,7 @@ class ColumnarDecider(Decider):
 
     # ---- 5. auction per slot run ----------------------------------------------------------
     def _auction_columns(self, req: SelectRequest, ids: np.ndarray, camp: np.ndarray,
-                         s: dict[str, np.ndarray], view: ColumnsView, now: datetime,
+                         s: dict[str, np.ndarray], versions: _Versions, now: datetime,
                          decision: Decision, seed: int) -> None:
         counts = decision.reason_counts
         assert counts is not None
@@ -320,6 +328,11 @@ class ColumnarDecider(Decider):
                 c = self.catalog.campaigns[win.candidate.campaign_id]
                 ad = self.catalog.ads[win.candidate.ad_id]
                 in_page |= (camp == c.id) | (s["advertiser"] == c.advertiser_id)
+                if (ad.version, c.version) != versions[win.candidate.ad_id]:
+                    # edited while this decision read its columns: not served on a
+                    # mix of two versions (the slot stays empty)
+                    _add(counts, CHANGED, 1)
+                    continue
                 decision.placed.append(self._place(win, ad, c, req.placement.id, now))
 
     def _auction_prefix(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
@@ -381,6 +394,17 @@ def _count(counts: dict[str, int], reasons: np.ndarray, extra: list[str]) -> Non
 def _add(counts: dict[str, int], reason: str, n: int) -> None:
     if n:
         counts[reason] = counts.get(reason, 0) + n
+
+
+class _Versions:
+    """(ad version, campaign version) of each candidate as read before its columns."""
+
+    def __init__(self, ids: np.ndarray, ad_version: np.ndarray, c_version: np.ndarray) -> None:
+        self.ids, self.ad_version, self.c_version = ids, ad_version, c_version
+
+    def __getitem__(self, ad_id: int) -> tuple[int, int]:
+        i = int(np.flatnonzero(self.ids == ad_id)[0])  # winners only: a few per decision
+        return int(self.ad_version[i]), int(self.c_version[i])
 
 
 class _Fixed:

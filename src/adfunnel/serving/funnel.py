@@ -74,6 +74,15 @@ class Decision:
     #: holds every candidate's (the reference path, explain requests)
     reason_counts: dict[str, int] | None = None
 
+    def rejection_counts(self) -> dict[str, int]:
+        """Rejected candidates per reason code, whichever path decided."""
+        if self.reason_counts is not None:
+            return dict(self.reason_counts)
+        out: dict[str, int] = {}
+        for r in self.rejections:
+            out[r.reason] = out.get(r.reason, 0) + 1
+        return out
+
 
 class Decider:
     """Makes ad decisions from a :class:`Catalog`, a :class:`SpendGate` and a pCTR source.

@@ -1,6 +1,9 @@
-"""HTTP endpoints of the serving plane: lean Starlette handlers (the hot path).
+"""HTTP endpoints of the serving plane: lean handlers (the hot path).
 
-- ``POST /v1/ads:select`` → 200 with one ad per filled slot, or 204 (no fill);
+- ``POST /v1/ads:select`` → 200 with one ad per filled slot, or 204 with
+  ``x-adfunnel-outcome: no_fill | shed | late`` (and ``x-request-id``);
+- ``GET /v1/bench/noop`` → 204 at once, no work: the bare-route baseline of
+  ``adfunnel bench http`` (always on; it reads nothing and changes nothing);
 - ``GET /i?t=TOKEN`` → 204 (impression beacon);
 - ``GET /c?t=TOKEN`` → 302 to the URI form of the ad's own landing URL (IDNA host,
   UTF-8 percent-encoding; :mod:`adfunnel.tracking.landing`);
@@ -11,6 +14,10 @@ Errors are JSON ``{"error": ..., "fields": [{"field", "problem"}]}`` with a 4xx 
 A select's deadline runs from its arrival (stamped by :class:`ArrivalStamp`); the
 decision waits its turn in the :class:`DecisionQueue`, and only an answer that is still
 in time when it is about to be sent commits spend and the decision log. Late or shed → 204.
+
+The select and no-op routes are bare ASGI callables (:meth:`ServingEndpoints.hot_routes`)
+that :class:`ArrivalStamp` calls itself, outside every framework layer; the other routes
+are Starlette endpoints behind the advertiser API's app.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 from starlette.requests import Request
@@ -25,7 +33,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from adfunnel.clock import monotonic_ms
-from adfunnel.serving.deadline import DecisionQueue, arrival_ms
+from adfunnel.serving.deadline import (
+    SELECT_PATH,
+    SHED_EXPIRED,
+    SHED_QUEUE,
+    DecisionQueue,
+    arrival_ms,
+)
 from adfunnel.serving.decision_log import DecisionLog
 from adfunnel.serving.funnel import Decision
 from adfunnel.serving.request import (
@@ -54,6 +68,22 @@ DEADLINE_MISS_RATE = Gauge(
 )
 SELECT_OUTCOMES = Counter("adfunnel_select_total", "Ad decisions by outcome", ["outcome"])
 REJECTED_REQUESTS = Counter("adfunnel_bad_requests_total", "Refused requests", ["endpoint"])
+#: The bare route of ``adfunnel bench http``'s baseline (always on: 204, no work).
+NOOP_PATH = "/v1/bench/noop"
+# the labelled children, bound once (``labels()`` takes a lock and a dict lookup per call)
+OUTCOME_COUNTERS = {o: SELECT_OUTCOMES.labels(o)
+                    for o in ("filled", "no_fill", "shed", "late", "not_ready")}
+SHED_COUNTERS = {r: SHED_REQUESTS.labels(r) for r in (SHED_QUEUE, SHED_EXPIRED)}
+
+#: Response header of a 204 select naming why no ad came back.
+OUTCOME_HEADER = b"x-adfunnel-outcome"
+_OUTCOME_VALUES = {o: o.encode() for o in ("no_fill", "shed", "late")}
+_JSON = (b"content-type", b"application/json")
+_NOOP_START = {"type": "http.response.start", "status": 204, "headers": []}
+_EMPTY_BODY = {"type": "http.response.body", "body": b""}
+
+#: A select's answer: HTTP status, raw header pairs, body.
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
 def error_response(status: int, error: str, fields: list[tuple[str, str]]) -> JSONResponse:
@@ -88,38 +118,54 @@ class ServingEndpoints:
     def routes(self) -> list[Route]:
         return [
             Route("/v1/ads:select", self.select, methods=["POST"]),
+            Route(NOOP_PATH, self.noop, methods=["GET"]),
             Route("/i", self.impression, methods=["GET"]),
             Route("/c", self.click, methods=["GET"]),
             Route("/v1/decisions/{request_id}", self.explain, methods=["GET"]),
         ]
 
-    async def select_asgi(self, scope: dict, receive: object, send: object) -> None:
-        """``select`` as a bare ASGI app (the fast path of :class:`ArrivalStamp`)."""
-        response = await self.select(Request(scope, receive))  # type: ignore[arg-type]
-        await response(scope, receive, send)  # type: ignore[arg-type]
+    async def select_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """``POST /v1/ads:select`` as a bare ASGI app (the hot path of :class:`ArrivalStamp`):
+        no Request or Response objects, the answer sent as two raw ASGI messages."""
+        try:
+            status, headers, body = await self._select(scope, receive)
+        except ClientGone:
+            return
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     async def select(self, request: Request) -> Response:
-        start = arrival_ms(request.scope)
+        """``select`` as a Starlette endpoint (when no :class:`ArrivalStamp` is in front)."""
+        return RawResponse(*await self._select(request.scope, request.receive))
+
+    async def noop_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """``GET /v1/bench/noop``: 204 at once — the bare-route baseline of ``adfunnel bench
+        http`` (the server's HTTP cost alone, measured in the same process and run)."""
+        await send(_NOOP_START)
+        await send(_EMPTY_BODY)
+
+    async def _select(self, scope: dict[str, Any], receive: Any) -> Answer:
+        start = arrival_ms(scope)
         if not self.ready():
-            SELECT_OUTCOMES.labels("not_ready").inc()
-            return error_response(503, "not_ready", [("server", "behind the change log")])
-        body = await read_limited(request, self.max_body_bytes)
+            OUTCOME_COUNTERS["not_ready"].inc()
+            return _error(503, "not_ready", [("server", "behind the change log")])
+        body = await read_body(scope, receive, self.max_body_bytes)
         if body is None:
             REJECTED_REQUESTS.labels("select").inc()
-            return error_response(413, "too_large", [("body", f"over {self.max_body_bytes} bytes")])
+            return _error(413, "too_large", [("body", f"over {self.max_body_bytes} bytes")])
         try:
             req = decode_request(body)
         except RequestError as exc:
             REJECTED_REQUESTS.labels("select").inc()
             error = "malformed_json" if exc.status == 400 else "validation"
-            return error_response(exc.status, error, exc.fields)
+            return _error(exc.status, error, exc.fields)
         deadline = start + (req.deadline_ms or self.default_deadline_ms)
         request_id = req.request_id or f"{self._id_prefix}-{next(self._ids):x}"
         outcome = await self.queue.decide(req, request_id, deadline)
         decision = outcome.decision
         if decision is None:
             self.log.count_shed()
-            SHED_REQUESTS.labels(outcome.shed).inc()
+            SHED_COUNTERS[outcome.shed or SHED_QUEUE].inc()
             return self._no_ad(start, "shed", request_id)
         if monotonic_ms() >= deadline:  # checked just before commit: late work commits nothing
             self.log.count_late()
@@ -129,15 +175,18 @@ class ServingEndpoints:
         if not decision.placed and not decision.house:
             return self._no_ad(start, "no_fill", request_id)
         self._observe(start, "filled")
-        body = encode(self._response(decision, req.explain))
-        return Response(body, media_type="application/json")
+        out = encode(self._response(decision, req.explain))
+        return 200, [_JSON, (b"content-length", b"%d" % len(out))], out
 
-    def _no_ad(self, start: float, outcome: str, request_id: str) -> Response:
+    def _no_ad(self, start: float, outcome: str, request_id: str) -> Answer:
+        """204, naming the request and why no ad (``x-adfunnel-outcome``: no_fill, shed,
+        late)."""
         self._observe(start, outcome)
-        return Response(status_code=204, headers={"x-request-id": request_id})
+        return 204, [(b"x-request-id", request_id.encode()),
+                     (OUTCOME_HEADER, _OUTCOME_VALUES[outcome])], b""
 
     def _observe(self, start: float, outcome: str) -> None:
-        SELECT_OUTCOMES.labels(outcome).inc()
+        OUTCOME_COUNTERS[outcome].inc()
         SELECT_LATENCY.observe((monotonic_ms() - start) / 1000.0)
         DEADLINE_MISS_RATE.set(self.log.miss_rate())
 
@@ -158,6 +207,14 @@ class ServingEndpoints:
         )
         return SelectResponse(d.request_id, ads, d.index_version, late=d.late,
                               rejections=rejections)
+
+    async def noop(self, _: Request) -> Response:
+        """``noop_asgi`` as a Starlette endpoint."""
+        return Response(status_code=204)
+
+    def hot_routes(self) -> dict[tuple[str, str], Any]:
+        """The bare ASGI handlers :class:`ArrivalStamp` serves itself, by (method, path)."""
+        return {("POST", SELECT_PATH): self.select_asgi, ("GET", NOOP_PATH): self.noop_asgi}
 
     def impression(self, request: Request) -> Response:
         result = self.tracker.impression(request.query_params.get("t"))
@@ -185,16 +242,45 @@ class ServingEndpoints:
         return JSONResponse(record)
 
 
-async def read_limited(request: Request, limit: int) -> bytes | None:
-    """The request body, or None when it is larger than ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
+class ClientGone(Exception):
+    """The client disconnected before its request body was read."""
+
+
+async def read_body(scope: dict[str, Any], receive: Any, limit: int) -> bytes | None:
+    """The request body from ASGI ``receive``, or None when it is larger than ``limit``
+    bytes (by its declared ``content-length`` or as read).
+
+    Raises:
+        ClientGone: the client disconnected first.
+    """
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            if value.isdigit() and int(value) > limit:
+                return None
+            break
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        body += message.get("body", b"")
+        if len(body) > limit:
             return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+        more = message.get("more_body", False)
+    return body
+
+
+class RawResponse(Response):
+    """A response from a status, raw ASGI header pairs and a body (nothing re-encoded)."""
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self.status_code = status
+        self.raw_headers = headers
+        self.body = body
+        self.background = None
+
+
+def _error(status: int, error: str, fields: list[tuple[str, str]]) -> Answer:
+    r = error_response(status, error, fields)
+    return r.status_code, r.raw_headers, bytes(r.body)
