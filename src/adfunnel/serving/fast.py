@@ -32,12 +32,13 @@ candidates beyond the pre-rank cut.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from datetime import datetime
 
 import numpy as np
 
-from adfunnel.auction.draws import PACING_COIN, unit_array
-from adfunnel.auction.gsp import OUTRANKED, Candidate, run_auction
+from adfunnel.auction.draws import PACING_COIN, TIE_BREAK, unit_array
+from adfunnel.auction.gsp import OUTRANKED, AuctionResult, Candidate, run_auction
 from adfunnel.budget.gate import ASK, BUDGET_EXHAUSTED, PACED_OUT, REFUSE, BulkGate
 from adfunnel.campaigns.model import Placement
 from adfunnel.clock import monotonic_ms
@@ -242,9 +243,10 @@ class ColumnarDecider(Decider):
         if not n:
             return out
         gate = self.gate
+        bulk = _is_bulk(gate)
         charges, caps = view.c_charge[cids], view.c_cap[cids]
         t = now.timestamp()
-        if isinstance(gate, BulkGate):
+        if bulk:
             codes = gate.bulk_admit(cids, days, charges, caps, t)
             p = gate.bulk_pacing(cids)
             gen = gate.generation
@@ -259,7 +261,7 @@ class ColumnarDecider(Decider):
             reason = gate.admit(self.catalog.campaigns[int(cids[k])], now, int(charges[k]))
             if reason is not None:
                 out[k] = _code_of(reason, extra)
-            if isinstance(gate, BulkGate) and gate.generation != gen:
+            if bulk and gate.generation != gen:
                 # the ask changed the gate (an in-process reply): later campaigns, and
                 # this one's p, are read anew, as the reference path reads them
                 gen = gate.generation
@@ -267,7 +269,7 @@ class ColumnarDecider(Decider):
                                                 caps[k + 1:], t)
                 out[k + 1:] = np.where(codes[k + 1:] == REFUSE, _CODE[BUDGET_EXHAUSTED], 0)
                 p[k:] = gate.bulk_pacing(cids[k:])
-            elif not isinstance(gate, BulkGate) and reason is None:
+            elif not bulk and reason is None:
                 p[k] = gate.pacing_rate(int(cids[k]))
             rest = np.flatnonzero(codes[k + 1:] == ASK)
             asks = rest + k + 1
@@ -319,11 +321,12 @@ class ColumnarDecider(Decider):
             reserve = _reserve(req, run[0], placement)
             eligible = pool & _above_reserve(s, reserve / MILLE)
             _add(counts, "below_reserve", int(pool.sum() - eligible.sum()))
-            result, kept = self._auction_prefix(ids, camp, s, np.flatnonzero(eligible),
-                                                [x.id for x in run], reserve, seed)
+            result, decisive, kept = self._auction_prefix(
+                ids, camp, s, np.flatnonzero(eligible), [x.id for x in run], reserve, seed)
             _add(counts, PRERANK_CUT, int(eligible.sum()) - kept)
-            for r in result.rejections:
-                _add(counts, r.reason, 1)
+            _add(counts, OUTRANKED, kept - decisive)  # ranked below the decisive prefix
+            for reason, n in Counter(r.reason for r in result.rejections).items():
+                _add(counts, reason, n)
             for win in result.wins:
                 c = self.catalog.campaigns[win.candidate.campaign_id]
                 ad = self.catalog.ads[win.candidate.ad_id]
@@ -337,23 +340,33 @@ class ColumnarDecider(Decider):
 
     def _auction_prefix(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
                         eligible: np.ndarray, slot_ids: list[str], reserve: int,
-                        seed: int) -> tuple[object, int]:
-        """The reference auction over the best of ``eligible`` (a prefix of the ranking),
-        widened until one ranked candidate beyond the slots is in it (exact prices)."""
+                        seed: int) -> tuple[AuctionResult, int, int]:
+        """The reference auction over the shortest prefix of the ranking that decides it.
+
+        Pre-rank keeps the best ``prerank_keep`` of ``eligible`` (ties at the cut kept);
+        they are ranked as the auction ranks (total, then the tie key) and walked with
+        its one-per-campaign and one-per-advertiser rule until one ranked candidate
+        beyond the slots is found (it sets the last winner's price). Returns the result
+        over that prefix, the prefix's length and the number kept by pre-rank; widens
+        the pre-rank cut when the kept ones run out first.
+        """
         keep = self.prerank_keep
         total = s["total"]
+        need = len(slot_ids) + 1
         while True:
+            chosen = eligible
             if len(eligible) > keep:
                 part = np.argpartition(-total[eligible], keep - 1)[:keep]
                 cut = total[eligible[part]].min()
                 chosen = eligible[total[eligible] >= cut]  # ties at the cut all kept
-            else:
-                chosen = eligible
-            cands = [self._candidate_at(i, ids, camp, s) for i in chosen.tolist()]
-            result = run_auction(cands, slot_ids, reserve, tie_seed=seed)
-            ranked = len(result.wins) + sum(r.reason == OUTRANKED for r in result.rejections)
-            if len(chosen) == len(eligible) or ranked > len(slot_ids):
-                return result, len(chosen)
+            ties = unit_array(seed, ids[chosen], TIE_BREAK)
+            ranked = chosen[np.lexsort((ties, -total[chosen]))]
+            end = _decisive_end(camp[ranked].tolist(), s["advertiser"][ranked].tolist(), need)
+            if end is not None or len(chosen) == len(eligible):
+                prefix = ranked if end is None else ranked[: end + 1]
+                cands = [self._candidate_at(i, ids, camp, s) for i in prefix.tolist()]
+                result = run_auction(cands, slot_ids, reserve, tie_seed=seed)
+                return result, len(prefix), len(chosen)
             keep *= 4
 
     def _candidate_at(self, i: int, ids: np.ndarray, camp: np.ndarray,
@@ -365,6 +378,21 @@ class ColumnarDecider(Decider):
         )
 
 
+def _decisive_end(campaigns: list[int], advertisers: list[int], need: int) -> int | None:
+    """Index in a ranking where the ``need``-th candidate the one-per-campaign and
+    one-per-advertiser rule lets through stands, or None when fewer get through."""
+    seen_c: set[int] = set()
+    seen_a: set[int] = set()
+    for j, (c, a) in enumerate(zip(campaigns, advertisers, strict=True)):
+        if c in seen_c or a in seen_a:
+            continue
+        seen_c.add(c)
+        seen_a.add(a)
+        if len(seen_c) == need:
+            return j
+    return None
+
+
 def _above_reserve(s: dict[str, np.ndarray], reserve_imp: float) -> np.ndarray:
     """:func:`~adfunnel.auction.gsp.run_auction`'s reserve test, vectorised: action rate
     > 0, bid ≥ reserve in the bid's unit, total ≥ reserve per impression."""
@@ -373,6 +401,18 @@ def _above_reserve(s: dict[str, np.ndarray], reserve_imp: float) -> np.ndarray:
     in_unit = np.full(len(rate), np.inf)
     np.divide(reserve_imp, rate, out=in_unit, where=positive)
     return positive & (s["bid"] >= in_unit) & (s["total"] >= reserve_imp)
+
+
+_BULK: dict[type, bool] = {}
+
+
+def _is_bulk(gate: object) -> bool:
+    """isinstance(gate, BulkGate), cached per class (a protocol check is slow)."""
+    kind = type(gate)
+    known = _BULK.get(kind)
+    if known is None:
+        known = _BULK[kind] = isinstance(gate, BulkGate)
+    return known
 
 
 def _code_of(reason: str, extra: list[str]) -> int:
