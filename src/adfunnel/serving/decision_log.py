@@ -13,9 +13,17 @@ from collections import OrderedDict, deque
 
 from adfunnel.serving.funnel import Decision
 
+#: Most per-candidate rejections held in all (explain requests keep every candidate's
+#: reason; at catalogue scale one holds thousands): older decisions leave first.
+MAX_REJECTIONS_HELD = 500_000
+
 
 class DecisionLog:
     """The last ``capacity`` committed decisions, by request id, and the outcome counts.
+
+    Memory is bounded twice: at most ``capacity`` decisions, holding at most
+    ``max_rejections`` per-candidate rejections in all (the columnar path keeps counts
+    per reason instead; explain requests keep every candidate's).
 
     ``decisions`` counts every ad request that reached the decision stage: committed
     (answered in time, filled or not), ``late`` (decided, found late, 204) and ``shed``
@@ -23,8 +31,11 @@ class DecisionLog:
     ``window`` of them.
     """
 
-    def __init__(self, capacity: int = 10_000, window: int = 1_000) -> None:
+    def __init__(self, capacity: int = 10_000, window: int = 1_000,
+                 max_rejections: int = MAX_REJECTIONS_HELD) -> None:
         self.capacity = capacity
+        self.max_rejections = max_rejections
+        self._held_rejections = 0  # per-candidate rejections of the decisions held
         self._items: OrderedDict[str, Decision] = OrderedDict()
         self._lock = threading.Lock()
         self.decisions = 0
@@ -40,9 +51,15 @@ class DecisionLog:
             self.decisions += 1
             self.filled_slots += len(decision.placed)
             self._note(missed=False)
+            old = self._items.pop(decision.request_id, None)
+            if old is not None:
+                self._held_rejections -= len(old.rejections)
             self._items[decision.request_id] = decision
-            if len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            self._held_rejections += len(decision.rejections)
+            while len(self._items) > self.capacity or (
+                    self._held_rejections > self.max_rejections and len(self._items) > 1):
+                _, dropped = self._items.popitem(last=False)
+                self._held_rejections -= len(dropped.rejections)
 
     def count_late(self) -> None:
         """A decision found late: answered 204, nothing logged or committed."""
