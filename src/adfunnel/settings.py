@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     pctr_prior_strength: float = Field(default=1_000.0, gt=0)
     pcvr_prior: float = Field(default=0.01, gt=0, le=1)
     retrieval_limit: int = Field(default=10_000, gt=0)
+    #: candidates per slot run the columnar decider keeps for the auction (pre-rank)
+    prerank_keep: int = Field(default=200, gt=0)
     index: Literal["conjunction", "scan"] = "conjunction"
     change_poll_s: float = Field(default=0.25, gt=0, le=5)
     traffic_flush_s: float = Field(default=10.0, gt=0)
