@@ -17,16 +17,21 @@ candidates that can still win:
 3. **Pacing coin** — one vectorised draw (:func:`adfunnel.auction.draws.unit_array`).
 4. **Pre-rank** — total value per impression (bid × action rate + quality, with the
    smoothed pCTR and creative rotation) is one vectorised expression; per slot run,
-   the best ``prerank_keep`` candidates above the reserve (ties at the cut kept) become
-   :class:`~adfunnel.auction.gsp.Candidate` objects for the reference auction. With the
-   scores exact, this cut never changes a winner or a price: the kept set is a prefix
-   of the full ranking, widened until it holds one ranked candidate beyond the slots.
+   the best ``prerank_keep`` candidates above the reserve (ties at the cut kept) are
+   ranked as the auction ranks them (total, then the tie key: ``argpartition`` and
+   ``lexsort``) and walked with the one-per-campaign and one-per-advertiser rule to
+   the first ranked candidate beyond the slots. Only that decisive prefix becomes
+   :class:`~adfunnel.auction.gsp.Candidate` objects for the reference auction. With
+   exact scores the cut never changes a winner or a price (the prefix is the full
+   ranking's; the cut widens when it runs out first).
 5. Only winners become tokens.
 
 Rejections are data without the cost: an ``explain`` request goes through the
 reference path and keeps every candidate's reason; any other decision counts reasons
-per code (``Decision.reason_counts``, a ``bincount``), with ``prerank_cut`` for the
-candidates beyond the pre-rank cut.
+per code (``Decision.reason_counts``, a ``bincount``). The auction's own reasons are
+exact for the decisive prefix; candidates ranked below it count as ``outranked``
+(whether or not one-per-page would also have turned them away), and those beyond the
+pre-rank cut as ``prerank_cut``.
 """
 
 from __future__ import annotations
