@@ -298,19 +298,27 @@ class BudgetClient:
                     pend[:] = [_merge(pend[: len(pend) - MAX_PENDING_ENTRIES + 1]),
                                *pend[len(pend) - MAX_PENDING_ENTRIES + 1:]]
                 out.append(Report(self.server_id, sh, now, list(pend), wants[sh],
-                                  epoch=self._epoch[sh]))
-            self._trim_history(now)
+                                  epoch=self._epoch[sh],
+                                  directives_version=self._directive_versions()[sh]))
+            self._trim_history_when_due(now)
             return out
 
     def handle_reply(self, reply: Reply) -> None:
-        """Apply a reply: drop acknowledged entries, take states, p and slices."""
+        """Apply a reply: drop acknowledged entries, take states, p and slices.
+
+        Directives are changes (``adfunnel.budget.protocol``): the reply's version is
+        sent back with the next report. A reply older than one already applied (same
+        epoch) only fills in campaign-days this server knows nothing of."""
         with self._lock:
             self.stats["replies"] += 1
             sh = reply.shard
+            versions = self._directive_versions()
             if reply.at >= self._last_reply[sh]:
                 self._last_reply[sh] = reply.at
             if reply.epoch and reply.epoch != self._epoch[sh]:
                 self._resync(sh, reply.epoch)
+                versions[sh] = -1
+            stale = 0 <= reply.version < versions[sh]
             kept = []
             for e in self._pending[sh]:
                 if e.seq > reply.acked_through:
@@ -320,16 +328,36 @@ class BudgetClient:
             self._pending[sh] = kept
             for d in reply.directives:
                 day = date.fromisoformat(d.day) if d.day else None
+                if stale and (day is None or (d.campaign_id, day) in self._state):
+                    continue  # a newer reply already said (or changed) it
                 state = BudgetState(d.state)
                 if day is not None:
                     self._state[(d.campaign_id, day)] = state
                 self._p[d.campaign_id] = d.p
                 self._note_directive(d.campaign_id, day, state, d.p)
+            if reply.version > versions[sh]:
+                versions[sh] = reply.version
             self.generation += 1
             for g in reply.grants:
                 self._slices.setdefault(g.campaign_id, []).append(HeldSlice(
                     g.slice_id, g.campaign_id, date.fromisoformat(g.day), g.amount_micros,
                     g.expires_at, worst_case=g.worst_case))
+
+    def _directive_versions(self) -> list[int]:
+        """Per shard, the highest ``Reply.version`` applied in the current epoch (-1:
+        none yet: the next reply carries every directive). Called under the lock."""
+        versions: list[int] | None = getattr(self, "_dir_versions", None)
+        if versions is None:
+            versions = self._dir_versions = [-1] * self.shards
+        return versions
+
+    def _trim_history_when_due(self, now: float) -> None:
+        """:meth:`_trim_history` at most once per history bucket (it walks every kept
+        bucket), not on every report. Called under the lock."""
+        due: float = getattr(self, "_history_trimmed_at", -math.inf)
+        if now - due >= HISTORY_BUCKET_S or now < due:
+            self._history_trimmed_at = now
+            self._trim_history(now)
 
     def held_slices(self) -> list[HeldSlice]:
         with self._lock:

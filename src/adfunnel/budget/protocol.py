@@ -5,6 +5,21 @@ spend it recorded per campaign since its last report, idempotent by sequence num
 the reply carries pacing probabilities, budget states and slices. Billing sends billed
 spend per campaign and day at least every 10 s.
 
+Directives are sent as changes (catalogue scale: a shard may hold 10⁶ campaigns). The
+service numbers every change of a campaign-day's published (state, p) with a
+version; a reply carries its ``version`` and a server names the highest version it has
+applied in its next report (``Report.directives_version``). The reply then carries
+only the current campaign-days changed since that version, plus those of every
+campaign the report wants a slice for or reports spend on. Everything (every
+campaign-day of the shard on its local day) goes on first contact
+(``directives_version`` -1), when the report names another epoch (a restarted or new
+instance: every server is told every state again) and when the server's version is no
+longer in the service's change log (it was silent for a minute). A campaign-day a
+server has no directive for is metered to it: it asks (``wants``), and the reply
+then carries its state. A server applies a reply older than one it has applied
+(lower ``version``, same epoch; replies may arrive out of order) only for
+campaign-days it knows nothing of.
+
 Plain msgspec structs, so the same values travel in memory (embedded mode, the day
 simulation) and as JSON (``adfunnel.budget.http``). Money is integer micros; times
 are Unix seconds (float); days are ISO ``YYYY-MM-DD`` local dates of the campaign.
@@ -12,7 +27,10 @@ are Unix seconds (float); days are ISO ``YYYY-MM-DD`` local dates of the campaig
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import msgspec
+import numpy as np
 
 
 class CampaignSpend(msgspec.Struct, frozen=True):
@@ -69,6 +87,9 @@ class Report(msgspec.Struct, frozen=True):
     #: the service instance this server has synchronised with (``Reply.epoch``): a
     #: server that reports a new epoch has re-sent its in-flight spend to it
     epoch: str = ""
+    #: the highest ``Reply.version`` of that epoch whose directives this server has
+    #: applied; -1: none (the reply carries every directive)
+    directives_version: int = -1
 
 
 class Directive(msgspec.Struct, frozen=True):
@@ -98,7 +119,8 @@ class SliceGrant(msgspec.Struct, frozen=True):
 
 class Reply(msgspec.Struct, frozen=True):
     """The service's answer to a report: every entry with ``seq <= acked_through`` is
-    applied (or was already), directives for every campaign of the shard, new slices."""
+    applied (or was already), directives (the changes since the report's
+    ``directives_version``, see the module docstring), new slices."""
 
     shard: int
     at: float
@@ -107,6 +129,10 @@ class Reply(msgspec.Struct, frozen=True):
     grants: list[SliceGrant] = []
     #: this service instance (random per start): a change tells servers to re-send
     epoch: str = ""
+    #: the service's directive version when this reply was made (a server sends it
+    #: back as ``Report.directives_version``); -1: an answer outside the report
+    #: sequence (one campaign's ask, in process) that moves no version
+    version: int = 0
 
 
 class BilledUpdate(msgspec.Struct, frozen=True):
@@ -132,3 +158,20 @@ class BilledUpdate(msgspec.Struct, frozen=True):
     complete_before: float
     settled_after_micros: int = 0
     lifetime_billed_before_micros: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BilledColumns:
+    """:class:`BilledUpdate` s of many campaign-days as numpy columns of one length (the
+    billed feed in bulk, in process only: start-up and every few seconds). ``days``
+    are local dates as ordinals (``date.toordinal``); money int64 micros; times Unix s."""
+
+    campaign_ids: np.ndarray
+    days: np.ndarray
+    billed_micros: np.ndarray
+    complete_before: np.ndarray
+    settled_after_micros: np.ndarray
+    lifetime_billed_before_micros: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.campaign_ids)

@@ -16,6 +16,16 @@ ignored, an out-of-order one is applied once; a re-sent message gets the reply i
 Time comes from the injected clock only. Not thread-safe by itself: the HTTP layer
 serialises calls with a lock.
 
+Catalogue scale (10⁵–10⁶ campaigns): the state of every campaign-day is a row of numpy
+columns (:class:`_Rows`), so a control step, the billed feed and a state refresh are
+vectorised over arrays; a report costs what it names (its spend, closed slices and
+wants, each found by id: a slice by its id, a campaign-day by a dict key) plus the
+campaign-days whose state or p changed since the server's last reply (a change log
+by version, :class:`~adfunnel.budget.protocol.Reply`). Slices, spend buckets and
+per-server rates live in per-row dicts only for the rows that have them. Target
+curves are evaluated in closed form from 24 hourly weights per shape
+(:mod:`adfunnel.pacing.curve_bank`).
+
 Cold start, restart and takeover (DESIGN.md: "a restarted or new budget shard grants
 nothing for a campaign-day before it has read that day's billed spend"): an instance
 has a random ``epoch``. It grants no slice for a campaign-day, and holds it metered,
@@ -29,17 +39,22 @@ each live server has been heard), or every one of ``expected_servers`` has synce
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import uuid
+from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from enum import StrEnum
 
+import numpy as np
+
 from adfunnel.budget.gate import effective_daily_budget
 from adfunnel.budget.protocol import (
+    BilledColumns,
     BilledUpdate,
     CampaignSpend,
     Directive,
@@ -49,20 +64,21 @@ from adfunnel.budget.protocol import (
     SliceUse,
 )
 from adfunnel.budget.slices import (
+    OPEN_RESERVE_CHARGES,
+    OPEN_RESERVE_S,
     SLICE_TTL_S,
     BudgetState,
-    budget_state,
     grantable,
-    open_threshold,
     slice_size,
     worst_case_regime,
 )
 from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, PacingMode
-from adfunnel.campaigns.schedule import day_bounds, local_day
+from adfunnel.campaigns.schedule import local_day
 from adfunnel.clock import Clock
 from adfunnel.money import impression_charge_bound
 from adfunnel.pacing import controller
-from adfunnel.pacing.curve import TargetCurve, TargetPlan, curve_for_day
+from adfunnel.pacing.curve import TargetCurve, TargetPlan
+from adfunnel.pacing.curve_bank import CurveBank
 
 #: Seen sequence numbers kept per (server, shard); older ones count as seen.
 SEQ_WINDOW = 4096
@@ -72,6 +88,14 @@ HOLD_BAND_CHARGES = 3
 WARMUP_S = 3.0
 #: A server silent this long no longer holds a new instance's warm-up back (seconds).
 SERVER_STALE_S = 10.0
+#: Seconds a server's acknowledged directive version holds the change log back.
+ACK_KEPT_S = 60.0
+#: Seconds between sweeps of campaign-days that ended more than two days ago.
+GC_EVERY_S = 3600.0
+#: Hour slots of p kept per campaign-day (25: the longest local day), for the next day.
+P_SLOTS = 25
+#: Key of a campaign-day in the row index: campaign id << DAY_BITS | day ordinal.
+DAY_BITS = 22
 
 
 class PacingStatus(StrEnum):
@@ -83,6 +107,14 @@ class PacingStatus(StrEnum):
     #: a (re)started instance that has not yet read the day's billed spend or heard
     #: every server: metered, no grants
     COLD = "cold"
+
+
+# integer codes of the state columns
+OPEN, METERED, EXHAUSTED, STOPPED = 0, 1, 2, 3
+STATES = (BudgetState.OPEN, BudgetState.METERED, BudgetState.EXHAUSTED, BudgetState.STOPPED)
+STATE_VALUES = tuple(s.value for s in STATES)
+STATUSES = tuple(PacingStatus)
+S_PACING, S_BUDGET, S_BID, S_EXHAUSTED, S_STOPPED, S_COLD = range(6)
 
 
 def charge_micros(campaign: Campaign) -> int:
@@ -108,6 +140,14 @@ def hold_band(spent_since_plan_micros: int, charge: int, budget_micros: int) -> 
     return max(HOLD_BAND_CHARGES * charge, min(sigma3, 0.01 * budget_micros))
 
 
+def hold_bands(spent_since_plan: np.ndarray, charge: np.ndarray,
+               budget: np.ndarray) -> np.ndarray:
+    """:func:`hold_band` of arrays (micros)."""
+    sigma3 = 3.0 * np.sqrt(np.maximum(0, spent_since_plan).astype(np.float64)
+                           * np.maximum(1, charge))
+    return np.maximum(HOLD_BAND_CHARGES * charge, np.minimum(sigma3, 0.01 * budget))
+
+
 @dataclass(slots=True)
 class _Slice:
     server_id: str
@@ -118,60 +158,174 @@ class _Slice:
     provisional: bool = False  # expired here before the server closed it: worst case
 
 
-@dataclass(slots=True)
-class CampaignDay:
-    """Everything the service holds for one campaign on one local day (rebuildable from
-    the ledger and the next reports)."""
+# -- columns -----------------------------------------------------------------------------------
+_I8, _I64, _F64, _B = np.int8, np.int64, np.float64, np.bool_
+_NAN = float("nan")
 
-    campaign: Campaign
-    day: date
-    start_s: float
-    end_s: float
-    plan: TargetPlan
-    ctl: controller.ControllerState
-    billed: int = 0
-    settled_after: int = 0  # expected cost of serves after the watermark already billed
-    lifetime_billed_before: int = 0  # billed on earlier days (lifetime budgets)
-    watermark: float = 0.0
-    buckets: deque[tuple[float, int]] = field(default_factory=deque)
-    bucket_sum: int = 0
-    slices: dict[str, _Slice] = field(default_factory=dict)
-    step_spend: int = 0
-    step_charges: int = 0
-    served_total: int = 0
-    rate_ewma: float = 0.0
-    peak_rate: float = 0.0
-    server_rates: dict[str, float] = field(default_factory=dict)
-    last_step_s: float = 0.0
-    state: BudgetState = BudgetState.OPEN
-    status: PacingStatus = PacingStatus.PACING
-    p_by_minute: dict[int, float] = field(default_factory=dict)
-    exhausted_at: float | None = None
-    plan_peak_rate: float = 0.0
-    last_committed: int = -1
-    rate_measured: bool = False  # a control step has seen this day's serves
+#: Per campaign (a slot): what the state rules read from its record.
+_SLOT_COLUMNS: dict[str, tuple[type, float]] = {
+    "cid": (_I64, -1), "charge": (_I64, 1), "daily": (_I64, 0), "lifetime": (_I64, -1),
+    "even": (_B, 0), "accel": (_B, 0), "active": (_B, 0), "owned": (_B, 0),
+    "fstart": (_I64, 0), "fend": (_I64, 1 << 40), "tz": (_I64, 0), "shape": (_I64, -1),
+    "created": (_F64, _NAN), "cur": (_I64, -1), "head": (_I64, -1),
+}
+#: Per campaign-day (a row).
+_ROW_COLUMNS: dict[str, tuple[type, float]] = {
+    "live": (_B, 0), "slot": (_I64, -1), "nxt": (_I64, -1), "day": (_I64, 0),
+    "dz": (_I64, 0), "start_s": (_F64, 0), "end_s": (_F64, 0),
+    "shape": (_I64, 0), "total": (_F64, 0), "peak_share": (_F64, 0),
+    "plan_budget": (_I64, 0), "anchor_s": (_F64, 0), "anchor_spend": (_I64, 0),
+    "plan_ca": (_F64, 0), "plan_peak_rate": (_F64, 0),
+    "p": (_F64, 1), "integral": (_F64, 0), "spend_avg": (_F64, -1),
+    "target_avg": (_F64, -1), "charges_avg": (_F64, -1),
+    "billed": (_I64, 0), "settled_after": (_I64, 0), "lifetime_before": (_I64, 0),
+    "watermark": (_F64, 0), "billed_read": (_B, 0),
+    "bucket_sum": (_I64, 0), "sl_used": (_I64, 0), "sl_open": (_I64, 0),
+    "step_spend": (_I64, 0), "step_charges": (_I64, 0), "served_total": (_I64, 0),
+    "rate_ewma": (_F64, 0), "peak_rate": (_F64, 0), "last_step_s": (_F64, 0),
+    "last_committed": (_I64, -1), "rate_measured": (_B, 0),
+    "state": (_I8, METERED), "status": (_I8, S_COLD), "exhausted_at": (_F64, _NAN),
+    "pub_state": (_I8, -1), "pub_p": (_F64, _NAN), "ver": (_I64, 0),
+}
+
+
+class _Columns:
+    """Growable numpy columns (one attribute per column) with a free list."""
+
+    def __init__(self, spec: dict[str, tuple[type, float]], capacity: int = 256,
+                 extra: dict[str, tuple[type, float, int]] | None = None) -> None:
+        self.spec = spec
+        self.extra = extra or {}
+        self.n = 0
+        self.cap = 0
+        self.free: list[int] = []
+        self._alloc(capacity)
+
+    def _alloc(self, cap: int) -> None:
+        for name, (dtype, fill) in self.spec.items():
+            arr = np.full(cap, fill, dtype=dtype)
+            if self.cap:
+                arr[: self.cap] = getattr(self, name)
+            setattr(self, name, arr)
+        for name, (dtype, fill, width) in self.extra.items():
+            arr2 = np.full((cap, width), fill, dtype=dtype)
+            if self.cap:
+                arr2[: self.cap] = getattr(self, name)
+            setattr(self, name, arr2)
+        self.cap = cap
+
+    def take(self, k: int) -> np.ndarray:
+        """``k`` fresh rows (reset to their fills), reusing freed ones first."""
+        reuse = [self.free.pop() for _ in range(min(k, len(self.free)))]
+        new = k - len(reuse)
+        if self.n + new > self.cap:
+            self._alloc(max(self.n + new, 2 * self.cap))
+        rows = np.array(reuse + list(range(self.n, self.n + new)), dtype=np.int64)
+        self.n += new
+        if reuse:
+            self.reset(np.array(reuse, dtype=np.int64))
+        return rows
+
+    def reset(self, rows: np.ndarray) -> None:
+        for name, (_, fill) in self.spec.items():
+            getattr(self, name)[rows] = fill
+        for name, (_, fill, _w) in self.extra.items():
+            getattr(self, name)[rows] = fill
+
+
+class CampaignDay:
+    """A live view of one campaign-day row of a :class:`BudgetService` (rebuildable from
+    the ledger and the next reports). Attribute reads follow the service's columns."""
+
+    __slots__ = ("_s", "row")
+
+    def __init__(self, service: BudgetService, row: int) -> None:
+        self._s = service
+        self.row = row
+
+    def _col(self, name: str) -> np.ndarray:
+        return getattr(self._s._rows, name)
+
+    @property
+    def campaign(self) -> Campaign:
+        return self._s._campaigns[int(self._s._slots.cid[self._col("slot")[self.row]])]
+
+    @property
+    def day(self) -> date:
+        return date.fromordinal(int(self._col("day")[self.row]))
+
+    @property
+    def start_s(self) -> float:
+        return float(self._col("start_s")[self.row])
+
+    @property
+    def end_s(self) -> float:
+        return float(self._col("end_s")[self.row])
+
+    @property
+    def plan(self) -> TargetPlan:
+        r, t = self.row, self._s._rows
+        return TargetPlan(self._s._curve(int(t.shape[r]), int(t.dz[r])), int(t.plan_budget[r]),
+                          float(t.anchor_s[r]), int(t.anchor_spend[r]))
+
+    @property
+    def ctl(self) -> controller.ControllerState:
+        r, t = self.row, self._s._rows
+        return controller.ControllerState(float(t.p[r]), float(t.integral[r]),
+                                          float(t.spend_avg[r]), float(t.target_avg[r]),
+                                          float(t.charges_avg[r]))
+
+    @property
+    def state(self) -> BudgetState:
+        return STATES[int(self._col("state")[self.row])]
+
+    @property
+    def status(self) -> PacingStatus:
+        return STATUSES[int(self._col("status")[self.row])]
+
+    @property
+    def exhausted_at(self) -> float | None:
+        v = float(self._col("exhausted_at")[self.row])
+        return None if math.isnan(v) else v
+
+    def _int(self, name: str) -> int:
+        return int(self._col(name)[self.row])
+
+    billed = property(lambda self: self._int("billed"))
+    settled_after = property(lambda self: self._int("settled_after"))
+    lifetime_billed_before = property(lambda self: self._int("lifetime_before"))
+    served_total = property(lambda self: self._int("served_total"))
+    bucket_sum = property(lambda self: self._int("bucket_sum"))
+    watermark = property(lambda self: float(self._col("watermark")[self.row]))
+    peak_rate = property(lambda self: float(self._col("peak_rate")[self.row]))
+    rate_ewma = property(lambda self: float(self._col("rate_ewma")[self.row]))
+    rate_measured = property(lambda self: bool(self._col("rate_measured")[self.row]))
+
+    @property
+    def slices(self) -> dict[str, _Slice]:
+        return self._s._slices.get(self.row, {})
+
+    @property
+    def server_rates(self) -> dict[str, float]:
+        return self._s._rates.get(self.row, {})
 
     # -- spend accounting -------------------------------------------------------------
     def in_flight(self) -> int:
         """Expected open spend not yet covered by billing + closed/expired slices' use
         (worst case for expired ones) not yet covered, less the expected cost of those
         serves whose event already billed, micros (≥ 0)."""
-        total = self.bucket_sum
-        for s in self.slices.values():
-            if s.used is not None:
-                total += s.used
-        return max(0, total - self.settled_after)
+        return max(0, self._int("bucket_sum") + self._int("sl_used") - self._int("settled_after"))
 
     def spent(self) -> int:
         """Billed + in flight, leases excluded: the spend the controller follows."""
-        return self.billed + self.in_flight()
+        return self._int("billed") + self.in_flight()
 
     def outstanding(self, now: float) -> int:
         """Amount of live (open, unexpired) slices, micros."""
         return sum(s.amount for s in self.slices.values() if s.used is None and s.expires_at > now)
 
     def committed(self, now: float) -> int:
-        return self.billed + self.in_flight() + self.outstanding(now)
+        return self._int("billed") + self.in_flight() + self.outstanding(now)
 
 
 class BudgetService:
@@ -180,9 +334,8 @@ class BudgetService:
     Args:
         clock: injected domain clock (UTC).
         shard, shards: this shard's number and the shard count (routing by campaign id).
-        traffic_shape: campaign id -> 24 hourly weights of its eligible requests over the
-            last 7 days (local wall-clock hours); missing -> ``default_shape``.
-        default_shape: the placement average for new campaigns.
+        default_shape: 24 hourly weights of the placement average, for campaigns
+            without a traffic shape of their own (``set_traffic_shape``).
         control_interval_s: seconds between controller steps.
         gains: controller tuning.
         warmup_s: seconds after start before grants (see module docstring).
@@ -210,21 +363,41 @@ class BudgetService:
         self._heard: dict[str, float] = {}  # server id -> last report (domain s)
         self._synced: set[str] = set()  # servers that reported naming this epoch
         self._warm = False
-        self._billed_read: set[tuple[int, date]] = set()
         self.shard = shard
         self.shards = shards
         self.control_interval_s = control_interval_s
         self.gains = gains
-        self._default_shape = tuple(default_shape) if default_shape else (1.0,) * 24
-        self._shapes: dict[int, tuple[float, ...]] = {}
+        self._bank = CurveBank()
+        self._default_sid = int(self._bank.shapes.add(
+            tuple(default_shape) if default_shape else (1.0,) * 24)[0])
+        self._curves: dict[tuple[int, int], TargetCurve] = {}
+        self._tz_ids: dict[str, int] = {}
+        self._tz_names: list[str] = []
         self._campaigns: dict[int, Campaign] = {}
-        self._created_at: dict[int, float] = {}
-        self._days: dict[tuple[int, date], CampaignDay] = {}
-        self._current: dict[int, CampaignDay] = {}
+        self._slot_of: dict[int, int] = {}
+        self._slots = _Columns(_SLOT_COLUMNS)
+        self._rows = _Columns(_ROW_COLUMNS, extra={"p_hist": (np.float32, _NAN, P_SLOTS)})
+        self._row_of: dict[int, int] = {}  # campaign id << DAY_BITS | day ordinal -> row
+        self._pending_shapes: dict[int, int] = {}  # shapes of campaigns not yet known
         self._yesterday_p: dict[tuple[int, date], dict[int, float]] = {}
+        # sparse per-row state: only rows that have any
+        self._buckets: dict[int, deque[tuple[float, int]]] = {}
+        self._slices: dict[int, dict[str, _Slice]] = {}
+        self._rates: dict[int, dict[str, float]] = {}
+        self._slice_row: dict[str, int] = {}
+        self._expiry: list[tuple[float, str]] = []  # (expires_at, slice id), a heap
+        self._touched: set[int] = set()
+        # published directives: version, change log (version, rows changed in it)
+        self._version = 0
+        self._log_vers: list[int] = []
+        self._log_rows: list[np.ndarray] = []
+        self._log_floor = 0  # changes up to this version are no longer in the log
+        self._acked: dict[str, tuple[int, float]] = {}  # server -> (version, when)
+        self._days_iso: dict[int, str] = {}
         self._seen: dict[str, tuple[int, set[int]]] = {}
         self._last_reply: dict[str, tuple[tuple[int, ...], Reply]] = {}
         self._slice_ids = itertools.count(1)
+        self._gc_at = self.started_at
         self.unknown_campaign_reports = 0
         #: control steps run, and the lowest p an evenly paced campaign-day was given
         self.steps = 0
@@ -248,75 +421,314 @@ class BudgetService:
         old = self._campaigns.get(campaign.id)
         if old is not None and old.version > campaign.version:
             return
+        slot = self._slot(campaign)
         if created_at is not None:
-            self._created_at[campaign.id] = created_at
-        self._campaigns[campaign.id] = campaign
+            self._slots.created[slot] = created_at
         now = self._now()
-        for (cid, _day), cd in self._days.items():
-            if cid != campaign.id:
-                continue
-            if campaign.daily_budget_micros != cd.campaign.daily_budget_micros:
-                spent = cd.committed(now)
-                cd.plan = cd.plan.rescaled(campaign.daily_budget_micros, now - cd.start_s, spent)
-                cd.plan_peak_rate = (campaign.daily_budget_micros
-                                     * cd.plan.curve.peak_share_per_s())
-                cd.ctl = controller.ControllerState(cd.ctl.p, 0.0)
-                cd.last_committed = cd.spent()
-            cd.campaign = campaign
-            self._refresh_state(cd, now)
+        if old is not None and old.daily_budget_micros != campaign.daily_budget_micros:
+            for row in self._rows_of_slot(slot):
+                self._rescale(row, campaign.daily_budget_micros, now)
+        rows = self._rows_of_slot(slot)
+        if rows:
+            self._refresh(np.array(rows, dtype=np.int64), now)
+
+    def upsert_campaigns(self, campaigns: Iterable[Campaign]) -> int:
+        """Campaign records in bulk (start-up): new campaigns are added vectorised, known
+        ones go through :meth:`upsert_campaign`. Returns how many were applied."""
+        new: list[Campaign] = []
+        n = 0
+        for c in campaigns:
+            if c.id in self._campaigns:
+                self.upsert_campaign(c)
+            else:
+                new.append(c)
+            n += 1
+        if new:
+            self._add_slots(new)
+        return n
 
     def set_traffic_shape(self, campaign_id: int, hourly: Sequence[float]) -> None:
         """Hourly eligible-request shape (24 local hours, last 7 days) for future curves."""
         if len(hourly) != 24:
             raise ValueError("hourly shape needs 24 values")
-        self._shapes[campaign_id] = tuple(float(v) for v in hourly)
+        sid = int(self._bank.shapes.add(np.array(hourly, dtype=np.float64))[0])
+        slot = self._slot_of.get(campaign_id)
+        if slot is None:
+            self._pending_shapes[campaign_id] = sid
+        else:
+            self._slots.shape[slot] = sid
+        self._maybe_compact_shapes()
+
+    def set_traffic_shapes(self, campaign_ids: np.ndarray, hourly: np.ndarray,
+                           others: Sequence[float] | None = None) -> None:
+        """Shapes in bulk: row ``i`` of ``hourly`` (k × 24) for ``campaign_ids[i]``; every
+        other known campaign gets ``others`` (the placement average) when given."""
+        if others is not None:
+            sid = int(self._bank.shapes.add(np.array(others, dtype=np.float64))[0])
+            self._slots.shape[: self._slots.n] = sid
+        if len(campaign_ids):
+            ids = self._bank.shapes.add(hourly)
+            slots = np.array([self._slot_of.get(int(c), -1) for c in campaign_ids.tolist()],
+                             dtype=np.int64)
+            ok = slots >= 0
+            self._slots.shape[slots[ok]] = ids[ok]
+        self._maybe_compact_shapes()
 
     def seed_yesterday(self, campaign_id: int, day: date, p_by_minute: dict[int, float]) -> None:
         """p by elapsed minute of ``day``'s previous day (restart recovery, simulations)."""
         self._yesterday_p[(campaign_id, day)] = dict(p_by_minute)
 
-    # -- state per campaign-day ---------------------------------------------------------
-    def campaign_day(self, campaign_id: int, day: date) -> CampaignDay | None:
-        return self._days.get((campaign_id, day))
+    def _slot(self, c: Campaign) -> int:
+        slot = self._slot_of.get(c.id)
+        if slot is None:
+            slot = int(self._slots.take(1)[0])
+            self._slot_of[c.id] = slot
+            self._slots.cid[slot] = c.id
+            self._slots.shape[slot] = self._pending_shapes.pop(c.id, -1)
+        self._campaigns[c.id] = c
+        self._write_slot(slot, c)
+        return slot
 
-    def _get_day(self, campaign_id: int, day: date) -> CampaignDay | None:
-        key = (campaign_id, day)
-        cd = self._days.get(key)
-        if cd is not None:
-            return cd
-        c = self._campaigns.get(campaign_id)
+    def _write_slot(self, slot: int, c: Campaign) -> None:
+        s = self._slots
+        s.charge[slot] = charge_micros(c)
+        s.daily[slot] = c.daily_budget_micros
+        s.lifetime[slot] = -1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros
+        s.even[slot] = c.pacing_mode is PacingMode.EVEN
+        s.accel[slot] = c.pacing_mode is PacingMode.ACCELERATED
+        s.active[slot] = c.status is CampaignStatus.ACTIVE
+        s.owned[slot] = self.owns(c.id)
+        s.fstart[slot] = c.flight_start.toordinal()
+        s.fend[slot] = (1 << 40) if c.flight_end is None else c.flight_end.toordinal()
+        s.tz[slot] = self._tz_id(c.time_zone)
+
+    def _add_slots(self, new: list[Campaign]) -> None:
+        """Vectorised slot creation for campaigns not known yet."""
+        slots = self._slots.take(len(new))
+        s = self._slots
+        ids = np.fromiter((c.id for c in new), dtype=np.int64, count=len(new))
+        s.cid[slots] = ids
+        s.charge[slots] = [charge_micros(c) for c in new]
+        s.daily[slots] = [c.daily_budget_micros for c in new]
+        s.lifetime[slots] = [-1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros
+                             for c in new]
+        s.even[slots] = [c.pacing_mode is PacingMode.EVEN for c in new]
+        s.accel[slots] = [c.pacing_mode is PacingMode.ACCELERATED for c in new]
+        s.active[slots] = [c.status is CampaignStatus.ACTIVE for c in new]
+        s.owned[slots] = ids % self.shards == self.shard
+        s.fstart[slots] = [c.flight_start.toordinal() for c in new]
+        s.fend[slots] = [(1 << 40) if c.flight_end is None else c.flight_end.toordinal()
+                         for c in new]
+        s.tz[slots] = [self._tz_id(c.time_zone) for c in new]
+        self._slot_of.update(zip(ids.tolist(), slots.tolist(), strict=True))
+        self._campaigns.update((c.id, c) for c in new)
+        for cid in [c for c in self._pending_shapes if c in self._slot_of]:
+            s.shape[self._slot_of[cid]] = self._pending_shapes.pop(cid)
+
+    def _tz_id(self, tz: str) -> int:
+        i = self._tz_ids.get(tz)
+        if i is None:
+            i = self._tz_ids[tz] = len(self._tz_names)
+            self._tz_names.append(tz)
+        return i
+
+    def _rows_of_slot(self, slot: int) -> list[int]:
+        out = []
+        r = int(self._slots.head[slot])
+        while r >= 0:
+            out.append(r)
+            r = int(self._rows.nxt[r])
+        return out
+
+    def _rescale(self, row: int, budget: int, now: float) -> None:
+        """A budget edit: the rest of the day's curve from the spend committed now."""
+        t = self._rows
+        cd = CampaignDay(self, row)
+        spent = cd.committed(now)
+        t.plan_budget[row] = budget
+        t.anchor_s[row] = now - t.start_s[row]
+        t.anchor_spend[row] = spent
+        t.plan_ca[row] = self._shares(np.array([row]), np.array([now - t.start_s[row]]))[0]
+        t.plan_peak_rate[row] = budget * t.peak_share[row]
+        t.integral[row], t.spend_avg[row], t.target_avg[row], t.charges_avg[row] = 0, -1, -1, -1
+        t.last_committed[row] = cd.spent()
+
+    # -- curves -------------------------------------------------------------------------
+    def _curve(self, shape_id: int, dz: int) -> TargetCurve:
+        key = (shape_id, dz)
+        c = self._curves.get(key)
         if c is None:
-            return None
-        start, end = day_bounds(day, c.time_zone)
-        curve = curve_for_day(self._shapes.get(campaign_id, self._default_shape), day, c.time_zone)
-        now = self._now()
-        start_s, end_s = start.timestamp(), end.timestamp()
-        elapsed_min = max(0, int((now - start_s) // 60))
-        p0 = 1.0
-        prev = self._yesterday_p.get(key)
-        if prev is None:
-            y = self._days.get((campaign_id, date.fromordinal(day.toordinal() - 1)))
-            prev = y.p_by_minute if y is not None else None
-        if prev:
-            # first p of the day: yesterday's p at the same point of the curve
-            k = min(prev, key=lambda m: abs(m - elapsed_min))
-            p0 = prev[k]
-        cd = CampaignDay(
-            campaign=c, day=day, start_s=start_s, end_s=end_s,
-            plan=self._first_plan(curve, c, start_s, end_s),
-            ctl=controller.ControllerState(p0, 0.0), last_step_s=max(now, start_s),
-        )
-        cd.plan_peak_rate = c.daily_budget_micros * curve.peak_share_per_s()
-        self._days[key] = cd
-        self._refresh_state(cd, now)
-        return cd
+            c = self._curves[key] = self._bank.curve(shape_id, dz)
+        return c
 
-    def _first_plan(self, curve: TargetCurve, c: Campaign, start_s: float,
-                    end_s: float) -> TargetPlan:
-        created = self._created_at.get(c.id)
-        if created is not None and start_s < created < end_s:
-            return TargetPlan(curve, c.daily_budget_micros, anchor_s=created - start_s)
-        return TargetPlan(curve, c.daily_budget_micros)
+    def _shares(self, rows: np.ndarray, elapsed_s: np.ndarray) -> np.ndarray:
+        t = self._rows
+        return self._bank.share_at(t.shape[rows], t.dz[rows], t.total[rows], elapsed_s)
+
+    def _targets(self, rows: np.ndarray, elapsed_s: np.ndarray) -> np.ndarray:
+        """``TargetPlan.target_micros`` of each row at ``elapsed_s`` (float micros)."""
+        t = self._rows
+        b = t.plan_budget[rows].astype(np.float64)
+        s = t.anchor_spend[rows].astype(np.float64)
+        a, ca = t.anchor_s[rows], t.plan_ca[rows]
+        c = self._shares(rows, elapsed_s)
+        before = np.where(a == 0.0, 0.0, s * c / np.maximum(ca, 1e-12))
+        after = s + (b - s) * (c - ca) / np.where(ca >= 1.0, 1.0, 1.0 - ca)
+        after = np.where(ca >= 1.0, b, after)
+        out = np.where(elapsed_s <= a, before, after)
+        return np.where(s >= b, s, out)
+
+    def _maybe_compact_shapes(self) -> None:
+        table = self._bank.shapes
+        if table.n < 4096 or table.n < 2 * (self._slots.n + 1):
+            return
+        live = np.flatnonzero(self._rows.live[: self._rows.n])
+        keep = np.concatenate([self._slots.shape[: self._slots.n], self._rows.shape[live],
+                               np.array([self._default_sid])])
+        remap = table.compact(keep)
+        s = self._slots.shape[: self._slots.n]
+        self._slots.shape[: self._slots.n] = np.where(s >= 0, remap[np.maximum(s, 0)], -1)
+        self._rows.shape[live] = remap[self._rows.shape[live]]
+        self._default_sid = int(remap[self._default_sid])
+        self._pending_shapes = {c: int(remap[i]) for c, i in self._pending_shapes.items()
+                                if remap[i] >= 0}
+        self._curves.clear()
+
+    # -- campaign-day rows ----------------------------------------------------------------
+    def campaign_day(self, campaign_id: int, day: date) -> CampaignDay | None:
+        row = self._row_of.get(campaign_id << DAY_BITS | day.toordinal())
+        return None if row is None else CampaignDay(self, row)
+
+    def _row(self, campaign_id: int, day: date) -> int:
+        """The row of (campaign, local day), made on first use; -1 for an unknown campaign."""
+        row = self._row_of.get(campaign_id << DAY_BITS | day.toordinal())
+        if row is not None:
+            return row
+        slot = self._slot_of.get(campaign_id)
+        if slot is None:
+            return -1
+        return int(self._new_rows(np.array([slot]), np.array([day.toordinal()]),
+                                  self._now())[0])
+
+    def _new_rows(self, slots: np.ndarray, days: np.ndarray, now: float) -> np.ndarray:
+        """Rows for (slot, day ordinal) pairs none of which exists yet (vectorised)."""
+        t, s = self._rows, self._slots
+        rows = t.take(len(slots))
+        dz = self._day_zones(s.tz[slots], days)
+        z = self._bank.zones
+        t.live[rows] = True
+        t.slot[rows] = slots
+        t.day[rows] = days
+        t.dz[rows] = dz
+        t.start_s[rows] = z.start_s[dz]
+        t.end_s[rows] = z.end_s[dz]
+        shape = s.shape[slots]
+        t.shape[rows] = np.where(shape >= 0, shape, self._default_sid)
+        t.total[rows] = self._bank.totals(t.shape[rows], dz)
+        t.peak_share[rows] = self._peak_shares(t.shape[rows], dz, t.total[rows])
+        daily = s.daily[slots]
+        t.plan_budget[rows] = daily
+        created = s.created[slots]
+        mid = (created > t.start_s[rows]) & (created < t.end_s[rows])
+        t.anchor_s[rows] = np.where(mid, created - t.start_s[rows], 0.0)
+        t.plan_ca[rows] = np.where(mid, self._shares(rows, t.anchor_s[rows]), 0.0)
+        t.plan_peak_rate[rows] = daily * t.peak_share[rows]
+        t.p[rows] = self._first_p(slots, days, rows, now)
+        t.last_step_s[rows] = np.maximum(now, t.start_s[rows])
+        keys = (s.cid[slots] << DAY_BITS) | days
+        self._row_of.update(zip(keys.tolist(), rows.tolist(), strict=True))
+        t.nxt[rows] = s.head[slots]
+        s.head[slots] = rows
+        self._refresh(rows, now)
+        return rows
+
+    def _day_zones(self, tz: np.ndarray, days: np.ndarray) -> np.ndarray:
+        keys = tz * (1 << 24) + days
+        uniq, inv = np.unique(keys, return_inverse=True)
+        ids = np.array([self._bank.zones.get(self._tz_names[int(k >> 24)],
+                                             date.fromordinal(int(k & ((1 << 24) - 1))))
+                        for k in uniq], dtype=np.int64)
+        return ids[inv]
+
+    def _peak_shares(self, shape: np.ndarray, dz: np.ndarray, total: np.ndarray) -> np.ndarray:
+        """Peak share per second of each (shape, day-zone) pair, computed once per pair."""
+        keys = shape * (1 << 20) + dz
+        _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        peaks = self._bank.peak_share_per_s(shape[first], dz[first], total[first])
+        return peaks[inv]
+
+    def _first_p(self, slots: np.ndarray, days: np.ndarray, rows: np.ndarray,
+                 now: float) -> np.ndarray:
+        """First p of a day: yesterday's p at the same point of the curve (nearest hour
+        recorded), else 1."""
+        p = np.ones(len(rows))
+        cids = self._slots.cid[slots]
+        ykeys = (cids << DAY_BITS) | (days - 1)
+        yrows = np.array([self._row_of.get(k, -1) for k in ykeys.tolist()], dtype=np.int64)
+        elapsed_h = np.maximum(0, (now - self._rows.start_s[rows]) // 3600).astype(np.int64)
+        has = yrows >= 0
+        if has.any():
+            hist = self._rows.p_hist[yrows[has]].astype(np.float64)
+            dist = np.abs(np.arange(P_SLOTS)[None, :] - elapsed_h[has][:, None]).astype(float)
+            dist[np.isnan(hist)] = np.inf
+            best = dist.argmin(axis=1)
+            val = hist[np.arange(len(best)), best]
+            p[has] = np.where(np.isfinite(dist.min(axis=1)), val, 1.0)
+        if self._yesterday_p:
+            for i, (cid, d) in enumerate(zip(cids.tolist(), days.tolist(), strict=True)):
+                prev = self._yesterday_p.get((cid, date.fromordinal(d)))
+                if prev:
+                    m = int(elapsed_h[i] * 60)
+                    p[i] = prev[min(prev, key=lambda k, m=m: abs(k - m))]
+        return p
+
+    def _current_row(self, slot: int, now: float) -> int:
+        r = int(self._slots.cur[slot])
+        t = self._rows
+        if r >= 0 and t.start_s[r] <= now < t.end_s[r]:
+            return r
+        tz = self._tz_names[int(self._slots.tz[slot])]
+        day = local_day(datetime.fromtimestamp(now, tz=UTC), tz)
+        cid = int(self._slots.cid[slot])
+        r = self._row(cid, day)
+        self._slots.cur[slot] = r
+        return r
+
+    def current(self, campaign_id: int, now: float) -> CampaignDay | None:
+        """The campaign's state on its local day at ``now`` (created on first use)."""
+        slot = self._slot_of.get(campaign_id)
+        if slot is None:
+            return None
+        row = self._current_row(slot, now)
+        self._flush(now)
+        return CampaignDay(self, row)
+
+    def _roll_over(self, now: float) -> np.ndarray:
+        """Make every owned campaign's current row the one of its local day at ``now``
+        (vectorised: new days are made in bulk); the current rows."""
+        s, t = self._slots, self._rows
+        n = s.n
+        slots = np.flatnonzero(s.owned[:n] & (s.cid[:n] >= 0))
+        cur = s.cur[slots]
+        ok = cur >= 0
+        ok[ok] = (t.start_s[cur[ok]] <= now) & (now < t.end_s[cur[ok]])
+        need = slots[~ok]
+        if len(need):
+            days = self._local_days(s.tz[need], now)
+            keys = (s.cid[need] << DAY_BITS) | days
+            rows = np.array([self._row_of.get(k, -1) for k in keys.tolist()], dtype=np.int64)
+            missing = rows < 0
+            if missing.any():
+                rows[missing] = self._new_rows(need[missing], days[missing], now)
+            s.cur[need] = rows
+        return s.cur[slots]
+
+    def _local_days(self, tz: np.ndarray, now: float) -> np.ndarray:
+        at = datetime.fromtimestamp(now, tz=UTC)
+        uniq, inv = np.unique(tz, return_inverse=True)
+        days = np.array([local_day(at, self._tz_names[int(z)]).toordinal() for z in uniq],
+                        dtype=np.int64)
+        return days[inv]
 
     # -- cold start ---------------------------------------------------------------------
     def warm(self, now: float | None = None) -> bool:
@@ -329,68 +741,78 @@ class BudgetService:
         else:
             live = {s for s, t in self._heard.items() if now - t <= SERVER_STALE_S}
             ok = now - self.started_at >= self.warmup_s and live <= self._synced
-        self._warm = ok
+        if ok:
+            self._warm = True
+            # every cold campaign-day may leave its cold state now
+            t = self._rows
+            cold = np.flatnonzero(t.live[: t.n] & (t.status[: t.n] == S_COLD))
+            self._touched.update(cold.tolist())
         return ok
 
     def can_grant(self, cd: CampaignDay, now: float) -> bool:
         """Grants need the day's billed spend read and a warm instance."""
-        return (cd.campaign.id, cd.day) in self._billed_read and self.warm(now)
+        return bool(self._rows.billed_read[cd.row]) and self.warm(now)
 
-    def _refresh_state(self, cd: CampaignDay, now: float) -> None:
-        c = cd.campaign
-        charge = charge_micros(c)
-        budget = day_budget(cd)
-        flying = c.flight_start <= cd.day and (c.flight_end is None or cd.day <= c.flight_end)
-        if c.status is not CampaignStatus.ACTIVE or not flying or budget <= 0:
-            cd.state = BudgetState.STOPPED
-            cd.status = PacingStatus.STOPPED
+    def _refresh(self, rows: np.ndarray, now: float) -> None:
+        """Budget state and pacing status of ``rows`` from their spend (vectorised), then
+        publish what changed."""
+        if not len(rows):
             return
-        if not self.can_grant(cd, now):
-            cd.state = BudgetState.METERED
-            cd.status = PacingStatus.COLD
+        t, s = self._rows, self._slots
+        sl = t.slot[rows]
+        charge = s.charge[sl]
+        daily, life = s.daily[sl], s.lifetime[sl]
+        budget = np.where(life < 0, daily,
+                          np.maximum(0, np.minimum(daily, life - t.lifetime_before[rows])))
+        day = t.day[rows]
+        flying = (s.fstart[sl] <= day) & (day <= s.fend[sl])
+        stopped = ~s.active[sl] | ~flying | (budget <= 0)
+        cold = ~(t.billed_read[rows] & self.warm(now))
+        in_fl = np.maximum(0, t.bucket_sum[rows] + t.sl_used[rows] - t.settled_after[rows])
+        billed = t.billed[rows]
+        committed = billed + in_fl + t.sl_open[rows]
+        peak = np.maximum(t.peak_rate[rows], t.plan_peak_rate[rows])
+        thr_rate = np.floor(OPEN_RESERVE_S * np.maximum(0.0, peak)).astype(np.int64)
+        thr = np.where(t.rate_measured[rows],
+                       np.maximum(thr_rate, OPEN_RESERVE_CHARGES * charge), budget)
+        g = np.maximum(0, budget - billed - in_fl)
+        st = np.where(budget - committed > thr, OPEN,
+                      np.where(g < np.maximum(1, charge), EXHAUSTED, METERED)).astype(np.int8)
+        normal = ~stopped & ~cold
+        ex = t.exhausted_at[rows]
+        ex = np.where(normal & (st == EXHAUSTED) & np.isnan(ex), now,
+                      np.where(normal & (st != EXHAUSTED), _NAN, ex))
+        t.exhausted_at[rows] = ex
+        limited = (t.p[rows] >= 1.0) & (t.integral[rows] > 0.002)
+        status = np.select([st == EXHAUSTED, st == METERED, limited],
+                           [S_EXHAUSTED, S_BUDGET, S_BID], S_PACING)
+        t.state[rows] = np.where(stopped, STOPPED, np.where(cold, METERED, st))
+        t.status[rows] = np.where(stopped, S_STOPPED, np.where(cold, S_COLD, status))
+        self._publish(rows)
+
+    def _publish(self, rows: np.ndarray) -> None:
+        """Directive values of ``rows``; the rows whose (state, p) changed get a new
+        version and enter the change log."""
+        t, s = self._rows, self._slots
+        st = t.state[rows]
+        p = np.where(st == STOPPED, 0.0, np.where(s.accel[t.slot[rows]], 1.0, t.p[rows]))
+        changed = (st != t.pub_state[rows]) | (p != t.pub_p[rows])
+        if not changed.any():
             return
-        in_fl = cd.in_flight()
-        committed = cd.billed + in_fl + cd.outstanding(now)
-        # Until a control step has measured the day's spend rate, the rate is unknown and
-        # the campaign stays metered: a burst before the first step (a new campaign, a
-        # server fleet starting up) is bounded by the slices granted, never overspent.
-        peak = max(cd.peak_rate, cd.plan_peak_rate)
-        thr = open_threshold(peak, charge) if cd.rate_measured else budget
-        state = budget_state(budget - committed, grantable(budget, cd.billed, in_fl), thr, charge)
-        if state is BudgetState.EXHAUSTED and cd.exhausted_at is None:
-            cd.exhausted_at = now
-        elif state is not BudgetState.EXHAUSTED:
-            cd.exhausted_at = None
-        cd.state = state
-        if state is BudgetState.EXHAUSTED:
-            cd.status = PacingStatus.EXHAUSTED
-        elif state is BudgetState.METERED:
-            cd.status = PacingStatus.LIMITED_BY_BUDGET
-        elif cd.ctl.p >= 1.0 and cd.ctl.integral > 0.002:
-            cd.status = PacingStatus.LIMITED_BY_BID_OR_AUDIENCE
-        else:
-            cd.status = PacingStatus.PACING
+        ch = rows[changed]
+        self._version += 1
+        t.pub_state[ch] = st[changed]
+        t.pub_p[ch] = p[changed]
+        t.ver[ch] = self._version
+        self._log_vers.append(self._version)
+        self._log_rows.append(ch.copy())
 
-    def current(self, campaign_id: int, now: float) -> CampaignDay | None:
-        """The campaign's state on its local day at ``now`` (created on first use)."""
-        hit = self._current.get(campaign_id)
-        if hit is not None and hit.start_s <= now < hit.end_s:
-            return hit
-        c = self._campaigns.get(campaign_id)
-        if c is None:
-            return None
-        cd = self._get_day(campaign_id, local_day(datetime.fromtimestamp(now, tz=UTC),
-                                                  c.time_zone))
-        if cd is not None:
-            self._current[campaign_id] = cd
-        return cd
-
-    def _p(self, cd: CampaignDay) -> float:
-        if cd.state is BudgetState.STOPPED:
-            return 0.0
-        if cd.campaign.pacing_mode is PacingMode.ACCELERATED:
-            return 1.0
-        return cd.ctl.p
+    def _flush(self, now: float) -> None:
+        """Refresh the rows touched since the last flush."""
+        if self._touched:
+            rows = np.fromiter(self._touched, dtype=np.int64, count=len(self._touched))
+            self._touched.clear()
+            self._refresh(rows[self._rows.live[rows]], now)
 
     # -- reports ------------------------------------------------------------------------
     def handle_report(self, report: Report) -> Reply:
@@ -398,202 +820,447 @@ class BudgetService:
 
         Entries already applied (duplicates) are skipped; a message identical to the last
         one from that server (same sequence numbers) gets the same reply, so a retry never
-        doubles spend nor grants.
+        doubles spend nor grants. Directives: see :class:`~adfunnel.budget.protocol.Reply`.
         """
         now = self._now()
         self._heard[report.server_id] = now
         if report.epoch == self.epoch:
             self._synced.add(report.server_id)
+        self._expire_due(now)
+        self.warm(now)
         seqs = tuple(e.seq for e in report.entries)
         top = max(seqs, default=-1)
         cached = self._last_reply.get(report.server_id)
         if cached is not None and seqs and cached[0] == seqs:
             return cached[1]
+        named = self._apply_entries(report)
+        self._flush(now)
+        grants: list[SliceGrant] = []
+        for cid in report.wants:
+            g = self._grant(report.server_id, cid, now)
+            if g is not None:
+                grants.append(g)
+        self._flush(now)
+        max_seq = self._seen[report.server_id][0] if report.server_id in self._seen else -1
+        directives = self._reply_directives(report, named, now)
+        reply = Reply(shard=self.shard, at=now, acked_through=max(top, max_seq if top >= 0 else -1),
+                      directives=directives, grants=grants, epoch=self.epoch,
+                      version=self._version)
+        if seqs:
+            self._last_reply[report.server_id] = (seqs, reply)
+        return reply
+
+    def _apply_entries(self, report: Report) -> set[int]:
+        """Apply the entries not seen yet; the campaigns they name."""
+        named: set[int] = set()
         max_seq, seen = self._seen.get(report.server_id, (-1, set()))
         for entry in report.entries:
+            for sp in entry.spend:
+                named.add(sp.campaign_id)
             if entry.seq in seen or entry.seq <= max_seq - SEQ_WINDOW:
                 continue
             seen.add(entry.seq)
             if entry.seq > max_seq:
                 max_seq = entry.seq
             for sp in entry.spend:
-                cd = self._apply_spend(report.server_id, sp, entry.period_end, entry.resent)
-                if cd is not None:
-                    self._refresh_state(cd, now)
+                row = self._apply_spend(report.server_id, sp, entry.period_end, entry.resent)
+                if row >= 0:
+                    self._touched.add(row)
             for use in entry.closed_slices:
                 self._close_slice(use)
         if len(seen) > 2 * SEQ_WINDOW:
             seen = {s for s in seen if s > max_seq - SEQ_WINDOW}
         self._seen[report.server_id] = (max_seq, seen)
-
-        grants: list[SliceGrant] = []
-        for cid in report.wants:
-            g = self._grant(report.server_id, cid, now)
-            if g is not None:
-                grants.append(g)
-        reply = Reply(shard=self.shard, at=now, acked_through=max(top, max_seq if top >= 0 else -1),
-                      directives=self.directives(now), grants=grants, epoch=self.epoch)
-        if seqs:
-            self._last_reply[report.server_id] = (seqs, reply)
-        return reply
+        return named
 
     def _apply_spend(self, server_id: str, sp: CampaignSpend, t: float,
-                     resent: bool = False) -> CampaignDay | None:
-        cd = self._get_day(sp.campaign_id, date.fromisoformat(sp.day))
-        if cd is None:
+                     resent: bool = False) -> int:
+        row = self._row(sp.campaign_id, date.fromisoformat(sp.day))
+        if row < 0:
             self.unknown_campaign_reports += 1
-            return None
-        if sp.open_micros and not (cd.watermark and t < cd.watermark):
-            cd.buckets.append((t, sp.open_micros))
-            cd.bucket_sum += sp.open_micros
+            return -1
+        rows = self._rows
+        wm = float(rows.watermark[row])
+        if sp.open_micros and not (wm and t < wm):
+            self._buckets.setdefault(row, deque()).append((t, sp.open_micros))
+            rows.bucket_sum[row] += sp.open_micros
         if resent:  # in flight, but not this period's spend rate
-            return cd
-        cd.step_spend += sp.open_micros + sp.sliced_micros
-        cd.step_charges += sp.charges
-        cd.served_total += sp.open_micros + sp.sliced_micros
-        r = cd.server_rates.get(server_id, float(sp.demand_micros))
-        cd.server_rates[server_id] = 0.7 * r + 0.3 * sp.demand_micros
-        return cd
+            return row
+        spent = sp.open_micros + sp.sliced_micros
+        rows.step_spend[row] += spent
+        rows.step_charges[row] += sp.charges
+        rows.served_total[row] += spent
+        rates = self._rates.setdefault(row, {})
+        r = rates.get(server_id, float(sp.demand_micros))
+        rates[server_id] = 0.7 * r + 0.3 * sp.demand_micros
+        return row
 
     def _close_slice(self, use: SliceUse) -> None:
-        for cd in self._days.values():
-            s = cd.slices.get(use.slice_id)
-            if s is not None:
-                if s.used is None or s.provisional:
-                    # a late close replaces the worst case assumed at expiry
-                    s.used = min(s.amount, use.used_micros)
-                    s.closed_at = use.closed_at
-                    s.provisional = False
-                return
+        row = self._slice_row.get(use.slice_id)
+        if row is None:
+            return
+        s = self._slices[row][use.slice_id]
+        if s.used is None or s.provisional:
+            # a late close replaces the worst case assumed at expiry
+            t = self._rows
+            if s.used is None:
+                t.sl_open[row] -= s.amount
+            else:
+                t.sl_used[row] -= s.used
+            s.used = min(s.amount, use.used_micros)
+            t.sl_used[row] += s.used
+            s.closed_at = use.closed_at
+            s.provisional = False
+            self._touched.add(row)
+
+    def _reply_directives(self, report: Report, named: set[int], now: float) -> list[Directive]:
+        """Everything on first contact, after an epoch change or an unknown version; else
+        the current campaign-days changed since the server's version, plus those of the
+        campaigns it wants or reports spend on."""
+        known = report.directives_version
+        full = (report.epoch != self.epoch or known < self._log_floor or known < 0
+                or known > self._version)
+        if full:
+            rows = self._roll_over(now)
+            self._flush(now)
+            self._ack(report.server_id, self._version, now)
+            return self._directives_of(rows)
+        self._ack(report.server_id, known, now)
+        extra = []
+        for cid in itertools.chain(report.wants, named):
+            slot = self._slot_of.get(cid)
+            if slot is not None and self._slots.owned[slot]:
+                extra.append(self._current_row(slot, now))
+        self._flush(now)
+        i = bisect_right(self._log_vers, known)
+        parts = self._log_rows[i:]
+        if extra:
+            parts = [*parts, np.array(extra, dtype=np.int64)]
+        if not parts:
+            return []
+        rows = np.unique(np.concatenate(parts))
+        t, s = self._rows, self._slots
+        sl = t.slot[rows]
+        keep = t.live[rows] & (s.cur[sl] == rows) & s.owned[sl]
+        keep &= (t.ver[rows] > known) | np.isin(rows, np.array(extra, dtype=np.int64))
+        rows = rows[keep]
+        return self._directives_of(rows[np.argsort(sl[keep], kind="stable")])
+
+    def _directives_of(self, rows: np.ndarray) -> list[Directive]:
+        t, s = self._rows, self._slots
+        cids = s.cid[t.slot[rows]].tolist()
+        states = t.pub_state[rows].tolist()
+        ps = t.pub_p[rows].tolist()
+        days = [self._day_iso(d) for d in t.day[rows].tolist()]
+        vals = STATE_VALUES
+        return [Directive(c, vals[st], p, d)
+                for c, st, p, d in zip(cids, states, ps, days, strict=True)]
+
+    def _day_iso(self, ordinal: int) -> str:
+        s = self._days_iso.get(ordinal)
+        if s is None:
+            s = self._days_iso[ordinal] = date.fromordinal(ordinal).isoformat()
+        return s
+
+    def _ack(self, server_id: str, version: int, now: float) -> None:
+        """Note the version a server holds; drop change-log entries every recent server
+        has (a server coming back later than that gets everything)."""
+        self._acked[server_id] = (version, now)
+        recent = [v for v, at in self._acked.values() if now - at <= ACK_KEPT_S]
+        floor = min(recent) if recent else self._version
+        i = bisect_right(self._log_vers, floor)
+        if i:
+            del self._log_vers[:i]
+            del self._log_rows[:i]
+            self._log_floor = max(self._log_floor, floor)
+        for sid in [k for k, (_, at) in self._acked.items() if now - at > ACK_KEPT_S]:
+            del self._acked[sid]
+
+    def ask(self, server_id: str, campaign_id: int, now: float,
+            ) -> tuple[Directive | None, SliceGrant | None]:
+        """One campaign's slice asked outside a report (the embedded server's admit): a
+        grant when one is due, and the campaign's directive. O(1)."""
+        self._expire_due(now)
+        self.warm(now)
+        self._flush(now)
+        g = self._grant(server_id, campaign_id, now)
+        slot = self._slot_of.get(campaign_id)
+        if slot is None or not self._slots.owned[slot]:
+            return None, g
+        row = self._current_row(slot, now)
+        self._flush(now)
+        return self._directives_of(np.array([row]))[0], g
 
     def _grant(self, server_id: str, campaign_id: int, now: float) -> SliceGrant | None:
         c = self._campaigns.get(campaign_id)
         if c is None or not self.owns(campaign_id):
             return None
-        cd = self.current(campaign_id, now)
-        if cd is None:
+        row = self._current_row(self._slot_of[campaign_id], now)
+        self._drop_billed_slices(row)
+        one = np.array([row])
+        self._touched.discard(row)
+        self._refresh(one, now)
+        t = self._rows
+        if t.state[row] != METERED or not (t.billed_read[row] and self.warm(now)):
             return None
-        self._expire(cd, now)
-        self._refresh_state(cd, now)
-        if cd.state is not BudgetState.METERED or not self.can_grant(cd, now):
-            return None
-        charge = charge_micros(c)
-        g = grantable(day_budget(cd), cd.billed, cd.in_flight())
-        size = slice_size(cd.server_rates.get(server_id, 0.0), charge, g, cd.outstanding(now))
+        charge = int(self._slots.charge[self._slot_of[campaign_id]])
+        cd = CampaignDay(self, row)
+        g = grantable(day_budget(cd), int(t.billed[row]), cd.in_flight())
+        rate = self._rates.get(row, {}).get(server_id, 0.0)
+        size = slice_size(rate, charge, g, int(t.sl_open[row]))
         if size <= 0:
             return None
         sid = f"{self.shard}-{next(self._slice_ids)}"
-        cd.slices[sid] = _Slice(server_id, size, now + SLICE_TTL_S)
-        self._refresh_state(cd, now)
+        self._slices.setdefault(row, {})[sid] = _Slice(server_id, size, now + SLICE_TTL_S)
+        self._slice_row[sid] = row
+        t.sl_open[row] += size
+        heapq.heappush(self._expiry, (now + SLICE_TTL_S, sid))
+        self._refresh(one, now)
         return SliceGrant(sid, campaign_id, cd.day.isoformat(), size, now + SLICE_TTL_S,
                           worst_case_regime(g, charge))
 
-    def _expire(self, cd: CampaignDay, now: float) -> None:
+    def _expire_due(self, now: float) -> None:
         """Slices past their expiry without a close count as fully spent (a crashed server
         may have used them) until billing's watermark passes their expiry."""
-        for s in cd.slices.values():
-            if s.used is None and s.expires_at <= now:
+        heap, t = self._expiry, self._rows
+        while heap and heap[0][0] <= now:
+            _, sid = heapq.heappop(heap)
+            row = self._slice_row.get(sid)
+            if row is None:
+                continue
+            s = self._slices[row][sid]
+            if s.used is None:
                 s.used = s.amount
                 s.closed_at = s.expires_at
                 s.provisional = True
-        w = cd.watermark
-        if w:
-            done = [k for k, s in cd.slices.items() if s.used is not None and s.closed_at < w]
-            for k in done:
-                del cd.slices[k]
+                t.sl_open[row] -= s.amount
+                t.sl_used[row] += s.amount
+                self._touched.add(row)
+
+    def _drop_billed_slices(self, row: int) -> None:
+        """Forget the used slices of ``row`` that billing's watermark has passed."""
+        slices = self._slices.get(row)
+        w = float(self._rows.watermark[row])
+        if not slices or not w:
+            return
+        done = [k for k, s in slices.items() if s.used is not None and s.closed_at < w]
+        for k in done:
+            self._rows.sl_used[row] -= slices.pop(k).used or 0
+            del self._slice_row[k]
+        if not slices:
+            del self._slices[row]
+        if done:
+            self._touched.add(row)
 
     # -- billing ------------------------------------------------------------------------
     def record_billed(self, update: BilledUpdate) -> None:
         """Billed spend from the ledger: replaces the estimates served before its watermark.
         Idempotent (cumulative values, monotone watermark)."""
-        cd = self._get_day(update.campaign_id, date.fromisoformat(update.day))
-        if cd is None:
+        row = self._row(update.campaign_id, date.fromisoformat(update.day))
+        if row < 0:
             return
-        self._billed_read.add((cd.campaign.id, cd.day))
-        cd.billed = max(cd.billed, update.billed_micros)
-        cd.lifetime_billed_before = max(cd.lifetime_billed_before,
-                                        update.lifetime_billed_before_micros)
-        if update.complete_before >= cd.watermark:
-            cd.settled_after = max(0, update.settled_after_micros)
-        if update.complete_before > cd.watermark:
-            cd.watermark = update.complete_before
-            b = cd.buckets
-            while b and b[0][0] < cd.watermark:
-                cd.bucket_sum -= b.popleft()[1]
+        t = self._rows
+        t.billed_read[row] = True
+        t.billed[row] = max(int(t.billed[row]), update.billed_micros)
+        t.lifetime_before[row] = max(int(t.lifetime_before[row]),
+                                     update.lifetime_billed_before_micros)
+        wm = float(t.watermark[row])
+        if update.complete_before >= wm:
+            t.settled_after[row] = max(0, update.settled_after_micros)
+        if update.complete_before > wm:
+            t.watermark[row] = update.complete_before
+            self._pop_buckets(row)
         now = self._now()
-        self._expire(cd, now)
-        self._refresh_state(cd, now)
+        self._expire_due(now)
+        self._drop_billed_slices(row)
+        self._touched.add(row)
+        self.warm(now)
+        self._flush(now)
+
+    def record_billed_bulk(self, cols: BilledColumns) -> int:
+        """:meth:`record_billed` for many campaign-days at once (the billed feed at start
+        and every few seconds), vectorised; rows whose values did not move and that hold
+        no spend buckets or slices cost no Python work. Returns the rows applied."""
+        now = self._now()
+        self._expire_due(now)
+        rows = self._rows_for(cols.campaign_ids, cols.days, now)
+        ok = rows >= 0
+        rows = rows[ok]
+        t = self._rows
+        billed = np.maximum(t.billed[rows], cols.billed_micros[ok])
+        life = np.maximum(t.lifetime_before[rows], cols.lifetime_billed_before_micros[ok])
+        wm, cb = t.watermark[rows], cols.complete_before[ok]
+        settled = np.where(cb >= wm, np.maximum(0, cols.settled_after_micros[ok]),
+                           t.settled_after[rows])
+        moved = ((billed != t.billed[rows]) | (life != t.lifetime_before[rows])
+                 | (settled != t.settled_after[rows]) | ~t.billed_read[rows])
+        t.billed_read[rows] = True
+        t.billed[rows] = billed
+        t.lifetime_before[rows] = life
+        t.settled_after[rows] = settled
+        t.watermark[rows] = np.maximum(wm, cb)
+        self._touched.update(rows[moved].tolist())
+        for row in self._among(rows, itertools.chain(self._buckets, self._slices)):
+            self._pop_buckets(row)
+            self._drop_billed_slices(row)
+            self._touched.add(row)
+        self.warm(now)
+        self._flush(now)
+        return len(rows)
+
+    def _among(self, rows: np.ndarray, sparse: Iterable[int]) -> set[int]:
+        """The rows of ``sparse`` (a few) that are in ``rows`` (many), without a set of
+        ``rows``."""
+        keys = list(sparse)
+        if not keys:
+            return set()
+        mask = np.zeros(self._rows.n, dtype=bool)
+        mask[rows] = True
+        return {r for r in keys if mask[r]}
+
+    def _pop_buckets(self, row: int) -> None:
+        b = self._buckets.get(row)
+        if not b:
+            return
+        w = float(self._rows.watermark[row])
+        gone = 0
+        while b and b[0][0] < w:
+            gone += b.popleft()[1]
+        self._rows.bucket_sum[row] -= gone
+        if not b:
+            del self._buckets[row]
+
+    def _rows_for(self, campaign_ids: np.ndarray, days: np.ndarray, now: float) -> np.ndarray:
+        """Rows of (campaign id, day ordinal) pairs, made in bulk where missing; -1 for
+        unknown campaigns."""
+        keys = (campaign_ids.astype(np.int64) << DAY_BITS) | days.astype(np.int64)
+        get = self._row_of.get
+        rows = np.array([get(k, -1) for k in keys.tolist()], dtype=np.int64)
+        missing = np.flatnonzero(rows < 0)
+        if len(missing):
+            so = self._slot_of.get
+            slots = np.array([so(c, -1) for c in campaign_ids[missing].tolist()], dtype=np.int64)
+            known = slots >= 0
+            if known.any():
+                m = missing[known]
+                rows[m] = self._new_rows(slots[known], days[m].astype(np.int64), now)
+        return rows
 
     # -- control loop -------------------------------------------------------------------
     def step(self) -> None:
-        """One control step for every campaign on its current local day."""
+        """One control step for every campaign on its current local day (vectorised)."""
         now = self._now()
         self.steps += 1
-        for cid in self._campaigns:
-            if not self.owns(cid):
-                continue
-            cd = self.current(cid, now)
-            if cd is None:
-                continue
-            self._step_one(cd, now)
-        # forget days that ended more than two days ago
-        for key in [k for k, cd in self._days.items() if cd.end_s < now - 2 * 86400]:
-            del self._days[key]
-            self._billed_read.discard(key)
-
-    def _step_one(self, cd: CampaignDay, now: float) -> None:
-        dt = now - cd.last_step_s
-        if dt <= 0:
-            return
-        self._expire(cd, now)
-        rate = cd.step_spend / dt
-        cd.rate_ewma = rate if cd.rate_ewma == 0 else 0.5 * cd.rate_ewma + 0.5 * rate
-        cd.peak_rate = max(cd.peak_rate, cd.rate_ewma)
-        budget = cd.plan.budget_micros
-        if budget > 0 and cd.campaign.pacing_mode is PacingMode.EVEN:
-            e0, e1 = cd.last_step_s - cd.start_s, now - cd.start_s
-            target = cd.plan.target_micros(e1) - cd.plan.target_micros(e0)
-            # the controller follows spend (billed + in flight), not leases: a slice
-            # granted is a reservation, its use arrives with the server's report
-            spent = cd.spent()
-            delta = None if cd.last_committed < 0 else spent - cd.last_committed
-            cd.last_committed = spent
-            charge = charge_micros(cd.campaign)
-            cd.ctl, _ = controller.step(
-                cd.ctl, cd.step_spend, target, dt, budget_micros=budget,
-                charges=cd.step_charges, committed_delta_micros=delta,
-                behind_micros=cd.plan.target_micros(e1) - spent,
-                hold_band_micros=hold_band(spent - cd.plan.anchor_spend_micros, charge, budget),
-                charge_micros=charge, gains=self.gains,
-            )
-        if cd.step_charges > 0:
-            cd.rate_measured = True
-        cd.step_spend = 0
-        cd.step_charges = 0
-        cd.last_step_s = now
-        cd.p_by_minute[int((now - cd.start_s) // 60)] = cd.ctl.p
-        if cd.campaign.pacing_mode is PacingMode.EVEN and cd.state is not BudgetState.STOPPED:
-            self.p_min = cd.ctl.p if self.p_min is None else min(self.p_min, cd.ctl.p)
-        self._refresh_state(cd, now)
+        self._expire_due(now)
+        self.warm(now)
+        rows = self._roll_over(now)
+        self._flush(now)
+        t = self._rows
+        dt = now - t.last_step_s[rows]
+        sel = dt > 0
+        rows, dt = rows[sel], dt[sel]
+        for row in self._among(rows, self._slices):
+            self._drop_billed_slices(row)
+        if len(rows):
+            self._step_rows(rows, dt, now)
+        self._flush(now)
         if self.on_step is not None:
-            self.on_step(cd, now)
+            for row in rows.tolist():
+                self.on_step(CampaignDay(self, row), now)
+        if now - self._gc_at >= GC_EVERY_S:
+            self._gc_at = now
+            self._forget_old_days(now)
+
+    def _step_rows(self, rows: np.ndarray, dt: np.ndarray, now: float) -> None:
+        t, s = self._rows, self._slots
+        rate = t.step_spend[rows] / dt
+        ewma = t.rate_ewma[rows]
+        ewma = np.where(ewma == 0, rate, 0.5 * ewma + 0.5 * rate)
+        t.rate_ewma[rows] = ewma
+        t.peak_rate[rows] = np.maximum(t.peak_rate[rows], ewma)
+        sl = t.slot[rows]
+        even = (t.plan_budget[rows] > 0) & s.even[sl]
+        if even.any():
+            self._control(rows[even], dt[even], now)
+        t.rate_measured[rows] |= t.step_charges[rows] > 0
+        t.step_spend[rows] = 0
+        t.step_charges[rows] = 0
+        t.last_step_s[rows] = now
+        slot_h = np.clip((now - t.start_s[rows]) // 3600, 0, P_SLOTS - 1).astype(np.int64)
+        t.p_hist[rows, slot_h] = t.p[rows]
+        paced = s.even[sl] & (t.state[rows] != STOPPED)
+        if paced.any():
+            low = float(t.p[rows[paced]].min())
+            self.p_min = low if self.p_min is None else min(self.p_min, low)
+        self._refresh(rows, now)
+
+    def _control(self, rows: np.ndarray, dt: np.ndarray, now: float) -> None:
+        """The PI controller of evenly paced rows (``controller.step_arrays``)."""
+        t, s = self._rows, self._slots
+        start = t.start_s[rows]
+        e0, e1 = t.last_step_s[rows] - start, now - start
+        target1 = self._targets(rows, e1)
+        target = target1 - self._targets(rows, e0)
+        in_fl = np.maximum(0, t.bucket_sum[rows] + t.sl_used[rows] - t.settled_after[rows])
+        spent = t.billed[rows] + in_fl
+        last = t.last_committed[rows]
+        t.last_committed[rows] = spent
+        budget = t.plan_budget[rows]
+        charge = s.charge[t.slot[rows]]
+        state = controller.ControllerArrays(t.p[rows], t.integral[rows], t.spend_avg[rows],
+                                            t.target_avg[rows], t.charges_avg[rows])
+        new = controller.step_arrays(
+            state, t.step_spend[rows], target, dt, budget_micros=budget,
+            charges=t.step_charges[rows], committed_delta_micros=(spent - last).astype(float),
+            has_delta=last >= 0, behind_micros=target1 - spent,
+            hold_band_micros=hold_bands(spent - t.anchor_spend[rows], charge, budget),
+            charge_micros=charge, gains=self.gains)
+        t.p[rows], t.integral[rows] = new.p, new.integral
+        t.spend_avg[rows], t.target_avg[rows] = new.spend_avg, new.target_avg
+        t.charges_avg[rows] = new.charges_avg
+
+    def _forget_old_days(self, now: float) -> None:
+        """Drop the rows of days that ended more than two days ago."""
+        t, s = self._rows, self._slots
+        n = t.n
+        old = np.flatnonzero(t.live[:n] & (t.end_s[:n] < now - 2 * 86400))
+        if not len(old):
+            return
+        cids = s.cid[t.slot[old]]
+        for k in ((cids << DAY_BITS) | t.day[old]).tolist():
+            self._row_of.pop(k, None)
+        for row in old.tolist():
+            self._buckets.pop(row, None)
+            self._rates.pop(row, None)
+            for sid in self._slices.pop(row, {}):
+                self._slice_row.pop(sid, None)
+            self._touched.discard(row)
+        sl = t.slot[old]
+        s.cur[sl] = np.where(s.cur[sl] == old, -1, s.cur[sl])
+        t.live[old] = False
+        t.free.extend(old.tolist())
+        self._relink()
+
+    def _relink(self) -> None:
+        """Rebuild each campaign's list of rows from the live rows."""
+        t, s = self._rows, self._slots
+        live = np.flatnonzero(t.live[: t.n])
+        order = live[np.argsort(t.slot[live], kind="stable")]
+        sl = t.slot[order]
+        s.head[: s.n] = -1
+        t.nxt[: t.n] = -1
+        if len(order):
+            same = np.append(sl[1:] == sl[:-1], False)
+            t.nxt[order[:-1]] = np.where(same[:-1], order[1:], -1)
+            first = np.append(True, sl[1:] != sl[:-1])
+            s.head[sl[first]] = order[first]
 
     def directives(self, now: float | None = None) -> list[Directive]:
         """Current state and p of every campaign of this shard on its local day."""
         now = self._now() if now is None else now
-        out = []
-        for cid in self._campaigns:
-            if not self.owns(cid):
-                continue
-            cd = self.current(cid, now)
-            if cd is None:
-                continue
-            if cd.status is PacingStatus.COLD:
-                self._refresh_state(cd, now)  # warm now, or the day's billed spend read
-            out.append(Directive(cid, cd.state.value, self._p(cd), cd.day.isoformat()))
-        return out
+        rows = self._roll_over(now)
+        self._flush(now)
+        return self._directives_of(rows)
 
     def _now(self) -> float:
         return self.clock.now().timestamp()
-
-

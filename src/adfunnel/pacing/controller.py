@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 #: Lowest participation probability control alone can set.
 P_FLOOR = 0.001
 #: Largest relative change of p in one step.
@@ -157,3 +159,78 @@ def step(
         p_new = max(p_new, state.p)  # not ahead of the curve: never lower p
     p = clamp_step(state.p, p_new)
     return ControllerState(p, integral, spend_avg, target_avg, charges_avg), p
+
+
+@dataclass(slots=True)
+class ControllerArrays:
+    """:class:`ControllerState` of many campaign-days as float64 arrays (one per field)."""
+
+    p: np.ndarray
+    integral: np.ndarray
+    spend_avg: np.ndarray
+    target_avg: np.ndarray
+    charges_avg: np.ndarray
+
+
+def clamp_steps(p_old: np.ndarray, p_new: np.ndarray) -> np.ndarray:
+    """:func:`clamp_step` of arrays."""
+    lo = np.maximum(P_FLOOR, p_old * (1.0 - MAX_STEP_CHANGE))
+    hi = np.minimum(1.0, p_old * (1.0 + MAX_STEP_CHANGE))
+    inside = np.minimum(hi, np.maximum(lo, p_new))
+    return np.where(lo > hi, np.minimum(1.0, np.maximum(P_FLOOR, p_new)), inside)
+
+
+def step_arrays(
+    state: ControllerArrays,
+    spend_micros: np.ndarray,
+    target_micros: np.ndarray,
+    dt_s: np.ndarray,
+    *,
+    budget_micros: np.ndarray,
+    charges: np.ndarray,
+    committed_delta_micros: np.ndarray,
+    has_delta: np.ndarray,
+    behind_micros: np.ndarray,
+    hold_band_micros: np.ndarray,
+    charge_micros: np.ndarray,
+    gains: Gains = DEFAULT_GAINS,
+) -> ControllerArrays:
+    """:func:`step` for many campaign-days at once (every argument an array of one length;
+    ``has_delta`` False where ``committed_delta_micros`` is None in the scalar call, and
+    ``behind_micros`` always known). Same rules and invariants as :func:`step`, equal to
+    it up to float rounding (property-tested); every ``dt_s`` and ``budget_micros`` must
+    be > 0 (the caller selects those rows).
+    """
+    budget = budget_micros.astype(np.float64)
+    spend = np.maximum(0.0, spend_micros.astype(np.float64))
+    target = np.maximum(0.0, target_micros.astype(np.float64))
+    floor = gains.denominator_floor_share * budget * dt_s / 3600.0
+
+    moved = np.where(has_delta, committed_delta_micros, spend)
+    dev = (target - moved) / budget
+    leak = np.exp(-dt_s / gains.leak_s)
+    c = gains.integral_clamp
+    integral = np.clip(state.integral * leak + dev, -c, c)
+
+    a = gains.smoothing
+    prior = np.where(state.spend_avg < 0, target, state.spend_avg)
+    spend_avg = (1 - a) * prior + a * spend
+    target_avg = np.where(state.target_avg < 0, target, (1 - a) * state.target_avg + a * target)
+    desired = target_avg + integral * budget * dt_s / gains.catch_up_s
+    desired = np.maximum(desired, 0.25 * target_avg)
+
+    ratio = np.maximum(desired, floor) / np.maximum(spend_avg, floor)
+    volume = np.maximum(0.0, charges.astype(np.float64))
+    prior_charges = np.where(state.charges_avg < 0, volume, state.charges_avg)
+    charges_avg = (1 - a) * prior_charges + a * volume
+    g = gains.kp * charges_avg / (charges_avg + gains.volume_ref)
+    behind = behind_micros > 0.5 * np.maximum(0.0, charge_micros.astype(np.float64))
+    idle = ((spend <= 0.0) & (volume <= 0) & (desired > floor) & (spend_avg < desired)
+            & ((prior_charges >= 1.0) | behind))
+    g = np.where(idle, np.maximum(g, gains.kp * 0.5), g)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        moved_p = state.p * np.exp(g * np.log(ratio))
+    p_new = np.where(ratio > 0, moved_p, state.p)
+    p_new = np.where(behind_micros > -hold_band_micros, np.maximum(p_new, state.p), p_new)
+    p = clamp_steps(state.p, p_new)
+    return ControllerArrays(p, integral, spend_avg, target_avg, charges_avg)
