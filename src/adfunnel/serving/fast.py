@@ -127,13 +127,13 @@ class ColumnarDecider(Decider):
             return decision
         counts = decision.reason_counts
         assert counts is not None
-        ids, camp, reasons, versions = self._mask_ads(req, ids, view)
+        ids, camp, versions = self._mask_ads(req, ids, view, counts)
         clock.lap("filter")
         extra: list[str] = []  # the gate's own reasons, coded after REASONS
-        self._campaign_stage(ids, camp, reasons, view, now, seed, extra)
+        verdict = self._campaign_stage(camp, view, now, seed, extra, versions)
         clock.lap("gate")
-        _count(counts, reasons, extra)
-        keep = reasons == 0
+        _count(counts, verdict, extra)
+        keep = verdict == 0
         ids, camp = ids[keep], camp[keep]
         if monotonic_ms() >= deadline_at_ms:
             decision.late = True
@@ -160,38 +160,40 @@ class ColumnarDecider(Decider):
             self.rng = rng
 
     # ---- 1. masks over ads ---------------------------------------------------------
-    def _mask_ads(self, req: SelectRequest, ids: np.ndarray,
-                  view: ColumnsView) -> tuple[np.ndarray, np.ndarray, np.ndarray, _Versions]:
-        """(known ad ids, their campaign ids, reason code int8[n], the versions read) in
-        retrieval order.
+    def _mask_ads(self, req: SelectRequest, ids: np.ndarray, view: ColumnsView,
+                  counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray, _Versions]:
+        """(ad ids still in, their campaign ids, the versions read), in retrieval order;
+        the others are counted per reason into ``counts``.
 
         Ads or campaigns the catalogue no longer holds are dropped without a reason,
         as the reference path drops them."""
         ad_version = view.ad_version[ids]  # versions first (ColumnsView)
         camp = view.ad_campaign[ids]
-        known = camp >= 0
         n_c = len(view.c_known)
-        known &= camp < n_c
-        c_version = np.zeros(len(ids), dtype=np.int64)
-        c_version[known] = view.c_version[camp[known]]
-        known[known] = view.c_known[camp[known]]
-        if not known.all():
-            ids, camp = ids[known], camp[known]
-            ad_version, c_version = ad_version[known], c_version[known]
-        versions = _Versions(ids, ad_version, c_version)
-        reasons = np.zeros(len(ids), dtype=np.int8)
-        reasons[~view.ad_active[ids]] = _CODE[AD_PAUSED]
+        if len(camp) and (camp.min() < 0 or camp.max() >= n_c or not view.c_known[camp].all()):
+            known = (camp >= 0) & (camp < n_c)
+            known[known] = view.c_known[camp[known]]
+            ids, camp, ad_version = ids[known], camp[known], ad_version[known]
+        versions = _Versions(ids, ad_version)
+        active = view.ad_active[ids]
         shape = view.ad_shape[ids]
         cols = self.catalog.columns
-        wanted = [cols.shape_code(s.format, s.width, s.height) for s in req.slots]
-        open_ = reasons == 0
-        reasons[open_ & ~np.isin(shape, wanted)] = _CODE[NO_FITTING_SLOT]
+        fit = np.zeros(len(ids), dtype=bool)
+        for code in {cols.shape_code(s.format, s.width, s.height) for s in req.slots}:
+            fit |= shape == code
+        ok = active & fit
+        n_active = int(np.count_nonzero(active))
+        _add(counts, AD_PAUSED, len(ids) - n_active)
+        _add(counts, NO_FITTING_SLOT, n_active - int(np.count_nonzero(ok)))
         placement = self.catalog.placements.get(req.placement.id)
         if placement is not None:
             by_shape = self._placement_table(placement)[shape]
-            open_ = (reasons == 0) & (by_shape != 0)
-            reasons[open_] = by_shape[open_]
-        return ids, camp, reasons, versions
+            bad = ok & (by_shape != 0)
+            if bad.any():
+                _count(counts, by_shape[bad], [])
+                ok &= ~bad
+        keep = np.flatnonzero(ok)
+        return ids[keep], camp[keep], versions
 
     def _placement_table(self, p: Placement) -> np.ndarray:
         """Reason code per shape code for placement ``p`` (0: allowed)."""
@@ -209,19 +211,18 @@ class ColumnarDecider(Decider):
         return table
 
     # ---- 2-3. once per campaign -------------------------------------------------------
-    def _campaign_stage(self, ids: np.ndarray, camp: np.ndarray, reasons: np.ndarray,
-                        view: ColumnsView, now: datetime, seed: int,
-                        extra: list[str]) -> None:
-        """Status, flight, daypart, budget gate and pacing coin for every campaign with
-        an ad still in, in first-retrieved order; writes the reasons of its ads."""
-        alive = np.flatnonzero(reasons == 0)
-        if not len(alive):
-            return
-        uc, first, inverse = np.unique(camp[alive], return_index=True, return_inverse=True)
+    def _campaign_stage(self, camp: np.ndarray, view: ColumnsView, now: datetime,
+                        seed: int, extra: list[str], versions: _Versions) -> np.ndarray:
+        """Status, flight, daypart, budget gate and pacing coin for every campaign in
+        ``camp``, in first-retrieved order: the reason code of each entry (0 = in)."""
+        if not len(camp):
+            return np.zeros(0, dtype=np.int8)
+        uc, first, inverse = np.unique(camp, return_index=True, return_inverse=True)
         order = np.argsort(first, kind="stable")  # first-retrieved order
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
         uc = uc[order]
+        versions.campaigns(uc, view.c_version[uc])  # versions first (ColumnsView)
         verdict = _STATUS_REASON[view.c_status[uc]]
         ordinals, hours = self.catalog.columns.zones.at(now)
         zone = view.c_zone[uc]
@@ -236,7 +237,7 @@ class ColumnarDecider(Decider):
         if self.eligible is not None and len(live):  # the pacing curve's traffic
             self.eligible.add_many(uc[live].tolist(), now)
         verdict[live] = self._gate(uc[live], local[live], view, now, seed, extra)
-        reasons[alive] = verdict[rank[inverse]]
+        return verdict[rank[inverse]]
 
     def _gate(self, cids: np.ndarray, days: np.ndarray, view: ColumnsView, now: datetime,
               seed: int, extra: list[str]) -> np.ndarray:
@@ -336,7 +337,7 @@ class ColumnarDecider(Decider):
                 c = self.catalog.campaigns[win.candidate.campaign_id]
                 ad = self.catalog.ads[win.candidate.ad_id]
                 in_page |= (camp == c.id) | (s["advertiser"] == c.advertiser_id)
-                if (ad.version, c.version) != versions[win.candidate.ad_id]:
+                if (ad.version, c.version) != versions.read(ad.id, c.id):
                     # edited while this decision read its columns: not served on a
                     # mix of two versions (the slot stays empty)
                     _add(counts, CHANGED, 1)
@@ -442,14 +443,20 @@ def _add(counts: dict[str, int], reason: str, n: int) -> None:
 
 
 class _Versions:
-    """(ad version, campaign version) of each candidate as read before its columns."""
+    """Ad and campaign versions as a decision read them, before their other columns."""
 
-    def __init__(self, ids: np.ndarray, ad_version: np.ndarray, c_version: np.ndarray) -> None:
-        self.ids, self.ad_version, self.c_version = ids, ad_version, c_version
+    def __init__(self, ad_ids: np.ndarray, ad_version: np.ndarray) -> None:
+        self.ad_ids, self.ad_version = ad_ids, ad_version
+        self.campaign_ids = self.c_version = np.zeros(0, dtype=np.int64)
 
-    def __getitem__(self, ad_id: int) -> tuple[int, int]:
-        i = int(np.flatnonzero(self.ids == ad_id)[0])  # winners only: a few per decision
-        return int(self.ad_version[i]), int(self.c_version[i])
+    def campaigns(self, campaign_ids: np.ndarray, c_version: np.ndarray) -> None:
+        self.campaign_ids, self.c_version = campaign_ids, c_version
+
+    def read(self, ad_id: int, campaign_id: int) -> tuple[int, int]:
+        """(ad version, campaign version) read for a winner (a few per decision)."""
+        i = int(np.flatnonzero(self.ad_ids == ad_id)[0])
+        j = int(np.flatnonzero(self.campaign_ids == campaign_id)[0])
+        return int(self.ad_version[i]), int(self.c_version[j])
 
 
 class _Fixed:
