@@ -99,6 +99,14 @@ def make_index(settings: Settings) -> AdIndex:
     return ScanIndex() if settings.index == "scan" else ConjunctionIndex()
 
 
+def make_catalog(settings: Settings) -> Catalog:
+    """The serving catalogue: with the conjunction index, partitioned by creative shape
+    (retrieval hands the decider only ads that fit); the reference scan, one index."""
+    if settings.index == "scan":
+        return Catalog(ScanIndex(), prior_pctr=settings.pctr_prior)
+    return Catalog.shaped(prior_pctr=settings.pctr_prior)
+
+
 def make_clock(settings: Settings) -> Clock:
     return ManualClock() if settings.clock == "manual" else SystemClock()
 
@@ -116,7 +124,7 @@ def build_runtime(
     upgrade(engine)
     store = SqlCampaignStore(engine, clock)
     ledger = SqlLedger(engine)
-    catalog = Catalog(make_index(settings), prior_pctr=settings.pctr_prior)
+    catalog = make_catalog(settings)
     catalog.load(Snapshot.read(store))
     store.subscribe(catalog.apply_local)
     change_feed = ChangeFeed(store, catalog, clock=clock, poll_s=settings.change_poll_s,

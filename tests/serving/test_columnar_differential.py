@@ -39,7 +39,7 @@ from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.fast import PRERANK_CUT, ColumnarDecider
-from adfunnel.serving.funnel import Decider, Decision
+from adfunnel.serving.funnel import AD_PAUSED, NO_FITTING_SLOT, Decider, Decision
 from adfunnel.serving.request import SelectRequest, decode_request
 
 ZONES = ["UTC", "America/New_York", "Asia/Kolkata", "Asia/Tokyo", "Pacific/Chatham"]
@@ -130,7 +130,7 @@ def _request(rng: random.Random, seq: int) -> SelectRequest:
 class World:
     """One random catalogue with its gate, pCTR counts and clock, built from a seed."""
 
-    def __init__(self, seed: int, gate_kind: str, scan: bool) -> None:
+    def __init__(self, seed: int, gate_kind: str, index: str) -> None:
         rng = random.Random(seed)
         self.now = datetime(2026, 3, 8, 6, 30, tzinfo=UTC) + timedelta(
             minutes=rng.randint(0, 60 * 24 * 6))
@@ -138,7 +138,11 @@ class World:
         n_adv, n_camp = rng.randint(2, 12), rng.randint(3, 40)
         campaigns = [_campaign(rng, cid, n_adv, today) for cid in range(1, n_camp + 1)]
         ads = [_ad(rng, aid, campaigns) for aid in range(1, rng.randint(5, 160))]
-        self.catalog = Catalog(ScanIndex() if scan else ConjunctionIndex())
+        self.catalog = {
+            "scan": lambda: Catalog(ScanIndex()),
+            "conjunction": lambda: Catalog(ConjunctionIndex()),
+            "shaped": lambda: Catalog.shaped(factory=ConjunctionIndex),
+        }[index]()
         self.catalog.load(Snapshot([Advertiser(i, f"a{i}") for i in range(1, n_adv + 1)],
                                    campaigns, ads, 0, _placements(rng)))
         self.ctr = SmoothedCtr(0.01, 100.0)
@@ -197,9 +201,12 @@ def _gate_effects(gate: object) -> object:
     return None
 
 
-def _split(counts: dict[str, int]) -> tuple[dict[str, int], int]:
-    """(filter and gate reasons, candidates the auction stage turned away but below_reserve)."""
-    own = {r: n for r, n in counts.items() if r not in AUCTION_REASONS}
+def _split(counts: dict[str, int], shaped: bool) -> tuple[dict[str, int], int]:
+    """(filter and gate reasons, candidates the auction stage turned away but below_reserve).
+
+    A shape-partitioned index never hands the columnar path an ad that does not fit."""
+    skip = {NO_FITTING_SLOT, AD_PAUSED} if shaped else set()  # some of those never retrieved
+    own = {r: n for r, n in counts.items() if r not in AUCTION_REASONS | skip}
     return own, sum(n for r, n in counts.items() if r in AUCTION_REASONS)
 
 
@@ -207,8 +214,8 @@ def _split(counts: dict[str, int]) -> tuple[dict[str, int], int]:
 @pytest.mark.parametrize("keep", [1, 3, 200])
 def test_columnar_path_equals_reference(gate_kind: str, keep: int) -> None:
     for world_seed in range(25):
-        scan = world_seed % 5 == 0
-        ref_world, col_world = (World(world_seed, gate_kind, scan) for _ in range(2))
+        index = ("scan", "conjunction", "shaped")[world_seed % 3]
+        ref_world, col_world = (World(world_seed, gate_kind, index) for _ in range(2))
         ref = ref_world.decider(columnar=False, decision_seed=world_seed, keep=keep)
         col = col_world.decider(columnar=True, decision_seed=world_seed, keep=keep)
         rng = random.Random(1000 + world_seed)
@@ -220,7 +227,8 @@ def test_columnar_path_equals_reference(gate_kind: str, keep: int) -> None:
             where = f"world {world_seed}, request {i}"
             assert _outcome(b) == _outcome(a), where
             assert b.reason_counts is not None and not b.rejections
-            assert _split(b.reason_counts) == _split(a.rejection_counts()), where
+            shaped = index == "shaped"
+            assert _split(b.reason_counts, shaped) == _split(a.rejection_counts(), shaped), where
             assert b.reason_counts.get(BELOW_RESERVE, 0) == a.rejection_counts().get(
                 BELOW_RESERVE, 0), where
         assert _gate_effects(col_world.gate) == _gate_effects(ref_world.gate)
@@ -228,7 +236,7 @@ def test_columnar_path_equals_reference(gate_kind: str, keep: int) -> None:
 
 
 def test_explain_requests_keep_every_reason() -> None:
-    world = World(3, "local", scan=False)
+    world = World(3, "local", "shaped")
     col = world.decider(columnar=True, decision_seed=1, keep=200)
     rng = random.Random(5)
     seen = 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from adfunnel.campaigns.model import (
@@ -26,6 +26,8 @@ from adfunnel.campaigns.model import (
 )
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.index.base import AdIndex
+from adfunnel.index.conjunction import ConjunctionIndex
+from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import MILLE
 from adfunnel.serving.columns import CatalogColumns
 from adfunnel.targeting.expr import All, Expr, parse_expr
@@ -72,6 +74,21 @@ class Catalog:
         # makes an ad retrievable
         self.columns = CatalogColumns()
         self._lock = threading.Lock()
+
+    @classmethod
+    def shaped(cls, prior_pctr: float = 0.001,
+               factory: Callable[[], AdIndex] = ConjunctionIndex) -> Catalog:
+        """A catalogue whose index is partitioned by creative shape
+        (:class:`~adfunnel.index.shaped.ShapedIndex`): the columnar decider retrieves
+        only ads that fit the request's slots."""
+        catalog = cls(ConjunctionIndex(), prior_pctr)  # replaced below: needs the catalogue
+        catalog.index = ShapedIndex(catalog.shape_of, factory)
+        return catalog
+
+    def shape_of(self, ad_id: int) -> tuple[str, int, int]:
+        """(format, width, height) of a held ad."""
+        ad = self.ads[ad_id]
+        return (ad.format, ad.width, ad.height)
 
     def load(self, snapshot: Snapshot) -> None:
         """Boot from a snapshot (one bulk index build); later changes arrive through

@@ -47,7 +47,8 @@ from adfunnel.auction.gsp import OUTRANKED, AuctionResult, Candidate, run_auctio
 from adfunnel.budget.gate import ASK, BUDGET_EXHAUSTED, PACED_OUT, REFUSE, BulkGate
 from adfunnel.campaigns.model import Placement
 from adfunnel.clock import monotonic_ms
-from adfunnel.index.base import query_array
+from adfunnel.index.base import ArrayRetrieval, query_array
+from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import MILLE
 from adfunnel.serving.columns import BID_TYPES, MAX_DENSE_ID, ColumnsView
 from adfunnel.serving.funnel import (
@@ -111,7 +112,7 @@ class ColumnarDecider(Decider):
         clock = _StageClock(self.timings is not None)
         now = self.clock.now()
         seed = self.rng.getrandbits(64)
-        retrieval = query_array(self.catalog.index, request_attributes(req), self.retrieval_limit)
+        retrieval = self._retrieve(req)
         ids = retrieval.ad_ids
         view = self.catalog.columns.view()
         if len(ids) and (int(ids.max()) >= len(view.ad_campaign)
@@ -149,6 +150,16 @@ class ColumnarDecider(Decider):
         if self.timings is not None:
             self.timings.append(clock.laps)
         return decision
+
+    def _retrieve(self, req: SelectRequest) -> ArrayRetrieval:
+        """The best ads for the request: of the slots' shapes only, where the index is
+        partitioned by shape (the others could not fill a slot)."""
+        index = self.catalog.index
+        attrs = request_attributes(req)
+        if isinstance(index, ShapedIndex):
+            shapes = [(s.format, s.width, s.height) for s in req.slots]
+            return index.query_shapes(attrs, shapes, self.retrieval_limit)
+        return query_array(index, attrs, self.retrieval_limit)
 
     def _reference(self, req: SelectRequest, request_id: str, deadline_at_ms: float,
                    seed: int, retrieval: object) -> Decision:
