@@ -32,13 +32,21 @@ def serve(
     budget_service: Annotated[str | None, typer.Option(help="URL of the budget & pacing service (default: in-process).")] = None,
     workers: Annotated[int, typer.Option(help="Ad-server processes sharing the port.")] = 1,
 ) -> None:
-    """Run the ad server (embedded default: every plane in one process, SQLite)."""
+    """Run the ad server (embedded default: every plane in one process, SQLite).
+
+    With ``--workers N`` (N > 1) N processes each load the catalogue and then bind
+    their own socket to the port with SO_REUSEPORT, so the kernel spreads connections
+    over them; every accepted connection has TCP_NODELAY set."""
     import os
     import secrets
 
-    import uvicorn
-
-    from adfunnel.app import build_app, build_runtime
+    from adfunnel.app import (
+        build_app,
+        build_runtime,
+        freeze_startup_heap,
+        serve_http,
+        serve_workers,
+    )
     from adfunnel.campaigns.migrate import upgrade
 
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
@@ -47,8 +55,11 @@ def serve(
     if workers <= 1:
         with _database_or_exit(settings.database_url):
             runtime = build_runtime(settings)
-        uvicorn.run(build_app(runtime), host=settings.host, port=settings.port,
-                    log_level="warning", access_log=False)
+        asgi = build_app(runtime)
+        freeze_startup_heap()
+        with _listening_or_exit(settings.host, settings.port):
+            if not serve_http(asgi, settings.host, settings.port):
+                raise typer.Exit(1)
         return
     if not settings.budget_service_url:
         console.print("[yellow]several workers without --budget-service: each holds its own "
@@ -61,8 +72,19 @@ def serve(
     os.environ.setdefault("ADFUNNEL_TOKEN_SECRET", secrets.token_hex(32))
     with _database_or_exit(settings.database_url):
         upgrade(settings.database_url)
-    uvicorn.run("adfunnel.app:create_app", factory=True, workers=workers, host=settings.host,
-                port=settings.port, log_level="warning", access_log=False)
+    with _listening_or_exit(settings.host, settings.port):
+        status = serve_workers(settings.host, settings.port, workers)
+    raise typer.Exit(status)
+
+
+@contextmanager
+def _listening_or_exit(host: str, port: int) -> Iterator[None]:
+    """Turn a port that cannot be bound into one line on stderr and exit code 1."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        typer.echo(f"adfunnel: cannot listen on {host}:{port}: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 @contextmanager

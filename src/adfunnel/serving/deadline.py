@@ -85,7 +85,9 @@ class DecisionQueue:
     request is shed, never decided, when its deadline has passed by the time the
     consumer reaches it (``expired``), or when on arrival the queue ahead of it, at the
     recent decision time, cannot drain before its deadline (``queue``: answered at once
-    rather than after a wait that would end in a shed anyway).
+    rather than after a wait that would end in a shed anyway). A request that finds the
+    queue empty is always queued: were the estimate inflated (a decision that once took
+    seconds), shedding on it alone would shed every request and never measure again.
 
     Measured against one dedicated decision thread (``adfunnel bench overload``, 1,000
     clients, 2 cores): the thread loses to the GIL — every I/O callback of the loop
@@ -111,7 +113,8 @@ class DecisionQueue:
 
     async def decide(self, req: SelectRequest, request_id: str, deadline_ms: float) -> Outcome:
         """Decide ``req`` before ``deadline_ms`` (monotonic ms), or shed it."""
-        if monotonic_ms() + (len(self._queue) + 1) * self.service_ms > deadline_ms:
+        waiting = len(self._queue)
+        if waiting and monotonic_ms() + (waiting + 1) * self.service_ms > deadline_ms:
             return Outcome(None, SHED_QUEUE)
         loop = asyncio.get_running_loop()
         job = _Job(req, request_id, deadline_ms, loop.create_future())

@@ -40,11 +40,15 @@ class Tally:
 
     latencies_ms: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
+    #: answers by ``"STATUS"`` or ``"STATUS:OUTCOME"`` (the ``x-adfunnel-outcome`` header)
+    outcomes: dict[str, int] = field(default_factory=dict)
     errors: int = 0
 
-    def add(self, status: int, ms: float) -> None:
+    def add(self, status: int, ms: float, outcome: str | None = None) -> None:
         self.latencies_ms.append(ms)
         self.statuses[status] = self.statuses.get(status, 0) + 1
+        key = f"{status}:{outcome}" if outcome else str(status)
+        self.outcomes[key] = self.outcomes.get(key, 0) + 1
 
     def summary(self) -> dict[str, Any]:
         lat = np.array(self.latencies_ms) if self.latencies_ms else np.zeros(1)
@@ -57,33 +61,52 @@ class Tally:
 
 def select_request(host: str, n: int, deadline_ms: int) -> bytes:
     """One pre-encoded ``POST /v1/ads:select`` (HTTP/1.1, keep-alive)."""
-    body = json.dumps({
+    return encode_request(host, "POST", "/v1/ads:select", select_body(n, deadline_ms))
+
+
+def select_body(n: int, deadline_ms: int) -> bytes:
+    """The JSON body of the ``n``-th ad request of this benchmark."""
+    return json.dumps({
         "user": {"key": f"u{n % 997}",
                  "attributes": {"geo.country": COUNTRIES[n % len(COUNTRIES)]}},
         "placement": {"id": "feed", "reserve_cpm_micros": 100_000},
         "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}],
         "deadline_ms": deadline_ms,
     }).encode()
-    head = (f"POST /v1/ads:select HTTP/1.1\r\nhost: {host}\r\n"
+
+
+def encode_request(host: str, method: str, path: str, body: bytes | None = None) -> bytes:
+    """One pre-encoded HTTP/1.1 keep-alive request (JSON ``body``, if any)."""
+    if body is None:
+        return f"{method} {path} HTTP/1.1\r\nhost: {host}\r\n\r\n".encode()
+    head = (f"{method} {path} HTTP/1.1\r\nhost: {host}\r\n"
             f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n")
     return head.encode() + body
 
 
+#: Response header naming why a select answered 204 (``no_fill``, ``shed``, ``late``).
+OUTCOME_HEADER = b"x-adfunnel-outcome"
+
+
 async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    request: bytes) -> int:
-    """Send one request, read its whole answer; the HTTP status."""
+                    request: bytes) -> tuple[int, str | None]:
+    """Send one request, read its whole answer; the HTTP status and the outcome header."""
     writer.write(request)
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     status = int(lines[0].split(b" ", 2)[1])
     length = 0
+    outcome = None
     for line in lines[1:]:
         name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
+        name = name.strip().lower()
+        if name == b"content-length":
             length = int(value)
+        elif name == OUTCOME_HEADER:
+            outcome = value.strip().decode()
     if length:
         await reader.readexactly(length)
-    return status
+    return status, outcome
 
 
 async def _client(host: str, port: int, requests: list[bytes], window: dict[str, float],
@@ -104,8 +127,8 @@ async def _client(host: str, port: int, requests: list[bytes], window: dict[str,
         while (reader is not None and time.monotonic() < window["stop_at"]
                and (limit is None or sent < limit)):
             t0 = time.perf_counter()
-            status = await _exchange(reader, writer, requests[sent % len(requests)])
-            tally.add(status, (time.perf_counter() - t0) * 1000.0)
+            status, outcome = await _exchange(reader, writer, requests[sent % len(requests)])
+            tally.add(status, (time.perf_counter() - t0) * 1000.0, outcome)
             sent += 1
     except (OSError, asyncio.IncompleteReadError, ValueError):
         tally.errors += 1
@@ -118,13 +141,22 @@ async def drive(url: str, clients: int, duration_s: float, deadline_ms: int,
                 limit_per_client: int | None = None) -> Tally:
     """``clients`` keep-alive connections in a closed loop for ``duration_s`` seconds
     (or ``limit_per_client`` requests each). Connections open before the clock starts."""
-    host, port = url.removeprefix("http://").split(":")
+    host = url.removeprefix("http://").split(":")[0]
     requests = [select_request(host, n, deadline_ms) for n in range(64)]
+    return await drive_requests(url, clients, duration_s, requests, limit_per_client)
+
+
+async def drive_requests(url: str, clients: int, duration_s: float, requests: list[bytes],
+                         limit_per_client: int | None = None) -> Tally:
+    """:func:`drive` with the given pre-encoded requests (:func:`encode_request`): client
+    ``i`` sends them in turn starting at ``i`` modulo their number."""
+    host, port = url.removeprefix("http://").split(":")
     tally = Tally()
     start = asyncio.Event()
     ready = asyncio.Semaphore(0)
     window = {"stop_at": float("inf")}
-    tasks = [asyncio.create_task(_client(host, int(port), requests[i % 64:] + requests[:i % 64],
+    k = len(requests)
+    tasks = [asyncio.create_task(_client(host, int(port), requests[i % k:] + requests[:i % k],
                                          window, ready, start, tally, limit_per_client))
              for i in range(clients)]
     for _ in range(clients):  # every connection answered once before the clock starts
@@ -175,24 +207,93 @@ def drive_wrk(url: str, clients: int, duration_s: float, deadline_ms: int) -> di
     Raises:
         RuntimeError: when ``wrk`` is not installed (Debian package ``wrk``) or fails.
     """
+    return run_wrk(url + "/v1/ads:select", clients, duration_s, [select_body(0, deadline_ms)])
+
+
+def run_wrk(url: str, clients: int, duration_s: float, bodies: list[bytes] | None = None,
+            *, count: bool = False) -> dict[str, Any]:
+    """``wrk`` (one thread, ``clients`` keep-alive connections) for ``duration_s`` seconds
+    against ``url``: ``POST`` of ``bodies`` in turn (JSON), or ``GET`` without any.
+
+    Returns :func:`parse_wrk`'s figures; with ``count`` also ``outcomes`` (answers by
+    ``"STATUS"`` or ``"STATUS:OUTCOME"``, counted by a Lua ``response`` callback, which
+    costs wrk a little per answer).
+
+    Raises:
+        RuntimeError: when ``wrk`` is not installed (Debian package ``wrk``) or fails.
+    """
     exe = shutil.which("wrk")
     if exe is None:
         raise RuntimeError("wrk is not installed (apt-get install wrk)")
-    body = select_request("x", 0, deadline_ms).split(b"\r\n\r\n", 1)[1].decode()
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write(f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n'
-                'wrk.headers["Content-Type"] = "application/json"\n')
+        f.write(wrk_script(bodies or [], count=count))
         script = f.name
     try:
         out = subprocess.run(
             [exe, "-t1", f"-c{clients}", f"-d{max(1, round(duration_s))}s", "--latency",
-             "--timeout", "10s", "-s", script, url + "/v1/ads:select"],
+             "--timeout", "10s", "-s", script, url],
             capture_output=True, text=True, timeout=duration_s + 60, check=False)
     finally:
         Path(script).unlink(missing_ok=True)
     if out.returncode != 0:
         raise RuntimeError(f"wrk failed: {out.stderr.strip()}")
-    return parse_wrk(out.stdout)
+    figures = parse_wrk(out.stdout)
+    if count:
+        figures["outcomes"] = parse_wrk_outcomes(out.stdout)
+    return figures
+
+
+def wrk_script(bodies: list[bytes], *, count: bool) -> str:
+    """The Lua script of :func:`run_wrk`: pre-formatted requests sent in turn, and with
+    ``count`` a per-status (and ``x-adfunnel-outcome``) tally printed by ``done``."""
+    lines = []
+    if bodies:
+        quoted = ",\n".join(_lua_long_string(b.decode()) for b in bodies)
+        lines += [
+            f"local bodies = {{\n{quoted}\n}}",
+            "local reqs, n = {}, 0",
+            "init = function(args)",
+            '  for i, b in ipairs(bodies) do reqs[i] = wrk.format("POST", nil,'
+            ' {["Content-Type"] = "application/json"}, b) end',
+            "end",
+            "request = function() n = n % #reqs + 1; return reqs[n] end",
+        ]
+    if count:
+        lines += [
+            "counts = {}",
+            "local threads = {}",
+            "setup = function(thread) table.insert(threads, thread) end",
+            "response = function(status, headers, body)",
+            '  local o = headers["x-adfunnel-outcome"]',
+            '  local key = o and (status .. ":" .. o) or tostring(status)',
+            "  counts[key] = (counts[key] or 0) + 1",
+            "end",
+            "done = function(summary, latency, requests)",
+            "  for _, t in ipairs(threads) do",
+            '    for k, v in pairs(t:get("counts")) do',
+            '      print("adfunnel-count " .. k .. " " .. v)',
+            "    end",
+            "  end",
+            "end",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _lua_long_string(text: str) -> str:
+    """``text`` as a Lua long-bracket literal (no escapes inside)."""
+    level = 0
+    while f"]{'=' * level}]" in text:
+        level += 1
+    eq = "=" * level
+    return f"[{eq}[{text}]{eq}]"
+
+
+def parse_wrk_outcomes(text: str) -> dict[str, int]:
+    """The ``adfunnel-count KEY N`` lines printed by :func:`wrk_script`'s ``done``."""
+    out: dict[str, int] = {}
+    for key, n in re.findall(r"^adfunnel-count (\S+) (\d+)$", text, re.M):
+        out[key] = out.get(key, 0) + int(n)
+    return out
 
 
 def parse_wrk(text: str) -> dict[str, Any]:
