@@ -4,7 +4,8 @@ Server: a Starlette app exposing one :class:`~adfunnel.budget.service.BudgetServ
 shard (``adfunnel budget-service`` runs it under uvicorn):
 
 - ``POST /v1/report``: a JSON :class:`~adfunnel.budget.protocol.Report` -> ``Reply``;
-- ``POST /v1/billed``: a JSON list of ``BilledUpdate`` -> ``{"applied": n}``;
+- ``POST /v1/billed``: a JSON list of ``BilledUpdate`` -> ``{"applied": n}`` (a long
+  list is applied in bulk, ``BudgetService.record_billed_bulk``);
 - ``POST /v1/step``: run one control step now (``adfunnel budget-service`` runs them
   on its domain-time ticker, ``adfunnel.budget.process``);
 - ``GET /healthz``: ``{"ok": true, "shard": n}``.
@@ -18,21 +19,50 @@ and the client fails closed after 60 s.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from datetime import date
 
 import httpx
 import msgspec
+import numpy as np
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from adfunnel.budget.protocol import BilledUpdate, Reply, Report
+from adfunnel.budget.protocol import BilledColumns, BilledUpdate, Reply, Report
 from adfunnel.budget.service import BudgetService
 
 _report_decoder = msgspec.json.Decoder(Report)
 _billed_decoder = msgspec.json.Decoder(list[BilledUpdate])
 _reply_decoder = msgspec.json.Decoder(Reply)
+
+
+#: A billed post of at least this many updates is applied in bulk (columns).
+BULK_BILLED = 64
+
+
+def billed_columns(updates: Sequence[BilledUpdate]) -> BilledColumns:
+    """``BilledUpdate`` s as :class:`BilledColumns` (days as ordinals)."""
+    ords: dict[str, int] = {}
+
+    def ordinal(day: str) -> int:
+        o = ords.get(day)
+        if o is None:
+            o = ords[day] = date.fromisoformat(day).toordinal()
+        return o
+
+    n = len(updates)
+
+    def col(values: Iterable[float], dtype: type = np.int64) -> np.ndarray:
+        return np.fromiter(values, dtype=dtype, count=n)
+
+    return BilledColumns(
+        col(u.campaign_id for u in updates), col(ordinal(u.day) for u in updates),
+        col(u.billed_micros for u in updates), col((u.complete_before for u in updates),
+                                                   np.float64),
+        col(u.settled_after_micros for u in updates),
+        col(u.lifetime_billed_before_micros for u in updates))
 
 
 def create_app(service: BudgetService, *, lock: threading.Lock | None = None) -> Starlette:
@@ -56,9 +86,13 @@ def create_app(service: BudgetService, *, lock: threading.Lock | None = None) ->
             ups = _billed_decoder.decode(await request.body())
         except msgspec.DecodeError as exc:
             return JSONResponse({"error": str(exc)}, status_code=422)
+        cols = billed_columns(ups) if len(ups) >= BULK_BILLED else None
         with lock:
-            for u in ups:
-                service.record_billed(u)
+            if cols is not None:
+                service.record_billed_bulk(cols)
+            else:
+                for u in ups:
+                    service.record_billed(u)
         return JSONResponse({"applied": len(ups)})
 
     async def step(request: Request) -> Response:

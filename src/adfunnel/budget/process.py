@@ -12,6 +12,12 @@ Every schedule here runs on the injected clock (:class:`~adfunnel.periodic.Ticke
 At start the shard reads the campaigns and the day's billed spend before it answers;
 it grants nothing until warm (``adfunnel.budget.service``).
 
+Start-up and the periodic feeds read in bulk, never per campaign: the campaign table's
+budget columns in one query straight into the service's columns
+(:func:`read_campaign_columns`, no record objects), billed spend with one ledger query
+per local day (:meth:`BilledFeeder.columns`), traffic shapes with one aggregate query
+(:meth:`SqlTrafficLog.by_utc_hour`).
+
 ``ReportingBudgetClient`` is an ad server's :class:`BudgetClient` plus the thread that
 reports once a second over HTTP.
 """
@@ -25,7 +31,7 @@ from collections.abc import Callable
 from datetime import date, datetime
 
 import numpy as np
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -37,18 +43,68 @@ from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
 from adfunnel.budget.gate import NO_SLICE, Served
 from adfunnel.budget.http import HttpReportTransport, create_app
 from adfunnel.budget.protocol import Reply, Report
-from adfunnel.budget.service import WARMUP_S, BudgetService
-from adfunnel.campaigns.model import Campaign, ChangeRecord
+from adfunnel.budget.service import (
+    BID_TYPES,
+    NO_END,
+    WARMUP_S,
+    BudgetService,
+    CampaignColumns,
+    CampaignDay,
+)
+from adfunnel.campaigns.model import Campaign, CampaignStatus, ChangeRecord, PacingMode
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.tables import campaigns as campaigns_table
 from adfunnel.clock import Clock, ManualClock
-from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog, shapes, window_start
+from adfunnel.db import connection_guard
+from adfunnel.pacing.traffic_log import (
+    EligibleCounter,
+    SqlTrafficLog,
+    shape_matrix,
+    window_start,
+)
 from adfunnel.periodic import Job, Ticker
 
 log = logging.getLogger(__name__)
 
 #: Seconds between re-reads of the eligible-traffic log.
 SHAPE_REFRESH_S = 300.0
+
+
+def read_campaign_columns(engine: Engine) -> CampaignColumns:
+    """Every campaign's budget fields in one query, as columns (no record objects: at
+    10⁶ campaigns making them alone takes longer than the whole start may)."""
+    t = campaigns_table.c
+    q = select(t.id, t.version, t.bid_type, t.bid_micros, t.daily_budget_micros,
+               t.lifetime_budget_micros, t.status, t.pacing_mode, t.flight_start,
+               t.flight_end, t.time_zone)
+    with connection_guard(engine), engine.connect() as conn:
+        rows = conn.execute(q).all()
+    n = len(rows)
+    cols = list(zip(*rows, strict=True)) if n else [()] * 11
+    zones: dict[str, int] = {}
+    bid = {b.value: i for i, b in enumerate(BID_TYPES)}
+    ords: dict[object, int] = {None: NO_END}
+
+    def ordinal(d: object) -> int:
+        o = ords.get(d)
+        if o is None:
+            o = ords[d] = (d if isinstance(d, date) else date.fromisoformat(str(d))).toordinal()
+        return o
+
+    def ints(values: tuple[object, ...], dtype: type = np.int64) -> np.ndarray:
+        return np.fromiter(values, dtype=dtype, count=n)
+
+    pacing = cols[7]
+    return CampaignColumns(
+        ids=ints(cols[0]), versions=ints(cols[1]),
+        bid=ints((bid[b] for b in cols[2]), np.int8), bid_micros=ints(cols[3]),
+        daily=ints(cols[4]), lifetime=ints(-1 if v is None else v for v in cols[5]),
+        active=ints((v == CampaignStatus.ACTIVE.value for v in cols[6]), np.bool_),
+        even=ints((v == PacingMode.EVEN.value for v in pacing), np.bool_),
+        accel=ints((v == PacingMode.ACCELERATED.value for v in pacing), np.bool_),
+        fstart=ints(ordinal(d) for d in cols[8]), fend=ints(ordinal(d) for d in cols[9]),
+        tz=ints(zones.setdefault(z, len(zones)) for z in cols[10]), zones=list(zones))
 
 
 class BudgetServiceProcess:
@@ -83,7 +139,6 @@ class BudgetServiceProcess:
         self.billed_every_s = billed_every_s
         self.poll_s = poll_s
         self.position = 0
-        self._campaigns: dict[int, Campaign] = {}
         self.traffic = SqlTrafficLog(engine) if engine is not None else None
         self.ticker = Ticker(clock, [
             Job("changes", poll_s, self.poll_changes),
@@ -107,28 +162,23 @@ class BudgetServiceProcess:
 
     def status(self) -> list[dict[str, object]]:
         now = self.clock.now().timestamp()
-        out = []
         with self.lock:
-            for cid in sorted(self._campaigns):
-                cd = self.service.current(cid, now) if self.service.owns(cid) else None
-                if cd is None:
-                    continue
-                out.append({
-                    "campaign_id": cid, "day": cd.day.isoformat(), "state": cd.state.value,
-                    "status": cd.status.value, "p": round(cd.ctl.p, 6),
-                    "budget_micros": cd.campaign.daily_budget_micros, "billed_micros": cd.billed,
-                    "committed_micros": cd.committed(now), "slices_open": len(cd.slices),
-                })
-        return out
+            ids = np.sort(self.service.owned().ids).tolist()
+            days = [self.service.current(cid, now) for cid in ids]
+            return [_status_of(cid, cd, now) for cid, cd in zip(ids, days, strict=True)
+                    if cd is not None]
 
     async def _status(self, _: Request) -> Response:
         return JSONResponse(self.status())
 
     def load(self) -> None:
-        _, campaigns, _, last_seq = self.store.snapshot()
+        """Every campaign of the store in bulk (its budget columns), and the change-log
+        position to follow from (read first: later changes apply on top by version)."""
+        last_seq = self.store.last_seq()
+        cols = read_campaign_columns(self.store.engine)
         with self.lock:
-            for c in campaigns:
-                self._upsert(c)
+            self.service.load_campaigns(cols)
+            self.service.campaign_loader = self.store.get_campaign
             self.position = last_seq
 
     def poll_changes(self) -> int:
@@ -141,19 +191,18 @@ class BudgetServiceProcess:
                 self.position = max(self.position, ch.seq)
         new = [ch.record for ch in changes
                if isinstance(ch.record, Campaign) and ch.version == 1]
-        if new:
+        if new:  # a new campaign starts from the placement average shape
             self._read_billed(new)
-            self.refresh_shapes()  # a new campaign starts from the placement average
         return len(changes)
 
     def feed_billed(self) -> int:
-        """Send every owned campaign's billed total of its current local day."""
-        owned = [c for cid, c in list(self._campaigns.items()) if self.service.owns(cid)]
-        updates = self.feeder.updates(owned, self.clock.now())
+        """Every owned campaign's billed total of its current local day, in bulk (the
+        ledger is read outside the lock)."""
         with self.lock:
-            for u in updates:
-                self.service.record_billed(u)
-        return len(updates)
+            owned = self.service.owned()
+        cols = self.feeder.columns(owned, self.clock.now())
+        with self.lock:
+            return self.service.record_billed_bulk(cols)
 
     def apply_local(self, change: ChangeRecord) -> None:
         """A write committed in this process: apply it now, ahead of the change log."""
@@ -173,22 +222,22 @@ class BudgetServiceProcess:
                 self.service.record_billed(u)
 
     def _upsert(self, c: Campaign, created_at: float | None = None) -> None:
-        self._campaigns[c.id] = c
         self.service.upsert_campaign(c, created_at=created_at)
 
     def refresh_shapes(self) -> int:
         """Target-curve shapes from the last 7 days of eligible requests (DESIGN.md
-        §Pacing); new campaigns get the placement average."""
+        §Pacing), in bulk; campaigns without enough history (and new ones) get the
+        placement average. Returns how many campaigns have a shape of their own."""
         if self.traffic is None:
             return 0
-        traffic = self.traffic.hourly(window_start(self.clock.now()))
-        zones = {cid: c.time_zone for cid, c in self._campaigns.items()}
-        by_campaign = shapes(traffic, zones)
+        now = self.clock.now()
+        traffic = self.traffic.by_utc_hour(window_start(now))
         with self.lock:
-            for cid, shape in by_campaign.items():
-                if any(shape):
-                    self.service.set_traffic_shape(cid, shape)
-        return len(by_campaign)
+            owned = self.service.owned()
+        ids, matrix, average = shape_matrix(owned.ids, owned.tz, owned.zones, traffic, now)
+        with self.lock:
+            self.service.set_traffic_shapes(ids, matrix, others=average)
+        return len(ids)
 
     def start(self) -> None:
         """Read campaigns, shapes and the day's billed spend, then run the schedule."""
@@ -198,6 +247,15 @@ class BudgetServiceProcess:
 
     def stop(self) -> None:
         self.ticker.stop()
+
+
+def _status_of(cid: int, cd: CampaignDay, now: float) -> dict[str, object]:
+    return {
+        "campaign_id": cid, "day": cd.day.isoformat(), "state": cd.state.value,
+        "status": cd.status.value, "p": round(cd.ctl.p, 6),
+        "budget_micros": cd.daily_budget_micros, "billed_micros": cd.billed,
+        "committed_micros": cd.committed(now), "slices_open": len(cd.slices),
+    }
 
 
 class ReportingBudgetClient(BudgetClient):
@@ -300,19 +358,33 @@ class InProcessBudget:
 
     # -- SpendGate ------------------------------------------------------------------------
     def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
+        """O(1): the client's answer; a metered campaign without a slice asks the
+        in-process service for one campaign's slice at once (no report round)."""
         t = now.timestamp()
         reason = self.client.admit(campaign, now, max_charge_micros, count_refusal=False)
         if reason == NO_SLICE and self._refused_at.get(campaign.id) != t:
             # the service is in this process: ask for the slice now rather than at the
             # next report; after a refused ask, not again at the same instant (a
             # refusal costs one round), but a granted one may be followed by another
-            self.client.report(t)
+            self._ask(campaign.id, t)
             reason = self.client.admit(campaign, now, max_charge_micros, count_refusal=False)
             if reason is not None:
                 self._refused_at[campaign.id] = t
         if reason is not None:
             self.client.note_refusal(campaign.id, local_day(now, campaign.time_zone))
         return reason
+
+    def _ask(self, campaign_id: int, t: float) -> None:
+        """One campaign's slice and directive from the service, applied as a reply that
+        acknowledges nothing and moves no directive version."""
+        svc = self.process.service
+        with self.process.lock:
+            directive, grant = svc.ask(EMBEDDED_SERVER, campaign_id, t)
+            epoch = svc.epoch
+        self.client.handle_reply(Reply(
+            shard=svc.shard, at=t, acked_through=-1,
+            directives=[directive] if directive is not None else [],
+            grants=[grant] if grant is not None else [], epoch=epoch, version=-1))
 
     def pacing_rate(self, campaign_id: int) -> float:
         return self.client.pacing_rate(campaign_id)

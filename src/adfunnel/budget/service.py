@@ -127,9 +127,7 @@ def charge_micros(campaign: Campaign) -> int:
 
 def day_budget(cd: CampaignDay) -> int:
     """The campaign-day's budget, micros: min(daily, lifetime − billed on earlier days)."""
-    c = cd.campaign
-    return effective_daily_budget(c.daily_budget_micros, c.lifetime_budget_micros,
-                                  cd.lifetime_billed_before)
+    return cd.day_budget()
 
 
 def hold_band(spent_since_plan_micros: int, charge: int, budget_micros: int) -> float:
@@ -148,6 +146,95 @@ def hold_bands(spent_since_plan: np.ndarray, charge: np.ndarray,
     return np.maximum(HOLD_BAND_CHARGES * charge, np.minimum(sigma3, 0.01 * budget))
 
 
+#: Bid types by code (the ``bid`` column, :class:`CampaignColumns`).
+BID_TYPES = (BidType.CPM, BidType.CPC, BidType.CPA)
+_BID_CODE = {b: i for i, b in enumerate(BID_TYPES)}
+#: ``fend`` of a campaign without a flight end.
+NO_END = 1 << 40
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignColumns:
+    """What the budget service needs of many campaign records, as numpy columns of one
+    length (bulk start-up from the store, no record objects): ids, versions, bid type
+    codes (``BID_TYPES``), bid, daily and lifetime budgets (micros; lifetime -1 = none),
+    status active, pacing even / accelerated, flight start and end (local date
+    ordinals; ``NO_END`` = open-ended) and time zone (index into ``zones``)."""
+
+    ids: np.ndarray
+    versions: np.ndarray
+    bid: np.ndarray
+    bid_micros: np.ndarray
+    daily: np.ndarray
+    lifetime: np.ndarray
+    active: np.ndarray
+    even: np.ndarray
+    accel: np.ndarray
+    fstart: np.ndarray
+    fend: np.ndarray
+    tz: np.ndarray
+    zones: list[str]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def charges(self) -> np.ndarray:
+        """:func:`charge_micros` of each campaign (int64 micros)."""
+        cpm = np.maximum(1, -(-self.bid_micros // 1000))
+        return np.where(self.bid == _BID_CODE[BidType.CPM], cpm, np.maximum(1, self.bid_micros))
+
+    @classmethod
+    def of(cls, campaigns: Sequence[Campaign]) -> CampaignColumns:
+        """The columns of record objects."""
+        zones: dict[str, int] = {}
+        tz = [zones.setdefault(c.time_zone, len(zones)) for c in campaigns]
+
+        def col(values: Iterable[object], dtype: type) -> np.ndarray:
+            return np.fromiter(values, dtype=dtype, count=len(campaigns))
+
+        return cls(
+            col((c.id for c in campaigns), np.int64),
+            col((c.version for c in campaigns), np.int64),
+            col((_BID_CODE[c.bid_type] for c in campaigns), np.int8),
+            col((c.bid_micros for c in campaigns), np.int64),
+            col((c.daily_budget_micros for c in campaigns), np.int64),
+            col((-1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros
+                 for c in campaigns), np.int64),
+            col((c.status is CampaignStatus.ACTIVE for c in campaigns), np.bool_),
+            col((c.pacing_mode is PacingMode.EVEN for c in campaigns), np.bool_),
+            col((c.pacing_mode is PacingMode.ACCELERATED for c in campaigns), np.bool_),
+            col((c.flight_start.toordinal() for c in campaigns), np.int64),
+            col((NO_END if c.flight_end is None else c.flight_end.toordinal()
+                 for c in campaigns), np.int64),
+            np.array(tz, dtype=np.int64), list(zones))
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedCampaigns:
+    """The campaigns of a shard as columns (the billed feed and traffic shapes read
+    them): ids, time zone index into ``zones``, bid type code, whether a lifetime budget
+    is set; ``order`` sorts ``ids`` (for :meth:`positions`)."""
+
+    ids: np.ndarray
+    tz: np.ndarray
+    zones: list[str]
+    bid: np.ndarray
+    lifetime: np.ndarray
+    order: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def positions(self, campaign_ids: np.ndarray) -> np.ndarray:
+        """Index of each id in ``ids`` (-1 where absent)."""
+        sorted_ids = self.ids[self.order]
+        i = np.searchsorted(sorted_ids, campaign_ids)
+        i = np.minimum(i, max(len(sorted_ids) - 1, 0))
+        if not len(sorted_ids):
+            return np.full(len(campaign_ids), -1, dtype=np.int64)
+        return np.where(sorted_ids[i] == campaign_ids, self.order[i], -1)
+
+
 @dataclass(slots=True)
 class _Slice:
     server_id: str
@@ -164,9 +251,10 @@ _NAN = float("nan")
 
 #: Per campaign (a slot): what the state rules read from its record.
 _SLOT_COLUMNS: dict[str, tuple[type, float]] = {
-    "cid": (_I64, -1), "charge": (_I64, 1), "daily": (_I64, 0), "lifetime": (_I64, -1),
+    "cid": (_I64, -1), "version": (_I64, 0), "bid": (_I8, 0), "charge": (_I64, 1),
+    "daily": (_I64, 0), "lifetime": (_I64, -1),
     "even": (_B, 0), "accel": (_B, 0), "active": (_B, 0), "owned": (_B, 0),
-    "fstart": (_I64, 0), "fend": (_I64, 1 << 40), "tz": (_I64, 0), "shape": (_I64, -1),
+    "fstart": (_I64, 0), "fend": (_I64, NO_END), "tz": (_I64, 0), "shape": (_I64, -1),
     "created": (_F64, _NAN), "cur": (_I64, -1), "head": (_I64, -1),
 }
 #: Per campaign-day (a row).
@@ -248,7 +336,24 @@ class CampaignDay:
 
     @property
     def campaign(self) -> Campaign:
-        return self._s._campaigns[int(self._s._slots.cid[self._col("slot")[self.row]])]
+        """The campaign record (fetched through ``BudgetService.campaign_loader`` for a
+        campaign loaded as columns)."""
+        return self._s.campaign(self.campaign_id)
+
+    @property
+    def campaign_id(self) -> int:
+        return int(self._s._slots.cid[self._col("slot")[self.row]])
+
+    @property
+    def daily_budget_micros(self) -> int:
+        return int(self._s._slots.daily[self._col("slot")[self.row]])
+
+    def day_budget(self) -> int:
+        """min(daily, lifetime − billed on earlier days), micros (≥ 0)."""
+        slot = self._col("slot")[self.row]
+        life = int(self._s._slots.lifetime[slot])
+        return effective_daily_budget(self.daily_budget_micros, None if life < 0 else life,
+                                      self.lifetime_billed_before)
 
     @property
     def day(self) -> date:
@@ -373,12 +478,17 @@ class BudgetService:
         self._curves: dict[tuple[int, int], TargetCurve] = {}
         self._tz_ids: dict[str, int] = {}
         self._tz_names: list[str] = []
+        #: records of the campaigns given as objects; others are read through
+        #: ``campaign_loader`` (campaign id -> record) when a view asks
         self._campaigns: dict[int, Campaign] = {}
+        self.campaign_loader: Callable[[int], Campaign] | None = None
         self._slot_of: dict[int, int] = {}
         self._slots = _Columns(_SLOT_COLUMNS)
         self._rows = _Columns(_ROW_COLUMNS, extra={"p_hist": (np.float32, _NAN, P_SLOTS)})
         self._row_of: dict[int, int] = {}  # campaign id << DAY_BITS | day ordinal -> row
         self._pending_shapes: dict[int, int] = {}  # shapes of campaigns not yet known
+        self._others_sid = -1  # the placement average last set (new campaigns start on it)
+        self._owned_cache: OwnedCampaigns | None = None
         self._yesterday_p: dict[tuple[int, date], dict[int, float]] = {}
         # sparse per-row state: only rows that have any
         self._buckets: dict[int, deque[tuple[float, int]]] = {}
@@ -418,34 +528,57 @@ class BudgetService:
         over the rest of the day instead of being "behind" the part of the curve that
         passed before it existed.
         """
-        old = self._campaigns.get(campaign.id)
-        if old is not None and old.version > campaign.version:
+        slot = self._slot_of.get(campaign.id)
+        if slot is not None and self._slots.version[slot] > campaign.version:
             return
+        old_daily = None if slot is None else int(self._slots.daily[slot])
         slot = self._slot(campaign)
         if created_at is not None:
             self._slots.created[slot] = created_at
         now = self._now()
-        if old is not None and old.daily_budget_micros != campaign.daily_budget_micros:
+        if old_daily is not None and old_daily != campaign.daily_budget_micros:
             for row in self._rows_of_slot(slot):
                 self._rescale(row, campaign.daily_budget_micros, now)
         rows = self._rows_of_slot(slot)
         if rows:
             self._refresh(np.array(rows, dtype=np.int64), now)
 
-    def upsert_campaigns(self, campaigns: Iterable[Campaign]) -> int:
-        """Campaign records in bulk (start-up): new campaigns are added vectorised, known
-        ones go through :meth:`upsert_campaign`. Returns how many were applied."""
-        new: list[Campaign] = []
-        n = 0
+    def upsert_campaigns(self, campaigns: Sequence[Campaign]) -> None:
+        """Campaign records in bulk: new campaigns are added vectorised, known ones go
+        through :meth:`upsert_campaign`."""
+        new = []
         for c in campaigns:
-            if c.id in self._campaigns:
+            if c.id in self._slot_of:
                 self.upsert_campaign(c)
             else:
                 new.append(c)
-            n += 1
         if new:
-            self._add_slots(new)
-        return n
+            self.load_campaigns(CampaignColumns.of(new))
+            self._campaigns.update((c.id, c) for c in new)
+
+    def load_campaigns(self, cols: CampaignColumns) -> None:
+        """Campaigns not known yet, as columns (start-up reads the store in bulk; no
+        record objects are made). Ids already known go through their records
+        (:meth:`upsert_campaign`) only; here they are skipped."""
+        get = self._slot_of.get
+        fresh = np.fromiter((get(c, -1) < 0 for c in cols.ids.tolist()), dtype=bool,
+                            count=len(cols))
+        ix = np.flatnonzero(fresh)
+        if len(ix):
+            self._add_slots(cols, ix)
+
+    def campaign(self, campaign_id: int) -> Campaign:
+        """The record of a known campaign.
+
+        Raises:
+            LookupError: unknown here, or loaded as columns with no ``campaign_loader``.
+        """
+        c = self._campaigns.get(campaign_id)
+        if c is None:
+            if campaign_id not in self._slot_of or self.campaign_loader is None:
+                raise LookupError(f"campaign {campaign_id}: no record here")
+            c = self.campaign_loader(campaign_id)
+        return c
 
     def set_traffic_shape(self, campaign_id: int, hourly: Sequence[float]) -> None:
         """Hourly eligible-request shape (24 local hours, last 7 days) for future curves."""
@@ -466,6 +599,7 @@ class BudgetService:
         if others is not None:
             sid = int(self._bank.shapes.add(np.array(others, dtype=np.float64))[0])
             self._slots.shape[: self._slots.n] = sid
+            self._others_sid = sid
         if len(campaign_ids):
             ids = self._bank.shapes.add(hourly)
             slots = np.array([self._slot_of.get(int(c), -1) for c in campaign_ids.tolist()],
@@ -484,13 +618,16 @@ class BudgetService:
             slot = int(self._slots.take(1)[0])
             self._slot_of[c.id] = slot
             self._slots.cid[slot] = c.id
-            self._slots.shape[slot] = self._pending_shapes.pop(c.id, -1)
+            self._slots.shape[slot] = self._pending_shapes.pop(c.id, self._others_sid)
         self._campaigns[c.id] = c
         self._write_slot(slot, c)
         return slot
 
     def _write_slot(self, slot: int, c: Campaign) -> None:
+        self._owned_cache = None
         s = self._slots
+        s.version[slot] = c.version
+        s.bid[slot] = _BID_CODE[c.bid_type]
         s.charge[slot] = charge_micros(c)
         s.daily[slot] = c.daily_budget_micros
         s.lifetime[slot] = -1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros
@@ -499,31 +636,44 @@ class BudgetService:
         s.active[slot] = c.status is CampaignStatus.ACTIVE
         s.owned[slot] = self.owns(c.id)
         s.fstart[slot] = c.flight_start.toordinal()
-        s.fend[slot] = (1 << 40) if c.flight_end is None else c.flight_end.toordinal()
+        s.fend[slot] = NO_END if c.flight_end is None else c.flight_end.toordinal()
         s.tz[slot] = self._tz_id(c.time_zone)
 
-    def _add_slots(self, new: list[Campaign]) -> None:
-        """Vectorised slot creation for campaigns not known yet."""
-        slots = self._slots.take(len(new))
+    def _add_slots(self, cols: CampaignColumns, ix: np.ndarray) -> None:
+        """Vectorised slot creation for the campaigns ``cols[ix]`` (none known yet)."""
+        self._owned_cache = None
+        slots = self._slots.take(len(ix))
         s = self._slots
-        ids = np.fromiter((c.id for c in new), dtype=np.int64, count=len(new))
+        ids = cols.ids[ix]
+        s.shape[slots] = self._others_sid
         s.cid[slots] = ids
-        s.charge[slots] = [charge_micros(c) for c in new]
-        s.daily[slots] = [c.daily_budget_micros for c in new]
-        s.lifetime[slots] = [-1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros
-                             for c in new]
-        s.even[slots] = [c.pacing_mode is PacingMode.EVEN for c in new]
-        s.accel[slots] = [c.pacing_mode is PacingMode.ACCELERATED for c in new]
-        s.active[slots] = [c.status is CampaignStatus.ACTIVE for c in new]
+        s.version[slots] = cols.versions[ix]
+        s.bid[slots] = cols.bid[ix]
+        s.charge[slots] = cols.charges()[ix]
+        s.daily[slots] = cols.daily[ix]
+        s.lifetime[slots] = cols.lifetime[ix]
+        s.active[slots] = cols.active[ix]
+        s.even[slots] = cols.even[ix]
+        s.accel[slots] = cols.accel[ix]
         s.owned[slots] = ids % self.shards == self.shard
-        s.fstart[slots] = [c.flight_start.toordinal() for c in new]
-        s.fend[slots] = [(1 << 40) if c.flight_end is None else c.flight_end.toordinal()
-                         for c in new]
-        s.tz[slots] = [self._tz_id(c.time_zone) for c in new]
+        s.fstart[slots] = cols.fstart[ix]
+        s.fend[slots] = cols.fend[ix]
+        zone_ids = np.array([self._tz_id(z) for z in cols.zones] or [0], dtype=np.int64)
+        s.tz[slots] = zone_ids[cols.tz[ix]]
         self._slot_of.update(zip(ids.tolist(), slots.tolist(), strict=True))
-        self._campaigns.update((c.id, c) for c in new)
         for cid in [c for c in self._pending_shapes if c in self._slot_of]:
             s.shape[self._slot_of[cid]] = self._pending_shapes.pop(cid)
+
+    def owned(self) -> OwnedCampaigns:
+        """This shard's campaigns as columns (cached until a campaign record changes)."""
+        if self._owned_cache is None:
+            s = self._slots
+            slots = np.flatnonzero(s.owned[: s.n])
+            ids = s.cid[slots].copy()
+            self._owned_cache = OwnedCampaigns(
+                ids, s.tz[slots].copy(), list(self._tz_names), s.bid[slots].copy(),
+                s.lifetime[slots] >= 0, np.argsort(ids, kind="stable"))
+        return self._owned_cache
 
     def _tz_id(self, tz: str) -> int:
         i = self._tz_ids.get(tz)
@@ -992,8 +1142,7 @@ class BudgetService:
         return self._directives_of(np.array([row]))[0], g
 
     def _grant(self, server_id: str, campaign_id: int, now: float) -> SliceGrant | None:
-        c = self._campaigns.get(campaign_id)
-        if c is None or not self.owns(campaign_id):
+        if campaign_id not in self._slot_of or not self.owns(campaign_id):
             return None
         row = self._current_row(self._slot_of[campaign_id], now)
         self._drop_billed_slices(row)

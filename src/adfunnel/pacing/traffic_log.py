@@ -6,6 +6,12 @@ them to the ``eligible_traffic`` table every few seconds. The budget service tur
 last 7 days into a 24-hour shape in each campaign's local time; a campaign without
 history gets the average shape of all campaigns (the placement average), and with no
 history at all the shape is flat.
+
+At catalogue scale the service reads the window in bulk (:meth:`SqlTrafficLog.by_utc_hour`:
+the database sums each campaign's requests by UTC hour of day, at most 24 rows a
+campaign) and :func:`shape_matrix` makes every shape at once, mapping UTC hours to
+local ones with each zone's offset at the time of the read (hours logged before a
+DST change in the window land one hour off; :func:`local_shape` is exact).
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
 
-from sqlalchemy import Engine, select
+import numpy as np
+from sqlalchemy import ColumnElement, Engine, Integer, cast, extract, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -83,6 +90,58 @@ class SqlTrafficLog:
                 hour = hour.replace(tzinfo=UTC) if hour.tzinfo is None else hour
                 out[row.campaign_id][hour] = row.requests
         return dict(out)
+
+    def by_utc_hour(self, since: datetime) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Requests since ``since`` summed per campaign and UTC hour of day: (campaign
+        ids, hours 0-23, requests), int64 columns; one aggregate query."""
+        hour = _utc_hour(self.engine).label("h")
+        t = eligible_traffic.c
+        q = (select(t.campaign_id, hour, func.sum(t.requests))
+             .where(t.hour_start >= since).group_by(t.campaign_id, hour))
+        with connection_guard(self.engine), self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        if not rows:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        ids, hours, counts = zip(*rows, strict=True)
+        return (np.array(ids, dtype=np.int64), np.array(hours, dtype=np.int64),
+                np.array(counts, dtype=np.int64))
+
+
+def _utc_hour(engine: Engine) -> ColumnElement[int]:
+    """The UTC hour of day of ``hour_start`` as SQL (SQLite stores UTC wall time)."""
+    col = eligible_traffic.c.hour_start
+    if engine.dialect.name == "postgresql":
+        return extract("hour", func.timezone("UTC", col))
+    return cast(func.strftime("%H", col), Integer)
+
+
+def shape_matrix(campaign_ids: np.ndarray, zone_of: np.ndarray, zones: list[str],
+                 traffic: tuple[np.ndarray, np.ndarray, np.ndarray], now: datetime,
+                 ) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """:func:`shapes` in bulk: the campaigns (of ``campaign_ids``, time zone
+    ``zones[zone_of[i]]``) with at least ``MIN_REQUESTS`` logged and their local shapes
+    (k × 24, each summing to 1), and the average of those shapes (flat without any),
+    which every other campaign gets. ``traffic`` is :meth:`SqlTrafficLog.by_utc_hour`."""
+    ids, hours, counts = traffic
+    order = np.argsort(campaign_ids, kind="stable")
+    sorted_ids = campaign_ids[order]
+    pos = np.searchsorted(sorted_ids, ids)
+    pos = np.minimum(pos, max(len(sorted_ids) - 1, 0))
+    known = (sorted_ids[pos] == ids) if len(sorted_ids) else np.zeros(len(ids), dtype=bool)
+    ids, hours, counts, camp = ids[known], hours[known], counts[known], order[pos[known]]
+    offsets = np.array([int(zone(z).utcoffset(now).total_seconds() // 60) for z in zones]
+                       or [0], dtype=np.int64)
+    local = ((hours * 60 + offsets[zone_of[camp]]) // 60) % HOURS
+    uniq, row = np.unique(camp, return_inverse=True)
+    m = np.zeros((len(uniq), HOURS))
+    np.add.at(m, (row, local), counts.astype(np.float64))
+    total = m.sum(axis=1)
+    own = total >= MIN_REQUESTS
+    shapes_own = m[own] / total[own][:, None]
+    average = (shapes_own.mean(axis=0).tolist() if len(shapes_own)
+               else [1.0 / HOURS] * HOURS)
+    return campaign_ids[uniq[own]], shapes_own, average
 
 
 def local_shape(counts: dict[datetime, int], tz: str) -> list[float]:
