@@ -48,7 +48,7 @@ from adfunnel.clock import (
     parse_instant,
 )
 from adfunnel.db import make_engine
-from adfunnel.index import AdIndex, ConjunctionIndex, ScanIndex
+from adfunnel.index import ScanIndex
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
 from adfunnel.prediction.smoothed import SmoothedCtr
@@ -92,11 +92,6 @@ class Runtime:
         if isinstance(self.gate, ReportingBudgetClient | InProcessBudget):
             self.gate.stop()
         self.engine.dispose()
-
-
-def make_index(settings: Settings) -> AdIndex:
-    """The serving index: the conjunction index, or the reference scan (``index="scan"``)."""
-    return ScanIndex() if settings.index == "scan" else ConjunctionIndex()
 
 
 def make_catalog(settings: Settings) -> Catalog:

@@ -36,4 +36,6 @@ def test_size_mismatch_rejected(client: TestClient, runtime: Runtime) -> None:
     make_campaign(client)
     slots = [{"id": "s", "position": 1, "width": 728, "height": 90}]
     d = runtime.decider.decide(_req(slots=slots), "r", monotonic_ms() + 1000)
-    assert d.rejection_counts() == {"no_fitting_slot": 1}
+    assert d.placed == [] and d.rejection_counts() == {}  # the index holds it apart
+    d = runtime.decider.decide(_req(slots=slots, explain=True), "r", monotonic_ms() + 1000)
+    assert d.rejection_counts() == {"no_fitting_slot": 1}  # explain: every shape
