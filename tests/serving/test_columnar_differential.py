@@ -39,7 +39,7 @@ from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.fast import PRERANK_CUT, ColumnarDecider
-from adfunnel.serving.funnel import AD_PAUSED, NO_FITTING_SLOT, Decider, Decision
+from adfunnel.serving.funnel import Decider, Decision
 from adfunnel.serving.request import SelectRequest, decode_request
 
 ZONES = ["UTC", "America/New_York", "Asia/Kolkata", "Asia/Tokyo", "Pacific/Chatham"]
@@ -180,12 +180,15 @@ class World:
         client.handle_reply(Reply(0, self.now.timestamp(), 0, directives, grants, "e1"))
         return client
 
-    def decider(self, columnar: bool, decision_seed: int, keep: int) -> Decider:
-        kwargs = {"pcvr": 0.05, "rng": random.Random(decision_seed), "eligible": self.eligible}
+    def decider(self, columnar: bool, decision_seed: int, keep: int,
+                limit: int = 10_000) -> Decider:
+        kwargs = {"pcvr": 0.05, "rng": random.Random(decision_seed), "eligible": self.eligible,
+                  "retrieval_limit": limit}
         if columnar:
             return ColumnarDecider(self.catalog, self.gate, self.ctr, self.clock, b"k" * 32,
                                    prerank_keep=keep, **kwargs)
-        return Decider(self.catalog, self.gate, self.ctr, self.clock, b"k" * 32, **kwargs)
+        return Decider(self.catalog, self.gate, self.ctr, self.clock, b"k" * 32,
+                       same_retrieval=True, **kwargs)
 
 
 def _outcome(d: Decision) -> list[tuple[object, ...]]:
@@ -201,23 +204,21 @@ def _gate_effects(gate: object) -> object:
     return None
 
 
-def _split(counts: dict[str, int], shaped: bool) -> tuple[dict[str, int], int]:
-    """(filter and gate reasons, candidates the auction stage turned away but below_reserve).
-
-    A shape-partitioned index never hands the columnar path an ad that does not fit."""
-    skip = {NO_FITTING_SLOT, AD_PAUSED} if shaped else set()  # some of those never retrieved
-    own = {r: n for r, n in counts.items() if r not in AUCTION_REASONS | skip}
+def _split(counts: dict[str, int]) -> tuple[dict[str, int], int]:
+    """(filter and gate reasons, candidates the auction stage turned away but below_reserve)."""
+    own = {r: n for r, n in counts.items() if r not in AUCTION_REASONS}
     return own, sum(n for r, n in counts.items() if r in AUCTION_REASONS)
 
 
 @pytest.mark.parametrize("gate_kind", ["local", "client"])
-@pytest.mark.parametrize("keep", [1, 3, 200])
-def test_columnar_path_equals_reference(gate_kind: str, keep: int) -> None:
+@pytest.mark.parametrize(("keep", "limit"), [(1, 10_000), (3, 10_000), (200, 10_000), (2, 7)])
+def test_columnar_path_equals_reference(gate_kind: str, keep: int, limit: int) -> None:
+    """Same retrieval (a limit of 7 truncates it), same seed, same world: same answers."""
     for world_seed in range(25):
         index = ("scan", "conjunction", "shaped")[world_seed % 3]
         ref_world, col_world = (World(world_seed, gate_kind, index) for _ in range(2))
-        ref = ref_world.decider(columnar=False, decision_seed=world_seed, keep=keep)
-        col = col_world.decider(columnar=True, decision_seed=world_seed, keep=keep)
+        ref = ref_world.decider(columnar=False, decision_seed=world_seed, keep=keep, limit=limit)
+        col = col_world.decider(columnar=True, decision_seed=world_seed, keep=keep, limit=limit)
         rng = random.Random(1000 + world_seed)
         for i in range(15):
             req = _request(rng, i)
@@ -227,8 +228,7 @@ def test_columnar_path_equals_reference(gate_kind: str, keep: int) -> None:
             where = f"world {world_seed}, request {i}"
             assert _outcome(b) == _outcome(a), where
             assert b.reason_counts is not None and not b.rejections
-            shaped = index == "shaped"
-            assert _split(b.reason_counts, shaped) == _split(a.rejection_counts(), shaped), where
+            assert _split(b.reason_counts) == _split(a.rejection_counts()), where
             assert b.reason_counts.get(BELOW_RESERVE, 0) == a.rejection_counts().get(
                 BELOW_RESERVE, 0), where
         assert _gate_effects(col_world.gate) == _gate_effects(ref_world.gate)

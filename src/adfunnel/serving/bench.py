@@ -18,11 +18,13 @@ local spend gate, committing each answer::
 - ``p50_us``/``p99_us``: wall-clock µs of ``decide`` (retrieval included);
   ``decisions_per_s``: queries ÷ the thread's CPU seconds over them (one core).
 - ``stage_us``: p50 of each stage (:data:`adfunnel.serving.fast.STAGES`).
-- ``candidates_mean``: ads retrieved per request (the retrieval limit caps it).
+- ``candidates_mean``: ads retrieved per request (the retrieval limit caps it): only
+  ads of the slots' shapes (the catalogue's index is partitioned by shape).
 - ``reference``: the per-candidate path (:class:`~adfunnel.serving.funnel.Decider`)
-  on the first ``reference_queries`` requests (it is slow at scale), with its own gate
-  from the same seed; ``agreement`` is the share of those decisions whose winners and
-  prices equal the columnar path's (both paths draw the same seeds, so it must be 1.0).
+  on the same retrieval, on the first ``reference_queries`` requests (it is slow at
+  scale), with its own gate from the same seed; ``agreement`` is the share of those
+  decisions whose winners and prices equal the columnar path's (both paths draw the
+  same seeds, so it must be 1.0).
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ from adfunnel.campaigns.model import (
     Placement,
 )
 from adfunnel.clock import FixedClock, monotonic_ms
-from adfunnel.index import ConjunctionIndex
 from adfunnel.index.bench import WORKLOADS, _go, _paper, _real
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
@@ -113,7 +114,7 @@ def build_catalog(ads: int, workload: str, seed: int,
            *_SIZES[int(sizes[aid - 1])], quality_micros=int(quality[aid - 1]))
         for aid in range(1, ads + 1)
     ]
-    catalog = Catalog(ConjunctionIndex())
+    catalog = Catalog.shaped()
     catalog.load(Snapshot(advertisers, campaigns, ad_list, 0,
                           [Placement("feed", "feed", reserve_cpm_micros=200_000)]))
     return catalog, [_request(r, i) for i, r in enumerate(reqs)], source
@@ -150,8 +151,9 @@ def _request(attrs: dict[str, frozenset[str]], i: int) -> SelectRequest:
 
 def _decider(cls: type[Decider], catalog: Catalog, seed: int) -> Decider:
     ctr = SmoothedCtr(0.001, 1_000.0)
+    extra = {} if cls is ColumnarDecider else {"same_retrieval": True}
     return cls(catalog, LocalSpendGate(), ctr, FixedClock(NOW), b"k" * 32, pcvr=0.01,
-               rng=random.Random(seed))
+               rng=random.Random(seed), **extra)
 
 
 def _run(decider: Decider, reqs: list[SelectRequest]) -> tuple[np.ndarray, float, list[Decision]]:
@@ -199,8 +201,7 @@ def run_decide_bench(ads: int, workload: str = "real", queries: int = 1_000, see
     agree = sum(_wins(a) == _wins(b) for a, b in zip(decisions, ref_decisions, strict=False))
     stage = {s: round(float(np.percentile([t.get(s, 0.0) for t in fast.timings], 50)), 1)
              for s in STAGES}
-    retrieved = [len(catalog.index.query_array(_attrs(r), fast.retrieval_limit).ad_ids)
-                 for r in reqs[:200]]
+    retrieved = [len(fast._retrieve(r).ad_ids) for r in reqs[:200]]
     p50 = float(np.percentile(lat, 50))
     ref_p50 = float(np.percentile(ref_lat, 50))
     return {
@@ -220,8 +221,3 @@ def run_decide_bench(ads: int, workload: str = "real", queries: int = 1_000, see
         "build_s": round(build_s, 1), "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 
-
-def _attrs(req: SelectRequest) -> dict[str, frozenset[str]]:
-    from adfunnel.serving.request import request_attributes
-
-    return request_attributes(req)

@@ -25,6 +25,8 @@ from adfunnel.campaigns.model import (
 )
 from adfunnel.campaigns.schedule import in_daypart, in_flight, local_day
 from adfunnel.clock import Clock, monotonic_ms
+from adfunnel.index.base import Retrieval
+from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import impression_charge_bound, round_micros
 from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
@@ -89,6 +91,8 @@ class Decider:
 
     ``token_key`` signs tracking tokens; ``token_ttl_s`` is their lifetime in seconds;
     ``pcvr`` is the conversion probability used for CPA bids until a model exists.
+    ``same_retrieval``: retrieve as the columnar path does (only the slots' shapes from
+    a shape-partitioned index), for comparisons of the two paths.
     """
 
     def __init__(
@@ -104,6 +108,7 @@ class Decider:
         retrieval_limit: int = 10_000,
         rng: random.Random | None = None,
         eligible: EligibleCounter | None = None,
+        same_retrieval: bool = False,
     ) -> None:
         self.catalog = catalog
         self.gate = gate
@@ -115,6 +120,7 @@ class Decider:
         self.retrieval_limit = retrieval_limit
         self.rng = rng or random.Random()
         self.eligible = eligible
+        self.same_retrieval = same_retrieval
 
     def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
         """Decide ``req`` before ``deadline_at_ms`` (a :func:`monotonic_ms` instant).
@@ -126,7 +132,7 @@ class Decider:
         # one seed per decision from the seeded source; every draw below is a function
         # of it and an id, so a replay reproduces whatever order candidates come in
         seed = self.rng.getrandbits(64)
-        retrieval = self.catalog.index.query(request_attributes(req), self.retrieval_limit)
+        retrieval = self._retrieve_list(req)
         decision = Decision(request_id, [], [], retrieval.version, truncated=retrieval.truncated)
         if monotonic_ms() >= deadline_at_ms:
             decision.late = True
@@ -138,6 +144,17 @@ class Decider:
             {p.win.slot_id for p in decision.placed}, now, self.token_key, self.token_ttl_s,
         )
         return decision
+
+    def _retrieve_list(self, req: SelectRequest) -> Retrieval:
+        """Every shape's best ads (so explain names those that do not fit), or with
+        ``same_retrieval`` the columnar path's: only the slots' shapes."""
+        index = self.catalog.index
+        attrs = request_attributes(req)
+        if self.same_retrieval and isinstance(index, ShapedIndex):
+            shapes = [(s.format, s.width, s.height) for s in req.slots]
+            r = index.query_shapes(attrs, shapes, self.retrieval_limit)
+            return Retrieval(r.ad_ids.tolist(), r.version, r.truncated)
+        return index.query(attrs, self.retrieval_limit)
 
     def commit(self, decision: Decision) -> None:
         """Commit an answer that is being sent in time: its expected spend (budget gate).
