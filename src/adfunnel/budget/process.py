@@ -142,9 +142,11 @@ class BudgetServiceProcess:
         self.traffic = SqlTrafficLog(engine) if engine is not None else None
         self.ticker = Ticker(clock, [
             Job("changes", poll_s, self.poll_changes),
+            # shapes before the first billed feed makes today's rows: a restarted shard
+            # keeps today's shaped curves
+            Job("shapes", SHAPE_REFRESH_S, self.refresh_shapes),
             Job("billed", billed_every_s, self.feed_billed),
             Job("step", control_interval_s, self.step),
-            Job("shapes", SHAPE_REFRESH_S, self.refresh_shapes),
         ], name="budget-service", poll_s=min(0.1, poll_s))
 
     def app(self) -> Starlette:
@@ -326,10 +328,10 @@ class InProcessBudget:
         self._traffic = SqlTrafficLog(engine) if engine is not None else None
         self._refused_at: dict[int, float] = {}  # campaign -> instant of a refused ask
         self.ticker = Ticker(clock, [
+            Job("shapes", SHAPE_REFRESH_S, self._shapes),  # first: today's curves use them
             Job("report", report_every_s, self._report),
             Job("billed", billed_every_s, self.process.feed_billed),
             Job("step", control_interval_s, self.process.step),
-            Job("shapes", SHAPE_REFRESH_S, self._shapes),
         ], name="embedded-budget", poll_s=poll_s)
         store.subscribe(self.process.apply_local)
         self.process.load()

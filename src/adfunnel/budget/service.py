@@ -1404,6 +1404,16 @@ class BudgetService:
             first = np.append(True, sl[1:] != sl[:-1])
             s.head[sl[first]] = order[first]
 
+    def census(self, now: float) -> dict[str, int]:
+        """Campaign-days of this shard on their local day by budget state, and how many
+        are paced (p < 1)."""
+        rows = self._roll_over(now)
+        self._flush(now)
+        counts = np.bincount(self._rows.state[rows], minlength=len(STATES))
+        out = {STATE_VALUES[i]: int(counts[i]) for i in range(len(STATES))}
+        out["paced"] = int((self._rows.p[rows] < 1.0).sum())
+        return out
+
     def directives(self, now: float | None = None) -> list[Directive]:
         """Current state and p of every campaign of this shard on its local day."""
         now = self._now() if now is None else now

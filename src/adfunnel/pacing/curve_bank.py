@@ -16,7 +16,7 @@ closed form instead, vectorised over numpy arrays of campaign-days:
   is a sum of differences of the local prefix function.
 
 The results equal ``curve_for_day`` up to float rounding (property-tested against it
-in ``tests/pacing/test_curve_bank.py``). Elapsed times are seconds from the local day's
+in ``tests/budget/test_vectorised.py``). Elapsed times are seconds from the local day's
 start; shares are in [0, 1].
 """
 

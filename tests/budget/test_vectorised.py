@@ -1,0 +1,123 @@
+"""The budget service's vectorised pieces equal their per-campaign definitions: the
+controller step over arrays, target curves in closed form, traffic shapes in bulk, and
+the benchmark's figures are produced (their values are not judged here)."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, date, datetime, timedelta
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adfunnel.budget.bench import run_budget_bench
+from adfunnel.campaigns.migrate import upgrade
+from adfunnel.db import make_engine
+from adfunnel.pacing import controller
+from adfunnel.pacing.curve import curve_for_day
+from adfunnel.pacing.curve_bank import CurveBank
+from adfunnel.pacing.traffic_log import SqlTrafficLog, shape_matrix, shapes, window_start
+
+ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe",
+         "Asia/Kathmandu", "Pacific/Chatham"]
+DAYS = [date(2026, 3, 29), date(2026, 10, 25), date(2026, 11, 1), date(2026, 3, 8),
+        date(2026, 7, 1), date(2026, 4, 5), date(2026, 10, 4), date(2026, 9, 27)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hourly=st.lists(st.one_of(st.just(0.0), st.floats(0.0, 100.0)), min_size=24, max_size=24)
+    .filter(lambda h: sum(h) > 0),
+    tz=st.sampled_from(ZONES), day=st.sampled_from(DAYS),
+    elapsed=st.lists(st.floats(-100.0, 95_000.0), min_size=1, max_size=40),
+)
+def test_curve_bank_equals_curve_for_day(hourly, tz, day, elapsed) -> None:
+    ref = curve_for_day(hourly, day, tz)
+    bank = CurveBank()
+    bank.shapes.add([1.0] * 24)  # another shape first: ids are not all 0
+    sid = int(bank.shapes.add(hourly)[0])
+    dz = bank.zones.get(tz, day)
+    k = len(elapsed)
+    s, d = np.full(k, sid), np.full(k, dz)
+    total = bank.totals(s, d)
+    got = bank.share_at(s, d, total, np.array(elapsed))
+    assert np.allclose(got, [ref.share_at(e) for e in elapsed], rtol=0, atol=1e-12)
+    peak = bank.peak_share_per_s(s[:1], d[:1], total[:1])[0]
+    assert peak == pytest.approx(ref.peak_share_per_s(), rel=1e-9)
+    assert bank.curve(sid, dz).end_minute == ref.end_minute
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    p=st.floats(controller.P_FLOOR, 1.0), integral=st.floats(-0.03, 0.03),
+    spend_avg=st.one_of(st.just(-1.0), st.floats(0, 1e9)),
+    target_avg=st.one_of(st.just(-1.0), st.floats(0, 1e9)),
+    charges_avg=st.one_of(st.just(-1.0), st.floats(0, 1e3)),
+    spend=st.floats(0, 1e9), target=st.floats(0, 1e9), dt=st.floats(0.5, 120),
+    charges=st.integers(0, 1000), budget=st.integers(1, 10**12),
+    delta=st.one_of(st.none(), st.floats(-1e9, 1e9)), behind=st.floats(-1e9, 1e9),
+    band=st.floats(0, 1e8), charge=st.integers(0, 10**7),
+)
+def test_step_arrays_equals_step(p, integral, spend_avg, target_avg, charges_avg, spend,
+                                 target, dt, charges, budget, delta, behind, band,
+                                 charge) -> None:
+    state = controller.ControllerState(p, integral, spend_avg, target_avg, charges_avg)
+    want, _ = controller.step(state, spend, target, dt, budget_micros=budget, charges=charges,
+                              committed_delta_micros=delta, behind_micros=behind,
+                              hold_band_micros=band, charge_micros=charge)
+
+    def one(x: float) -> np.ndarray:
+        return np.array([x])
+
+    got = controller.step_arrays(
+        controller.ControllerArrays(one(p), one(integral), one(spend_avg), one(target_avg),
+                                    one(charges_avg)),
+        one(spend), one(target), one(dt), budget_micros=np.array([budget]),
+        charges=np.array([charges]), committed_delta_micros=one(delta or 0.0),
+        has_delta=np.array([delta is not None]), behind_micros=one(behind),
+        hold_band_micros=one(band), charge_micros=np.array([charge]))
+    for name in ("p", "integral", "spend_avg", "target_avg", "charges_avg"):
+        assert getattr(got, name)[0] == pytest.approx(getattr(want, name), rel=1e-9, abs=1e-12)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def traffic_log(request: pytest.FixtureRequest, tmp_path):
+    url = (f"sqlite:///{tmp_path / 't.db'}" if request.param == "sqlite"
+           else request.getfixturevalue("pg_schema_url"))
+    engine = make_engine(url)
+    upgrade(engine)
+    yield SqlTrafficLog(engine)
+    engine.dispose()
+
+
+def test_bulk_shapes_equal_the_per_campaign_shapes(traffic_log: SqlTrafficLog) -> None:
+    t0 = datetime(2026, 7, 15, 0, 0, tzinfo=UTC)  # a week without a DST change
+    rnd = random.Random(3)
+    counts = {(cid, t0 + timedelta(hours=h)): rnd.randint(0, 9)
+              for cid in (1, 2, 3, 4, 7) for h in range(7 * 24)}
+    counts[(6, t0)] = 3  # too little history: the average
+    traffic_log.add({k: v for k, v in counts.items() if v})
+    now = t0 + timedelta(days=7)
+    zones = ["UTC", "Europe/Vienna", "America/New_York", "Asia/Kolkata"]
+    ids, zone_of = np.arange(1, 10), np.array([0, 1, 2, 3, 0, 1, 2, 3, 0])
+    own, matrix, average = shape_matrix(ids, zone_of, zones,
+                                        traffic_log.by_utc_hour(window_start(now)), now)
+    ref = shapes(traffic_log.hourly(window_start(now)),
+                 {int(c): zones[z] for c, z in zip(ids, zone_of, strict=True)})
+    assert own.tolist() == [1, 2, 3, 4, 7]
+    for cid, row in zip(own.tolist(), matrix, strict=True):
+        assert np.allclose(row, ref[cid])
+    assert np.allclose(average, ref[9])
+
+
+def test_the_benchmark_reports_its_figures(tmp_path) -> None:
+    got = run_budget_bench(300, workdir=str(tmp_path))
+    for key in ("campaigns", "setup_s", "start_s", "load_s", "billed_s", "shapes_s",
+                "first_step_s", "step_s", "report_s", "report_per_campaign_us",
+                "client_first_reply_s"):
+        assert key in got
+    assert got["campaigns"] == 300 and got["first_reply_directives"] == 300
+    assert got["report_directives"] <= got["report_campaigns"] + 300
+    assert list(tmp_path.iterdir()) == []  # the database file is gone
