@@ -140,7 +140,8 @@ def build_runtime(
     decider = ColumnarDecider(
         catalog, gate, ctr, clock, key,
         token_ttl_s=settings.token_ttl_s, pcvr=settings.pcvr_prior,
-        retrieval_limit=settings.retrieval_limit,
+        retrieval_limit=settings.retrieval_limit, prerank_keep=settings.prerank_keep,
+        candidate_limit=settings.candidate_limit,
         rng=_decision_rng(seed if seed is not None else settings.seed), eligible=eligible,
     )
     tracker = Tracker(ledger, catalog, gate, ctr, clock, key,

@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     retrieval_limit: int = Field(default=10_000, gt=0)
     #: candidates per slot run the columnar decider keeps for the auction (pre-rank)
     prerank_keep: int = Field(default=200, gt=0)
+    #: most ads of the request's slot shapes the columnar decider retrieves
+    candidate_limit: int = Field(default=2_500, gt=0)
     index: Literal["conjunction", "scan"] = "conjunction"
     change_poll_s: float = Field(default=0.25, gt=0, le=5)
     traffic_flush_s: float = Field(default=10.0, gt=0)

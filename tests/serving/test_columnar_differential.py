@@ -186,7 +186,7 @@ class World:
                   "retrieval_limit": limit}
         if columnar:
             return ColumnarDecider(self.catalog, self.gate, self.ctr, self.clock, b"k" * 32,
-                                   prerank_keep=keep, **kwargs)
+                                   prerank_keep=keep, candidate_limit=limit, **kwargs)
         return Decider(self.catalog, self.gate, self.ctr, self.clock, b"k" * 32,
                        same_retrieval=True, **kwargs)
 

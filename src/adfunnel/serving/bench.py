@@ -9,7 +9,7 @@ attribute distributions, requests = the log's rows), loads it into a
 the collector's reach (as the server does), and decides ``queries`` requests with the
 local spend gate, committing each answer::
 
-    {"ads", "campaigns", "workload", "source", "queries", "retrieval_limit",
+    {"ads", "campaigns", "workload", "source", "queries", "candidate_limit",
      "p50_us", "p99_us", "stage_us": {stage: p50}, "stage_p99_us", "candidates_mean",
      "decisions_per_s", "fill_rate",
      "reference": {"queries", "p50_us", "p99_us", "decisions_per_s"},
@@ -54,7 +54,7 @@ from adfunnel.clock import FixedClock, monotonic_ms
 from adfunnel.index.bench import WORKLOADS, _go, _paper, _real
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
-from adfunnel.serving.fast import STAGES, ColumnarDecider
+from adfunnel.serving.fast import CANDIDATE_LIMIT, STAGES, ColumnarDecider
 from adfunnel.serving.funnel import Decider, Decision
 from adfunnel.serving.request import SelectRequest, SlotIn
 from adfunnel.targeting.attributes import ATTRIBUTES
@@ -152,7 +152,9 @@ def _request(attrs: dict[str, frozenset[str]], i: int) -> SelectRequest:
 
 def _decider(cls: type[Decider], catalog: Catalog, seed: int) -> Decider:
     ctr = SmoothedCtr(0.001, 1_000.0)
-    extra = {} if cls is ColumnarDecider else {"same_retrieval": True}
+    # the reference retrieves as the columnar path does: the same candidates
+    extra = {} if cls is ColumnarDecider else {"same_retrieval": True,
+                                                "retrieval_limit": CANDIDATE_LIMIT}
     return cls(catalog, LocalSpendGate(), ctr, FixedClock(NOW), b"k" * 32, pcvr=0.01,
                rng=random.Random(seed), **extra)
 
@@ -209,7 +211,7 @@ def run_decide_bench(ads: int, workload: str = "real", queries: int = 1_000, see
     ref_p50 = float(np.percentile(ref_lat, 50))
     return {
         "ads": ads, "campaigns": len(catalog.campaigns), "workload": workload, "source": source,
-        "queries": len(reqs), "retrieval_limit": fast.retrieval_limit,
+        "queries": len(reqs), "candidate_limit": fast.candidate_limit,
         "p50_us": round(p50, 1), "p99_us": round(float(np.percentile(lat, 99)), 1),
         "stage_us": stage, "stage_p99_us": stage99,
         "candidates_mean": round(float(np.mean(retrieved)), 1),

@@ -71,6 +71,11 @@ from adfunnel.serving.request import SelectRequest, request_attributes
 
 #: Candidates kept by pre-rank per slot run (more when ties or one-per-page need them).
 PRERANK_KEEP = 200
+#: Most ads of the slots' shapes retrieved per request from a shape-partitioned index.
+#: Retrieval of every shape with the design's K = 10,000 handed over about 2,600 that
+#: fit (``real`` workload); each kept candidate still has to pass status, schedule,
+#: budget and pacing before pre-rank keeps 200.
+CANDIDATE_LIMIT = 2_500
 #: Reason carried (in counts) by eligible candidates beyond the pre-rank cut.
 PRERANK_CUT = "prerank_cut"
 #: Reason of a winner whose ad or campaign was edited while the decision read it.
@@ -93,16 +98,20 @@ STAGES = ("retrieve", "filter", "gate", "prerank", "auction")
 class ColumnarDecider(Decider):
     """:class:`Decider` whose decisions run over the catalogue's columns (module doc).
 
-    ``prerank_keep``: candidates kept per slot run for the auction (≥ 1). When
+    ``prerank_keep``: candidates kept per slot run for the auction (≥ 1);
+    ``candidate_limit``: most ads retrieved from a shape-partitioned index (the
+    reference path's ``retrieval_limit`` counts every shape). When
     ``timings`` is a list, each decision appends its stage durations (µs, by
     :data:`STAGES`): for benchmarks.
     """
 
-    def __init__(self, *args: object, prerank_keep: int = PRERANK_KEEP, **kwargs: object) -> None:
+    def __init__(self, *args: object, prerank_keep: int = PRERANK_KEEP,
+                 candidate_limit: int = CANDIDATE_LIMIT, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        if prerank_keep < 1:
-            raise ValueError("prerank_keep must be at least 1")
+        if prerank_keep < 1 or candidate_limit < 1:
+            raise ValueError("prerank_keep and candidate_limit must be at least 1")
         self.prerank_keep = prerank_keep
+        self.candidate_limit = candidate_limit
         self.timings: list[dict[str, float]] | None = None
         self._placement_reasons: dict[str, tuple[int, int, np.ndarray]] = {}
 
@@ -158,7 +167,7 @@ class ColumnarDecider(Decider):
         attrs = request_attributes(req)
         if isinstance(index, ShapedIndex):
             shapes = [(s.format, s.width, s.height) for s in req.slots]
-            return index.query_shapes(attrs, shapes, self.retrieval_limit)
+            return index.query_shapes(attrs, shapes, self.candidate_limit)
         return query_array(index, attrs, self.retrieval_limit)
 
     def _reference(self, req: SelectRequest, request_id: str, deadline_at_ms: float,
