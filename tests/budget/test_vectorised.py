@@ -13,7 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adfunnel.budget.bench import run_budget_bench
+from adfunnel.budget.process import read_campaign_columns
+from adfunnel.budget.service import CampaignColumns
 from adfunnel.campaigns.migrate import upgrade
+from adfunnel.campaigns.model import BidType, CampaignStatus, Objective, PacingMode
+from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
 from adfunnel.pacing import controller
 from adfunnel.pacing.curve import curve_for_day
@@ -121,3 +126,38 @@ def test_the_benchmark_reports_its_figures(tmp_path) -> None:
     assert got["campaigns"] == 300 and got["first_reply_directives"] == 300
     assert got["report_directives"] <= got["report_campaigns"] + 300
     assert list(tmp_path.iterdir()) == []  # the database file is gone
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    return (f"sqlite:///{tmp_path / 'c.db'}" if request.param == "sqlite"
+            else request.getfixturevalue("pg_schema_url"))
+
+
+def test_campaign_columns_read_in_sql_equal_those_of_the_records(engine_url: str) -> None:
+    engine = make_engine(engine_url)
+    upgrade(engine)
+    store = SqlCampaignStore(engine, ManualClock(datetime(2026, 7, 15, tzinfo=UTC)))
+    adv = store.create_advertiser("a")
+    kinds = [(BidType.CPM, PacingMode.EVEN, None, None), (BidType.CPC, PacingMode.ACCELERATED,
+             date(2026, 9, 30), 50_000_000), (BidType.CPA, PacingMode.EVEN, None, 7)]
+    for i in range(9):
+        bid, pacing, end, life = kinds[i % 3]
+        c = store.create_campaign(
+            advertiser_id=adv.id, name=f"c{i}", objective=Objective.CLICKS, bid_type=bid,
+            bid_micros=1_000_000 + i, daily_budget_micros=10_000_000 * (i + 1),
+            time_zone=("UTC", "Asia/Tokyo", "Europe/Berlin", "Asia/Kolkata")[i % 4],
+            flight_start=date(2026, 1, 1 + i), flight_end=end, lifetime_budget_micros=life,
+            pacing_mode=pacing)
+        if i == 4:
+            store.update_campaign(c.id, {"status": CampaignStatus.PAUSED})
+    got = read_campaign_columns(engine)
+    want = CampaignColumns.of(store.list_campaigns())
+    order_got, order_want = np.argsort(got.ids), np.argsort(want.ids)
+    for name in ("ids", "versions", "bid", "bid_micros", "daily", "lifetime", "active", "even",
+                 "accel", "fstart", "fend"):
+        assert getattr(got, name)[order_got].tolist() == getattr(want, name)[order_want].tolist()
+    zones_got = [got.zones[z] for z in got.tz[order_got]]
+    assert zones_got == [want.zones[z] for z in want.tz[order_want]]
+    assert got.charges()[order_got].tolist() == want.charges()[order_want].tolist()
+    engine.dispose()

@@ -39,7 +39,14 @@ from typing import Protocol
 import numpy as np
 
 from adfunnel.budget.gate import ADMIT, ASK, BUDGET_EXHAUSTED, DENSE_IDS, NO_SLICE, DenseIds, Served
-from adfunnel.budget.protocol import CampaignSpend, Reply, Report, ReportEntry, SliceUse
+from adfunnel.budget.protocol import (
+    CampaignSpend,
+    Directive,
+    Reply,
+    Report,
+    ReportEntry,
+    SliceUse,
+)
 from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import Campaign
 from adfunnel.campaigns.schedule import local_day
@@ -57,6 +64,8 @@ MAX_PENDING_ENTRIES = 300
 RESEND_WINDOW_S = 3600.0
 #: Resolution of the kept spend, seconds.
 HISTORY_BUCKET_S = 60.0
+#: Directives applied per hold of the client's lock (a long reply is applied in chunks).
+REPLY_CHUNK = 2048
 #: Seconds between prunes of campaign-days long over; days of refusal counts kept.
 PRUNE_EVERY_S = 3600.0
 REFUSALS_KEPT_DAYS = 8
@@ -308,7 +317,9 @@ class BudgetClient:
 
         Directives are changes (``adfunnel.budget.protocol``): the reply's version is
         sent back with the next report. A reply older than one already applied (same
-        epoch) only fills in campaign-days this server knows nothing of."""
+        epoch) only fills in campaign-days this server knows nothing of. A long list
+        (a first reply, a control step's p) is applied ``REPLY_CHUNK`` directives per
+        hold of the lock, so admits on the request path wait for one chunk at most."""
         with self._lock:
             self.stats["replies"] += 1
             sh = reply.shard
@@ -326,15 +337,12 @@ class BudgetClient:
                 elif not e.resent:
                     self._remember(sh, e)
             self._pending[sh] = kept
-            for d in reply.directives:
-                day = date.fromisoformat(d.day) if d.day else None
-                if stale and (day is None or (d.campaign_id, day) in self._state):
-                    continue  # a newer reply already said (or changed) it
-                state = BudgetState(d.state)
-                if day is not None:
-                    self._state[(d.campaign_id, day)] = state
-                self._p[d.campaign_id] = d.p
-                self._note_directive(d.campaign_id, day, state, d.p)
+        directives = reply.directives
+        for a in range(0, len(directives), REPLY_CHUNK):
+            with self._lock:
+                self._apply_directives(directives[a:a + REPLY_CHUNK], stale)
+                self.generation += 1
+        with self._lock:
             if reply.version > versions[sh]:
                 versions[sh] = reply.version
             self.generation += 1
@@ -342,6 +350,31 @@ class BudgetClient:
                 self._slices.setdefault(g.campaign_id, []).append(HeldSlice(
                     g.slice_id, g.campaign_id, date.fromisoformat(g.day), g.amount_micros,
                     g.expires_at, worst_case=g.worst_case))
+
+    def _apply_directives(self, directives: list[Directive], stale: bool) -> None:
+        """Take the states and p of ``directives`` (under the lock); from a stale reply
+        only those of campaign-days not known here."""
+        for d in directives:
+            day = self._day_of(d.day)
+            if stale and (day is None or (d.campaign_id, day) in self._state):
+                continue  # a newer reply already said (or changed) it
+            state = BudgetState(d.state)
+            if day is not None:
+                self._state[(d.campaign_id, day)] = state
+            self._p[d.campaign_id] = d.p
+            self._note_directive(d.campaign_id, day, state, d.p)
+
+    def _day_of(self, iso: str) -> date | None:
+        """``date.fromisoformat`` with a small cache (a reply names few distinct days)."""
+        if not iso:
+            return None
+        days: dict[str, date] | None = getattr(self, "_days_seen", None)
+        if days is None or len(days) > 64:
+            days = self._days_seen = {}
+        day = days.get(iso)
+        if day is None:
+            day = days[iso] = date.fromisoformat(iso)
+        return day
 
     def _directive_versions(self) -> list[int]:
         """Per shard, the highest ``Reply.version`` applied in the current epoch (-1:

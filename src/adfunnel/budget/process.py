@@ -31,7 +31,7 @@ from collections.abc import Callable
 from datetime import date, datetime
 
 import numpy as np
-from sqlalchemy import Engine, select
+from sqlalchemy import ColumnElement, Date, Engine, Integer, case, cast, func, literal, select
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -72,39 +72,51 @@ SHAPE_REFRESH_S = 300.0
 
 
 def read_campaign_columns(engine: Engine) -> CampaignColumns:
-    """Every campaign's budget fields in one query, as columns (no record objects: at
-    10⁶ campaigns making them alone takes longer than the whole start may)."""
+    """Every campaign's budget fields as columns (no record objects: at 10⁶ campaigns
+    making them alone takes longer than the whole start may). Two queries: the time
+    zones in use, then one row of integers per campaign (the database turns codes and
+    dates into integers), fetched through the driver's cursor into one int64 matrix."""
     t = campaigns_table.c
-    q = select(t.id, t.version, t.bid_type, t.bid_micros, t.daily_budget_micros,
-               t.lifetime_budget_micros, t.status, t.pacing_mode, t.flight_start,
-               t.flight_end, t.time_zone)
     with connection_guard(engine), engine.connect() as conn:
-        rows = conn.execute(q).all()
-    n = len(rows)
-    cols = list(zip(*rows, strict=True)) if n else [()] * 11
-    zones: dict[str, int] = {}
-    bid = {b.value: i for i, b in enumerate(BID_TYPES)}
-    ords: dict[object, int] = {None: NO_END}
-
-    def ordinal(d: object) -> int:
-        o = ords.get(d)
-        if o is None:
-            o = ords[d] = (d if isinstance(d, date) else date.fromisoformat(str(d))).toordinal()
-        return o
-
-    def ints(values: tuple[object, ...], dtype: type = np.int64) -> np.ndarray:
-        return np.fromiter(values, dtype=dtype, count=n)
-
-    pacing = cols[7]
+        zones = [z for (z,) in conn.execute(select(t.time_zone).distinct())]
+        q = select(
+            t.id, t.version, _code(t.bid_type, [b.value for b in BID_TYPES]), t.bid_micros,
+            t.daily_budget_micros, func.coalesce(t.lifetime_budget_micros, -1),
+            _code(t.status, [CampaignStatus.ACTIVE.value], 1),
+            _code(t.pacing_mode, [PacingMode.ACCELERATED.value, PacingMode.EVEN.value], 2),
+            _ordinal(engine, t.flight_start),
+            func.coalesce(_ordinal(engine, t.flight_end), NO_END),
+            _code(t.time_zone, zones))
+        sql = str(q.compile(engine, compile_kwargs={"literal_binds": True}))
+        cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cur.execute(sql)
+            rows = cur.fetchall()
+        finally:
+            cur.close()
+    m = np.array(rows, dtype=np.int64).reshape(len(rows), 11)
+    pacing = m[:, 7]
     return CampaignColumns(
-        ids=ints(cols[0]), versions=ints(cols[1]),
-        bid=ints((bid[b] for b in cols[2]), np.int8), bid_micros=ints(cols[3]),
-        daily=ints(cols[4]), lifetime=ints(-1 if v is None else v for v in cols[5]),
-        active=ints((v == CampaignStatus.ACTIVE.value for v in cols[6]), np.bool_),
-        even=ints((v == PacingMode.EVEN.value for v in pacing), np.bool_),
-        accel=ints((v == PacingMode.ACCELERATED.value for v in pacing), np.bool_),
-        fstart=ints(ordinal(d) for d in cols[8]), fend=ints(ordinal(d) for d in cols[9]),
-        tz=ints(zones.setdefault(z, len(zones)) for z in cols[10]), zones=list(zones))
+        ids=m[:, 0].copy(), versions=m[:, 1].copy(), bid=m[:, 2].astype(np.int8),
+        bid_micros=m[:, 3].copy(), daily=m[:, 4].copy(), lifetime=m[:, 5].copy(),
+        active=m[:, 6] == 0, even=pacing == 1, accel=pacing == 0,
+        fstart=m[:, 8].copy(), fend=m[:, 9].copy(), tz=m[:, 10].copy(), zones=zones)
+
+
+def _code(col: ColumnElement[str], values: list[str], other: int | None = None,
+          ) -> ColumnElement[int]:
+    """``values.index(col)`` in SQL (``other``, default ``len(values)``, for the rest)."""
+    if not values:
+        return literal(0)
+    return case(*((col == v, i) for i, v in enumerate(values)),
+                else_=len(values) if other is None else other)
+
+
+def _ordinal(engine: Engine, col: ColumnElement[date]) -> ColumnElement[int]:
+    """``date.toordinal()`` of a DATE column in SQL (NULL stays NULL)."""
+    if engine.dialect.name == "postgresql":
+        return cast(col - literal(date(1, 1, 1), Date), Integer) + 1
+    return cast(func.julianday(col) - 1721424.5, Integer)
 
 
 class BudgetServiceProcess:
@@ -295,6 +307,9 @@ class _DirectTransport:
 
 #: The embedded default's one ad server, as the in-process service knows it.
 EMBEDDED_SERVER = "embedded"
+#: Longest wait of a decision's slice ask for the in-process service (seconds): while a
+#: control step or a report holds the service, the ask is left to the next report.
+ASK_WAIT_S = 0.005
 
 
 class InProcessBudget:
@@ -380,9 +395,13 @@ class InProcessBudget:
         """One campaign's slice and directive from the service, applied as a reply that
         acknowledges nothing and moves no directive version."""
         svc = self.process.service
-        with self.process.lock:
+        if not self.process.lock.acquire(timeout=ASK_WAIT_S):
+            return  # busy (a control step): the client's wants go with the next report
+        try:
             directive, grant = svc.ask(EMBEDDED_SERVER, campaign_id, t)
             epoch = svc.epoch
+        finally:
+            self.process.lock.release()
         self.client.handle_reply(Reply(
             shard=svc.shard, at=t, acked_through=-1,
             directives=[directive] if directive is not None else [],

@@ -221,6 +221,7 @@ class OwnedCampaigns:
     bid: np.ndarray
     lifetime: np.ndarray
     order: np.ndarray
+    slots: np.ndarray
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -263,7 +264,7 @@ _ROW_COLUMNS: dict[str, tuple[type, float]] = {
     "dz": (_I64, 0), "start_s": (_F64, 0), "end_s": (_F64, 0),
     "shape": (_I64, 0), "total": (_F64, 0), "peak_share": (_F64, 0),
     "plan_budget": (_I64, 0), "anchor_s": (_F64, 0), "anchor_spend": (_I64, 0),
-    "plan_ca": (_F64, 0), "plan_peak_rate": (_F64, 0),
+    "plan_ca": (_F64, 0), "plan_peak_rate": (_F64, 0), "target_last": (_F64, _NAN),
     "p": (_F64, 1), "integral": (_F64, 0), "spend_avg": (_F64, -1),
     "target_avg": (_F64, -1), "charges_avg": (_F64, -1),
     "billed": (_I64, 0), "settled_after": (_I64, 0), "lifetime_before": (_I64, 0),
@@ -304,14 +305,16 @@ class _Columns:
 
     def take(self, k: int) -> np.ndarray:
         """``k`` fresh rows (reset to their fills), reusing freed ones first."""
-        reuse = [self.free.pop() for _ in range(min(k, len(self.free)))]
-        new = k - len(reuse)
+        r = min(k, len(self.free))
+        reuse = np.array(self.free[len(self.free) - r:], dtype=np.int64)
+        del self.free[len(self.free) - r:]
+        new = k - r
         if self.n + new > self.cap:
             self._alloc(max(self.n + new, 2 * self.cap))
-        rows = np.array(reuse + list(range(self.n, self.n + new)), dtype=np.int64)
+        rows = np.concatenate([reuse, np.arange(self.n, self.n + new, dtype=np.int64)])
         self.n += new
-        if reuse:
-            self.reset(np.array(reuse, dtype=np.int64))
+        if r:
+            self.reset(reuse)
         return rows
 
     def reset(self, rows: np.ndarray) -> None:
@@ -616,6 +619,7 @@ class BudgetService:
         slot = self._slot_of.get(c.id)
         if slot is None:
             slot = int(self._slots.take(1)[0])
+            self._owned_cache = None
             self._slot_of[c.id] = slot
             self._slots.cid[slot] = c.id
             self._slots.shape[slot] = self._pending_shapes.pop(c.id, self._others_sid)
@@ -624,8 +628,8 @@ class BudgetService:
         return slot
 
     def _write_slot(self, slot: int, c: Campaign) -> None:
-        self._owned_cache = None
         s = self._slots
+        before = (s.owned[slot], s.tz[slot], s.bid[slot], s.lifetime[slot] >= 0)
         s.version[slot] = c.version
         s.bid[slot] = _BID_CODE[c.bid_type]
         s.charge[slot] = charge_micros(c)
@@ -638,6 +642,8 @@ class BudgetService:
         s.fstart[slot] = c.flight_start.toordinal()
         s.fend[slot] = NO_END if c.flight_end is None else c.flight_end.toordinal()
         s.tz[slot] = self._tz_id(c.time_zone)
+        if (s.owned[slot], s.tz[slot], s.bid[slot], s.lifetime[slot] >= 0) != before:
+            self._owned_cache = None
 
     def _add_slots(self, cols: CampaignColumns, ix: np.ndarray) -> None:
         """Vectorised slot creation for the campaigns ``cols[ix]`` (none known yet)."""
@@ -672,7 +678,7 @@ class BudgetService:
             ids = s.cid[slots].copy()
             self._owned_cache = OwnedCampaigns(
                 ids, s.tz[slots].copy(), list(self._tz_names), s.bid[slots].copy(),
-                s.lifetime[slots] >= 0, np.argsort(ids, kind="stable"))
+                s.lifetime[slots] >= 0, np.argsort(ids, kind="stable"), slots)
         return self._owned_cache
 
     def _tz_id(self, tz: str) -> int:
@@ -701,6 +707,7 @@ class BudgetService:
         t.plan_ca[row] = self._shares(np.array([row]), np.array([now - t.start_s[row]]))[0]
         t.plan_peak_rate[row] = budget * t.peak_share[row]
         t.integral[row], t.spend_avg[row], t.target_avg[row], t.charges_avg[row] = 0, -1, -1, -1
+        t.target_last[row] = _NAN
         t.last_committed[row] = cd.spent()
 
     # -- curves -------------------------------------------------------------------------
@@ -734,12 +741,14 @@ class BudgetService:
             return
         live = np.flatnonzero(self._rows.live[: self._rows.n])
         keep = np.concatenate([self._slots.shape[: self._slots.n], self._rows.shape[live],
-                               np.array([self._default_sid])])
+                               np.array([self._default_sid, self._others_sid])])
         remap = table.compact(keep)
         s = self._slots.shape[: self._slots.n]
         self._slots.shape[: self._slots.n] = np.where(s >= 0, remap[np.maximum(s, 0)], -1)
         self._rows.shape[live] = remap[self._rows.shape[live]]
         self._default_sid = int(remap[self._default_sid])
+        if self._others_sid >= 0:
+            self._others_sid = int(remap[self._others_sid])
         self._pending_shapes = {c: int(remap[i]) for c, i in self._pending_shapes.items()
                                 if remap[i] >= 0}
         self._curves.clear()
@@ -781,7 +790,9 @@ class BudgetService:
         created = s.created[slots]
         mid = (created > t.start_s[rows]) & (created < t.end_s[rows])
         t.anchor_s[rows] = np.where(mid, created - t.start_s[rows], 0.0)
-        t.plan_ca[rows] = np.where(mid, self._shares(rows, t.anchor_s[rows]), 0.0)
+        t.plan_ca[rows] = 0.0
+        if mid.any():
+            t.plan_ca[rows[mid]] = self._shares(rows[mid], t.anchor_s[rows[mid]])
         t.plan_peak_rate[rows] = daily * t.peak_share[rows]
         t.p[rows] = self._first_p(slots, days, rows, now)
         t.last_step_s[rows] = np.maximum(now, t.start_s[rows])
@@ -813,8 +824,7 @@ class BudgetService:
         recorded), else 1."""
         p = np.ones(len(rows))
         cids = self._slots.cid[slots]
-        ykeys = (cids << DAY_BITS) | (days - 1)
-        yrows = np.array([self._row_of.get(k, -1) for k in ykeys.tolist()], dtype=np.int64)
+        yrows = self._yesterday_rows(slots, days)
         elapsed_h = np.maximum(0, (now - self._rows.start_s[rows]) // 3600).astype(np.int64)
         has = yrows >= 0
         if has.any():
@@ -831,6 +841,27 @@ class BudgetService:
                     m = int(elapsed_h[i] * 60)
                     p[i] = prev[min(prev, key=lambda k, m=m: abs(k - m))]
         return p
+
+    def _yesterday_rows(self, slots: np.ndarray, days: np.ndarray) -> np.ndarray:
+        return self._find_rows(slots, days - 1)
+
+    def _find_rows(self, slots: np.ndarray, days: np.ndarray) -> np.ndarray:
+        """The row of each (slot, day ordinal) pair (-1: none): the slot's newest row
+        when it is that day, else looked up (a campaign without rows costs nothing)."""
+        t = self._rows
+        out = np.full(len(slots), -1, dtype=np.int64)
+        head = self._slots.head[slots]
+        idx = np.flatnonzero(head >= 0)
+        if not len(idx):
+            return out
+        hd = head[idx]
+        match = t.day[hd] == days[idx]
+        out[idx[match]] = hd[match]
+        other = idx[~match]
+        if len(other):
+            keys = (self._slots.cid[slots[other]] << DAY_BITS) | days[other]
+            out[other] = [self._row_of.get(k, -1) for k in keys.tolist()]
+        return out
 
     def _current_row(self, slot: int, now: float) -> int:
         r = int(self._slots.cur[slot])
@@ -865,8 +896,7 @@ class BudgetService:
         need = slots[~ok]
         if len(need):
             days = self._local_days(s.tz[need], now)
-            keys = (s.cid[need] << DAY_BITS) | days
-            rows = np.array([self._row_of.get(k, -1) for k in keys.tolist()], dtype=np.int64)
+            rows = self._find_rows(need, days)
             missing = rows < 0
             if missing.any():
                 rows[missing] = self._new_rows(need[missing], days[missing], now)
@@ -1232,7 +1262,12 @@ class BudgetService:
         no spend buckets or slices cost no Python work. Returns the rows applied."""
         now = self._now()
         self._expire_due(now)
-        rows = self._rows_for(cols.campaign_ids, cols.days, now)
+        owned = self._owned_cache
+        if owned is not None and cols.campaign_ids is owned.ids:
+            self._roll_over(now)  # today's rows in bulk, found through their slots
+            rows = self._rows_of_slots(owned.slots, cols.days, now)
+        else:
+            rows = self._rows_for(cols.campaign_ids, cols.days, now)
         ok = rows >= 0
         rows = rows[ok]
         t = self._rows
@@ -1278,6 +1313,23 @@ class BudgetService:
         self._rows.bucket_sum[row] -= gone
         if not b:
             del self._buckets[row]
+
+    def _rows_of_slots(self, slots: np.ndarray, days: np.ndarray, now: float) -> np.ndarray:
+        """Rows of (slot, day ordinal) pairs: the slot's current row when it is that
+        day (no index lookup: the billed feed names today), else :meth:`_rows_for`."""
+        cur = self._slots.cur[slots]
+        rows = np.full(len(slots), -1, dtype=np.int64)
+        has = cur >= 0
+        has[has] = self._rows.day[cur[has]] == days[has]
+        rows[has] = cur[has]
+        rest = np.flatnonzero(~has)
+        if len(rest):
+            found = self._find_rows(slots[rest], days[rest])
+            miss = found < 0
+            if miss.any():
+                found[miss] = self._new_rows(slots[rest][miss], days[rest][miss], now)
+            rows[rest] = found
+        return rows
 
     def _rows_for(self, campaign_ids: np.ndarray, days: np.ndarray, now: float) -> np.ndarray:
         """Rows of (campaign id, day ordinal) pairs, made in bulk where missing; -1 for
@@ -1347,9 +1399,14 @@ class BudgetService:
         """The PI controller of evenly paced rows (``controller.step_arrays``)."""
         t, s = self._rows, self._slots
         start = t.start_s[rows]
-        e0, e1 = t.last_step_s[rows] - start, now - start
-        target1 = self._targets(rows, e1)
-        target = target1 - self._targets(rows, e0)
+        target1 = self._targets(rows, now - start)
+        target0 = t.target_last[rows]  # the last step's target, while the plan holds
+        unknown = np.isnan(target0)
+        if unknown.any():
+            r0 = rows[unknown]
+            target0[unknown] = self._targets(r0, t.last_step_s[r0] - t.start_s[r0])
+        t.target_last[rows] = target1
+        target = target1 - target0
         in_fl = np.maximum(0, t.bucket_sum[rows] + t.sl_used[rows] - t.settled_after[rows])
         spent = t.billed[rows] + in_fl
         last = t.last_committed[rows]

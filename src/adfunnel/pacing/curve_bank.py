@@ -263,7 +263,19 @@ class CurveBank:
         for r in range(nr):
             es, ls, ln = z.es[dz, r], z.ls[dz, r], z.ln[dz, r]
             upto = ls + np.clip(m - es, 0, ln)
-            out += local_cum(A, H, HP, s, upto) - local_cum(A, H, HP, s, ls)
+            out += local_cum(A, H, HP, s, upto)
+            if ls.any():  # the prefix before local minute 0 is 0
+                out -= local_cum(A, H, HP, s, ls)
+        return out
+
+    def local_minute(self, dz: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """The local wall-clock minute of elapsed minute ``m`` (in [0, minutes))."""
+        z = self.zones
+        out = np.zeros(len(dz), dtype=np.int64)
+        for r in range(int(z.nruns[dz].max()) if len(dz) else 0):
+            es, ls, ln = z.es[dz, r], z.ls[dz, r], z.ln[dz, r]
+            inside = (m >= es) & (m < es + ln)
+            out = np.where(inside, ls + m - es, out)
         return out
 
     def totals(self, s: np.ndarray, dz: np.ndarray) -> np.ndarray:
@@ -285,11 +297,21 @@ class CurveBank:
         """``TargetCurve.share_at(elapsed_s)`` of each row (seconds since the day's start)."""
         e = np.asarray(elapsed_s, dtype=np.float64)
         n = self.zones.minutes[dz]
+        end = self.zones.end_minute[dz]
         x = np.maximum(e, 0.0) / 60.0
         i = np.minimum(np.floor(x).astype(np.int64), n)
         f = x - i
-        p0 = self.points(s, dz, total, i)
-        p1 = self.points(s, dz, total, np.minimum(i + 1, n))
+        # points i and i + 1 from one prefix sum: the second adds minute i's weight
+        mm = np.minimum(i, end)
+        acc = self.elapsed_cum(s, dz, mm)
+        w = minute_weight(self.shapes.A, self.shapes.H, s,
+                          self.local_minute(dz, np.minimum(mm, np.maximum(end - 1, 0))))
+        ok = total > 0
+        flat = 1.0 / np.maximum(end, 1)
+        a0 = np.divide(acc, total, out=mm * flat, where=ok)
+        a1 = np.divide(acc + w, total, out=(mm + 1) * flat, where=ok)
+        p0 = np.where(i >= end, 1.0, np.minimum(1.0, a0))
+        p1 = np.where(i + 1 >= end, 1.0, np.minimum(1.0, a1))
         out = p0 * (1.0 - f) + p1 * f
         out = np.where(i >= n, 1.0, out)
         return np.where(e <= 0, 0.0, out)
