@@ -65,7 +65,7 @@ def test_wrk_script_sends_every_body_and_counts_outcomes() -> None:
 @pytest.mark.e2e
 def test_a_small_run_measures_every_field() -> None:
     r = run_http_bench(ads=200, workers=1, concurrency=4, duration_s=1.0, load="python",
-                       baseline_s=1.0)
+                       baseline_s=1.0, warmup_s=0.5)
     for key in ("decisions_per_s", "per_core", "p50_ms", "p99_ms", "no_fill_share",
                 "baseline_route_per_s", "setup_s", "busy_cores"):
         assert r[key] is not None, key
@@ -76,3 +76,5 @@ def test_a_small_run_measures_every_field() -> None:
     assert 0.0 <= r["no_fill_share"] <= 1.0
     assert r["p50_ms"] <= r["p99_ms"]
     assert r["setup_s"] >= r["populate_s"] > 0
+    probe = r["noop_under_load"]
+    assert probe["probes"] > 0 and probe["p99_ms"] is not None

@@ -33,17 +33,22 @@ Result fields (latency is client-side, ms; rates per second of the load window):
   ``late_share``: of all select answers;
 - ``baseline_route_per_s``: answers/s of the no-op route, same connections and
   generator, measured just before the select load;
+- ``noop_under_load``: p50/p99/max ms of a no-op request sent every 20 ms on its own
+  connection *during* the select load (:class:`NoopProbe`): how long the server's
+  other work waits behind decisions;
 - ``setup_s``: seconds from the start of the run until every worker is ready (database
   written, server started, catalogue loaded), split as ``populate_s`` + ``start_s``.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
 import shutil
 import tempfile
+import threading
 import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -82,12 +87,16 @@ _FALLBACK_SIZES = ("300x250", "728x90", "1000x90", "250x250")
 
 def run_http_bench(ads: int = 100_000, workers: int = 1, concurrency: int = 16,
                    duration_s: float = 10.0, *, seed: int = 1, load: str = "auto",
-                   baseline_s: float | None = None, log_path: Path | None = None,
+                   baseline_s: float | None = None, warmup_s: float = 2.0,
+                   log_path: Path | None = None,
                    start_timeout_s: float = 1_800.0) -> dict[str, Any]:
     """Populate, start ``adfunnel serve --workers W``, measure; the result dict (module doc).
 
     ``load``: ``wrk``, ``python`` or ``auto`` (wrk when installed). ``baseline_s``:
-    seconds of no-op load (default half of ``duration_s``, 1 to 5).
+    seconds of no-op load (default half of ``duration_s``, 1 to 5). ``warmup_s``:
+    seconds of select load before the measured window, not counted (first budget
+    slices, first-use caches). The server inherits this process's environment, so
+    ``ADFUNNEL_BUDGET=local`` measures it without the budget service (``budget``).
 
     Raises:
         ValueError: ``ads``, ``workers`` or ``concurrency`` below 1, or an unknown ``load``.
@@ -110,6 +119,8 @@ def run_http_bench(ads: int = 100_000, workers: int = 1, concurrency: int = 16,
             setup_s = time.monotonic() - t0
             base = _measure(server, NOOP_PATH, None, concurrency,
                             baseline_s or min(5.0, max(1.0, duration_s / 2)), load)
+            if warmup_s > 0:
+                _window(server, SELECT_PATH, bodies, concurrency, warmup_s, load)
             main = _measure(server, SELECT_PATH, bodies, concurrency, duration_s, load)
     return _report(ads, workers, concurrency, duration_s, load, source, main, base,
                    round(setup_s, 2), round(populate_s, 2))
@@ -386,9 +397,63 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / tick
 
 
+class NoopProbe:
+    """A thread sending ``GET /v1/bench/noop`` on one keep-alive connection every
+    ``interval_s`` seconds, timing each answer (ms): how long the server's other work
+    waits while decisions run (on the worker its connection landed on)."""
+
+    def __init__(self, url: str, interval_s: float = 0.02) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        self.interval_s = interval_s
+        self.latencies_ms: list[float] = []
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="noop-probe", daemon=True)
+
+    def __enter__(self) -> NoopProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self.conn.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            t0 = time.perf_counter()
+            try:
+                self.conn.request("GET", NOOP_PATH)
+                self.conn.getresponse().read()
+            except (OSError, http.client.HTTPException):
+                self.errors += 1
+                self.conn.close()
+                continue
+            self.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
+
+    def summary(self) -> dict[str, Any]:
+        lat = np.array(self.latencies_ms) if self.latencies_ms else None
+        pct = (lambda q: None) if lat is None else (
+            lambda q: round(float(np.percentile(lat, q)), 2))
+        return {"probes": len(self.latencies_ms), "p50_ms": pct(50), "p99_ms": pct(99),
+                "max_ms": None if lat is None else round(float(lat.max()), 2)}
+
+
 def _measure(server: BenchServer, path: str, bodies: list[bytes] | None, concurrency: int,
              duration_s: float, load: str) -> dict[str, Any]:
-    """One load window: the generator's figures plus the server's CPU seconds."""
+    """One load window: the generator's figures plus the server's CPU seconds, and
+    with ``bodies`` (the select load) a :class:`NoopProbe` running alongside."""
+    if bodies is None:
+        return _window(server, path, bodies, concurrency, duration_s, load)
+    with NoopProbe(server.url) as probe:
+        figures = _window(server, path, bodies, concurrency, duration_s, load)
+    figures["noop_probe"] = probe.summary()
+    return figures
+
+
+def _window(server: BenchServer, path: str, bodies: list[bytes] | None, concurrency: int,
+            duration_s: float, load: str) -> dict[str, Any]:
     pids = server.pids()
     cpu0, t0 = cpu_seconds(pids), time.monotonic()
     if load == "wrk":
@@ -429,11 +494,13 @@ def _report(ads: int, workers: int, concurrency: int, duration_s: float, load: s
         "late_share": round(outcomes.get("204:late", 0) / answers, 4) if answers else None,
         "answers": answers, "errors": main["errors"] + _others(outcomes),
         "outcomes": outcomes,
+        "noop_under_load": main["noop_probe"],
         "baseline_route_per_s": base["answers_per_s"],
         "baseline_p50_ms": base["p50_ms"],
         "baseline_busy_cores": round(base["cpu_s"] / base["wall_s"], 3),
         "setup_s": setup_s, "populate_s": populate_s, "start_s": round(setup_s - populate_s, 2),
         "load_generator": load, "workload": source, "deadline_ms": DEADLINE_MS,
+        "budget": os.environ.get("ADFUNNEL_BUDGET", "service"),
     }
 
 
