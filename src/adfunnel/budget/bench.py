@@ -25,6 +25,11 @@ runs :func:`run_budget_bench`:
    ``report_per_campaign_us``; ``step_per_campaign_us`` likewise.
 6. the ad server's side: a :class:`~adfunnel.budget.client.BudgetClient` applying a
    first (full) reply of ``N`` directives (``client_first_reply_s``).
+7. the embedded default on the same file: :class:`~adfunnel.budget.process.InProcessBudget`
+   from nothing to serving (``embedded_start_s``: the shard's start plus its client
+   taking every directive), the first admit of a metered campaign after it (it asks
+   the in-process service for a slice: ``embedded_first_admit_ms``), and ten seconds of
+   domain time with a control step and its report (``embedded_tick_s``).
 
 Times are seconds of wall clock (``time.perf_counter``) on the machine that runs it;
 ``peak_rss_mb`` is the process's peak resident memory.
@@ -47,9 +52,11 @@ from sqlalchemy import Engine, Table
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.tables import campaign_day_spend, campaign_spend
 from adfunnel.budget.client import BudgetClient
-from adfunnel.budget.process import BudgetServiceProcess
+from adfunnel.budget.process import BudgetServiceProcess, InProcessBudget
 from adfunnel.budget.protocol import CampaignSpend, Reply, Report, ReportEntry
+from adfunnel.budget.service import charge_micros
 from adfunnel.campaigns.migrate import upgrade
+from adfunnel.campaigns.model import CampaignStatus
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.campaigns.tables import advertisers, campaigns
@@ -88,6 +95,8 @@ def run_budget_bench(campaigns: int, *, seed: int = 1, workdir: str | None = Non
         _load_and_step(proc, clock, campaigns, rng, out)
         _report_round(proc, clock, campaigns, rng, out)
         _client_side(proc, clock, out)
+        del proc
+        _embedded(engine, out)
         out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         engine.dispose()
         return out
@@ -264,6 +273,23 @@ def _client_side(proc: BudgetServiceProcess, clock: ManualClock, out: dict[str, 
     _, s = _timed(lambda: client.handle_reply(reply))
     out["client_first_reply_s"] = _r(s)
     out["client_first_reply_directives"] = len(reply.directives)
+
+
+def _embedded(engine: Engine, out: dict[str, Any]) -> None:
+    """The embedded default: start, first admit, a tick with a control step."""
+    clock = ManualClock(NOW)
+    store = SqlCampaignStore(engine, clock)
+    gate, s = _timed(lambda: InProcessBudget(store, SqlLedger(engine), clock, engine=engine,
+                                             background=False))
+    out["embedded_start_s"] = _r(s)
+    camp = next(c for c in map(store.get_campaign, range(1, 100))
+                if c.status is CampaignStatus.ACTIVE)
+    reason, s = _timed(lambda: gate.admit(camp, clock.now(), charge_micros(camp)))
+    out["embedded_first_admit_ms"] = round(s * 1e3, 3)
+    out["embedded_first_admit"] = reason or "admitted"
+    _, s = _timed(lambda: clock.advance(10))  # report, billed feed, control step
+    out["embedded_tick_s"] = _r(s)
+    gate.stop()
 
 
 class _NoTransport:

@@ -94,6 +94,8 @@ ACK_KEPT_S = 60.0
 GC_EVERY_S = 3600.0
 #: Hour slots of p kept per campaign-day (25: the longest local day), for the next day.
 P_SLOTS = 25
+#: Campaign-days a control step works on at once (its temporaries stay in cache).
+STEP_CHUNK = 65_536
 #: Key of a campaign-day in the row index: campaign id << DAY_BITS | day ordinal.
 DAY_BITS = 22
 
@@ -1362,8 +1364,9 @@ class BudgetService:
         rows, dt = rows[sel], dt[sel]
         for row in self._among(rows, self._slices):
             self._drop_billed_slices(row)
-        if len(rows):
-            self._step_rows(rows, dt, now)
+        self._flush(now)
+        for a in range(0, len(rows), STEP_CHUNK):  # temporaries that stay in cache
+            self._step_rows(rows[a:a + STEP_CHUNK], dt[a:a + STEP_CHUNK], now)
         self._flush(now)
         if self.on_step is not None:
             for row in rows.tolist():
