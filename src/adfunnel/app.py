@@ -336,29 +336,77 @@ def listening_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket
     return sock
 
 
-def no_delay_protocol() -> type:
-    """uvicorn's httptools HTTP protocol, setting TCP_NODELAY on every accepted connection:
-    without it a response written as headers then body waits for the client's delayed
-    ACK (~40 ms per request on one keep-alive connection; uvicorn sets it only on
-    sockets it creates itself)."""
+class CoalescingTransport:
+    """A connection's transport, writing each response in one ``write``: a block of
+    status line and headers is held until the response's first body bytes (or until
+    the loop's next turn, or a close) and sent with them.
+
+    uvicorn writes the header block and the body separately: two ``send`` system calls
+    and two wake-ups of the reader per response. Measured with ``adfunnel bench http``
+    style load (wrk, 16 connections, 2-core VM, four A/B pairs, budget ``local``): server
+    CPU per select -6 % to -16 % (~200-350 µs) at 10,000 and 100,000 ads; no change for
+    a bodiless 204. Everything but ``write`` and ``close`` is the transport's own."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: Any, loop: Any) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif data[:5] == b"HTTP/" and data[-4:] == b"\r\n\r\n":
+            self._held = data
+            self._loop.call_soon(self.flush)  # never held past this turn of the loop
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write a held header block now."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def serving_protocol() -> type:
+    """uvicorn's httptools HTTP protocol with, on every accepted connection, TCP_NODELAY
+    set and a :class:`CoalescingTransport`.
+
+    TCP_NODELAY: a response written in two parts must not wait for the client's delayed
+    ACK (~40 ms per request on one keep-alive connection, as measured under ``uvicorn
+    --workers``). uvloop sets it on the connections it accepts; it is set here on every
+    connection anyway, so it never depends on the loop or on how the socket was made."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class NoDelayHttpToolsProtocol(HttpToolsProtocol):
-        def connection_made(self, transport: Any) -> None:
+    class LeanHttpToolsProtocol(HttpToolsProtocol):
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             sock = transport.get_extra_info("socket")
             if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            super().connection_made(transport)
+            super().connection_made(CoalescingTransport(transport, self.loop))
 
-    return NoDelayHttpToolsProtocol
+    return LeanHttpToolsProtocol
 
 
 def server_config(app: Any, **config: Any) -> Any:
     """The ``uvicorn.Config`` of a serving process: uvloop, httptools with TCP_NODELAY
-    per connection, no access log."""
+    and one write per response on every connection (:func:`serving_protocol`), no
+    access log."""
     import uvicorn
 
-    options = {"loop": "uvloop", "http": no_delay_protocol(), "log_level": "warning",
+    options = {"loop": "uvloop", "http": serving_protocol(), "log_level": "warning",
                "access_log": False, "lifespan": "on", **config}
     return uvicorn.Config(app, **options)
 

@@ -126,3 +126,47 @@ def test_a_select_through_the_framework_route_answers_alike(client: TestClient) 
             "user": {"key": "u1"}, "placement": {"id": "feed"},
             "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}]})
     assert r.status_code == 204 and r.headers["x-adfunnel-outcome"] == "no_fill"
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.soon: list[Any] = []
+
+    def call_soon(self, fn: Any) -> None:
+        self.soon.append(fn)
+
+
+def test_a_response_goes_out_in_one_write() -> None:
+    from adfunnel.app import CoalescingTransport
+
+    raw, loop = _Recorder(), _Loop()
+    t = CoalescingTransport(raw, loop)
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
+    t.write(head)
+    assert raw.writes == []  # held for the body
+    t.write(b"ok")
+    assert raw.writes == [head + b"ok"]
+    t.write(b"HTTP/1.1 204 No Content\r\n\r\n")  # no body comes: the loop's next turn
+    assert len(raw.writes) == 1 and len(loop.soon) == 2
+    for fn in loop.soon:
+        fn()
+    assert raw.writes[-1] == b"HTTP/1.1 204 No Content\r\n\r\n" and len(raw.writes) == 2
+    t.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    t.close()  # a close never loses a held block
+    assert raw.writes[-1].startswith(b"HTTP/1.1 400") and raw.closed
+    assert t.is_closing()  # everything else is the transport's own
