@@ -191,7 +191,7 @@ class BudgetClient:
             return self._p.get(campaign_id, 1.0)
 
     def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
-                   charges: np.ndarray, caps: np.ndarray, t: float) -> np.ndarray:
+                   charges: np.ndarray, budgets: np.ndarray, t: float) -> np.ndarray:
         """:class:`~adfunnel.budget.gate.BulkGate`: ADMIT where the campaign's state on
         its local day is open and its shard has replied recently (``admit`` would answer
         None with no side effect); ASK everywhere else."""

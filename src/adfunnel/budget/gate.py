@@ -95,12 +95,13 @@ class BulkGate(Protocol):
     generation: int
 
     def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
-                   charges: np.ndarray, caps: np.ndarray, t: float) -> np.ndarray:
+                   charges: np.ndarray, budgets: np.ndarray, t: float) -> np.ndarray:
         """Per campaign: ADMIT, REFUSE or ASK (int8[n]).
 
         ``campaign_ids`` int64[n]; ``day_ordinals`` int[n], each campaign's local day
         now (``date.toordinal``); ``charges`` int64[n], the most one event can cost,
-        micros; ``caps`` int64[n], min(daily, lifetime) budget, micros; ``t`` Unix s.
+        micros; ``budgets`` int64[n, 2], daily and lifetime budget (−1: none), micros;
+        ``t`` Unix s.
         ADMIT and REFUSE must equal what :meth:`SpendGate.admit` would answer, with no
         side effect skipped; anything else is ASK.
         """
@@ -163,14 +164,31 @@ class LocalSpendGate:
         return 1.0
 
     def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
-                   charges: np.ndarray, caps: np.ndarray, t: float) -> np.ndarray:
-        """:class:`BulkGate`: a campaign without spend held is admitted while its charge
-        fits its budget (``caps``), refused otherwise; any other is ASK."""
-        touched = self._touched.get(campaign_ids).astype(bool)
-        touched |= campaign_ids >= DENSE_IDS
-        out = np.where(charges > caps, REFUSE, ADMIT).astype(np.int8)
-        out[touched] = ASK
+                   charges: np.ndarray, budgets: np.ndarray, t: float) -> np.ndarray:
+        """:class:`BulkGate`, never ASK: :meth:`admit`'s rule for every campaign, on the
+        local days given. Campaigns without spend held (committed 0) in one expression;
+        the others under one lock."""
+        daily, lifetime = budgets[:, 0], budgets[:, 1]
+        cap = np.where(lifetime >= 0, np.maximum(0, np.minimum(daily, lifetime)), daily)
+        out = np.where(charges > cap, REFUSE, ADMIT).astype(np.int8)
+        touched = np.flatnonzero(self._touched.get(campaign_ids).astype(bool)
+                                 | (campaign_ids >= DENSE_IDS))
+        if len(touched):
+            with self._lock:
+                self._expire(t)
+                for i in touched.tolist():
+                    out[i] = self._rule(int(campaign_ids[i]), int(day_ordinals[i]),
+                                        int(charges[i]), int(daily[i]), int(lifetime[i]))
         return out
+
+    def _rule(self, cid: int, day_ordinal: int, charge: int, daily: int, lifetime: int) -> int:
+        """:meth:`admit` on one campaign-day (under the lock): REFUSE or ADMIT."""
+        key = (cid, date.fromordinal(day_ordinal))
+        today = self._billed.get(key, 0)
+        committed = today + self._outstanding.get(key, 0)
+        before = self._lifetime.get(cid, 0) - today
+        budget = effective_daily_budget(daily, lifetime if lifetime >= 0 else None, before)
+        return REFUSE if committed + charge > budget else ADMIT
 
     def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
         return np.ones(len(campaign_ids))

@@ -415,9 +415,9 @@ class InProcessBudget:
         return self.client.generation
 
     def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
-                   charges: np.ndarray, caps: np.ndarray, t: float) -> np.ndarray:
+                   charges: np.ndarray, budgets: np.ndarray, t: float) -> np.ndarray:
         """:class:`~adfunnel.budget.gate.BulkGate` (the client's bulk view)."""
-        return self.client.bulk_admit(campaign_ids, day_ordinals, charges, caps, t)
+        return self.client.bulk_admit(campaign_ids, day_ordinals, charges, budgets, t)
 
     def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
         return self.client.bulk_pacing(campaign_ids)

@@ -49,15 +49,17 @@ BID_TYPES = (BidType.CPM, BidType.CPC, BidType.CPA)
 class _Grown:
     """One growable column: ``values[id]``, ``fill`` where never written."""
 
-    __slots__ = ("fill", "values")
+    __slots__ = ("fill", "values", "width")
 
-    def __init__(self, dtype: type, fill: float | int) -> None:
+    def __init__(self, dtype: type, fill: float | int, width: int = 0) -> None:
         self.fill = fill
-        self.values = np.full(0, fill, dtype=dtype)
+        self.width = width  # 0: one value per id; else a row of ``width`` values
+        self.values = np.full((0, width) if width else 0, fill, dtype=dtype)
 
     def reserve(self, size: int) -> None:
         if size > len(self.values):
-            grown = np.full(max(size, 2 * len(self.values), 1024), self.fill,
+            n = max(size, 2 * len(self.values), 1024)
+            grown = np.full((n, self.width) if self.width else n, self.fill,
                             dtype=self.values.dtype)
             grown[: len(self.values)] = self.values
             self.values = grown
@@ -129,7 +131,7 @@ class ColumnsView:
     c_bid_type: np.ndarray  # int8[campaigns]: BID_CODES
     c_bid: np.ndarray  # int64[campaigns]: micros per mille / click / conversion
     c_charge: np.ndarray  # int64[campaigns]: most one event can cost, micros
-    c_cap: np.ndarray  # int64[campaigns]: min(daily, lifetime) budget, micros
+    c_budgets: np.ndarray  # int64[campaigns, 2]: daily, lifetime (−1: none) budget, micros
     c_zone: np.ndarray  # int16[campaigns]: ZoneClock code
     c_start: np.ndarray  # int32[campaigns]: flight start, local date ordinal
     c_end: np.ndarray  # int32[campaigns]: flight end (inclusive) or NO_END
@@ -160,7 +162,7 @@ class CatalogColumns:
             "c_known": _Grown(np.bool_, False), "c_advertiser": _Grown(np.int64, -1),
             "c_status": _Grown(np.int8, 0), "c_bid_type": _Grown(np.int8, 0),
             "c_bid": _Grown(np.int64, 0), "c_charge": _Grown(np.int64, 0),
-            "c_cap": _Grown(np.int64, 0), "c_zone": _Grown(np.int16, 0),
+            "c_budgets": _Grown(np.int64, -1, width=2), "c_zone": _Grown(np.int16, 0),
             "c_start": _Grown(np.int32, 0), "c_end": _Grown(np.int32, NO_END),
             "c_daypart": _Grown(np.int32, 0), "c_version": _Grown(np.int64, 0),
         }
@@ -197,7 +199,7 @@ class CatalogColumns:
         cols["c_bid_type"][ids] = [BID_CODES[c.bid_type] for c in cs]
         cols["c_bid"][ids] = [c.bid_micros for c in cs]
         cols["c_charge"][ids] = [_max_charge(c) for c in cs]
-        cols["c_cap"][ids] = [_cap(c) for c in cs]
+        cols["c_budgets"][ids] = [(c.daily_budget_micros, _lifetime(c)) for c in cs]
         cols["c_zone"][ids] = [self.zones.code(c.time_zone) for c in cs]
         cols["c_start"][ids] = [c.flight_start.toordinal() for c in cs]
         cols["c_end"][ids] = [c.flight_end.toordinal() if c.flight_end else NO_END for c in cs]
@@ -251,8 +253,5 @@ def _max_charge(c: Campaign) -> int:
     return impression_charge_bound(c.bid_micros) if c.bid_type is BidType.CPM else c.bid_micros
 
 
-def _cap(c: Campaign) -> int:
-    """min(daily, lifetime) budget, micros: the day's budget before any spend."""
-    if c.lifetime_budget_micros is None:
-        return c.daily_budget_micros
-    return max(0, min(c.daily_budget_micros, c.lifetime_budget_micros))
+def _lifetime(c: Campaign) -> int:
+    return -1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros

@@ -270,10 +270,10 @@ class ColumnarDecider(Decider):
             return out
         gate = self.gate
         bulk = _is_bulk(gate)
-        charges, caps = view.c_charge[cids], view.c_cap[cids]
+        charges, budgets = view.c_charge[cids], view.c_budgets[cids]
         t = now.timestamp()
         if bulk:
-            codes = gate.bulk_admit(cids, days, charges, caps, t)
+            codes = gate.bulk_admit(cids, days, charges, budgets, t)
             p = gate.bulk_pacing(cids)
             gen = gate.generation
         else:
@@ -292,7 +292,7 @@ class ColumnarDecider(Decider):
                 # this one's p, are read anew, as the reference path reads them
                 gen = gate.generation
                 codes[k + 1:] = gate.bulk_admit(cids[k + 1:], days[k + 1:], charges[k + 1:],
-                                                caps[k + 1:], t)
+                                                budgets[k + 1:], t)
                 out[k + 1:] = np.where(codes[k + 1:] == REFUSE, _CODE[BUDGET_EXHAUSTED], 0)
                 p[k:] = gate.bulk_pacing(cids[k:])
             elif not bulk and reason is None:
