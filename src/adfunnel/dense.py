@@ -27,6 +27,11 @@ class DenseIds:
             self.values = grown  # one reference swap: readers see the old or the new
         self.values[campaign_id] = value
 
+    def get_one(self, campaign_id: int) -> float | int:
+        """The value at one id (the fill when never set or out of range)."""
+        vals = self.values
+        return vals.item(campaign_id) if 0 <= campaign_id < len(vals) else self.fill
+
     def get(self, campaign_ids: np.ndarray) -> np.ndarray:
         """Values at ``campaign_ids`` (the fill for ids never set or out of range)."""
         vals = self.values

@@ -218,10 +218,11 @@ class BudgetClient:
         if day is None:
             return
         ordinal = day.toordinal()
+        held = self._open_day.get_one(campaign_id)
         if state is BudgetState.OPEN:
-            if ordinal >= self._open_day.get(np.array([campaign_id]))[0]:
+            if ordinal >= held:
                 self._open_day.set(campaign_id, ordinal)
-        elif self._open_day.get(np.array([campaign_id]))[0] == ordinal:
+        elif held == ordinal:
             self._open_day.set(campaign_id, -1)
 
     def state(self, campaign_id: int, day: date, now: float | None = None) -> BudgetState:
