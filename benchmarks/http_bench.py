@@ -23,11 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load", choices=("auto", "wrk", "python"), default="auto")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--server-log", default=None, help="write the server's output here")
+    p.add_argument("--db", default=None,
+                   help="keep the SQLite database here, or reuse it when it exists")
     p.add_argument("--json", default=None, help="write the result here as JSON")
     a = p.parse_args(argv)
     result = run_http_bench(ads=a.ads, workers=a.workers, concurrency=a.concurrency,
                             duration_s=a.duration_s, seed=a.seed, load=a.load,
-                            log_path=Path(a.server_log) if a.server_log else None)
+                            log_path=Path(a.server_log) if a.server_log else None,
+                            db_path=Path(a.db) if a.db else None)
     text = json.dumps(result, indent=2)
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:

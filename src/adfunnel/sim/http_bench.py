@@ -37,7 +37,8 @@ Result fields (latency is client-side, ms; rates per second of the load window):
   connection *during* the select load (:class:`NoopProbe`): how long the server's
   other work waits behind decisions;
 - ``setup_s``: seconds from the start of the run until every worker is ready (database
-  written, server started, catalogue loaded), split as ``populate_s`` + ``start_s``.
+  written, server started, catalogue loaded), split as ``populate_s`` (workload drawn,
+  database written) + ``start_s``.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ _FALLBACK_SIZES = ("300x250", "728x90", "1000x90", "250x250")
 def run_http_bench(ads: int = 100_000, workers: int = 1, concurrency: int = 16,
                    duration_s: float = 10.0, *, seed: int = 1, load: str = "auto",
                    baseline_s: float | None = None, warmup_s: float = 2.0,
-                   log_path: Path | None = None,
+                   log_path: Path | None = None, db_path: Path | None = None,
                    start_timeout_s: float = 1_800.0) -> dict[str, Any]:
     """Populate, start ``adfunnel serve --workers W``, measure; the result dict (module doc).
 
@@ -97,6 +98,8 @@ def run_http_bench(ads: int = 100_000, workers: int = 1, concurrency: int = 16,
     seconds of select load before the measured window, not counted (first budget
     slices, first-use caches). The server inherits this process's environment, so
     ``ADFUNNEL_BUDGET=local`` measures it without the budget service (``budget``).
+    ``db_path``: keep the SQLite database there, or reuse it when it exists (written
+    with the same ``ads`` and ``seed``; ``populate_s`` then only draws the requests).
 
     Raises:
         ValueError: ``ads``, ``workers`` or ``concurrency`` below 1, or an unknown ``load``.
@@ -110,9 +113,11 @@ def run_http_bench(ads: int = 100_000, workers: int = 1, concurrency: int = 16,
         raise ValueError(f"load must be wrk, python or auto, got {load!r}")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{Path(tmp) / 'http-bench.sqlite3'}"
+        path = db_path or Path(tmp) / "http-bench.sqlite3"
+        url = f"sqlite:///{path}"
         exprs, reqs, source = _workload(ads, seed)
-        populate(make_engine(url), ads, exprs, reqs, seed)
+        if not path.exists():
+            populate(make_engine(url), ads, exprs, reqs, seed)
         populate_s = time.monotonic() - t0
         bodies = [select_body(r, n) for n, r in enumerate(reqs)]
         with BenchServer(url, workers, log_path, start_timeout_s) as server:
