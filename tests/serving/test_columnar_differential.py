@@ -38,6 +38,7 @@ from adfunnel.index import ConjunctionIndex, ScanIndex
 from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
+from adfunnel.serving.columns import MAX_DENSE_ID
 from adfunnel.serving.fast import PRERANK_CUT, ColumnarDecider
 from adfunnel.serving.funnel import Decider, Decision
 from adfunnel.serving.request import SelectRequest, decode_request
@@ -247,3 +248,30 @@ def test_explain_requests_keep_every_reason() -> None:
         assert d.reason_counts is None
         seen += len(d.rejections)
     assert seen > 0
+
+
+def test_ids_beyond_the_columns_are_decided_by_the_reference_path() -> None:
+    """An ad id too large for the dense columns: that request falls back, same seed."""
+    big = MAX_DENSE_ID + 5
+    c = Campaign(1, 1, "c", Objective.IMPRESSIONS, BidType.CPM, 2_000_000, 10**9, "UTC",
+                 date(2026, 1, 1))
+    worlds = []
+    for _ in range(2):
+        catalog = Catalog.shaped()
+        catalog.load(Snapshot([Advertiser(1, "a")], [c], [
+            Ad(big, 1, "https://x.test/", "cr", "banner", 300, 250, ReviewState.APPROVED),
+            Ad(7, 1, "https://x.test/", "cr", "banner", 300, 250, ReviewState.APPROVED,
+               quality_micros=-5)], 0))
+        worlds.append(catalog)
+    now = ManualClock(datetime(2026, 7, 1, tzinfo=UTC))
+    ref = Decider(worlds[0], LocalSpendGate(), SmoothedCtr(), now, b"k" * 32,
+                  rng=random.Random(3))
+    col = ColumnarDecider(worlds[1], LocalSpendGate(), SmoothedCtr(), now, b"k" * 32,
+                          rng=random.Random(3))
+    req = _request(random.Random(1), 0)
+    req.slots = req.slots[:1]
+    req.slots[0].width, req.slots[0].height, req.slots[0].format = 300, 250, "banner"
+    a = ref.decide(req, "r", monotonic_ms() + 60_000)
+    b = col.decide(req, "r", monotonic_ms() + 60_000)
+    assert [p.ad.id for p in b.placed] == [big] and _outcome(b) == _outcome(a)
+    assert b.reason_counts is None  # decided on the reference path

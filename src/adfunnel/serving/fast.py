@@ -128,7 +128,7 @@ class ColumnarDecider(Decider):
                          or int(view.ad_campaign[ids].max()) >= MAX_DENSE_ID):
             # an id the columns do not hold (beyond the dense range, or written after
             # this view): the reference path decides, from the same draw
-            return self._reference(req, request_id, deadline_at_ms, seed, retrieval)
+            return super().decide_seeded(req, request_id, deadline_at_ms, seed)
         decision = Decision(request_id, [], [], retrieval.version, truncated=retrieval.truncated,
                             reason_counts={})
         clock.lap("retrieve")
@@ -169,15 +169,6 @@ class ColumnarDecider(Decider):
             shapes = [(s.format, s.width, s.height) for s in req.slots]
             return index.query_shapes(attrs, shapes, self.candidate_limit)
         return query_array(index, attrs, self.retrieval_limit)
-
-    def _reference(self, req: SelectRequest, request_id: str, deadline_at_ms: float,
-                   seed: int, retrieval: object) -> Decision:
-        """The reference path for this request with the seed already drawn."""
-        rng, self.rng = self.rng, _Fixed(seed)
-        try:
-            return super().decide(req, request_id, deadline_at_ms)
-        finally:
-            self.rng = rng
 
     # ---- 1. masks over ads ---------------------------------------------------------
     def _mask_ads(self, req: SelectRequest, ids: np.ndarray, view: ColumnsView,
@@ -477,16 +468,6 @@ class _Versions:
         i = int(np.flatnonzero(self.ad_ids == ad_id)[0])
         j = int(np.flatnonzero(self.campaign_ids == campaign_id)[0])
         return int(self.ad_version[i]), int(self.c_version[j])
-
-
-class _Fixed:
-    """A stand-in random source whose one 64-bit draw is a given seed."""
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-
-    def getrandbits(self, k: int) -> int:
-        return self.seed
 
 
 class _StageClock:

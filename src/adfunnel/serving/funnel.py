@@ -128,10 +128,14 @@ class Decider:
         Pure with respect to spend: winners, prices and signed tokens, nothing recorded;
         the caller commits with :meth:`commit` only when the answer goes out in time.
         """
-        now = self.clock.now()
         # one seed per decision from the seeded source; every draw below is a function
         # of it and an id, so a replay reproduces whatever order candidates come in
-        seed = self.rng.getrandbits(64)
+        return self.decide_seeded(req, request_id, deadline_at_ms, self.rng.getrandbits(64))
+
+    def decide_seeded(self, req: SelectRequest, request_id: str, deadline_at_ms: float,
+                      seed: int) -> Decision:
+        """:meth:`decide` with the decision's 64-bit seed given (drawn by the caller)."""
+        now = self.clock.now()
         retrieval = self._retrieve_list(req)
         decision = Decision(request_id, [], [], retrieval.version, truncated=retrieval.truncated)
         if monotonic_ms() >= deadline_at_ms:
