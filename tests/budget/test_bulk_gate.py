@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.gate import ADMIT, ASK, REFUSE, LocalSpendGate, Served
-from adfunnel.budget.protocol import Directive, Reply, Report
+from adfunnel.budget.protocol import Directive, Reply, Report, SliceGrant
 from adfunnel.campaigns.model import BidType, Campaign, Objective
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.clock import ManualClock
@@ -72,15 +72,22 @@ def test_client_bulk_admits_only_what_admit_would_with_no_side_effect() -> None:
         Directive(3, "metered", 0.2, today[3].isoformat()),
         Directive(4, "stopped", 1.0, today[4].isoformat()),
         Directive(5, "open", 0.7, today[5].isoformat()),
-    ], [], "e"))  # campaign 6: never spoken about
+    ], [  # slices: campaign 3's has room, 4 is stopped, 6's is spent by one serve below
+        SliceGrant("g3", 3, today[3].isoformat(), 5_000, NOW.timestamp() + 30),
+        SliceGrant("g4", 4, today[4].isoformat(), 5_000, NOW.timestamp() + 30),
+        SliceGrant("g6", 6, today[6].isoformat(), 1_500, NOW.timestamp() + 30),
+    ], "e"))  # campaign 6: never spoken about (metered to the client)
+    client.record_served(Served(6, today[6], "i6", 600, NOW.timestamp() + 60, 600))
     ids, days, charges, budgets = _arrays(cs, [1_000] * len(cs))
     codes = client.bulk_admit(ids, days, charges, budgets, NOW.timestamp()).tolist()
-    assert codes == [ADMIT, ASK, ASK, ASK, ADMIT, ASK]
+    assert codes == [ADMIT, ASK, ADMIT, ASK, ADMIT, ASK]
+    assert set(client._demand) == {3}  # as admit records a metered campaign's demand
+    client._demand.clear()
     assert client.bulk_pacing(ids).tolist() == [1.0, 0.5, 0.2, 1.0, 0.7, 1.0]
     for c, code in zip(cs, codes, strict=True):
         if code == ADMIT:
             assert client.admit(c, NOW, 1_000) is None
-    assert not client.refusals and not client._demand  # ADMIT skipped nothing
+    assert not client.refusals and set(client._demand) == {3}  # ADMIT skipped nothing
     clock.set(NOW + timedelta(seconds=61))  # no reply for a minute: fail closed
-    later = NOW.timestamp() + 61
+    later = NOW.timestamp() + 61  # and every slice has expired
     assert set(client.bulk_admit(ids, days, charges, budgets, later).tolist()) == {ASK}

@@ -145,7 +145,12 @@ class BudgetClient:
         # the bulk view (BulkGate): per campaign id, the local day (ordinal) whose state
         # is open, and p; written with every directive applied
         self._open_day = DenseIds(np.int32, -1)
+        self._stopped_day = DenseIds(np.int32, -1)
         self._p_dense = DenseIds(np.float64, 1.0)
+        # per campaign id, its held slice with the most room on its latest day
+        self._slice_day = DenseIds(np.int32, -1)
+        self._slice_room = DenseIds(np.int64, 0)
+        self._slice_exp = DenseIds(np.float64, 0.0)
         self.generation = 0
 
     # -- SpendGate ------------------------------------------------------------------------
@@ -192,15 +197,36 @@ class BudgetClient:
 
     def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
                    charges: np.ndarray, budgets: np.ndarray, t: float) -> np.ndarray:
-        """:class:`~adfunnel.budget.gate.BulkGate`: ADMIT where the campaign's state on
-        its local day is open and its shard has replied recently (``admit`` would answer
-        None with no side effect); ASK everywhere else."""
+        """:class:`~adfunnel.budget.gate.BulkGate`: ADMIT where :meth:`admit` would answer
+        None — the campaign's state on its local day is open and its shard has replied
+        recently, or it is not stopped and holds a slice of that day with room for the
+        charge (recording its demand, as ``admit`` does); ASK everywhere else."""
+        dense = campaign_ids < DENSE_IDS
         with self._lock:
             stale = np.array([t - last > self.fail_closed_after_s for last in self._last_reply])
-        open_now = (self._open_day.get(campaign_ids) == day_ordinals) & (campaign_ids < DENSE_IDS)
-        if stale.any():
-            open_now &= ~stale[campaign_ids % self.shards]
-        return np.where(open_now, ADMIT, ASK).astype(np.int8)
+            open_now = (self._open_day.get(campaign_ids) == day_ordinals) & dense
+            if stale.any():
+                open_now &= ~stale[campaign_ids % self.shards]
+            sliced = (~open_now & dense & (self._slice_day.get(campaign_ids) == day_ordinals)
+                      & (self._slice_exp.get(campaign_ids) > t)
+                      & (self._slice_room.get(campaign_ids) >= charges)
+                      & (self._stopped_day.get(campaign_ids) != day_ordinals))
+            for i in np.flatnonzero(sliced).tolist():
+                self._demand[int(campaign_ids[i])] = (
+                    t, int(charges[i]), date.fromordinal(int(day_ordinals[i])))
+        return np.where(open_now | sliced, ADMIT, ASK).astype(np.int8)
+
+    def _index_slices(self, cid: int) -> None:
+        """Keep the bulk view's best slice of ``cid`` in step (under the lock): the one
+        with the most room on the latest day it holds slices for."""
+        best = max(self._slices.get(cid, ()), key=lambda s: (s.day, s.amount - s.used),
+                   default=None)
+        if best is None:
+            self._slice_day.set(cid, -1)
+            return
+        self._slice_day.set(cid, best.day.toordinal())
+        self._slice_room.set(cid, best.amount - best.used)
+        self._slice_exp.set(cid, best.expires_at)
 
     def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
         """p of each campaign (float64[n]), as :meth:`pacing_rate` answers."""
@@ -218,6 +244,10 @@ class BudgetClient:
         if day is None:
             return
         ordinal = day.toordinal()
+        if state is BudgetState.STOPPED:
+            self._stopped_day.set(campaign_id, ordinal)
+        elif self._stopped_day.get_one(campaign_id) == ordinal:
+            self._stopped_day.set(campaign_id, -1)
         held = self._open_day.get_one(campaign_id)
         if state is BudgetState.OPEN:
             if ordinal >= held:
@@ -254,6 +284,7 @@ class BudgetClient:
                 return
             s.used += worst if s.worst_case else served.expected_micros
             s.last_used = t
+            self._index_slices(cid)
             acc.sliced += served.expected_micros
             demand = self._demand.get(cid)
             need = max(worst, demand[1]) if demand is not None else worst
@@ -351,6 +382,7 @@ class BudgetClient:
                 self._slices.setdefault(g.campaign_id, []).append(HeldSlice(
                     g.slice_id, g.campaign_id, date.fromisoformat(g.day), g.amount_micros,
                     g.expires_at, worst_case=g.worst_case))
+                self._index_slices(g.campaign_id)
 
     def _apply_directives(self, directives: list[Directive], stale: bool) -> None:
         """Take the states and p of ``directives`` (under the lock); from a stale reply
@@ -444,6 +476,7 @@ class BudgetClient:
             self.stats["resyncs"] += 1
             for cid in [c for c in self._slices if c % self.shards == sh]:
                 del self._slices[cid]
+                self._index_slices(cid)
             self._closed[sh] = []
             by_time: dict[float, list[CampaignSpend]] = {}
             for (cid, day, bucket), spent in sorted(self._history[sh].items()):
@@ -462,6 +495,7 @@ class BudgetClient:
                 del self._slices[s.campaign_id]
             self._closed[s.campaign_id % self.shards].append(
                 SliceUse(s.slice_id, s.used, s.last_used or s.expires_at))
+            self._index_slices(s.campaign_id)
 
     def _expire_slices(self, now: float) -> None:
         for cid, lst in list(self._slices.items()):
@@ -472,10 +506,13 @@ class BudgetClient:
                         SliceUse(s.slice_id, s.used, s.last_used or s.expires_at))
                 else:
                     keep.append(s)
+            if len(keep) == len(lst):
+                continue
             if keep:
                 self._slices[cid] = keep
             else:
                 del self._slices[cid]
+            self._index_slices(cid)
 
 
 def _merge(entries: list[ReportEntry]) -> ReportEntry:
