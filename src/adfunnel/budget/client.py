@@ -211,9 +211,13 @@ class BudgetClient:
                       & (self._slice_exp.get(campaign_ids) > t)
                       & (self._slice_room.get(campaign_ids) >= charges)
                       & (self._stopped_day.get(campaign_ids) != day_ordinals))
-            for i in np.flatnonzero(sliced).tolist():
-                self._demand[int(campaign_ids[i])] = (
-                    t, int(charges[i]), date.fromordinal(int(day_ordinals[i])))
+            idx = np.flatnonzero(sliced)
+            if len(idx):
+                ords = day_ordinals[idx].tolist()
+                days = {o: date.fromordinal(o) for o in set(ords)}
+                demands = [(t, ch, days[o])
+                           for ch, o in zip(charges[idx].tolist(), ords, strict=True)]
+                self._demand.update(zip(campaign_ids[idx].tolist(), demands, strict=True))
         return np.where(open_now | sliced, ADMIT, ASK).astype(np.int8)
 
     def _index_slices(self, cid: int) -> None:
