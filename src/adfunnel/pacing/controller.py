@@ -197,9 +197,14 @@ def step_arrays(
 ) -> ControllerArrays:
     """:func:`step` for many campaign-days at once (every argument an array of one length;
     ``has_delta`` False where ``committed_delta_micros`` is None in the scalar call, and
-    ``behind_micros`` always known). Same rules and invariants as :func:`step`, equal to
-    it up to float rounding (property-tested); every ``dt_s`` and ``budget_micros`` must
-    be > 0 (the caller selects those rows).
+    ``behind_micros`` always known). Every ``dt_s`` and ``budget_micros`` must be > 0
+    (the caller selects those rows).
+
+    Bit-for-bit equal to :func:`step` (tested): the same float operations in the same
+    order, and ``exp`` / ``log`` from :mod:`math` (numpy's vectorised ones may differ in
+    the last bit, and p compounds step after step). ``exp(-dt / leak_s)`` is computed once
+    per distinct step length; ``p × exp(g × log(ratio))`` only where it can move p
+    (``g ≠ 0`` and ``ratio ≠ 1``: elsewhere it is exactly p).
     """
     budget = budget_micros.astype(np.float64)
     spend = np.maximum(0.0, spend_micros.astype(np.float64))
@@ -208,9 +213,10 @@ def step_arrays(
 
     moved = np.where(has_delta, committed_delta_micros, spend)
     dev = (target - moved) / budget
-    leak = np.exp(-dt_s / gains.leak_s)
+    steps, where = np.unique(dt_s, return_inverse=True)
+    leak = np.array([math.exp(-d / gains.leak_s) for d in steps.tolist()])[where]
     c = gains.integral_clamp
-    integral = np.clip(state.integral * leak + dev, -c, c)
+    integral = np.maximum(-c, np.minimum(c, state.integral * leak + dev))
 
     a = gains.smoothing
     prior = np.where(state.spend_avg < 0, target, state.spend_avg)
@@ -228,9 +234,12 @@ def step_arrays(
     idle = ((spend <= 0.0) & (volume <= 0) & (desired > floor) & (spend_avg < desired)
             & ((prior_charges >= 1.0) | behind))
     g = np.where(idle, np.maximum(g, gains.kp * 0.5), g)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        moved_p = state.p * np.exp(g * np.log(ratio))
-    p_new = np.where(ratio > 0, moved_p, state.p)
+    p_new = state.p.copy()
+    move = np.flatnonzero((ratio > 0) & (g != 0.0) & (ratio != 1.0))
+    if len(move):
+        exp, log = math.exp, math.log
+        p_new[move] = [p * exp(gi * log(r)) for p, gi, r in zip(
+            state.p[move].tolist(), g[move].tolist(), ratio[move].tolist(), strict=True)]
     p_new = np.where(behind_micros > -hold_band_micros, np.maximum(p_new, state.p), p_new)
     p = clamp_steps(state.p, p_new)
     return ControllerArrays(p, integral, spend_avg, target_avg, charges_avg)
