@@ -3,7 +3,7 @@
 Asserted on structure sizes and call counts, never on timing (``adfunnel bench budget``
 measures speed): a report refreshes only the campaign-days it names, a slice is found
 by its id, a control step is one vectorised pass, start-up reads in bulk, the embedded
-admit asks without a report round, midnight makes every new day at once."""
+admit's report round costs what it carries, midnight makes every new day at once."""
 
 from __future__ import annotations
 
@@ -244,16 +244,29 @@ def _counting(calls: dict[str, int], name: str, fn: Any) -> Any:
     return wrapped
 
 
-def test_the_embedded_admit_asks_for_one_slice_without_a_report_round(bulk_db) -> None:
+def test_the_embedded_admit_asks_with_a_report_round_that_costs_what_it_carries(
+        bulk_db, monkeypatch) -> None:
     engine, clock, store = bulk_db
     gate = InProcessBudget(store, SqlLedger(engine), clock, engine=engine, background=False)
     camp = store.get_campaign(1)
     sent = gate.client.stats["sent"]
     reports: list[Report] = []
-    real = gate.process.service.handle_report
-    gate.process.service.handle_report = lambda r: (reports.append(r), real(r))[1]  # type: ignore[method-assign]
+    replies: list[Any] = []
+    svc = gate.process.service
+    real = svc.handle_report
+
+    def spy(r: Report) -> Any:
+        reports.append(r)
+        replies.append(real(r))
+        return replies[-1]
+
+    gate.process.service.handle_report = spy  # type: ignore[method-assign]
+    seen = _Refreshes(svc, monkeypatch)
     assert gate.admit(camp, clock.now(), 2_000) is None  # metered: a slice was asked
-    assert gate.client.stats["sent"] == sent and reports == []
+    assert gate.client.stats["sent"] == sent + 1 and len(reports) == 1
+    assert reports[0].wants == [1] and len(replies[0].grants) == 1
+    assert seen.campaigns(svc) == {1}  # the one campaign-day it asked for
+    assert len(replies[0].directives) == 1  # what changed since the last reply
     assert gate.client.held_slices()
     gate.record_served(Served(1, NOW.date(), "i1", 2_000, NOW.timestamp() + 3600, 2_000))
     clock.advance(1)

@@ -154,11 +154,9 @@ class BudgetServiceProcess:
         self.traffic = SqlTrafficLog(engine) if engine is not None else None
         self.ticker = Ticker(clock, [
             Job("changes", poll_s, self.poll_changes),
-            # shapes before the first billed feed makes today's rows: a restarted shard
-            # keeps today's shaped curves
-            Job("shapes", SHAPE_REFRESH_S, self.refresh_shapes),
             Job("billed", billed_every_s, self.feed_billed),
             Job("step", control_interval_s, self.step),
+            Job("shapes", SHAPE_REFRESH_S, self.refresh_shapes),
         ], name="budget-service", poll_s=min(0.1, poll_s))
 
     def app(self) -> Starlette:
@@ -205,8 +203,9 @@ class BudgetServiceProcess:
                 self.position = max(self.position, ch.seq)
         new = [ch.record for ch in changes
                if isinstance(ch.record, Campaign) and ch.version == 1]
-        if new:  # a new campaign starts from the placement average shape
+        if new:
             self._read_billed(new)
+            self.refresh_shapes()  # a new campaign starts from the placement average
         return len(changes)
 
     def feed_billed(self) -> int:
@@ -294,21 +293,49 @@ class ReportingBudgetClient(BudgetClient):
 
 
 class _DirectTransport:
-    """Reports straight into an in-process shard (under its lock)."""
+    """Reports straight into an in-process shard (under its lock). A report sent from
+    a thread inside :meth:`bounded` waits at most that long (wall seconds) for the lock
+    and is otherwise not sent: its entries stay pending, as after a failed send."""
 
     def __init__(self, process: BudgetServiceProcess) -> None:
         self.process = process
+        self._wait = threading.local()
+        self.skipped = 0  # reports not sent: the shard was busy past the bound
 
     def send_report(self, report: Report, on_reply: Callable[[Reply], None]) -> None:
-        with self.process.lock:
+        wait_s: float | None = getattr(self._wait, "s", None)
+        lock = self.process.lock
+        if not lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            self.skipped += 1
+            return
+        try:
             reply = self.process.service.handle_report(report)
+        finally:
+            lock.release()
         on_reply(reply)
+
+    def bounded(self, wait_s: float | None) -> _Bounded:
+        """Within ``with``: this thread's reports wait at most ``wait_s`` (None: no bound)."""
+        return _Bounded(self._wait, wait_s)
+
+
+class _Bounded:
+    def __init__(self, local: threading.local, wait_s: float | None) -> None:
+        self.local, self.wait_s = local, wait_s
+
+    def __enter__(self) -> None:
+        self.local.s = self.wait_s
+
+    def __exit__(self, *exc: object) -> None:
+        self.local.s = None
 
 
 #: The embedded default's one ad server, as the in-process service knows it.
 EMBEDDED_SERVER = "embedded"
-#: Longest wait of a decision's slice ask for the in-process service (seconds): while a
-#: control step or a report holds the service, the ask is left to the next report.
+#: Longest wait (wall seconds) of a decision's slice ask for the in-process service on
+#: the system clock: while a control step or a report holds the service, the ask is
+#: left to the next report. On a manual clock (replays, simulations) the ask waits, so
+#: what a replay decides never depends on the machine's timing.
 ASK_WAIT_S = 0.005
 
 
@@ -337,16 +364,18 @@ class InProcessBudget:
             store, ledger, clock, control_interval_s=control_interval_s,
             billed_every_s=billed_every_s, token_ttl_s=token_ttl_s, engine=engine,
             expected_servers={EMBEDDED_SERVER})
-        self.client = BudgetClient(EMBEDDED_SERVER, clock, _DirectTransport(self.process))
+        self._transport = _DirectTransport(self.process)
+        self.client = BudgetClient(EMBEDDED_SERVER, clock, self._transport)
         self.clock = clock
+        self._ask_wait_s = None if isinstance(clock, ManualClock) else ASK_WAIT_S
         self.eligible = EligibleCounter()  # filled by the decider, flushed by the ticker
         self._traffic = SqlTrafficLog(engine) if engine is not None else None
         self._refused_at: dict[int, float] = {}  # campaign -> instant of a refused ask
         self.ticker = Ticker(clock, [
-            Job("shapes", SHAPE_REFRESH_S, self._shapes),  # first: today's curves use them
             Job("report", report_every_s, self._report),
             Job("billed", billed_every_s, self.process.feed_billed),
             Job("step", control_interval_s, self.process.step),
+            Job("shapes", SHAPE_REFRESH_S, self._shapes),
         ], name="embedded-budget", poll_s=poll_s)
         store.subscribe(self.process.apply_local)
         self.process.load()
@@ -375,37 +404,26 @@ class InProcessBudget:
 
     # -- SpendGate ------------------------------------------------------------------------
     def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
-        """O(1): the client's answer; a metered campaign without a slice asks the
-        in-process service for one campaign's slice at once (no report round)."""
+        """The client's answer; a metered campaign without a slice asks the in-process
+        service at once with a report round (the spend of this second so far, and the
+        campaigns that want a slice): it costs what the report carries and the
+        directives changed since the last reply, not the catalogue. On the system clock
+        the round waits at most ``ASK_WAIT_S`` for a busy service (then the want goes
+        with the next report)."""
         t = now.timestamp()
         reason = self.client.admit(campaign, now, max_charge_micros, count_refusal=False)
         if reason == NO_SLICE and self._refused_at.get(campaign.id) != t:
             # the service is in this process: ask for the slice now rather than at the
             # next report; after a refused ask, not again at the same instant (a
             # refusal costs one round), but a granted one may be followed by another
-            self._ask(campaign.id, t)
+            with self._transport.bounded(self._ask_wait_s):
+                self.client.report(t)
             reason = self.client.admit(campaign, now, max_charge_micros, count_refusal=False)
             if reason is not None:
                 self._refused_at[campaign.id] = t
         if reason is not None:
             self.client.note_refusal(campaign.id, local_day(now, campaign.time_zone))
         return reason
-
-    def _ask(self, campaign_id: int, t: float) -> None:
-        """One campaign's slice and directive from the service, applied as a reply that
-        acknowledges nothing and moves no directive version."""
-        svc = self.process.service
-        if not self.process.lock.acquire(timeout=ASK_WAIT_S):
-            return  # busy (a control step): the client's wants go with the next report
-        try:
-            directive, grant = svc.ask(EMBEDDED_SERVER, campaign_id, t)
-            epoch = svc.epoch
-        finally:
-            self.process.lock.release()
-        self.client.handle_reply(Reply(
-            shard=svc.shard, at=t, acked_through=-1,
-            directives=[directive] if directive is not None else [],
-            grants=[grant] if grant is not None else [], epoch=epoch, version=-1))
 
     def pacing_rate(self, campaign_id: int) -> float:
         return self.client.pacing_rate(campaign_id)
