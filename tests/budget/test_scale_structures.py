@@ -86,7 +86,7 @@ def test_a_report_refreshes_only_the_campaign_days_it_names(monkeypatch) -> None
     assert len(svc._rates) == 2 and not svc._slices
 
 
-def test_a_slice_is_found_by_its_id_and_its_close_touches_only_its_day(monkeypatch) -> None:
+def test_a_slice_is_found_by_its_id_and_its_close_moves_only_its_day(monkeypatch) -> None:
     clock = ManualClock(NOW)
     svc = _warm(clock)
     reply = svc.handle_report(Report("a", 0, NOW.timestamp(), wants=[1], epoch=svc.epoch))
@@ -95,10 +95,17 @@ def test_a_slice_is_found_by_its_id_and_its_close_touches_only_its_day(monkeypat
     seen = _Refreshes(svc, monkeypatch)
     close = ReportEntry(1, NOW.timestamp(), closed_slices=[SliceUse(grant.slice_id, 1_000,
                                                                     NOW.timestamp())])
+    before = svc._rows.sl_used.copy(), svc._rows.sl_open.copy()
     svc.handle_report(Report("a", 0, NOW.timestamp(), [close], epoch=svc.epoch,
                              directives_version=svc._version))
-    assert seen.campaigns(svc) == {1}
+    # a close refreshes no state (the day's next refresh reads it), and moves only the
+    # slice accounting of its own day
+    assert seen.rows == []
+    row = svc.campaign_day(1, NOW.date()).row
+    moved = np.flatnonzero((svc._rows.sl_used != before[0]) | (svc._rows.sl_open != before[1]))
+    assert moved.tolist() == [row]
     assert svc.campaign_day(1, NOW.date()).in_flight() == 1_000
+    assert svc.campaign_day(1, NOW.date()).outstanding(NOW.timestamp()) == 0
 
 
 def test_a_control_step_is_one_vectorised_pass(monkeypatch) -> None:

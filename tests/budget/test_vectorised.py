@@ -1,6 +1,6 @@
-"""The budget service's vectorised pieces equal their per-campaign definitions: the
-controller step over arrays, target curves in closed form, traffic shapes in bulk, and
-the benchmark's figures are produced (their values are not judged here)."""
+"""The budget service's vectorised pieces equal their per-campaign definitions bit for
+bit: the controller step over arrays, target curves from hourly weights, traffic shapes
+in bulk; and the benchmark's figures are produced (their values are not judged here)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from adfunnel.budget.bench import run_budget_bench
 from adfunnel.budget.process import read_campaign_columns
-from adfunnel.budget.service import CampaignColumns
+from adfunnel.budget.service import BudgetService, CampaignColumns
 from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.model import BidType, CampaignStatus, Objective, PacingMode
+from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, Objective, PacingMode
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
@@ -46,12 +46,39 @@ def test_curve_bank_equals_curve_for_day(hourly, tz, day, elapsed) -> None:
     dz = bank.zones.get(tz, day)
     k = len(elapsed)
     s, d = np.full(k, sid), np.full(k, dz)
-    total = bank.totals(s, d)
-    got = bank.share_at(s, d, total, np.array(elapsed))
-    assert np.allclose(got, [ref.share_at(e) for e in elapsed], rtol=0, atol=1e-12)
-    peak = bank.peak_share_per_s(s[:1], d[:1], total[:1])[0]
-    assert peak == pytest.approx(ref.peak_share_per_s(), rel=1e-9)
-    assert bank.curve(sid, dz).end_minute == ref.end_minute
+    got = bank.share_at(s, d, np.array(elapsed))
+    assert got.tolist() == [ref.share_at(e) for e in elapsed]
+    assert bank.facts(s[:1], d[:1]).peak[0] == ref.peak_share_per_s()
+    assert bank.curve(sid, dz) == ref
+
+
+def test_a_service_follows_its_curves_with_cursors_bit_for_bit() -> None:
+    """Targets of a campaign-day stepped forward (and asked for an earlier time) equal
+    the materialised plan's, including a day created mid-day (its curve anchored)."""
+    rng = random.Random(5)
+    start = datetime(2026, 3, 29, 0, 0, 30, tzinfo=UTC)
+    clock = ManualClock(start)
+    svc = BudgetService(clock, warmup_s=0.0)
+    camps = [Campaign(cid, 1, f"c{cid}", Objective.IMPRESSIONS, BidType.CPM, 2_000_000,
+                      1_000_000_000, tz, date(2026, 1, 1), pacing_mode=PacingMode.EVEN)
+             for cid, tz in enumerate(["UTC", "Europe/Berlin", "Asia/Kathmandu"], start=1)]
+    for c in camps[:2]:
+        svc.upsert_campaign(c)
+    svc.set_traffic_shape(1, [rng.random() for _ in range(24)])
+    clock.advance(5 * 3600 + 17.25)
+    svc.upsert_campaign(camps[2], created_at=clock.now().timestamp())
+    svc.directives()
+    for _ in range(40):
+        clock.advance(rng.choice([10.0, 10.0, 61.5, 900.0]))
+        now = clock.now().timestamp()
+        rows = np.array([svc.current(c.id, now).row for c in camps])
+        back = now - 3600.0 * rng.random()
+        for when in (now, back, now):
+            elapsed = when - svc._rows.start_s[rows]
+            got = svc._targets(rows, elapsed)
+            want = [svc.campaign_day(c.id, svc.current(c.id, now).day).plan.target_micros(e)
+                    for c, e in zip(camps, elapsed.tolist(), strict=True)]
+            assert got.tolist() == want
 
 
 @settings(max_examples=200, deadline=None)

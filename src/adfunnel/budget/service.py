@@ -23,8 +23,20 @@ wants, each found by id: a slice by its id, a campaign-day by a dict key) plus t
 campaign-days whose state or p changed since the server's last reply (a change log
 by version, :class:`~adfunnel.budget.protocol.Reply`). Slices, spend buckets and
 per-server rates live in per-row dicts only for the rows that have them. Target
-curves are evaluated in closed form from 24 hourly weights per shape
-(:mod:`adfunnel.pacing.curve_bank`).
+curves are followed from 24 hourly weights per shape (:mod:`adfunnel.pacing.curve_bank`).
+
+Every decision of the per-campaign service this replaced is kept bit for bit (the
+replay report of a seed depends on it): a campaign-day's state is refreshed exactly
+where that service refreshed it (its spend reported, a grant, a billed update, a
+control step, a budget edit, each report for the days still cold) and nowhere else;
+a slice past its expiry leaves the outstanding amount at once but counts as used only
+where that service marked it (a grant, a billed update, a step of its day); every
+report makes the new local days of all campaigns (a bound on the earliest day end
+keeps that O(1) between midnights); curves, controller steps and hold bands are the
+same float operations; yesterday's p is kept per elapsed minute (for the rows whose p
+moved during the day; a row whose p never moved keeps one number) to seed the next day
+at the same minute of its curve; days are forgotten on the first step after they
+ended two days ago.
 
 Cold start, restart and takeover (DESIGN.md: "a restarted or new budget shard grants
 nothing for a campaign-day before it has read that day's billed spend"): an instance
@@ -78,7 +90,7 @@ from adfunnel.clock import Clock
 from adfunnel.money import impression_charge_bound
 from adfunnel.pacing import controller
 from adfunnel.pacing.curve import TargetCurve, TargetPlan
-from adfunnel.pacing.curve_bank import CurveBank
+from adfunnel.pacing.curve_bank import MAX_MINUTES, CurveBank, share_from
 
 #: Seen sequence numbers kept per (server, shard); older ones count as seen.
 SEQ_WINDOW = 4096
@@ -90,14 +102,14 @@ WARMUP_S = 3.0
 SERVER_STALE_S = 10.0
 #: Seconds a server's acknowledged directive version holds the change log back.
 ACK_KEPT_S = 60.0
-#: Seconds between sweeps of campaign-days that ended more than two days ago.
-GC_EVERY_S = 3600.0
-#: Hour slots of p kept per campaign-day (25: the longest local day), for the next day.
-P_SLOTS = 25
+#: Seconds after a day's end at which a control step forgets it (two days).
+FORGET_AFTER_S = 2 * 86400
 #: Campaign-days a control step works on at once (its temporaries stay in cache).
 STEP_CHUNK = 65_536
 #: Key of a campaign-day in the row index: campaign id << DAY_BITS | day ordinal.
 DAY_BITS = 22
+#: Most minutes a curve cursor adds one by one; farther, its sum is made again.
+CURSOR_WALK = 16
 
 
 class PacingStatus(StrEnum):
@@ -246,6 +258,7 @@ class _Slice:
     used: int | None = None  # set when the server closes it
     closed_at: float = 0.0
     provisional: bool = False  # expired here before the server closed it: worst case
+    lapsed: bool = False  # past its expiry and still open: no longer outstanding
 
 
 # -- columns -----------------------------------------------------------------------------------
@@ -260,11 +273,16 @@ _SLOT_COLUMNS: dict[str, tuple[type, float]] = {
     "fstart": (_I64, 0), "fend": (_I64, NO_END), "tz": (_I64, 0), "shape": (_I64, -1),
     "created": (_F64, _NAN), "cur": (_I64, -1), "head": (_I64, -1),
 }
-#: Per campaign-day (a row).
+#: Per campaign-day (a row). Curve: ``total`` weight of the active minutes (``flat``:
+#: none, each minute weighs 1), ``peak_share`` per second, and a cursor (``cur_m``
+#: minutes added up to ``cur_acc``, left to right). p history for the next day:
+#: ``p_first`` (first minute a step recorded p, -1: none), ``p_const`` (p of every step
+#: so far, while it never moved) and ``p_hist`` (row of :class:`_History` once it moved).
 _ROW_COLUMNS: dict[str, tuple[type, float]] = {
     "live": (_B, 0), "slot": (_I64, -1), "nxt": (_I64, -1), "day": (_I64, 0),
     "dz": (_I64, 0), "start_s": (_F64, 0), "end_s": (_F64, 0),
-    "shape": (_I64, 0), "total": (_F64, 0), "peak_share": (_F64, 0),
+    "shape": (_I64, 0), "total": (_F64, 0), "flat": (_B, 0), "peak_share": (_F64, 0),
+    "cur_m": (_I64, 0), "cur_acc": (_F64, 0),
     "plan_budget": (_I64, 0), "anchor_s": (_F64, 0), "anchor_spend": (_I64, 0),
     "plan_ca": (_F64, 0), "plan_peak_rate": (_F64, 0), "target_last": (_F64, _NAN),
     "p": (_F64, 1), "integral": (_F64, 0), "spend_avg": (_F64, -1),
@@ -277,16 +295,15 @@ _ROW_COLUMNS: dict[str, tuple[type, float]] = {
     "last_committed": (_I64, -1), "rate_measured": (_B, 0),
     "state": (_I8, METERED), "status": (_I8, S_COLD), "exhausted_at": (_F64, _NAN),
     "pub_state": (_I8, -1), "pub_p": (_F64, _NAN), "ver": (_I64, 0),
+    "p_first": (_I64, -1), "p_const": (_F64, _NAN), "p_hist": (_I64, -1),
 }
 
 
 class _Columns:
     """Growable numpy columns (one attribute per column) with a free list."""
 
-    def __init__(self, spec: dict[str, tuple[type, float]], capacity: int = 256,
-                 extra: dict[str, tuple[type, float, int]] | None = None) -> None:
+    def __init__(self, spec: dict[str, tuple[type, float]], capacity: int = 256) -> None:
         self.spec = spec
-        self.extra = extra or {}
         self.n = 0
         self.cap = 0
         self.free: list[int] = []
@@ -298,11 +315,6 @@ class _Columns:
             if self.cap:
                 arr[: self.cap] = getattr(self, name)
             setattr(self, name, arr)
-        for name, (dtype, fill, width) in self.extra.items():
-            arr2 = np.full((cap, width), fill, dtype=dtype)
-            if self.cap:
-                arr2[: self.cap] = getattr(self, name)
-            setattr(self, name, arr2)
         self.cap = cap
 
     def take(self, k: int) -> np.ndarray:
@@ -322,8 +334,32 @@ class _Columns:
     def reset(self, rows: np.ndarray) -> None:
         for name, (_, fill) in self.spec.items():
             getattr(self, name)[rows] = fill
-        for name, (_, fill, _w) in self.extra.items():
-            getattr(self, name)[rows] = fill
+
+
+class _History:
+    """p of campaign-days by elapsed minute (NaN: no step in that minute), one row of
+    ``MAX_MINUTES`` floats per campaign-day whose p moved during its day."""
+
+    def __init__(self) -> None:
+        self.data = np.full((0, MAX_MINUTES), _NAN)
+        self.free: list[int] = []
+
+    def take(self, k: int) -> np.ndarray:
+        """``k`` rows of NaN."""
+        if len(self.free) < k:
+            n = len(self.data)
+            cap = max(2 * n, n + k - len(self.free), 64)
+            data = np.full((cap, MAX_MINUTES), _NAN)
+            data[:n] = self.data
+            self.data = data
+            self.free.extend(range(cap - 1, n - 1, -1))
+        idx = np.array(self.free[len(self.free) - k:], dtype=np.int64)
+        del self.free[len(self.free) - k:]
+        self.data[idx] = _NAN
+        return idx
+
+    def release(self, idx: np.ndarray) -> None:
+        self.free.extend(idx.tolist())
 
 
 class CampaignDay:
@@ -398,6 +434,11 @@ class CampaignDay:
         v = float(self._col("exhausted_at")[self.row])
         return None if math.isnan(v) else v
 
+    @property
+    def p_by_minute(self) -> dict[int, float]:
+        """p after the last control step of each elapsed minute that had one."""
+        return self._s._p_by_minute(self.row)
+
     def _int(self, name: str) -> int:
         return int(self._col(name)[self.row])
 
@@ -406,9 +447,12 @@ class CampaignDay:
     lifetime_billed_before = property(lambda self: self._int("lifetime_before"))
     served_total = property(lambda self: self._int("served_total"))
     bucket_sum = property(lambda self: self._int("bucket_sum"))
+    last_committed = property(lambda self: self._int("last_committed"))
     watermark = property(lambda self: float(self._col("watermark")[self.row]))
     peak_rate = property(lambda self: float(self._col("peak_rate")[self.row]))
+    plan_peak_rate = property(lambda self: float(self._col("plan_peak_rate")[self.row]))
     rate_ewma = property(lambda self: float(self._col("rate_ewma")[self.row]))
+    last_step_s = property(lambda self: float(self._col("last_step_s")[self.row]))
     rate_measured = property(lambda self: bool(self._col("rate_measured")[self.row]))
 
     @property
@@ -444,8 +488,8 @@ class BudgetService:
     Args:
         clock: injected domain clock (UTC).
         shard, shards: this shard's number and the shard count (routing by campaign id).
-        default_shape: 24 hourly weights of the placement average, for campaigns
-            without a traffic shape of their own (``set_traffic_shape``).
+        default_shape: 24 hourly weights for campaigns without a traffic shape
+            (``set_traffic_shape``); flat when not given.
         control_interval_s: seconds between controller steps.
         gains: controller tuning.
         warmup_s: seconds after start before grants (see module docstring).
@@ -489,19 +533,26 @@ class BudgetService:
         self.campaign_loader: Callable[[int], Campaign] | None = None
         self._slot_of: dict[int, int] = {}
         self._slots = _Columns(_SLOT_COLUMNS)
-        self._rows = _Columns(_ROW_COLUMNS, extra={"p_hist": (np.float32, _NAN, P_SLOTS)})
+        self._rows = _Columns(_ROW_COLUMNS)
         self._row_of: dict[int, int] = {}  # campaign id << DAY_BITS | day ordinal -> row
         self._pending_shapes: dict[int, int] = {}  # shapes of campaigns not yet known
-        self._others_sid = -1  # the placement average last set (new campaigns start on it)
         self._owned_cache: OwnedCampaigns | None = None
         self._yesterday_p: dict[tuple[int, date], dict[int, float]] = {}
+        self._history = _History()
+        self._step_minutes: dict[int, np.ndarray] = {}  # day-zone -> minutes with a step
         # sparse per-row state: only rows that have any
         self._buckets: dict[int, deque[tuple[float, int]]] = {}
         self._slices: dict[int, dict[str, _Slice]] = {}
         self._rates: dict[int, dict[str, float]] = {}
         self._slice_row: dict[str, int] = {}
         self._expiry: list[tuple[float, str]] = []  # (expires_at, slice id), a heap
-        self._touched: set[int] = set()
+        # every owned campaign's current row holds in [_roll_lo, _next_roll) (Unix s):
+        # no new day to make there
+        self._roll_lo = math.inf
+        self._next_roll = -math.inf
+        self._first_end = math.inf  # the earliest end of a live row's day (Unix s)
+        # a refresh left a campaign-day cold only for want of a warm instance
+        self._maybe_cold = False
         # published directives: version, change log (version, rows changed in it)
         self._version = 0
         self._log_vers: list[int] = []
@@ -512,7 +563,6 @@ class BudgetService:
         self._seen: dict[str, tuple[int, set[int]]] = {}
         self._last_reply: dict[str, tuple[tuple[int, ...], Reply]] = {}
         self._slice_ids = itertools.count(1)
-        self._gc_at = self.started_at
         self.unknown_campaign_reports = 0
         #: control steps run, and the lowest p an evenly paced campaign-day was given
         self.steps = 0
@@ -541,10 +591,10 @@ class BudgetService:
         if created_at is not None:
             self._slots.created[slot] = created_at
         now = self._now()
-        if old_daily is not None and old_daily != campaign.daily_budget_micros:
-            for row in self._rows_of_slot(slot):
-                self._rescale(row, campaign.daily_budget_micros, now)
         rows = self._rows_of_slot(slot)
+        if old_daily is not None and old_daily != campaign.daily_budget_micros:
+            for row in rows:
+                self._rescale(row, campaign.daily_budget_micros, now)
         if rows:
             self._refresh(np.array(rows, dtype=np.int64), now)
 
@@ -600,17 +650,19 @@ class BudgetService:
     def set_traffic_shapes(self, campaign_ids: np.ndarray, hourly: np.ndarray,
                            others: Sequence[float] | None = None) -> None:
         """Shapes in bulk: row ``i`` of ``hourly`` (k × 24) for ``campaign_ids[i]``; every
-        other known campaign gets ``others`` (the placement average) when given."""
+        other campaign known now gets ``others`` (the placement average) when given.
+        A campaign added later keeps the default shape until it is given one."""
         if others is not None:
             sid = int(self._bank.shapes.add(np.array(others, dtype=np.float64))[0])
             self._slots.shape[: self._slots.n] = sid
-            self._others_sid = sid
         if len(campaign_ids):
             ids = self._bank.shapes.add(hourly)
             slots = np.array([self._slot_of.get(int(c), -1) for c in campaign_ids.tolist()],
                              dtype=np.int64)
             ok = slots >= 0
             self._slots.shape[slots[ok]] = ids[ok]
+            for c, sid2 in zip(campaign_ids[~ok].tolist(), ids[~ok].tolist(), strict=True):
+                self._pending_shapes[int(c)] = int(sid2)
         self._maybe_compact_shapes()
 
     def seed_yesterday(self, campaign_id: int, day: date, p_by_minute: dict[int, float]) -> None:
@@ -622,9 +674,10 @@ class BudgetService:
         if slot is None:
             slot = int(self._slots.take(1)[0])
             self._owned_cache = None
+            self._next_roll = -math.inf
             self._slot_of[c.id] = slot
             self._slots.cid[slot] = c.id
-            self._slots.shape[slot] = self._pending_shapes.pop(c.id, self._others_sid)
+            self._slots.shape[slot] = self._pending_shapes.pop(c.id, -1)
         self._campaigns[c.id] = c
         self._write_slot(slot, c)
         return slot
@@ -646,14 +699,16 @@ class BudgetService:
         s.tz[slot] = self._tz_id(c.time_zone)
         if (s.owned[slot], s.tz[slot], s.bid[slot], s.lifetime[slot] >= 0) != before:
             self._owned_cache = None
+            self._next_roll = -math.inf
 
     def _add_slots(self, cols: CampaignColumns, ix: np.ndarray) -> None:
         """Vectorised slot creation for the campaigns ``cols[ix]`` (none known yet)."""
         self._owned_cache = None
+        self._next_roll = -math.inf
         slots = self._slots.take(len(ix))
         s = self._slots
         ids = cols.ids[ix]
-        s.shape[slots] = self._others_sid
+        s.shape[slots] = -1
         s.cid[slots] = ids
         s.version[slots] = cols.versions[ix]
         s.bid[slots] = cols.bid[ix]
@@ -701,41 +756,104 @@ class BudgetService:
     def _rescale(self, row: int, budget: int, now: float) -> None:
         """A budget edit: the rest of the day's curve from the spend committed now."""
         t = self._rows
-        cd = CampaignDay(self, row)
-        spent = cd.committed(now)
+        self._lapse(now)
+        in_fl = max(0, int(t.bucket_sum[row] + t.sl_used[row] - t.settled_after[row]))
+        spent = int(t.billed[row]) + in_fl
+        at = now - float(t.start_s[row])
+        one = np.array([row])
         t.plan_budget[row] = budget
-        t.anchor_s[row] = now - t.start_s[row]
-        t.anchor_spend[row] = spent
-        t.plan_ca[row] = self._shares(np.array([row]), np.array([now - t.start_s[row]]))[0]
+        t.anchor_s[row] = at
+        t.anchor_spend[row] = spent + int(t.sl_open[row])
+        t.plan_ca[row] = self._shares(one, np.array([at]))[0]
         t.plan_peak_rate[row] = budget * t.peak_share[row]
         t.integral[row], t.spend_avg[row], t.target_avg[row], t.charges_avg[row] = 0, -1, -1, -1
         t.target_last[row] = _NAN
-        t.last_committed[row] = cd.spent()
+        t.last_committed[row] = spent
 
     # -- curves -------------------------------------------------------------------------
     def _curve(self, shape_id: int, dz: int) -> TargetCurve:
         key = (shape_id, dz)
         c = self._curves.get(key)
         if c is None:
+            if len(self._curves) > 256:
+                self._curves.clear()
             c = self._curves[key] = self._bank.curve(shape_id, dz)
         return c
 
-    def _shares(self, rows: np.ndarray, elapsed_s: np.ndarray) -> np.ndarray:
+    def _acc_at(self, rows: np.ndarray, minute: np.ndarray) -> np.ndarray:
+        """The weights of elapsed minutes ``[0, minute)`` of each row's day added in
+        order (``build_curve``'s running sum). Each row's cursor moves forward from
+        where the last call left it, minute by minute; a row asked for an earlier
+        minute, or more than ``CURSOR_WALK`` minutes ahead, has its sum made again from
+        its day's facts (once per distinct shape, day-zone and minute). ``rows`` unique;
+        ``minute`` below each row's end minute."""
         t = self._rows
-        return self._bank.share_at(t.shape[rows], t.dz[rows], t.total[rows], elapsed_s)
+        lag = minute - t.cur_m[rows]
+        far = (lag < 0) | (lag > CURSOR_WALK)
+        if far.any():
+            self._place_cursors(rows[far], minute[far])
+            lag[far] = 0
+        todo = np.flatnonzero(lag > 0)
+        while len(todo):
+            rr = rows[todo]
+            m = t.cur_m[rr]
+            t.cur_acc[rr] += self._bank.weights(t.shape[rr], t.dz[rr], m, t.flat[rr])
+            t.cur_m[rr] = m + 1
+            lag[todo] -= 1
+            todo = todo[lag[todo] > 0]
+        return t.cur_acc[rows]
+
+    def _place_cursors(self, rows: np.ndarray, minute: np.ndarray) -> None:
+        """Put each row's cursor at ``minute`` (its running sum from the day's facts)."""
+        t = self._rows
+        key = (t.shape[rows] << 35) | (t.dz[rows] << 11) | minute
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        facts = self._bank.facts(t.shape[rows][first], t.dz[rows][first], minute[first])
+        t.cur_m[rows] = minute
+        t.cur_acc[rows] = facts.acc[inv]
+
+    def _shares(self, rows: np.ndarray, elapsed_s: np.ndarray) -> np.ndarray:
+        """``TargetCurve.share_at(elapsed_s)`` of each row's curve, bit for bit (rows
+        unique)."""
+        t, z = self._rows, self._bank.zones
+        e = np.asarray(elapsed_s, dtype=np.float64)
+        dz = t.dz[rows]
+        n, end = z.minutes[dz], z.end_minute[dz]
+        x = e / 60.0
+        i = np.where(e > 0, np.floor(np.maximum(x, 0.0)), 0).astype(np.int64)
+        f = x - i
+        acc = np.zeros(len(rows))
+        w = np.zeros(len(rows))
+        need = np.flatnonzero((e > 0) & (i < end))
+        if len(need):
+            rr, ii = rows[need], i[need]
+            acc[need] = self._acc_at(rr, ii)
+            inner = ii + 1 < end[need]
+            if inner.any():
+                w[need[inner]] = self._bank.weights(t.shape[rr[inner]], t.dz[rr[inner]],
+                                                    ii[inner], t.flat[rr[inner]])
+        return share_from(e, i, f, n, end, acc, w, t.total[rows])
 
     def _targets(self, rows: np.ndarray, elapsed_s: np.ndarray) -> np.ndarray:
-        """``TargetPlan.target_micros`` of each row at ``elapsed_s`` (float micros)."""
+        """``TargetPlan.target_micros`` of each row at ``elapsed_s`` (float micros), bit
+        for bit (rows unique)."""
         t = self._rows
         b = t.plan_budget[rows].astype(np.float64)
         s = t.anchor_spend[rows].astype(np.float64)
         a, ca = t.anchor_s[rows], t.plan_ca[rows]
-        c = self._shares(rows, elapsed_s)
-        before = np.where(a == 0.0, 0.0, s * c / np.maximum(ca, 1e-12))
-        after = s + (b - s) * (c - ca) / np.where(ca >= 1.0, 1.0, 1.0 - ca)
-        after = np.where(ca >= 1.0, b, after)
-        out = np.where(elapsed_s <= a, before, after)
-        return np.where(s >= b, s, out)
+        out = np.where(s >= b, s, 0.0)
+        before = (s < b) & (elapsed_s <= a) & (a != 0.0)
+        after = (s < b) & (elapsed_s > a)
+        full = after & (ca >= 1.0)
+        out = np.where(full, b, out)
+        share = before | (after & ~full)
+        if share.any():
+            ix = np.flatnonzero(share)
+            c = self._shares(rows[ix], elapsed_s[ix])
+            sb, bb, cab = s[ix], b[ix], ca[ix]
+            out[ix] = np.where(before[ix], sb * c / np.maximum(cab, 1e-12),
+                               sb + (bb - sb) * (c - cab) / (1.0 - cab))
+        return out
 
     def _maybe_compact_shapes(self) -> None:
         table = self._bank.shapes
@@ -743,16 +861,14 @@ class BudgetService:
             return
         live = np.flatnonzero(self._rows.live[: self._rows.n])
         keep = np.concatenate([self._slots.shape[: self._slots.n], self._rows.shape[live],
-                               np.array([self._default_sid, self._others_sid])])
+                               np.array(list(self._pending_shapes.values()), dtype=np.int64),
+                               np.array([self._default_sid])])
         remap = table.compact(keep)
         s = self._slots.shape[: self._slots.n]
         self._slots.shape[: self._slots.n] = np.where(s >= 0, remap[np.maximum(s, 0)], -1)
         self._rows.shape[live] = remap[self._rows.shape[live]]
         self._default_sid = int(remap[self._default_sid])
-        if self._others_sid >= 0:
-            self._others_sid = int(remap[self._others_sid])
-        self._pending_shapes = {c: int(remap[i]) for c, i in self._pending_shapes.items()
-                                if remap[i] >= 0}
+        self._pending_shapes = {c: int(remap[i]) for c, i in self._pending_shapes.items()}
         self._curves.clear()
 
     # -- campaign-day rows ----------------------------------------------------------------
@@ -772,7 +888,8 @@ class BudgetService:
                                   self._now())[0])
 
     def _new_rows(self, slots: np.ndarray, days: np.ndarray, now: float) -> np.ndarray:
-        """Rows for (slot, day ordinal) pairs none of which exists yet (vectorised)."""
+        """Rows for (slot, day ordinal) pairs none of which exists yet (vectorised), with
+        their curves, first p and state."""
         t, s = self._rows, self._slots
         rows = t.take(len(slots))
         dz = self._day_zones(s.tz[slots], days)
@@ -785,25 +902,41 @@ class BudgetService:
         t.end_s[rows] = z.end_s[dz]
         shape = s.shape[slots]
         t.shape[rows] = np.where(shape >= 0, shape, self._default_sid)
-        t.total[rows] = self._bank.totals(t.shape[rows], dz)
-        t.peak_share[rows] = self._peak_shares(t.shape[rows], dz, t.total[rows])
+        t.last_step_s[rows] = np.maximum(now, t.start_s[rows])
+        self._curve_facts(rows)
         daily = s.daily[slots]
         t.plan_budget[rows] = daily
         created = s.created[slots]
-        mid = (created > t.start_s[rows]) & (created < t.end_s[rows])
+        mid = (t.start_s[rows] < created) & (created < t.end_s[rows])
         t.anchor_s[rows] = np.where(mid, created - t.start_s[rows], 0.0)
-        t.plan_ca[rows] = 0.0
         if mid.any():
             t.plan_ca[rows[mid]] = self._shares(rows[mid], t.anchor_s[rows[mid]])
         t.plan_peak_rate[rows] = daily * t.peak_share[rows]
         t.p[rows] = self._first_p(slots, days, rows, now)
-        t.last_step_s[rows] = np.maximum(now, t.start_s[rows])
         keys = (s.cid[slots] << DAY_BITS) | days
         self._row_of.update(zip(keys.tolist(), rows.tolist(), strict=True))
         t.nxt[rows] = s.head[slots]
         s.head[slots] = rows
+        self._first_end = min(self._first_end, float(t.end_s[rows].min()))
         self._refresh(rows, now)
         return rows
+
+    def _curve_facts(self, rows: np.ndarray) -> None:
+        """Total weight, flatness and peak share of each row's curve, made once per
+        distinct (shape, day-zone) pair; each cursor starts at the minute of the row's
+        first step (``last_step_s``: its first target is taken there)."""
+        t, z = self._rows, self._bank.zones
+        dz = t.dz[rows]
+        first_e = t.last_step_s[rows] - t.start_s[rows]
+        minute = np.clip(np.floor(first_e / 60.0).astype(np.int64), 0, z.end_minute[dz] - 1)
+        key = (t.shape[rows] << 35) | (dz << 11) | minute
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        facts = self._bank.facts(t.shape[rows][first], dz[first], minute[first])
+        t.total[rows] = facts.total[inv]
+        t.flat[rows] = facts.flat[inv]
+        t.peak_share[rows] = facts.peak[inv]
+        t.cur_m[rows] = minute
+        t.cur_acc[rows] = facts.acc[inv]
 
     def _day_zones(self, tz: np.ndarray, days: np.ndarray) -> np.ndarray:
         keys = tz * (1 << 24) + days
@@ -813,39 +946,57 @@ class BudgetService:
                         for k in uniq], dtype=np.int64)
         return ids[inv]
 
-    def _peak_shares(self, shape: np.ndarray, dz: np.ndarray, total: np.ndarray) -> np.ndarray:
-        """Peak share per second of each (shape, day-zone) pair, computed once per pair."""
-        keys = shape * (1 << 20) + dz
-        _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
-        peaks = self._bank.peak_share_per_s(shape[first], dz[first], total[first])
-        return peaks[inv]
-
     def _first_p(self, slots: np.ndarray, days: np.ndarray, rows: np.ndarray,
                  now: float) -> np.ndarray:
-        """First p of a day: yesterday's p at the same point of the curve (nearest hour
-        recorded), else 1."""
+        """First p of a day: yesterday's p at the elapsed minute nearest to the one of
+        ``now`` (the earlier minute on a tie; the seed of ``seed_yesterday`` first), else
+        1."""
         p = np.ones(len(rows))
-        cids = self._slots.cid[slots]
-        yrows = self._yesterday_rows(slots, days)
-        elapsed_h = np.maximum(0, (now - self._rows.start_s[rows]) // 3600).astype(np.int64)
-        has = yrows >= 0
-        if has.any():
-            hist = self._rows.p_hist[yrows[has]].astype(np.float64)
-            dist = np.abs(np.arange(P_SLOTS)[None, :] - elapsed_h[has][:, None]).astype(float)
-            dist[np.isnan(hist)] = np.inf
-            best = dist.argmin(axis=1)
-            val = hist[np.arange(len(best)), best]
-            p[has] = np.where(np.isfinite(dist.min(axis=1)), val, 1.0)
+        elapsed = np.maximum(0, np.floor_divide(now - self._rows.start_s[rows], 60)
+                             ).astype(np.int64)
+        seeded = np.zeros(len(rows), dtype=bool)
         if self._yesterday_p:
+            cids = self._slots.cid[slots]
             for i, (cid, d) in enumerate(zip(cids.tolist(), days.tolist(), strict=True)):
                 prev = self._yesterday_p.get((cid, date.fromordinal(d)))
-                if prev:
-                    m = int(elapsed_h[i] * 60)
-                    p[i] = prev[min(prev, key=lambda k, m=m: abs(k - m))]
+                if prev is not None:
+                    seeded[i] = True
+                    if prev:
+                        m = int(elapsed[i])
+                        p[i] = prev[min(prev, key=lambda k, m=m: abs(k - m))]
+        yrows = self._find_rows(slots, days - 1)
+        has = (yrows >= 0) & ~seeded
+        if not has.any():
+            return p
+        t = self._rows
+        ix = np.flatnonzero(has)
+        y = yrows[ix]
+        stepped = t.p_first[y] >= 0
+        hist = t.p_hist[y]
+        const = stepped & (hist < 0)
+        p[ix[const]] = t.p_const[y[const]]
+        moved = np.flatnonzero(stepped & (hist >= 0))
+        for a in range(0, len(moved), 4096):
+            part = moved[a:a + 4096]
+            h = self._history.data[hist[part]]
+            dist = np.abs(np.arange(MAX_MINUTES)[None, :] - elapsed[ix[part]][:, None])
+            dist = np.where(np.isnan(h), np.iinfo(np.int64).max, dist)
+            best = dist.argmin(axis=1)
+            p[ix[part]] = h[np.arange(len(part)), best]
         return p
 
-    def _yesterday_rows(self, slots: np.ndarray, days: np.ndarray) -> np.ndarray:
-        return self._find_rows(slots, days - 1)
+    def _p_by_minute(self, row: int) -> dict[int, float]:
+        t = self._rows
+        first = int(t.p_first[row])
+        if first < 0:
+            return {}
+        h = int(t.p_hist[row])
+        if h >= 0:
+            v = self._history.data[h]
+            return {int(m): float(v[m]) for m in np.flatnonzero(~np.isnan(v))}
+        marks = self._step_minutes.get(int(t.dz[row]))
+        minutes = [first] if marks is None else np.flatnonzero(marks[first:]) + first
+        return {int(m): float(t.p_const[row]) for m in minutes}
 
     def _find_rows(self, slots: np.ndarray, days: np.ndarray) -> np.ndarray:
         """The row of each (slot, day ordinal) pair (-1: none): the slot's newest row
@@ -875,6 +1026,8 @@ class BudgetService:
         cid = int(self._slots.cid[slot])
         r = self._row(cid, day)
         self._slots.cur[slot] = r
+        self._roll_lo = max(self._roll_lo, float(t.start_s[r]))
+        self._next_roll = min(self._next_roll, float(t.end_s[r]))
         return r
 
     def current(self, campaign_id: int, now: float) -> CampaignDay | None:
@@ -882,16 +1035,15 @@ class BudgetService:
         slot = self._slot_of.get(campaign_id)
         if slot is None:
             return None
-        row = self._current_row(slot, now)
-        self._flush(now)
-        return CampaignDay(self, row)
+        return CampaignDay(self, self._current_row(slot, now))
 
     def _roll_over(self, now: float) -> np.ndarray:
         """Make every owned campaign's current row the one of its local day at ``now``
         (vectorised: new days are made in bulk); the current rows."""
         s, t = self._slots, self._rows
-        n = s.n
-        slots = np.flatnonzero(s.owned[:n] & (s.cid[:n] >= 0))
+        slots = self.owned().slots
+        if self._roll_lo <= now < self._next_roll:
+            return s.cur[slots]
         cur = s.cur[slots]
         ok = cur >= 0
         ok[ok] = (t.start_s[cur[ok]] <= now) & (now < t.end_s[cur[ok]])
@@ -903,7 +1055,10 @@ class BudgetService:
             if missing.any():
                 rows[missing] = self._new_rows(need[missing], days[missing], now)
             s.cur[need] = rows
-        return s.cur[slots]
+        cur = s.cur[slots]
+        self._next_roll = float(t.end_s[cur].min()) if len(cur) else math.inf
+        self._roll_lo = float(t.start_s[cur].max()) if len(cur) else -math.inf
+        return cur
 
     def _local_days(self, tz: np.ndarray, now: float) -> np.ndarray:
         at = datetime.fromtimestamp(now, tz=UTC)
@@ -923,12 +1078,7 @@ class BudgetService:
         else:
             live = {s for s, t in self._heard.items() if now - t <= SERVER_STALE_S}
             ok = now - self.started_at >= self.warmup_s and live <= self._synced
-        if ok:
-            self._warm = True
-            # every cold campaign-day may leave its cold state now
-            t = self._rows
-            cold = np.flatnonzero(t.live[: t.n] & (t.status[: t.n] == S_COLD))
-            self._touched.update(cold.tolist())
+        self._warm = ok
         return ok
 
     def can_grant(self, cd: CampaignDay, now: float) -> bool:
@@ -940,6 +1090,7 @@ class BudgetService:
         publish what changed."""
         if not len(rows):
             return
+        self._lapse(now)
         t, s = self._rows, self._slots
         sl = t.slot[rows]
         charge = s.charge[sl]
@@ -949,7 +1100,12 @@ class BudgetService:
         day = t.day[rows]
         flying = (s.fstart[sl] <= day) & (day <= s.fend[sl])
         stopped = ~s.active[sl] | ~flying | (budget <= 0)
-        cold = ~(t.billed_read[rows] & self.warm(now))
+        read = t.billed_read[rows]
+        # warm() is asked only where a campaign-day has its billed spend read, as the
+        # per-campaign rule ``read and warm()`` asks it (a fleet shard's warm-up is
+        # decided at the first such question)
+        warm = self.warm(now) if (read & ~stopped).any() else self._warm
+        cold = ~(read & warm)
         in_fl = np.maximum(0, t.bucket_sum[rows] + t.sl_used[rows] - t.settled_after[rows])
         billed = t.billed[rows]
         committed = billed + in_fl + t.sl_open[rows]
@@ -970,6 +1126,8 @@ class BudgetService:
                            [S_EXHAUSTED, S_BUDGET, S_BID], S_PACING)
         t.state[rows] = np.where(stopped, STOPPED, np.where(cold, METERED, st))
         t.status[rows] = np.where(stopped, S_STOPPED, np.where(cold, S_COLD, status))
+        if (~stopped & cold & read).any():
+            self._maybe_cold = True
         self._publish(rows)
 
     def _publish(self, rows: np.ndarray) -> None:
@@ -989,12 +1147,16 @@ class BudgetService:
         self._log_vers.append(self._version)
         self._log_rows.append(ch.copy())
 
-    def _flush(self, now: float) -> None:
-        """Refresh the rows touched since the last flush."""
-        if self._touched:
-            rows = np.fromiter(self._touched, dtype=np.int64, count=len(self._touched))
-            self._touched.clear()
-            self._refresh(rows[self._rows.live[rows]], now)
+    def _refresh_cold(self, rows: np.ndarray, now: float) -> None:
+        """Refresh those of the current ``rows`` still cold, as each reply once did for
+        every cold campaign-day. Only those with their day's billed spend read can
+        leave the cold state here (once the instance is warm); the others' refresh
+        would give them again what they hold, so they are skipped."""
+        if not self._maybe_cold:
+            return
+        self._maybe_cold = False
+        t = self._rows
+        self._refresh(rows[(t.status[rows] == S_COLD) & t.billed_read[rows]], now)
 
     # -- reports ------------------------------------------------------------------------
     def handle_report(self, report: Report) -> Reply:
@@ -1003,28 +1165,28 @@ class BudgetService:
         Entries already applied (duplicates) are skipped; a message identical to the last
         one from that server (same sequence numbers) gets the same reply, so a retry never
         doubles spend nor grants. Directives: see :class:`~adfunnel.budget.protocol.Reply`.
+        Every report makes the new local days of every campaign and refreshes the
+        current ones still cold, as a reply carrying every directive did.
         """
         now = self._now()
         self._heard[report.server_id] = now
         if report.epoch == self.epoch:
             self._synced.add(report.server_id)
-        self._expire_due(now)
-        self.warm(now)
         seqs = tuple(e.seq for e in report.entries)
         top = max(seqs, default=-1)
         cached = self._last_reply.get(report.server_id)
         if cached is not None and seqs and cached[0] == seqs:
             return cached[1]
-        named = self._apply_entries(report)
-        self._flush(now)
+        named = self._apply_entries(report, now)
         grants: list[SliceGrant] = []
         for cid in report.wants:
             g = self._grant(report.server_id, cid, now)
             if g is not None:
                 grants.append(g)
-        self._flush(now)
+        current = self._roll_over(now)
+        self._refresh_cold(current, now)
         max_seq = self._seen[report.server_id][0] if report.server_id in self._seen else -1
-        directives = self._reply_directives(report, named, now)
+        directives = self._reply_directives(report, named, current, now)
         reply = Reply(shard=self.shard, at=now, acked_through=max(top, max_seq if top >= 0 else -1),
                       directives=directives, grants=grants, epoch=self.epoch,
                       version=self._version)
@@ -1032,8 +1194,9 @@ class BudgetService:
             self._last_reply[report.server_id] = (seqs, reply)
         return reply
 
-    def _apply_entries(self, report: Report) -> set[int]:
-        """Apply the entries not seen yet; the campaigns they name."""
+    def _apply_entries(self, report: Report, now: float) -> set[int]:
+        """Apply the entries not seen yet (each entry's spend, then the state of the days
+        it named, then its closed slices); the campaigns they name."""
         named: set[int] = set()
         max_seq, seen = self._seen.get(report.server_id, (-1, set()))
         for entry in report.entries:
@@ -1044,10 +1207,11 @@ class BudgetService:
             seen.add(entry.seq)
             if entry.seq > max_seq:
                 max_seq = entry.seq
-            for sp in entry.spend:
-                row = self._apply_spend(report.server_id, sp, entry.period_end, entry.resent)
-                if row >= 0:
-                    self._touched.add(row)
+            rows = [self._apply_spend(report.server_id, sp, entry.period_end, entry.resent)
+                    for sp in entry.spend]
+            rows = [r for r in rows if r >= 0]
+            if rows:
+                self._refresh(np.unique(np.array(rows, dtype=np.int64)), now)
             for use in entry.closed_slices:
                 self._close_slice(use)
         if len(seen) > 2 * SEQ_WINDOW:
@@ -1078,6 +1242,8 @@ class BudgetService:
         return row
 
     def _close_slice(self, use: SliceUse) -> None:
+        """A server closed a slice: its use replaces the amount (or the worst case
+        assumed at its expiry). The day's state is refreshed at its next refresh."""
         row = self._slice_row.get(use.slice_id)
         if row is None:
             return
@@ -1086,16 +1252,17 @@ class BudgetService:
             # a late close replaces the worst case assumed at expiry
             t = self._rows
             if s.used is None:
-                t.sl_open[row] -= s.amount
+                if not s.lapsed:
+                    t.sl_open[row] -= s.amount
             else:
                 t.sl_used[row] -= s.used
             s.used = min(s.amount, use.used_micros)
             t.sl_used[row] += s.used
             s.closed_at = use.closed_at
             s.provisional = False
-            self._touched.add(row)
 
-    def _reply_directives(self, report: Report, named: set[int], now: float) -> list[Directive]:
+    def _reply_directives(self, report: Report, named: set[int], current: np.ndarray,
+                          now: float) -> list[Directive]:
         """Everything on first contact, after an epoch change or an unknown version; else
         the current campaign-days changed since the server's version, plus those of the
         campaigns it wants or reports spend on."""
@@ -1103,17 +1270,14 @@ class BudgetService:
         full = (report.epoch != self.epoch or known < self._log_floor or known < 0
                 or known > self._version)
         if full:
-            rows = self._roll_over(now)
-            self._flush(now)
             self._ack(report.server_id, self._version, now)
-            return self._directives_of(rows)
+            return self._directives_of(current)
         self._ack(report.server_id, known, now)
         extra = []
         for cid in itertools.chain(report.wants, named):
             slot = self._slot_of.get(cid)
             if slot is not None and self._slots.owned[slot]:
                 extra.append(self._current_row(slot, now))
-        self._flush(now)
         i = bisect_right(self._log_vers, known)
         parts = self._log_rows[i:]
         if extra:
@@ -1158,28 +1322,12 @@ class BudgetService:
         for sid in [k for k, (_, at) in self._acked.items() if now - at > ACK_KEPT_S]:
             del self._acked[sid]
 
-    def ask(self, server_id: str, campaign_id: int, now: float,
-            ) -> tuple[Directive | None, SliceGrant | None]:
-        """One campaign's slice asked outside a report (the embedded server's admit): a
-        grant when one is due, and the campaign's directive. O(1)."""
-        self._expire_due(now)
-        self.warm(now)
-        self._flush(now)
-        g = self._grant(server_id, campaign_id, now)
-        slot = self._slot_of.get(campaign_id)
-        if slot is None or not self._slots.owned[slot]:
-            return None, g
-        row = self._current_row(slot, now)
-        self._flush(now)
-        return self._directives_of(np.array([row]))[0], g
-
     def _grant(self, server_id: str, campaign_id: int, now: float) -> SliceGrant | None:
         if campaign_id not in self._slot_of or not self.owns(campaign_id):
             return None
         row = self._current_row(self._slot_of[campaign_id], now)
-        self._drop_billed_slices(row)
+        self._expire(row, now)
         one = np.array([row])
-        self._touched.discard(row)
         self._refresh(one, now)
         t = self._rows
         if t.state[row] != METERED or not (t.billed_read[row] and self.warm(now)):
@@ -1200,9 +1348,8 @@ class BudgetService:
         return SliceGrant(sid, campaign_id, cd.day.isoformat(), size, now + SLICE_TTL_S,
                           worst_case_regime(g, charge))
 
-    def _expire_due(self, now: float) -> None:
-        """Slices past their expiry without a close count as fully spent (a crashed server
-        may have used them) until billing's watermark passes their expiry."""
+    def _lapse(self, now: float) -> None:
+        """Open slices past their expiry leave the outstanding amount (``sl_open``)."""
         heap, t = self._expiry, self._rows
         while heap and heap[0][0] <= now:
             _, sid = heapq.heappop(heap)
@@ -1210,28 +1357,36 @@ class BudgetService:
             if row is None:
                 continue
             s = self._slices[row][sid]
-            if s.used is None:
+            if s.used is None and not s.lapsed:
+                s.lapsed = True
+                t.sl_open[row] -= s.amount
+
+    def _expire(self, row: int, now: float) -> None:
+        """Slices of ``row`` past their expiry without a close count as fully spent (a
+        crashed server may have used them) until billing's watermark passes their
+        expiry; used slices the watermark has passed are forgotten."""
+        slices = self._slices.get(row)
+        if not slices:
+            return
+        self._lapse(now)
+        t = self._rows
+        for s in slices.values():
+            if s.used is None and s.expires_at <= now:
+                if not s.lapsed:
+                    s.lapsed = True
+                    t.sl_open[row] -= s.amount
                 s.used = s.amount
                 s.closed_at = s.expires_at
                 s.provisional = True
-                t.sl_open[row] -= s.amount
                 t.sl_used[row] += s.amount
-                self._touched.add(row)
-
-    def _drop_billed_slices(self, row: int) -> None:
-        """Forget the used slices of ``row`` that billing's watermark has passed."""
-        slices = self._slices.get(row)
-        w = float(self._rows.watermark[row])
-        if not slices or not w:
-            return
-        done = [k for k, s in slices.items() if s.used is not None and s.closed_at < w]
-        for k in done:
-            self._rows.sl_used[row] -= slices.pop(k).used or 0
-            del self._slice_row[k]
-        if not slices:
-            del self._slices[row]
-        if done:
-            self._touched.add(row)
+        w = float(t.watermark[row])
+        if w:
+            done = [k for k, s in slices.items() if s.used is not None and s.closed_at < w]
+            for k in done:
+                t.sl_used[row] -= slices.pop(k).used or 0
+                del self._slice_row[k]
+            if not slices:
+                del self._slices[row]
 
     # -- billing ------------------------------------------------------------------------
     def record_billed(self, update: BilledUpdate) -> None:
@@ -1252,18 +1407,15 @@ class BudgetService:
             t.watermark[row] = update.complete_before
             self._pop_buckets(row)
         now = self._now()
-        self._expire_due(now)
-        self._drop_billed_slices(row)
-        self._touched.add(row)
-        self.warm(now)
-        self._flush(now)
+        self._expire(row, now)
+        self._refresh(np.array([row]), now)
 
     def record_billed_bulk(self, cols: BilledColumns) -> int:
         """:meth:`record_billed` for many campaign-days at once (the billed feed at start
-        and every few seconds), vectorised; rows whose values did not move and that hold
-        no spend buckets or slices cost no Python work. Returns the rows applied."""
+        and every few seconds), vectorised. A row whose values did not move, that holds
+        no spend buckets or slices and is not cold keeps its state as it is (its refresh
+        would give it again) and costs no Python work. Returns the rows applied."""
         now = self._now()
-        self._expire_due(now)
         owned = self._owned_cache
         if owned is not None and cols.campaign_ids is owned.ids:
             self._roll_over(now)  # today's rows in bulk, found through their slots
@@ -1279,19 +1431,20 @@ class BudgetService:
         settled = np.where(cb >= wm, np.maximum(0, cols.settled_after_micros[ok]),
                            t.settled_after[rows])
         moved = ((billed != t.billed[rows]) | (life != t.lifetime_before[rows])
-                 | (settled != t.settled_after[rows]) | ~t.billed_read[rows])
+                 | (settled != t.settled_after[rows]) | ~t.billed_read[rows]
+                 | (t.status[rows] == S_COLD))
         t.billed_read[rows] = True
         t.billed[rows] = billed
         t.lifetime_before[rows] = life
         t.settled_after[rows] = settled
         t.watermark[rows] = np.maximum(wm, cb)
-        self._touched.update(rows[moved].tolist())
-        for row in self._among(rows, itertools.chain(self._buckets, self._slices)):
+        sparse = self._among(rows, itertools.chain(self._buckets, self._slices))
+        for row in sparse:
             self._pop_buckets(row)
-            self._drop_billed_slices(row)
-            self._touched.add(row)
-        self.warm(now)
-        self._flush(now)
+            self._expire(row, now)
+        if sparse:
+            moved |= np.isin(rows, np.fromiter(sparse, dtype=np.int64, count=len(sparse)))
+        self._refresh(rows[moved], now)
         return len(rows)
 
     def _among(self, rows: np.ndarray, sparse: Iterable[int]) -> set[int]:
@@ -1354,25 +1507,19 @@ class BudgetService:
         """One control step for every campaign on its current local day (vectorised)."""
         now = self._now()
         self.steps += 1
-        self._expire_due(now)
-        self.warm(now)
         rows = self._roll_over(now)
-        self._flush(now)
         t = self._rows
         dt = now - t.last_step_s[rows]
         sel = dt > 0
         rows, dt = rows[sel], dt[sel]
         for row in self._among(rows, self._slices):
-            self._drop_billed_slices(row)
-        self._flush(now)
+            self._expire(row, now)
         for a in range(0, len(rows), STEP_CHUNK):  # temporaries that stay in cache
             self._step_rows(rows[a:a + STEP_CHUNK], dt[a:a + STEP_CHUNK], now)
-        self._flush(now)
         if self.on_step is not None:
             for row in rows.tolist():
                 self.on_step(CampaignDay(self, row), now)
-        if now - self._gc_at >= GC_EVERY_S:
-            self._gc_at = now
+        if self._first_end < now - FORGET_AFTER_S:
             self._forget_old_days(now)
 
     def _step_rows(self, rows: np.ndarray, dt: np.ndarray, now: float) -> None:
@@ -1386,28 +1533,60 @@ class BudgetService:
         even = (t.plan_budget[rows] > 0) & s.even[sl]
         if even.any():
             self._control(rows[even], dt[even], now)
+        t.target_last[rows[~even]] = _NAN  # uncontrolled: no step's target to keep
         t.rate_measured[rows] |= t.step_charges[rows] > 0
         t.step_spend[rows] = 0
         t.step_charges[rows] = 0
         t.last_step_s[rows] = now
-        slot_h = np.clip((now - t.start_s[rows]) // 3600, 0, P_SLOTS - 1).astype(np.int64)
-        t.p_hist[rows, slot_h] = t.p[rows]
+        self._record_p(rows, now)
         paced = s.even[sl] & (t.state[rows] != STOPPED)
         if paced.any():
             low = float(t.p[rows[paced]].min())
             self.p_min = low if self.p_min is None else min(self.p_min, low)
         self._refresh(rows, now)
 
+    def _record_p(self, rows: np.ndarray, now: float) -> None:
+        """Note p at this step's elapsed minute of each row's day (the last step of a
+        minute wins), for the next day's first p."""
+        t = self._rows
+        minute = np.floor_divide(now - t.start_s[rows], 60).astype(np.int64)
+        for key in np.unique(t.dz[rows] * MAX_MINUTES + minute).tolist():
+            d, m = divmod(key, MAX_MINUTES)
+            marks = self._step_minutes.get(d)
+            if marks is None:
+                marks = self._step_minutes[d] = np.zeros(MAX_MINUTES, dtype=bool)
+            marks[m] = True
+        p = t.p[rows]
+        first = t.p_first[rows] < 0
+        if first.any():
+            t.p_first[rows[first]] = minute[first]
+            t.p_const[rows[first]] = p[first]
+        hist = t.p_hist[rows]
+        moved = (hist < 0) & (p != t.p_const[rows])
+        if moved.any():
+            # p moved for the first time today: from now on its minutes are kept
+            rr = rows[moved]
+            idx = self._history.take(len(rr))
+            t.p_hist[rr] = idx
+            for r, h in zip(rr.tolist(), idx.tolist(), strict=True):
+                marks = self._step_minutes[int(t.dz[r])]
+                first_m = int(t.p_first[r])
+                self._history.data[h, first_m:][marks[first_m:]] = t.p_const[r]
+            hist = t.p_hist[rows]
+        keep = hist >= 0
+        if keep.any():
+            self._history.data[hist[keep], minute[keep]] = p[keep]
+
     def _control(self, rows: np.ndarray, dt: np.ndarray, now: float) -> None:
         """The PI controller of evenly paced rows (``controller.step_arrays``)."""
         t, s = self._rows, self._slots
         start = t.start_s[rows]
-        target1 = self._targets(rows, now - start)
         target0 = t.target_last[rows]  # the last step's target, while the plan holds
         unknown = np.isnan(target0)
         if unknown.any():
             r0 = rows[unknown]
             target0[unknown] = self._targets(r0, t.last_step_s[r0] - t.start_s[r0])
+        target1 = self._targets(rows, now - start)
         t.target_last[rows] = target1
         target = target1 - target0
         in_fl = np.maximum(0, t.bucket_sum[rows] + t.sl_used[rows] - t.settled_after[rows])
@@ -1432,23 +1611,29 @@ class BudgetService:
         """Drop the rows of days that ended more than two days ago."""
         t, s = self._rows, self._slots
         n = t.n
-        old = np.flatnonzero(t.live[:n] & (t.end_s[:n] < now - 2 * 86400))
-        if not len(old):
-            return
-        cids = s.cid[t.slot[old]]
-        for k in ((cids << DAY_BITS) | t.day[old]).tolist():
-            self._row_of.pop(k, None)
-        for row in old.tolist():
-            self._buckets.pop(row, None)
-            self._rates.pop(row, None)
-            for sid in self._slices.pop(row, {}):
-                self._slice_row.pop(sid, None)
-            self._touched.discard(row)
-        sl = t.slot[old]
-        s.cur[sl] = np.where(s.cur[sl] == old, -1, s.cur[sl])
-        t.live[old] = False
-        t.free.extend(old.tolist())
-        self._relink()
+        live = t.live[:n]
+        old = np.flatnonzero(live & (t.end_s[:n] < now - FORGET_AFTER_S))
+        if len(old):
+            cids = s.cid[t.slot[old]]
+            for k in ((cids << DAY_BITS) | t.day[old]).tolist():
+                self._row_of.pop(k, None)
+            for row in old.tolist():
+                self._buckets.pop(row, None)
+                self._rates.pop(row, None)
+                for sid in self._slices.pop(row, {}):
+                    self._slice_row.pop(sid, None)
+            hist = t.p_hist[old]
+            self._history.release(hist[hist >= 0])
+            sl = t.slot[old]
+            s.cur[sl] = np.where(s.cur[sl] == old, -1, s.cur[sl])
+            t.live[old] = False
+            t.free.extend(old.tolist())
+            self._relink()
+        alive = np.flatnonzero(t.live[:n])
+        self._first_end = float(t.end_s[alive].min()) if len(alive) else math.inf
+        used = set(t.dz[alive].tolist())
+        for d in [d for d in self._step_minutes if d not in used]:
+            del self._step_minutes[d]
 
     def _relink(self) -> None:
         """Rebuild each campaign's list of rows from the live rows."""
@@ -1468,7 +1653,6 @@ class BudgetService:
         """Campaign-days of this shard on their local day by budget state, and how many
         are paced (p < 1)."""
         rows = self._roll_over(now)
-        self._flush(now)
         counts = np.bincount(self._rows.state[rows], minlength=len(STATES))
         out = {STATE_VALUES[i]: int(counts[i]) for i in range(len(STATES))}
         out["paced"] = int((self._rows.p[rows] < 1.0).sum())
@@ -1478,7 +1662,7 @@ class BudgetService:
         """Current state and p of every campaign of this shard on its local day."""
         now = self._now() if now is None else now
         rows = self._roll_over(now)
-        self._flush(now)
+        self._refresh_cold(rows, now)
         return self._directives_of(rows)
 
     def _now(self) -> float:

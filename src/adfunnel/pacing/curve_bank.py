@@ -2,22 +2,30 @@
 
 :func:`adfunnel.pacing.curve.curve_for_day` materialises a day's curve as one point per
 minute (1,441 floats). At catalogue scale (10⁵–10⁶ campaigns, each with its own
-traffic shape) that is gigabytes, so the budget service evaluates the same curve in
-closed form instead, vectorised over numpy arrays of campaign-days:
+traffic shape) that is gigabytes, so the budget service keeps per shape only what
+makes any minute's weight, and per campaign-day a cursor over the day's running sum:
 
 - a *shape* is 24 hourly weights ``H`` (local wall-clock hours). ``hourly_to_minutely``
   interpolates linearly between hour mid-points and rescales each hour to keep its
-  total, so inside hour ``h`` the weight of minute ``j`` is ``k_h × u_h(j)`` with ``u_h``
-  linear on ``[0, 30)`` and on ``[30, 60)``; its prefix sum is a quadratic in ``j`` and
-  the prefix over whole hours is the cumulative sum of ``H``;
+  total: the weight of local minute ``lm`` is ``(a × (1 − f) + b × f) × k_h`` with ``a``,
+  ``b`` the per-minute levels ``H / 60`` of the neighbouring hours, ``f`` a fraction of
+  the minute of day only, and ``k_h`` the hour's rescale factor. :class:`ShapeTable`
+  keeps ``H / 60`` and ``k`` (24 numbers each), computed with the very float operations
+  of ``hourly_to_minutely`` (its per-hour sums added left to right, as ``sum`` does);
 - a *day-zone* is one local day of one time zone: the elapsed minutes of the day map
   onto local wall-clock minutes in at most a few contiguous *runs* (one on a normal
-  day, two across a DST change), so the cumulative weight after ``m`` elapsed minutes
-  is a sum of differences of the local prefix function.
+  day, two across a DST change);
+- a curve point is ``min(1, acc_i / total)`` with ``acc_i`` the weights of the first
+  ``i`` elapsed minutes added one by one, left to right, as ``build_curve`` adds them.
 
-The results equal ``curve_for_day`` up to float rounding (property-tested against it
-in ``tests/budget/test_vectorised.py``). Elapsed times are seconds from the local day's
-start; shares are in [0, 1].
+So every share, total and peak here is *bit-for-bit* the value ``curve_for_day`` gives
+(tested in ``tests/budget/test_vectorised.py``): a float that differs in its last bit
+moves a pacing probability, and through its coin flips every later decision. Running
+sums are cumulative sums (``numpy.cumsum`` adds left to right) over whole days where a
+day's facts are made (:meth:`CurveBank.facts`, once per distinct shape and day-zone),
+and cursors that add the next minutes' weights where the budget service follows a day
+(``BudgetService``: a control step moves each cursor by the minutes elapsed since the
+last). Elapsed times are seconds from the local day's start; shares are in [0, 1].
 """
 
 from __future__ import annotations
@@ -32,8 +40,22 @@ from adfunnel.pacing.curve import END_MARGIN_MINUTES, TargetCurve
 
 #: Most runs (contiguous stretches of local wall-clock minutes) a local day may have.
 MAX_RUNS = 6
-#: Rows evaluated at once where a computation makes a (rows × candidates) matrix.
-CHUNK = 65_536
+#: Longest local day in minutes (25 hours).
+MAX_MINUTES = 1500
+#: Shapes or (shape, day-zone) pairs worked on at once (a matrix of a day's minutes each).
+CHUNK = 2048
+
+# ``hourly_to_minutely``'s interpolation, per local minute of day: x = (m + 0.5) / 60 − 0.5,
+# h0 = floor(x), f = x − h0; the minute's level is a × (1 − f) + b × f with a and b the
+# levels of hours h0 and h0 + 1 (wrapping).
+_LM = np.arange(1440)
+_X = (_LM + 0.5) / 60.0 - 0.5
+_H0 = np.floor(_X).astype(np.int64)
+_F = _X - _H0
+_ONE_MINUS_F = 1 - _F
+_IA = _H0 % 24
+_IB = (_H0 + 1) % 24
+_HOUR = _LM // 60
 
 
 def _validated(hourly: np.ndarray) -> np.ndarray:
@@ -51,14 +73,15 @@ def _validated(hourly: np.ndarray) -> np.ndarray:
 
 
 class ShapeTable:
-    """Interned hourly traffic shapes: ``H`` (n, 24), per-minute levels ``A`` (n, 26)
-    = H/60 padded with the wrap-around neighbours, hour prefix sums ``HP`` (n, 25)."""
+    """Interned hourly traffic shapes: ``H`` (n, 24) as given, per-minute levels
+    ``PM = H / 60`` and hour rescale factors ``K`` (n, 24; 1 for an hour whose unscaled
+    minute weights sum to 0, which ``hourly_to_minutely`` leaves unscaled)."""
 
     def __init__(self, capacity: int = 64) -> None:
         self.n = 0
         self.H = np.zeros((capacity, 24))
-        self.A = np.zeros((capacity, 26))
-        self.HP = np.zeros((capacity, 25))
+        self.PM = np.zeros((capacity, 24))
+        self.K = np.ones((capacity, 24))
 
     def add(self, hourly: np.ndarray | list[float] | tuple[float, ...]) -> np.ndarray:
         """Append shapes (one per row of ``hourly``); their ids (int64).
@@ -71,12 +94,15 @@ class ShapeTable:
         self._grow(self.n + k)
         ids = np.arange(self.n, self.n + k, dtype=np.int64)
         self.H[ids] = h
-        a = h / 60.0
-        self.A[ids, 1:25] = a
-        self.A[ids, 0] = a[:, 23]
-        self.A[ids, 25] = a[:, 0]
-        self.HP[ids, 0] = 0.0
-        self.HP[ids, 1:] = np.cumsum(h, axis=1)
+        pm = h / 60.0
+        self.PM[ids] = pm
+        for a in range(0, k, CHUNK):
+            p = pm[a:a + CHUNK]
+            unscaled = p[:, _IA] * _ONE_MINUS_F + p[:, _IB] * _F
+            # each hour's sum, added left to right (``sum(seg)``)
+            sums = np.cumsum(unscaled.reshape(len(p), 24, 60), axis=2)[:, :, -1]
+            self.K[ids[a:a + CHUNK]] = np.divide(h[a:a + CHUNK], sums,
+                                                 out=np.ones_like(sums), where=sums > 0)
         self.n += k
         return ids
 
@@ -86,7 +112,7 @@ class ShapeTable:
         keep = np.unique(keep[keep >= 0])
         remap = np.full(max(self.n, 1), -1, dtype=np.int64)
         remap[keep] = np.arange(len(keep))
-        for name in ("H", "A", "HP"):
+        for name in ("H", "PM", "K"):
             arr = getattr(self, name)
             arr[: len(keep)] = arr[keep]
         self.n = len(keep)
@@ -97,11 +123,16 @@ class ShapeTable:
         if need <= cap:
             return
         new = max(need, 2 * cap)
-        for name in ("H", "A", "HP"):
+        for name, fill in (("H", 0.0), ("PM", 0.0), ("K", 1.0)):
             arr = getattr(self, name)
-            grown = np.zeros((new, arr.shape[1]))
+            grown = np.full((new, arr.shape[1]), fill)
             grown[: self.n] = arr[: self.n]
             setattr(self, name, grown)
+
+    def minute_weight(self, s: np.ndarray, lm: np.ndarray) -> np.ndarray:
+        """``hourly_to_minutely(H[s])[lm]`` elementwise (``s``, ``lm`` broadcast), exact."""
+        pm, lm = self.PM, np.asarray(lm)
+        return (pm[s, _IA[lm]] * _ONE_MINUS_F[lm] + pm[s, _IB[lm]] * _F[lm]) * self.K[s, _HOUR[lm]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +175,8 @@ def day_zone(day: date, tz: str) -> DayZone:
 
 @dataclass(slots=True)
 class DayZones:
-    """Interned :class:`DayZone` s by (time zone, day ordinal), as arrays."""
+    """Interned :class:`DayZone` s by (time zone, day ordinal), as arrays; ``lmap``
+    (zones × ``MAX_MINUTES``) holds the local minute of each elapsed minute."""
 
     ids: dict[tuple[str, int], int] = field(default_factory=dict)
     zones: list[DayZone] = field(default_factory=list)
@@ -152,12 +184,8 @@ class DayZones:
     end_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     minutes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     end_minute: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    nruns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    es: np.ndarray = field(default_factory=lambda: np.zeros((0, MAX_RUNS), dtype=np.int64))
-    ls: np.ndarray = field(default_factory=lambda: np.zeros((0, MAX_RUNS), dtype=np.int64))
-    ln: np.ndarray = field(default_factory=lambda: np.zeros((0, MAX_RUNS), dtype=np.int64))
-    #: per day-zone, local minutes where a shape's per-minute weight may peak (padded)
-    cand: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), dtype=np.int64))
+    lmap: np.ndarray = field(default_factory=lambda: np.zeros((0, MAX_MINUTES),
+                                                              dtype=np.int64))
 
     def get(self, tz: str, day: date) -> int:
         """The id of (tz, day), made on first use."""
@@ -171,173 +199,135 @@ class DayZones:
     def _add(self, dz: DayZone) -> int:
         i = len(self.zones)
         self.zones.append(dz)
-        pad = [(0, 0, 0)] * (MAX_RUNS - len(dz.runs))
-        runs = np.array(list(dz.runs) + pad, dtype=np.int64)
         self.start_s = np.append(self.start_s, dz.start_s)
         self.end_s = np.append(self.end_s, dz.end_s)
         self.minutes = np.append(self.minutes, dz.minutes)
         self.end_minute = np.append(self.end_minute, dz.end_minute)
-        self.nruns = np.append(self.nruns, len(dz.runs))
-        self.es = np.vstack([self.es, runs[:, 0]])
-        self.ls = np.vstack([self.ls, runs[:, 1]])
-        self.ln = np.vstack([self.ln, runs[:, 2]])
-        cand = _peak_candidates(dz)
-        width = max(self.cand.shape[1], len(cand))
-        grown = np.zeros((len(self.zones), width), dtype=np.int64)
-        rows = [*self.cand, np.array(cand, dtype=np.int64)]
-        for k, row in enumerate(rows):
-            grown[k, : len(row)] = row
-            grown[k, len(row):] = row[0]  # padding repeats a real candidate
-        self.cand = grown
+        row = np.zeros(MAX_MINUTES, dtype=np.int64)
+        for es, ls, ln in dz.runs:
+            row[es:es + ln] = np.arange(ls, ls + ln)
+        self.lmap = np.vstack([self.lmap, row])
         return i
 
 
-def _peak_candidates(dz: DayZone) -> list[int]:
-    """Local minutes where a per-minute weight can be largest over the day's active
-    part (elapsed minutes before ``end_minute``): the ends of every linear piece
-    (minutes 0, 29, 30, 59 of each hour) and of every run, inside the active runs."""
-    out: set[int] = set()
-    for es, ls, ln in dz.runs:
-        active = max(0, min(ln, dz.end_minute - es))
-        if active <= 0:
-            continue
-        lo, hi = ls, ls + active - 1
-        out.update((lo, hi))
-        for h in range(lo // 60, hi // 60 + 1):
-            out.update(m for m in (60 * h, 60 * h + 29, 60 * h + 30, 60 * h + 59) if lo <= m <= hi)
-    return sorted(out) or [0]
+@dataclass(frozen=True, slots=True)
+class DayFacts:
+    """What a day's curve needs of (shape, day-zone) pairs, per pair: ``total`` (the
+    active minutes' weight, or their count where it is 0: a flat curve), ``flat``,
+    ``peak`` (``TargetCurve.peak_share_per_s``), and, where asked for minute ``at``,
+    ``acc`` (weights of elapsed minutes ``[0, at)`` added in order) and ``w`` (the
+    weight of minute ``at``; 0 at or after the curve's end)."""
 
-
-# -- closed forms ---------------------------------------------------------------------------
-def _hour_parts(A: np.ndarray, H: np.ndarray, s: np.ndarray, h: np.ndarray,
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: a_{h-1}, a_h, a_{h+1} (per-minute levels, wrapping) and k_h (the hour's
-    rescale factor: H[h] / Σ unscaled minute weights, 0 for an empty hour)."""
-    ap, ah, an = A[s, h], A[s, h + 1], A[s, h + 2]
-    total = 7.5 * ap + 45.0 * ah + 7.5 * an
-    hv = H[s, h]
-    k = np.divide(hv, total, out=np.zeros_like(total), where=total > 0)
-    return ap, ah, an, k
-
-
-def local_cum(A: np.ndarray, H: np.ndarray, HP: np.ndarray, s: np.ndarray,
-              lm: np.ndarray) -> np.ndarray:
-    """Σ of the per-minute weights of local minutes ``[0, lm)`` (``lm`` in [0, 1440])."""
-    h = np.minimum(lm // 60, 23)
-    j = (lm - 60 * h).astype(np.float64)
-    ap, ah, an, k = _hour_parts(A, H, s, h)
-    first = j <= 30.0
-    jf = np.minimum(j, 30.0)
-    f = jf * jf / 120.0 + jf / 2.0
-    q = ap * (jf - f) + ah * f
-    jg = np.maximum(j, 30.0)
-    g = (jg * jg - 900.0) / 120.0 - (jg - 30.0) / 2.0
-    q = np.where(first, q, q + ah * ((jg - 30.0) - g) + an * g)
-    return HP[s, h] + k * q
-
-
-def minute_weight(A: np.ndarray, H: np.ndarray, s: np.ndarray, lm: np.ndarray) -> np.ndarray:
-    """The weight of local minute ``lm`` (in [0, 1440)) of each row's shape."""
-    h = lm // 60
-    j = (lm - 60 * h).astype(np.float64)
-    ap, ah, an, k = _hour_parts(A, H, s, h)
-    f = (j + 0.5) / 60.0 + 0.5
-    g = (j + 0.5) / 60.0 - 0.5
-    u = np.where(j < 30.0, ap * (1.0 - f) + ah * f, ah * (1.0 - g) + an * g)
-    return k * u
+    total: np.ndarray
+    flat: np.ndarray
+    peak: np.ndarray
+    acc: np.ndarray
+    w: np.ndarray
 
 
 class CurveBank:
-    """Shapes and day-zones, and the vectorised curve of (shape id, day-zone id) pairs."""
+    """Shapes and day-zones, and the curves of (shape id, day-zone id) pairs."""
 
     def __init__(self) -> None:
         self.shapes = ShapeTable()
         self.zones = DayZones()
 
-    def elapsed_cum(self, s: np.ndarray, dz: np.ndarray, m: np.ndarray) -> np.ndarray:
-        """Σ of the weights of elapsed minutes ``[0, m)`` of each row's day (m ≥ 0 int)."""
-        z = self.zones
-        out = np.zeros(len(s))
-        nr = int(z.nruns[dz].max()) if len(dz) else 0
-        A, H, HP = self.shapes.A, self.shapes.H, self.shapes.HP
-        for r in range(nr):
-            es, ls, ln = z.es[dz, r], z.ls[dz, r], z.ln[dz, r]
-            upto = ls + np.clip(m - es, 0, ln)
-            out += local_cum(A, H, HP, s, upto)
-            if ls.any():  # the prefix before local minute 0 is 0
-                out -= local_cum(A, H, HP, s, ls)
-        return out
-
     def local_minute(self, dz: np.ndarray, m: np.ndarray) -> np.ndarray:
         """The local wall-clock minute of elapsed minute ``m`` (in [0, minutes))."""
+        return self.zones.lmap[dz, m]
+
+    def weights(self, s: np.ndarray, dz: np.ndarray, m: np.ndarray,
+                flat: np.ndarray | None = None) -> np.ndarray:
+        """The weight of elapsed minute ``m`` of each row's day (``day_minute_weights``);
+        1.0 where ``flat`` (a curve whose active weights sum to 0)."""
+        w = self.shapes.minute_weight(s, self.local_minute(dz, m))
+        return w if flat is None else np.where(flat, 1.0, w)
+
+    def facts(self, s: np.ndarray, dz: np.ndarray, at: np.ndarray | None = None) -> DayFacts:
+        """:class:`DayFacts` of each (``s[i]``, ``dz[i]``) pair; ``at`` (int minutes in
+        [0, end minute], or None) asks for the running sum there."""
+        k = len(s)
+        out = DayFacts(np.zeros(k), np.zeros(k, dtype=bool), np.zeros(k), np.zeros(k),
+                       np.zeros(k))
         z = self.zones
-        out = np.zeros(len(dz), dtype=np.int64)
-        for r in range(int(z.nruns[dz].max()) if len(dz) else 0):
-            es, ls, ln = z.es[dz, r], z.ls[dz, r], z.ln[dz, r]
-            inside = (m >= es) & (m < es + ln)
-            out = np.where(inside, ls + m - es, out)
+        for a in range(0, k, CHUNK):
+            ss, dd = s[a:a + CHUNK], dz[a:a + CHUNK]
+            end = z.end_minute[dd]
+            width = int(end.max()) if len(end) else 0
+            cols = np.arange(width)
+            active = cols[None, :] < end[:, None]
+            w = np.where(active, self.shapes.minute_weight(ss[:, None], z.lmap[dd, :width]),
+                         0.0)
+            cum = np.cumsum(w, axis=1)
+            rows = np.arange(len(ss))
+            total = cum[rows, end - 1]
+            flat = total <= 0
+            if flat.any():
+                w[flat] = active[flat].astype(np.float64)
+                cum[flat] = np.cumsum(w[flat], axis=1)
+                total = np.where(flat, end.astype(np.float64), total)
+            pts = np.minimum(1.0, cum / total[:, None])  # points 1..width
+            pts[~active] = 1.0
+            pts[rows, end - 1] = 1.0  # the curve's end is exactly 1
+            steps = np.diff(pts, axis=1, prepend=0.0)
+            sl = slice(a, a + len(ss))
+            out.total[sl] = total
+            out.flat[sl] = flat
+            out.peak[sl] = np.maximum(0.0, steps.max(axis=1)) / 60.0
+            if at is not None:
+                m = at[a:a + CHUNK]
+                inside = m < end
+                out.acc[sl] = np.where(m > 0, cum[rows, np.clip(m - 1, 0, width - 1)], 0.0)
+                out.w[sl] = np.where(inside, w[rows, np.clip(m, 0, width - 1)], 0.0)
         return out
 
-    def totals(self, s: np.ndarray, dz: np.ndarray) -> np.ndarray:
-        """The weight of each row's active part (elapsed minutes before 23:30 local)."""
-        return self.elapsed_cum(s, dz, self.zones.end_minute[dz])
-
-    def points(self, s: np.ndarray, dz: np.ndarray, total: np.ndarray,
-               m: np.ndarray) -> np.ndarray:
-        """``TargetCurve.points[m]`` of each row (m in [0, minutes])."""
-        end = self.zones.end_minute[dz]
-        mm = np.minimum(m, end)
-        acc = self.elapsed_cum(s, dz, mm)
-        ok = total > 0
-        share = np.divide(acc, total, out=mm / np.maximum(end, 1), where=ok)
-        return np.where(m >= end, 1.0, np.minimum(1.0, share))
-
-    def share_at(self, s: np.ndarray, dz: np.ndarray, total: np.ndarray,
-                 elapsed_s: np.ndarray) -> np.ndarray:
-        """``TargetCurve.share_at(elapsed_s)`` of each row (seconds since the day's start)."""
+    def share_at(self, s: np.ndarray, dz: np.ndarray, elapsed_s: np.ndarray) -> np.ndarray:
+        """``TargetCurve.share_at(elapsed_s)`` of each row (seconds since the day's start),
+        exact. Makes each row's day facts: for views and tests (the service follows its
+        days with cursors)."""
         e = np.asarray(elapsed_s, dtype=np.float64)
-        n = self.zones.minutes[dz]
-        end = self.zones.end_minute[dz]
-        x = np.maximum(e, 0.0) / 60.0
-        i = np.minimum(np.floor(x).astype(np.int64), n)
-        f = x - i
-        # points i and i + 1 from one prefix sum: the second adds minute i's weight
-        mm = np.minimum(i, end)
-        acc = self.elapsed_cum(s, dz, mm)
-        w = minute_weight(self.shapes.A, self.shapes.H, s,
-                          self.local_minute(dz, np.minimum(mm, np.maximum(end - 1, 0))))
-        ok = total > 0
-        flat = 1.0 / np.maximum(end, 1)
-        a0 = np.divide(acc, total, out=mm * flat, where=ok)
-        a1 = np.divide(acc + w, total, out=(mm + 1) * flat, where=ok)
-        p0 = np.where(i >= end, 1.0, np.minimum(1.0, a0))
-        p1 = np.where(i + 1 >= end, 1.0, np.minimum(1.0, a1))
-        out = p0 * (1.0 - f) + p1 * f
-        out = np.where(i >= n, 1.0, out)
-        return np.where(e <= 0, 0.0, out)
-
-    def peak_share_per_s(self, s: np.ndarray, dz: np.ndarray, total: np.ndarray) -> np.ndarray:
-        """``TargetCurve.peak_share_per_s()`` of each row: the largest minute weight of the
-        active part over the total, per second."""
-        out = np.zeros(len(s))
         z = self.zones
-        for a in range(0, len(s), CHUNK):
-            ss, dd, tt = s[a:a + CHUNK], dz[a:a + CHUNK], total[a:a + CHUNK]
-            cand = z.cand[dd]
-            w = minute_weight(self.shapes.A, self.shapes.H,
-                              np.repeat(ss, cand.shape[1]).reshape(cand.shape), cand)
-            best = w.max(axis=1)
-            flat = 1.0 / np.maximum(z.end_minute[dd], 1)
-            out[a:a + CHUNK] = np.divide(best, tt, out=flat, where=tt > 0) / 60.0
-        return out
+        n, end = z.minutes[dz], z.end_minute[dz]
+        x = e / 60.0
+        i = np.where(e > 0, np.floor(np.maximum(x, 0.0)), 0).astype(np.int64)
+        f = x - i
+        last = np.minimum(i, end)
+        facts = self.facts(s, dz, last)
+        return share_from(e, i, f, n, end, facts.acc, facts.w, facts.total)
 
     def curve(self, shape_id: int, dz_id: int) -> TargetCurve:
         """The materialised :class:`~adfunnel.pacing.curve.TargetCurve` of one pair (for
-        per-campaign views; the service itself evaluates curves in bulk)."""
+        per-campaign views; the service itself follows its days with cursors), equal to
+        ``curve_for_day`` of the shape's hourly weights."""
         n = int(self.zones.minutes[dz_id])
-        m = np.arange(n + 1, dtype=np.int64)
-        s = np.full(n + 1, shape_id, dtype=np.int64)
-        d = np.full(n + 1, dz_id, dtype=np.int64)
-        total = self.totals(s[:1], d[:1])
-        pts = self.points(s, d, np.full(n + 1, total[0]), m)
-        return TargetCurve(tuple(pts.tolist()), int(self.zones.end_minute[dz_id]))
+        end = int(self.zones.end_minute[dz_id])
+        s, d = np.array([shape_id]), np.array([dz_id])
+        facts = self.facts(s, d)
+        m = np.arange(1, end)
+        if facts.flat[0]:
+            cum = m.astype(np.float64)
+        else:
+            cum = np.cumsum(self.weights(np.full(end, shape_id), np.full(end, dz_id),
+                                         np.arange(end)))[: end - 1]
+        pts = [0.0, *np.minimum(1.0, cum / facts.total[0]).tolist(), 1.0]
+        pts.extend([1.0] * (n - end))
+        return TargetCurve(tuple(pts), end)
+
+
+def point(i: np.ndarray, end: np.ndarray, acc: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """``TargetCurve.points[i]`` from the running sum ``acc`` of the first ``i`` minutes:
+    0 at 0, ``min(1, acc / total)`` inside, 1 from the curve's end on."""
+    inside = np.minimum(1.0, acc / total)
+    return np.where(i >= end, 1.0, np.where(i == 0, 0.0, inside))
+
+
+def share_from(e: np.ndarray, i: np.ndarray, f: np.ndarray, n: np.ndarray, end: np.ndarray,
+               acc: np.ndarray, w: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """``TargetCurve.share_at(e)`` from minute ``i = int(e / 60)``, ``f = e / 60 − i``, the
+    day's length ``n`` and end minute, the running sum ``acc`` of minutes ``[0, i)`` and
+    the weight ``w`` of minute ``i`` (where ``i`` is inside the curve's active part)."""
+    p0 = point(i, end, acc, total)
+    p1 = point(i + 1, end, acc + w, total)
+    out = p0 * (1 - f) + p1 * f
+    out = np.where(i >= n, 1.0, out)
+    return np.where(e <= 0, 0.0, out)
