@@ -34,9 +34,9 @@ where that service marked it (a grant, a billed update, a step of its day); ever
 report makes the new local days of all campaigns (a bound on the earliest day end
 keeps that O(1) between midnights); curves, controller steps and hold bands are the
 same float operations; yesterday's p is kept per elapsed minute (for the rows whose p
-moved during the day; a row whose p never moved keeps one number) to seed the next day
-at the same minute of its curve; days are forgotten on the first step after they
-ended two days ago.
+moved during the day, until the next day is made from it: 12 kB each; a row whose p
+never moved keeps one number) to seed the next day at the same minute of its curve;
+days are forgotten on the first step after they ended two days ago.
 
 Cold start, restart and takeover (DESIGN.md: "a restarted or new budget shard grants
 nothing for a campaign-day before it has read that day's billed spend"): an instance
@@ -436,7 +436,8 @@ class CampaignDay:
 
     @property
     def p_by_minute(self) -> dict[int, float]:
-        """p after the last control step of each elapsed minute that had one."""
+        """p after the last control step of each elapsed minute that had one (empty
+        once the next day was made from it, for a day whose p moved)."""
         return self._s._p_by_minute(self.row)
 
     def _int(self, name: str) -> int:
@@ -966,23 +967,31 @@ class BudgetService:
                         p[i] = prev[min(prev, key=lambda k, m=m: abs(k - m))]
         yrows = self._find_rows(slots, days - 1)
         has = (yrows >= 0) & ~seeded
-        if not has.any():
-            return p
         t = self._rows
-        ix = np.flatnonzero(has)
-        y = yrows[ix]
-        stepped = t.p_first[y] >= 0
-        hist = t.p_hist[y]
-        const = stepped & (hist < 0)
-        p[ix[const]] = t.p_const[y[const]]
-        moved = np.flatnonzero(stepped & (hist >= 0))
-        for a in range(0, len(moved), 4096):
-            part = moved[a:a + 4096]
-            h = self._history.data[hist[part]]
-            dist = np.abs(np.arange(MAX_MINUTES)[None, :] - elapsed[ix[part]][:, None])
-            dist = np.where(np.isnan(h), np.iinfo(np.int64).max, dist)
-            best = dist.argmin(axis=1)
-            p[ix[part]] = h[np.arange(len(part)), best]
+        if has.any():
+            ix = np.flatnonzero(has)
+            y = yrows[ix]
+            stepped = t.p_first[y] >= 0
+            hist = t.p_hist[y]
+            const = stepped & (hist < 0)
+            p[ix[const]] = t.p_const[y[const]]
+            moved = np.flatnonzero(stepped & (hist >= 0))
+            for a in range(0, len(moved), 4096):
+                part = moved[a:a + 4096]
+                h = self._history.data[hist[part]]
+                dist = np.abs(np.arange(MAX_MINUTES)[None, :] - elapsed[ix[part]][:, None])
+                dist = np.where(np.isnan(h), np.iinfo(np.int64).max, dist)
+                best = dist.argmin(axis=1)
+                p[ix[part]] = h[np.arange(len(part)), best]
+        # a day over whose next day exists has given its p: its minutes are let go (one
+        # day of minutes is kept per campaign whose p moved)
+        y = yrows[yrows >= 0]
+        done = y[(t.end_s[y] <= now) & (t.p_hist[y] >= 0)]
+        if len(done):
+            self._history.release(t.p_hist[done])
+            t.p_hist[done] = -1
+            t.p_const[done] = _NAN
+            t.p_first[done] = -1
         return p
 
     def _p_by_minute(self, row: int) -> dict[int, float]:
