@@ -100,3 +100,61 @@ def test_every_report_makes_the_new_day_of_every_campaign() -> None:
     tomorrow = (DAY0 + timedelta(days=1)).date().isoformat()
     assert sorted(d.campaign_id for d in reply.directives if d.day == tomorrow) == [1, 2, 3, 4, 5]
     assert all(d.state == "metered" for d in reply.directives)  # billed spend not read yet
+
+
+def test_a_new_campaign_takes_the_placement_average_at_the_next_poll(tmp_path,
+                                                                      monkeypatch) -> None:
+    """As a shape refresh at each poll with new campaigns did (every other campaign
+    keeps its shape; the new one's first day keeps the default curve), without reading
+    the traffic log again inside the refresh's hour window."""
+    from adfunnel.billing.sql_ledger import SqlLedger
+    from adfunnel.budget.process import BudgetServiceProcess
+    from adfunnel.campaigns.migrate import upgrade
+    from adfunnel.campaigns.store import SqlCampaignStore
+    from adfunnel.db import make_engine
+    from adfunnel.pacing.traffic_log import SqlTrafficLog
+
+    engine = make_engine(f"sqlite:///{tmp_path / 's.sqlite3'}")
+    upgrade(engine)
+    clock = ManualClock(DAY0 + timedelta(hours=9))
+    store = SqlCampaignStore(engine, clock)
+    adv = store.create_advertiser("a")
+
+    def create(name: str) -> Campaign:
+        return store.create_campaign(
+            advertiser_id=adv.id, name=name, objective=Objective.IMPRESSIONS,
+            bid_type=BidType.CPM, bid_micros=2_000_000, daily_budget_micros=10**9,
+            time_zone="UTC", flight_start=date(2026, 1, 1), pacing_mode=PacingMode.EVEN)
+
+    old = [create(f"c{i}") for i in range(3)]
+    hours = [DAY0 - timedelta(days=1) + timedelta(hours=h) for h in range(24)]
+    SqlTrafficLog(engine).add({(c.id, at): (50 + 10 * h) * (i + 1)
+                               for i, c in enumerate(old[:2]) for h, at in enumerate(hours)})
+    proc = BudgetServiceProcess(store, SqlLedger(engine), clock, engine=engine,
+                                expected_servers={"s"})
+    proc.load()
+    assert proc.refresh_shapes() == 2
+    svc = proc.service
+    before = {c.id: svc._bank.shapes.H[svc._slots.shape[svc._slot_of[c.id]]].copy()
+              for c in old}
+    reads: list[int] = []
+    real = proc.traffic.by_utc_hour
+    monkeypatch.setattr(proc.traffic, "by_utc_hour",
+                        lambda since: (reads.append(1), real(since))[1])
+    clock.advance(60)
+    new = create("new")
+    proc.poll_changes()
+    assert reads == []
+    assert np.array_equal(svc._bank.shapes.H[svc._slots.shape[svc._slot_of[new.id]]],
+                          proc._last_shapes[1])
+    assert np.array_equal(proc._last_shapes[1], before[old[2].id])  # the average
+    for c in old:
+        assert np.array_equal(svc._bank.shapes.H[svc._slots.shape[svc._slot_of[c.id]]],
+                              before[c.id])
+    today = svc.campaign_day(new.id, clock.now().date())
+    assert today is not None and today.row >= 0
+    assert svc._rows.shape[today.row] == svc._default_sid  # its first day: the default
+    clock.advance(3600)  # past the refresh's window: a refresh
+    create("later")
+    proc.poll_changes()
+    assert reads == [1]

@@ -152,11 +152,15 @@ class BudgetServiceProcess:
         self.poll_s = poll_s
         self.position = 0
         self.traffic = SqlTrafficLog(engine) if engine is not None else None
+        # (traffic window start, placement average) of the last shape refresh
+        self._last_shapes: tuple[datetime, np.ndarray] | None = None
         self.ticker = Ticker(clock, [
             Job("changes", poll_s, self.poll_changes),
+            # shapes before the first billed feed makes today's rows: a restarted shard
+            # keeps today's shaped curves
+            Job("shapes", SHAPE_REFRESH_S, self.refresh_shapes),
             Job("billed", billed_every_s, self.feed_billed),
             Job("step", control_interval_s, self.step),
-            Job("shapes", SHAPE_REFRESH_S, self.refresh_shapes),
         ], name="budget-service", poll_s=min(0.1, poll_s))
 
     def app(self) -> Starlette:
@@ -205,8 +209,28 @@ class BudgetServiceProcess:
                if isinstance(ch.record, Campaign) and ch.version == 1]
         if new:
             self._read_billed(new)
-            self.refresh_shapes()  # a new campaign starts from the placement average
+            self._shape_new([c.id for c in new])
         return len(changes)
+
+    def _shape_new(self, campaign_ids: list[int]) -> None:
+        """New campaigns start from the placement average (their first day keeps the
+        default curve it was made with). Within the hour window of the last shape
+        refresh the average it made is given to those still without a shape, without
+        reading the traffic log again: in the embedded process, where the traffic log is
+        written only just before a refresh, that is what a refresh would give them (and
+        every other campaign keeps what it has); a fleet shard's servers may have logged
+        more since, which the next scheduled refresh reads. Past the window, a refresh."""
+        if self.traffic is None:
+            return
+        last = self._last_shapes
+        if last is None or last[0] != window_start(self.clock.now()):
+            self.refresh_shapes()
+            return
+        with self.lock:
+            ids = np.array([c for c in campaign_ids if not self.service.has_shape(c)],
+                           dtype=np.int64)
+            if len(ids):
+                self.service.set_traffic_shapes(ids, np.tile(last[1], (len(ids), 1)))
 
     def feed_billed(self) -> int:
         """Every owned campaign's billed total of its current local day, in bulk (the
@@ -244,12 +268,14 @@ class BudgetServiceProcess:
         if self.traffic is None:
             return 0
         now = self.clock.now()
-        traffic = self.traffic.by_utc_hour(window_start(now))
+        since = window_start(now)
+        traffic = self.traffic.by_utc_hour(since)
         with self.lock:
             owned = self.service.owned()
         ids, matrix, average = shape_matrix(owned.ids, owned.tz, owned.zones, traffic, now)
         with self.lock:
             self.service.set_traffic_shapes(ids, matrix, others=average)
+        self._last_shapes = (since, np.array(average, dtype=np.float64))
         return len(ids)
 
     def start(self) -> None:

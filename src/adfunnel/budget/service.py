@@ -666,6 +666,12 @@ class BudgetService:
                 self._pending_shapes[int(c)] = int(sid2)
         self._maybe_compact_shapes()
 
+    def has_shape(self, campaign_id: int) -> bool:
+        """Whether a known campaign was given a traffic shape (else its new days take the
+        default)."""
+        slot = self._slot_of.get(campaign_id)
+        return slot is not None and bool(self._slots.shape[slot] >= 0)
+
     def seed_yesterday(self, campaign_id: int, day: date, p_by_minute: dict[int, float]) -> None:
         """p by elapsed minute of ``day``'s previous day (restart recovery, simulations)."""
         self._yesterday_p[(campaign_id, day)] = dict(p_by_minute)
