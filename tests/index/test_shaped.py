@@ -8,22 +8,13 @@ from hypothesis import strategies as st
 
 from adfunnel.index import ConjunctionIndex, ScanIndex
 from adfunnel.index.shaped import ShapedIndex
-from adfunnel.targeting import TargetingError
-from adfunnel.targeting.dnf import compile_dnf
+from tests.index.test_conjunction_properties import _compiles
 from tests.strategies import requests as request_strategy
 from tests.strategies import trees
 
 ATTRS = ["geo.country", "interests", "gender"]
 VALUES = ["a", "b", "c", "d"]
 SHAPES = ["300x250", "728x90", "160x600"]
-
-
-def _compiles(e) -> bool:
-    try:
-        compile_dnf(e)
-    except TargetingError:
-        return False
-    return True
 
 
 ads = st.lists(st.tuples(trees(ATTRS, VALUES, max_all=3).filter(_compiles),
