@@ -29,6 +29,8 @@ day simulation, HTTP between processes (``adfunnel.budget.http``). Thread-safe.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import threading
 from collections.abc import Callable
@@ -135,8 +137,17 @@ class BudgetClient:
         self._slices: dict[int, list[HeldSlice]] = {}
         self._closed: list[list[SliceUse]] = [[] for _ in range(shards)]
         self._wants: set[int] = set()
-        # cid -> (time of last metered demand, charge, local day)
+        # cid -> (time of last metered demand, charge, local day); an entry older than
+        # DEMAND_MEMORY_S at the last report is gone (``_live_demand``)
         self._demand: dict[int, tuple[float, int, date]] = {}
+        self._reported_at = -math.inf
+        # campaigns of _demand that may want a slice: every other one has a state, or a
+        # slice with room, that nothing has changed since a report found it so; a report
+        # looks at these only (else each ask would cost every campaign ever demanded)
+        self._asking: set[int] = set()
+        # held slices by expiry (a report closes the expired ones without a scan)
+        self._expiry: list[tuple[float, int, HeldSlice]] = []
+        self._expiry_seq = itertools.count()
         self.stats = {"sent": 0, "replies": 0, "refused_no_slice": 0, "unsliced_serves": 0,
                       "resyncs": 0}
         #: (campaign, local day) -> admits refused for budget (exhausted or no slice)
@@ -168,6 +179,7 @@ class BudgetClient:
             if state is BudgetState.STOPPED:
                 return self._refuse(cid, day, BUDGET_EXHAUSTED, count_refusal)
             self._demand[cid] = (t, max_charge_micros, day)
+            self._asking.add(cid)
             s = self._slice_with_room(cid, day, t, max_charge_micros)
             if s is not None:
                 return None
@@ -217,6 +229,8 @@ class BudgetClient:
                 days = {o: date.fromordinal(o) for o in set(ords)}
                 demands = [(t, ch, days[o])
                            for ch, o in zip(charges[idx].tolist(), ords, strict=True)]
+                # not added to _asking: each holds a slice with room for this charge, and
+                # what could take that away (expiry, use, release, a directive) adds it
                 self._demand.update(zip(campaign_ids[idx].tolist(), demands, strict=True))
         return np.where(open_now | sliced, ADMIT, ASK).astype(np.int8)
 
@@ -289,8 +303,9 @@ class BudgetClient:
             s.used += worst if s.worst_case else served.expected_micros
             s.last_used = t
             self._index_slices(cid)
+            self._note_slices_changed(cid)
             acc.sliced += served.expected_micros
-            demand = self._demand.get(cid)
+            demand = self._live_demand(cid)
             need = max(worst, demand[1]) if demand is not None else worst
             if s.amount - s.used < need:
                 # no room for another admit (which asks room for the campaign's largest
@@ -322,12 +337,7 @@ class BudgetClient:
                 per_shard[cid % self.shards].append(CampaignSpend(
                     cid, day.isoformat(), a.open, a.sliced, a.demand, a.charges))
             self._acc.clear()
-            for cid, (at, charge, day) in list(self._demand.items()):
-                if now - at > DEMAND_MEMORY_S:
-                    del self._demand[cid]
-                elif (self._effective_state(cid, day, now) is BudgetState.METERED
-                      and self._slice_with_room(cid, day, now, charge) is None):
-                    self._wants.add(cid)
+            self._collect_wants(now)
             wants: list[list[int]] = [[] for _ in range(self.shards)]
             for cid in self._wants:
                 wants[cid % self.shards].append(cid)
@@ -383,9 +393,10 @@ class BudgetClient:
                 versions[sh] = reply.version
             self.generation += 1
             for g in reply.grants:
-                self._slices.setdefault(g.campaign_id, []).append(HeldSlice(
-                    g.slice_id, g.campaign_id, date.fromisoformat(g.day), g.amount_micros,
-                    g.expires_at, worst_case=g.worst_case))
+                held = HeldSlice(g.slice_id, g.campaign_id, date.fromisoformat(g.day),
+                                 g.amount_micros, g.expires_at, worst_case=g.worst_case)
+                self._slices.setdefault(g.campaign_id, []).append(held)
+                heapq.heappush(self._expiry, (held.expires_at, next(self._expiry_seq), held))
                 self._index_slices(g.campaign_id)
 
     def _apply_directives(self, directives: list[Directive], stale: bool) -> None:
@@ -398,6 +409,8 @@ class BudgetClient:
             state = BudgetState(d.state)
             if day is not None:
                 self._state[(d.campaign_id, day)] = state
+                if d.campaign_id in self._demand:
+                    self._asking.add(d.campaign_id)
             self._p[d.campaign_id] = d.p
             self._note_directive(d.campaign_id, day, state, d.p)
 
@@ -466,6 +479,7 @@ class BudgetClient:
         if now - self._pruned_at >= PRUNE_EVERY_S:
             # campaign-days long over: their state can no longer be asked for
             self._pruned_at = now
+            self._forget_old_demand()
             state_cut = datetime.fromtimestamp(now - 2 * 86_400, tz=UTC).date()
             for key in [k for k in self._state if k[1] < state_cut]:
                 del self._state[key]
@@ -481,6 +495,7 @@ class BudgetClient:
             for cid in [c for c in self._slices if c % self.shards == sh]:
                 del self._slices[cid]
                 self._index_slices(cid)
+                self._note_slices_changed(cid)
             self._closed[sh] = []
             by_time: dict[float, list[CampaignSpend]] = {}
             for (cid, day, bucket), spent in sorted(self._history[sh].items()):
@@ -500,23 +515,66 @@ class BudgetClient:
             self._closed[s.campaign_id % self.shards].append(
                 SliceUse(s.slice_id, s.used, s.last_used or s.expires_at))
             self._index_slices(s.campaign_id)
+            self._note_slices_changed(s.campaign_id)
 
     def _expire_slices(self, now: float) -> None:
-        for cid, lst in list(self._slices.items()):
-            keep = []
-            for s in lst:
-                if s.expires_at <= now:
-                    self._closed[cid % self.shards].append(
-                        SliceUse(s.slice_id, s.used, s.last_used or s.expires_at))
-                else:
-                    keep.append(s)
-            if len(keep) == len(lst):
+        """Close every held slice past its expiry (popped from ``_expiry``: a slice
+        released or dropped before is no longer in its campaign's list)."""
+        heap = self._expiry
+        while heap and heap[0][0] <= now:
+            s = heapq.heappop(heap)[2]
+            lst = self._slices.get(s.campaign_id)
+            if lst is None or not any(x is s for x in lst):
                 continue
-            if keep:
-                self._slices[cid] = keep
+            lst[:] = [x for x in lst if x is not s]
+            if not lst:
+                del self._slices[s.campaign_id]
+            self._closed[s.campaign_id % self.shards].append(
+                SliceUse(s.slice_id, s.used, s.last_used or s.expires_at))
+            self._index_slices(s.campaign_id)
+            self._note_slices_changed(s.campaign_id)
+
+    def _note_slices_changed(self, cid: int) -> None:
+        """A held slice of ``cid`` changed: the next report looks at its demand again."""
+        if cid in self._demand:
+            self._asking.add(cid)
+
+    def _live_demand(self, cid: int) -> tuple[float, int, date] | None:
+        """``cid``'s demand unless the last report found it older than DEMAND_MEMORY_S."""
+        d = self._demand.get(cid)
+        if d is None or self._reported_at - d[0] > DEMAND_MEMORY_S:
+            return None
+        return d
+
+    def _collect_wants(self, now: float) -> None:
+        """Add to ``_wants`` every campaign with demand in the last DEMAND_MEMORY_S that
+        is metered and holds no slice with room for its charge; forget older demand.
+
+        Looks at ``_asking`` only, unless a shard is past ``fail_closed_after_s``
+        (every open campaign of it is then metered): then at every demand."""
+        self._reported_at = max(self._reported_at, now)
+        stale = any(now - last > self.fail_closed_after_s for last in self._last_reply)
+        for cid in list(self._demand) if stale else list(self._asking):
+            entry = self._demand.get(cid)
+            if entry is None or now - entry[0] > DEMAND_MEMORY_S:
+                self._demand.pop(cid, None)
+                self._asking.discard(cid)
+                continue
+            _, charge, day = entry
+            if (self._effective_state(cid, day, now) is BudgetState.METERED
+                    and self._slice_with_room(cid, day, now, charge) is None):
+                self._wants.add(cid)
+                self._asking.add(cid)
             else:
-                del self._slices[cid]
-            self._index_slices(cid)
+                self._asking.discard(cid)
+
+    def _forget_old_demand(self) -> None:
+        """Drop demand the last report found older than DEMAND_MEMORY_S (bounded memory;
+        ``_live_demand`` already ignores it)."""
+        cut = self._reported_at - DEMAND_MEMORY_S
+        for cid in [c for c, d in self._demand.items() if d[0] < cut]:
+            del self._demand[cid]
+            self._asking.discard(cid)
 
 
 def _merge(entries: list[ReportEntry]) -> ReportEntry:
