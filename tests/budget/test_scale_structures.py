@@ -281,6 +281,22 @@ def test_the_embedded_admit_asks_with_a_report_round_that_costs_what_it_carries(
     assert gate.process.service.campaign_day(1, NOW.date()).served_total == 2_000
 
 
+def test_a_decisions_asks_share_one_report_round_on_the_system_clock(bulk_db) -> None:
+    """``ask_many``: every metered campaign without a slice asked in one round (the
+    columnar decider's path on the system clock), each then admitted from its slice."""
+    engine, clock, store = bulk_db
+    gate = InProcessBudget(store, SqlLedger(engine), clock, engine=engine, background=False)
+    assert not gate.asks_together  # a manual clock asks one campaign at a time
+    camps = [store.get_campaign(cid) for cid in range(1, 41)]
+    sent = gate.client.stats["sent"]
+    reasons = gate.ask_many(camps, clock.now(), [2_000] * len(camps))
+    assert reasons == [None] * len(camps)
+    assert gate.client.stats["sent"] == sent + 1
+    assert {s.campaign_id for s in gate.client.held_slices()} == set(range(1, 41))
+    assert gate.ask_many(camps[:3], clock.now(), [2_000] * 3) == [None] * 3  # from slices
+    assert gate.client.stats["sent"] == sent + 1
+
+
 def test_a_client_keeps_admitting_through_changes_only_replies() -> None:
     clock = ManualClock(NOW)
     svc = _warm(clock, 20)
@@ -303,3 +319,26 @@ def test_a_client_keeps_admitting_through_changes_only_replies() -> None:
     c.report()
     assert c.state(3, NOW.date()).value == "open"
     assert c.admit(camp, clock.now() + timedelta(seconds=1), 1_000_000) is None
+
+
+def test_wants_of_one_report_get_the_slices_one_report_each_would_get() -> None:
+    """Grants of many wants are made together (one refresh before, one after); each is
+    what the campaign would get asked alone, and the rows end in the same state."""
+    together, alone = _warm(ManualClock(NOW), 50), _warm(ManualClock(NOW), 50)
+    spend = [CampaignSpend(cid, DAY, 0, 0, demand_micros=cid * 400_000) for cid in range(1, 9)]
+    epoch, v = together.epoch, together._version
+    wants = [3, 1, 7, 2, 99, 5]  # 99 is unknown
+    a = together.handle_report(Report("a", 0, NOW.timestamp(), [ReportEntry(1, NOW.timestamp(),
+                                      spend)], wants, epoch=epoch, directives_version=v))
+    alone.handle_report(Report("a", 0, NOW.timestamp(), [ReportEntry(1, NOW.timestamp(), spend)],
+                               epoch=alone.epoch, directives_version=alone._version))
+    b = [g for cid in wants for g in alone.handle_report(Report(
+        "a", 0, NOW.timestamp(), [], [cid], epoch=alone.epoch,
+        directives_version=alone._version)).grants]
+    assert [(g.campaign_id, g.amount_micros, g.worst_case) for g in a.grants] == [
+        (g.campaign_id, g.amount_micros, g.worst_case) for g in b]
+    assert len(a.grants) == 5
+    for cid in range(1, 9):
+        x, y = together.campaign_day(cid, NOW.date()), alone.campaign_day(cid, NOW.date())
+        assert (x.state, x.status, x.committed(NOW.timestamp())) == (
+            y.state, y.status, y.committed(NOW.timestamp()))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import date, datetime
 
 import numpy as np
@@ -375,7 +375,8 @@ class InProcessBudget:
     and a :class:`~adfunnel.clock.ManualClock` runs it synchronously each time it is
     moved, so a replay on a manual clock is deterministic. A decision only reads
     in-memory state; when a metered campaign has no slice it asks the in-process service
-    for one at once (memory only, no I/O).
+    for one at once (memory only, no I/O): on the system clock all of a decision's
+    asks in one round (:meth:`ask_many`), on a manual clock one campaign at a time.
 
     Writes made through ``store`` in this process reach the service at once; others'
     through the change log.
@@ -450,6 +451,33 @@ class InProcessBudget:
         if reason is not None:
             self.client.note_refusal(campaign.id, local_day(now, campaign.time_zone))
         return reason
+
+    @property
+    def asks_together(self) -> bool:
+        """True on the system clock: a decision's slice asks share one report round
+        (:meth:`ask_many`); on a manual clock each is asked alone, in order."""
+        return self._ask_wait_s is not None
+
+    def ask_many(self, campaigns: Sequence[Campaign], now: datetime,
+                 charges: Sequence[int]) -> list[str | None]:
+        """:meth:`admit` for many campaigns with one report round for all of them: those
+        refused for want of a slice are asked for together (waiting at most
+        ``ASK_WAIT_S`` for a busy service), then admitted again. At catalogue scale a
+        decision meets thousands of campaigns never served yet (metered, no slice); a
+        round each would cost the decision its deadline. Answers as :meth:`admit`."""
+        t = now.timestamp()
+        client = self.client
+        reasons = [client.admit(c, now, ch, count_refusal=False)
+                   for c, ch in zip(campaigns, charges, strict=True)]
+        if NO_SLICE in reasons:
+            with self._transport.bounded(self._ask_wait_s):
+                client.report(t)
+            reasons = [client.admit(c, now, ch, count_refusal=False) if r == NO_SLICE else r
+                       for c, ch, r in zip(campaigns, charges, reasons, strict=True)]
+        for c, r in zip(campaigns, reasons, strict=True):
+            if r is not None:
+                client.note_refusal(c.id, local_day(now, c.time_zone))
+        return reasons
 
     def pacing_rate(self, campaign_id: int) -> float:
         return self.client.pacing_rate(campaign_id)

@@ -1193,11 +1193,7 @@ class BudgetService:
         if cached is not None and seqs and cached[0] == seqs:
             return cached[1]
         named = self._apply_entries(report, now)
-        grants: list[SliceGrant] = []
-        for cid in report.wants:
-            g = self._grant(report.server_id, cid, now)
-            if g is not None:
-                grants.append(g)
+        grants = self._grants(report.server_id, report.wants, now)
         current = self._roll_over(now)
         self._refresh_cold(current, now)
         max_seq = self._seen[report.server_id][0] if report.server_id in self._seen else -1
@@ -1337,16 +1333,44 @@ class BudgetService:
         for sid in [k for k, (_, at) in self._acked.items() if now - at > ACK_KEPT_S]:
             del self._acked[sid]
 
-    def _grant(self, server_id: str, campaign_id: int, now: float) -> SliceGrant | None:
-        if campaign_id not in self._slot_of or not self.owns(campaign_id):
-            return None
-        row = self._current_row(self._slot_of[campaign_id], now)
-        self._expire(row, now)
-        one = np.array([row])
-        self._refresh(one, now)
+    def _grants(self, server_id: str, campaign_ids: Sequence[int],
+                now: float) -> list[SliceGrant]:
+        """A slice for each of ``campaign_ids`` that may have one now, in
+        their order. Each campaign-day's grant reads and changes its own row only, so
+        the rows are refreshed together, before and after, as one grant at a time
+        would refresh each (what a report of thousands of wants costs follows them)."""
+        rows, cids = [], []
+        for cid in dict.fromkeys(campaign_ids):  # a campaign asked twice gets one slice
+            slot = self._slot_of.get(cid)
+            if slot is None or not self.owns(cid):
+                continue
+            row = self._current_row(slot, now)
+            self._expire(row, now)
+            rows.append(row)
+            cids.append(cid)
+        if not rows:
+            return []
+        ix = np.array(rows, dtype=np.int64)
+        self._refresh(ix, now)
         t = self._rows
-        if t.state[row] != METERED or not (t.billed_read[row] and self.warm(now)):
-            return None
+        ok = (t.state[ix] == METERED) & t.billed_read[ix]
+        if not ok.any() or not self.warm(now):
+            return []
+        grants, granted = [], []
+        for k in np.flatnonzero(ok).tolist():
+            g = self._grant_row(server_id, cids[k], rows[k], now)
+            if g is not None:
+                grants.append(g)
+                granted.append(rows[k])
+        if granted:
+            self._refresh(np.array(granted, dtype=np.int64), now)
+        return grants
+
+    def _grant_row(self, server_id: str, campaign_id: int, row: int,
+                   now: float) -> SliceGrant | None:
+        """A slice of metered, warm campaign-day ``row``, sized by :func:`slice_size`
+        (None when that is 0); its outstanding amount counted at once."""
+        t = self._rows
         charge = int(self._slots.charge[self._slot_of[campaign_id]])
         cd = CampaignDay(self, row)
         g = grantable(day_budget(cd), int(t.billed[row]), cd.in_flight())
@@ -1359,7 +1383,6 @@ class BudgetService:
         self._slice_row[sid] = row
         t.sl_open[row] += size
         heapq.heappush(self._expiry, (now + SLICE_TTL_S, sid))
-        self._refresh(one, now)
         return SliceGrant(sid, campaign_id, cd.day.isoformat(), size, now + SLICE_TTL_S,
                           worst_case_regime(g, charge))
 

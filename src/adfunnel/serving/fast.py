@@ -44,7 +44,7 @@ import numpy as np
 
 from adfunnel.auction.draws import PACING_COIN, TIE_BREAK, unit_array
 from adfunnel.auction.gsp import OUTRANKED, AuctionResult, Candidate, run_auction
-from adfunnel.budget.gate import ASK, BUDGET_EXHAUSTED, PACED_OUT, REFUSE, BulkGate
+from adfunnel.budget.gate import ASK, BUDGET_EXHAUSTED, NO_SLICE, PACED_OUT, REFUSE, BulkGate
 from adfunnel.campaigns.model import Placement
 from adfunnel.clock import monotonic_ms
 from adfunnel.index.base import ArrayRetrieval, query_array
@@ -273,6 +273,9 @@ class ColumnarDecider(Decider):
             gen = 0
         out[codes == REFUSE] = _CODE[BUDGET_EXHAUSTED]
         asks = np.flatnonzero(codes == ASK)
+        if len(asks) and getattr(gate, "asks_together", False):
+            self._ask_together(cids, days, charges, budgets, asks, out, p, now, extra)
+            asks = asks[:0]
         while len(asks):
             k = int(asks[0])
             reason = gate.admit(self.catalog.campaigns[int(cids[k])], now, int(charges[k]))
@@ -294,6 +297,22 @@ class ColumnarDecider(Decider):
         paced = unit_array(seed, cids[admitted], PACING_COIN) >= p[admitted]
         out[admitted[paced]] = _CODE[PACED_OUT]
         return out
+
+    def _ask_together(self, cids: np.ndarray, days: np.ndarray, charges: np.ndarray,
+                      budgets: np.ndarray, asks: np.ndarray, out: np.ndarray, p: np.ndarray,
+                      now: datetime, extra: list[str]) -> None:
+        """The campaigns at ``asks`` asked in one round (the gate's ``ask_many``), then
+        every answer and p read anew (``out`` and ``p`` in place): a gate whose asks
+        share a round, where asking one by one would cost a round per campaign."""
+        gate = self.gate
+        campaigns = self.catalog.campaigns
+        reasons = gate.ask_many([campaigns[int(c)] for c in cids[asks]], now,  # type: ignore[attr-defined]
+                                charges[asks].tolist())
+        codes = gate.bulk_admit(cids, days, charges, budgets, now.timestamp())  # type: ignore[attr-defined]
+        out[:] = np.where(codes == REFUSE, _CODE[BUDGET_EXHAUSTED], 0)
+        out[codes == ASK] = _code_of(NO_SLICE, extra)  # lost its slice meanwhile
+        out[asks] = [0 if r is None else _code_of(r, extra) for r in reasons]
+        p[:] = gate.bulk_pacing(cids)  # type: ignore[attr-defined]
 
     # ---- 4. pre-rank scores -------------------------------------------------------------
     def _scores(self, ids: np.ndarray, camp: np.ndarray, view: ColumnsView,
