@@ -4,6 +4,9 @@ PostgreSQL: ``ADFUNNEL_TEST_PG_URL`` (default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``); tests that need it are
 skipped when it is unreachable. Each test gets its own schema (``pg_schema_url``),
 dropped afterwards, so no test depends on another's leftovers or on the order.
+
+Redis: ``ADFUNNEL_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379``), skipped the
+same way (``redis_url``); tests keep to keys of their own and delete them.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import redis
 from sqlalchemy import Engine, create_engine, text
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -67,3 +71,23 @@ def pg_schema_url(pg_url: str, pg_admin: Engine) -> Iterator[str]:
 def sqlite_file_url(tmp_path: Path) -> str:
     """A URL of an SQLite file in the test's own temporary directory."""
     return f"sqlite:///{tmp_path / 'adfunnel.db'}"
+
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The test Redis URL (``ADFUNNEL_TEST_REDIS_URL``, default ``redis://127.0.0.1:6379``);
+    skips the test when it does not answer a PING within a second."""
+    url = os.environ.get("ADFUNNEL_TEST_REDIS_URL", DEFAULT_REDIS_URL)
+    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        if os.environ.get("ADFUNNEL_REQUIRE_SERVICES"):
+            pytest.fail(f"Redis not reachable at {url}: {exc}")
+        pytest.skip(f"Redis not reachable at {url}: {exc}")
+    finally:
+        client.close()
+    return url

@@ -5,7 +5,8 @@ Three forms of one record (:class:`Advertiser`, :class:`Campaign`, :class:`Ad`,
 
 - the domain dataclass (``adfunnel.campaigns.model``);
 - a *payload*: a JSON-safe dict (dates as ``YYYY-MM-DD``, enums as their values,
-  dayparts and caps as lists of objects, targeting as its canonical *text*, a
+  dayparts and caps as lists of objects (a counter cap ``{"count", "window", "level"}``,
+  a cooldown cap ``{"level", "cooldown_s"}``), targeting as its canonical *text*, a
   placement's country reserves as an object and its house ad as an object or null), which
   the change log stores as JSON text and ad servers decode with :func:`from_payload`;
 - a *row*: the column values of ``adfunnel.campaigns.tables`` (dates as ``date``;
@@ -160,7 +161,7 @@ def coerce_fields(entity: str, kwargs: dict[str, Any]) -> dict[str, Any]:
 
     Raises:
         ValueError: an unknown enum value.
-        KeyError, TypeError: a daypart or cap object missing a key.
+        KeyError, TypeError: a daypart or cap object missing a key, or not an object.
     """
     for name, enum in _ENUMS[entity].items():
         if name in kwargs and kwargs[name] is not None:
@@ -174,12 +175,26 @@ def coerce_fields(entity: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         )
     if "frequency_caps" in kwargs:
         kwargs["frequency_caps"] = tuple(
-            c
-            if isinstance(c, FrequencyCap)
-            else FrequencyCap(c["count"], CapWindow(c["window"]), CapLevel(c["level"]))
-            for c in kwargs["frequency_caps"] or ()
+            c if isinstance(c, FrequencyCap) else _cap(c) for c in kwargs["frequency_caps"] or ()
         )
     return _coerce_placement(kwargs)
+
+
+def _cap(c: Mapping[str, Any]) -> FrequencyCap:
+    """A cap from its plain object: ``level`` and ``count``/``window`` and/or ``cooldown_s``.
+
+    Absent or null keys become None (rows written before cooldowns have no
+    ``cooldown_s``); whether the combination is valid is the store's check.
+    """
+    if not isinstance(c, Mapping):
+        raise TypeError(f"a frequency cap must be an object, not {c!r}")
+    window = c.get("window")
+    return FrequencyCap(
+        c.get("count"),
+        None if window is None else CapWindow(window),
+        CapLevel(c["level"]),
+        c.get("cooldown_s"),
+    )
 
 
 def _coerce_placement(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -206,8 +221,14 @@ def _plain(value: Any) -> Any:
             "start_hour": value.start_hour,
             "end_hour": value.end_hour,
         }
-    if isinstance(value, FrequencyCap):
-        return {"count": value.count, "window": str(value.window), "level": str(value.level)}
+    if isinstance(value, FrequencyCap):  # only the keys of its kind (nulls left out)
+        if value.cooldown_s is not None and value.count is None and value.window is None:
+            return {"level": str(value.level), "cooldown_s": value.cooldown_s}
+        cap: dict[str, Any] = {"count": value.count, "window": _plain(value.window),
+                               "level": str(value.level)}
+        if value.cooldown_s is not None:
+            cap["cooldown_s"] = value.cooldown_s
+        return cap
     if isinstance(value, HouseAd):
         return {name: getattr(value, name) for name in HouseAd.__dataclass_fields__}
     if isinstance(value, dict):

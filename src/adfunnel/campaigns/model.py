@@ -52,9 +52,12 @@ class AdStatus(StrEnum):
 
 
 class CapWindow(StrEnum):
+    """The calendar window a counter cap counts over, in the campaign's time zone."""
+
     HOUR = "hour"
     DAY = "day"
-    WEEK = "week"
+    WEEK = "week"  # ISO week, Monday 00:00 local
+    LIFETIME = "lifetime"  # no window: every serve counts (records live 400 days)
 
 
 class CapLevel(StrEnum):
@@ -63,13 +66,41 @@ class CapLevel(StrEnum):
     ADVERTISER = "advertiser"
 
 
+#: Longest cooldown a cap may ask for, in seconds (400 days).
+MAX_COOLDOWN_S = 400 * 86_400
+
+
 @dataclass(frozen=True, slots=True)
 class FrequencyCap:
-    """At most ``count`` impressions per user per ``window`` at ``level``."""
+    """One frequency cap of a campaign, per user, at ``level``; two kinds:
 
-    count: int
-    window: CapWindow
+    - a *counter*: at most ``count`` impressions per ``window`` (``cooldown_s`` is None);
+    - a *cooldown*: at least ``cooldown_s`` seconds between two impressions
+      (``count`` and ``window`` are None).
+
+    Build them with :meth:`counter` and :meth:`cooldown`; the store refuses a cap
+    that is both or neither (``adfunnel.campaigns.store``). All caps of a campaign
+    hold together (AND).
+    """
+
+    count: int | None
+    window: CapWindow | None
     level: CapLevel
+    cooldown_s: int | None = None
+
+    @classmethod
+    def counter(cls, count: int, window: CapWindow, level: CapLevel) -> FrequencyCap:
+        """At most ``count`` impressions per user per ``window`` at ``level``."""
+        return cls(count, window, level)
+
+    @classmethod
+    def cooldown(cls, seconds: int, level: CapLevel) -> FrequencyCap:
+        """At least ``seconds`` between two impressions to one user at ``level``."""
+        return cls(None, None, level, seconds)
+
+    @property
+    def is_cooldown(self) -> bool:
+        return self.cooldown_s is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ import pycountry
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 from adfunnel.campaigns.model import (
+    MAX_COOLDOWN_S,
     AdStatus,
     BidType,
     CampaignStatus,
@@ -116,9 +117,19 @@ class DaypartIn(_In):
 
 
 class FrequencyCapIn(_In):
-    count: Annotated[int, Strict(), Field(gt=0, le=1_000_000)]
-    window: CapWindow
+    """A cap per user at ``level``: either ``count`` impressions per ``window``
+    (``{"level": "campaign", "count": 5, "window": "day"}``) or ``cooldown_s`` seconds
+    between two impressions (``{"level": "campaign", "cooldown_s": 1800}``).
+
+    Types and ranges are checked here; the store refuses a cap that is both kinds or
+    neither (``adfunnel.campaigns.store``, HTTP 422 naming ``count``, ``window`` or
+    ``cooldown_s``), so the rule holds for PATCH and direct store writes alike.
+    """
+
     level: CapLevel
+    count: Annotated[int, Strict(), Field(gt=0, le=1_000_000)] | None = None
+    window: CapWindow | None = None
+    cooldown_s: Annotated[int, Strict(), Field(ge=1, le=MAX_COOLDOWN_S)] | None = None
 
 
 class CampaignIn(_In):
@@ -189,10 +200,18 @@ class DaypartOut(BaseModel):
     end_hour: int
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
 class FrequencyCapOut(BaseModel):
-    count: int
-    window: str
+    """A counter cap ``{"count", "window", "level"}`` or a cooldown cap
+    ``{"level", "cooldown_s"}``: the keys of the other kind are left out, not null."""
+
+    count: int | None = Field(default=None, exclude_if=_is_none)
+    window: str | None = Field(default=None, exclude_if=_is_none)
     level: str
+    cooldown_s: int | None = Field(default=None, exclude_if=_is_none)
 
 
 class CampaignOut(BaseModel):

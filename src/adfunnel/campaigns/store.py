@@ -16,9 +16,10 @@ serialisation costs nothing that matters.
 
 The store checks domain invariants (money is non-negative integer micros, bids are
 positive, a known IANA time zone, ``flight_end >= flight_start``, hours in range,
-http(s) landing URLs, positive ad sizes, bounded ad quality, placement reserves and
-ISO 3166-1 country codes) and raises :class:`InvalidChange`; it does not parse
-targeting — callers pass the canonical text (``adfunnel.targeting.dump_expr``).
+frequency caps that are either a counter or a cooldown, http(s) landing URLs, positive
+ad sizes, bounded ad quality, placement reserves and ISO 3166-1 country codes) and raises
+:class:`InvalidChange`; it does not parse targeting — callers pass the canonical text
+(``adfunnel.targeting.dump_expr``).
 
 Placements are keyed by the string id ad requests carry; their change-log rows are
 filed under the table's integer ``row_id`` (``change_log.entity_id`` is an integer).
@@ -42,12 +43,15 @@ from sqlalchemy.exc import IntegrityError
 
 from adfunnel.campaigns import codec
 from adfunnel.campaigns.model import (
+    MAX_COOLDOWN_S,
     Ad,
     AdStatus,
     Advertiser,
     BidType,
     Campaign,
     CampaignStatus,
+    CapLevel,
+    CapWindow,
     ChangeRecord,
     Daypart,
     FrequencyCap,
@@ -668,10 +672,40 @@ def _check_campaign(c: Campaign) -> None:
         if not _int(p.end_hour) or not p.start_hour < p.end_hour <= 24:
             raise InvalidChange(f"{where}.end_hour", "must be an integer > start_hour and <= 24")
     for i, cap in enumerate(c.frequency_caps):
-        if not _int(cap.count) or cap.count <= 0:
-            raise InvalidChange(f"frequency_caps[{i}].count", "must be an integer > 0")
+        _check_cap(cap, f"frequency_caps[{i}]")
     if c.targeting is not None and not isinstance(c.targeting, str):
         raise InvalidChange("targeting", "must be the canonical expression text")
+
+
+def _check_cap(cap: FrequencyCap, where: str) -> None:
+    """A counter cap (``count`` > 0 per ``window``) or a cooldown cap (``cooldown_s`` in
+    1 s .. 400 days), never both nor neither; raises :class:`InvalidChange`."""
+    if cap.level not in _CAP_LEVELS:
+        raise InvalidChange(f"{where}.level", f"must be one of {', '.join(_CAP_LEVELS)}")
+    if cap.cooldown_s is not None:
+        for name in ("count", "window"):
+            if getattr(cap, name) is not None:
+                raise InvalidChange(
+                    f"{where}.{name}", "must be absent from a cap with cooldown_s "
+                    "(a cap is either count and window, or cooldown_s)"
+                )
+        if not _int(cap.cooldown_s) or not 1 <= cap.cooldown_s <= MAX_COOLDOWN_S:
+            raise InvalidChange(
+                f"{where}.cooldown_s", f"must be an integer of seconds, 1..{MAX_COOLDOWN_S}"
+            )
+        return
+    if cap.count is None:
+        raise InvalidChange(f"{where}.count", "is required (or give cooldown_s instead)")
+    if not _int(cap.count) or cap.count <= 0:
+        raise InvalidChange(f"{where}.count", "must be an integer > 0")
+    if cap.window is None:
+        raise InvalidChange(f"{where}.window", "is required with count")
+    if cap.window not in _CAP_WINDOWS:
+        raise InvalidChange(f"{where}.window", f"must be one of {', '.join(_CAP_WINDOWS)}")
+
+
+_CAP_LEVELS = tuple(CapLevel)
+_CAP_WINDOWS = tuple(CapWindow)
 
 
 def _check_ad(ad: Ad) -> None:
