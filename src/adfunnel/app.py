@@ -48,10 +48,13 @@ from adfunnel.clock import (
     parse_instant,
 )
 from adfunnel.db import make_engine
+from adfunnel.frequency.redis_store import RedisFrequencyStore
+from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, MemoryFrequencyStore
 from adfunnel.index import ScanIndex
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
 from adfunnel.prediction.smoothed import SmoothedCtr
+from adfunnel.serving.caps import CapGate
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
 from adfunnel.serving.deadline import ArrivalStamp, DecisionQueue
@@ -80,6 +83,7 @@ class Runtime:
     feed: ChangeFeed
     background: list[Periodic]
     queue: DecisionQueue  # where ad requests wait for a decision (serving/deadline.py)
+    caps: FrequencyStore  # per-user frequency-cap records (Redis, or memory)
 
     def ready(self) -> bool:
         """True while the catalog follows the change log closely enough to decide."""
@@ -91,6 +95,7 @@ class Runtime:
         self.feed.stop()
         if isinstance(self.gate, ReportingBudgetClient | InProcessBudget):
             self.gate.stop()
+        self.caps.close()
         self.engine.dispose()
 
 
@@ -100,6 +105,14 @@ def make_catalog(settings: Settings) -> Catalog:
     if settings.index == "scan":
         return Catalog(ScanIndex(), prior_pctr=settings.pctr_prior)
     return Catalog.shaped(prior_pctr=settings.pctr_prior)
+
+
+def make_cap_store(settings: Settings, clock: Clock) -> FrequencyStore:
+    """Frequency-cap records: on the Redis at ``redis_url`` (shared by every ad-server
+    process), else in this process's memory (the embedded default: one process)."""
+    if settings.redis_url:
+        return RedisFrequencyStore(settings.redis_url)
+    return MemoryFrequencyStore(clock)
 
 
 def make_clock(settings: Settings) -> Clock:
@@ -137,8 +150,9 @@ def build_runtime(
         traffic = SqlTrafficLog(engine)
         background.append(Periodic(lambda: traffic.add(eligible.drain()),
                                    settings.traffic_flush_s, "eligible-flush", clock).start())
+    caps = make_cap_store(settings, clock)
     decider = ColumnarDecider(
-        catalog, gate, ctr, clock, key,
+        catalog, gate, ctr, clock, key, caps=CapGate(caps, catalog.caps),
         token_ttl_s=settings.token_ttl_s, pcvr=settings.pcvr_prior,
         retrieval_limit=settings.retrieval_limit, prerank_keep=settings.prerank_keep,
         candidate_limit=settings.candidate_limit,
@@ -147,7 +161,7 @@ def build_runtime(
     tracker = Tracker(ledger, catalog, gate, ctr, clock, key,
                       on_lifetime_spent=lambda cid: mark_completed(store, cid))
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
-                   tracker, decisions, change_feed, background, DecisionQueue(decider))
+                   tracker, decisions, change_feed, background, DecisionQueue(decider), caps)
 
 
 def _decision_rng(seed: int | None) -> random.Random | None:
@@ -243,6 +257,15 @@ def build_app(rt: Runtime) -> ArrivalStamp:
                              "deadline_miss_rate": round(d.miss_rate(), 4),
                              "filled_slots": d.filled_slots})
 
+    def erase_user(request: Request) -> Response:
+        """Erase one user's frequency-cap records (204); 503 when the store fails."""
+        try:
+            rt.caps.erase(request.path_params["key"])
+        except CapStoreUnavailable:
+            return error_response(503, "cap_store_unavailable",
+                                  [("key", "the frequency-cap store did not answer")])
+        return Response(status_code=204)
+
     async def budget_pacing(_: Request) -> Response:
         """The embedded budget service's pacing summary (steps, p_min, budget refusals
         per campaign and local day); 404 where the service runs in its own process."""
@@ -279,6 +302,7 @@ def build_app(rt: Runtime) -> ArrivalStamp:
     app.add_route("/v1/admin/clock", set_clock, methods=["PUT"])
     app.add_route("/v1/serving/stats", serving_stats, methods=["GET"])
     app.add_route("/v1/budget/pacing", budget_pacing, methods=["GET"])
+    app.add_route("/v1/users/{key}", erase_user, methods=["DELETE"])
     # outermost: a select's deadline starts as early as we see it
     return ArrivalStamp(app, routes=serving.hot_routes())
 

@@ -30,6 +30,7 @@ def serve(
     clock: Annotated[str | None, typer.Option(help="system, or manual (moved by PUT /v1/admin/clock).")] = None,
     token_secret: Annotated[str | None, typer.Option(help="HMAC key for tracking tokens (>= 32 chars).")] = None,
     budget_service: Annotated[str | None, typer.Option(help="URL of the budget & pacing service (default: in-process).")] = None,
+    redis_url: Annotated[str | None, typer.Option(help="Redis for frequency caps, redis://… (default: in-process memory).")] = None,
     workers: Annotated[int, typer.Option(help="Ad-server processes sharing the port.")] = 1,
 ) -> None:
     """Run the ad server (embedded default: every plane in one process, SQLite).
@@ -50,7 +51,8 @@ def serve(
     from adfunnel.campaigns.migrate import upgrade
 
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
-             "token_secret": token_secret, "budget_service_url": budget_service}
+             "token_secret": token_secret, "budget_service_url": budget_service,
+             "redis_url": redis_url}
     settings = _settings_or_exit(**flags)
     if workers <= 1:
         with _database_or_exit(settings.database_url):
@@ -64,6 +66,10 @@ def serve(
     if not settings.budget_service_url:
         console.print("[yellow]several workers without --budget-service: each holds its own "
                       "committed spend, so more overspend is absorbed (never billed)[/yellow]")
+    if not settings.redis_url:
+        console.print("[yellow]several workers without --redis-url: each counts frequency caps "
+                      "on its own, so a user may see a capped ad up to once per worker more "
+                      "than the cap[/yellow]")
     # N processes: each worker builds its own runtime from the environment; they must
     # share one token secret, and the schema is migrated once, here.
     for key, value in flags.items():

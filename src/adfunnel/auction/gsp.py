@@ -98,6 +98,7 @@ class Rejection:
     ad_id: int
     campaign_id: int
     reason: str
+    detail: str | None = None  # e.g. the frequency cap that bound
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from adfunnel.index.base import AdIndex
 from adfunnel.index.conjunction import ConjunctionIndex
 from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import MILLE
+from adfunnel.serving.caps import CapBook
 from adfunnel.serving.columns import CatalogColumns
 from adfunnel.targeting.expr import All, Expr, parse_expr
 
@@ -73,6 +74,7 @@ class Catalog:
         # serving fields as arrays (the columnar decider); written before the index
         # makes an ad retrievable
         self.columns = CatalogColumns()
+        self.caps = CapBook()  # which campaigns have frequency caps
         self._lock = threading.Lock()
 
     @classmethod
@@ -105,6 +107,7 @@ class Catalog:
             for p in snapshot.placements:
                 self._apply_placement(p)
             self.columns.put_campaigns(list(self.campaigns.values()))
+            self.caps.put(c for c in self.campaigns.values() if c.frequency_caps)
             self.columns.put_ads(list(self.ads.values()))
             self.index.build(self._entries(self.ads.values())[0])
             self.position = max(self.position, snapshot.last_seq)
@@ -152,6 +155,8 @@ class Catalog:
             return False
         self.campaigns[c.id] = c
         self.columns.put_campaigns([c])
+        if c.frequency_caps or (held is not None and held.frequency_caps):
+            self.caps.put([c])
         if held is None or held.targeting != c.targeting:
             self._targeting[c.id] = _compile(c)
         self._reindex(self.ads[a] for a in self._ads_by_campaign.get(c.id, ()))

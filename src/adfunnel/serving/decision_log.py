@@ -108,7 +108,8 @@ class DecisionLog:
                 for p in d.placed
             ],
             "rejections": [
-                {"ad_id": r.ad_id, "campaign_id": r.campaign_id, "reason": r.reason}
+                {"ad_id": r.ad_id, "campaign_id": r.campaign_id, "reason": r.reason,
+                 **({"detail": r.detail} if r.detail else {})}
                 for r in d.rejections
             ],
             # per reason; every candidate's own reason is kept for explain requests only

@@ -47,6 +47,7 @@ from adfunnel.auction.gsp import OUTRANKED, AuctionResult, Candidate, run_auctio
 from adfunnel.budget.gate import ASK, BUDGET_EXHAUSTED, NO_SLICE, PACED_OUT, REFUSE, BulkGate
 from adfunnel.campaigns.model import Placement
 from adfunnel.clock import monotonic_ms
+from adfunnel.frequency.windows import CapPlan
 from adfunnel.index.base import ArrayRetrieval, query_array
 from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import MILLE
@@ -57,6 +58,7 @@ from adfunnel.serving.funnel import (
     CAMPAIGN_ENDED,
     CAMPAIGN_PAUSED,
     FORMAT_NOT_ALLOWED,
+    MAX_CAP_ROUNDS,
     NO_FITTING_SLOT,
     OUT_OF_FLIGHT,
     OUTSIDE_DAYPART,
@@ -148,9 +150,14 @@ class ColumnarDecider(Decider):
         if monotonic_ms() >= deadline_at_ms:
             decision.late = True
             return decision
+        ids, camp, plans = self._screen_caps_columns(req, ids, camp, view, now, decision)
         scores = self._scores(ids, camp, view, req.placement.id)
         clock.lap("prerank")
-        self._auction_columns(req, ids, camp, scores, versions, now, decision, seed)
+        if plans:
+            self._auction_columns_capped(req, ids, camp, scores, versions, now, decision,
+                                         seed, plans)
+        else:
+            self._auction_columns(req, ids, camp, scores, versions, now, decision, seed)
         decision.house = house_fills(
             self.catalog.placements.get(req.placement.id), req.slots,
             {p.win.slot_id for p in decision.placed}, now, self.token_key, self.token_ttl_s,
@@ -313,6 +320,65 @@ class ColumnarDecider(Decider):
         out[codes == ASK] = _code_of(NO_SLICE, extra)  # lost its slice meanwhile
         out[asks] = [0 if r is None else _code_of(r, extra) for r in reasons]
         p[:] = gate.bulk_pacing(cids)  # type: ignore[attr-defined]
+
+    # ---- 3b. frequency caps (serving/caps.py) --------------------------------------------
+    def _screen_caps_columns(self, req: SelectRequest, ids: np.ndarray, camp: np.ndarray,
+                             view: ColumnsView, now: datetime, decision: Decision,
+                             ) -> tuple[np.ndarray, np.ndarray, dict[int, CapPlan]]:
+        """:meth:`Decider._screen_caps` on the arrays: the candidates with caps screened
+        with one read, the others untouched; reasons counted."""
+        gate = self.caps
+        if gate is None or not gate.book.any() or not len(ids):
+            return ids, camp, {}
+        at = np.flatnonzero(gate.book.capped_mask(camp, view.c_advertiser[camp]))
+        if not len(at):
+            return ids, camp, {}
+        campaigns, counts = self.catalog.campaigns, decision.reason_counts
+        assert counts is not None
+        screen = gate.screen(req.user.key, [(int(ids[i]), campaigns[int(camp[i])])
+                                            for i in at.tolist()], now)
+        out = [i for i, r in zip(at.tolist(), screen.reasons, strict=True) if r is not None]
+        for r in screen.reasons:
+            if r is not None:
+                _add(counts, r, 1)
+        if not out:
+            return ids, camp, screen.plans
+        keep = np.ones(len(ids), dtype=bool)
+        keep[out] = False
+        return ids[keep], camp[keep], screen.plans
+
+    def _auction_columns_capped(self, req: SelectRequest, ids: np.ndarray, camp: np.ndarray,
+                                s: dict[str, np.ndarray], versions: _Versions, now: datetime,
+                                decision: Decision, seed: int,
+                                plans: dict[int, CapPlan]) -> None:
+        """:meth:`Decider._auction_capped` on the arrays: winners refused at count leave
+        the arrays and the auction runs again (reason counts of the last round)."""
+        gate = self.caps
+        assert gate is not None and req.user.key and decision.reason_counts is not None
+        before = dict(decision.reason_counts)
+        counted: set[int] = set()
+        refused: dict[str, int] = {}
+        for round_ in range(MAX_CAP_ROUNDS):
+            decision.placed = []
+            decision.reason_counts = dict(before)
+            self._auction_columns(req, ids, camp, s, versions, now, decision, seed)
+            todo = [p for p in decision.placed if p.ad.id in plans and p.ad.id not in counted]
+            answers = gate.count(req.user.key, [plans[p.ad.id] for p in todo], now)
+            lost = {p.ad.id for p, a in zip(todo, answers, strict=True) if a is not None}
+            for p, a in zip(todo, answers, strict=True):
+                if a is None:
+                    counted.add(p.ad.id)
+                else:
+                    refused[a] = refused.get(a, 0) + 1
+            if not lost:
+                break
+            decision.placed = [p for p in decision.placed if p.ad.id not in lost]
+            if round_ + 1 < MAX_CAP_ROUNDS:
+                keep = ~np.isin(ids, np.array(sorted(lost), dtype=np.int64))
+                ids, camp = ids[keep], camp[keep]
+                s = {k: v[keep] for k, v in s.items()}
+        for reason, n in refused.items():
+            _add(decision.reason_counts, reason, n)
 
     # ---- 4. pre-rank scores -------------------------------------------------------------
     def _scores(self, ids: np.ndarray, camp: np.ndarray, view: ColumnsView,

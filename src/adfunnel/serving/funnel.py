@@ -25,11 +25,13 @@ from adfunnel.campaigns.model import (
 )
 from adfunnel.campaigns.schedule import in_daypart, in_flight, local_day
 from adfunnel.clock import Clock, monotonic_ms
+from adfunnel.frequency.windows import CapPlan
 from adfunnel.index.base import Retrieval
 from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import impression_charge_bound, round_micros
 from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
+from adfunnel.serving.caps import CAPPED, CapGate
 from adfunnel.serving.catalog import Catalog
 from adfunnel.serving.house import HouseFill, house_fills
 from adfunnel.serving.request import SelectRequest, SlotIn, request_attributes
@@ -49,6 +51,10 @@ DEADLINE = "deadline"
 
 #: How many candidates the filter stage processes between deadline checks.
 _CHECK_EVERY = 256
+#: Most auctions per decision when winners lose their slot to a frequency cap counted
+#: by a parallel request (each round refills the slots they leave).
+MAX_CAP_ROUNDS = 3
+_COUNTED_FIRST = {CAPPED: "reached at count: a parallel serve came first"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +98,8 @@ class Decider:
     ``token_key`` signs tracking tokens; ``token_ttl_s`` is their lifetime in seconds;
     ``pcvr`` is the conversion probability used for CPA bids until a model exists.
     ``same_retrieval``: retrieve as the columnar path does (only the slots' shapes from
-    a shape-partitioned index), for comparisons of the two paths.
+    a shape-partitioned index), for comparisons of the two paths. ``caps``: frequency
+    caps (:mod:`adfunnel.serving.caps`); None: no campaign's caps are enforced.
     """
 
     def __init__(
@@ -109,6 +116,7 @@ class Decider:
         rng: random.Random | None = None,
         eligible: EligibleCounter | None = None,
         same_retrieval: bool = False,
+        caps: CapGate | None = None,
     ) -> None:
         self.catalog = catalog
         self.gate = gate
@@ -121,6 +129,7 @@ class Decider:
         self.rng = rng or random.Random()
         self.eligible = eligible
         self.same_retrieval = same_retrieval
+        self.caps = caps
 
     def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
         """Decide ``req`` before ``deadline_at_ms`` (a :func:`monotonic_ms` instant).
@@ -142,7 +151,11 @@ class Decider:
             decision.late = True
             return decision
         candidates = self._filter(req, retrieval.ad_ids, now, decision, deadline_at_ms, seed)
-        self._auction(req, candidates, now, decision, seed)
+        candidates, plans = self._screen_caps(req, candidates, now, decision)
+        if plans:
+            self._auction_capped(req, candidates, now, decision, seed, plans)
+        else:
+            self._auction(req, candidates, now, decision, seed)
         decision.house = house_fills(
             self.catalog.placements.get(req.placement.id), req.slots,
             {p.win.slot_id for p in decision.placed}, now, self.token_key, self.token_ttl_s,
@@ -206,6 +219,56 @@ class Decider:
                 continue
             out.append((self._candidate(ad, campaign, req.placement.id), ad, campaign))
         return out
+
+    def _screen_caps(self, req: SelectRequest, candidates: list[tuple[Candidate, Ad, Campaign]],
+                     now: datetime, decision: Decision,
+                     ) -> tuple[list[tuple[Candidate, Ad, Campaign]], dict[int, CapPlan]]:
+        """Candidates whose frequency caps let them serve (one read of the user's
+        records); the others rejected with the cap's reason. Also the caps, by ad id, of
+        the capped candidates kept (for :meth:`_auction_capped`)."""
+        gate = self.caps
+        if gate is None or not gate.book.any():
+            return candidates, {}
+        capped = [x for x in candidates if gate.book.capped(x[2])]
+        if not capped:
+            return candidates, {}
+        screen = gate.screen(req.user.key, [(ad.id, c) for _, ad, c in capped], now)
+        out: set[int] = set()
+        for (_, ad, c), reason, detail in zip(capped, screen.reasons, screen.details,
+                                              strict=True):
+            if reason is not None:
+                out.add(ad.id)
+                decision.rejections.append(Rejection(ad.id, c.id, reason, detail))
+        return [x for x in candidates if x[1].id not in out], screen.plans
+
+    def _auction_capped(self, req: SelectRequest,
+                        candidates: list[tuple[Candidate, Ad, Campaign]], now: datetime,
+                        decision: Decision, seed: int, plans: dict[int, CapPlan]) -> None:
+        """The auction, then the capped winners counted (:meth:`CapGate.count`); a
+        winner refused there loses its slot, and the auction runs again without it, up
+        to ``MAX_CAP_ROUNDS`` times (then its slot stays empty). A winner counted in one
+        round is not counted again."""
+        gate = self.caps
+        assert gate is not None and req.user.key
+        held = len(decision.rejections)
+        counted: set[int] = set()
+        refused: list[Rejection] = []
+        for round_ in range(MAX_CAP_ROUNDS):
+            decision.placed = []
+            del decision.rejections[held:]
+            self._auction(req, candidates, now, decision, seed)
+            todo = [p for p in decision.placed if p.ad.id in plans and p.ad.id not in counted]
+            answers = gate.count(req.user.key, [plans[p.ad.id] for p in todo], now)
+            lost = {p.ad.id for p, a in zip(todo, answers, strict=True) if a is not None}
+            counted.update(p.ad.id for p, a in zip(todo, answers, strict=True) if a is None)
+            refused += [Rejection(p.ad.id, p.campaign.id, a, _COUNTED_FIRST.get(a))
+                        for p, a in zip(todo, answers, strict=True) if a is not None]
+            if not lost:
+                break
+            decision.placed = [p for p in decision.placed if p.ad.id not in lost]
+            if round_ + 1 < MAX_CAP_ROUNDS:
+                candidates = [x for x in candidates if x[1].id not in lost]
+        decision.rejections[held:held] = refused
 
     def _campaign_verdict(self, c: Campaign, now: datetime, seed: int) -> str | None:
         if c.status is CampaignStatus.PAUSED:

@@ -202,7 +202,7 @@ class ServingEndpoints:
             for p in d.placed
         ] + [h.ad_out() for h in d.house]  # house ads: price 0, never billed
         rejections = (
-            [RejectionOut(r.ad_id, r.campaign_id, r.reason) for r in d.rejections]
+            [RejectionOut(r.ad_id, r.campaign_id, r.reason, r.detail) for r in d.rejections]
             if explain else None
         )
         return SelectResponse(d.request_id, ads, d.index_version, late=d.late,

@@ -34,7 +34,7 @@ class RequestError(ValueError):
 
 
 class UserIn(msgspec.Struct, forbid_unknown_fields=True):
-    key: str
+    key: str | None = None  # without it no ad with a frequency cap is served
     attributes: dict[str, object] = {}  # checked by _check_attributes, naming the attribute
 
 
@@ -80,10 +80,11 @@ class AdOut(msgspec.Struct):
     house: bool = False  # the placement's house ad: price 0, never billed
 
 
-class RejectionOut(msgspec.Struct):
+class RejectionOut(msgspec.Struct, omit_defaults=True):
     ad_id: int
     campaign_id: int
     reason: str
+    detail: str | None = None
 
 
 class SelectResponse(msgspec.Struct, omit_defaults=True):
