@@ -255,7 +255,8 @@ def build_app(rt: Runtime) -> ArrivalStamp:
         d = rt.decisions
         return JSONResponse({"decisions": d.decisions, "late": d.late, "shed": d.shed,
                              "deadline_miss_rate": round(d.miss_rate(), 4),
-                             "filled_slots": d.filled_slots})
+                             "filled_slots": d.filled_slots,
+                             "rejections": dict(sorted(d.rejections.items()))})
 
     def erase_user(request: Request) -> Response:
         """Erase one user's frequency-cap records (204); 503 when the store fails."""

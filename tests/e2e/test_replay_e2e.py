@@ -68,3 +68,16 @@ def test_duplicates_billed_once_and_forgeries_refused(report: dict) -> None:
     assert impressions == fired["impressions"]
     assert ledger["rows"] == impressions + clicks
     assert fired["bad_redirects"] == 0
+
+
+def test_the_frequency_caps_hold(report: dict) -> None:
+    """Two campaigns capped at 3 per user per day: no user got more from one of them on
+    one local day (counted from the answers). The log's users hardly repeat (17 of
+    12,509 send two requests), so the caps do not bind here: tests/serving/test_caps.py
+    and tests/e2e/test_caps_e2e.py make them bind."""
+    caps = report["caps"]
+    assert len(caps["campaigns"]) == 2
+    assert caps["max_serves_per_user_window"] is not None
+    assert 1 <= caps["max_serves_per_user_window"] <= 3
+    assert caps["capped_rejections"] is not None  # measured by the server
+    assert caps["cap_unavailable"] == 0 and caps["no_user_key"] == 0

@@ -28,7 +28,8 @@ class DecisionLog:
     ``decisions`` counts every ad request that reached the decision stage: committed
     (answered in time, filled or not), ``late`` (decided, found late, 204) and ``shed``
     (never decided, 204). :meth:`miss_rate` is (late + shed) / requests over the last
-    ``window`` of them.
+    ``window`` of them. ``rejections`` totals the committed decisions' rejected
+    candidates per reason code since start (e.g. ``capped``).
     """
 
     def __init__(self, capacity: int = 10_000, window: int = 1_000,
@@ -42,6 +43,7 @@ class DecisionLog:
         self.late = 0
         self.shed = 0
         self.filled_slots = 0
+        self.rejections: dict[str, int] = {}
         self._recent: deque[bool] = deque(maxlen=window)  # True: late or shed
         self._recent_missed = 0
 
@@ -50,6 +52,8 @@ class DecisionLog:
         with self._lock:
             self.decisions += 1
             self.filled_slots += len(decision.placed)
+            for reason, n in decision.rejection_counts().items():
+                self.rejections[reason] = self.rejections.get(reason, 0) + n
             self._note(missed=False)
             old = self._items.pop(decision.request_id, None)
             if old is not None:

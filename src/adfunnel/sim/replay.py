@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import numpy as np
@@ -59,11 +60,18 @@ class CampaignPlan:
     daily_budget_cny: float
     targeting: dict[str, Any] | None
     pacing_mode: str = "accelerated"
+    frequency_caps: tuple[dict[str, Any], ...] = ()
+
+
+#: The frequency cap of two replay campaigns (1458 and 3386): 3 serves per user per
+#: local day.
+CAP_3_PER_DAY = ({"level": "campaign", "count": 3, "window": "day"},)
 
 
 def plans() -> list[CampaignPlan]:
     """The nine campaigns. The small CPM budgets (2259, 3358, 3476: 50-700 impressions)
-    bind. Four campaigns pace evenly over the day (2259 binds; 1458, 2261, 2821 do not).
+    bind. Two large CPM campaigns (1458, 3386) are capped at 3 serves per user per day.
+    Four campaigns pace evenly over the day (2259 binds; 1458, 2261, 2821 do not).
     The CPC budgets hold ten clicks at the bid: at this log's traffic a CPC campaign
     earns about one click a day, and a budget small enough to bind would be one or two
     clicks, where a day's delivery moves in steps of 50 %."""
@@ -71,7 +79,8 @@ def plans() -> list[CampaignPlan]:
     cities_b = ["222", "227", "220", "234"]
     banners = ["728x90", "1000x90", "950x90", "960x90", "468x60"]
     return [
-        CampaignPlan("1458", "CPM", 500.0, {"attr": "geo.city", "in": cities_a}, "even"),
+        CampaignPlan("1458", "CPM", 500.0, {"attr": "geo.city", "in": cities_a}, "even",
+                     CAP_3_PER_DAY),
         CampaignPlan("2259", "CPM", 0.5, {"attr": "geo.region", "in": ["CN-216"]}, "even"),
         CampaignPlan("2261", "CPC", 30.0, {"attr": "interests", "in": ["10063", "10006"]},
                      "even"),
@@ -81,7 +90,8 @@ def plans() -> list[CampaignPlan]:
         CampaignPlan("3358", "CPM", 0.05, {"all": [
             {"attr": "exchange", "not_in": ["3"]},
             {"attr": "interests", "in": ["10110", "10083", "10059"]}]}),
-        CampaignPlan("3386", "CPM", 500.0, {"attr": "slot_size", "in": banners}),
+        CampaignPlan("3386", "CPM", 500.0, {"attr": "slot_size", "in": banners},
+                     frequency_caps=CAP_3_PER_DAY),
         CampaignPlan("3427", "CPC", 500.0, {"not": {"attr": "geo.city", "in": cities_b}}),
         CampaignPlan("3476", "CPM", 0.05, {"all": [
             {"attr": "os", "in": ["windows"]}, {"attr": "browser", "in": ["chrome"]}]}),
@@ -119,6 +129,9 @@ class Replayer:
         self.campaigns: dict[int, dict[str, Any]] = {}  # campaign id -> {plan, info, ...}
         self.landing: dict[int, str] = {}  # ad id -> landing URL
         self.stats = ReplayStats()
+        # serves of capped campaigns per (user, campaign, campaign's local day), from the
+        # answers received: what the report's max_serves_per_user_window measures
+        self.capped_serves: dict[tuple[str, int, str], int] = defaultdict(int)
 
     def close(self) -> None:
         self.http.close()
@@ -140,6 +153,8 @@ class Replayer:
             }
             if plan.targeting is not None:
                 body["targeting"] = plan.targeting
+            if plan.frequency_caps:
+                body["frequency_caps"] = list(plan.frequency_caps)
             campaign = self._post("/v1/campaigns", body)
             self.campaigns[campaign["id"]] = {"plan": plan, "info": info, "record": campaign}
             for size in SIZES:
@@ -189,7 +204,15 @@ class Replayer:
             return
         for ad in r.json()["ads"]:
             s.filled_slots += 1
+            self._count_capped(row, ad["campaign_id"])
             self._beacons(ad, ctr_by_campaign.get(ad["campaign_id"], 0.0))
+
+    def _count_capped(self, row: LogRow, campaign_id: int) -> None:
+        c = self.campaigns.get(campaign_id)
+        if c is None or not c["plan"].frequency_caps:
+            return
+        day = row.timestamp.astimezone(ZoneInfo(c["record"]["time_zone"])).date().isoformat()
+        self.capped_serves[(row.user, campaign_id, day)] += 1
 
     def _beacons(self, ad: dict[str, Any], ctr: float) -> None:
         s, rng = self.stats, self.rng
@@ -264,8 +287,28 @@ class Replayer:
             "fired": {"impressions": s.impressions_fired, "duplicates": s.duplicates_fired,
                       "clicks": s.clicks_fired, "forged": s.forged_fired,
                       "forged_refused": s.forged_refused, "bad_redirects": s.bad_redirects},
+            "caps": self._caps_report(serving.get("rejections")),
             "errors": dict(s.errors),
             "click_model": f"P(click | rendered) = min(1, {self.ctr_scale} x advertiser avg CTR)",
+        }
+
+
+    def _caps_report(self, rejections: dict[str, int] | None) -> dict[str, Any]:
+        """The capped campaigns, the server's rejections for caps (from its decision
+        counts) and the most serves one user got from one capped campaign in one local
+        day (from the answers received)."""
+        capped = sorted(cid for cid, c in self.campaigns.items() if c["plan"].frequency_caps)
+        return {
+            "campaigns": capped,
+            "cap": {str(cid): self.campaigns[cid]["record"]["frequency_caps"] for cid in capped},
+            # null: the server does not report its rejections (not measured)
+            **{name: None if rejections is None else rejections.get(reason, 0)
+               for name, reason in (("capped_rejections", "capped"),
+                                    ("cap_unavailable", "cap_unavailable"),
+                                    ("no_user_key", "no_user_key"))},
+            "max_serves_per_user_window": (max(self.capped_serves.values())
+                                           if self.capped_serves else None),
+            "users_served_capped": len({u for u, _, _ in self.capped_serves}),
         }
 
 
