@@ -362,6 +362,27 @@ def bench_budget(
     _emit(result, json_path)
 
 
+@bench_app.command("caps")
+def bench_caps(
+    decisions: Annotated[int, typer.Option(help="Decisions to time (each decided with and without caps).")] = 5_000,
+    redis_url: Annotated[str, typer.Option(help="The Redis holding the cap records.")] = "redis://127.0.0.1:6379",
+    users: Annotated[int, typer.Option(help="Distinct user keys, cycled (deleted at the end).")] = 1_000,
+    capped: Annotated[int, typer.Option(help="Candidates with caps per request (2 caps each).")] = 5,
+    seed: Annotated[int, typer.Option()] = 1,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+) -> None:
+    """Decision time added by frequency caps on a real Redis: in-process decisions with
+    CAPPED capped candidates, caps enforced vs none, same run (target: p99 <= 1 ms)."""
+    from adfunnel.serving.caps_bench import run_caps_bench
+
+    try:
+        result = run_caps_bench(decisions, redis_url, users=users, capped=capped, seed=seed)
+    except (ConnectionError, ValueError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    _emit(result, json_path)
+
+
 def _emit(result: dict, json_path: Path | None) -> None:
     if json_path is not None:
         json_path.write_text(json.dumps(result, indent=2))

@@ -76,6 +76,9 @@ class CapBook:
         # advertiser -> declaring campaign -> (its advertiser-level caps, its time zone)
         self._adv: dict[int, dict[int, tuple[tuple[FrequencyCap, ...], str]]] = {}
         self._declares: dict[int, int] = {}  # campaign -> advertiser it declares caps for
+        # advertiser -> its distinct (caps, time zone) declarations: what plan() reads, so
+        # a decision's cost does not grow with the campaigns that declare the same caps
+        self._adv_distinct: dict[int, tuple[tuple[tuple[FrequencyCap, ...], str], ...]] = {}
         self.own_ids = _EMPTY  # sorted campaign ids in _own
         self.adv_ids = _EMPTY  # sorted advertiser ids in _adv
         self._lock = threading.Lock()
@@ -84,6 +87,7 @@ class CapBook:
         """Take the caps of ``campaigns`` (new or changed)."""
         with self._lock:
             own, adv = dict(self._own), {a: dict(d) for a, d in self._adv.items()}
+            touched: set[int] = set()
             for c in campaigns:
                 mine = tuple(k for k in c.frequency_caps if k.level is not CapLevel.ADVERTISER)
                 theirs = tuple(k for k in c.frequency_caps if k.level is CapLevel.ADVERTISER)
@@ -93,13 +97,21 @@ class CapBook:
                     own.pop(c.id, None)
                 was = self._declares.pop(c.id, None)
                 if was is not None:
+                    touched.add(was)
                     adv[was].pop(c.id, None)
                     if not adv[was]:
                         del adv[was]
                 if theirs:
+                    touched.add(c.advertiser_id)
                     adv.setdefault(c.advertiser_id, {})[c.id] = (theirs, c.time_zone)
                     self._declares[c.id] = c.advertiser_id
-            self._own, self._adv = own, adv
+            distinct = dict(self._adv_distinct)
+            for a in touched:
+                if a in adv:
+                    distinct[a] = tuple(dict.fromkeys(adv[a].values()))
+                else:
+                    distinct.pop(a, None)
+            self._own, self._adv, self._adv_distinct = own, adv, distinct
             self.own_ids = np.array(sorted(own), dtype=np.int64)
             self.adv_ids = np.array(sorted(adv), dtype=np.int64)
 
@@ -125,7 +137,7 @@ class CapBook:
         field (two caps on one field keep the stricter)."""
         plans = [plan_caps(self._own.get(c.id, ()), ad_id=ad_id, campaign_id=c.id,
                            advertiser_id=c.advertiser_id, time_zone=c.time_zone, at=at)]
-        for caps, zone in self._adv.get(c.advertiser_id, {}).values():
+        for caps, zone in self._adv_distinct.get(c.advertiser_id, ()):
             plans.append(plan_caps(caps, ad_id=ad_id, campaign_id=c.id,
                                    advertiser_id=c.advertiser_id, time_zone=zone, at=at))
         if len(plans) == 1:
