@@ -27,6 +27,20 @@ class DenseIds:
             self.values = grown  # one reference swap: readers see the old or the new
         self.values[campaign_id] = value
 
+    def set_many(self, campaign_ids: np.ndarray, values: np.ndarray | float | int) -> None:
+        """``set`` at many ids at once (ids ≥ ``DENSE_IDS`` are skipped)."""
+        keep = (campaign_ids >= 0) & (campaign_ids < DENSE_IDS)
+        if not keep.all():
+            campaign_ids = campaign_ids[keep]
+            if isinstance(values, np.ndarray):
+                values = values[keep]
+        if not len(campaign_ids):
+            return
+        top = int(campaign_ids.max())
+        if top >= len(self.values):
+            self.set(top, self.fill)  # grows the array
+        self.values[campaign_ids] = values
+
     def get_one(self, campaign_id: int) -> float | int:
         """The value at one id (the fill when never set or out of range)."""
         vals = self.values

@@ -40,7 +40,10 @@ def _campaign(cid: int) -> Campaign:
 def _scan(client: BudgetClient, now: float) -> set[int]:
     """The wants a scan of every demand names (the rule before ``_asking``)."""
     out = set(client._wants)
-    for cid, (at, charge, day) in client._demand.items():
+    for cid in client._demand.ids():
+        demand = client._demand.get(cid)
+        assert demand is not None
+        at, charge, day = demand
         if now - at > DEMAND_MEMORY_S:
             continue
         if (client._effective_state(cid, day, now) is BudgetState.METERED

@@ -36,8 +36,8 @@ def test_bad_select_bodies(client: TestClient, body: bytes, status: int, field: 
     r = client.post("/v1/ads:select", content=body, headers={"content-type": "application/json"})
     assert r.status_code == status, r.text
     assert any(field in f for f in _fields(r)), r.json()
-    # the server keeps serving
-    assert client.post("/v1/ads:select", json=ad_request()).status_code == 200
+    # the server keeps serving (a generous deadline: a loaded machine must not flake it)
+    assert client.post("/v1/ads:select", json=ad_request(deadline_ms=5_000)).status_code == 200
 
 
 def test_body_over_64kb_is_413(client: TestClient) -> None:

@@ -200,7 +200,7 @@ def _outcome(d: Decision) -> list[tuple[object, ...]]:
 
 def _gate_effects(gate: object) -> object:
     if isinstance(gate, BudgetClient):
-        return (dict(gate.refusals), set(gate._wants), dict(gate._demand),
+        return (dict(gate.refusals), set(gate._wants), gate._demand.as_dict(),
                 {k: (a.demand, a.charges) for k, a in gate._acc.items()})
     return None
 

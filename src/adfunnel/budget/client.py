@@ -40,6 +40,7 @@ from typing import Protocol
 
 import numpy as np
 
+from adfunnel.budget.demand import Demand, DemandBook
 from adfunnel.budget.gate import ADMIT, ASK, BUDGET_EXHAUSTED, DENSE_IDS, NO_SLICE, DenseIds, Served
 from adfunnel.budget.protocol import (
     CampaignSpend,
@@ -139,7 +140,7 @@ class BudgetClient:
         self._wants: set[int] = set()
         # cid -> (time of last metered demand, charge, local day); an entry older than
         # DEMAND_MEMORY_S at the last report is gone (``_live_demand``)
-        self._demand: dict[int, tuple[float, int, date]] = {}
+        self._demand = DemandBook()
         self._reported_at = -math.inf
         # campaigns of _demand that may want a slice: every other one has a state, or a
         # slice with room, that nothing has changed since a report found it so; a report
@@ -178,7 +179,7 @@ class BudgetClient:
                 return None
             if state is BudgetState.STOPPED:
                 return self._refuse(cid, day, BUDGET_EXHAUSTED, count_refusal)
-            self._demand[cid] = (t, max_charge_micros, day)
+            self._demand.set(cid, t, max_charge_micros, day)
             self._asking.add(cid)
             s = self._slice_with_room(cid, day, t, max_charge_micros)
             if s is not None:
@@ -223,15 +224,11 @@ class BudgetClient:
                       & (self._slice_exp.get(campaign_ids) > t)
                       & (self._slice_room.get(campaign_ids) >= charges)
                       & (self._stopped_day.get(campaign_ids) != day_ordinals))
-            idx = np.flatnonzero(sliced)
-            if len(idx):
-                ords = day_ordinals[idx].tolist()
-                days = {o: date.fromordinal(o) for o in set(ords)}
-                demands = [(t, ch, days[o])
-                           for ch, o in zip(charges[idx].tolist(), ords, strict=True)]
+            if sliced.any():
                 # not added to _asking: each holds a slice with room for this charge, and
                 # what could take that away (expiry, use, release, a directive) adds it
-                self._demand.update(zip(campaign_ids[idx].tolist(), demands, strict=True))
+                self._demand.set_many(campaign_ids[sliced], t, charges[sliced],
+                                      day_ordinals[sliced])
         return np.where(open_now | sliced, ADMIT, ASK).astype(np.int8)
 
     def _index_slices(self, cid: int) -> None:
@@ -539,7 +536,7 @@ class BudgetClient:
         if cid in self._demand:
             self._asking.add(cid)
 
-    def _live_demand(self, cid: int) -> tuple[float, int, date] | None:
+    def _live_demand(self, cid: int) -> Demand | None:
         """``cid``'s demand unless the last report found it older than DEMAND_MEMORY_S."""
         d = self._demand.get(cid)
         if d is None or self._reported_at - d[0] > DEMAND_MEMORY_S:
@@ -554,10 +551,10 @@ class BudgetClient:
         (every open campaign of it is then metered): then at every demand."""
         self._reported_at = max(self._reported_at, now)
         stale = any(now - last > self.fail_closed_after_s for last in self._last_reply)
-        for cid in list(self._demand) if stale else list(self._asking):
+        for cid in self._demand.ids() if stale else list(self._asking):
             entry = self._demand.get(cid)
             if entry is None or now - entry[0] > DEMAND_MEMORY_S:
-                self._demand.pop(cid, None)
+                self._demand.pop(cid)
                 self._asking.discard(cid)
                 continue
             _, charge, day = entry
@@ -571,9 +568,8 @@ class BudgetClient:
     def _forget_old_demand(self) -> None:
         """Drop demand the last report found older than DEMAND_MEMORY_S (bounded memory;
         ``_live_demand`` already ignores it)."""
-        cut = self._reported_at - DEMAND_MEMORY_S
-        for cid in [c for c, d in self._demand.items() if d[0] < cut]:
-            del self._demand[cid]
+        for cid in self._demand.older_than(self._reported_at - DEMAND_MEMORY_S):
+            self._demand.pop(cid)
             self._asking.discard(cid)
 
 

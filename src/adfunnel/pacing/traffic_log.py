@@ -29,6 +29,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from adfunnel.campaigns.schedule import zone
 from adfunnel.db import connection_guard
+from adfunnel.dense import DENSE_IDS, DenseIds
 from adfunnel.pacing.traffic_tables import eligible_traffic
 
 HOURS = 24
@@ -37,10 +38,14 @@ MIN_REQUESTS = 200
 
 
 class EligibleCounter:
-    """In-memory counts per (campaign id, UTC hour start); thread-safe, O(1) per add."""
+    """In-memory counts per (campaign id, UTC hour start); thread-safe, O(1) per add.
+
+    :meth:`add_many` (the columnar decider: thousands of campaigns per decision) counts
+    into an array by campaign id per hour; :meth:`drain` merges both."""
 
     def __init__(self) -> None:
         self._counts: Counter[tuple[int, datetime]] = Counter()
+        self._dense: dict[datetime, DenseIds] = {}
         self._lock = threading.Lock()
 
     def add(self, campaign_id: int, at: datetime) -> None:
@@ -48,15 +53,33 @@ class EligibleCounter:
         with self._lock:
             self._counts[(campaign_id, hour)] += 1
 
-    def add_many(self, campaign_ids: Iterable[int], at: datetime) -> None:
-        """:meth:`add` for each of ``campaign_ids`` (one lock, counted in C)."""
+    def add_many(self, campaign_ids: Iterable[int] | np.ndarray, at: datetime) -> None:
+        """:meth:`add` for each of ``campaign_ids`` (one lock); an int array of distinct
+        ids is counted in place in an array by id."""
         hour = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
         with self._lock:
-            self._counts.update(zip(campaign_ids, repeat(hour)))
+            if not isinstance(campaign_ids, np.ndarray):
+                self._counts.update(zip(campaign_ids, repeat(hour)))
+                return
+            dense = campaign_ids < DENSE_IDS
+            if not dense.all():
+                self._counts.update(zip(campaign_ids[~dense].tolist(), repeat(hour)))
+                campaign_ids = campaign_ids[dense]
+            if not len(campaign_ids):
+                return
+            counts = self._dense.get(hour)
+            if counts is None:
+                counts = self._dense[hour] = DenseIds(np.int64, 0)
+            counts.set_many(campaign_ids, counts.get(campaign_ids) + 1)
 
     def drain(self) -> dict[tuple[int, datetime], int]:
         with self._lock:
             counts, self._counts = self._counts, Counter()
+            dense, self._dense = self._dense, {}
+        for hour, arr in dense.items():
+            ids = np.flatnonzero(arr.values)
+            for cid, n in zip(ids.tolist(), arr.values[ids].tolist(), strict=True):
+                counts[(cid, hour)] += n
         return dict(counts)
 
 

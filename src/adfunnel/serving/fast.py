@@ -253,7 +253,7 @@ class ColumnarDecider(Decider):
         verdict[off] = _CODE[OUTSIDE_DAYPART]
         live = np.flatnonzero(verdict == 0)
         if self.eligible is not None and len(live):  # the pacing curve's traffic
-            self.eligible.add_many(uc[live].tolist(), now)
+            self.eligible.add_many(uc[live], now)
         verdict[live] = self._gate(uc[live], local[live], view, now, seed, extra)
         return verdict[rank[inverse]]
 
