@@ -36,6 +36,7 @@ pre-rank cut as ``prerank_cut``.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from datetime import datetime
@@ -116,6 +117,7 @@ class ColumnarDecider(Decider):
         self.candidate_limit = candidate_limit
         self.timings: list[dict[str, float]] | None = None
         self._placement_reasons: dict[str, tuple[int, int, np.ndarray]] = {}
+        self._distinct = _Distinct()
 
     def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
         if req.explain:  # every candidate's reason: the reference path
@@ -235,11 +237,7 @@ class ColumnarDecider(Decider):
         ``camp``, in first-retrieved order: the reason code of each entry (0 = in)."""
         if not len(camp):
             return np.zeros(0, dtype=np.int8)
-        uc, first, inverse = np.unique(camp, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")  # first-retrieved order
-        rank = np.empty_like(order)
-        rank[order] = np.arange(len(order))
-        uc = uc[order]
+        uc, inverse = self._distinct.first_order(camp)
         versions.campaigns(uc, view.c_version[uc])  # versions first (ColumnsView)
         verdict = _STATUS_REASON[view.c_status[uc]]
         ordinals, hours = self.catalog.columns.zones.at(now)
@@ -255,7 +253,7 @@ class ColumnarDecider(Decider):
         if self.eligible is not None and len(live):  # the pacing curve's traffic
             self.eligible.add_many(uc[live], now)
         verdict[live] = self._gate(uc[live], local[live], view, now, seed, extra)
-        return verdict[rank[inverse]]
+        return verdict[inverse]
 
     def _gate(self, cids: np.ndarray, days: np.ndarray, view: ColumnsView, now: datetime,
               seed: int, extra: list[str]) -> np.ndarray:
@@ -553,6 +551,32 @@ class _Versions:
         i = int(np.flatnonzero(self.ad_ids == ad_id)[0])
         j = int(np.flatnonzero(self.campaign_ids == campaign_id)[0])
         return int(self.ad_version[i]), int(self.c_version[j])
+
+
+class _Distinct:
+    """Distinct ids in first-seen order without a sort (``np.unique`` sorts: ~7× slower
+    on a decision's candidates): a scratch array by id, one per thread, holds each id's
+    first position (``np.minimum.at``) and is reset after."""
+
+    _NONE = np.iinfo(np.int64).max
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def first_order(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the distinct ``ids`` in first-seen order, for each entry its index in them).
+        ``ids`` are non-negative ints below ``MAX_DENSE_ID``."""
+        scratch: np.ndarray | None = getattr(self._local, "scratch", None)
+        top = int(ids.max()) + 1
+        if scratch is None or len(scratch) < top:
+            scratch = self._local.scratch = np.full(max(top, 1024), self._NONE, np.int64)
+        at = np.arange(len(ids))
+        np.minimum.at(scratch, ids, at)
+        first = scratch[ids]
+        scratch[ids] = self._NONE
+        is_first = first == at
+        rank = np.cumsum(is_first) - 1
+        return ids[is_first], rank[first]
 
 
 class _StageClock:
