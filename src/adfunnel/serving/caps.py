@@ -60,6 +60,8 @@ CAP_UNAVAILABLE_TOTAL = Counter(
 )
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+#: Most cap plans kept between decisions (the cache starts over when full).
+PLANS_HELD = 65_536
 
 
 class CapBook:
@@ -82,6 +84,11 @@ class CapBook:
         self.own_ids = _EMPTY  # sorted campaign ids in _own
         self.adv_ids = _EMPTY  # sorted advertiser ids in _adv
         self._lock = threading.Lock()
+        # plans by (ad, campaign, campaign version, book generation, UTC minute): every
+        # window bucket is constant within a minute (zone offsets are whole quarter
+        # hours), so a decision rebuilds a candidate's fields once a minute at most
+        self._plans: dict[tuple[int, int, int, int, int], CapPlan] = {}
+        self._generation = 0
 
     def put(self, campaigns: Iterable[Campaign]) -> None:
         """Take the caps of ``campaigns`` (new or changed)."""
@@ -112,6 +119,7 @@ class CapBook:
                 else:
                     distinct.pop(a, None)
             self._own, self._adv, self._adv_distinct = own, adv, distinct
+            self._generation += 1
             self.own_ids = np.array(sorted(own), dtype=np.int64)
             self.adv_ids = np.array(sorted(adv), dtype=np.int64)
 
@@ -135,6 +143,15 @@ class CapBook:
     def plan(self, ad_id: int, c: Campaign, at: datetime) -> CapPlan:
         """Every cap of ad ``ad_id`` of campaign ``c`` at instant ``at``, resolved to its
         field (two caps on one field keep the stricter)."""
+        key = (ad_id, c.id, c.version, self._generation, int(at.timestamp() // 60))
+        held = self._plans.get(key)
+        if held is None:
+            if len(self._plans) >= PLANS_HELD:
+                self._plans = {}
+            held = self._plans[key] = self._plan_now(ad_id, c, at)
+        return held
+
+    def _plan_now(self, ad_id: int, c: Campaign, at: datetime) -> CapPlan:
         plans = [plan_caps(self._own.get(c.id, ()), ad_id=ad_id, campaign_id=c.id,
                            advertiser_id=c.advertiser_id, time_zone=c.time_zone, at=at)]
         for caps, zone in self._adv_distinct.get(c.advertiser_id, ()):
