@@ -7,15 +7,19 @@ dropped afterwards, so no test depends on another's leftovers or on the order.
 
 Redis: ``ADFUNNEL_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379``), skipped the
 same way (``redis_url``); tests keep to keys of their own and delete them.
+
+NATS with JetStream: ``ADFUNNEL_TEST_NATS_URL`` (default ``nats://127.0.0.1:4222``),
+skipped the same way (``nats_url``); tests use streams of their own and delete them.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 import redis
@@ -90,4 +94,26 @@ def redis_url() -> str:
         pytest.skip(f"Redis not reachable at {url}: {exc}")
     finally:
         client.close()
+    return url
+
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> str:
+    """The test NATS URL (``ADFUNNEL_TEST_NATS_URL``, default ``nats://127.0.0.1:4222``);
+    skips the test when no NATS server greets (``INFO``) within a second."""
+    url = os.environ.get("ADFUNNEL_TEST_NATS_URL", DEFAULT_NATS_URL)
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222),
+                                      timeout=1) as conn:
+            greeting = conn.recv(4)
+        if greeting != b"INFO":
+            raise OSError(f"not a NATS server (it said {greeting!r})")
+    except OSError as exc:
+        if os.environ.get("ADFUNNEL_REQUIRE_SERVICES"):
+            pytest.fail(f"NATS not reachable at {url}: {exc}")
+        pytest.skip(f"NATS not reachable at {url}: {exc}")
     return url

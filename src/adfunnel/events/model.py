@@ -1,0 +1,171 @@
+"""The tracked event: what the tracker appends to the event log and the aggregator reads.
+
+One :class:`Event` is one impression beacon, click or conversion postback that passed
+the tracker's token check. It carries what the signed token vouched for (ids, placement,
+price in the bid's unit, billing type, serve time, expected cost) plus what the tracker
+saw (when, from which address, which user agent), so the aggregator never needs the
+token again.
+
+Wire form: a msgspec JSON object (field names as below). Readers ignore fields they do
+not know and fill absent optional fields with their defaults, so a field added later
+with a default is compatible both ways.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from enum import StrEnum
+
+import msgspec
+
+#: Billing types an event may carry (the token's).
+BILLING_TYPES = frozenset({"CPM", "CPC", "CPA"})
+#: Longest impression id or click id (the ledger column is 64 characters).
+MAX_ID_CHARS = 64
+#: Longest placement name (the ledger column is 200 characters).
+MAX_PLACEMENT_CHARS = 200
+#: Longest client address kept (an IPv6 text with a zone fits easily).
+MAX_CLIENT_IP_CHARS = 64
+#: Longest user agent kept; the tracker truncates longer ones before building an event.
+MAX_USER_AGENT_CHARS = 1_024
+
+_INT64_MAX = 2**63 - 1
+_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class EventType(StrEnum):
+    """What happened. Values equal ``adfunnel.billing.model.EventType`` where both exist."""
+
+    IMPRESSION = "impression"
+    CLICK = "click"
+    CONVERSION = "conversion"
+
+
+class MalformedEvent(ValueError):
+    """Bytes that are not an encoded :class:`Event` (bad JSON, a missing or mistyped
+    field, or a value outside its domain). The message says which, without the bytes."""
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One tracked event; immutable.
+
+    Fields:
+        event_type: impression, click or conversion.
+        impression_id: the served impression (token), 1-64 of ``[A-Za-z0-9_-]``.
+        campaign_id, ad_id: ids from the token, ints in [0, 2**63 - 1].
+        placement: the token's placement, 1-200 characters.
+        price_micros: the auction price in the bid's unit, integer micros (per mille
+            for CPM, per click for CPC, per conversion for CPA), as the token carries it.
+        billing_type: ``CPM``, ``CPC`` or ``CPA``.
+        served_at: the token's issue time, Unix seconds (int).
+        expected_micros: the serve's expected cost the budget counted (token v3), or
+            None for older tokens.
+        occurred_at: when the tracker received it, Unix seconds (float) from the
+            tracker's injected clock.
+        client_ip: the client address as the tracker resolved it (text, ≤ 64 chars;
+            not parsed here).
+        user_agent: the request's User-Agent (≤ 1,024 chars; may be empty).
+        conversion_value_micros: a conversion's reported value in micros, if any.
+        click_id: the click a conversion is attributed to (≤ 64 of
+            ``[A-Za-z0-9_-]``), if any.
+
+    Invariant: :attr:`msg_id` = ``f"{impression_id}:{event_type}"`` is the log's
+    dedupe key and matches the ledger's unique (impression id, event type).
+
+    Raises:
+        ValueError: on construction (and :class:`MalformedEvent` from :func:`decode`)
+            for a field outside its domain.
+    """
+
+    event_type: EventType
+    impression_id: str
+    campaign_id: int
+    ad_id: int
+    placement: str
+    price_micros: int
+    billing_type: str
+    served_at: int
+    occurred_at: float
+    client_ip: str
+    user_agent: str
+    expected_micros: int | None = None
+    conversion_value_micros: int | None = None
+    click_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _ID.fullmatch(self.impression_id):
+            raise ValueError(
+                f"impression_id: 1-64 of [A-Za-z0-9_-], got {self.impression_id!r:.80}"
+            )
+        for name in ("campaign_id", "ad_id", "price_micros", "served_at"):
+            _check_int64(name, getattr(self, name))
+        for name in ("expected_micros", "conversion_value_micros"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_int64(name, value)
+        if self.billing_type not in BILLING_TYPES:
+            raise ValueError(f"billing_type: CPM, CPC or CPA, got {self.billing_type!r:.20}")
+        if not self.placement or len(self.placement) > MAX_PLACEMENT_CHARS:
+            raise ValueError(f"placement: 1-{MAX_PLACEMENT_CHARS} characters")
+        if isinstance(self.occurred_at, bool) or not (
+            isinstance(self.occurred_at, int | float)
+            and math.isfinite(self.occurred_at)
+            and self.occurred_at >= 0
+        ):
+            raise ValueError(f"occurred_at: finite Unix seconds >= 0, got {self.occurred_at!r}")
+        if len(self.client_ip) > MAX_CLIENT_IP_CHARS:
+            raise ValueError(f"client_ip: at most {MAX_CLIENT_IP_CHARS} characters")
+        if len(self.user_agent) > MAX_USER_AGENT_CHARS:
+            raise ValueError(f"user_agent: at most {MAX_USER_AGENT_CHARS} characters")
+        if self.click_id is not None and not _ID.fullmatch(self.click_id):
+            raise ValueError(f"click_id: 1-64 of [A-Za-z0-9_-], got {self.click_id!r:.80}")
+
+    @property
+    def msg_id(self) -> str:
+        """The log's dedupe key: ``"<impression_id>:<event_type>"``."""
+        return f"{self.impression_id}:{self.event_type.value}"
+
+
+def _check_int64(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT64_MAX:
+        raise ValueError(f"{name}: an int in [0, 2**63 - 1], got {value!r:.40}")
+
+
+def partition_of(campaign_id: int, partitions: int) -> int:
+    """The partition of a campaign's events: ``campaign_id mod partitions``.
+
+    Stable for a given partition count, so one campaign's events stay in order on one
+    partition; campaign ids are dense, so partitions fill evenly.
+
+    Raises:
+        ValueError: ``partitions`` < 1 or ``campaign_id`` < 0.
+    """
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
+    if campaign_id < 0:
+        raise ValueError(f"campaign_id must be >= 0, got {campaign_id}")
+    return campaign_id % partitions
+
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(Event)
+
+
+def encode(event: Event) -> bytes:
+    """The wire bytes of ``event``: compact UTF-8 JSON (about 250-400 bytes), optional
+    fields left out while None."""
+    return _ENCODER.encode(event)
+
+
+def decode(data: bytes | bytearray | memoryview) -> Event:
+    """The event encoded in ``data``.
+
+    Raises:
+        MalformedEvent: ``data`` is not valid JSON, lacks a required field, has a field
+            of the wrong type, or a value outside its domain.
+    """
+    try:
+        return _DECODER.decode(data)
+    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+        raise MalformedEvent(f"not an encoded event: {exc}") from None
