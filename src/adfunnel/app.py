@@ -7,7 +7,10 @@ serving routes (Starlette) on one ASGI app. Nothing is created at import time.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+import hmac
 import json
 import logging
 import multiprocessing
@@ -19,6 +22,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -48,6 +52,8 @@ from adfunnel.clock import (
     parse_instant,
 )
 from adfunnel.db import make_engine
+from adfunnel.events.compactor import compact
+from adfunnel.events.served_log import ServedLog
 from adfunnel.frequency.redis_store import RedisFrequencyStore
 from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, MemoryFrequencyStore
 from adfunnel.index import ScanIndex
@@ -84,18 +90,27 @@ class Runtime:
     background: list[Periodic]
     queue: DecisionQueue  # where ad requests wait for a decision (serving/deadline.py)
     caps: FrequencyStore  # per-user frequency-cap records (Redis, or memory)
+    served: ServedLog | None = None  # committed decisions for the click model
+    _closed: bool = False
 
     def ready(self) -> bool:
         """True while the catalog follows the change log closely enough to decide."""
         return self.feed.ready()
 
     def close(self) -> None:
+        """Stop every background task (with a last flush) and release resources; a
+        second call does nothing (the server's shutdown and a test may both call it)."""
+        if self._closed:
+            return
+        self._closed = True
         for task in self.background:
             task.stop(final=True)
         self.feed.stop()
         if isinstance(self.gate, ReportingBudgetClient | InProcessBudget):
             self.gate.stop()
         self.caps.close()
+        if self.served is not None:
+            self.served.close()
         self.engine.dispose()
 
 
@@ -160,8 +175,24 @@ def build_runtime(
     )
     tracker = Tracker(ledger, catalog, gate, ctr, clock, key,
                       on_lifetime_spent=lambda cid: mark_completed(store, cid))
+    served = make_served_log(settings, clock)
+    if served is not None and settings.served_log_dir:
+        directory = settings.served_log_dir
+        background.append(Periodic(lambda: compact(directory, clock.now()),
+                                   settings.served_compact_s, "served-compact", clock).start())
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
-                   tracker, decisions, change_feed, background, DecisionQueue(decider), caps)
+                   tracker, decisions, change_feed, background, DecisionQueue(decider), caps,
+                   served)
+
+
+def make_served_log(settings: Settings, clock: Clock) -> ServedLog | None:
+    """The served log under ``served_log_dir`` (None without one). The user-key hash is
+    keyed by ``served_log_salt``, else by a key derived from the token secret."""
+    if not settings.served_log_dir:
+        return None
+    salt = (settings.served_log_salt.encode() if settings.served_log_salt else
+            hmac.new(settings.token_secret.encode(), b"served-log salt", "sha256").digest())
+    return ServedLog(settings.served_log_dir, clock, salt=salt)
 
 
 def _decision_rng(seed: int | None) -> random.Random | None:
@@ -217,7 +248,14 @@ def build_app(rt: Runtime) -> ArrivalStamp:
     :class:`ArrivalStamp` and ~14 µs when it first passes FastAPI's own layers
     (``FastAPI.__call__``, error middleware), so the stamp sits outside them."""
     s = rt.settings
-    app = FastAPI(title="adfunnel", version="0.1.0",
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        # shutdown (SIGTERM): last flushes — the served log's queue, eligible traffic
+        await asyncio.to_thread(rt.close)
+
+    app = FastAPI(title="adfunnel", version="0.1.0", lifespan=lifespan,
                   description="Ad server: advertiser API, ad decisions, tracking.")
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
@@ -225,7 +263,8 @@ def build_app(rt: Runtime) -> ArrivalStamp:
     app.include_router(make_operator_router(rt.store))  # no roles yet: a later issue
     serving = ServingEndpoints(rt.queue, rt.tracker, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
-                               max_body_bytes=s.max_body_bytes, ready=rt.ready)
+                               max_body_bytes=s.max_body_bytes, ready=rt.ready,
+                               served=rt.served)
     for route in serving.routes():
         app.router.routes.append(route)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,8 @@ app = typer.Typer(help="adfunnel: an ad server for owned-and-operated inventory.
                   no_args_is_help=True, add_completion=False)
 bench_app = typer.Typer(help="Benchmarks (figures are ratios against a baseline in the same run).")
 app.add_typer(bench_app, name="bench")
+events_app = typer.Typer(help="The served log: SQL over its hourly Parquet files.")
+app.add_typer(events_app, name="events")
 console = Console()
 
 
@@ -31,6 +34,7 @@ def serve(
     token_secret: Annotated[str | None, typer.Option(help="HMAC key for tracking tokens (>= 32 chars).")] = None,
     budget_service: Annotated[str | None, typer.Option(help="URL of the budget & pacing service (default: in-process).")] = None,
     redis_url: Annotated[str | None, typer.Option(help="Redis for frequency caps, redis://… (default: in-process memory).")] = None,
+    served_log: Annotated[str | None, typer.Option(help="Directory of the served log (every committed decision; hourly Parquet). Default: none.")] = None,
     workers: Annotated[int, typer.Option(help="Ad-server processes sharing the port.")] = 1,
 ) -> None:
     """Run the ad server (embedded default: every plane in one process, SQLite).
@@ -52,7 +56,7 @@ def serve(
 
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
              "token_secret": token_secret, "budget_service_url": budget_service,
-             "redis_url": redis_url}
+             "redis_url": redis_url, "served_log_dir": served_log}
     settings = _settings_or_exit(**flags)
     if workers <= 1:
         with _database_or_exit(settings.database_url):
@@ -381,6 +385,49 @@ def bench_caps(
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
     _emit(result, json_path)
+
+
+@events_app.command("query")
+def events_query(
+    sql: Annotated[str, typer.Argument(help="DuckDB SQL over the view `served` (one row per decision).")],
+    directory: Annotated[Path, typer.Option("--dir", help="The served log's directory (serve --served-log).")] = Path("served-log"),
+    compact_first: Annotated[bool, typer.Option(help="Compact closed hours into Parquet first.")] = True,
+    output: Annotated[str, typer.Option(help="table, csv or json.")] = "table",
+) -> None:
+    """Run SQL over the served log, e.g. `adfunnel events query "select count(*) from served"`."""
+    import duckdb
+
+    from adfunnel.events.compactor import compact
+    from adfunnel.events.query import query_table
+
+    if output not in ("table", "csv", "json"):
+        console.print("[red]--output must be table, csv or json[/red]")
+        raise typer.Exit(2)
+    if not directory.is_dir():
+        console.print(f"[red]no served log at {directory}[/red]")
+        raise typer.Exit(2)
+    if compact_first:
+        compact(directory, datetime.now(UTC))
+    try:
+        table = query_table(directory, sql)
+    except duckdb.Error as exc:
+        console.print(f"[red]{_first_line(exc)}[/red]")
+        raise typer.Exit(2) from None
+    rows = table.to_pylist()
+    if output == "json":
+        print(json.dumps(rows, default=str))
+    elif output == "csv":
+        import csv
+        import sys
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=table.column_names)
+        writer.writeheader()
+        writer.writerows(rows)
+    else:
+        out = Table(*table.column_names)
+        for r in rows:
+            out.add_row(*(str(v) for v in r.values()))
+        console.print(out)
 
 
 def _emit(result: dict, json_path: Path | None) -> None:

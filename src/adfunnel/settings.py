@@ -54,6 +54,14 @@ class Settings(BaseSettings):
     seed: int | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65_535)
+    #: where committed decisions are logged for the click model (raw hour files, then
+    #: hourly Parquet); None: no served log
+    served_log_dir: str | None = None
+    #: key of the user-key hash in the served log; None: derived from ``token_secret``
+    #: (stable across restarts when the token secret is)
+    served_log_salt: str | None = Field(default=None, min_length=16)
+    #: seconds between compactions of the served log's closed hours into Parquet
+    served_compact_s: float = Field(default=300.0, gt=0)
 
     @field_validator("database_url")
     @classmethod

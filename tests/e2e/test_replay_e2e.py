@@ -81,3 +81,16 @@ def test_the_frequency_caps_hold(report: dict) -> None:
     assert 1 <= caps["max_serves_per_user_window"] <= 3
     assert caps["capped_rejections"] is not None  # measured by the server
     assert caps["cap_unavailable"] == 0 and caps["no_user_key"] == 0
+
+
+def test_the_served_log_holds_every_committed_decision(report: dict) -> None:
+    """Read back from the server's Parquet files with DuckDB and joined with the ledger:
+    one record per committed decision, one training row per winner, and the ledger's
+    impressions and clicks found on them."""
+    served = report["served_log"]
+    assert served["records"] == served["decisions_committed"] == report["committed_decisions"]
+    assert served["winners"] == served["training_rows"] == report["filled_slots"]
+    impressions = sum(c["impressions"] for c in report["campaigns"])
+    clicks = sum(c["clicks"] for c in report["campaigns"])
+    assert served["impressed"] == impressions
+    assert served["clicked"] == clicks

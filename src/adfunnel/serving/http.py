@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from adfunnel.clock import monotonic_ms
+from adfunnel.events.served_log import ServedLog
 from adfunnel.serving.deadline import (
     SELECT_PATH,
     SHED_EXPIRED,
@@ -103,8 +104,10 @@ class ServingEndpoints:
         default_deadline_ms: int,
         max_body_bytes: int,
         ready: Callable[[], bool] | None = None,
+        served: ServedLog | None = None,
     ) -> None:
         self.queue = queue
+        self.served = served  # the served log: every committed decision, off the path
         self.decider = queue.decider
         # request ids: a random per-process prefix and a counter (no syscall per request)
         self._id_prefix = uuid.uuid4().hex[:16]
@@ -172,6 +175,8 @@ class ServingEndpoints:
             return self._no_ad(start, "late", request_id)
         self.decider.commit(decision)
         self.log.append(decision)
+        if self.served is not None:  # queued (never waits; dropped and counted when full)
+            self.served.record(decision, req, pacing_rate=self.decider.gate.pacing_rate)
         if not decision.placed and not decision.house:
             return self._no_ad(start, "no_fill", request_id)
         self._observe(start, "filled")

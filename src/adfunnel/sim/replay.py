@@ -279,6 +279,7 @@ class Replayer:
             "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 3),
                            "p99": round(float(np.percentile(lat, 99)), 3)},
             "late_decisions": serving["late"],
+            "committed_decisions": serving["decisions"] - serving["late"] - serving["shed"],
             "pacing": ({"steps": summary["steps"], "p_min": summary["p_min"]} if summary
                        else {"steps": None, "p_min": None}),
             "campaigns": campaigns,
@@ -359,11 +360,13 @@ def run_replay(
     with tempfile.TemporaryDirectory() as tmp:
         work = workdir or Path(tmp)
         proc = None
+        served_dir = work / "served-log"
+        url = database_url or f"sqlite:///{work / 'replay.sqlite3'}"
         if server is None:
-            url = database_url or f"sqlite:///{work / 'replay.sqlite3'}"
             proc = ServerProcess(url, clock="manual", log_path=work / "server.log",
                                  extra_env={"ADFUNNEL_PCTR_PRIOR": str(pctr_prior),
                                             "ADFUNNEL_SEED": str(seed),
+                                            "ADFUNNEL_SERVED_LOG_DIR": str(served_dir),
                                             **(server_env or {})})
             server = proc.url
         replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed)
@@ -371,11 +374,42 @@ def run_replay(
             replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})
             replayer.create_campaigns(first)
             replayer.replay(rows, progress)
-            return replayer.report(first, last)
+            report = replayer.report(first, last)
         finally:
             replayer.close()
             if proc is not None:
-                proc.stop()
+                proc.stop()  # a graceful stop: the served log's queue is written out
+        report["served_log"] = (served_log_summary(served_dir, url, last, report)
+                                if proc is not None else None)
+        return report
+
+
+def served_log_summary(directory: Path, database_url: str, last: datetime,
+                       report: dict[str, Any]) -> dict[str, Any]:
+    """What the started server's served log holds after the replay, compacted to Parquet
+    and read back with DuckDB: decisions logged against those committed, winners against
+    filled slots, and the join with the ledger (the trainer's input): winners, those with
+    a billed impression and with a click."""
+    from adfunnel.db import make_engine
+    from adfunnel.events.compactor import compact
+    from adfunnel.events.query import billed_events, join_served_with_billed, query
+
+    compact(directory, last + timedelta(days=1))
+    [(records, winners)] = query(directory, "select count(*), coalesce(sum(len(winners)), 0) "
+                                            "from served")
+    engine = make_engine(database_url)
+    try:
+        joined = join_served_with_billed(directory, billed_events(engine))
+    finally:
+        engine.dispose()
+    return {
+        "records": records,
+        "decisions_committed": report.get("committed_decisions"),
+        "winners": winners,
+        "training_rows": joined.num_rows,
+        "impressed": sum(joined.column("impressed").to_pylist()),
+        "clicked": sum(joined.column("clicked").to_pylist()),
+    }
 
 
 def load_rows(limit: int | None = None, data_root: Path | None = None) -> list[LogRow]:
