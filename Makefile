@@ -17,7 +17,8 @@ setup: $(BIN)/adfunnel
 replay: setup
 	$(BIN)/adfunnel replay --report replay-report.json
 
-## The whole test suite (needs PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379).
+## The whole test suite (needs PostgreSQL on 127.0.0.1:5432, Redis on 127.0.0.1:6379 and
+## NATS with JetStream on 127.0.0.1:4222).
 test: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest
