@@ -57,6 +57,7 @@ from adfunnel.events.served_log import ServedLog
 from adfunnel.frequency.redis_store import RedisFrequencyStore
 from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, MemoryFrequencyStore
 from adfunnel.index import ScanIndex
+from adfunnel.ivt.rules import Tier1Rules
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
 from adfunnel.prediction.smoothed import SmoothedCtr
@@ -69,6 +70,7 @@ from adfunnel.serving.fast import ColumnarDecider
 from adfunnel.serving.http import ServingEndpoints, error_response
 from adfunnel.settings import Settings
 from adfunnel.tracking.beacons import Tracker
+from adfunnel.tracking.client import parse_networks
 
 
 @dataclass
@@ -174,7 +176,8 @@ def build_runtime(
         rng=_decision_rng(seed if seed is not None else settings.seed), eligible=eligible,
     )
     tracker = Tracker(ledger, catalog, gate, ctr, clock, key,
-                      on_lifetime_spent=lambda cid: mark_completed(store, cid))
+                      on_lifetime_spent=lambda cid: mark_completed(store, cid),
+                      ivt=make_ivt_rules(settings))
     served = make_served_log(settings, clock)
     if served is not None and settings.served_log_dir:
         directory = settings.served_log_dir
@@ -183,6 +186,14 @@ def build_runtime(
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
                    tracker, decisions, change_feed, background, DecisionQueue(decider), caps,
                    served)
+
+
+def make_ivt_rules(settings: Settings) -> Tier1Rules | None:
+    """Tier-1 invalid-traffic rules, their lists loaded now (half a second, once per
+    process) rather than on the first beacon; None when ``ivt`` is off."""
+    if not settings.ivt:
+        return None
+    return Tier1Rules(min_click_delay_ms=settings.ivt_min_click_delay_ms)
 
 
 def make_served_log(settings: Settings, clock: Clock) -> ServedLog | None:
@@ -264,7 +275,8 @@ def build_app(rt: Runtime) -> ArrivalStamp:
     serving = ServingEndpoints(rt.queue, rt.tracker, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready,
-                               served=rt.served)
+                               served=rt.served,
+                               trusted_proxies=parse_networks(s.trusted_proxies))
     for route in serving.routes():
         app.router.routes.append(route)
 

@@ -62,12 +62,31 @@ class Settings(BaseSettings):
     served_log_salt: str | None = Field(default=None, min_length=16)
     #: seconds between compactions of the served log's closed hours into Parquet
     served_compact_s: float = Field(default=300.0, gt=0)
+    #: tier-1 invalid-traffic rules on the beacons (crawler user agents and addresses,
+    #: datacenter addresses, clicks faster than a person): such beacons are never billed
+    ivt: bool = True
+    #: least milliseconds between a serve and its click before it counts as a person's
+    ivt_min_click_delay_ms: int = Field(default=500, ge=0)
+    #: proxies (CIDRs) whose X-Forwarded-For names the client of a beacon
+    trusted_proxies: list[str] = []
 
     @field_validator("database_url")
     @classmethod
     def _known_database(cls, v: str) -> str:
         if not v.startswith(("sqlite:", "postgresql:", "postgresql+psycopg:")):
             raise ValueError("must be a sqlite:// or postgresql:// URL")
+        return v
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
+        for cidr in v:
+            try:
+                ipaddress.ip_network(cidr.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not an address or CIDR") from None
         return v
 
     @field_validator("redis_url")

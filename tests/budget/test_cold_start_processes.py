@@ -17,6 +17,7 @@ from adfunnel.billing.model import EventType, LedgerEvent
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.db import make_engine
+from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ManagedProcess, ServerProcess, free_port
 
 CHARGE = 2_000  # a 2.00 CPM price per impression
@@ -29,7 +30,7 @@ REQUEST = {
 
 
 def _fire(url: str, stop: threading.Event, served: list[int]) -> None:
-    with httpx.Client(base_url=url, timeout=5) as http:
+    with httpx.Client(base_url=url, timeout=5, headers={"user-agent": PERSON_UA}) as http:
         while not stop.is_set():
             r = http.post("/v1/ads:select", json=REQUEST)
             if r.status_code == 200:

@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from adfunnel.app import build_app, build_runtime
 from adfunnel.clock import ManualClock
 from adfunnel.settings import load_settings
+from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ServerProcess
 
 CHARGE = 2_000  # micros per impression of a 2.00 CPM price
@@ -85,7 +86,8 @@ def test_a_real_server_on_a_2019_manual_clock_refills_each_day(tmp_path) -> None
     start = datetime(2019, 6, 3, 10, 0, tzinfo=UTC)
     url = f"sqlite:///{tmp_path / 'clock.sqlite3'}"
     with ServerProcess(url, clock="manual", log_path=tmp_path / "server.log") as proc, \
-            httpx.Client(base_url=proc.url, timeout=10) as http:
+            httpx.Client(base_url=proc.url, timeout=10,
+                         headers={"user-agent": PERSON_UA}) as http:
         http.put("/v1/admin/clock", json={"now": start.isoformat()})
         _campaign(http, "2019-06-01")
         assert [_day_of_requests(http, start, d) for d in range(2)] == [3, 3]

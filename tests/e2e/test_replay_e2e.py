@@ -59,15 +59,33 @@ def test_the_replay_paces(report: dict) -> None:
 
 
 def test_duplicates_billed_once_and_forgeries_refused(report: dict) -> None:
-    fired, ledger = report["fired"], report["ledger"]
+    """Every impression beacon fired is billed once, refused as a duplicate, or flagged as
+    invalid traffic; every click is recorded or flagged."""
+    fired, ledger, events = report["fired"], report["ledger"], report["events"]
     assert fired["duplicates"] > 0 and fired["forged"] > 0
-    assert ledger["duplicates_rejected"] == fired["duplicates"]
     assert ledger["invalid_tokens"] == fired["forged"] == fired["forged_refused"]
     impressions = sum(c["impressions"] for c in report["campaigns"])
     clicks = sum(c["clicks"] for c in report["campaigns"])
-    assert impressions == fired["impressions"]
+    flagged = events["ivt_by_event"]
+    assert (impressions + ledger["duplicates_rejected"] + flagged["impression"]
+            == fired["impressions"] + fired["duplicates"])
+    assert clicks + flagged["click"] == fired["clicks"]
     assert ledger["rows"] == impressions + clicks
     assert fired["bad_redirects"] == 0
+
+
+def test_injected_invalid_traffic_is_flagged_and_never_billed(report: dict) -> None:
+    """3 % of served ads' beacons carry a crawler's user agent and 2 % a datacenter's
+    address (from the real lists): every one is flagged, none billed. Genuine rows whose
+    (masked) address lies in a datacenter range are the false positives, reported."""
+    events = report["events"]
+    assert events["injected_invalid"] > 0
+    assert events["injected_invalid_billed"] == 0
+    assert set(events["ivt"]) <= {"crawler_ua", "datacenter_ip", "crawler_ip", "missing_ua",
+                                  "bad_ip", "impossible_timing"}
+    assert events["ivt"]["crawler_ua"] > 0 and events["ivt"]["datacenter_ip"] > 0
+    assert 0 <= events["ivt_false_positives"] < events["injected_invalid"] // 5
+    assert events["lag_ms"] == {"p50": None, "p99": None}  # no event log yet: not measured
 
 
 def test_the_frequency_caps_hold(report: dict) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -52,6 +52,7 @@ from adfunnel.serving.request import (
     encode,
 )
 from adfunnel.tracking.beacons import Tracker
+from adfunnel.tracking.client import ClientFacts, Network, client_facts
 from adfunnel.tracking.landing import LandingUrlError, to_uri
 
 SELECT_LATENCY = Histogram(
@@ -105,9 +106,11 @@ class ServingEndpoints:
         max_body_bytes: int,
         ready: Callable[[], bool] | None = None,
         served: ServedLog | None = None,
+        trusted_proxies: Sequence[Network] = (),
     ) -> None:
         self.queue = queue
         self.served = served  # the served log: every committed decision, off the path
+        self.trusted_proxies = tuple(trusted_proxies)  # whose X-Forwarded-For is believed
         self.decider = queue.decider
         # request ids: a random per-process prefix and a counter (no syscall per request)
         self._id_prefix = uuid.uuid4().hex[:16]
@@ -221,14 +224,19 @@ class ServingEndpoints:
         """The bare ASGI handlers :class:`ArrivalStamp` serves itself, by (method, path)."""
         return {("POST", SELECT_PATH): self.select_asgi, ("GET", NOOP_PATH): self.noop_asgi}
 
+    def _client(self, request: Request) -> ClientFacts:
+        peer = request.client.host if request.client is not None else None
+        return client_facts(peer, request.headers.get("x-forwarded-for"),
+                            request.headers.get("user-agent"), self.trusted_proxies)
+
     def impression(self, request: Request) -> Response:
-        result = self.tracker.impression(request.query_params.get("t"))
+        result = self.tracker.impression(request.query_params.get("t"), self._client(request))
         if result.outcome.startswith("invalid:"):
             return error_response(400, "invalid_token", [("t", result.outcome.split(":", 1)[1])])
         return Response(status_code=204)
 
     def click(self, request: Request) -> Response:
-        result = self.tracker.click(request.query_params.get("t"))
+        result = self.tracker.click(request.query_params.get("t"), self._client(request))
         if result.outcome.startswith("invalid:"):
             return error_response(400, "invalid_token", [("t", result.outcome.split(":", 1)[1])])
         if result.landing_url is None:

@@ -26,6 +26,7 @@ import httpx
 from sqlalchemy import create_engine, text
 
 from adfunnel.campaigns.migrate import upgrade
+from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ManagedProcess
 
 INTERESTS = ("cars", "news", "sports", "travel")
@@ -202,7 +203,7 @@ def _drive(cfg: FleetConfig, n: int, alive: list[ManagedProcess], tracker: str, 
            stop: threading.Event, t0: float) -> None:
     rng = random.Random(cfg.seed * 1000 + n)
     period = cfg.driver_threads / cfg.rate
-    http = httpx.Client(timeout=2.0)
+    http = httpx.Client(timeout=2.0, headers={"user-agent": PERSON_UA})  # people's beacons
     i = 0
     while not stop.is_set():
         _at(t0 + (i + n / cfg.driver_threads) * period)

@@ -44,6 +44,7 @@ class LogRow:
     timestamp: datetime  # aware, China time
     user: str
     useragent: str
+    ip: str  # the log masks the last octet: "113.76.1.*"
     region: str
     city: str
     exchange: str
@@ -73,7 +74,7 @@ def parse_line(line: str) -> LogRow:
     )
     tags = () if f[26] in ("null", "") else tuple(t for t in f[26].split(",") if t)
     return LogRow(
-        timestamp=ts, user=f[6], useragent=f[7], region=f[9], city=f[10], exchange=f[11],
+        timestamp=ts, user=f[6], useragent=f[7], ip=f[8], region=f[9], city=f[10], exchange=f[11],
         domain=f[12], slot_id=f[15], width=int(f[16]), height=int(f[17]), visibility=f[18],
         slot_format=f[19], slot_price_fen=int(f[20]), pay_price_fen=int(f[23]),
         usertags=tags, click=f[0] == "1",

@@ -21,6 +21,7 @@ few tokens are forged, to show that both are refused without loss.
 from __future__ import annotations
 
 import random
+import secrets
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -34,6 +35,7 @@ import httpx
 import numpy as np
 
 from adfunnel.money import MICROS_PER_FEN, MICROS_PER_UNIT
+from adfunnel.sim.invalid import InvalidTraffic, row_address
 from adfunnel.sim.ipinyou import (
     ADVERTISERS,
     LogRow,
@@ -42,6 +44,7 @@ from adfunnel.sim.ipinyou import (
     read_train_info,
     split_useragent,
 )
+from adfunnel.tracking.token import verify
 
 REPLAY_DEADLINE_MS = 2_000
 RENDER_RATE = 0.90
@@ -81,7 +84,7 @@ def plans() -> list[CampaignPlan]:
     return [
         CampaignPlan("1458", "CPM", 500.0, {"attr": "geo.city", "in": cities_a}, "even",
                      CAP_3_PER_DAY),
-        CampaignPlan("2259", "CPM", 0.5, {"attr": "geo.region", "in": ["CN-216"]}, "even"),
+        CampaignPlan("2259", "CPM", 0.4, {"attr": "geo.region", "in": ["CN-216"]}, "even"),
         CampaignPlan("2261", "CPC", 30.0, {"attr": "interests", "in": ["10063", "10006"]},
                      "even"),
         CampaignPlan("2821", "CPC", 15.0, {"attr": "slot_size", "in": ["300x250", "336x280"]},
@@ -120,7 +123,8 @@ class Replayer:
     """Drives a running server at ``base_url`` with the log rows."""
 
     def __init__(self, base_url: str, *, seed: int = 7, ctr_scale: float = 3.0,
-                 speed: float | None = None, data_root: Path | None = None) -> None:
+                 speed: float | None = None, data_root: Path | None = None,
+                 token_key: bytes | None = None) -> None:
         self.http = httpx.Client(base_url=base_url, timeout=10.0)
         self.rng = random.Random(seed)
         self.ctr_scale = ctr_scale
@@ -129,6 +133,10 @@ class Replayer:
         self.campaigns: dict[int, dict[str, Any]] = {}  # campaign id -> {plan, info, ...}
         self.landing: dict[int, str] = {}  # ad id -> landing URL
         self.stats = ReplayStats()
+        self.invalid = InvalidTraffic(seed + 1, data_root)
+        self.token_key = token_key  # the server's token secret, when the replay knows it
+        self.injected: list[tuple[str | None, str]] = []  # (impression id, event type)
+        self._headers: dict[str, str] = {}
         # serves of capped campaigns per (user, campaign, campaign's local day), from the
         # answers received: what the report's max_serves_per_user_window measures
         self.capped_serves: dict[tuple[str, int, str], int] = defaultdict(int)
@@ -205,7 +213,7 @@ class Replayer:
         for ad in r.json()["ads"]:
             s.filled_slots += 1
             self._count_capped(row, ad["campaign_id"])
-            self._beacons(ad, ctr_by_campaign.get(ad["campaign_id"], 0.0))
+            self._beacons(ad, ctr_by_campaign.get(ad["campaign_id"], 0.0), row)
 
     def _count_capped(self, row: LogRow, campaign_id: int) -> None:
         c = self.campaigns.get(campaign_id)
@@ -214,7 +222,32 @@ class Replayer:
         day = row.timestamp.astimezone(ZoneInfo(c["record"]["time_zone"])).date().isoformat()
         self.capped_serves[(row.user, campaign_id, day)] += 1
 
-    def _beacons(self, ad: dict[str, Any], ctr: float) -> None:
+    def _beacons(self, ad: dict[str, Any], ctr: float, row: LogRow) -> None:
+        """The served ad's beacons, from the row's user agent and address (through the
+        server's trusted proxy header), or — for an injected share of served ads — from a
+        crawler's user agent or a datacenter's address (:mod:`adfunnel.sim.invalid`)."""
+        kind, value = self.invalid.draw()
+        self._headers = {"user-agent": row.useragent, "x-forwarded-for": row_address(row.ip)}
+        if kind == "crawler_ua":
+            self._headers["user-agent"] = value or ""
+        elif kind == "datacenter":
+            self._headers["x-forwarded-for"] = value or ""
+        before = (self.stats.impressions_fired + self.stats.duplicates_fired,
+                  self.stats.clicks_fired)
+        self._fire(ad, ctr)
+        if kind is not None:
+            impressions = (self.stats.impressions_fired + self.stats.duplicates_fired
+                           - before[0])
+            clicks = self.stats.clicks_fired - before[1]
+            iid = self._impression_id(ad["token"])
+            self.injected.extend([(iid, "impression")] * impressions + [(iid, "click")] * clicks)
+
+    def _impression_id(self, token: str) -> str | None:
+        if self.token_key is None:
+            return None
+        return verify(token, self.token_key, 0.0).impression_id
+
+    def _fire(self, ad: dict[str, Any], ctr: float) -> None:
         s, rng = self.stats, self.rng
         if rng.random() < FORGED_RATE:
             s.forged_fired += 1
@@ -235,7 +268,7 @@ class Replayer:
                 s.bad_redirects += 1
 
     def _get(self, url: str, expect: int, what: str) -> httpx.Response | None:
-        r = self.http.get(url)
+        r = self.http.get(url, headers=self._headers)
         if r.status_code != expect:
             self.stats.errors[f"{what}_{r.status_code}"] += 1
             return None
@@ -289,10 +322,39 @@ class Replayer:
                       "clicks": s.clicks_fired, "forged": s.forged_fired,
                       "forged_refused": s.forged_refused, "bad_redirects": s.bad_redirects},
             "caps": self._caps_report(serving.get("rejections")),
+            "events": self._events_report(ledger),
             "errors": dict(s.errors),
             "click_model": f"P(click | rendered) = min(1, {self.ctr_scale} x advertiser avg CTR)",
         }
 
+
+    def _events_report(self, ledger: dict[str, Any]) -> dict[str, Any]:
+        """Beacons sent, the ledger's rows and duplicates, invalid traffic flagged per
+        reason (the server's counters) and what was injected. Whether an injected event
+        billed is read from the ledger after the run (``run_replay``); the beacon-to-ledger
+        lag is not measured while the tracker writes the ledger itself (null)."""
+        s = self.stats
+        counters: dict[str, int] = ledger.get("counters", {})
+        ivt: dict[str, int] = {}
+        for name, n in counters.items():
+            for event in ("impression", "click"):
+                prefix = f"ivt_{event}_"
+                if name.startswith(prefix):
+                    reason = name[len(prefix):]
+                    ivt[reason] = ivt.get(reason, 0) + n
+        return {
+            "sent": s.impressions_fired + s.duplicates_fired + s.clicks_fired,
+            "billed": ledger["rows"],
+            "duplicates": ledger["duplicates_rejected"],
+            "ivt": dict(sorted(ivt.items())),
+            "ivt_total": counters.get("ivt_impression", 0) + counters.get("ivt_click", 0),
+            "ivt_by_event": {"impression": counters.get("ivt_impression", 0),
+                             "click": counters.get("ivt_click", 0)},
+            "injected_invalid": len(self.injected),
+            "injected_invalid_billed": None,  # filled from the ledger by run_replay
+            "ivt_false_positives": None,
+            "lag_ms": {"p50": None, "p99": None},
+        }
 
     def _caps_report(self, rejections: dict[str, int] | None) -> dict[str, Any]:
         """The capped campaigns, the server's rejections for caps (from its decision
@@ -362,14 +424,24 @@ def run_replay(
         proc = None
         served_dir = work / "served-log"
         url = database_url or f"sqlite:///{work / 'replay.sqlite3'}"
+        secret = None
         if server is None:
+            secret = secrets.token_hex(32)
             proc = ServerProcess(url, clock="manual", log_path=work / "server.log",
                                  extra_env={"ADFUNNEL_PCTR_PRIOR": str(pctr_prior),
                                             "ADFUNNEL_SEED": str(seed),
                                             "ADFUNNEL_SERVED_LOG_DIR": str(served_dir),
+                                            "ADFUNNEL_TOKEN_SECRET": secret,
+                                            # beacons come through this loopback "proxy"
+                                            # with the log row's address
+                                            "ADFUNNEL_TRUSTED_PROXIES": '["127.0.0.1/32"]',
+                                            # the manual clock does not move between a
+                                            # serve and its click: no delay to judge
+                                            "ADFUNNEL_IVT_MIN_CLICK_DELAY_MS": "0",
                                             **(server_env or {})})
             server = proc.url
-        replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed)
+        replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed,
+                            token_key=secret.encode() if secret else None)
         try:
             replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})
             replayer.create_campaigns(first)
@@ -381,7 +453,35 @@ def run_replay(
                 proc.stop()  # a graceful stop: the served log's queue is written out
         report["served_log"] = (served_log_summary(served_dir, url, last, report)
                                 if proc is not None else None)
+        if proc is not None:
+            injected_in_ledger(report["events"], replayer.injected, url)
         return report
+
+
+def injected_in_ledger(events: dict[str, Any], injected: list[tuple[str | None, str]],
+                   database_url: str) -> None:
+    """Fill ``events``' ``injected_invalid_billed`` (injected beacons the ledger holds a
+    row for: none should) and ``ivt_false_positives`` (beacons flagged that were not
+    injected: genuine traffic flagged by mistake), from the ledger table."""
+    from sqlalchemy import select
+
+    from adfunnel.billing.tables import ledger
+    from adfunnel.db import make_engine
+
+    ids = sorted({iid for iid, _ in injected if iid is not None})
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            held: set[tuple[str, str]] = set()
+            for i in range(0, len(ids), 500):
+                q = select(ledger.c.impression_id, ledger.c.event_type).where(
+                    ledger.c.impression_id.in_(ids[i:i + 500]))
+                held.update((r[0], str(r[1])) for r in conn.execute(q))
+    finally:
+        engine.dispose()
+    billed = sum(1 for iid, event in injected if (iid, event) in held)
+    events["injected_invalid_billed"] = billed
+    events["ivt_false_positives"] = events["ivt_total"] - (len(injected) - billed)
 
 
 def served_log_summary(directory: Path, database_url: str, last: datetime,

@@ -7,6 +7,13 @@ counted, never billed. The click redirect goes to the ad's own landing URL, look
 up by the ad id inside the signed token, never to a URL taken from the request.
 A house ad's token (campaign ``HOUSE_ID``, price 0) is counted and never billed; its
 click goes to the placement's house-ad URL.
+
+Invalid traffic, tier 1 (:mod:`adfunnel.ivt.rules`): with ``ivt`` rules and the sender's
+facts (:mod:`adfunnel.tracking.client`), a beacon from a crawler user agent, a missing
+user agent, a crawler's or a datacenter's address, or a click faster than a person
+can click is never billed, never counted in budgets or the click model: it is counted
+per event type and reason (ledger counters ``ivt_<event>`` and
+``ivt_<event>_<reason>``). A click is still redirected (a bot learns nothing).
 """
 
 from __future__ import annotations
@@ -23,9 +30,15 @@ from adfunnel.budget.gate import SpendGate
 from adfunnel.campaigns.model import HOUSE_ID, BidType, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.clock import Clock
+from adfunnel.ivt.reasons import Reason
+from adfunnel.ivt.rules import EventFacts, Tier1Rules
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog
+from adfunnel.tracking.client import ClientFacts
 from adfunnel.tracking.token import InvalidToken, TokenClaims, verify
+
+#: Tier-1 reasons about the sender's address: not applied when the address is unknown.
+ADDRESS_REASONS = frozenset({Reason.BAD_IP, Reason.CRAWLER_IP, Reason.DATACENTER_IP})
 
 BEACONS = Counter(
     "adfunnel_beacons_total", "Tracking beacons by event type and outcome", ["event", "outcome"]
@@ -54,6 +67,7 @@ class Tracker:
         token_key: bytes,
         *,
         on_lifetime_spent: Callable[[int], None] | None = None,
+        ivt: Tier1Rules | None = None,
     ) -> None:
         self.ledger = ledger
         self.catalog = catalog
@@ -64,14 +78,18 @@ class Tracker:
         #: called with the campaign id when billing leaves its lifetime budget at 0
         #: (the app marks the campaign ``completed``)
         self.on_lifetime_spent = on_lifetime_spent
+        self.ivt = ivt  # tier-1 invalid-traffic rules (None: none applied)
 
-    def impression(self, token: str | None) -> BeaconResult:
-        return self._handle(token, EventType.IMPRESSION)
+    def impression(self, token: str | None, client: ClientFacts | None = None) -> BeaconResult:
+        """An impression beacon; ``client``: its sender, for the IVT rules."""
+        return self._handle(token, EventType.IMPRESSION, client)
 
-    def click(self, token: str | None) -> BeaconResult:
-        return self._handle(token, EventType.CLICK)
+    def click(self, token: str | None, client: ClientFacts | None = None) -> BeaconResult:
+        """A click; ``client``: its sender, for the IVT rules."""
+        return self._handle(token, EventType.CLICK, client)
 
-    def _handle(self, token: str | None, event_type: EventType) -> BeaconResult:
+    def _handle(self, token: str | None, event_type: EventType,
+                client: ClientFacts | None = None) -> BeaconResult:
         now = self.clock.now()
         try:
             if not token:
@@ -84,11 +102,34 @@ class Tracker:
             return BeaconResult(f"invalid:{exc.reason}")
         if claims.campaign_id == HOUSE_ID:
             return self._house(claims, event_type)
+        reason = self._invalid(claims, event_type, client, now)
+        if reason is not None:
+            self.ledger.count(f"ivt_{event_type.value}")
+            self.ledger.count(f"ivt_{event_type.value}_{reason}")
+            BEACONS.labels(event_type.value, f"ivt_{reason}").inc()
+            ad = self.catalog.ads.get(claims.ad_id)
+            landing = ad.landing_url if ad is not None and event_type is EventType.CLICK else None
+            return BeaconResult(f"ivt:{reason}", None, landing)
         recorded = self._record(claims, event_type, now)
         BEACONS.labels(event_type.value, recorded.outcome.value).inc()
         ad = self.catalog.ads.get(claims.ad_id)
         landing = ad.landing_url if ad is not None and event_type is EventType.CLICK else None
         return BeaconResult(recorded.outcome.value, recorded, landing)
+
+    def _invalid(self, claims: TokenClaims, event_type: EventType, client: ClientFacts | None,
+                 now: datetime) -> str | None:
+        """The tier-1 reason when the beacon is invalid traffic, else None. Without the
+        sender's address (a local transport) the address rules are skipped."""
+        if self.ivt is None or client is None:
+            return None
+        facts = EventFacts(event_type.value, client.ip or "", client.user_agent,
+                           served_at_ms=claims.issued_at * 1000,
+                           event_at_ms=int(now.timestamp() * 1000),
+                           impression_id=claims.impression_id, placement=claims.placement)
+        verdict = self.ivt.check(facts)
+        if verdict.valid or (client.ip is None and verdict.reason in ADDRESS_REASONS):
+            return None
+        return str(verdict.reason)
 
     def _house(self, claims: TokenClaims, event_type: EventType) -> BeaconResult:
         """A house ad's beacon: counted (``house_impression``/``house_click``), never billed,

@@ -1,0 +1,67 @@
+"""Who sent a beacon: the client's IP address and user agent, as tier-1 invalid-traffic
+rules need them (:mod:`adfunnel.ivt.rules`).
+
+The address is the socket's peer, or — only when that peer is one of the configured
+trusted proxies (``trusted_proxies``, CIDRs) — the right-most ``X-Forwarded-For`` entry
+that is not itself a trusted proxy (entries further left are what the client claims,
+and anyone can claim anything). A peer that is not an IP address (a Unix socket, an
+in-process test client) is a local transport: it is trusted the same way, and without
+``X-Forwarded-For`` the address is unknown (None: the address rules are skipped).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True)
+class ClientFacts:
+    """A beacon's sender: ``ip`` (text, None when unknown) and ``user_agent`` (None when
+    the request had no ``User-Agent``)."""
+
+    ip: str | None
+    user_agent: str | None
+
+
+def parse_networks(cidrs: Iterable[str]) -> tuple[Network, ...]:
+    """CIDRs (``10.0.0.0/8``, ``::1/128``, a bare address) as networks.
+
+    Raises:
+        ValueError: an entry that is not an address or network.
+    """
+    return tuple(ipaddress.ip_network(c.strip(), strict=False) for c in cidrs)
+
+
+def client_facts(peer: str | None, forwarded_for: str | None, user_agent: str | None,
+                 trusted: Sequence[Network]) -> ClientFacts:
+    """The :class:`ClientFacts` of one request (see the module docstring)."""
+    address = _address(peer)
+    if address is not None and not _trusted(address, trusted):
+        return ClientFacts(peer, user_agent)
+    if forwarded_for:
+        hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
+        for hop in reversed(hops):
+            hop_address = _address(hop)
+            if hop_address is None or not _trusted(hop_address, trusted):
+                return ClientFacts(hop, user_agent)  # unparseable: tier 1 says bad_ip
+        if hops:
+            return ClientFacts(hops[0], user_agent)
+    return ClientFacts(peer if address is not None else None, user_agent)
+
+
+def _address(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    if not text:
+        return None
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _trusted(address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+             trusted: Sequence[Network]) -> bool:
+    return any(address.version == n.version and address in n for n in trusted)
