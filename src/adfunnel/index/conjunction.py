@@ -369,8 +369,11 @@ class ConjunctionIndex:
             name="adfunnel-index-merge",
             daemon=True,
         )
-        self._merge_thread = thread
+        # started before it is published: ``merge`` reads ``_merge_thread`` without the
+        # lock and joins it (a thread not yet started cannot be joined); the thread
+        # cannot clear it before we return, as it needs the write lock we hold
         thread.start()
+        self._merge_thread = thread
 
     def _merge_in_background(self, base: _Snapshot, epoch: int) -> None:
         """Build a main from ``base``, then swap it in under the lock with the writes since.

@@ -31,7 +31,6 @@ from __future__ import annotations
 import csv
 import ipaddress
 import json
-import os
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -44,7 +43,9 @@ from typing import Generic, Literal, TypeVar
 import radix
 import re2
 
-DATA_DIR_ENV = "ADFUNNEL_DATA_DIR"
+from adfunnel.data import DATA_DIR_ENV
+from adfunnel.data import data_dir as shared_data_dir
+
 #: RE2's memory budget for the compiled crawler alternation (bytes). The default 8 MiB
 #: can make the DFA give up and fall back to the slower NFA on long user agents.
 UA_REGEX_MAX_MEM = 64 << 20
@@ -56,22 +57,14 @@ _V4_MAPPED_PREFIX = b"\x00" * 10 + b"\xff\xff"
 
 
 def data_dir() -> Path:
-    """``$ADFUNNEL_DATA_DIR``, else ``shared/data`` beside the checkout (as
-    :func:`adfunnel.sim.ipinyou.data_dir` finds it, but keyed on the ``ivt`` folder).
+    """``$ADFUNNEL_DATA_DIR``, else the ``shared/data`` holding ``ivt``
+    (:func:`adfunnel.data.data_dir`).
 
     Raises:
         FileNotFoundError: no ``shared/data/ivt`` beside the working directory or this
             file's checkout, and ``$ADFUNNEL_DATA_DIR`` is unset.
     """
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    for parent in (Path.cwd(), *here.parents):
-        for candidate in (parent.parent / "shared" / "data", parent / "shared" / "data"):
-            if (candidate / "ivt").is_dir():
-                return candidate
-    raise FileNotFoundError(f"shared/data/ivt not found; set {DATA_DIR_ENV}")
+    return shared_data_dir("ivt")
 
 
 # --- user agents -------------------------------------------------------------------

@@ -12,29 +12,21 @@ trailing columns that are ignored)::
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
+
+from adfunnel.data import data_dir as shared_data_dir
 
 CHINA = ZoneInfo("Asia/Shanghai")
 ADVERTISERS = ("1458", "2259", "2261", "2821", "2997", "3358", "3386", "3427", "3476")
 
 
 def data_dir() -> Path:
-    """``shared/data`` beside the checkout, or ``$ADFUNNEL_DATA_DIR``."""
-    env = os.environ.get("ADFUNNEL_DATA_DIR")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    for parent in (Path.cwd(), *here.parents):
-        candidate = parent.parent / "shared" / "data"
-        if (candidate / "ipinyou").is_dir():
-            return candidate
-        if (parent / "shared" / "data" / "ipinyou").is_dir():
-            return parent / "shared" / "data"
-    raise FileNotFoundError("shared/data not found; set ADFUNNEL_DATA_DIR")
+    """``shared/data`` beside the checkout, or ``$ADFUNNEL_DATA_DIR``
+    (:func:`adfunnel.data.data_dir`)."""
+    return shared_data_dir("ipinyou")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,10 @@ repository); otherwise the counts below, taken from the same two files, are used
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
+
+from adfunnel.data import data_dir as shared_data_dir
 
 #: Rows per hour 00..23 in train.log.txt + test.log.txt (12,526 rows).
 IPINYOU_2259_HOURLY_COUNTS: tuple[int, ...] = (
@@ -20,11 +21,12 @@ IPINYOU_2259_HOURLY_COUNTS: tuple[int, ...] = (
 
 
 def data_dir() -> Path:
-    """Where the shared real data lives."""
-    env = os.environ.get("ADFUNNEL_DATA_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3].parent / "shared" / "data"
+    """Where the shared real data lives (:func:`adfunnel.data.data_dir`); when it is not
+    found, the path beside the checkout (the callers fall back to built-in copies)."""
+    try:
+        return shared_data_dir("ipinyou")
+    except FileNotFoundError:
+        return Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
 
 @lru_cache(maxsize=4)
