@@ -504,32 +504,25 @@ class BudgetClient:
         self._epoch[sh] = epoch
 
     def _release(self, s: HeldSlice) -> None:
-        lst = self._slices.get(s.campaign_id, [])
-        if s in lst:
-            lst.remove(s)
-            if not lst:
-                del self._slices[s.campaign_id]
-            self._closed[s.campaign_id % self.shards].append(
-                SliceUse(s.slice_id, s.used, s.last_used or s.expires_at))
-            self._index_slices(s.campaign_id)
-            self._note_slices_changed(s.campaign_id)
+        """Close held slice ``s`` (its use goes with the next report); nothing when it is
+        no longer held."""
+        lst = self._slices.get(s.campaign_id)
+        if lst is None or not any(x is s for x in lst):
+            return
+        lst[:] = [x for x in lst if x is not s]
+        if not lst:
+            del self._slices[s.campaign_id]
+        self._closed[s.campaign_id % self.shards].append(
+            SliceUse(s.slice_id, s.used, s.last_used or s.expires_at))
+        self._index_slices(s.campaign_id)
+        self._note_slices_changed(s.campaign_id)
 
     def _expire_slices(self, now: float) -> None:
         """Close every held slice past its expiry (popped from ``_expiry``: a slice
-        released or dropped before is no longer in its campaign's list)."""
+        released or dropped before is no longer held, and is skipped)."""
         heap = self._expiry
         while heap and heap[0][0] <= now:
-            s = heapq.heappop(heap)[2]
-            lst = self._slices.get(s.campaign_id)
-            if lst is None or not any(x is s for x in lst):
-                continue
-            lst[:] = [x for x in lst if x is not s]
-            if not lst:
-                del self._slices[s.campaign_id]
-            self._closed[s.campaign_id % self.shards].append(
-                SliceUse(s.slice_id, s.used, s.last_used or s.expires_at))
-            self._index_slices(s.campaign_id)
-            self._note_slices_changed(s.campaign_id)
+            self._release(heapq.heappop(heap)[2])
 
     def _note_slices_changed(self, cid: int) -> None:
         """A held slice of ``cid`` changed: the next report looks at its demand again."""
