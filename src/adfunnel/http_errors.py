@@ -93,7 +93,7 @@ def problem_text(err: dict[str, Any]) -> str:
     for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
         if kind.startswith(("greater_than", "less_than")) and key in ctx:
             return f"must be {op} {ctx[key]}"
-    if kind == "enum":
+    if kind in ("enum", "literal_error"):
         return f"must be one of {ctx.get('expected', '')}".strip()
     if kind in ("dict_type", "model_type", "model_attributes_type"):
         return "must be a JSON object"

@@ -177,6 +177,17 @@ class MemoryLedger:
             ]
         return sorted(out, key=lambda t: t.day)
 
+    def rows_between(
+        self, start: datetime, end: datetime
+    ) -> tuple[list[tuple[LedgerEvent, int, int]], list[tuple[LedgerEvent, str]]]:
+        """The rows whose ``occurred_at`` is in [start, end): valid ones as (event, billed
+        micros, absorbed micros), invalid ones as (event, reason). Read-only; scans every
+        row (the hourly rollups of :mod:`adfunnel.billing.rollups` read it)."""
+        with self._lock:
+            valid = [r for r in self._rows.values() if start <= r[0].occurred_at < end]
+            invalid = [r for r in self._invalid.values() if start <= r[0].occurred_at < end]
+        return valid, invalid
+
     def billed_on(self, day: date) -> dict[int, int]:
         with self._lock:
             return {cid: v[2] for (cid, d), v in self._days.items() if d == day}

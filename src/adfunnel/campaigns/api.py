@@ -22,6 +22,9 @@ campaign's time zone)::
     GET   /v1/ads/{id}                      200 ad
     PATCH /v1/ads/{id}                      200 ad
     GET   /v1/campaigns/{id}/report?from=&to=  200 report
+    GET   /v1/campaigns/{id}/report/rollups?…  200 rollup report, JSON or CSV
+    GET   /v1/advertisers/{id}/report/rollups?… 200 rollup report, JSON or CSV
+          (adfunnel.campaigns.report_api)
 
 Campaign writes (create, PATCH, budget) also answer ``warnings`` — ``[{"field",
 "problem"}]``, only when the campaign cannot deliver as written
@@ -38,11 +41,15 @@ from datetime import date, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
+from sqlalchemy import Engine
 
 from adfunnel.billing.ledger import Ledger, lifetime_left
+from adfunnel.billing.rollups import RollupStore, cost_per_conversion_micros, ctr, ecpm_micros
+from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns import codec
 from adfunnel.campaigns.checks import campaign_warnings
 from adfunnel.campaigns.model import Ad, Advertiser, Campaign, CampaignStatus
+from adfunnel.campaigns.report_api import make_rollup_router
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.schemas import (
     CAMPAIGN_NULLABLE,
@@ -141,12 +148,16 @@ def report(
             absorbed_overspend_micros=r.absorbed_micros,
             ctr=_ctr(r.clicks, r.impressions),
             ecpm_micros=_ecpm(r.billed_micros, r.impressions),
+            conversions=r.conversions,
+            cost_per_conversion_micros=cost_per_conversion_micros(r.billed_micros,
+                                                                  r.conversions),
         )
         for r in rows
     ]
     imps = sum(r.impressions for r in rows)
     clicks = sum(r.clicks for r in rows)
     billed = sum(r.billed_micros for r in rows)
+    conversions = sum(r.conversions for r in rows)
     lifetime = ledger.lifetime_billed(campaign_id).get(campaign_id, 0)
     return ReportOut.model_validate(
         {
@@ -159,6 +170,8 @@ def report(
             "absorbed_overspend_micros": sum(r.absorbed_micros for r in rows),
             "ctr": _ctr(clicks, imps),
             "ecpm_micros": _ecpm(billed, imps),
+            "conversions": conversions,
+            "cost_per_conversion_micros": cost_per_conversion_micros(billed, conversions),
             "days": days,
             "lifetime_budget_micros": lifetime_budget_micros,
             "lifetime_billed_micros": lifetime,
@@ -168,27 +181,36 @@ def report(
 
 
 def _ctr(clicks: int, impressions: int) -> float:
-    return clicks / impressions if impressions else 0.0
+    return ctr(clicks, impressions) or 0.0
 
 
 def _ecpm(billed_micros: int, impressions: int) -> int:
     """Billed micros per 1000 impressions, rounded down (so never above the CPM price
     billed, hence the bid); 0 without impressions."""
-    if not impressions:
-        return 0
-    return billed_micros * 1000 // impressions
+    return ecpm_micros(billed_micros, impressions) or 0
 
 
 def make_advertiser_router(
-    store: CampaignStore, ledger: Ledger, clock: Clock, settings_like: object = None
+    store: CampaignStore, ledger: Ledger, clock: Clock, settings_like: object = None,
+    rollups: RollupStore | None = None,
 ) -> APIRouter:
-    """The advertiser API routes over ``store`` (records) and ``ledger`` (reports).
+    """The advertiser API routes over ``store`` (records), ``ledger`` (reports) and
+    ``rollups`` (rollup reports, :mod:`adfunnel.campaigns.report_api`).
 
     ``clock`` gives "today" for reports without dates; ``settings_like`` may carry
-    ``report_max_days`` (int). The app must also call :func:`install_error_handlers`.
+    ``report_max_days`` (int). ``rollups`` defaults to the SQL rollup store of the
+    campaign store's database when it has one (``SqlCampaignStore.engine``: the
+    embedded runtime's database, where the rollups also join ``campaigns``); without
+    either there are no rollup routes. The app must also call
+    :func:`install_error_handlers`.
     """
     router = APIRouter(tags=["advertiser"])
     max_days = int(getattr(settings_like, "report_max_days", DEFAULT_REPORT_MAX_DAYS))
+    engine = getattr(store, "engine", None)
+    if rollups is None and isinstance(engine, Engine):
+        rollups = make_rollup_store(engine)
+    if rollups is not None:
+        router.include_router(make_rollup_router(store, rollups, clock, max_days=max_days))
 
     # --- advertisers ----------------------------------------------------------------
 

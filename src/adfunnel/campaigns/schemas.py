@@ -12,7 +12,7 @@ URI form (:func:`adfunnel.tracking.landing.to_uri`, used by the click redirect).
 from __future__ import annotations
 
 import re
-from datetime import date
+from datetime import date, datetime
 from typing import Annotated, Any
 
 import pycountry
@@ -299,13 +299,17 @@ class ReportDay(BaseModel):
     absorbed_overspend_micros: int
     ctr: float
     ecpm_micros: int
+    conversions: int = 0
+    cost_per_conversion_micros: int | None = None
 
 
 class ReportOut(BaseModel):
     """Ledger totals of one campaign over local days ``from``..``to`` inclusive.
 
     ``ctr`` = clicks / impressions (0 without impressions); ``ecpm_micros`` = billed
-    micros per 1000 impressions, rounded down (0 without impressions).
+    micros per 1000 impressions, rounded down (0 without impressions);
+    ``cost_per_conversion_micros`` = billed micros per conversion, rounded down (null
+    without conversions).
     ``lifetime_*``: the lifetime budget, what was billed on every day (not only this
     span) and what remains; ``lifetime_remaining_micros`` is null without one.
     """
@@ -321,10 +325,58 @@ class ReportOut(BaseModel):
     absorbed_overspend_micros: int
     ctr: float
     ecpm_micros: int
+    conversions: int = 0
+    cost_per_conversion_micros: int | None = None
     days: list[ReportDay]
     lifetime_budget_micros: int | None = None
     lifetime_billed_micros: int = 0
     lifetime_remaining_micros: int | None = None
+
+
+class RollupTotalsOut(BaseModel):
+    """Counts and money (micros) of rollups; ``ivt``: reason code -> invalid events (never
+    billed). Metrics are null without their denominator: ``ctr`` = clicks / impressions,
+    ``ecpm_micros`` = billed × 1000 // impressions, ``cost_per_conversion_micros`` =
+    billed // conversions."""
+
+    impressions: int
+    clicks: int
+    conversions: int
+    billed_micros: int
+    absorbed_micros: int
+    ivt: dict[str, int]
+    ctr: float | None
+    ecpm_micros: int | None
+    cost_per_conversion_micros: int | None
+
+
+class _RollupPeriodOut(BaseModel):
+    period_start: datetime
+    campaign_id: int | None
+    ad_id: int | None
+    placement: str | None
+
+
+class RollupRowOut(RollupTotalsOut, _RollupPeriodOut):
+    """One period of one group (its fields first). ``period_start``: the UTC hour, or the
+    local midnight of the day in the report's zone. Only the group's keys are set: ``ad``
+    → campaign_id and ad_id, ``campaign`` → campaign_id, ``placement`` → placement."""
+
+
+class RollupReportOut(BaseModel):
+    """Hourly rollups over local days ``from``..``to`` inclusive in ``time_zone``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    campaign_id: int | None = None
+    advertiser_id: int | None = None
+    from_: date = Field(alias="from")
+    to: date
+    time_zone: str
+    granularity: str
+    group_by: str
+    totals: RollupTotalsOut
+    rows: list[RollupRowOut]
 
 
 # --- operator settings: placements, ad quality ----------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
+import adfunnel.billing.rollup_tables
 import adfunnel.billing.tables
 import adfunnel.campaigns.tables
 import adfunnel.pacing.traffic_tables  # noqa: F401  (registers the tables on the metadata)

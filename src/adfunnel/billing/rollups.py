@@ -1,0 +1,506 @@
+"""Hourly rollups of the ledger, the reports read from them, and the in-memory store.
+
+A rollup holds, for one UTC hour and one (advertiser, campaign, ad, placement), the valid
+events of the ledger — impressions, clicks, conversions, billed and absorbed micros — and
+the invalid traffic of ``ledger_ivt`` counted per reason code (never billed).
+
+Rollups are derived data. :meth:`RollupStore.refresh` recomputes whole hours from the
+ledger (delete + insert of those hours in one transaction), so it is idempotent and
+exact however often events are redelivered: the ledger holds one row per (impression id,
+event type), valid or invalid, and a refresh counts rows, not deliveries. Who refreshes:
+
+- the event aggregator after each batch commit, with the hours its events fell in:
+  ``store.refresh(hours_of(e.occurred_at for e in batch))`` — one or two hours, four
+  indexed statements each; at many batches a second, mark them in :class:`DirtyHours`
+  instead and flush it every few seconds (one refresh reads an hour's rows again);
+- a periodic catch-up (a crash between a batch commit and its refresh) and the backfill
+  after migration 0007: :func:`refresh_since`.
+
+An event counts in the hour of its ``occurred_at`` (event time): [hour, hour + 1 h) UTC.
+
+Day buckets (``granularity="day"``) are local dates in one IANA time zone, and an hour
+belongs to the local date of its START. Where the offset is a whole number of hours
+this is exact; in the :30 and :45 zones (Asia/Kolkata, Asia/Kathmandu,
+Australia/Adelaide, …) the hour that straddles local midnight counts in the day it
+starts in, so such a day's rollup totals may differ from the ledger's ``day`` totals
+(exact event times) by that half or quarter hour's events. DST days have 23 or 25 hours.
+A span of local days ``first``..``last`` is the hours starting in
+:func:`adfunnel.campaigns.schedule.day_bounds` (``first`` start, ``last`` end).
+
+Metrics, integer micros rounded down (never above what was billed), each None without
+its denominator: ctr = clicks / impressions; ecpm = billed × 1000 // impressions;
+cost per conversion = billed // conversions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Literal, Protocol
+
+from adfunnel.billing.model import EventType, LedgerEvent
+from adfunnel.campaigns.schedule import day_bounds, zone
+
+HOUR = timedelta(hours=1)
+
+Granularity = Literal["hour", "day"]
+GroupBy = Literal["ad", "campaign", "placement"]
+GRANULARITIES: tuple[Granularity, ...] = ("hour", "day")
+GROUP_BYS: tuple[GroupBy, ...] = ("ad", "campaign", "placement")
+
+#: The columns that name a group: ad → (campaign_id, ad_id), campaign → (campaign_id,),
+#: placement → (placement,).
+GROUP_COLUMNS: dict[GroupBy, tuple[str, ...]] = {
+    "ad": ("campaign_id", "ad_id"),
+    "campaign": ("campaign_id",),
+    "placement": ("placement",),
+}
+
+
+# --- records ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HourRollup:
+    """One UTC hour of one (campaign, ad, placement); ``ivt``: reason -> invalid events
+    (of every event type). Money in micros."""
+
+    hour: datetime  # start of the UTC hour, aware
+    advertiser_id: int
+    campaign_id: int
+    ad_id: int
+    placement: str
+    impressions: int = 0
+    clicks: int = 0
+    conversions: int = 0
+    billed_micros: int = 0
+    absorbed_micros: int = 0
+    ivt: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRow:
+    """One period of one group. ``period_start``: the UTC hour (``hour``) or the local
+    midnight in the report's zone (``day``). Of ``campaign_id``, ``ad_id`` and
+    ``placement`` only the group's columns (:data:`GROUP_COLUMNS`) are set."""
+
+    period_start: datetime
+    campaign_id: int | None
+    ad_id: int | None
+    placement: str | None
+    impressions: int
+    clicks: int
+    conversions: int
+    billed_micros: int
+    absorbed_micros: int
+    ivt: dict[str, int]
+
+    @property
+    def ctr(self) -> float | None:
+        return ctr(self.clicks, self.impressions)
+
+    @property
+    def ecpm_micros(self) -> int | None:
+        return ecpm_micros(self.billed_micros, self.impressions)
+
+    @property
+    def cost_per_conversion_micros(self) -> int | None:
+        return cost_per_conversion_micros(self.billed_micros, self.conversions)
+
+
+def ctr(clicks: int, impressions: int) -> float | None:
+    """Clicks per impression; None without impressions."""
+    return clicks / impressions if impressions else None
+
+
+def ecpm_micros(billed_micros: int, impressions: int) -> int | None:
+    """Billed micros per 1000 impressions, rounded down; None without impressions."""
+    return billed_micros * 1000 // impressions if impressions else None
+
+
+def cost_per_conversion_micros(billed_micros: int, conversions: int) -> int | None:
+    """Billed micros per conversion, rounded down; None without conversions."""
+    return billed_micros // conversions if conversions else None
+
+
+# --- hours ------------------------------------------------------------------------------
+
+
+def utc_hour(t: datetime) -> datetime:
+    """The start of the UTC hour holding instant ``t``.
+
+    Raises:
+        ValueError: for a naive datetime (no time zone).
+    """
+    if t.tzinfo is None:
+        raise ValueError(f"a time zone is required, got naive {t.isoformat()}")
+    return t.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def hours_of(times: Iterable[datetime]) -> set[datetime]:
+    """The UTC hours holding ``times`` (e.g. the ``occurred_at`` of a batch's events)."""
+    return {utc_hour(t) for t in times}
+
+
+def hour_range(since: datetime, until: datetime) -> list[datetime]:
+    """Every UTC hour from the one holding ``since`` to the one holding ``until``,
+    both included (none when ``until`` is before ``since``)."""
+    h, last = utc_hour(since), utc_hour(until)
+    out = []
+    while h <= last:
+        out.append(h)
+        h += HOUR
+    return out
+
+
+def runs(hours: Iterable[datetime]) -> list[tuple[datetime, datetime]]:
+    """Sorted, distinct hour starts as consecutive runs ``[start, end)``."""
+    out: list[tuple[datetime, datetime]] = []
+    for h in sorted(set(hours)):
+        if out and out[-1][1] == h:
+            out[-1] = (out[-1][0], h + HOUR)
+        else:
+            out.append((h, h + HOUR))
+    return out
+
+
+def local_days_span(first: date, last: date, time_zone: str) -> tuple[datetime, datetime]:
+    """UTC ``[start, end)`` of local days ``first``..``last`` in ``time_zone``: the hours
+    starting in it are those of these days (an hour belongs to the day it starts in).
+
+    Raises:
+        ValueError: unknown time zone.
+    """
+    return day_bounds(first, time_zone)[0], day_bounds(last, time_zone)[1]
+
+
+# --- aggregation (pure) -------------------------------------------------------------------
+
+
+def rollup_rows(
+    valid: Iterable[tuple[LedgerEvent, int, int]],
+    invalid: Iterable[tuple[LedgerEvent, str]],
+    advertiser_of: Callable[[int], int | None] = lambda _cid: None,
+) -> list[HourRollup]:
+    """Hourly rollups of ledger rows: ``valid`` as (event, billed micros, absorbed
+    micros), ``invalid`` as (event, reason). ``advertiser_of``: campaign id → advertiser
+    id (None: unknown, stored as 0). Sorted by (hour, campaign, ad, placement)."""
+    sums: dict[tuple[datetime, int, int, str], _Sums] = {}
+
+    def cell(e: LedgerEvent) -> _Sums:
+        key = (utc_hour(e.occurred_at), e.campaign_id, e.ad_id, e.placement)
+        s = sums.get(key)
+        if s is None:
+            s = sums[key] = _Sums()
+        return s
+
+    for e, billed, absorbed in valid:
+        cell(e).add_event(EventType(e.event_type), billed, absorbed)
+    for e, reason in invalid:
+        cell(e).ivt[reason] += 1
+    return [
+        s.hour_rollup(hour, advertiser_of(cid) or 0, cid, ad, placement)
+        for (hour, cid, ad, placement), s in sorted(sums.items(), key=lambda kv: kv[0])
+    ]
+
+
+def aggregate(
+    rows: Iterable[HourRollup],
+    granularity: Granularity = "hour",
+    group_by: GroupBy = "campaign",
+    time_zone: str = "UTC",
+) -> list[ReportRow]:
+    """Report rows of hourly rollups per period and group, sorted by (period, group).
+
+    Only the group's columns of each row are read (:data:`GROUP_COLUMNS`). Day periods
+    are the local dates of the hours' starts in ``time_zone``.
+
+    Raises:
+        ValueError: unknown granularity, group or time zone.
+    """
+    check_shape(granularity, group_by, time_zone)
+    z = zone(time_zone)
+    days: dict[date, datetime] = {}
+
+    def period(hour: datetime) -> datetime:
+        if granularity == "hour":
+            return hour
+        d = hour.astimezone(z).date()
+        start = days.get(d)
+        if start is None:
+            start = days[d] = day_bounds(d, time_zone)[0].astimezone(z)
+        return start
+
+    columns = GROUP_COLUMNS[group_by]
+    sums: dict[tuple[datetime, tuple[int | str, ...]], _Sums] = {}
+    for r in rows:
+        key = (period(r.hour), tuple(getattr(r, c) for c in columns))
+        s = sums.get(key)
+        if s is None:
+            s = sums[key] = _Sums()
+        s.add_rollup(r)
+    out = []
+    for (start, key), s in sorted(sums.items(), key=lambda kv: kv[0]):
+        named = dict(zip(columns, key, strict=True))
+        out.append(s.report_row(start, named))
+    return out
+
+
+def total(rows: Iterable[ReportRow], period_start: datetime) -> ReportRow:
+    """All ``rows`` summed into one with ``period_start`` and no group columns (zeros
+    for no rows)."""
+    s = _Sums()
+    for r in rows:
+        s.add_rollup(r)
+    return s.report_row(period_start, {})
+
+
+def ivt_reasons(rows: Iterable[ReportRow]) -> list[str]:
+    """The IVT reason codes seen in ``rows``, sorted (one column each in a table)."""
+    return sorted({reason for r in rows for reason in r.ivt})
+
+
+def check_shape(granularity: str, group_by: str, time_zone: str) -> None:
+    """Raises ValueError naming the first bad value (``granularity``, ``group_by`` or
+    ``time_zone``)."""
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}")
+    if group_by not in GROUP_BYS:
+        raise ValueError(f"group_by must be one of {', '.join(GROUP_BYS)}")
+    try:
+        zone(time_zone)
+    except ValueError as exc:
+        raise ValueError(f"time_zone: {exc}") from exc
+
+
+class _Sums:
+    """A mutable accumulator of one cell."""
+
+    __slots__ = ("absorbed", "billed", "clicks", "conversions", "impressions", "ivt")
+
+    def __init__(self) -> None:
+        self.impressions = self.clicks = self.conversions = self.billed = self.absorbed = 0
+        self.ivt: Counter[str] = Counter()
+
+    def add_event(self, event_type: EventType, billed: int, absorbed: int) -> None:
+        if event_type is EventType.IMPRESSION:
+            self.impressions += 1
+        elif event_type is EventType.CLICK:
+            self.clicks += 1
+        else:
+            self.conversions += 1
+        self.billed += billed
+        self.absorbed += absorbed
+
+    def add_rollup(self, r: HourRollup | ReportRow) -> None:
+        self.impressions += r.impressions
+        self.clicks += r.clicks
+        self.conversions += r.conversions
+        self.billed += r.billed_micros
+        self.absorbed += r.absorbed_micros
+        self.ivt.update(r.ivt)
+
+    def hour_rollup(
+        self, hour: datetime, advertiser_id: int, campaign_id: int, ad_id: int, placement: str
+    ) -> HourRollup:
+        return HourRollup(hour, advertiser_id, campaign_id, ad_id, placement, self.impressions,
+                          self.clicks, self.conversions, self.billed, self.absorbed,
+                          dict(sorted(self.ivt.items())))
+
+    def report_row(self, start: datetime, named: dict[str, int | str]) -> ReportRow:
+        cid, ad, placement = (named.get(c) for c in ("campaign_id", "ad_id", "placement"))
+        return ReportRow(
+            start,
+            cid if isinstance(cid, int) else None,
+            ad if isinstance(ad, int) else None,
+            placement if isinstance(placement, str) else None,
+            self.impressions, self.clicks, self.conversions, self.billed, self.absorbed,
+            dict(sorted(self.ivt.items())),
+        )
+
+
+# --- the store interface ------------------------------------------------------------------
+
+
+class RollupStore(Protocol):
+    """Hourly rollups of the ledger; every implementation passes
+    tests/contract/test_rollup_contract.py.
+
+    Scopes: exactly one of ``campaign_ids`` (any number, none → no rows) or
+    ``advertiser_id``. Ranges: the hours whose START is in [``start``, ``end``) (aware
+    datetimes; for local days see :func:`local_days_span`).
+    """
+
+    def refresh(self, hours: Iterable[datetime]) -> int:
+        """Recompute the UTC hours holding ``hours`` from the ledger, in one transaction:
+        their old rows are replaced by the ledger's current rows. Idempotent. Returns
+        the number of distinct hours refreshed.
+
+        Raises:
+            ValueError: for a naive datetime.
+        """
+        ...
+
+    def hours(
+        self, *, start: datetime, end: datetime,
+        campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
+    ) -> list[HourRollup]:
+        """The rollups in scope and range, sorted by (hour, campaign, ad, placement)."""
+        ...
+
+    def query(
+        self, *, start: datetime, end: datetime,
+        campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
+        granularity: Granularity = "hour", group_by: GroupBy = "campaign",
+        time_zone: str = "UTC",
+    ) -> list[ReportRow]:
+        """:func:`aggregate` of the rollups in scope and range.
+
+        Raises:
+            ValueError: bad scope, range, granularity, group or time zone.
+        """
+        ...
+
+
+def check_scope(
+    start: datetime, end: datetime,
+    campaign_ids: Collection[int] | None, advertiser_id: int | None,
+) -> None:
+    """Raises ValueError unless exactly one scope is given and ``start``/``end`` are
+    aware datetimes."""
+    if (campaign_ids is None) == (advertiser_id is None):
+        raise ValueError("give exactly one of campaign_ids and advertiser_id")
+    for name, t in (("start", start), ("end", end)):
+        if t.tzinfo is None:
+            raise ValueError(f"{name}: a time zone is required")
+
+
+def refresh_since(store: RollupStore, since: datetime, until: datetime) -> int:
+    """Refresh every UTC hour from ``since``'s to ``until``'s, both included: the
+    periodic catch-up (``since`` = now − a few hours) and the backfill (``since`` = the
+    ledger's first event). Returns the hours refreshed.
+
+    Raises:
+        ValueError: for a naive datetime.
+    """
+    hours = hour_range(since, until)
+    done = 0
+    for i in range(0, len(hours), 24):  # a day per transaction: short locks on a backfill
+        done += store.refresh(hours[i:i + 24])
+    return done
+
+
+class DirtyHours:
+    """The hours touched since the last flush, for refreshing at most every few seconds.
+
+    A refresh costs a read of each hour's ledger rows (~17 ms per 2,000 rows on SQLite
+    and PostgreSQL alike), so a writer committing many small batches per second marks
+    their hours here (O(batch), no I/O) and a periodic job calls :meth:`flush`: one
+    refresh of the hours marked since. Thread-safe; a failed refresh keeps its hours
+    marked for the next flush.
+    """
+
+    def __init__(self, store: RollupStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._hours: set[datetime] = set()
+
+    def mark(self, times: Iterable[datetime]) -> None:
+        """Mark the UTC hours holding ``times`` (a committed batch's ``occurred_at``)."""
+        hours = hours_of(times)
+        with self._lock:
+            self._hours |= hours
+
+    def pending(self) -> set[datetime]:
+        with self._lock:
+            return set(self._hours)
+
+    def flush(self) -> int:
+        """Refresh the marked hours; returns how many.
+
+        Raises:
+            Whatever the store's ``refresh`` raises; the hours stay marked.
+        """
+        with self._flush_lock:
+            with self._lock:
+                hours, self._hours = self._hours, set()
+            try:
+                return self._store.refresh(hours)
+            except BaseException:
+                with self._lock:
+                    self._hours |= hours
+                raise
+
+
+# --- in memory ----------------------------------------------------------------------------
+
+
+class LedgerRows(Protocol):
+    """What the in-memory store reads: :meth:`MemoryLedger.rows_between`."""
+
+    def rows_between(
+        self, start: datetime, end: datetime
+    ) -> tuple[list[tuple[LedgerEvent, int, int]], list[tuple[LedgerEvent, str]]]: ...
+
+
+class MemoryRollupStore:
+    """Rollups of a :class:`adfunnel.billing.ledger.MemoryLedger` (tests, simulations).
+
+    ``advertiser_of``: campaign id → advertiser id (None or missing: 0). A refresh scans
+    every ledger row once (the memory ledger has no time index).
+    """
+
+    def __init__(
+        self, ledger: LedgerRows, advertiser_of: Callable[[int], int | None] | None = None
+    ) -> None:
+        self._ledger = ledger
+        self._advertiser_of = advertiser_of or (lambda _cid: None)
+        self._lock = threading.Lock()
+        self._by_hour: dict[datetime, list[HourRollup]] = {}
+
+    def refresh(self, hours: Iterable[datetime]) -> int:
+        wanted = hours_of(hours)
+        if not wanted:
+            return 0
+        # under the lock: a later refresh always reads a later ledger
+        with self._lock:
+            valid, invalid = self._ledger.rows_between(min(wanted), max(wanted) + HOUR)
+            rows = rollup_rows(
+                (v for v in valid if utc_hour(v[0].occurred_at) in wanted),
+                (i for i in invalid if utc_hour(i[0].occurred_at) in wanted),
+                self._advertiser_of,
+            )
+            for h in wanted:
+                self._by_hour.pop(h, None)
+            for r in rows:
+                self._by_hour.setdefault(r.hour, []).append(r)
+        return len(wanted)
+
+    def hours(
+        self, *, start: datetime, end: datetime,
+        campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
+    ) -> list[HourRollup]:
+        check_scope(start, end, campaign_ids, advertiser_id)
+        ids = None if campaign_ids is None else set(campaign_ids)
+        with self._lock:
+            rows = [r for h, rs in self._by_hour.items() if start <= h < end for r in rs]
+        return sorted(
+            (r for r in rows
+             if (r.campaign_id in ids if ids is not None else r.advertiser_id == advertiser_id)),
+            key=lambda r: (r.hour, r.campaign_id, r.ad_id, r.placement),
+        )
+
+    def query(
+        self, *, start: datetime, end: datetime,
+        campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
+        granularity: Granularity = "hour", group_by: GroupBy = "campaign",
+        time_zone: str = "UTC",
+    ) -> list[ReportRow]:
+        check_shape(granularity, group_by, time_zone)
+        rows = self.hours(start=start, end=end, campaign_ids=campaign_ids,
+                          advertiser_id=advertiser_id)
+        return aggregate(rows, granularity, group_by, time_zone)
