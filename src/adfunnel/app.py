@@ -52,6 +52,7 @@ from adfunnel.clock import (
     parse_instant,
 )
 from adfunnel.db import make_engine
+from adfunnel.event_plane import EventPlane, make_event_plane
 from adfunnel.events.compactor import compact
 from adfunnel.events.served_log import ServedLog
 from adfunnel.frequency.redis_store import RedisFrequencyStore
@@ -71,6 +72,7 @@ from adfunnel.serving.http import ServingEndpoints, error_response
 from adfunnel.settings import Settings
 from adfunnel.tracking.beacons import Tracker
 from adfunnel.tracking.client import parse_networks
+from adfunnel.tracking.http import TrackingEndpoints
 
 
 @dataclass
@@ -92,6 +94,7 @@ class Runtime:
     background: list[Periodic]
     queue: DecisionQueue  # where ad requests wait for a decision (serving/deadline.py)
     caps: FrequencyStore  # per-user frequency-cap records (Redis, or memory)
+    events: EventPlane  # event log, the tracker's publisher, the aggregator
     served: ServedLog | None = None  # committed decisions for the click model
     _closed: bool = False
 
@@ -111,6 +114,7 @@ class Runtime:
         if isinstance(self.gate, ReportingBudgetClient | InProcessBudget):
             self.gate.stop()
         self.caps.close()
+        self.events.close()
         if self.served is not None:
             self.served.close()
         self.engine.dispose()
@@ -175,9 +179,9 @@ def build_runtime(
         candidate_limit=settings.candidate_limit,
         rng=_decision_rng(seed if seed is not None else settings.seed), eligible=eligible,
     )
-    tracker = Tracker(ledger, catalog, gate, ctr, clock, key,
-                      on_lifetime_spent=lambda cid: mark_completed(store, cid),
-                      ivt=make_ivt_rules(settings))
+    events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
+                              on_lifetime_spent=lambda cid: mark_completed(store, cid))
+    tracker = Tracker(events.publisher, catalog, clock, key, ivt=make_ivt_rules(settings))
     served = make_served_log(settings, clock)
     if served is not None and settings.served_log_dir:
         directory = settings.served_log_dir
@@ -185,7 +189,7 @@ def build_runtime(
                                    settings.served_compact_s, "served-compact", clock).start())
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
                    tracker, decisions, change_feed, background, DecisionQueue(decider), caps,
-                   served)
+                   events, served)
 
 
 def make_ivt_rules(settings: Settings) -> Tier1Rules | None:
@@ -272,12 +276,12 @@ def build_app(rt: Runtime) -> ArrivalStamp:
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s))
     app.include_router(make_operator_router(rt.store))  # no roles yet: a later issue
-    serving = ServingEndpoints(rt.queue, rt.tracker, rt.decisions,
+    serving = ServingEndpoints(rt.queue, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready,
-                               served=rt.served,
-                               trusted_proxies=parse_networks(s.trusted_proxies))
-    for route in serving.routes():
+                               served=rt.served)
+    tracking = TrackingEndpoints(rt.tracker, parse_networks(s.trusted_proxies))
+    for route in (*serving.routes(), *tracking.routes()):
         app.router.routes.append(route)
 
     async def healthz(_: Request) -> Response:
@@ -296,11 +300,22 @@ def build_app(rt: Runtime) -> ArrivalStamp:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     def ledger_stats(_: Request) -> Response:
+        """The ledger's rows and durable counters, this process's tracker counts
+        (refused tokens, house-ad beacons) and its aggregator's lag."""
+        rt.events.settle()
         stats = rt.ledger.stats()
         counters = rt.ledger.counters()
-        return JSONResponse({"rows": stats.rows, "duplicates_rejected": stats.duplicates_rejected,
-                             "invalid_tokens": counters.get("invalid_tokens", 0),
-                             "counters": counters})
+        tracker = rt.tracker.counts()
+        agg = rt.events.aggregator
+        # a re-sent beacon is dropped by the log's dedupe window, or by the ledger
+        dropped = int(getattr(rt.events.log, "duplicates", 0))
+        return JSONResponse({"rows": stats.rows,
+                             "duplicates_rejected": stats.duplicates_rejected + dropped,
+                             "invalid_tokens": tracker.get("invalid_tokens", 0),
+                             "counters": counters, "tracker": tracker,
+                             "events": {"lag_ms": agg.lag_ms() if agg else
+                                        {"p50": None, "p99": None},
+                                        "spooled": rt.events.publisher.spooled()}})
 
     async def serving_stats(_: Request) -> Response:
         d = rt.decisions
@@ -339,6 +354,8 @@ def build_app(rt: Runtime) -> ArrivalStamp:
         extra = sorted(set(body) - {"now"})
         if extra:
             return error_response(422, "validation", [(k, "unknown field") for k in extra])
+        # events of the old time reach the ledger before time moves on
+        await asyncio.to_thread(rt.events.settle)
         try:
             at = rt.clock.set(parse_instant(body["now"]))
         except ClockWentBackwards as exc:  # a rewind would replay spent budget: refused

@@ -1,4 +1,5 @@
-"""Command-line entry points: ``adfunnel serve | replay | simulate | bench``."""
+"""Command-line entry points: ``adfunnel serve | tracker | aggregator | replay | simulate |
+bench | events``."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ def serve(
     budget_service: Annotated[str | None, typer.Option(help="URL of the budget & pacing service (default: in-process).")] = None,
     redis_url: Annotated[str | None, typer.Option(help="Redis for frequency caps, redis://… (default: in-process memory).")] = None,
     served_log: Annotated[str | None, typer.Option(help="Directory of the served log (every committed decision; hourly Parquet). Default: none.")] = None,
+    event_log: Annotated[str | None, typer.Option(help="NATS JetStream event log, nats://… (default: in-process memory, applied at once).")] = None,
+    spool_dir: Annotated[str | None, typer.Option(help="Where beacons are spooled while the event log is down (default: none, 503).")] = None,
     workers: Annotated[int, typer.Option(help="Ad-server processes sharing the port.")] = 1,
 ) -> None:
     """Run the ad server (embedded default: every plane in one process, SQLite).
@@ -56,7 +59,8 @@ def serve(
 
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
              "token_secret": token_secret, "budget_service_url": budget_service,
-             "redis_url": redis_url, "served_log_dir": served_log}
+             "redis_url": redis_url, "served_log_dir": served_log,
+             "event_log_url": event_log, "spool_dir": spool_dir}
     settings = _settings_or_exit(**flags)
     if workers <= 1:
         with _database_or_exit(settings.database_url):
@@ -85,6 +89,80 @@ def serve(
     with _listening_or_exit(settings.host, settings.port):
         status = serve_workers(settings.host, settings.port, workers)
     raise typer.Exit(status)
+
+
+@app.command()
+def tracker(
+    event_log: Annotated[str, typer.Option(help="NATS JetStream event log, nats://….")] = "nats://127.0.0.1:4222",
+    host: Annotated[str | None, typer.Option(help="Bind address.")] = None,
+    port: Annotated[int | None, typer.Option(help="TCP port.")] = None,
+    database_url: Annotated[str | None, typer.Option(help="The campaign store (landing URLs), sqlite:///file or postgresql://….")] = None,
+    token_secret: Annotated[str | None, typer.Option(help="The ad servers' HMAC key for tracking tokens.")] = None,
+    spool_dir: Annotated[str | None, typer.Option(help="Where beacons are spooled while the event log is down.")] = None,
+) -> None:
+    """Run the tracker on its own: /i, /c and /v verify the token, apply tier-1 IVT rules,
+    append to the event log and answer without waiting on the database."""
+    from adfunnel.app import serve_http
+    from adfunnel.standalone import build_tracker_app
+
+    settings = _settings_or_exit(event_log_url=event_log, host=host, port=port,
+                                 database_url=database_url, token_secret=token_secret,
+                                 spool_dir=spool_dir, aggregate=False)
+    with _database_or_exit(settings.database_url):
+        asgi = build_tracker_app(settings)
+    with _listening_or_exit(settings.host, settings.port):
+        if not serve_http(asgi, settings.host, settings.port):
+            raise typer.Exit(1)
+
+
+@app.command()
+def aggregator(
+    event_log: Annotated[str, typer.Option(help="NATS JetStream event log, nats://….")] = "nats://127.0.0.1:4222",
+    database_url: Annotated[str | None, typer.Option(help="The ledger's database, sqlite:///file or postgresql://….")] = None,
+    partitions: Annotated[str | None, typer.Option(help="Partitions to read, e.g. 0-7 or 0,2,4 (default: all).")] = None,
+) -> None:
+    """Read partitions of the event log in batches into the ledger, acknowledging after
+    each commit (redelivered events are recorded once: replaying is always safe)."""
+    import signal
+    import threading
+
+    from adfunnel.standalone import run_aggregator
+
+    settings = _settings_or_exit(event_log_url=event_log, database_url=database_url)
+    try:
+        chosen = parse_partitions(partitions, settings.event_partitions)
+    except ValueError as exc:
+        typer.echo(f"adfunnel: --partitions: {exc}", err=True)
+        raise typer.Exit(2) from None
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    console.print(f"aggregating partitions {chosen or 'all'} of {event_log}")
+    with _database_or_exit(settings.database_url):
+        plane = run_aggregator(settings, chosen, stop)
+    agg = plane.aggregator
+    if agg is not None:
+        console.print(f"stopped after {agg.stats.events} events ({agg.stats.billed} billed)")
+
+
+def parse_partitions(text: str | None, total: int) -> list[int] | None:
+    """``"0-3,8"`` → [0, 1, 2, 3, 8]; None → None (all).
+
+    Raises:
+        ValueError: a part that is not a number or range inside ``[0, total)``.
+    """
+    if text is None:
+        return None
+    chosen: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError(f"{part!r} is not N or N-M")
+        first, last = int(lo), int(hi or lo)
+        if not 0 <= first <= last < total:
+            raise ValueError(f"{part!r} is outside 0-{total - 1}")
+        chosen.update(range(first, last + 1))
+    return sorted(chosen)
 
 
 @contextmanager
@@ -144,6 +222,7 @@ def replay(
     ctr_scale: Annotated[float, typer.Option(help="Click model: P(click) = scale × advertiser CTR.")] = 3.0,
     pctr_prior: Annotated[float, typer.Option(help="Prior click rate of the started server's pCTR.")] = 0.0005,
     database_url: Annotated[str | None, typer.Option(help="Database of the started server (default: a temporary SQLite file).")] = None,
+    event_log: Annotated[str | None, typer.Option(help="Event log of the started server: nats://… for JetStream (default: in memory).")] = None,
 ) -> None:
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
     from rich.progress import Progress
@@ -161,7 +240,7 @@ def replay(
         task = progress.add_task("replaying", total=len(rows))
         result = run_replay(rows, server=server, database_url=database_url, seed=seed,
                             ctr_scale=ctr_scale, pctr_prior=pctr_prior, speed=speed,
-                            progress=lambda n: progress.advance(task, n))
+                            progress=lambda n: progress.advance(task, n), event_log=event_log)
     report.write_text(json.dumps(result, indent=2))
     print_replay_summary(result)
     console.print(f"report written to {report}")

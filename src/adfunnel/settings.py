@@ -69,6 +69,21 @@ class Settings(BaseSettings):
     ivt_min_click_delay_ms: int = Field(default=500, ge=0)
     #: proxies (CIDRs) whose X-Forwarded-For names the client of a beacon
     trusted_proxies: list[str] = []
+    #: the event log: None keeps it in this process's memory (the embedded default,
+    #: each event applied to the ledger as it is appended); a ``nats://`` URL uses NATS
+    #: JetStream, read by aggregators (``adfunnel aggregator``, or ``aggregate``)
+    event_log_url: str | None = None
+    #: partitions of the event log (subjects ``adfunnel.events.<partition>``)
+    event_partitions: int = Field(default=16, ge=1, le=1024)
+    #: the JetStream stream's name (one per deployment)
+    event_stream: str = Field(default="ADFUNNEL_EVENTS", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    #: with ``event_log_url``: also run an aggregator over every partition in this
+    #: process (a fleet turns it off and runs ``adfunnel aggregator`` processes)
+    aggregate: bool = True
+    #: where the tracker spools events while the log is down (None: refuse them, 503)
+    spool_dir: str | None = None
+    #: the spool's bound, bytes
+    spool_max_bytes: int = Field(default=1 << 30, gt=0)
 
     @field_validator("database_url")
     @classmethod
@@ -87,6 +102,13 @@ class Settings(BaseSettings):
                 ipaddress.ip_network(cidr.strip(), strict=False)
             except ValueError:
                 raise ValueError(f"{cidr!r} is not an address or CIDR") from None
+        return v
+
+    @field_validator("event_log_url")
+    @classmethod
+    def _nats_scheme(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("nats://", "tls://")):
+            raise ValueError("must be a nats:// URL")
         return v
 
     @field_validator("redis_url")

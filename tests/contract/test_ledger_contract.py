@@ -486,3 +486,39 @@ def test_per_mille_billing_stays_within_one_micro_of_exact(prices: list[int]) ->
         assert got.billed_micros <= -(-price // 1_000)  # never rounded up
     billed = ledger.billed_on(DAY).get(1, 0)
     assert 1_000 * billed <= sum(prices) < 1_000 * (billed + 1)
+
+
+def conversion(impression_id: str, charge: int = 5_000_000, **kw: object) -> LedgerEvent:
+    return event(impression_id, EventType.CONVERSION, charge=charge, billing_type="CPA",  # type: ignore[arg-type]
+                 **kw)
+
+
+def test_conversion_bills_once_and_only_after_its_click(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    assert ledger.record(event("imp-c", charge=0), BIG_BUDGET).outcome is Outcome.BILLED
+    # no click yet: not billable, counted
+    assert ledger.record(conversion("imp-c"), BIG_BUDGET) == Recorded(Outcome.NOT_BILLABLE)
+    assert ledger.counters()["conversions_without_click"] == 1
+    assert ledger.record(click("imp-c", charge=0), BIG_BUDGET).outcome is Outcome.BILLED
+    assert ledger.record(conversion("imp-c"), BIG_BUDGET) == Recorded(
+        Outcome.BILLED, 5_000_000, 0)
+    assert ledger.record(conversion("imp-c"), BIG_BUDGET) == Recorded(Outcome.DUPLICATE)
+    assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1, 1, 5_000_000, 0, conversions=1)]
+
+
+def test_invalid_traffic_is_recorded_once_never_billed(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    assert ledger.record_invalid(event("imp-bot"), "crawler_ua") is True
+    assert ledger.record_invalid(event("imp-bot"), "crawler_ua") is False  # redelivered
+    assert ledger.record_invalid(click("imp-bot"), "crawler_ua") is True
+    counters = ledger.counters()
+    assert counters["ivt_impression"] == 1 and counters["ivt_impression_crawler_ua"] == 1
+    assert counters["ivt_click"] == 1 and counters["ivt_click_crawler_ua"] == 1
+    # the invalid impression has no ledger row: its click cannot bill
+    assert ledger.record(click("imp-bot"), BIG_BUDGET) == Recorded(Outcome.NOT_BILLABLE)
+    assert ledger.day_totals(1, DAY, DAY) == []
+    assert ledger.stats().rows == 0
+    # a valid row already there is never turned into invalid traffic
+    ledger.record(event("imp-ok"), BIG_BUDGET)
+    assert ledger.record_invalid(event("imp-ok"), "datacenter_ip") is False
+    assert "ivt_impression_datacenter_ip" not in ledger.counters()

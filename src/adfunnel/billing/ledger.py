@@ -2,7 +2,11 @@
 
 Rules (DESIGN.md §Events and billing, §Money and budgets):
 - one row per (impression id, event type): the same beacon twice bills once;
-- a click bills only when its impression was billed (has a ledger row);
+- a click bills only when its impression was billed (has a ledger row), a conversion
+  only when its click was;
+- invalid traffic is recorded once per (impression id, event type) with its reason
+  (:meth:`Ledger.record_invalid`), never billed: an invalid impression's click and an
+  invalid click's conversion are not billable;
 - nothing above a campaign's daily budget is billed: the part of a charge above the
   remaining budget of its local day is recorded as absorbed overspend;
 - nor above its lifetime budget: remaining = min(daily budget − billed today,
@@ -31,6 +35,15 @@ from adfunnel.money import MoneyError, bill_per_mille, micros
 
 _INT64_MAX = 2**63 - 1
 
+#: The event that must have a ledger row before an event of this type bills, and the
+#: counter of those that came without it.
+PREREQUISITE = {EventType.CLICK: EventType.IMPRESSION, EventType.CONVERSION: EventType.CLICK}
+WITHOUT_PREREQUISITE = {EventType.CLICK: "clicks_without_impression",
+                        EventType.CONVERSION: "conversions_without_click"}
+#: The counter of conversions that came after their click's attribution window.
+OUTSIDE_WINDOW = "conversions_outside_window"
+_COUNT_COLUMN = {EventType.IMPRESSION: 0, EventType.CLICK: 1, EventType.CONVERSION: 5}
+
 
 class Ledger(Protocol):
     """Billing ledger; every implementation passes tests/contract/test_ledger_contract.py."""
@@ -42,6 +55,14 @@ class Ledger(Protocol):
         """Record ``event`` at most once, billing no more than the remaining budget:
         min(daily − billed on its day, lifetime − billed on all days) (no lifetime
         budget: None). ``Recorded.lifetime_remaining_micros`` is what is left after it."""
+        ...
+
+    def record_invalid(self, event: LedgerEvent, reason: str) -> bool:
+        """Record ``event`` as invalid traffic with ``reason`` (an IVT reason code), at
+        most once per (impression id, event type), never billed. True when it is new:
+        then the durable counters ``ivt_<event type>`` and ``ivt_<event type>_<reason>``
+        are increased by one (a redelivered event counts nothing again). An event that
+        already has a valid ledger row is left alone (False)."""
         ...
 
     def lifetime_billed(self, campaign_id: int | None = None) -> dict[int, int]:
@@ -71,6 +92,14 @@ class Ledger(Protocol):
     def stats(self) -> LedgerStats: ...
 
     def counters(self) -> dict[str, int]: ...
+
+
+def outside_window(event: LedgerEvent, prerequisite_at: datetime) -> bool:
+    """True when ``event`` (a conversion) came later than its attribution window after
+    its click at ``prerequisite_at``."""
+    window = event.attribution_window_s
+    return window is not None and (
+        (event.occurred_at - prerequisite_at).total_seconds() > window)
 
 
 def split_charge(
@@ -113,8 +142,11 @@ class MemoryLedger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: dict[tuple[str, EventType], tuple[LedgerEvent, int, int]] = {}
-        # (campaign, day) -> [impressions, clicks, billed, absorbed, carry in 1/1000 µ]
-        self._days: dict[tuple[int, date], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+        self._invalid: dict[tuple[str, EventType], tuple[LedgerEvent, str]] = {}
+        # (campaign, day) -> [impressions, clicks, billed, absorbed, carry in 1/1000 µ,
+        # conversions]
+        self._days: dict[tuple[int, date], list[int]] = defaultdict(
+            lambda: [0, 0, 0, 0, 0, 0])
         self._counters: dict[str, int] = defaultdict(int)
         self._lifetime: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # billed, absorbed
         # day -> campaign -> serve minute -> [(serve time, settled)]: settled_since reads
@@ -142,10 +174,13 @@ class MemoryLedger:
             if key in self._rows:
                 self._counters["duplicates_rejected"] += 1
                 return Recorded(Outcome.DUPLICATE)
-            if event_type is EventType.CLICK and (
-                (event.impression_id, EventType.IMPRESSION) not in self._rows
-            ):
-                self._counters["clicks_without_impression"] += 1
+            needs = PREREQUISITE.get(event_type)
+            before = self._rows.get((event.impression_id, needs)) if needs else None
+            if needs is not None and before is None:
+                self._counters[WITHOUT_PREREQUISITE[event_type]] += 1
+                return Recorded(Outcome.NOT_BILLABLE)
+            if before is not None and outside_window(event, before[0].occurred_at):
+                self._counters[OUTSIDE_WINDOW] += 1
                 return Recorded(Outcome.NOT_BILLABLE)
             totals = self._days[(event.campaign_id, event.day)]
             due, totals[4] = bill_per_mille(totals[4], exact)
@@ -153,7 +188,7 @@ class MemoryLedger:
             left = lifetime_left(lifetime_budget_micros, life[0])
             billed, absorbed = split_charge(due, totals[2], daily_budget_micros, left)
             self._rows[key] = (event, billed, absorbed)
-            totals[0 if event_type is EventType.IMPRESSION else 1] += 1
+            totals[_COUNT_COLUMN[event_type]] += 1
             totals[2] += billed
             totals[3] += absorbed
             life[0] += billed
@@ -168,10 +203,21 @@ class MemoryLedger:
             return Recorded(Outcome.BILLED, billed, absorbed,
                             lifetime_left(lifetime_budget_micros, life[0]))
 
+    def record_invalid(self, event: LedgerEvent, reason: str) -> bool:
+        event_type = EventType(event.event_type)
+        key = (event.impression_id, event_type)
+        with self._lock:
+            if key in self._invalid or key in self._rows:
+                return False
+            self._invalid[key] = (event, reason)
+            self._counters[f"ivt_{event_type.value}"] += 1
+            self._counters[f"ivt_{event_type.value}_{reason}"] += 1
+            return True
+
     def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
         with self._lock:
             out = [
-                DayTotals(day, *vals[:4])
+                DayTotals(day, *vals[:4], conversions=vals[5])
                 for (cid, day), vals in self._days.items()
                 if cid == campaign_id and first <= day <= last
             ]

@@ -10,12 +10,14 @@ from enum import StrEnum
 class EventType(StrEnum):
     IMPRESSION = "impression"
     CLICK = "click"
+    CONVERSION = "conversion"
 
 
 class Outcome(StrEnum):
     BILLED = "billed"  # a new ledger row; billed_micros may be 0 when the budget was spent
     DUPLICATE = "duplicate"  # the (impression id, event type) row exists already
     NOT_BILLABLE = "not_billable"  # e.g. a click whose impression was never billed
+    INVALID = "invalid"  # invalid traffic (IVT): recorded with its reason, never billed
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,8 @@ class LedgerEvent:
     #: event carries the token's expected cost, other events 0; None = unknown (an
     #: older token), and the billed amount stands in for it
     expected_micros: int | None = None
+    #: a conversion bills only within this many seconds after its click (None: any time)
+    attribution_window_s: int | None = None
 
     @property
     def charge_millimicros(self) -> int:
@@ -77,6 +81,7 @@ class DayTotals:
     clicks: int
     billed_micros: int
     absorbed_micros: int
+    conversions: int = 0
 
 
 @dataclass(frozen=True, slots=True)

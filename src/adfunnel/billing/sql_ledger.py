@@ -30,13 +30,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from adfunnel.billing.ledger import checked_charge, lifetime_left, split_charge
+from adfunnel.billing.ledger import (
+    OUTSIDE_WINDOW,
+    PREREQUISITE,
+    WITHOUT_PREREQUISITE,
+    checked_charge,
+    lifetime_left,
+    outside_window,
+    split_charge,
+)
 from adfunnel.billing.model import (
     DayTotals,
     EventType,
@@ -45,12 +53,17 @@ from adfunnel.billing.model import (
     Outcome,
     Recorded,
 )
-from adfunnel.billing.tables import campaign_day_spend, campaign_spend, ledger, ledger_counters
+from adfunnel.billing.tables import (
+    campaign_day_spend,
+    campaign_spend,
+    ledger,
+    ledger_counters,
+    ledger_ivt,
+)
 from adfunnel.db import connection_guard, sqlite_lock
 from adfunnel.money import bill_per_mille, micros
 
 DUPLICATES_REJECTED = "duplicates_rejected"
-CLICKS_WITHOUT_IMPRESSION = "clicks_without_impression"
 
 class SqlLedger:
     """Billing ledger over the tables of :mod:`adfunnel.billing.tables`.
@@ -124,10 +137,13 @@ class SqlLedger:
                 query = query.with_for_update()
             billed_so_far, carry = conn.execute(query).one()
 
-            if event_type is EventType.CLICK and not self._impression_exists(
-                conn, event.impression_id
-            ):
-                self._add(conn, CLICKS_WITHOUT_IMPRESSION, 1)
+            needs = PREREQUISITE.get(event_type)
+            before = self._row_time(conn, event.impression_id, needs) if needs else None
+            if needs is not None and before is None:
+                self._add(conn, WITHOUT_PREREQUISITE[event_type], 1)
+                return Recorded(Outcome.NOT_BILLABLE)
+            if before is not None and outside_window(event, _aware(before)):
+                self._add(conn, OUTSIDE_WINDOW, 1)
                 return Recorded(Outcome.NOT_BILLABLE)
 
             charge, carry = bill_per_mille(carry, exact)
@@ -158,13 +174,14 @@ class SqlLedger:
                 self._add(conn, DUPLICATES_REJECTED, 1)
                 return Recorded(Outcome.DUPLICATE)
 
-            is_impression = event_type is EventType.IMPRESSION
+            d = campaign_day_spend.c
             conn.execute(
                 campaign_day_spend.update()
                 .where(day_key)
                 .values(
-                    impressions=campaign_day_spend.c.impressions + (1 if is_impression else 0),
-                    clicks=campaign_day_spend.c.clicks + (0 if is_impression else 1),
+                    impressions=d.impressions + int(event_type is EventType.IMPRESSION),
+                    clicks=d.clicks + int(event_type is EventType.CLICK),
+                    conversions=d.conversions + int(event_type is EventType.CONVERSION),
                     billed_micros=campaign_day_spend.c.billed_micros + billed,
                     absorbed_micros=campaign_day_spend.c.absorbed_micros + absorbed,
                     carry_millimicros=carry,
@@ -180,6 +197,31 @@ class SqlLedger:
             )
             return Recorded(Outcome.BILLED, billed, absorbed,
                             lifetime_left(lifetime_budget_micros, lifetime_billed + billed))
+
+    def record_invalid(self, event: LedgerEvent, reason: str) -> bool:
+        """See :meth:`adfunnel.billing.ledger.Ledger.record_invalid`.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: database errors; nothing is recorded.
+        """
+        event_type = EventType(event.event_type)
+        with self._lock, self._guard, self._engine.begin() as conn:
+            if self._row_exists(conn, event.impression_id, event_type):
+                return False
+            inserted = conn.execute(
+                self._insert(ledger_ivt)
+                .values(impression_id=event.impression_id, event_type=event_type.value,
+                        reason=reason, campaign_id=event.campaign_id, ad_id=event.ad_id,
+                        placement=event.placement, day=event.day,
+                        occurred_at=event.occurred_at)
+                .on_conflict_do_nothing(index_elements=["impression_id", "event_type"])
+                .returning(ledger_ivt.c.id)
+            ).first()
+            if inserted is None:
+                return False
+            self._add(conn, f"ivt_{event_type.value}", 1)
+            self._add(conn, f"ivt_{event_type.value}_{reason}", 1)
+            return True
 
     def _lock_campaign(self, conn: Connection, campaign_id: int) -> int:
         """Make the campaign's lifetime row exist, lock it; its billed micros so far."""
@@ -209,19 +251,21 @@ class SqlLedger:
         """Totals for local days ``first``..``last`` inclusive that have any row, by day."""
         t = campaign_day_spend.c
         query = (
-            select(t.day, t.impressions, t.clicks, t.billed_micros, t.absorbed_micros)
+            select(t.day, t.impressions, t.clicks, t.billed_micros, t.absorbed_micros,
+                   t.conversions)
             .where(t.campaign_id == campaign_id, t.day >= first, t.day <= last)
-            .where(t.impressions + t.clicks > 0)  # rows upserted for rejected events
+            # leave out rows upserted for rejected events
+            .where(t.impressions + t.clicks + t.conversions > 0)
             .order_by(t.day)
         )
         with self._guard, self._engine.connect() as conn:
-            return [DayTotals(*row) for row in conn.execute(query)]
+            return [DayTotals(*row[:5], conversions=row[5]) for row in conn.execute(query)]
 
     def billed_on(self, day: date) -> dict[int, int]:
         """campaign id -> billed micros on local ``day`` (what budgets count as spent)."""
         t = campaign_day_spend.c
         query = select(t.campaign_id, t.billed_micros).where(
-            t.day == day, t.impressions + t.clicks > 0
+            t.day == day, t.impressions + t.clicks + t.conversions > 0
         )
         with self._guard, self._engine.connect() as conn:
             return {cid: billed for cid, billed in conn.execute(query)}
@@ -269,9 +313,24 @@ class SqlLedger:
         )
 
     @staticmethod
-    def _impression_exists(conn: Connection, impression_id: str) -> bool:
+    def _row_time(conn: Connection, impression_id: str, event_type: EventType
+                  ) -> datetime | None:
+        """When the ledger row (impression id, event type) occurred; None: no row."""
+        query = select(ledger.c.occurred_at).where(
+            ledger.c.impression_id == impression_id,
+            ledger.c.event_type == event_type.value,
+        )
+        return conn.execute(query.limit(1)).scalar_one_or_none()
+
+    @staticmethod
+    def _row_exists(conn: Connection, impression_id: str, event_type: EventType) -> bool:
         query = select(ledger.c.id).where(
             ledger.c.impression_id == impression_id,
-            ledger.c.event_type == EventType.IMPRESSION.value,
+            ledger.c.event_type == event_type.value,
         )
         return conn.execute(query.limit(1)).first() is not None
+
+
+def _aware(at: datetime) -> datetime:
+    """SQLite hands back naive datetimes for timezone-aware columns: they are UTC."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

@@ -46,6 +46,26 @@ ledger = Table(
     Index("ix_ledger_campaign_day", "campaign_id", "day"),
 )
 
+# Invalid traffic, once per (impression id, event type), with its reason code: never
+# billed, never in budgets; a redelivered event finds its row and counts nothing again.
+ledger_ivt = Table(
+    "ledger_ivt",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("impression_id", String(64), nullable=False),
+    Column("event_type", String(16), nullable=False),
+    Column("reason", String(32), nullable=False),
+    Column("campaign_id", BigInteger, nullable=False),
+    Column("ad_id", BigInteger, nullable=False),
+    Column("placement", String(200), nullable=False),
+    Column("day", Date, nullable=False),
+    Column("occurred_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("impression_id", "event_type", name="uq_ledger_ivt_impression_event"),
+    Index("ix_ledger_ivt_occurred_at", "occurred_at"),
+)
+
 # Running totals per campaign and local day; the row lock serialises budget checks.
 campaign_day_spend = Table(
     "campaign_day_spend",
@@ -54,6 +74,7 @@ campaign_day_spend = Table(
     Column("day", Date, primary_key=True),
     Column("impressions", BigInteger, nullable=False, default=0),
     Column("clicks", BigInteger, nullable=False, default=0),
+    Column("conversions", BigInteger, nullable=False, default=0, server_default="0"),
     Column("billed_micros", BigInteger, nullable=False, default=0),
     Column("absorbed_micros", BigInteger, nullable=False, default=0),
     # not yet billed fraction of the day's per-mille charges, thousandths of a micro

@@ -163,6 +163,8 @@ class JetStreamEventLog:
         self._batches: dict[str, _PendingBatch] = {}
         self._batch_ids = itertools.count(1)
         self._closed = False
+        #: publishes the stream answered as duplicates (dedupe window) since this was made
+        self.duplicates = 0
         self._loop = asyncio.new_event_loop()
         self._connect_lock: asyncio.Lock | None = None
         self._thread = threading.Thread(
@@ -441,6 +443,8 @@ class JetStreamEventLog:
             detail = f"status {status}" if status else msg.data.decode("utf-8", "replace")
             pending.done.set_exception(EventLogUnavailable(f"publish refused: {detail:.300}"))
             return
+        if b'"duplicate":true' in msg.data:
+            self.duplicates += 1
         pending.left -= 1
         if pending.left == 0:
             pending.done.set_result(None)

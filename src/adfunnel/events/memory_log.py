@@ -98,6 +98,8 @@ class MemoryEventLog:
         self._last_seq = 0
         self._states: dict[tuple[str, int], _ConsumerState] = {}
         self._closed = False
+        #: publishes dropped by the dedupe window since this log was made
+        self.duplicates = 0
 
     @property
     def partitions(self) -> int:
@@ -124,6 +126,7 @@ class MemoryEventLog:
             self._forget_expired(now)
             for msg_id, p, payload in encoded:
                 if msg_id in self._seen:
+                    self.duplicates += 1
                     continue
                 self._seen[msg_id] = now
                 self._last_seq += 1

@@ -32,6 +32,7 @@ MAX_USER_AGENT_CHARS = 1_024
 
 _INT64_MAX = 2**63 - 1
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_REASON = re.compile(r"[a-z0-9_]{1,32}")
 
 
 class EventType(StrEnum):
@@ -69,6 +70,12 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         conversion_value_micros: a conversion's reported value in micros, if any.
         click_id: the click a conversion is attributed to (≤ 64 of
             ``[A-Za-z0-9_-]``), if any.
+        ivt_reason: the tier-1 invalid-traffic reason code the tracker found
+            (:class:`adfunnel.ivt.reasons.Reason`), or None for a valid event. An
+            invalid event is logged all the same, so IVT is counted by reason exactly
+            once, and never billed.
+        tracked_ns: wall-clock nanoseconds when the tracker appended it (not a domain
+            time: only the beacon-to-ledger lag is measured from it), or None.
 
     Invariant: :attr:`msg_id` = ``f"{impression_id}:{event_type}"`` is the log's
     dedupe key and matches the ledger's unique (impression id, event type).
@@ -92,6 +99,8 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     expected_micros: int | None = None
     conversion_value_micros: int | None = None
     click_id: str | None = None
+    ivt_reason: str | None = None
+    tracked_ns: int | None = None
 
     def __post_init__(self) -> None:
         if not _ID.fullmatch(self.impression_id):
@@ -100,7 +109,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             )
         for name in ("campaign_id", "ad_id", "price_micros", "served_at"):
             _check_int64(name, getattr(self, name))
-        for name in ("expected_micros", "conversion_value_micros"):
+        for name in ("expected_micros", "conversion_value_micros", "tracked_ns"):
             value = getattr(self, name)
             if value is not None:
                 _check_int64(name, value)
@@ -118,6 +127,8 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             raise ValueError(f"client_ip: at most {MAX_CLIENT_IP_CHARS} characters")
         if len(self.user_agent) > MAX_USER_AGENT_CHARS:
             raise ValueError(f"user_agent: at most {MAX_USER_AGENT_CHARS} characters")
+        if self.ivt_reason is not None and not _REASON.fullmatch(self.ivt_reason):
+            raise ValueError(f"ivt_reason: 1-32 of [a-z0-9_], got {self.ivt_reason!r:.40}")
         if self.click_id is not None and not _ID.fullmatch(self.click_id):
             raise ValueError(f"click_id: 1-64 of [A-Za-z0-9_-], got {self.click_id!r:.80}")
 

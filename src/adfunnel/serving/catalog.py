@@ -128,6 +128,20 @@ class Catalog:
         """Apply a change this process just committed, ahead of the feed."""
         return self.apply(change, advance=False)
 
+    def campaign(self, campaign_id: int) -> Campaign | None:
+        """The campaign, or None (what the event aggregator bills against)."""
+        return self.campaigns.get(campaign_id)
+
+    def landing_url(self, ad_id: int) -> str | None:
+        """The ad's landing URL, or None for an unknown ad (the tracker's redirect)."""
+        ad = self.ads.get(ad_id)
+        return ad.landing_url if ad is not None else None
+
+    def house_landing_url(self, placement: str) -> str | None:
+        """The landing URL of the placement's house ad, or None."""
+        p = self.placements.get(placement)
+        return p.house_ad.landing_url if p is not None and p.house_ad is not None else None
+
 
     def _apply_record(self, rec: Advertiser | Campaign | Ad | Placement) -> bool:
         if isinstance(rec, Advertiser):

@@ -19,6 +19,7 @@ import time
 
 from prometheus_client import Gauge, Histogram
 
+from adfunnel.campaigns.readmodel import CampaignReadModel
 from adfunnel.campaigns.store import CHANGE_CHANNEL, SqlCampaignStore
 from adfunnel.clock import Clock, SystemClock
 from adfunnel.serving.catalog import Catalog
@@ -46,7 +47,7 @@ class ChangeFeed:
     def __init__(
         self,
         store: SqlCampaignStore,
-        catalog: Catalog,
+        catalog: Catalog | CampaignReadModel,
         *,
         clock: Clock | None = None,
         poll_s: float = 0.25,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -51,9 +51,6 @@ from adfunnel.serving.request import (
     decode_request,
     encode,
 )
-from adfunnel.tracking.beacons import Tracker
-from adfunnel.tracking.client import ClientFacts, Network, client_facts
-from adfunnel.tracking.landing import LandingUrlError, to_uri
 
 SELECT_LATENCY = Histogram(
     "adfunnel_select_seconds", "Ad request latency inside the server, from arrival",
@@ -94,28 +91,25 @@ def error_response(status: int, error: str, fields: list[tuple[str, str]]) -> JS
 
 
 class ServingEndpoints:
-    """Binds the decider, tracker and decision log to Starlette routes."""
+    """Binds the decider and decision log to Starlette routes (the beacons are the
+    tracker's: :mod:`adfunnel.tracking.http`)."""
 
     def __init__(
         self,
         queue: DecisionQueue,
-        tracker: Tracker,
         log: DecisionLog,
         *,
         default_deadline_ms: int,
         max_body_bytes: int,
         ready: Callable[[], bool] | None = None,
         served: ServedLog | None = None,
-        trusted_proxies: Sequence[Network] = (),
     ) -> None:
         self.queue = queue
         self.served = served  # the served log: every committed decision, off the path
-        self.trusted_proxies = tuple(trusted_proxies)  # whose X-Forwarded-For is believed
         self.decider = queue.decider
         # request ids: a random per-process prefix and a counter (no syscall per request)
         self._id_prefix = uuid.uuid4().hex[:16]
         self._ids = itertools.count(1)
-        self.tracker = tracker
         self.log = log
         self.default_deadline_ms = default_deadline_ms
         self.max_body_bytes = max_body_bytes
@@ -125,8 +119,6 @@ class ServingEndpoints:
         return [
             Route("/v1/ads:select", self.select, methods=["POST"]),
             Route(NOOP_PATH, self.noop, methods=["GET"]),
-            Route("/i", self.impression, methods=["GET"]),
-            Route("/c", self.click, methods=["GET"]),
             Route("/v1/decisions/{request_id}", self.explain, methods=["GET"]),
         ]
 
@@ -223,30 +215,6 @@ class ServingEndpoints:
     def hot_routes(self) -> dict[tuple[str, str], Any]:
         """The bare ASGI handlers :class:`ArrivalStamp` serves itself, by (method, path)."""
         return {("POST", SELECT_PATH): self.select_asgi, ("GET", NOOP_PATH): self.noop_asgi}
-
-    def _client(self, request: Request) -> ClientFacts:
-        peer = request.client.host if request.client is not None else None
-        return client_facts(peer, request.headers.get("x-forwarded-for"),
-                            request.headers.get("user-agent"), self.trusted_proxies)
-
-    def impression(self, request: Request) -> Response:
-        result = self.tracker.impression(request.query_params.get("t"), self._client(request))
-        if result.outcome.startswith("invalid:"):
-            return error_response(400, "invalid_token", [("t", result.outcome.split(":", 1)[1])])
-        return Response(status_code=204)
-
-    def click(self, request: Request) -> Response:
-        result = self.tracker.click(request.query_params.get("t"), self._client(request))
-        if result.outcome.startswith("invalid:"):
-            return error_response(400, "invalid_token", [("t", result.outcome.split(":", 1)[1])])
-        if result.landing_url is None:
-            return error_response(404, "unknown_ad", [("t", "the ad is no longer served")])
-        try:
-            location = to_uri(result.landing_url)
-        except LandingUrlError as exc:  # stored before IRIs were checked on create
-            return error_response(404, "unusable_landing_url", [("landing_url", exc.problem)])
-        # not RedirectResponse: it percent-encodes an IDN host and re-quotes ASCII bytes
-        return Response(status_code=302, headers={"location": location})
 
     def explain(self, request: Request) -> Response:
         record = self.log.explain(request.path_params["request_id"])

@@ -332,7 +332,7 @@ class Replayer:
         """Beacons sent, the ledger's rows and duplicates, invalid traffic flagged per
         reason (the server's counters) and what was injected. Whether an injected event
         billed is read from the ledger after the run (``run_replay``); the beacon-to-ledger
-        lag is not measured while the tracker writes the ledger itself (null)."""
+        lag is the server aggregator's (wall clock, tracker append to ledger commit)."""
         s = self.stats
         counters: dict[str, int] = ledger.get("counters", {})
         ivt: dict[str, int] = {}
@@ -353,7 +353,7 @@ class Replayer:
             "injected_invalid": len(self.injected),
             "injected_invalid_billed": None,  # filled from the ledger by run_replay
             "ivt_false_positives": None,
-            "lag_ms": {"p50": None, "p99": None},
+            "lag_ms": ledger.get("events", {}).get("lag_ms", {"p50": None, "p99": None}),
         }
 
     def _caps_report(self, rejections: dict[str, int] | None) -> dict[str, Any]:
@@ -408,11 +408,14 @@ def run_replay(
     progress: Callable[[int], None] | None = None,
     workdir: Path | None = None,
     server_env: dict[str, str] | None = None,
+    event_log: str | None = None,
 ) -> dict[str, Any]:
     """Replay ``rows`` against ``server``, or against a server started here, and report.
 
     The started server uses ``database_url`` (default: a SQLite file in ``workdir`` or a
     temporary directory), a manual clock, and ``pctr_prior`` as its prior click rate.
+    Its event log is in memory, or NATS JetStream at ``event_log`` (a stream of this
+    run's own, deleted afterwards, read by the server's aggregator thread).
     """
     import tempfile
 
@@ -425,8 +428,11 @@ def run_replay(
         served_dir = work / "served-log"
         url = database_url or f"sqlite:///{work / 'replay.sqlite3'}"
         secret = None
+        stream = f"ADFUNNEL_REPLAY_{secrets.token_hex(4).upper()}"
         if server is None:
             secret = secrets.token_hex(32)
+            events_env = ({"ADFUNNEL_EVENT_LOG_URL": event_log, "ADFUNNEL_EVENT_STREAM": stream,
+                           "ADFUNNEL_SPOOL_DIR": str(work / "spool")} if event_log else {})
             proc = ServerProcess(url, clock="manual", log_path=work / "server.log",
                                  extra_env={"ADFUNNEL_PCTR_PRIOR": str(pctr_prior),
                                             "ADFUNNEL_SEED": str(seed),
@@ -438,7 +444,7 @@ def run_replay(
                                             # the manual clock does not move between a
                                             # serve and its click: no delay to judge
                                             "ADFUNNEL_IVT_MIN_CLICK_DELAY_MS": "0",
-                                            **(server_env or {})})
+                                            **events_env, **(server_env or {})})
             server = proc.url
         replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed,
                             token_key=secret.encode() if secret else None)
@@ -451,11 +457,24 @@ def run_replay(
             replayer.close()
             if proc is not None:
                 proc.stop()  # a graceful stop: the served log's queue is written out
+                if event_log:
+                    _delete_stream(event_log, stream)
         report["served_log"] = (served_log_summary(served_dir, url, last, report)
                                 if proc is not None else None)
         if proc is not None:
             injected_in_ledger(report["events"], replayer.injected, url)
         return report
+
+
+def _delete_stream(url: str, stream: str) -> None:
+    """Remove the run's JetStream stream (its events are in the ledger by now)."""
+    from adfunnel.events.jetstream_log import JetStreamEventLog
+
+    log = JetStreamEventLog(url, stream=stream, subject_prefix=f"adfunnel.{stream.lower()}")
+    try:
+        log.delete_stream()
+    finally:
+        log.close()
 
 
 def injected_in_ledger(events: dict[str, Any], injected: list[tuple[str | None, str]],

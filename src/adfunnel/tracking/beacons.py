@@ -1,84 +1,124 @@
-"""The impression beacon and the click redirect: token → ledger → spend and pCTR.
+"""The tracker: impression beacon, click redirect and conversion postback → the event log.
 
-A beacon is billable when its token verifies (constant-time MAC, not expired) and
-it is the first of its (impression id, event type); a click bills only when its
-impression was billed. Forged, malformed and expired tokens are refused and
-counted, never billed. The click redirect goes to the ad's own landing URL, looked
-up by the ad id inside the signed token, never to a URL taken from the request.
-A house ad's token (campaign ``HOUSE_ID``, price 0) is counted and never billed; its
-click goes to the placement's house-ad URL.
+DESIGN.md §Events and billing. Each beacon does four things and never waits on the
+database:
 
-Invalid traffic, tier 1 (:mod:`adfunnel.ivt.rules`): with ``ivt`` rules and the sender's
-facts (:mod:`adfunnel.tracking.client`), a beacon from a crawler user agent, a missing
-user agent, a crawler's or a datacenter's address, or a click faster than a person
-can click is never billed, never counted in budgets or the click model: it is counted
-per event type and reason (ledger counters ``ivt_<event>`` and
-``ivt_<event>_<reason>``). A click is still redirected (a bot learns nothing).
+1. verify its token (constant-time MAC; expiry — a conversion's token may be up to
+   :data:`CONVERSION_GRACE_S` past it, the aggregator checks the campaign's
+   attribution window);
+2. apply the tier-1 invalid-traffic rules (:mod:`adfunnel.ivt.rules`) to the sender's
+   facts (:mod:`adfunnel.tracking.client`);
+3. append one :class:`~adfunnel.events.model.Event` to the event log (through a
+   :class:`~adfunnel.events.publisher.EventPublisher`, which spools to disk while the
+   log is down);
+4. answer.
+
+Billing happens later, in the aggregator (:mod:`adfunnel.billing.aggregator`), which
+reads the log. An invalid-traffic event is appended too, carrying its reason, so IVT is
+counted by reason exactly once and never billed; a flagged click is still redirected (a
+bot learns nothing). Forged, malformed and expired tokens are refused, counted here
+(:attr:`Tracker.counts`, ``invalid_tokens[_<reason>]``) and never appended. A house
+ad's token (campaign ``HOUSE_ID``) is counted (``house_<event>``), never appended.
+
+The click redirect goes to the ad's own landing URL, looked up by the ad id inside the
+signed token (:class:`LandingUrls`, a read model of creatives from the campaign side),
+never to a URL taken from the request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+import time
+from collections import Counter as Tally
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from typing import Protocol
 
 from prometheus_client import Counter
 
-from adfunnel.billing.ledger import Ledger
-from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
-from adfunnel.budget.gate import SpendGate
-from adfunnel.campaigns.model import HOUSE_ID, BidType, CampaignStatus
-from adfunnel.campaigns.schedule import local_day
+from adfunnel.campaigns.model import HOUSE_ID
 from adfunnel.clock import Clock
+from adfunnel.events.model import MAX_USER_AGENT_CHARS, Event, EventType
+from adfunnel.events.publisher import EventRefused
 from adfunnel.ivt.reasons import Reason
 from adfunnel.ivt.rules import EventFacts, Tier1Rules
-from adfunnel.prediction.smoothed import SmoothedCtr
-from adfunnel.serving.catalog import Catalog
 from adfunnel.tracking.client import ClientFacts
 from adfunnel.tracking.token import InvalidToken, TokenClaims, verify
 
 #: Tier-1 reasons about the sender's address: not applied when the address is unknown.
 ADDRESS_REASONS = frozenset({Reason.BAD_IP, Reason.CRAWLER_IP, Reason.DATACENTER_IP})
+#: Seconds past its token's expiry a conversion postback is still accepted: the longest
+#: attribution window a campaign may set (the aggregator applies the campaign's own).
+CONVERSION_GRACE_S = 30 * 86_400
 
 BEACONS = Counter(
     "adfunnel_beacons_total", "Tracking beacons by event type and outcome", ["event", "outcome"]
 )
 
+#: Outcomes of :class:`BeaconResult`.
+APPENDED = "appended"
+HOUSE = "house"
+UNAVAILABLE = "unavailable"
+
+
+class LandingUrls(Protocol):
+    """Where a click goes: the read model of creatives the tracker needs."""
+
+    def landing_url(self, ad_id: int) -> str | None:
+        """The ad's landing URL, or None for an unknown ad."""
+        ...
+
+    def house_landing_url(self, placement: str) -> str | None:
+        """The landing URL of the placement's house ad, or None."""
+        ...
+
+
+class EventSink(Protocol):
+    """Where the tracker appends (an :class:`~adfunnel.events.publisher.EventPublisher`)."""
+
+    def append(self, event: Event) -> None:
+        """Store ``event`` durably (log or spool) before returning.
+
+        Raises:
+            EventRefused: neither the log nor the spool could take it.
+        """
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class BeaconResult:
-    """``outcome`` is a ledger outcome or ``invalid:<reason>``; ``landing_url`` for clicks."""
+    """What the tracker did with one beacon.
+
+    ``outcome``: ``appended`` (a valid event in the log), ``ivt:<reason>`` (appended as
+    invalid traffic), ``house``, ``invalid:<reason>`` (a refused token: answer 400) or
+    ``unavailable`` (nothing could store it: answer 503, the client retries).
+    ``landing_url``: where a click goes (None for other events or an unknown ad).
+    """
 
     outcome: str
-    recorded: Recorded | None = None
     landing_url: str | None = None
+    event: Event | None = None
 
 
 class Tracker:
-    """Turns beacons into ledger rows, billed spend and pCTR observations."""
+    """Verifies beacons and appends them to the event log; thread-safe.
 
-    def __init__(
-        self,
-        ledger: Ledger,
-        catalog: Catalog,
-        gate: SpendGate,
-        ctr: SmoothedCtr,
-        clock: Clock,
-        token_key: bytes,
-        *,
-        on_lifetime_spent: Callable[[int], None] | None = None,
-        ivt: Tier1Rules | None = None,
-    ) -> None:
-        self.ledger = ledger
-        self.catalog = catalog
-        self.gate = gate
-        self.ctr = ctr
+    Args:
+        sink: where events go (the event log, with its spool).
+        landing: the creatives read model, for click redirects.
+        clock: the injected clock: event times and token expiry.
+        token_key: the token secret (non-empty bytes).
+        ivt: tier-1 invalid-traffic rules (None: none applied).
+    """
+
+    def __init__(self, sink: EventSink, landing: LandingUrls, clock: Clock, token_key: bytes,
+                 *, ivt: Tier1Rules | None = None) -> None:
+        self.sink = sink
+        self.landing = landing
         self.clock = clock
         self.token_key = token_key
-        #: called with the campaign id when billing leaves its lifetime budget at 0
-        #: (the app marks the campaign ``completed``)
-        self.on_lifetime_spent = on_lifetime_spent
-        self.ivt = ivt  # tier-1 invalid-traffic rules (None: none applied)
+        self.ivt = ivt
+        self._lock = threading.Lock()
+        self._counts: Tally[str] = Tally()
 
     def impression(self, token: str | None, client: ClientFacts | None = None) -> BeaconResult:
         """An impression beacon; ``client``: its sender, for the IVT rules."""
@@ -88,97 +128,78 @@ class Tracker:
         """A click; ``client``: its sender, for the IVT rules."""
         return self._handle(token, EventType.CLICK, client)
 
-    def _handle(self, token: str | None, event_type: EventType,
-                client: ClientFacts | None = None) -> BeaconResult:
-        now = self.clock.now()
+    def conversion(self, token: str | None, client: ClientFacts | None = None,
+                   value_micros: int | None = None) -> BeaconResult:
+        """A conversion postback for the click whose token is ``token``; ``value_micros``:
+        the conversion's reported value (integer micros), if any."""
+        return self._handle(token, EventType.CONVERSION, client, value_micros)
+
+    def counts(self) -> dict[str, int]:
+        """What this tracker refused or did not append, by name (``invalid_tokens``,
+        ``invalid_tokens_<reason>``, ``house_<event>``, ``unavailable``)."""
+        with self._lock:
+            return dict(self._counts)
+
+    def _count(self, *names: str) -> None:
+        with self._lock:
+            for name in names:
+                self._counts[name] += 1
+
+    def _handle(self, token: str | None, event_type: EventType, client: ClientFacts | None,
+                value_micros: int | None = None) -> BeaconResult:
+        now_s = self.clock.now().timestamp()
+        grace = CONVERSION_GRACE_S if event_type is EventType.CONVERSION else 0
         try:
             if not token:
                 raise InvalidToken("malformed")
-            claims = verify(token, self.token_key, now.timestamp())
+            claims = verify(token, self.token_key, now_s - grace)
         except InvalidToken as exc:
-            self.ledger.count("invalid_tokens")
-            self.ledger.count(f"invalid_tokens_{exc.reason}")
+            self._count("invalid_tokens", f"invalid_tokens_{exc.reason}")
             BEACONS.labels(event_type.value, f"invalid_{exc.reason}").inc()
             return BeaconResult(f"invalid:{exc.reason}")
+        landing = self._landing(claims, event_type)
         if claims.campaign_id == HOUSE_ID:
-            return self._house(claims, event_type)
-        reason = self._invalid(claims, event_type, client, now)
-        if reason is not None:
-            self.ledger.count(f"ivt_{event_type.value}")
-            self.ledger.count(f"ivt_{event_type.value}_{reason}")
-            BEACONS.labels(event_type.value, f"ivt_{reason}").inc()
-            ad = self.catalog.ads.get(claims.ad_id)
-            landing = ad.landing_url if ad is not None and event_type is EventType.CLICK else None
-            return BeaconResult(f"ivt:{reason}", None, landing)
-        recorded = self._record(claims, event_type, now)
-        BEACONS.labels(event_type.value, recorded.outcome.value).inc()
-        ad = self.catalog.ads.get(claims.ad_id)
-        landing = ad.landing_url if ad is not None and event_type is EventType.CLICK else None
-        return BeaconResult(recorded.outcome.value, recorded, landing)
+            self._count(f"house_{event_type.value}")
+            BEACONS.labels(event_type.value, HOUSE).inc()
+            return BeaconResult(HOUSE, landing)
+        reason = self._invalid(claims, event_type, client, now_s)
+        event = Event(
+            event_type=event_type, impression_id=claims.impression_id,
+            campaign_id=claims.campaign_id, ad_id=claims.ad_id, placement=claims.placement,
+            price_micros=claims.price_micros, billing_type=claims.billing_type,
+            served_at=claims.issued_at, expected_micros=claims.expected_micros,
+            occurred_at=now_s, client_ip=(client.ip or "") if client else "",
+            user_agent=(client.user_agent or "")[:MAX_USER_AGENT_CHARS] if client else "",
+            conversion_value_micros=value_micros, ivt_reason=reason,
+            tracked_ns=time.time_ns(),
+        )
+        try:
+            self.sink.append(event)
+        except EventRefused:
+            self._count(UNAVAILABLE)
+            BEACONS.labels(event_type.value, UNAVAILABLE).inc()
+            return BeaconResult(UNAVAILABLE, landing)
+        outcome = APPENDED if reason is None else f"ivt:{reason}"
+        BEACONS.labels(event_type.value, APPENDED if reason is None else f"ivt_{reason}").inc()
+        return BeaconResult(outcome, landing, event)
+
+    def _landing(self, claims: TokenClaims, event_type: EventType) -> str | None:
+        if event_type is not EventType.CLICK:
+            return None
+        if claims.campaign_id == HOUSE_ID:
+            return self.landing.house_landing_url(claims.placement)
+        return self.landing.landing_url(claims.ad_id)
 
     def _invalid(self, claims: TokenClaims, event_type: EventType, client: ClientFacts | None,
-                 now: datetime) -> str | None:
+                 now_s: float) -> str | None:
         """The tier-1 reason when the beacon is invalid traffic, else None. Without the
         sender's address (a local transport) the address rules are skipped."""
         if self.ivt is None or client is None:
             return None
         facts = EventFacts(event_type.value, client.ip or "", client.user_agent,
-                           served_at_ms=claims.issued_at * 1000,
-                           event_at_ms=int(now.timestamp() * 1000),
+                           served_at_ms=claims.issued_at * 1000, event_at_ms=int(now_s * 1000),
                            impression_id=claims.impression_id, placement=claims.placement)
         verdict = self.ivt.check(facts)
         if verdict.valid or (client.ip is None and verdict.reason in ADDRESS_REASONS):
             return None
         return str(verdict.reason)
-
-    def _house(self, claims: TokenClaims, event_type: EventType) -> BeaconResult:
-        """A house ad's beacon: counted (``house_impression``/``house_click``), never billed,
-        never seen by budgets or the click model; a click goes to the house ad's URL."""
-        self.ledger.count(f"house_{event_type.value}")
-        BEACONS.labels(event_type.value, "house").inc()
-        placement = self.catalog.placements.get(claims.placement)
-        house = placement.house_ad if placement is not None else None
-        landing = house.landing_url if house and event_type is EventType.CLICK else None
-        return BeaconResult(Outcome.NOT_BILLABLE.value, Recorded(Outcome.NOT_BILLABLE), landing)
-
-    def _record(self, claims: TokenClaims, event_type: EventType, now: datetime) -> Recorded:
-        campaign = self.catalog.campaigns.get(claims.campaign_id)
-        if campaign is None:
-            self.ledger.count("unknown_campaign")
-            return Recorded(Outcome.NOT_BILLABLE)
-        # CPM bills the impression, CPC the click; CPA bills conversions (not tracked yet)
-        bills_on = EventType.IMPRESSION if claims.billing_type == BidType.CPM.value else (
-            EventType.CLICK if claims.billing_type == BidType.CPC.value else None)
-        billable = event_type is bills_on
-        day = local_day(now, campaign.time_zone)
-        event = LedgerEvent(
-            impression_id=claims.impression_id,
-            event_type=event_type,
-            campaign_id=claims.campaign_id,
-            ad_id=claims.ad_id,
-            placement=claims.placement,
-            billing_type=claims.billing_type,
-            charge_micros=claims.price_micros if billable else 0,
-            occurred_at=now,
-            day=day,
-            served_at=datetime.fromtimestamp(claims.issued_at, tz=UTC),
-            # the billable event settles its serve's in-flight estimate; others nothing
-            expected_micros=claims.expected_micros if billable else 0,
-            # a CPM price is per thousand impressions: the ledger bills it exactly
-            charge_per_mille=claims.billing_type == BidType.CPM.value,
-        )
-        recorded = self.ledger.record(
-            event, campaign.daily_budget_micros, campaign.lifetime_budget_micros
-        )
-        if (recorded.lifetime_remaining_micros == 0 and self.on_lifetime_spent is not None
-                and campaign.status is not CampaignStatus.COMPLETED):
-            self.on_lifetime_spent(campaign.id)
-        if recorded.outcome is Outcome.BILLED:
-            if event_type is EventType.IMPRESSION:
-                self.ctr.observe_impression(claims.ad_id, claims.placement)
-            else:
-                self.ctr.observe_click(claims.ad_id, claims.placement)
-            self.gate.record_billed(
-                claims.campaign_id, day, recorded.billed_micros, claims.impression_id, billable
-            )
-        return recorded

@@ -1,0 +1,261 @@
+"""The aggregator: event log → ledger, budgets and the click model, acknowledged after.
+
+DESIGN.md §Events and billing. An aggregator owns some partitions of the event log
+through a durable consumer. It reads them in batches and records each event in the
+ledger — valid events through :meth:`Ledger.record` (billing the event its billing type
+bills: CPM the impression, CPC the click, CPA the conversion), invalid traffic through
+:meth:`Ledger.record_invalid` with its reason — and acknowledges the batch only after
+its ledger commits. A crash before the acknowledgement redelivers the batch; the
+ledger's unique (impression id, event type) makes the second pass record nothing again,
+so replaying any part of the log is always safe.
+
+Newly billed spend goes to the budget gate (:meth:`SpendGate.record_billed`) and newly
+billed impressions and clicks to the click model's counts; duplicates, invalid traffic
+and unbillable events go to neither.
+
+A conversion bills a CPA campaign its target CPA (the token's price) when it is the
+first for its click and comes within the campaign's attribution window after the click
+(:data:`DEFAULT_ATTRIBUTION_WINDOW_S` unless the campaign sets one); the ledger checks
+both.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter as Tally
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+import numpy as np
+from prometheus_client import Counter, Histogram
+
+from adfunnel.billing.ledger import Ledger
+from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.budget.gate import SpendGate
+from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus
+from adfunnel.campaigns.schedule import local_day
+from adfunnel.events.log import Consumer, Delivery
+from adfunnel.events.model import Event
+from adfunnel.prediction.smoothed import SmoothedCtr
+
+#: Seconds after a click within which its first conversion bills, unless the campaign
+#: sets its own window.
+DEFAULT_ATTRIBUTION_WINDOW_S = 7 * 86_400
+#: Most lag samples kept for the p50/p99 figures.
+LAG_SAMPLES = 100_000
+
+AGGREGATED = Counter("adfunnel_aggregated_events_total",
+                     "Events the aggregator recorded, by event type and outcome",
+                     ["event", "outcome"])
+LAG = Histogram("adfunnel_event_lag_seconds", "Beacon to ledger commit, wall-clock seconds",
+                buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60))
+
+
+class CampaignLookup(Protocol):
+    """The campaign read model the aggregator bills against (budgets, time zone)."""
+
+    def __call__(self, campaign_id: int) -> Campaign | None: ...
+
+
+@dataclass
+class AggregatorStats:
+    """What an aggregator did since it started (this process only)."""
+
+    events: int = 0
+    batches: int = 0
+    billed: int = 0
+    duplicates: int = 0
+    not_billable: int = 0
+    invalid: int = 0
+    unknown_campaign: int = 0
+
+
+class Aggregator:
+    """Applies deliveries of one consumer to the ledger; one thread drives it.
+
+    Args:
+        consumer: the durable consumer over this aggregator's partitions.
+        ledger: where events are recorded.
+        campaign: campaign id → campaign (None: unknown; the event is counted
+            ``unknown_campaign`` and acknowledged).
+        gate: receives newly billed spend.
+        ctr: receives newly billed impressions and clicks (None: not fed).
+        on_lifetime_spent: called with a campaign id whose lifetime budget billing left
+            at 0 (the app marks the campaign ``completed``).
+        on_hours: called after each committed batch with the UTC hours (aware datetimes
+            at the hour) its events fell in (the rollups refresh them).
+    """
+
+    def __init__(self, consumer: Consumer, ledger: Ledger, campaign: CampaignLookup,
+                 gate: SpendGate, ctr: SmoothedCtr | None = None, *,
+                 on_lifetime_spent: Callable[[int], None] | None = None,
+                 on_hours: Callable[[set[datetime]], None] | None = None) -> None:
+        self.consumer = consumer
+        self.ledger = ledger
+        self.campaign = campaign
+        self.gate = gate
+        self.ctr = ctr
+        self.on_lifetime_spent = on_lifetime_spent
+        self.on_hours = on_hours
+        self.stats = AggregatorStats()
+        #: deliveries handled on their first attempt (events of the log seen once)
+        self.first_deliveries = 0
+        self.outcomes: Tally[str] = Tally()
+        self._lags_ms: deque[float] = deque(maxlen=LAG_SAMPLES)
+        self._lock = threading.Lock()  # one batch at a time (pump may come from any thread)
+
+    def run_once(self, max_messages: int = 500, timeout_s: float = 0.5) -> int:
+        """Fetch one batch (waiting up to ``timeout_s`` network seconds for it), record
+        it, acknowledge it; the number of deliveries handled.
+
+        Raises:
+            EventLogUnavailable: the log failed (nothing acknowledged: redelivered).
+            sqlalchemy.exc.SQLAlchemyError: the ledger failed (likewise).
+        """
+        with self._lock:
+            batch = self.consumer.fetch(max_messages, timeout_s)
+            if batch:
+                self._apply(batch)
+            return len(batch)
+
+    def pump(self, max_messages: int = 500) -> int:
+        """Handle everything available now, without waiting; the number handled."""
+        total = 0
+        while n := self.run_once(max_messages, 0.0):
+            total += n
+        return total
+
+    def run(self, stop: threading.Event, max_messages: int = 500,
+            timeout_s: float = 0.5, on_error: Callable[[Exception], None] | None = None
+            ) -> None:
+        """Run batches until ``stop`` is set; a failing batch is reported to
+        ``on_error`` and retried after a pause (it was not acknowledged)."""
+        while not stop.is_set():
+            try:
+                self.run_once(max_messages, timeout_s)
+            except Exception as exc:  # a log or database outage: wait, then retry
+                if on_error is not None:
+                    on_error(exc)
+                stop.wait(1.0)
+
+    def lag_ms(self) -> dict[str, float | None]:
+        """Beacon-to-ledger lag percentiles (``p50``, ``p99``, wall-clock ms) over the
+        recent events this aggregator recorded; None where none were measured."""
+        with self._lock:
+            lags = np.fromiter(self._lags_ms, dtype=float)
+        if not len(lags):
+            return {"p50": None, "p99": None}
+        p50, p99 = np.percentile(lags, [50, 99])
+        return {"p50": round(float(p50), 3), "p99": round(float(p99), 3)}
+
+    def _apply(self, batch: Sequence[Delivery]) -> None:
+        hours: set[datetime] = set()
+        for delivery in batch:
+            hour = self._record(delivery.event)
+            if hour is not None:
+                hours.add(hour)
+        self.consumer.ack(batch)
+        self.stats.batches += 1
+        self.stats.events += len(batch)
+        self.first_deliveries += sum(1 for d in batch if d.attempt == 1)
+        done_ns = time.time_ns()
+        self._lags_ms.extend(_lags_ms(batch, done_ns))
+        if hours and self.on_hours is not None:
+            self.on_hours(hours)
+
+    def _record(self, event: Event) -> datetime | None:
+        """Record one event; the UTC hour it fell in, or None when nothing was new."""
+        campaign = self.campaign(event.campaign_id)
+        if campaign is None:
+            self.stats.unknown_campaign += 1
+            self._outcome(event, "unknown_campaign")
+            return None
+        row = ledger_event(event, campaign)
+        if event.ivt_reason is not None:
+            new = self.ledger.record_invalid(row, event.ivt_reason)
+            self.stats.invalid += int(new)
+            self._outcome(event, "ivt" if new else "duplicate")
+            return _hour(row.occurred_at) if new else None
+        recorded = self.ledger.record(row, campaign.daily_budget_micros,
+                                      campaign.lifetime_budget_micros)
+        self._outcome(event, recorded.outcome.value)
+        if recorded.outcome is Outcome.DUPLICATE:
+            self.stats.duplicates += 1
+            return None
+        if recorded.outcome is not Outcome.BILLED:
+            self.stats.not_billable += 1
+            return None
+        self.stats.billed += 1
+        self._feed(event, row, recorded, campaign)
+        return _hour(row.occurred_at)
+
+    def _feed(self, event: Event, row: LedgerEvent, recorded: Recorded,
+              campaign: Campaign) -> None:
+        """Newly billed: spend to the budget gate, observations to the click model."""
+        if self.ctr is not None:
+            if row.event_type is EventType.IMPRESSION:
+                self.ctr.observe_impression(event.ad_id, event.placement)
+            elif row.event_type is EventType.CLICK:
+                self.ctr.observe_click(event.ad_id, event.placement)
+        billable = bills_on(event.billing_type) is row.event_type
+        self.gate.record_billed(event.campaign_id, row.day, recorded.billed_micros,
+                                event.impression_id, billable)
+        if (recorded.lifetime_remaining_micros == 0 and self.on_lifetime_spent is not None
+                and campaign.status is not CampaignStatus.COMPLETED):
+            self.on_lifetime_spent(campaign.id)
+
+    def _outcome(self, event: Event, outcome: str) -> None:
+        self.outcomes[outcome] += 1
+        AGGREGATED.labels(event.event_type.value, outcome).inc()
+
+
+def bills_on(billing_type: str) -> EventType | None:
+    """The event a billing type bills: CPM the impression, CPC the click, CPA the
+    conversion (None for an unknown type)."""
+    return {BidType.CPM.value: EventType.IMPRESSION, BidType.CPC.value: EventType.CLICK,
+            BidType.CPA.value: EventType.CONVERSION}.get(billing_type)
+
+
+def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
+    """The ledger row of ``event`` for ``campaign``: charged its price when it is the
+    event its billing type bills (a CPM price per mille, exactly), else 0; its day is
+    the campaign's local day of the event."""
+    event_type = EventType(event.event_type.value)
+    occurred = datetime.fromtimestamp(event.occurred_at, tz=UTC)
+    billable = bills_on(event.billing_type) is event_type
+    window = getattr(campaign, "attribution_window_s", None) or DEFAULT_ATTRIBUTION_WINDOW_S
+    return LedgerEvent(
+        impression_id=event.impression_id,
+        event_type=event_type,
+        campaign_id=event.campaign_id,
+        ad_id=event.ad_id,
+        placement=event.placement,
+        billing_type=event.billing_type,
+        charge_micros=event.price_micros if billable else 0,
+        occurred_at=occurred,
+        day=local_day(occurred, campaign.time_zone),
+        served_at=datetime.fromtimestamp(event.served_at, tz=UTC),
+        # the billable event settles its serve's in-flight estimate; others nothing
+        expected_micros=event.expected_micros if billable else 0,
+        charge_per_mille=event.billing_type == BidType.CPM.value,
+        attribution_window_s=window if event_type is EventType.CONVERSION else None,
+    )
+
+
+def _hour(at: datetime) -> datetime:
+    return at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def _lags_ms(batch: Iterable[Delivery], done_ns: int) -> list[float]:
+    out = []
+    for d in batch:
+        sent = d.event.tracked_ns
+        if sent is not None and d.attempt == 1:
+            lag = (done_ns - sent) / 1e6
+            out.append(lag)
+            LAG.observe(lag / 1000)
+    return out

@@ -1,0 +1,74 @@
+"""A small read model of the campaign side for processes that do not serve ads.
+
+The tracker needs each ad's landing URL and each placement's house ad (click
+redirects); the aggregator needs each campaign's budgets and time zone (billing). This
+holds just those records, booted from the store and kept current by the change feed
+(:class:`adfunnel.serving.change_feed.ChangeFeed` applies records to anything with
+``position`` and ``apply``), without the targeting index or the serving columns.
+The serving :class:`~adfunnel.serving.catalog.Catalog` answers the same questions for
+the embedded default.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from adfunnel.campaigns.model import Ad, Advertiser, Campaign, ChangeRecord, Placement
+from adfunnel.campaigns.store import SqlCampaignStore
+
+
+class CampaignReadModel:
+    """Campaigns, ads and placements by id, newest version wins; thread-safe reads."""
+
+    def __init__(self) -> None:
+        self.campaigns: dict[int, Campaign] = {}
+        self.ads: dict[int, Ad] = {}
+        self.placements: dict[str, Placement] = {}
+        self.position = 0  # last change-log seq applied
+        self._lock = threading.Lock()
+
+    @classmethod
+    def read(cls, store: SqlCampaignStore) -> CampaignReadModel:
+        """Every campaign, ad and placement of ``store`` now."""
+        model = cls()
+        _, campaigns, ads, last_seq = store.snapshot()
+        for rec in (*campaigns, *ads, *store.list_placements()):
+            model._put(rec)
+        model.position = last_seq
+        return model
+
+    def campaign(self, campaign_id: int) -> Campaign | None:
+        """The campaign, or None."""
+        return self.campaigns.get(campaign_id)
+
+    def landing_url(self, ad_id: int) -> str | None:
+        """The ad's landing URL, or None for an unknown ad."""
+        ad = self.ads.get(ad_id)
+        return ad.landing_url if ad is not None else None
+
+    def house_landing_url(self, placement: str) -> str | None:
+        """The landing URL of the placement's house ad, or None."""
+        p = self.placements.get(placement)
+        return p.house_ad.landing_url if p is not None and p.house_ad is not None else None
+
+    def apply(self, change: ChangeRecord, *, advance: bool = True) -> bool:
+        """Apply one change record; False when it was not newer than what is held."""
+        with self._lock:
+            if advance:
+                self.position = max(self.position, change.seq)
+            return self._put(change.record)
+
+    def apply_local(self, change: ChangeRecord) -> bool:
+        """Apply a change this process just committed, ahead of the feed."""
+        return self.apply(change, advance=False)
+
+    def _put(self, rec: Advertiser | Campaign | Ad | Placement) -> bool:
+        if isinstance(rec, Advertiser):
+            return False  # nothing here needs advertisers
+        held: dict = (self.campaigns if isinstance(rec, Campaign) else
+                      self.placements if isinstance(rec, Placement) else self.ads)
+        old = held.get(rec.id)
+        if old is not None and old.version >= rec.version:
+            return False
+        held[rec.id] = rec
+        return True

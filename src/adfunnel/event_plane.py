@@ -1,0 +1,136 @@
+"""Wiring of the event plane of one process: event log, publisher (with spool) and
+aggregator (DESIGN.md §The planes, §Events and billing).
+
+- **Embedded default** (no ``event_log_url``): the log lives in this process's memory
+  and each event is applied to the ledger right after it is appended, in the beacon's
+  own thread. A memory log does not outlive the process, so applying at once is what
+  keeps an acknowledged beacon from being lost; it also keeps a replay on the manual
+  clock dependent on its seed only.
+- **JetStream** (``event_log_url=nats://…``): the tracker only appends; aggregators
+  (``adfunnel aggregator``, or a thread of ``adfunnel serve`` with ``aggregate``) read
+  the partitions through the durable consumer :data:`CONSUMER` and acknowledge after
+  each ledger commit. While the log is down the tracker spools to ``spool_dir``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from adfunnel.billing.aggregator import Aggregator, CampaignLookup
+from adfunnel.billing.ledger import Ledger
+from adfunnel.budget.gate import SpendGate
+from adfunnel.clock import Clock
+from adfunnel.events.jetstream_log import JetStreamEventLog
+from adfunnel.events.log import EventLog
+from adfunnel.events.memory_log import MemoryEventLog
+from adfunnel.events.publisher import EventPublisher
+from adfunnel.events.spool import Spool
+from adfunnel.prediction.smoothed import SmoothedCtr
+from adfunnel.settings import Settings
+
+_log = logging.getLogger(__name__)
+
+#: The durable consumer name of the ledger aggregators.
+CONSUMER = "ledger"
+#: Most events the embedded memory log keeps (the oldest are dropped past it; each was
+#: applied when appended).
+MEMORY_LOG_EVENTS = 1_000_000
+
+
+@dataclass
+class EventPlane:
+    """The event log, the tracker's publisher and (where this process aggregates) the
+    aggregator with its thread."""
+
+    log: EventLog
+    publisher: EventPublisher
+    aggregator: Aggregator | None
+    inline: bool
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _closed: bool = False
+
+    def start(self) -> EventPlane:
+        """Start the aggregator thread (JetStream with ``aggregate``)."""
+        if self.aggregator is not None and not self.inline and self._thread is None:
+            agg = self.aggregator
+            self._thread = threading.Thread(
+                target=agg.run, args=(self._stop,),
+                kwargs={"on_error": lambda e: _log.warning("aggregator: %s", e)},
+                name="aggregator", daemon=True)
+            self._thread.start()
+        return self
+
+    def settle(self, timeout_s: float = 10.0) -> bool:
+        """Wait (network seconds) until this process's aggregator has handled every
+        event stored in the log so far and the spool is empty; True when it has.
+        Inline planes are always settled."""
+        if self.inline or self.aggregator is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.publisher.spooled() and (
+                    self.aggregator.first_deliveries >= last_seq(self.log)):
+                return True
+            time.sleep(0.005)
+        return False
+
+    def close(self) -> None:
+        """Stop the aggregator, drain the spool if the log answers, close the log."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.publisher.close()
+        if self.aggregator is not None:
+            self.aggregator.consumer.close()
+        self.log.close()
+
+
+def last_seq(log: EventLog) -> int:
+    """The log's last stored sequence (0: none)."""
+    value = log.last_seq  # type: ignore[attr-defined]
+    return int(value() if callable(value) else value)
+
+
+def make_event_log(settings: Settings, clock: Clock) -> EventLog:
+    """The memory log (no ``event_log_url``) or JetStream at ``event_log_url``."""
+    if settings.event_log_url is None:
+        return MemoryEventLog(clock, partitions=settings.event_partitions,
+                              max_events=MEMORY_LOG_EVENTS)
+    stream = settings.event_stream
+    prefix = ("adfunnel.events" if stream == "ADFUNNEL_EVENTS"
+              else f"adfunnel.{stream.lower()}")
+    return JetStreamEventLog(settings.event_log_url, stream=stream, subject_prefix=prefix,
+                             partitions=settings.event_partitions)
+
+
+def make_event_plane(
+    settings: Settings, clock: Clock, ledger: Ledger, campaign: CampaignLookup,
+    gate: SpendGate, ctr: SmoothedCtr | None, *,
+    on_lifetime_spent: Callable[[int], None] | None = None,
+    on_hours: Callable[[set[datetime]], None] | None = None,
+    aggregate: bool | None = None, partitions: Sequence[int] | None = None,
+) -> EventPlane:
+    """The event plane of one process (see the module docstring); the aggregator's
+    thread is started. ``aggregate`` overrides ``settings.aggregate``; ``partitions``
+    limits the aggregator to some partitions (None: all)."""
+    log = make_event_log(settings, clock)
+    inline = settings.event_log_url is None
+    aggregator = None
+    if inline or (settings.aggregate if aggregate is None else aggregate):
+        consumer = log.consumer(CONSUMER, partitions)
+        aggregator = Aggregator(consumer, ledger, campaign, gate, ctr,
+                                on_lifetime_spent=on_lifetime_spent, on_hours=on_hours)
+    spool = (Spool(settings.spool_dir, settings.spool_max_bytes)
+             if settings.spool_dir and not inline else None)
+    after = aggregator.pump if inline and aggregator is not None else None
+    publisher = EventPublisher(log, spool, after_append=after)
+    return EventPlane(log, publisher, aggregator, inline).start()

@@ -1,0 +1,138 @@
+"""The tracker's way into the event log: publish, or spool to disk while the log is down.
+
+:meth:`EventPublisher.append` returns only once the event is stored — in the log, or
+fsync'd in the spool (:mod:`adfunnel.events.spool`) — so a beacon acknowledged to its
+client is never lost. Order is kept: while anything is spooled, new events join the
+spool behind it, and a background thread publishes the spool in order when the log
+answers again (the log's msg-id dedupe drops anything published twice by a crash
+mid-drain).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from prometheus_client import Counter, Gauge
+
+from adfunnel.events.log import EventLog, EventLogUnavailable
+from adfunnel.events.model import Event
+from adfunnel.events.spool import Spool, SpoolError
+
+_log = logging.getLogger(__name__)
+
+SPOOLED = Counter("adfunnel_events_spooled_total", "Events spooled while the log was down")
+SPOOL_DEPTH = Gauge("adfunnel_events_spool_depth", "Events in the spool, not yet published")
+#: Seconds between attempts to publish the spool while the log is down.
+DEFAULT_RETRY_S = 0.5
+
+
+class EventRefused(Exception):
+    """Neither the log nor the spool could store the event (the log is down and the
+    spool is full, absent or failing): the client must not be acknowledged."""
+
+
+class EventPublisher:
+    """Appends events to ``log``, falling back to ``spool``; thread-safe.
+
+    Args:
+        log: the event log.
+        spool: the on-disk spool (None: an unavailable log refuses the event).
+        after_append: called with each event once stored in the log (the embedded
+            default applies it at once: see :mod:`adfunnel.billing.aggregator`).
+        retry_s: seconds between drain attempts while events are spooled (network
+            time, not domain time).
+    """
+
+    def __init__(self, log: EventLog, spool: Spool | None = None, *,
+                 after_append: Callable[[], None] | None = None,
+                 retry_s: float = DEFAULT_RETRY_S) -> None:
+        self.log = log
+        self.spool = spool
+        self.after_append = after_append
+        self.retry_s = retry_s
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if spool is not None:
+            self._thread = threading.Thread(target=self._drain_loop, name="spool-drain",
+                                            daemon=True)
+            self._thread.start()
+            if len(spool):
+                self._wake.set()  # left over from a previous run
+
+    def append(self, event: Event) -> None:
+        """Store ``event`` in the log, or in the spool when the log is unavailable or
+        events are already spooled (order is kept).
+
+        Raises:
+            EventRefused: the log is unavailable and the spool cannot take it.
+        """
+        spool = self.spool
+        if spool is None or not len(spool):
+            try:
+                self.log.publish(event)
+            except EventLogUnavailable as exc:
+                if spool is None:
+                    raise EventRefused(f"event log unavailable: {exc}") from None
+            else:
+                if self.after_append is not None:
+                    self.after_append()
+                return
+        try:
+            spool.append(event)
+        except SpoolError as exc:
+            raise EventRefused(f"event log unavailable and spool refused: {exc}") from None
+        SPOOLED.inc()
+        SPOOL_DEPTH.set(len(spool))
+        self._wake.set()
+
+    def spooled(self) -> int:
+        """Events waiting in the spool (0 without one)."""
+        return len(self.spool) if self.spool is not None else 0
+
+    def drain(self) -> int:
+        """Publish the spool now, in order; the number published.
+
+        Raises:
+            EventLogUnavailable: the log is still down (what is left stays spooled).
+        """
+        if self.spool is None:
+            return 0
+        with self._lock:
+            n = self.spool.drain(self.log.publish_many)
+        SPOOL_DEPTH.set(len(self.spool))
+        if n and self.after_append is not None:
+            self.after_append()
+        return n
+
+    def close(self) -> None:
+        """Stop the drain thread (one last attempt first) and close the spool."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self.spool is not None:
+            self.spool.close()
+
+    def _drain_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.retry_s)
+            self._wake.clear()
+            if self.spool is None or not len(self.spool):
+                continue
+            try:
+                self.drain()
+            except EventLogUnavailable:
+                self._wake.set()  # still down: try again after retry_s
+                self._stop.wait(self.retry_s)
+            except Exception:  # a drain bug must not kill the thread: log, retry later
+                _log.exception("spool drain failed")
+                self._stop.wait(self.retry_s)
+        try:
+            if self.spool is not None and len(self.spool):
+                self.drain()
+        except Exception:  # the spool keeps them for the next start
+            _log.warning("events left in the spool at shutdown: %d", self.spooled())

@@ -1,0 +1,115 @@
+"""The event plane's own processes: ``adfunnel tracker`` and ``adfunnel aggregator``.
+
+Both need only a small read model of the campaign side
+(:class:`~adfunnel.campaigns.readmodel.CampaignReadModel`), booted from the store and
+kept current by the change feed — not the targeting index or the serving columns.
+
+- The **tracker** is stateless: it verifies beacons, applies tier-1 IVT rules and
+  appends to the event log (spooling to disk while the log is down); it never touches
+  the ledger.
+- The **aggregator** reads some (or all) partitions of the log through the durable
+  consumer ``ledger``, writes the ledger and acknowledges after each commit; billed
+  spend reaches budgets through the ledger (the budget service's billed feed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from adfunnel.app import make_clock, make_ivt_rules, mark_completed
+from adfunnel.billing.sql_ledger import SqlLedger
+from adfunnel.budget.gate import LocalSpendGate
+from adfunnel.campaigns.migrate import upgrade
+from adfunnel.campaigns.readmodel import CampaignReadModel
+from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.clock import Clock
+from adfunnel.db import make_engine
+from adfunnel.event_plane import EventPlane, make_event_plane
+from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
+from adfunnel.settings import Settings
+from adfunnel.tracking.beacons import Tracker
+from adfunnel.tracking.client import parse_networks
+from adfunnel.tracking.http import TrackingEndpoints
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class CampaignSide:
+    """The campaign read model with the change feed that keeps it current."""
+
+    store: SqlCampaignStore
+    model: CampaignReadModel
+    feed: ChangeFeed
+    clock: Clock
+
+    @classmethod
+    def open(cls, settings: Settings) -> CampaignSide:
+        engine = make_engine(settings.database_url)
+        upgrade(engine)
+        clock = make_clock(settings)
+        store = SqlCampaignStore(engine, clock)
+        model = CampaignReadModel.read(store)
+        feed = ChangeFeed(store, model, clock=clock, poll_s=settings.change_poll_s,
+                          listen_dsn=libpq_dsn(settings.database_url))
+        feed.start()
+        return cls(store, model, feed, clock)
+
+
+def build_tracker_app(settings: Settings) -> Starlette:
+    """The tracker process's ASGI app: ``/i``, ``/c``, ``/v``, ``/healthz``, ``/metrics``
+    and ``/v1/tracker/stats``. The event log is ``settings.event_log_url`` (JetStream);
+    nothing aggregates here."""
+    side = CampaignSide.open(settings)
+    clock = side.clock
+    plane = make_event_plane(settings, clock, SqlLedger(side.store.engine),
+                             side.model.campaign, LocalSpendGate(), None, aggregate=False)
+    tracker = Tracker(plane.publisher, side.model, clock, settings.token_secret.encode(),
+                      ivt=make_ivt_rules(settings))
+    endpoints = TrackingEndpoints(tracker, parse_networks(settings.trusted_proxies))
+
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(_: Request) -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    async def stats(_: Request) -> Response:
+        return JSONResponse({"counts": tracker.counts(), "spooled": plane.publisher.spooled()})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        side.feed.stop()
+        plane.close()
+
+    routes = [*endpoints.routes(), Route("/healthz", healthz), Route("/metrics", metrics),
+              Route("/v1/tracker/stats", stats)]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def run_aggregator(settings: Settings, partitions: Sequence[int] | None,
+                   stop: threading.Event) -> EventPlane:
+    """Aggregate ``partitions`` (None: all) of the event log into the ledger until
+    ``stop`` is set; the plane, closed, for its statistics."""
+    side = CampaignSide.open(settings)
+    plane = make_event_plane(
+        settings, side.clock, SqlLedger(side.store.engine), side.model.campaign,
+        LocalSpendGate(), None, aggregate=True, partitions=partitions,
+        on_lifetime_spent=lambda cid: mark_completed(side.store, cid))
+    try:
+        stop.wait()
+    finally:
+        side.feed.stop()
+        plane.close()
+    return plane

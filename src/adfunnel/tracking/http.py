@@ -1,0 +1,98 @@
+"""The tracker's HTTP routes: ``GET /i`` (204), ``GET /c`` (302) and ``GET|POST /v`` (204).
+
+Shared by ``adfunnel serve`` (the embedded default mounts them) and ``adfunnel
+tracker`` (a stateless process of its own). Each answers without waiting on the
+database: the event is in the log (or the spool) when the answer leaves.
+
+- ``/i?t=<token>``: impression beacon → 204.
+- ``/c?t=<token>``: click → 302 to the ad's landing URL (404 for an unknown ad).
+- ``/v?t=<click token>[&value=<micros>]``: conversion postback → 204. ``value`` is the
+  conversion's value in integer micros.
+
+A refused token answers 400 ``invalid_token`` naming ``t``; a bad ``value`` 422; when
+neither the log nor the spool can store the event, 503 with ``Retry-After`` (the client
+retries; nothing was acknowledged). The sender's address comes from the socket, or from
+``X-Forwarded-For`` only when the peer is a trusted proxy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from adfunnel.tracking.beacons import UNAVAILABLE, BeaconResult, Tracker
+from adfunnel.tracking.client import ClientFacts, Network, client_facts
+from adfunnel.tracking.landing import LandingUrlError, to_uri
+
+_INT64_MAX = 2**63 - 1
+
+
+def error_response(status: int, error: str, fields: list[tuple[str, str]],
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """The API's error body: ``{"error", "fields": [{"field", "problem"}]}``."""
+    body = {"error": error, "fields": [{"field": f, "problem": p} for f, p in fields]}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class TrackingEndpoints:
+    """Binds a :class:`Tracker` to Starlette routes."""
+
+    def __init__(self, tracker: Tracker, trusted_proxies: Sequence[Network] = ()) -> None:
+        self.tracker = tracker
+        self.trusted_proxies = tuple(trusted_proxies)  # whose X-Forwarded-For is believed
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/i", self.impression, methods=["GET"]),
+            Route("/c", self.click, methods=["GET"]),
+            Route("/v", self.conversion, methods=["GET", "POST"]),
+        ]
+
+    def _client(self, request: Request) -> ClientFacts:
+        peer = request.client.host if request.client is not None else None
+        return client_facts(peer, request.headers.get("x-forwarded-for"),
+                            request.headers.get("user-agent"), self.trusted_proxies)
+
+    def impression(self, request: Request) -> Response:
+        result = self.tracker.impression(request.query_params.get("t"), self._client(request))
+        return _refused(result) or Response(status_code=204)
+
+    def click(self, request: Request) -> Response:
+        result = self.tracker.click(request.query_params.get("t"), self._client(request))
+        refused = _refused(result)
+        if refused is not None:
+            return refused
+        if result.landing_url is None:
+            return error_response(404, "unknown_ad", [("t", "the ad is no longer served")])
+        try:
+            location = to_uri(result.landing_url)
+        except LandingUrlError as exc:  # stored before IRIs were checked on create
+            return error_response(404, "unusable_landing_url", [("landing_url", exc.problem)])
+        # not RedirectResponse: it percent-encodes an IDN host and re-quotes ASCII bytes
+        return Response(status_code=302, headers={"location": location})
+
+    def conversion(self, request: Request) -> Response:
+        raw = request.query_params.get("value")
+        value: int | None = None
+        if raw is not None:
+            if not raw.isascii() or not raw.isdigit() or int(raw) > _INT64_MAX:
+                return error_response(422, "validation",
+                                      [("value", "integer micros in [0, 2**63 - 1]")])
+            value = int(raw)
+        result = self.tracker.conversion(request.query_params.get("t"), self._client(request),
+                                         value)
+        return _refused(result) or Response(status_code=204)
+
+
+def _refused(result: BeaconResult) -> Response | None:
+    """The error answer for a refused or unstored beacon, else None."""
+    if result.outcome.startswith("invalid:"):
+        return error_response(400, "invalid_token", [("t", result.outcome.split(":", 1)[1])])
+    if result.outcome == UNAVAILABLE:
+        return error_response(503, "event_log_unavailable",
+                              [("t", "the event could not be stored; retry")],
+                              headers={"retry-after": "1"})
+    return None
