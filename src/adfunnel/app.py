@@ -34,7 +34,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from adfunnel.billing.ledger import Ledger
+from adfunnel.billing.rollups import DirtyHours, RollupStore
 from adfunnel.billing.sql_ledger import SqlLedger
+from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.body_limit import BodyLimit
 from adfunnel.budget.gate import LocalSpendGate, SpendGate
 from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
@@ -95,6 +97,7 @@ class Runtime:
     queue: DecisionQueue  # where ad requests wait for a decision (serving/deadline.py)
     caps: FrequencyStore  # per-user frequency-cap records (Redis, or memory)
     events: EventPlane  # event log, the tracker's publisher, the aggregator
+    rollups: RollupStore  # hourly rollups of the ledger (reports by hour, ad, placement)
     served: ServedLog | None = None  # committed decisions for the click model
     _closed: bool = False
 
@@ -108,13 +111,13 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        self.events.close()  # the aggregator's last batch, before the last rollup flush
         for task in self.background:
             task.stop(final=True)
         self.feed.stop()
         if isinstance(self.gate, ReportingBudgetClient | InProcessBudget):
             self.gate.stop()
         self.caps.close()
-        self.events.close()
         if self.served is not None:
             self.served.close()
         self.engine.dispose()
@@ -179,8 +182,12 @@ def build_runtime(
         candidate_limit=settings.candidate_limit,
         rng=_decision_rng(seed if seed is not None else settings.seed), eligible=eligible,
     )
+    rollups = make_rollup_store(engine)
+    dirty = DirtyHours(rollups)  # hours the aggregator touched, refreshed every few seconds
+    background.append(Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh").start())
     events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
-                              on_lifetime_spent=lambda cid: mark_completed(store, cid))
+                              on_lifetime_spent=lambda cid: mark_completed(store, cid),
+                              on_hours=dirty.mark)
     tracker = Tracker(events.publisher, catalog, clock, key, ivt=make_ivt_rules(settings))
     served = make_served_log(settings, clock)
     if served is not None and settings.served_log_dir:
@@ -189,7 +196,12 @@ def build_runtime(
                                    settings.served_compact_s, "served-compact", clock).start())
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
                    tracker, decisions, change_feed, background, DecisionQueue(decider), caps,
-                   events, served)
+                   events, rollups, served)
+
+
+#: Real seconds between refreshes of the rollup hours the aggregator touched (an
+#: operational cadence, like a flush: not a domain schedule).
+ROLLUP_REFRESH_S = 5.0
 
 
 def make_ivt_rules(settings: Settings) -> Tier1Rules | None:
@@ -274,7 +286,7 @@ def build_app(rt: Runtime) -> ArrivalStamp:
                   description="Ad server: advertiser API, ad decisions, tracking.")
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
-    app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s))
+    app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups))
     app.include_router(make_operator_router(rt.store))  # no roles yet: a later issue
     serving = ServingEndpoints(rt.queue, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,

@@ -26,8 +26,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from adfunnel.app import make_clock, make_ivt_rules, mark_completed
+from adfunnel.app import ROLLUP_REFRESH_S, make_clock, make_ivt_rules, mark_completed
+from adfunnel.billing.rollups import DirtyHours
 from adfunnel.billing.sql_ledger import SqlLedger
+from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.budget.gate import LocalSpendGate
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.readmodel import CampaignReadModel
@@ -35,6 +37,7 @@ from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import Clock
 from adfunnel.db import make_engine
 from adfunnel.event_plane import EventPlane, make_event_plane
+from adfunnel.periodic import Periodic
 from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
 from adfunnel.settings import Settings
 from adfunnel.tracking.beacons import Tracker
@@ -103,13 +106,16 @@ def run_aggregator(settings: Settings, partitions: Sequence[int] | None,
     """Aggregate ``partitions`` (None: all) of the event log into the ledger until
     ``stop`` is set; the plane, closed, for its statistics."""
     side = CampaignSide.open(settings)
+    dirty = DirtyHours(make_rollup_store(side.store.engine))
+    refresh = Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh").start()
     plane = make_event_plane(
         settings, side.clock, SqlLedger(side.store.engine), side.model.campaign,
         LocalSpendGate(), None, aggregate=True, partitions=partitions,
-        on_lifetime_spent=lambda cid: mark_completed(side.store, cid))
+        on_lifetime_spent=lambda cid: mark_completed(side.store, cid), on_hours=dirty.mark)
     try:
         stop.wait()
     finally:
         side.feed.stop()
         plane.close()
+        refresh.stop(final=True)
     return plane

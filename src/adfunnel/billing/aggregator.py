@@ -15,8 +15,8 @@ and unbillable events go to neither.
 
 A conversion bills a CPA campaign its target CPA (the token's price) when it is the
 first for its click and comes within the campaign's attribution window after the click
-(:data:`DEFAULT_ATTRIBUTION_WINDOW_S` unless the campaign sets one); the ledger checks
-both.
+(``Campaign.attribution_window_s``, 7 days unless the campaign sets one); the ledger
+checks both.
 """
 
 from __future__ import annotations
@@ -36,15 +36,15 @@ from prometheus_client import Counter, Histogram
 from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.budget.gate import SpendGate
+from adfunnel.campaigns.model import (
+    DEFAULT_ATTRIBUTION_WINDOW_S as DEFAULT_ATTRIBUTION_WINDOW_S,
+)
 from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.events.log import Consumer, Delivery
 from adfunnel.events.model import Event
 from adfunnel.prediction.smoothed import SmoothedCtr
 
-#: Seconds after a click within which its first conversion bills, unless the campaign
-#: sets its own window.
-DEFAULT_ATTRIBUTION_WINDOW_S = 7 * 86_400
 #: Most lag samples kept for the p50/p99 figures.
 LAG_SAMPLES = 100_000
 
@@ -227,7 +227,7 @@ def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
     event_type = EventType(event.event_type.value)
     occurred = datetime.fromtimestamp(event.occurred_at, tz=UTC)
     billable = bills_on(event.billing_type) is event_type
-    window = getattr(campaign, "attribution_window_s", None) or DEFAULT_ATTRIBUTION_WINDOW_S
+    window = campaign.attribution_window_s
     return LedgerEvent(
         impression_id=event.impression_id,
         event_type=event_type,

@@ -20,6 +20,13 @@ class Objective(StrEnum):
     CONVERSIONS = "conversions"
 
 
+#: Default seconds after a click within which its first conversion is attributed.
+DEFAULT_ATTRIBUTION_WINDOW_S = 7 * 86_400
+#: Longest attribution window a campaign may set (the tracker accepts conversion
+#: postbacks this long after their token's expiry).
+MAX_ATTRIBUTION_WINDOW_S = 30 * 86_400
+
+
 class BidType(StrEnum):
     """What the bid buys: a thousand impressions, a click, or a conversion."""
 
@@ -145,6 +152,8 @@ class Campaign:
     status: CampaignStatus = CampaignStatus.ACTIVE
     pacing_mode: PacingMode = PacingMode.EVEN
     frequency_caps: tuple[FrequencyCap, ...] = ()
+    #: a conversion bills (CPA) only this many seconds after its click at most
+    attribution_window_s: int = DEFAULT_ATTRIBUTION_WINDOW_S
     targeting: str | None = None
     version: int = 1
 

@@ -19,6 +19,8 @@ import pycountry
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 from adfunnel.campaigns.model import (
+    DEFAULT_ATTRIBUTION_WINDOW_S,
+    MAX_ATTRIBUTION_WINDOW_S,
     MAX_COOLDOWN_S,
     AdStatus,
     BidType,
@@ -132,6 +134,10 @@ class FrequencyCapIn(_In):
     cooldown_s: Annotated[int, Strict(), Field(ge=1, le=MAX_COOLDOWN_S)] | None = None
 
 
+#: Seconds after a click within which a conversion bills: 1 hour to 30 days.
+AttributionWindow = Annotated[int, Strict(), Field(ge=3_600, le=MAX_ATTRIBUTION_WINDOW_S)]
+
+
 class CampaignIn(_In):
     """A new campaign. Money in micros; flight dates are local dates in ``time_zone``."""
 
@@ -150,6 +156,7 @@ class CampaignIn(_In):
     pacing_mode: PacingMode = PacingMode.EVEN
     frequency_caps: Annotated[list[FrequencyCapIn], Field(max_length=20)] = []
     targeting: dict[str, Any] | None = None
+    attribution_window_s: AttributionWindow = DEFAULT_ATTRIBUTION_WINDOW_S
 
 
 class CampaignPatch(_In):
@@ -174,6 +181,7 @@ class CampaignPatch(_In):
     pacing_mode: PacingMode | None = None
     frequency_caps: Annotated[list[FrequencyCapIn], Field(max_length=20)] | None = None
     targeting: dict[str, Any] | None = None
+    attribution_window_s: AttributionWindow | None = None
 
 
 #: Patch fields that may be set to ``null``.
@@ -231,6 +239,7 @@ class CampaignOut(BaseModel):
     pacing_mode: str
     frequency_caps: list[FrequencyCapOut]
     targeting: dict[str, Any] | None
+    attribution_window_s: int
     version: int
 
 

@@ -43,6 +43,7 @@ from sqlalchemy.exc import IntegrityError
 
 from adfunnel.campaigns import codec
 from adfunnel.campaigns.model import (
+    DEFAULT_ATTRIBUTION_WINDOW_S,
     MAX_COOLDOWN_S,
     Ad,
     AdStatus,
@@ -174,6 +175,7 @@ class CampaignStore(Protocol):
         pacing_mode: PacingMode | str = PacingMode.EVEN,
         frequency_caps: tuple[FrequencyCap, ...] = (),
         targeting: str | None = None,
+        attribution_window_s: int = DEFAULT_ATTRIBUTION_WINDOW_S,
     ) -> Campaign: ...
 
     def get_campaign(self, campaign_id: int) -> Campaign: ...
@@ -300,6 +302,7 @@ class SqlCampaignStore:
         pacing_mode: PacingMode | str = PacingMode.EVEN,
         frequency_caps: tuple[FrequencyCap, ...] = (),
         targeting: str | None = None,
+        attribution_window_s: int = DEFAULT_ATTRIBUTION_WINDOW_S,
     ) -> Campaign:
         """Create a campaign (version 1). Money in micros; dates local to ``time_zone``.
 

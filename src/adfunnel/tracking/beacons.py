@@ -35,7 +35,7 @@ from typing import Protocol
 
 from prometheus_client import Counter
 
-from adfunnel.campaigns.model import HOUSE_ID
+from adfunnel.campaigns.model import HOUSE_ID, MAX_ATTRIBUTION_WINDOW_S
 from adfunnel.clock import Clock
 from adfunnel.events.model import MAX_USER_AGENT_CHARS, Event, EventType
 from adfunnel.events.publisher import EventRefused
@@ -48,7 +48,7 @@ from adfunnel.tracking.token import InvalidToken, TokenClaims, verify
 ADDRESS_REASONS = frozenset({Reason.BAD_IP, Reason.CRAWLER_IP, Reason.DATACENTER_IP})
 #: Seconds past its token's expiry a conversion postback is still accepted: the longest
 #: attribution window a campaign may set (the aggregator applies the campaign's own).
-CONVERSION_GRACE_S = 30 * 86_400
+CONVERSION_GRACE_S = MAX_ATTRIBUTION_WINDOW_S
 
 BEACONS = Counter(
     "adfunnel_beacons_total", "Tracking beacons by event type and outcome", ["event", "outcome"]
