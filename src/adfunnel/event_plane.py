@@ -30,6 +30,7 @@ from adfunnel.events.log import EventLog
 from adfunnel.events.memory_log import MemoryEventLog
 from adfunnel.events.publisher import EventPublisher
 from adfunnel.events.spool import Spool
+from adfunnel.ivt.scoring import Tier2Config, Tier2Scorer
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.settings import Settings
 
@@ -112,6 +113,14 @@ def make_event_log(settings: Settings, clock: Clock) -> EventLog:
                              partitions=settings.event_partitions)
 
 
+def make_scorer(settings: Settings) -> Tier2Scorer | None:
+    """Tier-2 scoring for an aggregator (None when ``ivt`` or ``ivt_tier2`` is off); its
+    least human click delay is the tier-1 rule's."""
+    if not (settings.ivt and settings.ivt_tier2):
+        return None
+    return Tier2Scorer(Tier2Config(min_click_delay_ms=settings.ivt_min_click_delay_ms))
+
+
 def make_event_plane(
     settings: Settings, clock: Clock, ledger: Ledger, campaign: CampaignLookup,
     gate: SpendGate, ctr: SmoothedCtr | None, *,
@@ -128,7 +137,8 @@ def make_event_plane(
     if inline or (settings.aggregate if aggregate is None else aggregate):
         consumer = log.consumer(CONSUMER, partitions)
         aggregator = Aggregator(consumer, ledger, campaign, gate, ctr,
-                                on_lifetime_spent=on_lifetime_spent, on_hours=on_hours)
+                                on_lifetime_spent=on_lifetime_spent, on_hours=on_hours,
+                                scorer=make_scorer(settings), hold_s=settings.ivt_hold_s)
     spool = (Spool(settings.spool_dir, settings.spool_max_bytes)
              if settings.spool_dir and not inline else None)
     after = aggregator.pump if inline and aggregator is not None else None

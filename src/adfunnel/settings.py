@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     ivt: bool = True
     #: least milliseconds between a serve and its click before it counts as a person's
     ivt_min_click_delay_ms: int = Field(default=500, ge=0)
+    #: tier-2 invalid-traffic scoring in the aggregator (click and impression rates, CTR
+    #: outliers, click timing over sliding windows); what it finds is reversed
+    ivt_tier2: bool = True
+    #: seconds a billed event stays pending (tier 2 may reverse it) before it is final
+    ivt_hold_s: float = Field(default=600.0, gt=0, le=86_400)
     #: proxies (CIDRs) whose X-Forwarded-For names the client of a beacon
     trusted_proxies: list[str] = []
     #: the event log: None keeps it in this process's memory (the embedded default,

@@ -522,3 +522,27 @@ def test_invalid_traffic_is_recorded_once_never_billed(ledger_backend: LedgerBac
     ledger.record(event("imp-ok"), BIG_BUDGET)
     assert ledger.record_invalid(event("imp-ok"), "datacenter_ip") is False
     assert "ivt_impression_datacenter_ip" not in ledger.counters()
+
+
+def test_a_pending_event_is_reversed_and_never_bills_again(ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    at = datetime(2026, 3, 14, 12, tzinfo=UTC)
+    ledger.record(event("imp-r", at=at), BIG_BUDGET)
+    ledger.record(click("imp-r", at=at + timedelta(seconds=5)), BIG_BUDGET)
+    assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1, 1, 1_402_000, 0)]
+    # inside the 600 s hold: the click is taken back, its spend leaves the totals
+    taken = ledger.reverse("imp-r", EventType.CLICK, "click_rate",
+                           at + timedelta(seconds=60), 600)
+    assert taken == Recorded(Outcome.INVALID, 1_400_000, 0)
+    assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1, 0, 2_000, 0)]
+    assert ledger.lifetime_billed(1) == {1: 2_000}
+    counters = ledger.counters()
+    assert counters["ivt_click_click_rate"] == 1 and counters["ivt_reversed"] == 1
+    # twice, or redelivered later: nothing more
+    assert ledger.reverse("imp-r", EventType.CLICK, "click_rate", at, 600) is None
+    assert ledger.record(click("imp-r", at=at), BIG_BUDGET) == Recorded(Outcome.DUPLICATE)
+    assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1, 0, 2_000, 0)]
+    # a final event (past the hold) stays billed
+    assert ledger.reverse("imp-r", EventType.IMPRESSION, "timing",
+                          at + timedelta(seconds=600), 600) is None
+    assert ledger.stats().rows == 1

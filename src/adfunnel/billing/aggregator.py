@@ -9,6 +9,12 @@ its ledger commits. A crash before the acknowledgement redelivers the batch; the
 ledger's unique (impression id, event type) makes the second pass record nothing again,
 so replaying any part of the log is always safe.
 
+Tier 2 (:mod:`adfunnel.ivt.scoring`) scores every newly billed impression and click
+over sliding windows; an event it finds invalid is reversed while still pending
+(:data:`DEFAULT_HOLD_S` after it occurred; then it is final): the ledger moves it to
+invalid traffic with its reason and its spend is refunded to the gate. Budgets count
+pending spend as spent.
+
 Newly billed spend goes to the budget gate (:meth:`SpendGate.record_billed`) and newly
 billed impressions and clicks to the click model's counts; duplicates, invalid traffic
 and unbillable events go to neither.
@@ -24,10 +30,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter as Tally
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Protocol
 
 import numpy as np
@@ -43,8 +49,14 @@ from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.events.log import Consumer, Delivery
 from adfunnel.events.model import Event
+from adfunnel.ivt.rules import EventFacts
+from adfunnel.ivt.scoring import Tier2Scorer
 from adfunnel.prediction.smoothed import SmoothedCtr
 
+#: Default seconds a billed event stays pending, reversible by tier 2, before it is final.
+DEFAULT_HOLD_S = 600.0
+#: Most recently billed events remembered for refunding a reversal to the budget gate.
+PENDING_MEMORY = 200_000
 #: Most lag samples kept for the p50/p99 figures.
 LAG_SAMPLES = 100_000
 
@@ -72,6 +84,7 @@ class AggregatorStats:
     not_billable: int = 0
     invalid: int = 0
     unknown_campaign: int = 0
+    reversed: int = 0
 
 
 class Aggregator:
@@ -88,12 +101,17 @@ class Aggregator:
             at 0 (the app marks the campaign ``completed``).
         on_hours: called after each committed batch with the UTC hours (aware datetimes
             at the hour) its events fell in (the rollups refresh them).
+        scorer: tier-2 invalid-traffic scoring (None: none); it sees every newly billed
+            impression and click, and what it finds invalid is reversed while pending.
+        hold_s: seconds an event stays pending (reversible) after it occurred.
     """
 
     def __init__(self, consumer: Consumer, ledger: Ledger, campaign: CampaignLookup,
                  gate: SpendGate, ctr: SmoothedCtr | None = None, *,
                  on_lifetime_spent: Callable[[int], None] | None = None,
-                 on_hours: Callable[[set[datetime]], None] | None = None) -> None:
+                 on_hours: Callable[[set[datetime]], None] | None = None,
+                 scorer: Tier2Scorer | None = None,
+                 hold_s: float = DEFAULT_HOLD_S) -> None:
         self.consumer = consumer
         self.ledger = ledger
         self.campaign = campaign
@@ -101,6 +119,10 @@ class Aggregator:
         self.ctr = ctr
         self.on_lifetime_spent = on_lifetime_spent
         self.on_hours = on_hours
+        self.scorer = scorer
+        self.hold_s = hold_s
+        # recently billed events' (campaign, local day), for refunding a reversal
+        self._billed_where: OrderedDict[tuple[str, str], tuple[int, date]] = OrderedDict()
         self.stats = AggregatorStats()
         #: deliveries handled on their first attempt (events of the log seen once)
         self.first_deliveries = 0
@@ -191,7 +213,31 @@ class Aggregator:
             return None
         self.stats.billed += 1
         self._feed(event, row, recorded, campaign)
+        if self.scorer is not None:
+            self._score(self.scorer, event, row)
         return _hour(row.occurred_at)
+
+    def _score(self, scorer: Tier2Scorer, event: Event, row: LedgerEvent) -> None:
+        """Tier 2: score a newly billed event; reverse what it finds while pending."""
+        key = (event.impression_id, row.event_type.value)
+        self._billed_where[key] = (event.campaign_id, row.day)
+        while len(self._billed_where) > PENDING_MEMORY:
+            self._billed_where.popitem(last=False)
+        facts = EventFacts(row.event_type.value, event.client_ip, event.user_agent or None,
+                           served_at_ms=event.served_at * 1000,
+                           event_at_ms=int(event.occurred_at * 1000),
+                           impression_id=event.impression_id, placement=event.placement)
+        for r in scorer.observe(facts):
+            taken = self.ledger.reverse(r.impression_id, EventType(r.event_type), str(r.reason),
+                                        row.occurred_at, self.hold_s)
+            if taken is None:
+                continue
+            self.stats.reversed += 1
+            self._outcome(event, f"reversed_{r.reason}")
+            where = self._billed_where.pop((r.impression_id, r.event_type), None)
+            if where is not None and taken.billed_micros:
+                self.gate.record_billed(where[0], where[1], -taken.billed_micros,
+                                        r.impression_id, False)
 
     def _feed(self, event: Event, row: LedgerEvent, recorded: Recorded,
               campaign: Campaign) -> None:

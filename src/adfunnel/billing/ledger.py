@@ -65,6 +65,18 @@ class Ledger(Protocol):
         already has a valid ledger row is left alone (False)."""
         ...
 
+    def reverse(self, impression_id: str, event_type: EventType, reason: str,
+                now: datetime, hold_s: float) -> Recorded | None:
+        """Tier 2 found a recorded event invalid: while it is still pending (``now`` <
+        its ``occurred_at`` + ``hold_s``), move it to invalid traffic with ``reason`` —
+        its row leaves the ledger, its billed and absorbed micros and its count leave
+        the day's and the lifetime totals, counters ``ivt_<event type>``,
+        ``ivt_<event type>_<reason>`` and ``ivt_reversed`` grow by one. Returns what was
+        taken back (``Recorded(INVALID, billed, absorbed)``), or None when there is no
+        such row or it is final. A reversed event never bills again (a redelivery of it
+        is a duplicate)."""
+        ...
+
     def lifetime_billed(self, campaign_id: int | None = None) -> dict[int, int]:
         """campaign id -> billed micros over every day (one campaign, or all; none
         without billed spend)."""
@@ -182,6 +194,9 @@ class MemoryLedger:
             if before is not None and outside_window(event, before[0].occurred_at):
                 self._counters[OUTSIDE_WINDOW] += 1
                 return Recorded(Outcome.NOT_BILLABLE)
+            if key in self._invalid:  # recorded before, as invalid traffic
+                self._counters["duplicates_rejected"] += 1
+                return Recorded(Outcome.DUPLICATE)
             totals = self._days[(event.campaign_id, event.day)]
             due, totals[4] = bill_per_mille(totals[4], exact)
             life = self._lifetime[event.campaign_id]
@@ -213,6 +228,26 @@ class MemoryLedger:
             self._counters[f"ivt_{event_type.value}"] += 1
             self._counters[f"ivt_{event_type.value}_{reason}"] += 1
             return True
+
+    def reverse(self, impression_id: str, event_type: EventType, reason: str,
+                now: datetime, hold_s: float) -> Recorded | None:
+        key = (impression_id, EventType(event_type))
+        with self._lock:
+            held = self._rows.get(key)
+            if held is None or (now - held[0].occurred_at).total_seconds() >= hold_s:
+                return None
+            event, billed, absorbed = self._rows.pop(key)
+            totals = self._days[(event.campaign_id, event.day)]
+            totals[_COUNT_COLUMN[key[1]]] -= 1
+            totals[2] -= billed
+            totals[3] -= absorbed
+            life = self._lifetime[event.campaign_id]
+            life[0] -= billed
+            life[1] -= absorbed
+            self._invalid[key] = (event, reason)
+            for name in (f"ivt_{key[1].value}", f"ivt_{key[1].value}_{reason}", "ivt_reversed"):
+                self._counters[name] += 1
+            return Recorded(Outcome.INVALID, billed, absorbed)
 
     def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
         with self._lock:

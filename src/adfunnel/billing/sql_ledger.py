@@ -33,7 +33,7 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, date, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, select
+from sqlalchemy import Connection, Engine, Table, and_, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from adfunnel.billing.ledger import (
@@ -146,6 +146,9 @@ class SqlLedger:
                 self._add(conn, OUTSIDE_WINDOW, 1)
                 return Recorded(Outcome.NOT_BILLABLE)
 
+            if self._row_exists(conn, event.impression_id, event_type, ledger_ivt):
+                self._add(conn, DUPLICATES_REJECTED, 1)  # recorded before, as invalid
+                return Recorded(Outcome.DUPLICATE)
             charge, carry = bill_per_mille(carry, exact)
             left = lifetime_left(lifetime_budget_micros, lifetime_billed)
             billed, absorbed = split_charge(charge, billed_so_far, budget, left)
@@ -222,6 +225,55 @@ class SqlLedger:
             self._add(conn, f"ivt_{event_type.value}", 1)
             self._add(conn, f"ivt_{event_type.value}_{reason}", 1)
             return True
+
+    def reverse(self, impression_id: str, event_type: EventType, reason: str,
+                now: datetime, hold_s: float) -> Recorded | None:
+        """See :meth:`adfunnel.billing.ledger.Ledger.reverse`.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: database errors; nothing is changed.
+        """
+        event_type = EventType(event_type)
+        key = and_(ledger.c.impression_id == impression_id,
+                   ledger.c.event_type == event_type.value)
+        with self._lock, self._guard, self._engine.begin() as conn:
+            found = conn.execute(select(ledger.c.campaign_id).where(key)).first()
+            if found is None:
+                return None
+            self._lock_campaign(conn, found[0])  # the same lock order as record()
+            row = conn.execute(select(ledger).where(key)).first()
+            if row is None or (now - _aware(row.occurred_at)).total_seconds() >= hold_s:
+                return None
+            conn.execute(ledger.delete().where(ledger.c.id == row.id))
+            d = campaign_day_spend.c
+            conn.execute(
+                campaign_day_spend.update()
+                .where(d.campaign_id == row.campaign_id, d.day == row.day)
+                .values(
+                    impressions=d.impressions - int(event_type is EventType.IMPRESSION),
+                    clicks=d.clicks - int(event_type is EventType.CLICK),
+                    conversions=d.conversions - int(event_type is EventType.CONVERSION),
+                    billed_micros=d.billed_micros - row.billed_micros,
+                    absorbed_micros=d.absorbed_micros - row.absorbed_micros,
+                )
+            )
+            conn.execute(
+                campaign_spend.update()
+                .where(campaign_spend.c.campaign_id == row.campaign_id)
+                .values(billed_micros=campaign_spend.c.billed_micros - row.billed_micros,
+                        absorbed_micros=campaign_spend.c.absorbed_micros - row.absorbed_micros)
+            )
+            conn.execute(
+                self._insert(ledger_ivt)
+                .values(impression_id=impression_id, event_type=event_type.value,
+                        reason=reason, campaign_id=row.campaign_id, ad_id=row.ad_id,
+                        placement=row.placement, day=row.day, occurred_at=row.occurred_at)
+                .on_conflict_do_nothing(index_elements=["impression_id", "event_type"])
+            )
+            for name in (f"ivt_{event_type.value}", f"ivt_{event_type.value}_{reason}",
+                         "ivt_reversed"):
+                self._add(conn, name, 1)
+            return Recorded(Outcome.INVALID, row.billed_micros, row.absorbed_micros)
 
     def _lock_campaign(self, conn: Connection, campaign_id: int) -> int:
         """Make the campaign's lifetime row exist, lock it; its billed micros so far."""
@@ -323,10 +375,11 @@ class SqlLedger:
         return conn.execute(query.limit(1)).scalar_one_or_none()
 
     @staticmethod
-    def _row_exists(conn: Connection, impression_id: str, event_type: EventType) -> bool:
-        query = select(ledger.c.id).where(
-            ledger.c.impression_id == impression_id,
-            ledger.c.event_type == event_type.value,
+    def _row_exists(conn: Connection, impression_id: str, event_type: EventType,
+                    table: Table = ledger) -> bool:
+        query = select(table.c.id).where(
+            table.c.impression_id == impression_id,
+            table.c.event_type == event_type.value,
         )
         return conn.execute(query.limit(1)).first() is not None
 
