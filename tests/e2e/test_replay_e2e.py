@@ -85,7 +85,8 @@ def test_injected_invalid_traffic_is_flagged_and_never_billed(report: dict) -> N
                                   "bad_ip", "impossible_timing"}
     assert events["ivt"]["crawler_ua"] > 0 and events["ivt"]["datacenter_ip"] > 0
     assert 0 <= events["ivt_false_positives"] < events["injected_invalid"] // 5
-    assert events["lag_ms"] == {"p50": None, "p99": None}  # no event log yet: not measured
+    # measured by the server's aggregator: beacon appended → ledger committed
+    assert 0 < events["lag_ms"]["p50"] <= events["lag_ms"]["p99"]
 
 
 def test_the_frequency_caps_hold(report: dict) -> None:

@@ -350,7 +350,7 @@ class Replayer:
             "ivt_total": counters.get("ivt_impression", 0) + counters.get("ivt_click", 0),
             "ivt_by_event": {"impression": counters.get("ivt_impression", 0),
                              "click": counters.get("ivt_click", 0)},
-            "injected_invalid": len(self.injected),
+            "injected_invalid": len(distinct_events(self.injected)),
             "injected_invalid_billed": None,  # filled from the ledger by run_replay
             "ivt_false_positives": None,
             "lag_ms": ledger.get("events", {}).get("lag_ms", {"p50": None, "p99": None}),
@@ -477,16 +477,31 @@ def _delete_stream(url: str, stream: str) -> None:
         log.close()
 
 
+def distinct_events(events: list[tuple[str | None, str]]) -> list[tuple[str | None, str]]:
+    """Each (impression id, event type) once — the server records an event once, however
+    often its beacon is sent; beacons whose impression id is unknown (None) all count."""
+    seen: set[tuple[str, str]] = set()
+    out: list[tuple[str | None, str]] = []
+    for iid, event in events:
+        if iid is not None:
+            if (iid, event) in seen:
+                continue
+            seen.add((iid, event))
+        out.append((iid, event))
+    return out
+
+
 def injected_in_ledger(events: dict[str, Any], injected: list[tuple[str | None, str]],
                    database_url: str) -> None:
-    """Fill ``events``' ``injected_invalid_billed`` (injected beacons the ledger holds a
-    row for: none should) and ``ivt_false_positives`` (beacons flagged that were not
+    """Fill ``events``' ``injected_invalid_billed`` (injected events the ledger holds a
+    row for: none should) and ``ivt_false_positives`` (events flagged that were not
     injected: genuine traffic flagged by mistake), from the ledger table."""
     from sqlalchemy import select
 
     from adfunnel.billing.tables import ledger
     from adfunnel.db import make_engine
 
+    injected = distinct_events(injected)
     ids = sorted({iid for iid, _ in injected if iid is not None})
     engine = make_engine(database_url)
     try:
