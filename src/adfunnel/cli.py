@@ -155,8 +155,8 @@ def parse_partitions(text: str | None, total: int) -> list[int] | None:
         return None
     chosen: set[int] = set()
     for part in text.split(","):
-        lo, _, hi = part.strip().partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
+        lo, dash, hi = part.strip().partition("-")
+        if not all(n.isascii() and n.isdigit() for n in ((lo, hi) if dash else (lo,))):
             raise ValueError(f"{part!r} is not N or N-M")
         first, last = int(lo), int(hi or lo)
         if not 0 <= first <= last < total:
