@@ -21,11 +21,12 @@ from adfunnel.billing.tables import (
     campaign_spend,
     ledger,
     ledger_counters,
+    ledger_ivt,
 )
 from adfunnel.db import make_engine, metadata
 
 DAY = date(2026, 3, 14)
-TABLES = [ledger, campaign_day_spend, campaign_spend, ledger_counters]
+TABLES = [ledger, campaign_day_spend, campaign_spend, ledger_counters, ledger_ivt]
 
 
 def event(
