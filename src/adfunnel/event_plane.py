@@ -135,7 +135,10 @@ def make_event_plane(
     inline = settings.event_log_url is None
     aggregator = None
     if inline or (settings.aggregate if aggregate is None else aggregate):
-        consumer = log.consumer(CONSUMER, partitions)
+        # a (re)started aggregator first gets again, in order, what one before it was
+        # handed and never acknowledged (a crash): not after ack_wait, behind newer events
+        consumer = (log.consumer(CONSUMER, partitions, take_over=True)
+                    if isinstance(log, JetStreamEventLog) else log.consumer(CONSUMER, partitions))
         aggregator = Aggregator(consumer, ledger, campaign, gate, ctr,
                                 on_lifetime_spent=on_lifetime_spent, on_hours=on_hours,
                                 scorer=make_scorer(settings), hold_s=settings.ivt_hold_s)

@@ -79,6 +79,8 @@ _LINGER_S = 0.25
 _BRIDGE_MARGIN_S = 1.0
 _MSG_ID = "Nats-Msg-Id"
 _STATUS = "Status"
+#: A publish answer for a duplicate: nats-server writes ``"duplicate": true`` (a space).
+_DUPLICATE = re.compile(rb'"duplicate"\s*:\s*true')
 
 #: nats-py failures that mean "the log did not do it" (connection, timeout, server).
 _TRANSIENT: tuple[type[BaseException], ...] = (
@@ -217,12 +219,22 @@ class JetStreamEventLog:
         *,
         ack_wait_s: float = DEFAULT_ACK_WAIT_S,
         from_seq: int | None = None,
+        take_over: bool = False,
     ) -> JetStreamConsumer:
         """See :meth:`adfunnel.events.log.EventLog.consumer`. Creates (or, with
         ``from_seq``, deletes and recreates) the durable pull consumers
-        ``<name>_p<partition>``; an existing one gets the new ``ack_wait_s``."""
+        ``<name>_p<partition>``; an existing one gets the new ``ack_wait_s``.
+
+        ``take_over``: this reader replaces one that stopped without acknowledging all
+        it was handed (a restarted aggregator). A partition whose durable still waits for
+        acknowledgements is repositioned just after its acknowledgement floor, so what
+        the old reader held comes again at once and in log order, ahead of newer events,
+        rather than after ``ack_wait_s`` behind them (an aggregator would then read a
+        click before the impression it needs, and leave it unbilled). Events acknowledged
+        after the floor come again too (readers are idempotent). Ignored with
+        ``from_seq``."""
         chosen = check_consumer_args(name, partitions, self._partitions, ack_wait_s, from_seq)
-        self._run(self._setup_consumers(name, chosen, ack_wait_s, from_seq),
+        self._run(self._setup_consumers(name, chosen, ack_wait_s, from_seq, take_over),
                   self._timeout_s * (1 + len(chosen)))
         consumer = JetStreamConsumer(self, name, chosen)
         try:
@@ -432,7 +444,7 @@ class JetStreamEventLog:
             del self._batches[batch_id]
 
     async def _on_pub_ack(self, msg: Msg) -> None:
-        """One stream answer to a publish: ``{"stream":…,"seq":…[,"duplicate":true]}``,
+        """One stream answer to a publish: ``{"stream":…,"seq":…[,"duplicate": true]}``,
         an ``{"error":…}``, or a status (503: no stream listens on the subject)."""
         batch_id = msg.subject.rsplit(".", 2)[-2]
         pending = self._batches.get(batch_id)
@@ -443,14 +455,15 @@ class JetStreamEventLog:
             detail = f"status {status}" if status else msg.data.decode("utf-8", "replace")
             pending.done.set_exception(EventLogUnavailable(f"publish refused: {detail:.300}"))
             return
-        if b'"duplicate":true' in msg.data:
+        if _DUPLICATE.search(msg.data):
             self.duplicates += 1
         pending.left -= 1
         if pending.left == 0:
             pending.done.set_result(None)
 
     async def _setup_consumers(
-        self, name: str, partitions: tuple[int, ...], ack_wait_s: float, from_seq: int | None
+        self, name: str, partitions: tuple[int, ...], ack_wait_s: float, from_seq: int | None,
+        take_over: bool = False,
     ) -> None:
         _, js = await self._connected()
         for p in partitions:
@@ -475,6 +488,14 @@ class JetStreamEventLog:
             try:
                 info = await js.consumer_info(self._stream, durable)
             except nats.js.errors.NotFoundError:
+                await js.add_consumer(self._stream, config)
+                continue
+            if take_over and info.num_ack_pending:  # held by a reader that is gone
+                floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
+                await js.delete_consumer(self._stream, durable)
+                if floor > 0:
+                    config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+                    config.opt_start_seq = floor + 1
                 await js.add_consumer(self._stream, config)
                 continue
             if info.config.ack_wait != ack_wait_s:  # an update keeps the position
