@@ -213,7 +213,7 @@ class Aggregator:
             return None
         self.stats.billed += 1
         self._feed(event, row, recorded, campaign)
-        if self.scorer is not None:
+        if self.scorer is not None and event.client_ip:  # windows are per address
             self._score(self.scorer, event, row)
         return _hour(row.occurred_at)
 
