@@ -143,7 +143,8 @@ def test_a_drain_while_the_log_is_down_keeps_everything_spooled(
         log.down.set()
         pub.append(event(1))
         pub.append(event(2))
-        wait_for(lambda: log.refused >= 2)  # the append's attempt and the drain thread's: it sleeps now
+        # the append's attempt and the drain thread's: the thread sleeps a minute now
+        wait_for(lambda: log.refused >= 2)
         with pytest.raises(EventLogUnavailable):
             pub.drain()
         assert pub.spooled() == 2
