@@ -74,11 +74,12 @@ campaign_day_spend = Table(
     Column("day", Date, primary_key=True),
     Column("impressions", BigInteger, nullable=False, default=0),
     Column("clicks", BigInteger, nullable=False, default=0),
-    Column("conversions", BigInteger, nullable=False, default=0, server_default="0"),
     Column("billed_micros", BigInteger, nullable=False, default=0),
     Column("absorbed_micros", BigInteger, nullable=False, default=0),
     # not yet billed fraction of the day's per-mille charges, thousandths of a micro
     Column("carry_millimicros", BigInteger, nullable=False, default=0, server_default="0"),
+    # last, as migration 0006 added it
+    Column("conversions", BigInteger, nullable=False, default=0, server_default="0"),
 )
 
 # Running totals per campaign over every day (lifetime budgets); its row lock serialises

@@ -56,7 +56,7 @@ from adfunnel.budget.process import BudgetServiceProcess, InProcessBudget
 from adfunnel.budget.protocol import CampaignSpend, Reply, Report, ReportEntry
 from adfunnel.budget.service import charge_micros
 from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.model import CampaignStatus
+from adfunnel.campaigns.model import DEFAULT_ATTRIBUTION_WINDOW_S, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.campaigns.tables import advertisers, campaigns
@@ -131,7 +131,8 @@ def _fill(engine: Engine, n: int, rng: np.random.Generator) -> int:
     pacing = np.where(rng.random(n) < 0.9, "even", "accelerated")
     status = np.where(rng.random(n) < 0.01, "paused", "active")
     rows = [(i + 1, 1, f"c{i + 1}", "clicks", bid_type[i], int(bids[i]), int(budgets[i]), None,
-             ZONES[zone[i]], "2026-01-01", None, "[]", status[i], pacing[i], "[]", None, 1, stamp)
+             ZONES[zone[i]], "2026-01-01", None, "[]", status[i], pacing[i], "[]", None, 1, stamp,
+             DEFAULT_ATTRIBUTION_WINDOW_S)
             for i in range(n)]
     _insert(engine, campaigns, rows)
     spend = np.flatnonzero(rng.random(n) < SPEND_SHARE)
@@ -142,7 +143,7 @@ def _fill(engine: Engine, n: int, rng: np.random.Generator) -> int:
     tokyo = (NOW + timedelta(hours=9)).date().isoformat()
     days = [tokyo if ZONES[zone[i]] == "Asia/Tokyo" else day for i in spend.tolist()]
     _insert(engine, campaign_day_spend,
-            [(int(i) + 1, d, 100, 0, int(b), 0, 0)
+            [(int(i) + 1, d, 100, 0, int(b), 0, 0, 0)
              for i, d, b in zip(spend.tolist(), days, billed.tolist(), strict=True)])
     _insert(engine, campaign_spend, [(int(i) + 1, int(b), 0)
                                      for i, b in zip(spend.tolist(), billed.tolist(), strict=True)])

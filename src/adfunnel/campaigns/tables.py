@@ -60,10 +60,11 @@ campaigns = Table(
     Column("status", String(16), nullable=False),
     Column("pacing_mode", String(16), nullable=False),
     Column("frequency_caps", Text, nullable=False),  # JSON list of {count, window, level}
-    Column("attribution_window_s", Integer, nullable=False, server_default="604800"),
     Column("targeting", Text, nullable=True),  # canonical expression text, as given
     Column("version", Integer, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # last, as migration 0008 added it: a conversion bills within this after its click
+    Column("attribution_window_s", Integer, nullable=False, server_default="604800"),
     Index("ix_campaigns_advertiser", "advertiser_id"),
     sqlite_autoincrement=True,
 )
