@@ -466,6 +466,44 @@ def bench_caps(
     _emit(result, json_path)
 
 
+@bench_app.command("events")
+def bench_events(
+    database_url: Annotated[str, typer.Option(help="PostgreSQL database the run's own schema is made in (dropped after).")] = "postgresql+psycopg://postgres@127.0.0.1:5432/test",
+    event_log: Annotated[str, typer.Option(help="NATS JetStream server (the run's own streams, deleted after).")] = "nats://127.0.0.1:4222",
+    campaigns: Annotated[int, typer.Option(help="Campaigns created (half CPM, half CPC).")] = 100,
+    events: Annotated[int, typer.Option(help="Events pre-filled for the aggregator.")] = 20_000,
+    aggregator_max_s: Annotated[float, typer.Option(help="Longest aggregator window, seconds.")] = 60.0,
+    duration_s: Annotated[float, typer.Option(help="Seconds of each closed-loop window (bare route, tracker).")] = 10.0,
+    connections: Annotated[int, typer.Option(help="Keep-alive connections of the load generator.")] = 64,
+    client_processes: Annotated[int | None, typer.Option(help="Load-generator processes (default: half the cores, 1-4).")] = None,
+    tokens: Annotated[int, typer.Option(help="Distinct tokens per load-generator process in a closed-loop window (then reused).")] = 50_000,
+    lag_rate: Annotated[float, typer.Option(help="Beacons/s offered (paced) while the lag is measured.")] = 5_000.0,
+    lag_duration_s: Annotated[float, typer.Option(help="Seconds of paced beacons.")] = 10.0,
+    drain_timeout_s: Annotated[float, typer.Option(help="Longest wait for the aggregator after the paced beacons.")] = 300.0,
+    tracker_log: Annotated[Path | None, typer.Option(help="Write the tracker's output here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+) -> None:
+    """The event plane on PostgreSQL and JetStream: tracker beacons/s against a bare 204
+    route (same server kind and client, same run), aggregator events/s on one core,
+    beacon-to-ledger lag p99 at LAG_RATE beacons/s offered."""
+    from sqlalchemy.exc import OperationalError
+
+    from adfunnel.events.bench import run_events_bench
+    from adfunnel.events.log import EventLogUnavailable
+
+    try:
+        result = run_events_bench(
+            database_url=database_url, nats_url=event_log, campaigns=campaigns, events=events,
+            aggregator_max_s=aggregator_max_s, duration_s=duration_s, connections=connections,
+            client_processes=client_processes, tokens=tokens, lag_rate_per_s=lag_rate,
+            lag_duration_s=lag_duration_s, drain_timeout_s=drain_timeout_s,
+            log_path=tracker_log)
+    except (ValueError, OperationalError, EventLogUnavailable) as exc:
+        console.print(f"[red]{str(exc).splitlines()[0]}[/red]")
+        raise typer.Exit(2) from None
+    _emit(result, json_path)
+
+
 @events_app.command("query")
 def events_query(
     sql: Annotated[str, typer.Argument(help="DuckDB SQL over the view `served` (one row per decision).")],

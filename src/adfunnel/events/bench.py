@@ -1,0 +1,525 @@
+"""``adfunnel bench events``: the event plane's three figures, each in one run.
+
+Everything runs on a PostgreSQL schema and two JetStream streams of the run's own
+(``bench_events_<run>``; ``ADFUNNEL_BENCH_<RUN>_A`` for the aggregator's events,
+``…_T`` for the tracker's), all dropped at the end; the campaigns are real (created
+through the store: half CPM, half CPC, one ad each, budgets that never bind), and so
+are the tokens (signed with the run's secret, one impression id per beacon).
+
+1. **Aggregator** — stream A is pre-filled with ``events`` valid events for those
+   campaigns (impressions, and every :data:`CLICK_EVERY`-th a click on the impression
+   before it, as the tracker would append them; ``prefill_events_per_s`` is how fast
+   the log took them), then ONE aggregator — the pieces of ``adfunnel aggregator``
+   (:func:`adfunnel.standalone.run_aggregator`) in this process: its thread reads every
+   partition through the durable consumer ``ledger`` into PostgreSQL — runs until it
+   has recorded them all, or for ``aggregator_max_s`` seconds:
+   ``aggregator_events_per_s`` = events recorded ÷ wall seconds (target ≥
+   :data:`AGGREGATOR_TARGET_PER_S`); ``busy_cores`` is this process's CPU ÷ wall.
+2. **Lag** — ``adfunnel tracker`` (a child process: one uvicorn worker, on stream T,
+   trusting 127.0.0.1 as its proxy: each beacon names its client address in
+   ``X-Forwarded-For``, a few beacons per address, as real traffic would pass tier-2
+   scoring) and an aggregator run together while the load generator offers ``lag_rate_per_s``
+   impression beacons per second, paced (:mod:`adfunnel.sim.beacon_load`), for
+   ``lag_duration_s`` seconds; then the aggregator drains what is left (at most
+   ``drain_timeout_s``). ``lag_p50_ms`` / ``lag_p99_ms``: the aggregator's
+   beacon-to-ledger lag, from the tracker's append (``Event.tracked_ns``) to the
+   acknowledgement after the ledger commit, over the last
+   :data:`~adfunnel.billing.aggregator.LAG_SAMPLES` events (target p99 ≤
+   :data:`LAG_TARGET_P99_MS`). When the aggregator is slower than the beacons the
+   backlog grows with the window, and so does the lag: ``lag.backlog_at_end`` is how
+   many were still unrecorded when the load stopped; ``lag.drained`` false means some
+   were never recorded, and the figures are a lower bound.
+3. **Tracker** — the same closed-loop load (``connections`` keep-alive connections,
+   ``client_processes`` processes, ``duration_s`` seconds) first against a bare
+   Starlette app answering ``GET /i`` with 204 (``async``, no work), served exactly as
+   the tracker is (:func:`adfunnel.app.serve_http`: one uvicorn process, uvloop,
+   httptools), then against the tracker (nothing aggregates meanwhile):
+   ``tracker_beacons_per_s`` ÷ ``baseline_204_per_s`` = ``tracker_ratio`` (target ≥
+   :data:`TRACKER_TARGET_RATIO`). ``server_busy_cores`` of each is its CPU seconds
+   (``/proc``) ÷ wall seconds: about 1.0 means the server, not the load generator, was
+   the limit (``client_busy_cores``: the load generator's).
+
+Figures are rates per wall second of their own window; times are wall-clock ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import secrets
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from sqlalchemy import create_engine, make_url, text
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from adfunnel.billing.aggregator import Aggregator
+from adfunnel.campaigns.migrate import upgrade
+from adfunnel.campaigns.model import BidType, Objective
+from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.clock import SystemClock
+from adfunnel.db import make_engine
+from adfunnel.event_plane import last_seq, make_event_log
+from adfunnel.events.log import EventLogError
+from adfunnel.events.model import Event, EventType
+from adfunnel.settings import Settings, load_settings
+from adfunnel.sim.beacon_load import (
+    BEACONS_PER_ADDRESS,
+    USER_AGENT,
+    BeaconLoad,
+    LoadPool,
+    Target,
+    client_address,
+)
+from adfunnel.sim.http_bench import cpu_seconds, process_tree
+from adfunnel.sim.server_proc import ManagedProcess, free_port
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+#: tracker beacons/s ÷ the bare 204 route's, at least
+TRACKER_TARGET_RATIO = 0.5
+#: events/s one aggregator records into PostgreSQL, at least
+AGGREGATOR_TARGET_PER_S = 50_000
+#: beacon-to-ledger p99 at 5,000 beacons/s offered, ms, at most
+LAG_TARGET_P99_MS = 5_000.0
+#: one event in this many of the pre-filled ones is a click (on the impression before it)
+CLICK_EVERY = 50
+#: the pre-filled events' client addresses are 10.<this>.x.y (the load's use 10.<process>)
+PREFILL_ADDRESS_GROUP = 250
+#: events per publish of the pre-fill
+PREFILL_BATCH = 1_000
+#: CPM and CPC bids of the bench campaigns, micros (per mille for CPM)
+CPM_MICROS = 2_000_000
+CPC_MICROS = 300_000
+
+
+def default_client_processes() -> int:
+    """Load-generator processes: half the cores (at least 1, at most 4)."""
+    return max(1, min(4, (os.cpu_count() or 2) // 2))
+
+
+def run_events_bench(
+    *, database_url: str = DEFAULT_DATABASE_URL, nats_url: str = DEFAULT_NATS_URL,
+    campaigns: int = 100, events: int = 20_000, aggregator_max_s: float = 60.0,
+    duration_s: float = 10.0, connections: int = 64, client_processes: int | None = None,
+    tokens: int = 50_000, lag_rate_per_s: float = 5_000.0, lag_duration_s: float = 10.0,
+    partitions: int = 16, drain_timeout_s: float = 300.0, log_path: Path | None = None,
+) -> dict[str, Any]:
+    """Measure the three figures (module docstring); the result dict.
+
+    ``database_url``: the PostgreSQL database the run's schema is made in;
+    ``aggregator_max_s``: the aggregator's window ends after this many seconds even
+    when it has not recorded every pre-filled event (its rate is over what it did);
+    ``tokens``: distinct tokens per client process in the closed-loop windows;
+    ``drain_timeout_s``: the most seconds the lag phase waits for the aggregator to
+    record the last beacon (past it, the lag figures are over what it recorded, a
+    lower bound: ``lag.drained`` false); ``log_path``: where the tracker's output goes
+    (default: discarded).
+
+    Raises:
+        ValueError: an argument out of its domain (or a database that is not PostgreSQL).
+        RuntimeError: a server or the load generator did not start.
+        sqlalchemy.exc.OperationalError: PostgreSQL unreachable.
+        adfunnel.events.log.EventLogUnavailable: NATS unreachable.
+    """
+    if not database_url.startswith(("postgresql://", "postgresql+psycopg://")):
+        raise ValueError("database_url must be a postgresql:// URL")
+    if min(campaigns, events, connections, tokens, partitions) < 1:
+        raise ValueError("campaigns, events, connections, tokens and partitions must be >= 1")
+    procs = client_processes or default_client_processes()
+    t_start = time.monotonic()
+    run = uuid.uuid4().hex[:10]
+    secret = secrets.token_hex(32)
+    load_avg = os.getloadavg()[0]
+    with _schema(database_url, f"bench_events_{run}") as url:
+        # the aggregator's pre-filled events and the tracker's beacons: a stream each
+        agg_side, trk_side = (
+            load_settings(database_url=url, event_log_url=nats_url,
+                          event_stream=f"ADFUNNEL_BENCH_{run.upper()}_{part}",
+                          event_partitions=partitions, token_secret=secret,
+                          clock="system", aggregate=True, spool_dir=None)
+            for part in ("A", "T"))
+        with _stream(agg_side), _stream(trk_side):
+            targets = create_campaigns(url, campaigns)
+            setup_s = time.monotonic() - t_start
+            agg = _aggregator_phase(agg_side, targets, events, run, aggregator_max_s)
+            env = {"ADFUNNEL_DATABASE_URL": url, "ADFUNNEL_TOKEN_SECRET": secret,
+                   "ADFUNNEL_EVENT_STREAM": trk_side.event_stream,
+                   "ADFUNNEL_EVENT_PARTITIONS": str(partitions),
+                   "ADFUNNEL_TRUSTED_PROXIES": '["127.0.0.1/32"]'}
+            # the three start together (imports and start-ups overlap), then wait
+            with BaselineServer() as base, LoadPool(procs) as pool, ManagedProcess(
+                    ["tracker", "--event-log", nats_url], extra_env=env, log_path=log_path,
+                    timeout_s=120.0) as tracker:
+                base.wait_ready()
+                lag_load = BeaconLoad(tracker.url, secret, targets, f"{run}l",
+                                      connections=connections, processes=procs,
+                                      duration_s=lag_duration_s, rate_per_s=lag_rate_per_s)
+                lag = _lag_phase(trk_side, pool, lag_load, drain_timeout_s)
+                load = BeaconLoad(base.url, secret, targets, f"{run}b",
+                                  connections=connections, processes=procs,
+                                  duration_s=duration_s, tokens=tokens)
+                baseline = _window(pool, base.pids(), load)
+                base.stop()
+                trk = _window(pool, process_tree(tracker.proc.pid),
+                              replace(load, url=tracker.url, id_prefix=f"{run}t"))
+    return _report(
+        agg=agg, lag=lag, baseline=baseline, tracker=trk,
+        setup={
+            "cpu_count": os.cpu_count(), "load_average_at_start": round(load_avg, 2),
+            "database": _where(database_url), "schema": f"bench_events_{run}",
+            "nats_url": nats_url, "streams": [agg_side.event_stream, trk_side.event_stream],
+            "partitions": partitions, "campaigns": campaigns,
+            "server": "uvicorn, 1 process, uvloop + httptools",
+            "client_addresses": ("X-Forwarded-For (127.0.0.1 a trusted proxy), "
+                                 f"{BEACONS_PER_ADDRESS} beacons per address"),
+            "load_generator": (f"{procs} process(es), raw asyncio (uvloop) HTTP/1.1 "
+                               f"keep-alive, {connections} connections, pre-signed tokens"),
+            "setup_s": round(setup_s, 2), "total_s": round(time.monotonic() - t_start, 2),
+        })
+
+
+# ---- the run's own schema, stream and campaigns ----------------------------------------
+
+
+@contextlib.contextmanager
+def _schema(database_url: str, schema: str) -> Iterator[str]:
+    """A fresh schema (dropped afterwards); the URL whose connections use it."""
+    admin = create_engine(_psycopg(database_url), isolation_level="AUTOCOMMIT", pool_size=1)
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        sep = "&" if "?" in database_url else "?"
+        try:
+            yield f"{database_url}{sep}options={quote(f'-csearch_path={schema}')}"
+        finally:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    finally:
+        admin.dispose()
+
+
+@contextlib.contextmanager
+def _stream(settings: Settings) -> Iterator[None]:
+    """The stream of ``settings``, made on entry (so an unreachable server fails first),
+    deleted afterwards (a failure to delete is logged).
+
+    Raises:
+        EventLogUnavailable: the server did not answer.
+    """
+    log = make_event_log(settings, SystemClock())
+    try:
+        last_seq(log)
+    finally:
+        log.close()
+    try:
+        yield
+    finally:
+        log = make_event_log(settings, SystemClock())
+        try:
+            log.delete_stream()  # type: ignore[attr-defined]
+        except EventLogError as exc:
+            _log.warning("stream %s left behind: %s", settings.event_stream, exc)
+        finally:
+            log.close()
+
+
+def create_campaigns(url: str, n: int) -> tuple[Target, ...]:
+    """Migrate the database at ``url`` and create ``n`` active campaigns (odd ids CPM,
+    even CPC, one ad each, daily budgets that never bind) through the store, ten per
+    advertiser; what the beacons need of each."""
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+        store = SqlCampaignStore(engine)
+        start = (datetime.now(UTC) - timedelta(days=1)).date()
+        targets = []
+        advertiser = 0
+        for i in range(n):
+            if i % 10 == 0:
+                advertiser = store.create_advertiser(f"bench-{i // 10}").id
+            cpm = i % 2 == 0
+            bid_type, bid = (BidType.CPM, CPM_MICROS) if cpm else (BidType.CPC, CPC_MICROS)
+            c = store.create_campaign(
+                advertiser_id=advertiser, name=f"bench-{i}",
+                objective=Objective.IMPRESSIONS if cpm else Objective.CLICKS,
+                bid_type=bid_type, bid_micros=bid, daily_budget_micros=10**12,
+                time_zone="UTC", flight_start=start)
+            ad = store.create_ad(campaign_id=c.id, landing_url=f"https://example.test/{i}",
+                                 creative_ref=f"bench/{i}.png", format="banner",
+                                 width=300, height=250)
+            targets.append(Target(c.id, ad.id, bid_type.value, bid))
+        return tuple(targets)
+    finally:
+        engine.dispose()
+
+
+def bench_events(targets: tuple[Target, ...], n: int, prefix: str) -> list[Event]:
+    """``n`` valid events as the tracker appends them: impressions over ``targets`` in
+    turn, every :data:`CLICK_EVERY`-th a click (a second later) on the impression
+    before it, from a browser at a private address (a few impressions per address:
+    :func:`~adfunnel.sim.beacon_load.client_address`)."""
+    now = time.time()
+    out: list[Event] = []
+    for i in range(n):
+        click = (i + 1) % CLICK_EVERY == 0 and i > 0
+        k = i - 1 if click else i
+        t = targets[k % len(targets)]
+        expected = t.price_micros // 1000 if t.billing_type == "CPM" else t.price_micros
+        out.append(Event(
+            event_type=EventType.CLICK if click else EventType.IMPRESSION,
+            impression_id=f"{prefix}{k}", campaign_id=t.campaign_id, ad_id=t.ad_id,
+            placement="bench", price_micros=t.price_micros, billing_type=t.billing_type,
+            served_at=int(now) - 5, expected_micros=expected,
+            occurred_at=now + (1.0 if click else 0.0),
+            client_ip=client_address(PREFILL_ADDRESS_GROUP, k),
+            user_agent=USER_AGENT))
+    return out
+
+
+# ---- the aggregator --------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _aggregating(settings: Settings) -> Iterator[Aggregator]:
+    """One aggregator over every partition, wired as ``adfunnel aggregator`` wires it
+    (:func:`adfunnel.standalone.run_aggregator`: campaign read model, SQL ledger, rollup
+    refresh of the hours it touched), its thread running."""
+    from adfunnel.app import ROLLUP_REFRESH_S, mark_completed
+    from adfunnel.billing.rollups import DirtyHours
+    from adfunnel.billing.sql_ledger import SqlLedger
+    from adfunnel.billing.sql_rollups import make_rollup_store
+    from adfunnel.budget.gate import LocalSpendGate
+    from adfunnel.event_plane import make_event_plane
+    from adfunnel.periodic import Periodic
+    from adfunnel.standalone import CampaignSide
+
+    side = CampaignSide.open(settings)
+    dirty = DirtyHours(make_rollup_store(side.store.engine))
+    refresh = Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh").start()
+    try:
+        plane = make_event_plane(
+            settings, side.clock, SqlLedger(side.store.engine), side.model.campaign,
+            LocalSpendGate(), None, aggregate=True,
+            on_lifetime_spent=lambda cid: mark_completed(side.store, cid),
+            on_hours=dirty.mark)
+        try:
+            assert plane.aggregator is not None
+            yield plane.aggregator
+        finally:
+            plane.close()
+    finally:
+        side.feed.stop()
+        refresh.stop(final=True)
+        side.store.engine.dispose()
+
+
+def _wait_recorded(agg: Aggregator, n: int, timeout_s: float) -> bool:
+    """Wait (wall seconds) until ``agg`` has handled ``n`` first deliveries, at most
+    ``timeout_s``; whether it has."""
+    deadline = time.monotonic() + timeout_s
+    while agg.first_deliveries < n:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _progress(agg: Aggregator, n: int, max_s: float) -> tuple[int, float]:
+    """Wait until ``agg`` has handled ``n`` first deliveries, or ``max_s`` seconds have
+    passed and it has acknowledged some batch (at most ``3 × max_s``); how many it has
+    handled and when (monotonic seconds) the last acknowledged batch was seen."""
+    t0 = time.monotonic()
+    done, last = agg.first_deliveries, t0
+    start = done
+    while done < n:
+        now = time.monotonic()
+        if now - t0 > 3 * max_s or (now - t0 > max_s and done > start):
+            break
+        time.sleep(0.01)
+        if agg.first_deliveries != done:
+            done, last = agg.first_deliveries, time.monotonic()
+    return done, last
+
+
+def _aggregator_phase(settings: Settings, targets: tuple[Target, ...], n: int, run: str,
+                      max_s: float) -> dict[str, Any]:
+    events = bench_events(targets, n, f"{run}a")
+    log = make_event_log(settings, SystemClock())
+    try:
+        t0 = time.monotonic()
+        for lo in range(0, n, PREFILL_BATCH):
+            log.publish_many(events[lo:lo + PREFILL_BATCH])
+        prefill_s = time.monotonic() - t0
+    finally:
+        log.close()
+    with _aggregating(settings) as agg:
+        cpu0, t0, done0 = _cpu(), time.monotonic(), agg.first_deliveries
+        done, last = _progress(agg, n, max_s)
+        wall = last - t0
+        busy = (_cpu() - cpu0) / (time.monotonic() - t0)
+        stats = agg.stats
+    return {"events": n, "recorded": done, "wall_s": round(wall, 3),
+            "events_per_s": round((done - done0) / wall, 1) if wall > 0 else None,
+            "busy_cores": round(busy, 3), "batches": stats.batches,
+            "mean_batch": round(stats.events / stats.batches, 1) if stats.batches else None,
+            "billed": stats.billed, "not_billable": stats.not_billable,
+            "duplicates": stats.duplicates, "outcomes": dict(agg.outcomes),
+            "clicks": n // CLICK_EVERY, "prefill_s": round(prefill_s, 3),
+            "prefill_events_per_s": round(n / prefill_s, 1) if prefill_s else None}
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+# ---- the lag ----------------------------------------------------------------------------
+
+
+def _lag_phase(settings: Settings, pool: LoadPool, load: BeaconLoad, timeout_s: float
+               ) -> dict[str, Any]:
+    with _aggregating(settings) as agg:
+        t0 = time.monotonic()
+        figures = pool.run(load)
+        load_s = time.monotonic() - t0
+        appended = figures["statuses"].get("204", 0)
+        backlog = max(0, appended - agg.first_deliveries)
+        drained = _wait_recorded(agg, appended, timeout_s)
+        total_s = time.monotonic() - t0
+        recorded = agg.first_deliveries
+        lag = agg.lag_ms()
+    return {**figures, "appended": appended, "recorded": recorded, "drained": drained,
+            "lag_p50_ms": lag["p50"], "lag_p99_ms": lag["p99"], "backlog_at_end": backlog,
+            "drain_s": round(total_s - load_s, 3),
+            "aggregator_events_per_s": round(recorded / total_s, 1) if total_s else None}
+
+
+# ---- the tracker against a bare route ------------------------------------------------------
+
+
+async def _no_content(_: Request) -> Response:
+    return Response(status_code=204)
+
+
+def baseline_app() -> Starlette:
+    """A bare Starlette app: ``GET /i`` and ``GET /healthz`` answer 204, no work."""
+    return Starlette(routes=[Route("/i", _no_content), Route("/healthz", _no_content)])
+
+
+def _serve_baseline(port: int) -> None:
+    from adfunnel.app import serve_http
+
+    serve_http(baseline_app(), "127.0.0.1", port)
+
+
+class BaselineServer:
+    """:func:`baseline_app` served by :func:`adfunnel.app.serve_http` (as the tracker
+    is) in a spawned process, started on construction (:meth:`wait_ready` waits for it),
+    stopped on exit."""
+
+    def __init__(self) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = mp.get_context("spawn").Process(target=_serve_baseline, args=(port,),
+                                                    name="baseline-204", daemon=True)
+        self.proc.start()
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until ``/healthz`` answers.
+
+        Raises:
+            RuntimeError: the server exited or did not answer within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 204:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or not self.proc.is_alive():
+                raise RuntimeError("the baseline server did not start")
+            time.sleep(0.05)
+
+    def pids(self) -> list[int]:
+        return [self.proc.pid] if self.proc.pid is not None else []
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+
+    def __enter__(self) -> BaselineServer:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def _window(pool: LoadPool, pids: list[int], load: BeaconLoad) -> dict[str, Any]:
+    """One closed-loop window; the load's figures and the server's busy cores."""
+    cpu0 = cpu_seconds(pids)
+    figures = pool.run(load)
+    cpu = cpu_seconds(pids) - cpu0  # includes token signing and connecting: idle server
+    wall = figures["wall_s"]
+    return {**figures, "server_busy_cores": round(cpu / wall, 3) if wall else None}
+
+
+# ---- the result ---------------------------------------------------------------------------
+
+
+def _psycopg(url: str) -> str:
+    """A PostgreSQL URL with the psycopg (3) driver named."""
+    if url.startswith("postgresql://"):
+        return "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return url
+
+
+def _where(url: str) -> str:
+    """``host:port/database`` of a database URL (no credentials)."""
+    return make_url(url).render_as_string(hide_password=True).split("@")[-1]
+
+
+def _report(*, agg: dict[str, Any], lag: dict[str, Any], baseline: dict[str, Any],
+            tracker: dict[str, Any], setup: dict[str, Any]) -> dict[str, Any]:
+    trk = tracker["statuses"].get("204", 0) / tracker["wall_s"] if tracker["wall_s"] else 0.0
+    base = (baseline["statuses"].get("204", 0) / baseline["wall_s"]
+            if baseline["wall_s"] else 0.0)
+    ratio = trk / base if base else None
+    p99 = lag["lag_p99_ms"]
+    return {
+        "tracker_beacons_per_s": round(trk, 1),
+        "baseline_204_per_s": round(base, 1),
+        "tracker_ratio": round(ratio, 3) if ratio is not None else None,
+        "tracker_target_ratio": TRACKER_TARGET_RATIO,
+        "tracker_meets_target": ratio is not None and ratio >= TRACKER_TARGET_RATIO,
+        "aggregator_events_per_s": agg["events_per_s"],
+        "aggregator_target_per_s": AGGREGATOR_TARGET_PER_S,
+        "aggregator_meets_target": agg["events_per_s"] >= AGGREGATOR_TARGET_PER_S,
+        "lag_p50_ms": lag["lag_p50_ms"],
+        "lag_p99_ms": p99,
+        "lag_offered_per_s": lag["offered_per_s"],
+        "lag_achieved_per_s": lag["answers_per_s"],
+        "lag_target_p99_ms": LAG_TARGET_P99_MS,
+        "lag_meets_target": p99 is not None and p99 <= LAG_TARGET_P99_MS and lag["drained"],
+        "tracker": tracker, "baseline": baseline, "aggregator": agg, "lag": lag,
+        "setup": setup,
+    }

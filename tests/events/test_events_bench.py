@@ -1,0 +1,100 @@
+"""``adfunnel bench events`` on the real PostgreSQL and JetStream, tiny: the result's
+shape, every figure measured, and nothing left behind (speed is never asserted)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import nats
+import pytest
+from sqlalchemy import Engine, text
+from typer.testing import CliRunner
+
+from adfunnel.cli import app
+from adfunnel.events.bench import CLICK_EVERY, bench_events
+from adfunnel.events.model import EventType, decode, encode
+from adfunnel.sim.beacon_load import BeaconLoad, Target, share
+
+pytestmark = [pytest.mark.postgres, pytest.mark.nats, pytest.mark.e2e]
+
+TARGETS = (Target(1, 1, "CPM", 2_000_000), Target(2, 2, "CPC", 300_000))
+
+
+def _streams(nats_url: str) -> list[str]:
+    async def names() -> list[str]:
+        nc = await nats.connect(nats_url)
+        try:
+            return [s.config.name for s in await nc.jetstream().streams_info()]
+        finally:
+            await nc.close()
+
+    return asyncio.run(names())
+
+
+def _schemas(pg_admin: Engine, name: str) -> list[str]:
+    with pg_admin.connect() as conn:
+        return list(conn.execute(text("select nspname from pg_namespace where nspname = :n"),
+                                 {"n": name}).scalars())
+
+
+@pytest.mark.parametrize("total, parts", [(64, 1), (64, 3), (5, 4), (7, 7)])
+def test_shares_cover_the_range_once(total: int, parts: int) -> None:
+    covered = [m for i in range(parts) for m in share(total, parts, i)]
+    assert covered == list(range(total))
+
+
+def test_a_load_is_checked() -> None:
+    with pytest.raises(ValueError):
+        BeaconLoad("http://x:1", "s" * 32, TARGETS, "p", connections=1, processes=2)
+    with pytest.raises(ValueError):
+        BeaconLoad("http://x:1", "s" * 32, (), "p")
+    assert BeaconLoad("http://x:1", "s" * 32, TARGETS, "p", duration_s=2,
+                      rate_per_s=5).beacons() == 10
+
+
+def test_the_prefilled_events_are_valid_impressions_and_clicks_on_them() -> None:
+    events = bench_events(TARGETS, 3 * CLICK_EVERY, "r1a")
+    assert len(events) == 3 * CLICK_EVERY
+    clicks = [(i, e) for i, e in enumerate(events) if e.event_type is EventType.CLICK]
+    assert len(clicks) == 3
+    for i, click in clicks:
+        before = events[i - 1]
+        assert before.event_type is EventType.IMPRESSION
+        assert (click.impression_id, click.campaign_id) == (before.impression_id,
+                                                            before.campaign_id)
+    assert len({e.msg_id for e in events}) == len(events)
+    assert all(decode(encode(e)) == e for e in events)
+
+
+def test_a_tiny_run_measures_every_figure_and_leaves_nothing(
+    pg_url: str, pg_admin: Engine, nats_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "events.json"
+    res = CliRunner().invoke(app, [
+        "bench", "events", "--database-url", pg_url, "--event-log", nats_url,
+        "--campaigns", "4", "--events", "60", "--duration-s", "1", "--connections", "4",
+        "--client-processes", "1", "--tokens", "300", "--lag-rate", "40", "--lag-duration-s", "1",
+        "--drain-timeout-s", "60", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    r = json.loads(out.read_text())
+    for key in ("tracker_beacons_per_s", "baseline_204_per_s", "tracker_ratio",
+                "aggregator_events_per_s", "lag_p50_ms", "lag_p99_ms"):
+        assert isinstance(r[key], float) and r[key] > 0, key
+    assert r["tracker_ratio"] == pytest.approx(
+        r["tracker_beacons_per_s"] / r["baseline_204_per_s"], rel=1e-2)
+    assert r["lag_p99_ms"] >= r["lag_p50_ms"]
+    for side in ("tracker", "baseline"):
+        assert r[side]["statuses"] == {"204": r[side]["answers"]} and r[side]["errors"] == 0
+        assert r[side]["server_busy_cores"] > 0 and r[side]["client_busy_cores"] > 0
+    agg = r["aggregator"]
+    assert agg["recorded"] == agg["events"] == 60 and agg["duplicates"] == 0
+    assert agg["outcomes"] == {"billed": 60}  # a click on a CPM impression bills 0
+    lag = r["lag"]
+    assert lag["drained"] and lag["recorded"] == lag["appended"] == lag["statuses"]["204"]
+    assert lag["beacons"] == 40 and lag["appended"] + lag["unsent"] == 40
+    setup = r["setup"]
+    assert setup["campaigns"] == 4 and setup["partitions"] == 16
+    assert _schemas(pg_admin, setup["schema"]) == []
+    assert not set(setup["streams"]) & set(_streams(nats_url))
