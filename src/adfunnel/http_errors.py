@@ -113,6 +113,13 @@ def problem_text(err: dict[str, Any]) -> str:
     return msg.removeprefix("Value error, ")
 
 
+def error_response(status: int, error: str, fields: list[tuple[str, str]],
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """The API's error answer: ``{"error", "fields": [{"field", "problem"}]}``."""
+    body = {"error": error, "fields": [{"field": f, "problem": p} for f, p in fields]}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
 def _json(status: int, body: dict[str, Any]) -> JSONResponse:
     return JSONResponse(status_code=status, content=body)
 

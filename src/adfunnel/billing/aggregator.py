@@ -262,8 +262,11 @@ class Aggregator:
 def bills_on(billing_type: str) -> EventType | None:
     """The event a billing type bills: CPM the impression, CPC the click, CPA the
     conversion (None for an unknown type)."""
-    return {BidType.CPM.value: EventType.IMPRESSION, BidType.CPC.value: EventType.CLICK,
-            BidType.CPA.value: EventType.CONVERSION}.get(billing_type)
+    return _BILLS_ON.get(billing_type)
+
+
+_BILLS_ON = {BidType.CPM.value: EventType.IMPRESSION, BidType.CPC.value: EventType.CLICK,
+             BidType.CPA.value: EventType.CONVERSION}
 
 
 def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:

@@ -12,6 +12,7 @@ the embedded default.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 from adfunnel.campaigns.model import Ad, Advertiser, Campaign, ChangeRecord, Placement
 from adfunnel.campaigns.store import SqlCampaignStore
@@ -43,13 +44,11 @@ class CampaignReadModel:
 
     def landing_url(self, ad_id: int) -> str | None:
         """The ad's landing URL, or None for an unknown ad."""
-        ad = self.ads.get(ad_id)
-        return ad.landing_url if ad is not None else None
+        return landing_url(self.ads, ad_id)
 
     def house_landing_url(self, placement: str) -> str | None:
         """The landing URL of the placement's house ad, or None."""
-        p = self.placements.get(placement)
-        return p.house_ad.landing_url if p is not None and p.house_ad is not None else None
+        return house_landing_url(self.placements, placement)
 
     def apply(self, change: ChangeRecord, *, advance: bool = True) -> bool:
         """Apply one change record; False when it was not newer than what is held."""
@@ -72,3 +71,15 @@ class CampaignReadModel:
             return False
         held[rec.id] = rec
         return True
+
+
+def landing_url(ads: Mapping[int, Ad], ad_id: int) -> str | None:
+    """The landing URL of ``ads[ad_id]``, or None for an unknown ad."""
+    ad = ads.get(ad_id)
+    return ad.landing_url if ad is not None else None
+
+
+def house_landing_url(placements: Mapping[str, Placement], placement: str) -> str | None:
+    """The landing URL of the placement's house ad, or None."""
+    p = placements.get(placement)
+    return p.house_ad.landing_url if p is not None and p.house_ad is not None else None

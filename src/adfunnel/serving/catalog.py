@@ -24,6 +24,7 @@ from adfunnel.campaigns.model import (
     Placement,
     ReviewState,
 )
+from adfunnel.campaigns.readmodel import house_landing_url, landing_url
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.index.base import AdIndex
 from adfunnel.index.conjunction import ConjunctionIndex
@@ -134,13 +135,11 @@ class Catalog:
 
     def landing_url(self, ad_id: int) -> str | None:
         """The ad's landing URL, or None for an unknown ad (the tracker's redirect)."""
-        ad = self.ads.get(ad_id)
-        return ad.landing_url if ad is not None else None
+        return landing_url(self.ads, ad_id)
 
     def house_landing_url(self, placement: str) -> str | None:
         """The landing URL of the placement's house ad, or None."""
-        p = self.placements.get(placement)
-        return p.house_ad.landing_url if p is not None and p.house_ad is not None else None
+        return house_landing_url(self.placements, placement)
 
 
     def _apply_record(self, rec: Advertiser | Campaign | Ad | Placement) -> bool:

@@ -34,6 +34,7 @@ from starlette.routing import Route
 
 from adfunnel.clock import monotonic_ms
 from adfunnel.events.served_log import ServedLog
+from adfunnel.http_errors import error_response as error_response
 from adfunnel.serving.deadline import (
     SELECT_PATH,
     SHED_EXPIRED,
@@ -83,11 +84,6 @@ _EMPTY_BODY = {"type": "http.response.body", "body": b""}
 
 #: A select's answer: HTTP status, raw header pairs, body.
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
-
-
-def error_response(status: int, error: str, fields: list[tuple[str, str]]) -> JSONResponse:
-    body = {"error": error, "fields": [{"field": f, "problem": p} for f, p in fields]}
-    return JSONResponse(body, status_code=status)
 
 
 class ServingEndpoints:

@@ -20,21 +20,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
+from adfunnel.http_errors import error_response
 from adfunnel.tracking.beacons import UNAVAILABLE, BeaconResult, Tracker
 from adfunnel.tracking.client import ClientFacts, Network, client_facts
 from adfunnel.tracking.landing import LandingUrlError, to_uri
 
 _INT64_MAX = 2**63 - 1
-
-
-def error_response(status: int, error: str, fields: list[tuple[str, str]],
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    """The API's error body: ``{"error", "fields": [{"field", "problem"}]}``."""
-    body = {"error": error, "fields": [{"field": f, "problem": p} for f, p in fields]}
-    return JSONResponse(body, status_code=status, headers=headers)
 
 
 class TrackingEndpoints:
