@@ -583,3 +583,24 @@ def test_a_redelivered_unbillable_click_is_counted_once(world: World) -> None:
     world.clock.advance(ACK_WAIT_S)
     assert world.agg.pump() == 1
     assert world.ledger.counters()["clicks_without_impression"] == 1
+
+
+def test_tier2_reverses_a_pending_click_over_the_rate_limit_and_refunds_it() -> None:
+    """Two clicks from one address within a minute (limit 1/min): the second is reversed
+    while pending — out of the ledger, into invalid traffic, its spend refunded."""
+    from adfunnel.ivt.scoring import Tier2Scorer
+
+    world = World([campaign(CPC, BidType.CPC)])
+    world.agg.scorer = Tier2Scorer()
+    world.send(event(IMP, "a", CPC, 0, at=1), event(IMP, "b", CPC, 0, at=2),
+               event(CLICK, "a", CPC, 400_000, at=10), event(CLICK, "b", CPC, 400_000, at=20))
+    assert world.agg.stats.reversed == 1
+    assert world.billed(CPC) == 400_000
+    counters = world.ledger.counters()
+    assert counters["ivt_reversed"] == 1 and counters["ivt_click_click_rate"] == 1
+    # the gate was refunded the reversed click: it holds what the ledger bills
+    assert world.gate.committed(CPC, DAY) == world.billed(CPC)
+    # a click after the hold (600 s) is final: a later reversal finds nothing to take
+    world.send(event(IMP, "c", CPC, 0, at=700), event(CLICK, "c", CPC, 400_000, at=701),
+               event(CLICK, "a", CPC, 400_000, at=702))
+    assert world.billed(CPC) == 800_000
