@@ -164,7 +164,7 @@ def test_a_cpc_click_bills_only_after_its_impression(world: World) -> None:
     world.send(event(CLICK, "lonely", CPC, 400_000))
     assert world.totals(CPC) == (0, 0, 0, 0, 0)
     assert world.ledger.counters()["clicks_without_impression"] == 1
-    assert world.agg.stats.not_billable == 1 and world.agg.outcomes["not_billable"] == 1
+    assert world.agg.stats.held == 1 and world.agg.outcomes["held"] == 1  # until it comes
     world.send(event(IMP, "i1", CPC, 400_000))
     assert world.totals(CPC) == (1, 0, 0, 0, 0)  # the impression of a CPC ad is free
     world.send(event(CLICK, "i1", CPC, 400_000, at=20))
@@ -445,9 +445,9 @@ def histories(draw: st.DrawFn) -> History:
     return History(published, late, batches, lost, budget)
 
 
-#: Ledger counters of unbillable events, which a redelivery counts again.
-PER_ATTEMPT = ("clicks_without_impression", "conversions_without_click",
-               "conversions_outside_window")
+#: Ledger counters of events that came before their prerequisite: a redelivery after
+#: later events of its partition can make one come first that the reference saw after.
+ORDER_DEPENDENT = ("clicks_without_impression", "conversions_without_click", "held_released")
 
 
 def reference(events: Sequence[Event], campaigns: dict[int, Campaign]) -> MemoryLedger:
@@ -506,11 +506,11 @@ def test_any_interleaving_duplication_and_redelivery_bills_as_each_event_once(
         assert sum(w.gate.committed(cid, d) for d in days) == sum(
             w.ledger.billed_on(d).get(cid, 0) for d in days)
     got, ref = w.ledger.counters(), want.counters()
-    for name in PER_ATTEMPT:  # counted again on each redelivery (see below): at least once
+    for name in ORDER_DEPENDENT:
         assert got.pop(name, 0) >= ref.pop(name, 0)
     got.pop("duplicates_rejected", None)
     ref.pop("duplicates_rejected", None)
-    assert got == ref  # IVT counters: once per event however often it came
+    assert got == ref  # IVT and window counters: once per event however often it came
     assert w.ledger.stats().rows == want.stats().rows  # each (impression, type) once
     # a full replay afterwards changes nothing
     snapshot = [all_days(w.ledger, cid) for cid in (CPM, CPC, CPA)]
@@ -545,22 +545,22 @@ def test_in_any_order_each_event_bills_at_most_once_and_within_budget(
     assert billed + absorbed <= sum(p for m, p in first_price.items() if m.endswith(":click"))
 
 
-# --- known gaps (DESIGN: "replaying any part of the log is always safe") ----------------
+# --- replaying any part of the log is always safe (DESIGN.md §Events and billing) -------
 
 
-@pytest.mark.xfail(strict=True, reason="a click logged before its impression is refused on "
-                   "the first pass and billed by a replay: replay is not idempotent")
 def test_a_replay_bills_what_the_first_pass_billed() -> None:
+    """A click logged before its impression is held, billed when the impression comes;
+    a replay from the start of the log bills nothing more."""
     w = World([campaign(CPC, BidType.CPC)], partitions=1)
     w.send(event(CLICK, "i1", CPC, 400_000, at=20), event(IMP, "i1", CPC, 400_000))
     first = w.totals(CPC)
-    assert first == (1, 0, 0, 0, 0)
+    assert first == (1, 1, 0, 400_000, 0)
+    assert w.gate.committed(CPC, DAY) == 400_000  # the held click's spend reached the gate
+    assert w.agg.outcomes["released"] == 1
     Aggregator(w.log.consumer("ledger", from_seq=0), w.ledger, w.campaigns.get, w.gate).pump()
     assert w.totals(CPC) == first
 
 
-@pytest.mark.xfail(strict=True, reason="a crashed reader's batch is redelivered after "
-                   "later events of its partition: the click loses its impression")
 def test_a_crashed_readers_impression_still_lets_its_click_bill() -> None:
     w = World([campaign(CPC, BidType.CPC)], partitions=1)
     w.log.publish_many([event(IMP, "i1", CPC, 400_000)])
@@ -572,8 +572,6 @@ def test_a_crashed_readers_impression_still_lets_its_click_bill() -> None:
     assert w.totals(CPC) == (1, 1, 0, 400_000, 0)
 
 
-@pytest.mark.xfail(strict=True, reason="the unbillable counters count each delivery, "
-                   "unlike the IVT counters, which count each event once")
 def test_a_redelivered_unbillable_click_is_counted_once(world: World) -> None:
     world.consumer.down = True
     world.log.publish_many([event(CLICK, "lonely", CPC, 400_000)])

@@ -21,12 +21,13 @@ from adfunnel.billing.tables import (
     campaign_spend,
     ledger,
     ledger_counters,
+    ledger_held,
     ledger_ivt,
 )
 from adfunnel.db import make_engine, metadata
 
 DAY = date(2026, 3, 14)
-TABLES = [ledger, campaign_day_spend, campaign_spend, ledger_counters, ledger_ivt]
+TABLES = [ledger, campaign_day_spend, campaign_spend, ledger_counters, ledger_ivt, ledger_held]
 
 
 def event(

@@ -23,11 +23,13 @@ from adfunnel.billing.tables import (
     campaign_spend,
     ledger,
     ledger_counters,
+    ledger_held,
     ledger_ivt,
 )
 from adfunnel.db import make_engine, metadata
 
-LEDGER_TABLES = [ledger, campaign_day_spend, campaign_spend, ledger_counters, ledger_ivt]
+LEDGER_TABLES = [ledger, campaign_day_spend, campaign_spend, ledger_counters, ledger_ivt,
+                 ledger_held]
 
 
 @dataclass

@@ -22,6 +22,7 @@ from adfunnel.billing.tables import (
     campaign_spend,
     ledger,
     ledger_counters,
+    ledger_held,
     ledger_ivt,
 )
 from adfunnel.budget.gate import LocalSpendGate
@@ -335,7 +336,7 @@ def test_served_log_joined_with_billed_events_from_the_ledger(
 
     engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
     metadata.create_all(engine, tables=[ledger, campaign_day_spend, campaign_spend,
-                                        ledger_counters, ledger_ivt])
+                                        ledger_counters, ledger_ivt, ledger_held])
     book = SqlLedger(engine)
     clicked = next(p for p in made[1][0].placed if p.campaign.bid_type is BidType.CPC)
     shown = next(p for p in made[0][0].placed if p.campaign.bid_type is BidType.CPM)

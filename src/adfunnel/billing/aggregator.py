@@ -1,11 +1,11 @@
 """The aggregator: event log → ledger, budgets and the click model, acknowledged after.
 
 DESIGN.md §Events and billing. An aggregator owns some partitions of the event log
-through a durable consumer. It reads them in batches and records each event in the
-ledger — valid events through :meth:`Ledger.record` (billing the event its billing type
-bills: CPM the impression, CPC the click, CPA the conversion), invalid traffic through
-:meth:`Ledger.record_invalid` with its reason — and acknowledges the batch only after
-its ledger commits. A crash before the acknowledgement redelivers the batch; the
+through a durable consumer. It reads them in batches and records each batch in ONE
+ledger transaction (:meth:`Ledger.record_many`) — valid events billed as their billing
+type bills (CPM the impression, CPC the click, CPA the conversion), invalid traffic
+with its reason, a click that came before its impression held until it comes — and
+acknowledges the batch only after that commit. A crash before the acknowledgement redelivers the batch; the
 ledger's unique (impression id, event type) makes the second pass record nothing again,
 so replaying any part of the log is always safe.
 
@@ -16,8 +16,9 @@ invalid traffic with its reason and its spend is refunded to the gate. Budgets c
 pending spend as spent.
 
 Newly billed spend goes to the budget gate (:meth:`SpendGate.record_billed`) and newly
-billed impressions and clicks to the click model's counts; duplicates, invalid traffic
-and unbillable events go to neither.
+billed impressions and clicks to the click model's counts — held clicks too, when their
+impression bills them (tier 2 does not score those: the ledger keeps no address);
+duplicates, invalid traffic and unbillable events go to neither.
 
 A conversion bills a CPA campaign its target CPA (the token's price) when it is the
 first for its click and comes within the campaign's attribution window after the click
@@ -39,7 +40,7 @@ from typing import Protocol
 import numpy as np
 from prometheus_client import Counter, Histogram
 
-from adfunnel.billing.ledger import Ledger
+from adfunnel.billing.ledger import Ledger, LedgerWrite
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.budget.gate import SpendGate
 from adfunnel.campaigns.model import (
@@ -82,6 +83,7 @@ class AggregatorStats:
     billed: int = 0
     duplicates: int = 0
     not_billable: int = 0
+    held: int = 0  # waiting for their prerequisite (a click before its impression)
     invalid: int = 0
     unknown_campaign: int = 0
     reversed: int = 0
@@ -175,11 +177,32 @@ class Aggregator:
         return {"p50": round(float(p50), 3), "p99": round(float(p99), 3)}
 
     def _apply(self, batch: Sequence[Delivery]) -> None:
-        hours: set[datetime] = set()
+        """Record a batch in one ledger transaction, then feed what it billed."""
+        writes: list[LedgerWrite] = []
+        events: list[tuple[Event, Campaign]] = []
         for delivery in batch:
-            hour = self._record(delivery.event)
-            if hour is not None:
-                hours.add(hour)
+            event = delivery.event
+            campaign = self.campaign(event.campaign_id)
+            if campaign is None:
+                self.stats.unknown_campaign += 1
+                self._outcome(event.event_type.value, "unknown_campaign")
+                continue
+            writes.append(LedgerWrite(ledger_event(event, campaign),
+                                      campaign.daily_budget_micros,
+                                      campaign.lifetime_budget_micros, event.ivt_reason))
+            events.append((event, campaign))
+        plan = self.ledger.record_many(writes) if writes else None
+        hours: set[datetime] = set()
+        if plan is not None:
+            for (event, campaign), write, recorded in zip(events, writes, plan.recorded,
+                                                          strict=True):
+                if self._after(event, campaign, write.event, recorded):
+                    hours.add(_hour(write.event.occurred_at))
+            for row, recorded in plan.released:  # held clicks billed with their impression
+                self.stats.billed += 1
+                self._outcome(row.event_type.value, "released")
+                self._feed(row, recorded, self.campaign(row.campaign_id))
+                hours.add(_hour(row.occurred_at))
         self.consumer.ack(batch)
         self.stats.batches += 1
         self.stats.events += len(batch)
@@ -189,33 +212,28 @@ class Aggregator:
         if hours and self.on_hours is not None:
             self.on_hours(hours)
 
-    def _record(self, event: Event) -> datetime | None:
-        """Record one event; the UTC hour it fell in, or None when nothing was new."""
-        campaign = self.campaign(event.campaign_id)
-        if campaign is None:
-            self.stats.unknown_campaign += 1
-            self._outcome(event, "unknown_campaign")
-            return None
-        row = ledger_event(event, campaign)
-        if event.ivt_reason is not None:
-            new = self.ledger.record_invalid(row, event.ivt_reason)
-            self.stats.invalid += int(new)
-            self._outcome(event, "ivt" if new else "duplicate")
-            return _hour(row.occurred_at) if new else None
-        recorded = self.ledger.record(row, campaign.daily_budget_micros,
-                                      campaign.lifetime_budget_micros)
-        self._outcome(event, recorded.outcome.value)
-        if recorded.outcome is Outcome.DUPLICATE:
-            self.stats.duplicates += 1
-            return None
-        if recorded.outcome is not Outcome.BILLED:
-            self.stats.not_billable += 1
-            return None
-        self.stats.billed += 1
-        self._feed(event, row, recorded, campaign)
-        if self.scorer is not None and event.client_ip:  # windows are per address
-            self._score(self.scorer, event, row)
-        return _hour(row.occurred_at)
+    def _after(self, event: Event, campaign: Campaign, row: LedgerEvent,
+               recorded: Recorded) -> bool:
+        """Count what recording ``event`` did, feed and score it when billed; True when
+        it changed the ledger's figures (its hour needs a rollup refresh)."""
+        self._outcome(event.event_type.value, recorded.outcome.value)
+        match recorded.outcome:
+            case Outcome.INVALID:
+                self.stats.invalid += 1
+                return True
+            case Outcome.DUPLICATE:
+                self.stats.duplicates += 1
+            case Outcome.HELD:
+                self.stats.held += 1
+            case Outcome.NOT_BILLABLE:
+                self.stats.not_billable += 1
+            case Outcome.BILLED:
+                self.stats.billed += 1
+                self._feed(row, recorded, campaign)
+                if self.scorer is not None and event.client_ip:  # windows are per address
+                    self._score(self.scorer, event, row)
+                return True
+        return False
 
     def _score(self, scorer: Tier2Scorer, event: Event, row: LedgerEvent) -> None:
         """Tier 2: score a newly billed event; reverse what it finds while pending."""
@@ -233,30 +251,29 @@ class Aggregator:
             if taken is None:
                 continue
             self.stats.reversed += 1
-            self._outcome(event, f"reversed_{r.reason}")
+            self._outcome(r.event_type, f"reversed_{r.reason}")
             where = self._billed_where.pop((r.impression_id, r.event_type), None)
             if where is not None and taken.billed_micros:
                 self.gate.record_billed(where[0], where[1], -taken.billed_micros,
                                         r.impression_id, False)
 
-    def _feed(self, event: Event, row: LedgerEvent, recorded: Recorded,
-              campaign: Campaign) -> None:
+    def _feed(self, row: LedgerEvent, recorded: Recorded, campaign: Campaign | None) -> None:
         """Newly billed: spend to the budget gate, observations to the click model."""
         if self.ctr is not None:
             if row.event_type is EventType.IMPRESSION:
-                self.ctr.observe_impression(event.ad_id, event.placement)
+                self.ctr.observe_impression(row.ad_id, row.placement)
             elif row.event_type is EventType.CLICK:
-                self.ctr.observe_click(event.ad_id, event.placement)
-        billable = bills_on(event.billing_type) is row.event_type
-        self.gate.record_billed(event.campaign_id, row.day, recorded.billed_micros,
-                                event.impression_id, billable)
+                self.ctr.observe_click(row.ad_id, row.placement)
+        billable = bills_on(row.billing_type) is row.event_type
+        self.gate.record_billed(row.campaign_id, row.day, recorded.billed_micros,
+                                row.impression_id, billable)
         if (recorded.lifetime_remaining_micros == 0 and self.on_lifetime_spent is not None
-                and campaign.status is not CampaignStatus.COMPLETED):
+                and campaign is not None and campaign.status is not CampaignStatus.COMPLETED):
             self.on_lifetime_spent(campaign.id)
 
-    def _outcome(self, event: Event, outcome: str) -> None:
+    def _outcome(self, event_type: str, outcome: str) -> None:
         self.outcomes[outcome] += 1
-        AGGREGATED.labels(event.event_type.value, outcome).inc()
+        AGGREGATED.labels(event_type, outcome).inc()
 
 
 def bills_on(billing_type: str) -> EventType | None:

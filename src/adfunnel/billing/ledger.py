@@ -3,7 +3,8 @@
 Rules (DESIGN.md §Events and billing, §Money and budgets):
 - one row per (impression id, event type): the same beacon twice bills once;
 - a click bills only when its impression was billed (has a ledger row), a conversion
-  only when its click was;
+  only when its click was; one that comes first is held (counted once) and billed
+  when its prerequisite is recorded (:mod:`adfunnel.billing.batch`);
 - invalid traffic is recorded once per (impression id, event type) with its reason
   (:meth:`Ledger.record_invalid`), never billed: an invalid impression's click and an
   invalid click's conversion are not billable;
@@ -20,9 +21,24 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Protocol
 
+from adfunnel.billing.batch import (
+    OUTSIDE_WINDOW,
+    PREREQUISITE,
+    WITHOUT_PREREQUISITE,
+    BatchPlan,
+    DayKey,
+    Held,
+    Key,
+    LedgerWrite,
+    lifetime_left,
+    outside_window,
+    plan_batch,
+    split_charge,
+)
 from adfunnel.billing.model import (
     DayTotals,
     EventType,
@@ -31,17 +47,10 @@ from adfunnel.billing.model import (
     Outcome,
     Recorded,
 )
-from adfunnel.money import MoneyError, bill_per_mille, micros
 
-_INT64_MAX = 2**63 - 1
+__all__ = ["OUTSIDE_WINDOW", "PREREQUISITE", "WITHOUT_PREREQUISITE", "Ledger", "LedgerWrite",
+           "MemoryLedger", "lifetime_left", "outside_window", "split_charge"]
 
-#: The event that must have a ledger row before an event of this type bills, and the
-#: counter of those that came without it.
-PREREQUISITE = {EventType.CLICK: EventType.IMPRESSION, EventType.CONVERSION: EventType.CLICK}
-WITHOUT_PREREQUISITE = {EventType.CLICK: "clicks_without_impression",
-                        EventType.CONVERSION: "conversions_without_click"}
-#: The counter of conversions that came after their click's attribution window.
-OUTSIDE_WINDOW = "conversions_outside_window"
 _COUNT_COLUMN = {EventType.IMPRESSION: 0, EventType.CLICK: 1, EventType.CONVERSION: 5}
 
 
@@ -55,6 +64,19 @@ class Ledger(Protocol):
         """Record ``event`` at most once, billing no more than the remaining budget:
         min(daily − billed on its day, lifetime − billed on all days) (no lifetime
         budget: None). ``Recorded.lifetime_remaining_micros`` is what is left after it."""
+        ...
+
+    def record_many(self, writes: Sequence[LedgerWrite]) -> BatchPlan:
+        """Record a batch in ONE transaction, in order, with the rules of
+        :mod:`adfunnel.billing.batch`: ``recorded`` holds one :class:`Recorded` per
+        write (BILLED, DUPLICATE, NOT_BILLABLE, HELD, or INVALID for new invalid
+        traffic), ``released`` the held events that this batch billed. Equal to
+        recording the writes one by one.
+
+        Raises:
+            MoneyError: for a negative or non-integer charge or budget (nothing is
+                recorded).
+        """
         ...
 
     def record_invalid(self, event: LedgerEvent, reason: str) -> bool:
@@ -106,48 +128,6 @@ class Ledger(Protocol):
     def counters(self) -> dict[str, int]: ...
 
 
-def outside_window(event: LedgerEvent, prerequisite_at: datetime) -> bool:
-    """True when ``event`` (a conversion) came later than its attribution window after
-    its click at ``prerequisite_at``."""
-    window = event.attribution_window_s
-    return window is not None and (
-        (event.occurred_at - prerequisite_at).total_seconds() > window)
-
-
-def split_charge(
-    charge: int, billed_so_far: int, daily_budget: int, lifetime_remaining: int | None = None
-) -> tuple[int, int]:
-    """(billed, absorbed) for a ``charge`` on a day already billed ``billed_so_far``.
-
-    ``lifetime_remaining``: what the lifetime budget has left (None: no lifetime budget).
-    Invariant: billed + absorbed == charge, billed_so_far + billed <= daily_budget and
-    billed <= lifetime_remaining.
-    """
-    remaining = max(0, daily_budget - billed_so_far)
-    if lifetime_remaining is not None:
-        remaining = min(remaining, max(0, lifetime_remaining))
-    billed = min(charge, remaining)
-    return billed, charge - billed
-
-
-def lifetime_left(lifetime_budget: int | None, lifetime_billed: int) -> int | None:
-    """Micros the lifetime budget has left (≥ 0), or None without a lifetime budget."""
-    return None if lifetime_budget is None else max(0, lifetime_budget - lifetime_billed)
-
-
-def checked_charge(event: LedgerEvent) -> int:
-    """``event``'s exact charge in thousandths of a micro, validated.
-
-    Raises:
-        MoneyError: for a negative or non-integer charge, or one too large to store.
-    """
-    micros(event.charge_micros, field="charge_micros")
-    exact = event.charge_millimicros
-    if exact > _INT64_MAX:
-        raise MoneyError(f"charge_micros: too large, got {event.charge_micros}")
-    return exact
-
-
 class MemoryLedger:
     """In-process ledger (embedded default and tests); one lock serialises writes."""
 
@@ -155,6 +135,7 @@ class MemoryLedger:
         self._lock = threading.Lock()
         self._rows: dict[tuple[str, EventType], tuple[LedgerEvent, int, int]] = {}
         self._invalid: dict[tuple[str, EventType], tuple[LedgerEvent, str]] = {}
+        self._held: dict[Key, Held] = {}
         # (campaign, day) -> [impressions, clicks, billed, absorbed, carry in 1/1000 µ,
         # conversions]
         self._days: dict[tuple[int, date], list[int]] = defaultdict(
@@ -171,63 +152,62 @@ class MemoryLedger:
         self, event: LedgerEvent, daily_budget_micros: int,
         lifetime_budget_micros: int | None = None,
     ) -> Recorded:
-        """See :meth:`Ledger.record`.
+        """See :meth:`Ledger.record` (a batch of one).
 
         Raises:
             MoneyError: for a negative or non-integer charge or budget.
         """
-        exact = checked_charge(event)
-        micros(daily_budget_micros, field="daily_budget_micros")
-        if lifetime_budget_micros is not None:
-            micros(lifetime_budget_micros, field="lifetime_budget_micros")
-        event_type = EventType(event.event_type)
-        key = (event.impression_id, event_type)
+        write = LedgerWrite(event, daily_budget_micros, lifetime_budget_micros)
+        return self.record_many([write]).recorded[0]
+
+    def record_invalid(self, event: LedgerEvent, reason: str) -> bool:
+        write = LedgerWrite(event, ivt_reason=reason)
+        return self.record_many([write]).recorded[0].outcome is Outcome.INVALID
+
+    def record_many(self, writes: Sequence[LedgerWrite]) -> BatchPlan:
+        """See :meth:`Ledger.record_many`.
+
+        Raises:
+            MoneyError: for a negative or non-integer charge or budget.
+        """
         with self._lock:
-            if key in self._rows:
-                self._counters["duplicates_rejected"] += 1
-                return Recorded(Outcome.DUPLICATE)
-            needs = PREREQUISITE.get(event_type)
-            before = self._rows.get((event.impression_id, needs)) if needs else None
-            if needs is not None and before is None:
-                self._counters[WITHOUT_PREREQUISITE[event_type]] += 1
-                return Recorded(Outcome.NOT_BILLABLE)
-            if before is not None and outside_window(event, before[0].occurred_at):
-                self._counters[OUTSIDE_WINDOW] += 1
-                return Recorded(Outcome.NOT_BILLABLE)
-            if key in self._invalid:  # recorded before, as invalid traffic
-                self._counters["duplicates_rejected"] += 1
-                return Recorded(Outcome.DUPLICATE)
-            totals = self._days[(event.campaign_id, event.day)]
-            due, totals[4] = bill_per_mille(totals[4], exact)
-            life = self._lifetime[event.campaign_id]
-            left = lifetime_left(lifetime_budget_micros, life[0])
-            billed, absorbed = split_charge(due, totals[2], daily_budget_micros, left)
-            self._rows[key] = (event, billed, absorbed)
-            totals[_COUNT_COLUMN[event_type]] += 1
-            totals[2] += billed
-            totals[3] += absorbed
-            life[0] += billed
-            life[1] += absorbed
-            settles = billed if event.expected_micros is None else event.expected_micros
+            plan = plan_batch(_MemoryView(self), writes)
+            self._apply(plan)
+            return plan
+
+    def _apply(self, plan: BatchPlan) -> None:
+        for row in plan.rows:
+            event = row.event
+            self._rows[(event.impression_id, EventType(event.event_type))] = (
+                event, row.billed, row.absorbed)
+            settles = row.billed if event.expected_micros is None else event.expected_micros
             if settles:
                 ts = (event.served_at or event.occurred_at).timestamp()
                 minute = int(ts // 60)
                 self._by_serve[event.day][event.campaign_id][minute].append((ts, settles))
                 k = (event.day, event.campaign_id)
                 self._last_minute[k] = max(minute, self._last_minute.get(k, minute))
-            return Recorded(Outcome.BILLED, billed, absorbed,
-                            lifetime_left(lifetime_budget_micros, life[0]))
-
-    def record_invalid(self, event: LedgerEvent, reason: str) -> bool:
-        event_type = EventType(event.event_type)
-        key = (event.impression_id, event_type)
-        with self._lock:
-            if key in self._invalid or key in self._rows:
-                return False
-            self._invalid[key] = (event, reason)
-            self._counters[f"ivt_{event_type.value}"] += 1
-            self._counters[f"ivt_{event_type.value}_{reason}"] += 1
-            return True
+        for event, reason in plan.invalid:
+            self._invalid[(event.impression_id, EventType(event.event_type))] = (event, reason)
+        for key, held in plan.held.items():
+            if held is None:
+                self._held.pop(key, None)
+            else:
+                self._held[key] = held
+        for dk, change in plan.days.items():
+            totals = self._days[dk]
+            totals[0] += change.impressions
+            totals[1] += change.clicks
+            totals[5] += change.conversions
+            totals[2] += change.billed
+            totals[3] += change.absorbed
+            totals[4] = change.carry
+        for cid, (billed, absorbed) in plan.lifetime.items():
+            life = self._lifetime[cid]
+            life[0] += billed
+            life[1] += absorbed
+        for name, n in plan.counters.items():
+            self._counters[name] += n
 
     def reverse(self, impression_id: str, event_type: EventType, reason: str,
                 now: datetime, hold_s: float) -> Recorded | None:
@@ -307,3 +287,29 @@ class MemoryLedger:
     def counters(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counters)
+
+
+class _MemoryView:
+    """A :class:`~adfunnel.billing.batch.LedgerView` over a memory ledger's dicts (read
+    under its lock)."""
+
+    def __init__(self, ledger: MemoryLedger) -> None:
+        self._l = ledger
+
+    def row_time(self, key: Key) -> datetime | None:
+        row = self._l._rows.get(key)
+        return None if row is None else row[0].occurred_at
+
+    def is_invalid(self, key: Key) -> bool:
+        return key in self._l._invalid
+
+    def held(self, key: Key) -> Held | None:
+        return self._l._held.get(key)
+
+    def day(self, key: DayKey) -> tuple[int, int]:
+        totals = self._l._days.get(key)
+        return (0, 0) if totals is None else (totals[2], totals[4])
+
+    def lifetime_billed(self, campaign_id: int) -> int:
+        life = self._l._lifetime.get(campaign_id)
+        return 0 if life is None else life[0]

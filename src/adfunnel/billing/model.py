@@ -16,7 +16,8 @@ class EventType(StrEnum):
 class Outcome(StrEnum):
     BILLED = "billed"  # a new ledger row; billed_micros may be 0 when the budget was spent
     DUPLICATE = "duplicate"  # the (impression id, event type) row exists already
-    NOT_BILLABLE = "not_billable"  # e.g. a click whose impression was never billed
+    NOT_BILLABLE = "not_billable"  # e.g. a conversion after its attribution window
+    HELD = "held"  # waiting for its prerequisite (a click before its impression)
     INVALID = "invalid"  # invalid traffic (IVT): recorded with its reason, never billed
 
 

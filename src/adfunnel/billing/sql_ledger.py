@@ -1,24 +1,21 @@
 """The ledger on SQL (SQLite or PostgreSQL via psycopg 3), SQLAlchemy 2 Core.
 
 Same rules as :class:`adfunnel.billing.ledger.MemoryLedger`, made durable and safe
-across threads and processes. ``record`` runs in ONE transaction:
+across threads and processes. A batch (``record_many``; ``record`` is a batch of one)
+runs in ONE transaction with a fixed number of statements, whatever its size:
 
-1. upsert the ``campaign_spend`` row of the campaign and then the
-   ``campaign_day_spend`` row of (campaign, local day) — on SQLite this first write
-   takes the database's write lock, so every following read in the
-   transaction sees the latest committed totals and no other writer can interleave
-   (``BEGIN IMMEDIATE`` semantics); on PostgreSQL it makes the rows exist so that
-2. ``SELECT … FOR UPDATE`` can lock them, campaign row first: concurrent charges to
-   one campaign — on any of its days, so two local days racing at midnight too —
-   queue on that row lock and each sees the previous one's billed totals;
-3. a click whose impression has no ledger row is NOT_BILLABLE;
-4. ``INSERT … ON CONFLICT DO NOTHING RETURNING id`` on the unique (impression id,
-   event type): no row returned means another request recorded it first →
-   DUPLICATE (counted). (RETURNING, not rowcount: psycopg under SQLAlchemy 2.1
-   reports rowcount -1 for this statement);
-5. the campaign's and the day's totals are increased by the billed and absorbed
-   parts (remaining = min(daily − billed today, lifetime − billed ever)), the day's carried
-   fraction of per-mille (CPM) charges is replaced (:func:`adfunnel.money.bill_per_mille`).
+1. upsert the ``campaign_spend`` rows of its campaigns and lock them in id order
+   (``SELECT … FOR UPDATE`` on PostgreSQL; on SQLite the first write takes the
+   database's write lock, ``BEGIN IMMEDIATE`` semantics): every writer of a campaign —
+   on any of its days, so two local days racing at midnight too — queues on that row
+   and sees the previous one's totals;
+2. the same for the ``campaign_day_spend`` rows of its (campaign, local day)s;
+3. read the ledger, invalid-traffic and held rows of its impression ids;
+4. plan every write in log order in Python (:func:`adfunnel.billing.batch.plan_batch`:
+   duplicates, held clicks released, budgets split, per-mille carry);
+5. insert the new rows (``ON CONFLICT DO NOTHING RETURNING``: a missing row means a
+   writer that skipped the locks — the batch is rolled back, never half-applied), and
+   add to the totals and counters with one executemany each.
 
 Invariants: billed + absorbed == the whole micros the event made due for every row
 (its charge; for a per-mille charge floor((carry + price) / 1000), never rounded up);
@@ -28,22 +25,24 @@ a campaign-day's billed total never exceeds the daily budget passed with each ch
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, date, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, and_, func, select
+from sqlalchemy import Connection, Engine, Row, and_, bindparam, func, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 
-from adfunnel.billing.ledger import (
-    OUTSIDE_WINDOW,
-    PREREQUISITE,
-    WITHOUT_PREREQUISITE,
-    checked_charge,
-    lifetime_left,
-    outside_window,
-    split_charge,
+from adfunnel.billing.batch import (
+    DUPLICATES_REJECTED,
+    BatchPlan,
+    DayKey,
+    Held,
+    Key,
+    LedgerWrite,
+    NewRow,
+    plan_batch,
+    validate,
 )
 from adfunnel.billing.model import (
     DayTotals,
@@ -58,12 +57,11 @@ from adfunnel.billing.tables import (
     campaign_spend,
     ledger,
     ledger_counters,
+    ledger_held,
     ledger_ivt,
 )
 from adfunnel.db import connection_guard, sqlite_lock
-from adfunnel.money import bill_per_mille, micros
 
-DUPLICATES_REJECTED = "duplicates_rejected"
 
 class SqlLedger:
     """Billing ledger over the tables of :mod:`adfunnel.billing.tables`.
@@ -92,14 +90,16 @@ class SqlLedger:
         self, event: LedgerEvent, daily_budget_micros: int,
         lifetime_budget_micros: int | None = None,
     ) -> Recorded:
-        """Record ``event`` at most once, billing no more than the remaining budget.
+        """Record ``event`` at most once, billing no more than the remaining budget (a
+        batch of one, :meth:`record_many`).
 
         ``daily_budget_micros`` is the campaign's budget for ``event.day`` in micros;
         ``lifetime_budget_micros`` its lifetime budget (None: none). Remaining =
         min(daily − billed on the day, lifetime − billed on every day).
         Returns BILLED (a new row; ``billed + absorbed == charge``), DUPLICATE (the
-        (impression id, event type) row exists; counted as ``duplicates_rejected``) or
-        NOT_BILLABLE (a click without an impression row; ``clicks_without_impression``).
+        (impression id, event type) row exists; counted as ``duplicates_rejected``),
+        HELD (a click before its impression; ``clicks_without_impression``) or
+        NOT_BILLABLE (a conversion after its window; ``conversions_outside_window``).
 
         Raises:
             MoneyError: for a negative or non-integer charge or budget.
@@ -107,99 +107,8 @@ class SqlLedger:
                 locked" after the 30 s busy timeout under heavy multi-process load); the
                 transaction is rolled back and nothing is recorded, so retrying is safe.
         """
-        exact = checked_charge(event)
-        budget = micros(daily_budget_micros, field="daily_budget_micros")
-        if lifetime_budget_micros is not None:
-            micros(lifetime_budget_micros, field="lifetime_budget_micros")
-        event_type = EventType(event.event_type)
-        day_key = and_(
-            campaign_day_spend.c.campaign_id == event.campaign_id,
-            campaign_day_spend.c.day == event.day,
-        )
-        with self._lock, self._guard, self._engine.begin() as conn:
-            lifetime_billed = self._lock_campaign(conn, event.campaign_id)
-            conn.execute(
-                self._insert(campaign_day_spend)
-                .values(
-                    campaign_id=event.campaign_id,
-                    day=event.day,
-                    impressions=0,
-                    clicks=0,
-                    billed_micros=0,
-                    absorbed_micros=0,
-                    carry_millimicros=0,
-                )
-                .on_conflict_do_nothing(index_elements=["campaign_id", "day"])
-            )
-            t = campaign_day_spend.c
-            query = select(t.billed_micros, t.carry_millimicros).where(day_key)
-            if self._for_update:
-                query = query.with_for_update()
-            billed_so_far, carry = conn.execute(query).one()
-
-            needs = PREREQUISITE.get(event_type)
-            before = self._row_time(conn, event.impression_id, needs) if needs else None
-            if needs is not None and before is None:
-                self._add(conn, WITHOUT_PREREQUISITE[event_type], 1)
-                return Recorded(Outcome.NOT_BILLABLE)
-            if before is not None and outside_window(event, _aware(before)):
-                self._add(conn, OUTSIDE_WINDOW, 1)
-                return Recorded(Outcome.NOT_BILLABLE)
-
-            if self._row_exists(conn, event.impression_id, event_type, ledger_ivt):
-                self._add(conn, DUPLICATES_REJECTED, 1)  # recorded before, as invalid
-                return Recorded(Outcome.DUPLICATE)
-            charge, carry = bill_per_mille(carry, exact)
-            left = lifetime_left(lifetime_budget_micros, lifetime_billed)
-            billed, absorbed = split_charge(charge, billed_so_far, budget, left)
-            inserted = conn.execute(
-                self._insert(ledger)
-                .values(
-                    impression_id=event.impression_id,
-                    event_type=event_type.value,
-                    campaign_id=event.campaign_id,
-                    ad_id=event.ad_id,
-                    placement=event.placement,
-                    billing_type=event.billing_type,
-                    charge_micros=charge,
-                    charge_millimicros=exact,
-                    billed_micros=billed,
-                    absorbed_micros=absorbed,
-                    day=event.day,
-                    occurred_at=event.occurred_at,
-                    served_at=event.served_at,
-                    settles_micros=event.expected_micros,
-                )
-                .on_conflict_do_nothing(index_elements=["impression_id", "event_type"])
-                .returning(ledger.c.id)
-            ).first()
-            if inserted is None:
-                self._add(conn, DUPLICATES_REJECTED, 1)
-                return Recorded(Outcome.DUPLICATE)
-
-            d = campaign_day_spend.c
-            conn.execute(
-                campaign_day_spend.update()
-                .where(day_key)
-                .values(
-                    impressions=d.impressions + int(event_type is EventType.IMPRESSION),
-                    clicks=d.clicks + int(event_type is EventType.CLICK),
-                    conversions=d.conversions + int(event_type is EventType.CONVERSION),
-                    billed_micros=campaign_day_spend.c.billed_micros + billed,
-                    absorbed_micros=campaign_day_spend.c.absorbed_micros + absorbed,
-                    carry_millimicros=carry,
-                )
-            )
-            conn.execute(
-                campaign_spend.update()
-                .where(campaign_spend.c.campaign_id == event.campaign_id)
-                .values(
-                    billed_micros=campaign_spend.c.billed_micros + billed,
-                    absorbed_micros=campaign_spend.c.absorbed_micros + absorbed,
-                )
-            )
-            return Recorded(Outcome.BILLED, billed, absorbed,
-                            lifetime_left(lifetime_budget_micros, lifetime_billed + billed))
+        write = LedgerWrite(event, daily_budget_micros, lifetime_budget_micros)
+        return self.record_many([write]).recorded[0]
 
     def record_invalid(self, event: LedgerEvent, reason: str) -> bool:
         """See :meth:`adfunnel.billing.ledger.Ledger.record_invalid`.
@@ -207,24 +116,154 @@ class SqlLedger:
         Raises:
             sqlalchemy.exc.SQLAlchemyError: database errors; nothing is recorded.
         """
-        event_type = EventType(event.event_type)
+        write = LedgerWrite(event, ivt_reason=reason)
+        return self.record_many([write]).recorded[0].outcome is Outcome.INVALID
+
+    def record_many(self, writes: Sequence[LedgerWrite]) -> BatchPlan:
+        """Record a batch in ONE transaction (:meth:`Ledger.record_many`): lock its
+        campaigns' and campaign-days' totals, load its impression ids' rows, plan in
+        Python (:func:`adfunnel.billing.batch.plan_batch`), write set-based.
+
+        Raises:
+            MoneyError: for a negative or non-integer charge or budget (nothing is
+                recorded).
+            sqlalchemy.exc.SQLAlchemyError: database errors; the transaction is rolled
+                back and nothing is recorded, so retrying is safe.
+        """
+        validate(writes)
+        if not writes:
+            return BatchPlan()
         with self._lock, self._guard, self._engine.begin() as conn:
-            if self._row_exists(conn, event.impression_id, event_type):
-                return False
+            view = self._load(conn, writes)
+            plan = plan_batch(view, writes)
+            self._write(conn, plan)
+            return plan
+
+    def _load(self, conn: Connection, writes: Sequence[LedgerWrite]) -> _LoadedView:
+        """Lock the batch's campaign rows (in id order) and then its campaign-day rows,
+        and read what it touches: with every writer of a campaign queued on its row,
+        what this reads stays true until the commit."""
+        view = _LoadedView()
+        campaigns = {w.event.campaign_id for w in writes}
+        view.lifetime = self._lock_campaigns(conn, campaigns)
+        ids = sorted({w.event.impression_id for w in writes})
+        h = ledger_held.c
+        for row in conn.execute(select(ledger_held).where(h.impression_id.in_(ids))):
+            view.held_rows[(row.impression_id, EventType(row.event_type))] = _held(row)
+        extra = {held.write.event.campaign_id for held in view.held_rows.values()} - campaigns
+        if extra:  # (never for signed tokens: one impression id, one campaign)
+            view.lifetime.update(self._lock_campaigns(conn, extra))
+        day_keys = {(w.event.campaign_id, w.event.day) for w in writes if w.ivt_reason is None}
+        day_keys |= {(held.write.event.campaign_id, held.write.event.day)
+                     for held in view.held_rows.values() if held.waiting}
+        view.days = self._lock_days(conn, day_keys)
+        t = ledger.c
+        for iid, etype, at in conn.execute(
+                select(t.impression_id, t.event_type, t.occurred_at)
+                .where(t.impression_id.in_(ids))):
+            view.rows[(iid, EventType(etype))] = _aware(at)
+        v = ledger_ivt.c
+        for iid, etype in conn.execute(
+                select(v.impression_id, v.event_type).where(v.impression_id.in_(ids))):
+            view.invalid.add((iid, EventType(etype)))
+        return view
+
+    def _lock_campaigns(self, conn: Connection, campaign_ids: set[int]) -> dict[int, int]:
+        """Make the campaigns' lifetime rows exist and lock them in id order; campaign
+        id -> billed micros so far."""
+        ordered = sorted(campaign_ids)
+        conn.execute(
+            self._insert(campaign_spend).on_conflict_do_nothing(index_elements=["campaign_id"]),
+            [{"campaign_id": cid, "billed_micros": 0, "absorbed_micros": 0} for cid in ordered],
+        )
+        c = campaign_spend.c
+        query = (select(c.campaign_id, c.billed_micros).where(c.campaign_id.in_(ordered))
+                 .order_by(c.campaign_id))
+        if self._for_update:
+            query = query.with_for_update()
+        return {cid: int(billed) for cid, billed in conn.execute(query)}
+
+    def _lock_days(self, conn: Connection, keys: set[DayKey]) -> dict[DayKey, tuple[int, int]]:
+        """Make the campaign-days' rows exist and lock them; key -> (billed, carry)."""
+        if not keys:
+            return {}
+        ordered = sorted(keys)
+        conn.execute(
+            self._insert(campaign_day_spend).on_conflict_do_nothing(
+                index_elements=["campaign_id", "day"]),
+            [{"campaign_id": cid, "day": day, "impressions": 0, "clicks": 0,
+              "conversions": 0, "billed_micros": 0, "absorbed_micros": 0,
+              "carry_millimicros": 0} for cid, day in ordered],
+        )
+        d = campaign_day_spend.c
+        query = (select(d.campaign_id, d.day, d.billed_micros, d.carry_millimicros)
+                 .where(tuple_(d.campaign_id, d.day).in_(ordered))
+                 .order_by(d.campaign_id, d.day))
+        if self._for_update:
+            query = query.with_for_update()
+        return {(cid, day): (int(billed), int(carry))
+                for cid, day, billed, carry in conn.execute(query)}
+
+    def _write(self, conn: Connection, plan: BatchPlan) -> None:
+        """Apply a plan: a handful of set-based statements, whatever the batch size.
+
+        Raises:
+            LedgerConflict: a row the plan inserts exists already (a writer that did not
+                queue on the campaign's row); the transaction is rolled back.
+        """
+        if plan.rows:
             inserted = conn.execute(
-                self._insert(ledger_ivt)
-                .values(impression_id=event.impression_id, event_type=event_type.value,
-                        reason=reason, campaign_id=event.campaign_id, ad_id=event.ad_id,
-                        placement=event.placement, day=event.day,
-                        occurred_at=event.occurred_at)
-                .on_conflict_do_nothing(index_elements=["impression_id", "event_type"])
-                .returning(ledger_ivt.c.id)
-            ).first()
-            if inserted is None:
-                return False
-            self._add(conn, f"ivt_{event_type.value}", 1)
-            self._add(conn, f"ivt_{event_type.value}_{reason}", 1)
-            return True
+                self._insert(ledger).on_conflict_do_nothing(
+                    index_elements=["impression_id", "event_type"]).returning(ledger.c.id),
+                [_ledger_row(r) for r in plan.rows]).all()
+            if len(inserted) != len(plan.rows):
+                raise LedgerConflict("a ledger row of this batch was recorded concurrently")
+        if plan.invalid:
+            conn.execute(
+                self._insert(ledger_ivt).on_conflict_do_nothing(
+                    index_elements=["impression_id", "event_type"]),
+                [_ivt_row(e, reason) for e, reason in plan.invalid])
+        if plan.held:
+            h = ledger_held.c
+            conn.execute(ledger_held.delete().where(
+                tuple_(h.impression_id, h.event_type).in_(
+                    [(iid, etype.value) for iid, etype in plan.held])))
+            kept = [_held_row(held) for held in plan.held.values() if held is not None]
+            if kept:
+                conn.execute(self._insert(ledger_held), kept)
+        self._write_totals(conn, plan)
+        if plan.counters:
+            stmt = self._insert(ledger_counters)
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["name"],
+                    set_={"value": ledger_counters.c.value + stmt.excluded.value}),
+                [{"name": name, "value": n} for name, n in sorted(plan.counters.items())])
+
+    def _write_totals(self, conn: Connection, plan: BatchPlan) -> None:
+        d = campaign_day_spend.c
+        if plan.days:
+            conn.execute(
+                campaign_day_spend.update()
+                .where(d.campaign_id == bindparam("k_cid"), d.day == bindparam("k_day"))
+                .values(impressions=d.impressions + bindparam("k_imp"),
+                        clicks=d.clicks + bindparam("k_clk"),
+                        conversions=d.conversions + bindparam("k_conv"),
+                        billed_micros=d.billed_micros + bindparam("k_billed"),
+                        absorbed_micros=d.absorbed_micros + bindparam("k_absorbed"),
+                        carry_millimicros=bindparam("k_carry")),
+                [{"k_cid": cid, "k_day": day, "k_imp": c.impressions, "k_clk": c.clicks,
+                  "k_conv": c.conversions, "k_billed": c.billed, "k_absorbed": c.absorbed,
+                  "k_carry": c.carry} for (cid, day), c in sorted(plan.days.items())])
+        c = campaign_spend.c
+        if plan.lifetime:
+            conn.execute(
+                campaign_spend.update()
+                .where(c.campaign_id == bindparam("k_cid"))
+                .values(billed_micros=c.billed_micros + bindparam("k_billed"),
+                        absorbed_micros=c.absorbed_micros + bindparam("k_absorbed")),
+                [{"k_cid": cid, "k_billed": b, "k_absorbed": a}
+                 for cid, (b, a) in sorted(plan.lifetime.items())])
 
     def reverse(self, impression_id: str, event_type: EventType, reason: str,
                 now: datetime, hold_s: float) -> Recorded | None:
@@ -240,7 +279,7 @@ class SqlLedger:
             found = conn.execute(select(ledger.c.campaign_id).where(key)).first()
             if found is None:
                 return None
-            self._lock_campaign(conn, found[0])  # the same lock order as record()
+            self._lock_campaigns(conn, {found[0]})  # the same lock order as record()
             row = conn.execute(select(ledger).where(key)).first()
             if row is None or (now - _aware(row.occurred_at)).total_seconds() >= hold_s:
                 return None
@@ -274,20 +313,6 @@ class SqlLedger:
                          "ivt_reversed"):
                 self._add(conn, name, 1)
             return Recorded(Outcome.INVALID, row.billed_micros, row.absorbed_micros)
-
-    def _lock_campaign(self, conn: Connection, campaign_id: int) -> int:
-        """Make the campaign's lifetime row exist, lock it; its billed micros so far."""
-        conn.execute(
-            self._insert(campaign_spend)
-            .values(campaign_id=campaign_id, billed_micros=0, absorbed_micros=0)
-            .on_conflict_do_nothing(index_elements=["campaign_id"])
-        )
-        query = select(campaign_spend.c.billed_micros).where(
-            campaign_spend.c.campaign_id == campaign_id
-        )
-        if self._for_update:
-            query = query.with_for_update()
-        return int(conn.execute(query).scalar_one())
 
     def lifetime_billed(self, campaign_id: int | None = None) -> dict[int, int]:
         """campaign id -> billed micros over every day (one campaign, or all; none
@@ -364,26 +389,78 @@ class SqlLedger:
             )
         )
 
-    @staticmethod
-    def _row_time(conn: Connection, impression_id: str, event_type: EventType
-                  ) -> datetime | None:
-        """When the ledger row (impression id, event type) occurred; None: no row."""
-        query = select(ledger.c.occurred_at).where(
-            ledger.c.impression_id == impression_id,
-            ledger.c.event_type == event_type.value,
-        )
-        return conn.execute(query.limit(1)).scalar_one_or_none()
 
-    @staticmethod
-    def _row_exists(conn: Connection, impression_id: str, event_type: EventType,
-                    table: Table = ledger) -> bool:
-        query = select(table.c.id).where(
-            table.c.impression_id == impression_id,
-            table.c.event_type == event_type.value,
-        )
-        return conn.execute(query.limit(1)).first() is not None
+def _ledger_row(row: NewRow) -> dict[str, object]:
+    e = row.event
+    return {"impression_id": e.impression_id, "event_type": EventType(e.event_type).value,
+            "campaign_id": e.campaign_id, "ad_id": e.ad_id, "placement": e.placement,
+            "billing_type": e.billing_type, "charge_micros": row.charge,
+            "charge_millimicros": row.exact, "billed_micros": row.billed,
+            "absorbed_micros": row.absorbed, "day": e.day, "occurred_at": e.occurred_at,
+            "served_at": e.served_at, "settles_micros": e.expected_micros}
+
+
+def _ivt_row(e: LedgerEvent, reason: str) -> dict[str, object]:
+    return {"impression_id": e.impression_id, "event_type": EventType(e.event_type).value,
+            "reason": reason, "campaign_id": e.campaign_id, "ad_id": e.ad_id,
+            "placement": e.placement, "day": e.day, "occurred_at": e.occurred_at}
+
+
+def _held_row(held: Held) -> dict[str, object]:
+    e = held.write.event
+    return {"impression_id": e.impression_id, "event_type": EventType(e.event_type).value,
+            "reason": held.reason, "campaign_id": e.campaign_id, "ad_id": e.ad_id,
+            "placement": e.placement, "billing_type": e.billing_type,
+            "charge_micros": e.charge_micros, "charge_per_mille": e.charge_per_mille,
+            "day": e.day, "occurred_at": e.occurred_at, "served_at": e.served_at,
+            "expected_micros": e.expected_micros,
+            "attribution_window_s": e.attribution_window_s}
+
+
+def _held(row: Row[Any]) -> Held:
+    """A ``ledger_held`` row back as the event it holds (budgets come with its release)."""
+    event = LedgerEvent(
+        impression_id=row.impression_id, event_type=EventType(row.event_type),
+        campaign_id=row.campaign_id, ad_id=row.ad_id, placement=row.placement,
+        billing_type=row.billing_type, charge_micros=row.charge_micros,
+        occurred_at=_aware(row.occurred_at), day=row.day,
+        charge_per_mille=bool(row.charge_per_mille),
+        served_at=None if row.served_at is None else _aware(row.served_at),
+        expected_micros=row.expected_micros, attribution_window_s=row.attribution_window_s)
+    return Held(LedgerWrite(event), row.reason)
 
 
 def _aware(at: datetime) -> datetime:
     """SQLite hands back naive datetimes for timezone-aware columns: they are UTC."""
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+class LedgerConflict(RuntimeError):
+    """A ledger row a batch planned to insert was recorded meanwhile by a writer that
+    did not lock its campaign first; the batch was rolled back (retrying is safe)."""
+
+
+class _LoadedView:
+    """What :meth:`SqlLedger._load` read, as a :class:`~adfunnel.billing.batch.LedgerView`."""
+
+    def __init__(self) -> None:
+        self.rows: dict[Key, datetime] = {}
+        self.invalid: set[Key] = set()
+        self.held_rows: dict[Key, Held] = {}
+        self.days: dict[DayKey, tuple[int, int]] = {}
+        self.lifetime: dict[int, int] = {}
+
+    def held(self, key: Key) -> Held | None:
+        return self.held_rows.get(key)
+
+    def row_time(self, key: Key) -> datetime | None:
+        return self.rows.get(key)
+
+    def is_invalid(self, key: Key) -> bool:
+        return key in self.invalid
+
+    def day(self, key: DayKey) -> tuple[int, int]:
+        return self.days.get(key, (0, 0))
+
+    def lifetime_billed(self, campaign_id: int) -> int:
+        return self.lifetime.get(campaign_id, 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Date,
     DateTime,
@@ -98,4 +99,31 @@ ledger_counters = Table(
     metadata,
     Column("name", String(64), primary_key=True),
     Column("value", BigInteger, nullable=False, default=0),
+)
+
+# Events recorded but not billed, once per (impression id, event type): a click whose
+# impression has not come yet (billed when it comes), or a conversion past its click's
+# attribution window (never billed). A redelivered one finds its row and counts nothing.
+ledger_held = Table(
+    "ledger_held",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("impression_id", String(64), nullable=False),
+    Column("event_type", String(16), nullable=False),
+    Column("reason", String(32), nullable=False),
+    Column("campaign_id", BigInteger, nullable=False),
+    Column("ad_id", BigInteger, nullable=False),
+    Column("placement", String(200), nullable=False),
+    Column("billing_type", String(8), nullable=False),
+    # LedgerEvent.charge_micros as the event carried it (per mille when charge_per_mille)
+    Column("charge_micros", BigInteger, nullable=False),
+    Column("charge_per_mille", Boolean, nullable=False),
+    Column("day", Date, nullable=False),
+    Column("occurred_at", DateTime(timezone=True), nullable=False),
+    Column("served_at", DateTime(timezone=True), nullable=True),
+    Column("expected_micros", BigInteger, nullable=True),
+    Column("attribution_window_s", Integer, nullable=True),
+    UniqueConstraint("impression_id", "event_type", name="uq_ledger_held_impression_event"),
 )

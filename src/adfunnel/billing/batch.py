@@ -1,0 +1,307 @@
+"""Planning a batch of ledger writes: pure logic, no I/O.
+
+DESIGN.md §Events and billing. The aggregator records a whole batch of the event log in
+one ledger transaction. A ledger loads what the batch touches (the rows and held events
+of its impression ids, its campaigns' and campaign-days' totals) into a
+:class:`LedgerView`, :func:`plan_batch` decides every write in log order, and the
+ledger applies the resulting :class:`BatchPlan` — the in-memory ledger to its dicts, the
+SQL ledger with a few set-based statements. The rules are those of
+:mod:`adfunnel.billing.ledger`, plus one: an event that comes before its prerequisite
+(a click before its impression — beacons race, and a crashed reader's batch is
+redelivered after later events) is **held**, once, and billed when the prerequisite is
+recorded, in the same transaction; so replaying any part of the log bills exactly what
+the first pass billed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Protocol
+
+from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.money import MoneyError, bill_per_mille, micros
+
+_INT64_MAX = 2**63 - 1
+
+Key = tuple[str, EventType]
+DayKey = tuple[int, date]
+
+#: The event that must have a ledger row before an event of this type bills, and the
+#: counter of those that came without it (counted once per event, when it is held).
+PREREQUISITE = {EventType.CLICK: EventType.IMPRESSION, EventType.CONVERSION: EventType.CLICK}
+WITHOUT_PREREQUISITE = {EventType.CLICK: "clicks_without_impression",
+                        EventType.CONVERSION: "conversions_without_click"}
+#: The events waiting for one of this type.
+DEPENDENTS = {EventType.IMPRESSION: EventType.CLICK, EventType.CLICK: EventType.CONVERSION}
+#: Counter (and held reason) of conversions that came after their click's window.
+OUTSIDE_WINDOW = "conversions_outside_window"
+#: Counter of held events billed when their prerequisite came.
+RELEASED = "held_released"
+DUPLICATES_REJECTED = "duplicates_rejected"
+#: Column of the day totals each event type counts in (impressions, clicks, conversions).
+COUNT_FIELD = {EventType.IMPRESSION: "impressions", EventType.CLICK: "clicks",
+               EventType.CONVERSION: "conversions"}
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerWrite:
+    """One event for :meth:`Ledger.record_many`.
+
+    ``ivt_reason`` set: the event is invalid traffic with that reason code, recorded
+    once and never billed. Otherwise it is billed within ``daily_budget_micros`` (the
+    campaign's budget for ``event.day``) and ``lifetime_budget_micros`` (None: none).
+    """
+
+    event: LedgerEvent
+    daily_budget_micros: int = 0
+    lifetime_budget_micros: int | None = None
+    ivt_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """An event recorded but not billed: waiting for its prerequisite (reason
+    ``clicks_without_impression`` / ``conversions_without_click``), or past its
+    attribution window (``conversions_outside_window``, never billed)."""
+
+    write: LedgerWrite
+    reason: str
+
+    @property
+    def waiting(self) -> bool:
+        return self.reason != OUTSIDE_WINDOW
+
+
+@dataclass(slots=True)
+class DayChange:
+    """What a batch adds to one campaign-day's totals (``carry``: the day's new carried
+    fraction of per-mille charges, thousandths of a micro)."""
+
+    carry: int
+    impressions: int = 0
+    clicks: int = 0
+    conversions: int = 0
+    billed: int = 0
+    absorbed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NewRow:
+    """A new valid ledger row: ``charge`` whole micros made due (``billed + absorbed``)
+    of the exact charge ``exact`` (thousandths of a micro)."""
+
+    event: LedgerEvent
+    charge: int
+    exact: int
+    billed: int
+    absorbed: int
+
+
+@dataclass
+class BatchPlan:
+    """Everything a batch writes, decided in log order by :func:`plan_batch`."""
+
+    #: one per write, aligned: BILLED, DUPLICATE, NOT_BILLABLE, HELD, or INVALID (new
+    #: invalid traffic)
+    recorded: list[Recorded] = field(default_factory=list)
+    #: held events this batch billed because their prerequisite came, with what it did
+    released: list[tuple[LedgerEvent, Recorded]] = field(default_factory=list)
+    rows: list[NewRow] = field(default_factory=list)
+    invalid: list[tuple[LedgerEvent, str]] = field(default_factory=list)
+    #: the held events the batch changed: key -> its held event now, or None when it
+    #: left the held set (billed); a redelivered held event is not held again
+    held: dict[Key, Held | None] = field(default_factory=dict)
+    counters: Counter[str] = field(default_factory=Counter)
+    days: dict[DayKey, DayChange] = field(default_factory=dict)
+    #: campaign id -> [billed, absorbed] added to its lifetime totals
+    lifetime: dict[int, list[int]] = field(default_factory=dict)
+
+
+class LedgerView(Protocol):
+    """The ledger state a batch reads, as it was before the batch."""
+
+    def row_time(self, key: Key) -> datetime | None:
+        """When the valid ledger row ``key`` occurred; None: there is none."""
+        ...
+
+    def is_invalid(self, key: Key) -> bool: ...
+
+    def held(self, key: Key) -> Held | None: ...
+
+    def day(self, key: DayKey) -> tuple[int, int]:
+        """(billed micros, carry in thousandths of a micro) of a campaign-day."""
+        ...
+
+    def lifetime_billed(self, campaign_id: int) -> int: ...
+
+
+def validate(writes: Sequence[LedgerWrite]) -> None:
+    """Check every write's money before anything is recorded.
+
+    Raises:
+        MoneyError: a negative or non-integer charge or budget, or a charge too large
+            to store.
+    """
+    for w in writes:
+        micros(w.event.charge_micros, field="charge_micros")
+        if w.event.charge_millimicros > _INT64_MAX:
+            raise MoneyError(f"charge_micros: too large, got {w.event.charge_micros}")
+        micros(w.daily_budget_micros, field="daily_budget_micros")
+        if w.lifetime_budget_micros is not None:
+            micros(w.lifetime_budget_micros, field="lifetime_budget_micros")
+
+
+def split_charge(
+    charge: int, billed_so_far: int, daily_budget: int, lifetime_remaining: int | None = None
+) -> tuple[int, int]:
+    """(billed, absorbed) for a ``charge`` on a day already billed ``billed_so_far``.
+
+    ``lifetime_remaining``: what the lifetime budget has left (None: no lifetime budget).
+    Invariant: billed + absorbed == charge, billed_so_far + billed <= daily_budget and
+    billed <= lifetime_remaining.
+    """
+    remaining = max(0, daily_budget - billed_so_far)
+    if lifetime_remaining is not None:
+        remaining = min(remaining, max(0, lifetime_remaining))
+    billed = min(charge, remaining)
+    return billed, charge - billed
+
+
+def lifetime_left(lifetime_budget: int | None, lifetime_billed: int) -> int | None:
+    """Micros the lifetime budget has left (≥ 0), or None without a lifetime budget."""
+    return None if lifetime_budget is None else max(0, lifetime_budget - lifetime_billed)
+
+
+def outside_window(event: LedgerEvent, prerequisite_at: datetime) -> bool:
+    """True when ``event`` (a conversion) came later than its attribution window after
+    its click at ``prerequisite_at``."""
+    window = event.attribution_window_s
+    return window is not None and (
+        (event.occurred_at - prerequisite_at).total_seconds() > window)
+
+
+def plan_batch(view: LedgerView, writes: Sequence[LedgerWrite]) -> BatchPlan:
+    """Decide every write of ``writes`` in order against ``view``.
+
+    Raises:
+        MoneyError: see :func:`validate` (nothing is planned).
+    """
+    validate(writes)
+    planner = _Planner(view)
+    for w in writes:
+        planner.plan.recorded.append(planner.write(w))
+    return planner.plan
+
+
+class _Planner:
+    """Applies writes to an overlay over the view; the overlay becomes the plan."""
+
+    def __init__(self, view: LedgerView) -> None:
+        self.view = view
+        self.plan = BatchPlan()
+        self._rows: dict[Key, datetime] = {}
+        self._invalid: set[Key] = set()
+        self._held = self.plan.held  # overlay: None = left the held set
+        self._days: dict[DayKey, tuple[int, int]] = {}  # billed, carry
+        self._life: dict[int, int] = {}
+
+    def write(self, w: LedgerWrite) -> Recorded:
+        key = (w.event.impression_id, EventType(w.event.event_type))
+        if w.ivt_reason is not None:
+            return self._invalid_traffic(key, w)
+        if self._row_time(key) is not None or self._is_invalid(key):
+            self.plan.counters[DUPLICATES_REJECTED] += 1
+            return Recorded(Outcome.DUPLICATE)
+        held = self._held_event(key)
+        if held is not None:  # redelivered: it was counted when it was held
+            return Recorded(Outcome.HELD if held.waiting else Outcome.NOT_BILLABLE)
+        return self._valid(key, w)
+
+    def _invalid_traffic(self, key: Key, w: LedgerWrite) -> Recorded:
+        if self._row_time(key) is not None or self._is_invalid(key):
+            return Recorded(Outcome.DUPLICATE)
+        self._invalid.add(key)
+        self.plan.invalid.append((w.event, str(w.ivt_reason)))
+        self.plan.counters[f"ivt_{key[1].value}"] += 1
+        self.plan.counters[f"ivt_{key[1].value}_{w.ivt_reason}"] += 1
+        return Recorded(Outcome.INVALID)
+
+    def _valid(self, key: Key, w: LedgerWrite) -> Recorded:
+        needs = PREREQUISITE.get(key[1])
+        before = self._row_time((key[0], needs)) if needs is not None else None
+        if needs is not None and before is None:
+            self._hold(key, Held(w, WITHOUT_PREREQUISITE[key[1]]))
+            return Recorded(Outcome.HELD)
+        if before is not None and outside_window(w.event, before):
+            self._hold(key, Held(w, OUTSIDE_WINDOW))
+            return Recorded(Outcome.NOT_BILLABLE)
+        recorded = self._bill(key, w)
+        self._release(key, w)
+        return recorded
+
+    def _bill(self, key: Key, w: LedgerWrite) -> Recorded:
+        event = w.event
+        dk = (event.campaign_id, event.day)
+        billed_so_far, carry = self._day(dk)
+        exact = event.charge_millimicros
+        charge, carry = bill_per_mille(carry, exact)
+        life_billed = self._lifetime(event.campaign_id)
+        left = lifetime_left(w.lifetime_budget_micros, life_billed)
+        billed, absorbed = split_charge(charge, billed_so_far, w.daily_budget_micros, left)
+        self._rows[key] = event.occurred_at
+        self.plan.rows.append(NewRow(event, charge, exact, billed, absorbed))
+        self._days[dk] = (billed_so_far + billed, carry)
+        change = self.plan.days.setdefault(dk, DayChange(carry))
+        change.carry = carry
+        setattr(change, COUNT_FIELD[key[1]], getattr(change, COUNT_FIELD[key[1]]) + 1)
+        change.billed += billed
+        change.absorbed += absorbed
+        self._life[event.campaign_id] = life_billed + billed
+        life = self.plan.lifetime.setdefault(event.campaign_id, [0, 0])
+        life[0] += billed
+        life[1] += absorbed
+        return Recorded(Outcome.BILLED, billed, absorbed,
+                        lifetime_left(w.lifetime_budget_micros, life_billed + billed))
+
+    def _release(self, key: Key, by: LedgerWrite) -> None:
+        """``key`` was just billed by ``by``: bill what was held waiting for it (and so
+        on), within the budgets ``by`` carries (the same campaign's, as they are now)."""
+        dependent = DEPENDENTS.get(key[1])
+        if dependent is None:
+            return
+        dkey = (key[0], dependent)
+        held = self._held_event(dkey)
+        if held is None or not held.waiting:
+            return
+        self._held[dkey] = None
+        write = LedgerWrite(held.write.event, by.daily_budget_micros,
+                            by.lifetime_budget_micros)
+        recorded = self._valid(dkey, write)
+        if recorded.outcome is Outcome.BILLED:
+            self.plan.counters[RELEASED] += 1
+            self.plan.released.append((held.write.event, recorded))
+
+    def _hold(self, key: Key, held: Held) -> None:
+        self._held[key] = held
+        self.plan.counters[held.reason] += 1
+
+    def _row_time(self, key: Key) -> datetime | None:
+        at = self._rows.get(key)
+        return at if at is not None else self.view.row_time(key)
+
+    def _is_invalid(self, key: Key) -> bool:
+        return key in self._invalid or self.view.is_invalid(key)
+
+    def _held_event(self, key: Key) -> Held | None:
+        return self._held[key] if key in self._held else self.view.held(key)
+
+    def _day(self, dk: DayKey) -> tuple[int, int]:
+        found = self._days.get(dk)
+        return found if found is not None else self.view.day(dk)
+
+    def _lifetime(self, campaign_id: int) -> int:
+        found = self._life.get(campaign_id)
+        return found if found is not None else self.view.lifetime_billed(campaign_id)
