@@ -5,9 +5,9 @@ through a durable consumer. It reads them in batches and records each batch in O
 ledger transaction (:meth:`Ledger.record_many`) — valid events billed as their billing
 type bills (CPM the impression, CPC the click, CPA the conversion), invalid traffic
 with its reason, a click that came before its impression held until it comes — and
-acknowledges the batch only after that commit. A crash before the acknowledgement redelivers the batch; the
-ledger's unique (impression id, event type) makes the second pass record nothing again,
-so replaying any part of the log is always safe.
+acknowledges the batch only after that commit. A crash before the acknowledgement
+redelivers the batch; the ledger's unique (impression id, event type) makes the second
+pass record nothing again, so replaying any part of the log is always safe.
 
 Tier 2 (:mod:`adfunnel.ivt.scoring`) scores every newly billed impression and click
 over sliding windows; an event it finds invalid is reversed while still pending
