@@ -6,11 +6,24 @@ timeout so a single embedded process can write from several threads.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
-from sqlalchemy import Engine, MetaData, create_engine, event
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Engine,
+    MetaData,
+    Table,
+    TextClause,
+    create_engine,
+    event,
+    text,
+)
 from sqlalchemy.pool import StaticPool
 
 metadata = MetaData()
@@ -66,3 +79,51 @@ def _sqlite_pragmas(dbapi_conn: object, _record: object) -> None:
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
+
+
+#: PostgreSQL element type of a column type, for array parameters (``unnest``, ``ANY``).
+_PG_ELEMENT = {"BigInteger": "bigint", "Integer": "integer", "String": "text", "Date": "date",
+               "Boolean": "boolean"}
+
+
+def pg_element_type(column: Column[Any]) -> str:
+    """The PostgreSQL type of ``column``'s values as an array element ("bigint", "text",
+    "timestamptz", ...).
+
+    Raises:
+        KeyError: for a column type this module does not map.
+    """
+    kind = column.type
+    if isinstance(kind, DateTime):
+        return "timestamptz" if kind.timezone else "timestamp"
+    for cls in type(kind).__mro__:
+        if cls.__name__ in _PG_ELEMENT:
+            return _PG_ELEMENT[cls.__name__]
+    raise KeyError(f"no PostgreSQL array type for {column.name}: {kind!r}")
+
+
+@functools.lru_cache(maxsize=64)
+def pg_unnest_insert(table: Table, columns: tuple[str, ...], *,
+                     conflict: tuple[str, ...] = (), returning: str | None = None
+                     ) -> TextClause:
+    """``INSERT INTO table (columns) SELECT * FROM unnest(:col1, :col2, ...)`` [``ON
+    CONFLICT (conflict) DO NOTHING``] [``RETURNING returning``] for PostgreSQL.
+
+    One statement and one short query text whatever the number of rows: each parameter
+    is the list of that column's values (see :func:`pg_columns`), so the driver neither
+    parses a long query nor sends one round trip per row (SQLAlchemy's multi-row
+    VALUES costs psycopg a parse of the whole text on every batch).
+    """
+    arrays = ", ".join(f"CAST(:{c} AS {pg_element_type(table.c[c])}[])" for c in columns)
+    sql = f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"
+    if conflict:
+        sql += f" ON CONFLICT ({', '.join(conflict)}) DO NOTHING"
+    if returning:
+        sql += f" RETURNING {returning}"
+    return text(sql)
+
+
+def pg_columns(rows: Sequence[Mapping[str, object]], columns: Sequence[str]
+               ) -> dict[str, list[object]]:
+    """Rows as one list per column, the parameters of :func:`pg_unnest_insert`."""
+    return {c: [row[c] for row in rows] for c in columns}

@@ -4,6 +4,7 @@ is back; refused when the spool cannot take them either."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -267,3 +268,70 @@ def test_concurrent_appends_during_an_outage_lose_nothing(
             assert mine == sorted(mine)
     finally:
         pub.close()
+
+
+class CountingLog(FlakyLog):
+    """Counts ``publish_many`` rounds and can hold one open (to let submissions pile up)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds: list[int] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def publish_many(self, events: Sequence[Event]) -> None:
+        self.gate.wait(10)
+        self.rounds.append(len(events))
+        super().publish_many(events)
+
+
+def test_concurrent_events_share_a_round_trip_to_the_log() -> None:
+    """Group commit: what is submitted while a round is in flight goes in the next one,
+    in submission order, and each future completes only once its event is stored."""
+    log = CountingLog()
+    pub = EventPublisher(log)
+    try:
+        log.gate.clear()
+        first = pub.submit(event(0))
+        wait_for(lambda: pub._pending == [])  # the flusher holds it, blocked in the log
+        later = [pub.submit(event(n)) for n in range(1, 101)]
+        assert not any(f.done() for f in [first, *later])
+        log.gate.set()
+        for f in [first, *later]:
+            f.result(10)
+        assert log.rounds == [1, 100]
+        assert log.stored() == [f"imp{n:04d}" for n in range(101)]
+    finally:
+        pub.close()
+
+
+def test_a_coroutine_waits_for_its_event_without_a_thread(spool_dir: Path) -> None:
+    log = FlakyLog()
+    pub = EventPublisher(log, Spool(spool_dir, MiB), retry_s=60)
+
+    async def beacons() -> None:
+        await asyncio.gather(*(pub.submit_async(event(n)) for n in range(20)))
+        log.down.set()  # now only the spool can take it: still acknowledged
+        await pub.submit_async(event(20))
+
+    try:
+        asyncio.run(beacons())
+        assert len(log.stored()) == 20 and pub.spooled() == 1
+    finally:
+        pub.close()
+
+
+def test_a_refused_round_fails_every_waiter_and_a_closed_publisher_refuses() -> None:
+    log = FlakyLog()
+    pub = EventPublisher(log)  # no spool: a down log refuses
+    log.down.set()
+    futures = [pub.submit(event(n)) for n in range(5)]
+    for f in futures:
+        with pytest.raises(EventRefused):
+            f.result(10)
+    log.down.clear()
+    pub.append(event(9))
+    pub.close()
+    with pytest.raises(EventRefused):
+        pub.append(event(10))
+    assert log.stored() == ["imp0009"]

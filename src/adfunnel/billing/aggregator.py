@@ -132,7 +132,7 @@ class Aggregator:
         self._lags_ms: deque[float] = deque(maxlen=LAG_SAMPLES)
         self._lock = threading.Lock()  # one batch at a time (pump may come from any thread)
 
-    def run_once(self, max_messages: int = 500, timeout_s: float = 0.5) -> int:
+    def run_once(self, max_messages: int = 2000, timeout_s: float = 0.5) -> int:
         """Fetch one batch (waiting up to ``timeout_s`` network seconds for it), record
         it, acknowledge it; the number of deliveries handled.
 
@@ -146,14 +146,14 @@ class Aggregator:
                 self._apply(batch)
             return len(batch)
 
-    def pump(self, max_messages: int = 500) -> int:
+    def pump(self, max_messages: int = 2000) -> int:
         """Handle everything available now, without waiting; the number handled."""
         total = 0
         while n := self.run_once(max_messages, 0.0):
             total += n
         return total
 
-    def run(self, stop: threading.Event, max_messages: int = 500,
+    def run(self, stop: threading.Event, max_messages: int = 2000,
             timeout_s: float = 0.5, on_error: Callable[[Exception], None] | None = None
             ) -> None:
         """Run batches until ``stop`` is set; a failing batch is reported to

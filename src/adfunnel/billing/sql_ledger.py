@@ -30,7 +30,21 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, date, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, and_, bindparam, func, select, tuple_
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Connection,
+    Engine,
+    Row,
+    Table,
+    and_,
+    any_,
+    bindparam,
+    func,
+    select,
+    text,
+    tuple_,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from adfunnel.billing.batch import (
@@ -60,7 +74,7 @@ from adfunnel.billing.tables import (
     ledger_held,
     ledger_ivt,
 )
-from adfunnel.db import connection_guard, sqlite_lock
+from adfunnel.db import connection_guard, pg_columns, pg_unnest_insert, sqlite_lock
 
 
 class SqlLedger:
@@ -84,7 +98,7 @@ class SqlLedger:
             raise ValueError(f"SqlLedger supports sqlite and postgresql, not {dialect!r}")
         self._engine = engine
         self._guard = connection_guard(engine)
-        self._for_update = dialect == "postgresql"
+        self._for_update = self._pg = dialect == "postgresql"
 
     def record(
         self, event: LedgerEvent, daily_budget_micros: int,
@@ -148,7 +162,7 @@ class SqlLedger:
         view.lifetime = self._lock_campaigns(conn, campaigns)
         ids = sorted({w.event.impression_id for w in writes})
         h = ledger_held.c
-        for row in conn.execute(select(ledger_held).where(h.impression_id.in_(ids))):
+        for row in conn.execute(select(ledger_held).where(self._in(h.impression_id, ids))):
             view.held_rows[(row.impression_id, EventType(row.event_type))] = _held(row)
         extra = {held.write.event.campaign_id for held in view.held_rows.values()} - campaigns
         if extra:  # (never for signed tokens: one impression id, one campaign)
@@ -160,11 +174,11 @@ class SqlLedger:
         t = ledger.c
         for iid, etype, at in conn.execute(
                 select(t.impression_id, t.event_type, t.occurred_at)
-                .where(t.impression_id.in_(ids))):
+                .where(self._in(t.impression_id, ids))):
             view.rows[(iid, EventType(etype))] = _aware(at)
         v = ledger_ivt.c
         for iid, etype in conn.execute(
-                select(v.impression_id, v.event_type).where(v.impression_id.in_(ids))):
+                select(v.impression_id, v.event_type).where(self._in(v.impression_id, ids))):
             view.invalid.add((iid, EventType(etype)))
         return view
 
@@ -172,12 +186,12 @@ class SqlLedger:
         """Make the campaigns' lifetime rows exist and lock them in id order; campaign
         id -> billed micros so far."""
         ordered = sorted(campaign_ids)
-        conn.execute(
-            self._insert(campaign_spend).on_conflict_do_nothing(index_elements=["campaign_id"]),
+        self._insert_rows(
+            conn, campaign_spend,
             [{"campaign_id": cid, "billed_micros": 0, "absorbed_micros": 0} for cid in ordered],
-        )
+            conflict=("campaign_id",))
         c = campaign_spend.c
-        query = (select(c.campaign_id, c.billed_micros).where(c.campaign_id.in_(ordered))
+        query = (select(c.campaign_id, c.billed_micros).where(self._in(c.campaign_id, ordered))
                  .order_by(c.campaign_id))
         if self._for_update:
             query = query.with_for_update()
@@ -188,21 +202,21 @@ class SqlLedger:
         if not keys:
             return {}
         ordered = sorted(keys)
-        conn.execute(
-            self._insert(campaign_day_spend).on_conflict_do_nothing(
-                index_elements=["campaign_id", "day"]),
+        self._insert_rows(
+            conn, campaign_day_spend,
             [{"campaign_id": cid, "day": day, "impressions": 0, "clicks": 0,
               "conversions": 0, "billed_micros": 0, "absorbed_micros": 0,
               "carry_millimicros": 0} for cid, day in ordered],
-        )
-        d = campaign_day_spend.c
-        query = (select(d.campaign_id, d.day, d.billed_micros, d.carry_millimicros)
-                 .where(tuple_(d.campaign_id, d.day).in_(ordered))
-                 .order_by(d.campaign_id, d.day))
-        if self._for_update:
-            query = query.with_for_update()
-        return {(cid, day): (int(billed), int(carry))
-                for cid, day, billed, carry in conn.execute(query)}
+            conflict=("campaign_id", "day"))
+        if self._pg:
+            found = conn.execute(_PG_LOCK_DAYS, {"cids": [k[0] for k in ordered],
+                                                 "days": [k[1] for k in ordered]})
+        else:
+            d = campaign_day_spend.c
+            found = conn.execute(
+                select(d.campaign_id, d.day, d.billed_micros, d.carry_millimicros)
+                .where(tuple_(d.campaign_id, d.day).in_(ordered)))
+        return {(cid, day): (int(billed), int(carry)) for cid, day, billed, carry in found}
 
     def _write(self, conn: Connection, plan: BatchPlan) -> None:
         """Apply a plan: a handful of set-based statements, whatever the batch size.
@@ -211,26 +225,24 @@ class SqlLedger:
             LedgerConflict: a row the plan inserts exists already (a writer that did not
                 queue on the campaign's row); the transaction is rolled back.
         """
-        if plan.rows:
-            inserted = conn.execute(
-                self._insert(ledger).on_conflict_do_nothing(
-                    index_elements=["impression_id", "event_type"]).returning(ledger.c.id),
-                [_ledger_row(r) for r in plan.rows]).all()
-            if len(inserted) != len(plan.rows):
-                raise LedgerConflict("a ledger row of this batch was recorded concurrently")
-        if plan.invalid:
-            conn.execute(
-                self._insert(ledger_ivt).on_conflict_do_nothing(
-                    index_elements=["impression_id", "event_type"]),
-                [_ivt_row(e, reason) for e, reason in plan.invalid])
+        key = ("impression_id", "event_type")
+        inserted = self._insert_rows(conn, ledger, [_ledger_row(r) for r in plan.rows],
+                                     conflict=key, returning="id")
+        if len(inserted) != len(plan.rows):
+            raise LedgerConflict("a ledger row of this batch was recorded concurrently")
+        self._insert_rows(conn, ledger_ivt, [_ivt_row(e, why) for e, why in plan.invalid],
+                          conflict=key)
         if plan.held:
-            h = ledger_held.c
-            conn.execute(ledger_held.delete().where(
-                tuple_(h.impression_id, h.event_type).in_(
-                    [(iid, etype.value) for iid, etype in plan.held])))
-            kept = [_held_row(held) for held in plan.held.values() if held is not None]
-            if kept:
-                conn.execute(self._insert(ledger_held), kept)
+            keys = [(iid, etype.value) for iid, etype in plan.held]
+            if self._pg:
+                conn.execute(_PG_UNHOLD, {"ids": [k[0] for k in keys],
+                                          "types": [k[1] for k in keys]})
+            else:
+                h = ledger_held.c
+                conn.execute(ledger_held.delete().where(
+                    tuple_(h.impression_id, h.event_type).in_(keys)))
+            self._insert_rows(conn, ledger_held, [
+                _held_row(held) for held in plan.held.values() if held is not None])
         self._write_totals(conn, plan)
         if plan.counters:
             stmt = self._insert(ledger_counters)
@@ -239,6 +251,34 @@ class SqlLedger:
                     index_elements=["name"],
                     set_={"value": ledger_counters.c.value + stmt.excluded.value}),
                 [{"name": name, "value": n} for name, n in sorted(plan.counters.items())])
+
+    def _insert_rows(self, conn: Connection, table: Table, rows: list[dict[str, object]], *,
+                     conflict: tuple[str, ...] = (), returning: str | None = None
+                     ) -> list[Row[Any]]:
+        """Insert ``rows`` (dicts with the same keys) in one statement, skipping those
+        that conflict on ``conflict``; the ``returning`` column of those inserted."""
+        if not rows:
+            return []
+        if self._pg:
+            columns = tuple(rows[0])
+            stmt: Any = pg_unnest_insert(table, columns, conflict=conflict, returning=returning)
+            result = conn.execute(stmt, pg_columns(rows, columns))
+        else:
+            stmt = self._insert(table)
+            if conflict:
+                stmt = stmt.on_conflict_do_nothing(index_elements=list(conflict))
+            if returning:
+                stmt = stmt.returning(table.c[returning])
+            result = conn.execute(stmt, rows)
+        return list(result.all()) if returning else []
+
+    def _in(self, column: Column[Any], values: Sequence[object]) -> ColumnElement[bool]:
+        """``column IN values``; on PostgreSQL ``column = ANY(:array)``, one short query
+        text whatever the number of values."""
+        if self._pg:
+            return column == any_(bindparam(f"{column.name}_any", list(values),
+                                            type_=postgresql.ARRAY(column.type)))
+        return column.in_(values)
 
     def _write_totals(self, conn: Connection, plan: BatchPlan) -> None:
         d = campaign_day_spend.c
@@ -433,6 +473,18 @@ def _held(row: Row[Any]) -> Held:
 def _aware(at: datetime) -> datetime:
     """SQLite hands back naive datetimes for timezone-aware columns: they are UTC."""
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+# Lock campaign-day rows given as two arrays, in key order (PostgreSQL).
+_PG_LOCK_DAYS = text(
+    "SELECT d.campaign_id, d.day, d.billed_micros, d.carry_millimicros"
+    " FROM campaign_day_spend d"
+    " JOIN unnest(CAST(:cids AS bigint[]), CAST(:days AS date[])) AS k(campaign_id, day)"
+    " ON d.campaign_id = k.campaign_id AND d.day = k.day"
+    " ORDER BY d.campaign_id, d.day FOR UPDATE OF d")
+_PG_UNHOLD = text(
+    "DELETE FROM ledger_held WHERE (impression_id, event_type) IN"
+    " (SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:types AS text[])))")
 
 
 class LedgerConflict(RuntimeError):

@@ -10,9 +10,12 @@ mid-drain).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 
 from prometheus_client import Counter, Gauge
 
@@ -26,6 +29,8 @@ SPOOLED = Counter("adfunnel_events_spooled_total", "Events spooled while the log
 SPOOL_DEPTH = Gauge("adfunnel_events_spool_depth", "Events in the spool, not yet published")
 #: Seconds between attempts to publish the spool while the log is down.
 DEFAULT_RETRY_S = 0.5
+#: Most events one flusher round stores.
+MAX_ROUND = 1_000
 
 
 class EventRefused(Exception):
@@ -55,6 +60,12 @@ class EventPublisher:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._pending: list[tuple[Event, Future[None] | asyncio.Future[None]]] = []
+        self._submitted = threading.Condition()
+        self._closed = False
+        self._flusher = threading.Thread(target=self._flush_loop, name="event-flusher",
+                                         daemon=True)
+        self._flusher.start()
         self._thread: threading.Thread | None = None
         if spool is not None:
             self._thread = threading.Thread(target=self._drain_loop, name="spool-drain",
@@ -63,17 +74,70 @@ class EventPublisher:
             if len(spool):
                 self._wake.set()  # left over from a previous run
 
+    def submit(self, event: Event) -> Future[None]:
+        """Queue ``event`` for the next flusher round; the future completes once it is
+        stored (log or spool), or fails with :class:`EventRefused`. Never blocks."""
+        done: Future[None] = Future()
+        with self._submitted:
+            if self._closed:
+                done.set_exception(EventRefused("the publisher is closed"))
+                return done
+            self._pending.append((event, done))
+            self._submitted.notify()
+        return done
+
+    def submit_async(self, event: Event) -> asyncio.Future[None]:
+        """:meth:`submit` for a coroutine on the running event loop: an asyncio future,
+        completed from that loop (one wake-up of the loop per flusher round, however
+        many of its beacons the round stored). Never blocks."""
+        done = asyncio.get_running_loop().create_future()
+        with self._submitted:
+            if self._closed:
+                done.set_exception(EventRefused("the publisher is closed"))
+                return done
+            self._pending.append((event, done))
+            self._submitted.notify()
+        return done
+
     def append(self, event: Event) -> None:
-        """Store ``event`` in the log, or in the spool when the log is unavailable or
-        events are already spooled (order is kept).
+        """Store ``event`` (see :meth:`submit`) and return once it is stored.
 
         Raises:
             EventRefused: the log is unavailable and the spool cannot take it.
         """
+        self.submit(event).result()
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._submitted:
+                while not self._pending and not self._closed:
+                    self._submitted.wait()
+                if not self._pending:
+                    return  # closed, and nothing left
+                batch = self._pending[:MAX_ROUND]
+                del self._pending[:MAX_ROUND]
+            try:
+                self._store([e for e, _ in batch])
+            except EventRefused as exc:
+                failure: BaseException | None = exc
+            except Exception as exc:  # a bug must not leave beacons waiting forever
+                _log.exception("storing events failed")
+                failure = EventRefused(f"storing failed: {exc}")
+            else:
+                failure = None
+            _complete([done for _, done in batch], failure)
+
+    def _store(self, events: Sequence[Event]) -> None:
+        """Publish ``events``, or spool them when the log is unavailable or events are
+        already spooled (order is kept).
+
+        Raises:
+            EventRefused: the log is unavailable and the spool cannot take them.
+        """
         spool = self.spool
         if spool is None or not len(spool):
             try:
-                self.log.publish(event)
+                self.log.publish_many(events)
             except EventLogUnavailable as exc:
                 if spool is None:
                     raise EventRefused(f"event log unavailable: {exc}") from None
@@ -82,10 +146,10 @@ class EventPublisher:
                     self.after_append()
                 return
         try:
-            spool.append(event)
+            spool.append_many(events)  # a partly published round is deduped by msg id
         except SpoolError as exc:
             raise EventRefused(f"event log unavailable and spool refused: {exc}") from None
-        SPOOLED.inc()
+        SPOOLED.inc(len(events))
         SPOOL_DEPTH.set(len(spool))
         self._wake.set()
 
@@ -109,7 +173,12 @@ class EventPublisher:
         return n
 
     def close(self) -> None:
-        """Stop the drain thread (one last attempt first) and close the spool."""
+        """Store what was submitted, stop the drain thread (one last attempt first) and
+        close the spool; later submissions are refused."""
+        with self._submitted:
+            self._closed = True
+            self._submitted.notify()
+        self._flusher.join(timeout=30)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -136,3 +205,30 @@ class EventPublisher:
                 self.drain()
         except Exception:  # the spool keeps them for the next start
             _log.warning("events left in the spool at shutdown: %d", self.spooled())
+
+
+def _complete(waiters: Sequence[Future[None] | asyncio.Future[None]],
+              failure: BaseException | None) -> None:
+    """Complete a round's waiters: thread futures here, asyncio futures on their own
+    loop, one call per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for done in waiters:
+        if isinstance(done, asyncio.Future):
+            by_loop.setdefault(done.get_loop(), []).append(done)
+        elif failure is None:
+            done.set_result(None)
+        else:
+            done.set_exception(failure)
+    for loop, futures in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+            loop.call_soon_threadsafe(_settle, futures, failure)
+
+
+def _settle(futures: list[asyncio.Future[None]], failure: BaseException | None) -> None:
+    for done in futures:
+        if done.done():  # cancelled: its client went away
+            continue
+        if failure is None:
+            done.set_result(None)
+        else:
+            done.set_exception(failure)

@@ -27,6 +27,7 @@ never to a URL taken from the request.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter as Tally
@@ -81,6 +82,11 @@ class EventSink(Protocol):
         Raises:
             EventRefused: neither the log nor the spool could take it.
         """
+        ...
+
+    def submit_async(self, event: Event) -> asyncio.Future[None]:
+        """Queue ``event`` from a coroutine; the future completes once it is stored
+        durably, or fails with EventRefused. Never blocks."""
         ...
 
 
@@ -145,8 +151,36 @@ class Tracker:
             for name in names:
                 self._counts[name] += 1
 
+    async def beacon(self, event_type: EventType, token: str | None,
+                     client: ClientFacts | None = None, value_micros: int | None = None
+                     ) -> BeaconResult:
+        """Any beacon, for an asyncio server: the same as :meth:`impression`,
+        :meth:`click` and :meth:`conversion`, waiting for the store without holding a
+        thread (many beacons share one round trip to the log)."""
+        result = self._prepare(token, event_type, client, value_micros)
+        if result.event is None:
+            return result
+        try:
+            await self.sink.submit_async(result.event)
+        except EventRefused:
+            return self._unavailable(result)
+        return self._appended(result)
+
     def _handle(self, token: str | None, event_type: EventType, client: ClientFacts | None,
                 value_micros: int | None = None) -> BeaconResult:
+        result = self._prepare(token, event_type, client, value_micros)
+        if result.event is None:
+            return result
+        try:
+            self.sink.append(result.event)
+        except EventRefused:
+            return self._unavailable(result)
+        return self._appended(result)
+
+    def _prepare(self, token: str | None, event_type: EventType, client: ClientFacts | None,
+                 value_micros: int | None) -> BeaconResult:
+        """Verify and judge a beacon: a final result (refused token, house ad), or the
+        event to store (``event`` set, ``outcome`` what it will be once stored)."""
         now_s = self.clock.now().timestamp()
         grace = CONVERSION_GRACE_S if event_type is EventType.CONVERSION else 0
         try:
@@ -173,15 +207,20 @@ class Tracker:
             conversion_value_micros=value_micros, ivt_reason=reason,
             tracked_ns=time.time_ns(),
         )
-        try:
-            self.sink.append(event)
-        except EventRefused:
-            self._count(UNAVAILABLE)
-            BEACONS.labels(event_type.value, UNAVAILABLE).inc()
-            return BeaconResult(UNAVAILABLE, landing)
-        outcome = APPENDED if reason is None else f"ivt:{reason}"
-        BEACONS.labels(event_type.value, APPENDED if reason is None else f"ivt_{reason}").inc()
-        return BeaconResult(outcome, landing, event)
+        return BeaconResult(APPENDED if reason is None else f"ivt:{reason}", landing, event)
+
+    def _appended(self, result: BeaconResult) -> BeaconResult:
+        assert result.event is not None
+        reason = result.event.ivt_reason
+        BEACONS.labels(result.event.event_type.value,
+                       APPENDED if reason is None else f"ivt_{reason}").inc()
+        return result
+
+    def _unavailable(self, result: BeaconResult) -> BeaconResult:
+        assert result.event is not None
+        self._count(UNAVAILABLE)
+        BEACONS.labels(result.event.event_type.value, UNAVAILABLE).inc()
+        return BeaconResult(UNAVAILABLE, result.landing_url)
 
     def _landing(self, claims: TokenClaims, event_type: EventType) -> str | None:
         if event_type is not EventType.CLICK:

@@ -2,7 +2,9 @@
 
 Shared by ``adfunnel serve`` (the embedded default mounts them) and ``adfunnel
 tracker`` (a stateless process of its own). Each answers without waiting on the
-database: the event is in the log (or the spool) when the answer leaves.
+database: the event is in the log (or the spool) when the answer leaves. The routes are
+coroutines: a beacon waits for the store without holding a thread, and concurrent
+beacons share the publisher's rounds (group commit).
 
 - ``/i?t=<token>``: impression beacon → 204.
 - ``/c?t=<token>``: click → 302 to the ad's landing URL (404 for an unknown ad).
@@ -23,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from adfunnel.events.model import EventType
 from adfunnel.http_errors import error_response
 from adfunnel.tracking.beacons import UNAVAILABLE, BeaconResult, Tracker
 from adfunnel.tracking.client import ClientFacts, Network, client_facts
@@ -50,12 +53,14 @@ class TrackingEndpoints:
         return client_facts(peer, request.headers.get("x-forwarded-for"),
                             request.headers.get("user-agent"), self.trusted_proxies)
 
-    def impression(self, request: Request) -> Response:
-        result = self.tracker.impression(request.query_params.get("t"), self._client(request))
+    async def impression(self, request: Request) -> Response:
+        result = await self.tracker.beacon(EventType.IMPRESSION, request.query_params.get("t"),
+                                           self._client(request))
         return _refused(result) or Response(status_code=204)
 
-    def click(self, request: Request) -> Response:
-        result = self.tracker.click(request.query_params.get("t"), self._client(request))
+    async def click(self, request: Request) -> Response:
+        result = await self.tracker.beacon(EventType.CLICK, request.query_params.get("t"),
+                                           self._client(request))
         refused = _refused(result)
         if refused is not None:
             return refused
@@ -68,7 +73,7 @@ class TrackingEndpoints:
         # not RedirectResponse: it percent-encodes an IDN host and re-quotes ASCII bytes
         return Response(status_code=302, headers={"location": location})
 
-    def conversion(self, request: Request) -> Response:
+    async def conversion(self, request: Request) -> Response:
         raw = request.query_params.get("value")
         value: int | None = None
         if raw is not None:
@@ -76,8 +81,8 @@ class TrackingEndpoints:
                 return error_response(422, "validation",
                                       [("value", "integer micros in [0, 2**63 - 1]")])
             value = int(raw)
-        result = self.tracker.conversion(request.query_params.get("t"), self._client(request),
-                                         value)
+        result = await self.tracker.beacon(EventType.CONVERSION, request.query_params.get("t"),
+                                           self._client(request), value)
         return _refused(result) or Response(status_code=204)
 
 
