@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
@@ -134,6 +135,44 @@ def test_a_refused_token_is_400_naming_t(client: TestClient, runtime: Runtime) -
     r = client.get("/v", headers=UA)
     assert r.status_code == 400 and r.json()["fields"] == [{"field": "t",
                                                              "problem": "malformed"}]
+
+
+def test_the_click_id_handed_to_the_landing_page_posts_the_conversion_back(
+        client: TestClient, runtime: Runtime) -> None:
+    """The landing URL's ``{click_id}`` macro becomes the click id at the redirect; the
+    advertiser posts it back as ``/v?click_id=`` and the conversion bills once."""
+    cid = cpa_campaign(client, ad={"landing_url": "https://shop.test/l?src=adf&cid={click_id}"})
+    ad = serve(client)
+    assert client.get(ad["impression_url"], headers=UA).status_code == 204
+    move_clock(client, runtime, 5)
+    r = client.get(ad["click_url"], headers=UA, follow_redirects=False)
+    assert r.status_code == 302, r.text
+    location = urlsplit(r.headers["location"])
+    assert (location.netloc, location.path) == ("shop.test", "/l")
+    [click_id] = parse_qs(location.query)["cid"]
+    assert "{" not in click_id
+    r = client.get("/v", params={"click_id": click_id, "value": "12000000"}, headers=UA)
+    assert r.status_code == 204, r.text
+    got = report(client, cid)
+    assert (got["conversions"], got["billed_micros"]) == (1, ad["price_micros"])
+    # posted back again: still one conversion
+    assert client.post("/v", params={"click_id": click_id}, headers=UA).status_code == 204
+    assert report(client, cid)["conversions"] == 1
+
+
+def test_a_made_up_click_id_is_400_and_t_with_click_id_is_422(client: TestClient,
+                                                              runtime: Runtime) -> None:
+    cid = cpa_campaign(client)
+    ad = serve(client)
+    show_and_click(client, runtime, ad)
+    r = client.get("/v", params={"click_id": "0f3c2b1a9d8e7f60"}, headers=UA)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "invalid_token"
+    assert r.json()["fields"] == [{"field": "click_id", "problem": "malformed"}]
+    r = client.get("/v", params={"click_id": ad["token"], "t": ad["token"]}, headers=UA)
+    assert r.status_code == 422, r.text
+    assert [f["field"] for f in r.json()["fields"]] == ["click_id"]
+    assert report(client, cid)["conversions"] == 0  # nothing was appended
 
 
 def test_a_conversion_without_a_click_is_not_billed(client: TestClient,

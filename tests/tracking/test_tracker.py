@@ -134,6 +134,7 @@ def test_a_conversion_carries_its_value(world: World) -> None:
     (event,) = world.appended()
     assert event.event_type is EventType.CONVERSION
     assert event.conversion_value_micros == 123 and event.billing_type == "CPA"
+    assert event.click_id == event.impression_id  # the click it converts
 
 
 def test_without_client_facts_the_event_has_empty_client_fields(world: World) -> None:

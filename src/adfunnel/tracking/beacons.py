@@ -205,6 +205,8 @@ class Tracker:
             occurred_at=now_s, client_ip=(client.ip or "") if client else "",
             user_agent=(client.user_agent or "")[:MAX_USER_AGENT_CHARS] if client else "",
             conversion_value_micros=value_micros, ivt_reason=reason,
+            # a conversion names its click: the impression the click token was issued for
+            click_id=claims.impression_id if event_type is EventType.CONVERSION else None,
             tracked_ns=time.time_ns(),
         )
         return BeaconResult(APPENDED if reason is None else f"ivt:{reason}", landing, event)

@@ -7,9 +7,13 @@ coroutines: a beacon waits for the store without holding a thread, and concurren
 beacons share the publisher's rounds (group commit).
 
 - ``/i?t=<token>``: impression beacon → 204.
-- ``/c?t=<token>``: click → 302 to the ad's landing URL (404 for an unknown ad).
-- ``/v?t=<click token>[&value=<micros>]``: conversion postback → 204. ``value`` is the
-  conversion's value in integer micros.
+- ``/c?t=<token>``: click → 302 to the ad's landing URL (404 for an unknown ad). The
+  macro ``{click_id}`` in a landing URL becomes the click id, so the advertiser's page
+  learns what to post back.
+- ``/v?t=<click token>[&value=<micros>]`` or ``/v?click_id=<click id>[&value=…]``:
+  conversion postback → 204. ``value`` is the conversion's value in integer micros. The
+  click id is the click's signed token: opaque to the advertiser, verified like any
+  token, so a made-up id is refused.
 
 A refused token answers 400 ``invalid_token`` naming ``t``; a bad ``value`` 422; when
 neither the log nor the spool can store the event, 503 with ``Retry-After`` (the client
@@ -32,6 +36,8 @@ from adfunnel.tracking.client import ClientFacts, Network, client_facts
 from adfunnel.tracking.landing import LandingUrlError, to_uri
 
 _INT64_MAX = 2**63 - 1
+#: Replaced in a landing URL by the click id (the click's token; URL-safe as it is).
+CLICK_ID_MACRO = "{click_id}"
 
 
 class TrackingEndpoints:
@@ -70,28 +76,38 @@ class TrackingEndpoints:
             location = to_uri(result.landing_url)
         except LandingUrlError as exc:  # stored before IRIs were checked on create
             return error_response(404, "unusable_landing_url", [("landing_url", exc.problem)])
+        if CLICK_ID_MACRO in location:
+            location = location.replace(CLICK_ID_MACRO, request.query_params["t"])
         # not RedirectResponse: it percent-encodes an IDN host and re-quotes ASCII bytes
         return Response(status_code=302, headers={"location": location})
 
     async def conversion(self, request: Request) -> Response:
-        raw = request.query_params.get("value")
+        query = request.query_params
+        token, name = query.get("t"), "t"
+        if "click_id" in query:
+            if "t" in query:
+                return error_response(422, "validation",
+                                      [("click_id", "give t or click_id, not both")])
+            token, name = query["click_id"], "click_id"
+        raw = query.get("value")
         value: int | None = None
         if raw is not None:
             if not raw.isascii() or not raw.isdigit() or int(raw) > _INT64_MAX:
                 return error_response(422, "validation",
                                       [("value", "integer micros in [0, 2**63 - 1]")])
             value = int(raw)
-        result = await self.tracker.beacon(EventType.CONVERSION, request.query_params.get("t"),
-                                           self._client(request), value)
-        return _refused(result) or Response(status_code=204)
+        result = await self.tracker.beacon(EventType.CONVERSION, token, self._client(request),
+                                           value)
+        return _refused(result, name) or Response(status_code=204)
 
 
-def _refused(result: BeaconResult) -> Response | None:
-    """The error answer for a refused or unstored beacon, else None."""
+def _refused(result: BeaconResult, name: str = "t") -> Response | None:
+    """The error answer for a refused or unstored beacon (its token sent as ``name``),
+    else None."""
     if result.outcome.startswith("invalid:"):
-        return error_response(400, "invalid_token", [("t", result.outcome.split(":", 1)[1])])
+        return error_response(400, "invalid_token", [(name, result.outcome.split(":", 1)[1])])
     if result.outcome == UNAVAILABLE:
         return error_response(503, "event_log_unavailable",
-                              [("t", "the event could not be stored; retry")],
+                              [(name, "the event could not be stored; retry")],
                               headers={"retry-after": "1"})
     return None
