@@ -15,14 +15,13 @@ from typing import Any
 
 from sqlalchemy import (
     Column,
+    Connection,
     DateTime,
     Engine,
     MetaData,
     Table,
-    TextClause,
     create_engine,
     event,
-    text,
 )
 from sqlalchemy.pool import StaticPool
 
@@ -104,23 +103,40 @@ def pg_element_type(column: Column[Any]) -> str:
 
 @functools.lru_cache(maxsize=64)
 def pg_unnest_insert(table: Table, columns: tuple[str, ...], *,
-                     conflict: tuple[str, ...] = (), returning: str | None = None
-                     ) -> TextClause:
-    """``INSERT INTO table (columns) SELECT * FROM unnest(:col1, :col2, ...)`` [``ON
-    CONFLICT (conflict) DO NOTHING``] [``RETURNING returning``] for PostgreSQL.
+                     conflict: tuple[str, ...] = (), returning: str | None = None) -> str:
+    """``INSERT INTO table (columns) SELECT * FROM unnest(%(col1)b, ...)`` [``ON
+    CONFLICT (conflict) DO NOTHING``] [``RETURNING returning``], psycopg 3 text.
 
-    One statement and one short query text whatever the number of rows: each parameter
-    is the list of that column's values (see :func:`pg_columns`), so the driver neither
-    parses a long query nor sends one round trip per row (SQLAlchemy's multi-row
-    VALUES costs psycopg a parse of the whole text on every batch).
+    Run it on the DBAPI cursor (:func:`pg_insert_columns`): each parameter is the list
+    of one column's values (:func:`pg_columns`), sent as a binary array, so whatever the
+    number of rows there is one statement and one short query text, and the driver
+    neither parses a long query (SQLAlchemy's multi-row VALUES costs psycopg a parse of
+    the whole text on every batch) nor escapes text arrays element by element.
     """
-    arrays = ", ".join(f"CAST(:{c} AS {pg_element_type(table.c[c])}[])" for c in columns)
+    arrays = ", ".join(f"CAST(%({c})b AS {pg_element_type(table.c[c])}[])" for c in columns)
     sql = f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"
     if conflict:
         sql += f" ON CONFLICT ({', '.join(conflict)}) DO NOTHING"
     if returning:
         sql += f" RETURNING {returning}"
-    return text(sql)
+    return sql
+
+
+def pg_insert_columns(conn: Connection, table: Table, rows: Sequence[Mapping[str, object]], *,
+                      conflict: tuple[str, ...] = (), returning: str | None = None
+                      ) -> list[tuple[Any, ...]]:
+    """Insert ``rows`` (mappings with the same keys) into ``table`` in one statement on
+    ``conn``'s PostgreSQL connection, inside its transaction; the ``returning`` column
+    of the rows inserted (none without ``returning``)."""
+    if not rows:
+        return []
+    columns = tuple(rows[0])
+    sql = pg_unnest_insert(table, columns, conflict=conflict, returning=returning)
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor:
+        cursor.execute(sql, pg_columns(rows, columns))
+        return list(cursor.fetchall()) if returning else []
 
 
 def pg_columns(rows: Sequence[Mapping[str, object]], columns: Sequence[str]

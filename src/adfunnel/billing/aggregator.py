@@ -41,7 +41,7 @@ import numpy as np
 from prometheus_client import Counter, Histogram
 
 from adfunnel.billing.ledger import Ledger, LedgerWrite
-from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.budget.gate import SpendGate
 from adfunnel.campaigns.model import (
     DEFAULT_ATTRIBUTION_WINDOW_S as DEFAULT_ATTRIBUTION_WINDOW_S,
@@ -129,6 +129,7 @@ class Aggregator:
         #: deliveries handled on their first attempt (events of the log seen once)
         self.first_deliveries = 0
         self.outcomes: Tally[str] = Tally()
+        self._batch_outcomes: Tally[tuple[str, str]] = Tally()
         self._lags_ms: deque[float] = deque(maxlen=LAG_SAMPLES)
         self._lock = threading.Lock()  # one batch at a time (pump may come from any thread)
 
@@ -204,6 +205,9 @@ class Aggregator:
                 self._feed(row, recorded, self.campaign(row.campaign_id))
                 hours.add(_hour(row.occurred_at))
         self.consumer.ack(batch)
+        for (event_type, outcome), n in self._batch_outcomes.items():
+            AGGREGATED.labels(event_type, outcome).inc(n)
+        self._batch_outcomes.clear()
         self.stats.batches += 1
         self.stats.events += len(batch)
         self.first_deliveries += sum(1 for d in batch if d.attempt == 1)
@@ -273,7 +277,7 @@ class Aggregator:
 
     def _outcome(self, event_type: str, outcome: str) -> None:
         self.outcomes[outcome] += 1
-        AGGREGATED.labels(event_type, outcome).inc()
+        self._batch_outcomes[(event_type, outcome)] += 1  # to the metric once per batch
 
 
 def bills_on(billing_type: str) -> EventType | None:
@@ -290,7 +294,7 @@ def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
     """The ledger row of ``event`` for ``campaign``: charged its price when it is the
     event its billing type bills (a CPM price per mille, exactly), else 0; its day is
     the campaign's local day of the event."""
-    event_type = EventType(event.event_type.value)
+    event_type = EVENT_TYPES[event.event_type.value]
     occurred = datetime.fromtimestamp(event.occurred_at, tz=UTC)
     billable = bills_on(event.billing_type) is event_type
     window = campaign.attribution_window_s

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Protocol
 
-from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.money import MoneyError, bill_per_mille, micros
 
 _INT64_MAX = 2**63 - 1
@@ -209,7 +209,7 @@ class _Planner:
         self._life: dict[int, int] = {}
 
     def write(self, w: LedgerWrite) -> Recorded:
-        key = (w.event.impression_id, EventType(w.event.event_type))
+        key = (w.event.impression_id, EVENT_TYPES[w.event.event_type])
         if w.ivt_reason is not None:
             return self._invalid_traffic(key, w)
         if self._row_time(key) is not None or self._is_invalid(key):
@@ -254,7 +254,9 @@ class _Planner:
         self._rows[key] = event.occurred_at
         self.plan.rows.append(NewRow(event, charge, exact, billed, absorbed))
         self._days[dk] = (billed_so_far + billed, carry)
-        change = self.plan.days.setdefault(dk, DayChange(carry))
+        change = self.plan.days.get(dk)
+        if change is None:
+            change = self.plan.days[dk] = DayChange(carry)
         change.carry = carry
         setattr(change, COUNT_FIELD[key[1]], getattr(change, COUNT_FIELD[key[1]]) + 1)
         change.billed += billed

@@ -13,6 +13,11 @@ class EventType(StrEnum):
     CONVERSION = "conversion"
 
 
+#: value (or member: a StrEnum member hashes and compares as its value) -> member, a
+#: dict lookup where ``EventType(x)`` would cost an enum call on hot paths
+EVENT_TYPES: dict[str, EventType] = {t.value: t for t in EventType}
+
+
 class Outcome(StrEnum):
     BILLED = "billed"  # a new ledger row; billed_micros may be 0 when the budget was spent
     DUPLICATE = "duplicate"  # the (impression id, event type) row exists already

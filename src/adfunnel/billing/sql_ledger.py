@@ -59,6 +59,7 @@ from adfunnel.billing.batch import (
     validate,
 )
 from adfunnel.billing.model import (
+    EVENT_TYPES,
     DayTotals,
     EventType,
     LedgerEvent,
@@ -74,7 +75,7 @@ from adfunnel.billing.tables import (
     ledger_held,
     ledger_ivt,
 )
-from adfunnel.db import connection_guard, pg_columns, pg_unnest_insert, sqlite_lock
+from adfunnel.db import connection_guard, pg_insert_columns, sqlite_lock
 
 
 class SqlLedger:
@@ -163,7 +164,7 @@ class SqlLedger:
         ids = sorted({w.event.impression_id for w in writes})
         h = ledger_held.c
         for row in conn.execute(select(ledger_held).where(self._in(h.impression_id, ids))):
-            view.held_rows[(row.impression_id, EventType(row.event_type))] = _held(row)
+            view.held_rows[(row.impression_id, EVENT_TYPES[row.event_type])] = _held(row)
         extra = {held.write.event.campaign_id for held in view.held_rows.values()} - campaigns
         if extra:  # (never for signed tokens: one impression id, one campaign)
             view.lifetime.update(self._lock_campaigns(conn, extra))
@@ -175,11 +176,11 @@ class SqlLedger:
         for iid, etype, at in conn.execute(
                 select(t.impression_id, t.event_type, t.occurred_at)
                 .where(self._in(t.impression_id, ids))):
-            view.rows[(iid, EventType(etype))] = _aware(at)
+            view.rows[(iid, EVENT_TYPES[etype])] = _aware(at)
         v = ledger_ivt.c
         for iid, etype in conn.execute(
                 select(v.impression_id, v.event_type).where(self._in(v.impression_id, ids))):
-            view.invalid.add((iid, EventType(etype)))
+            view.invalid.add((iid, EVENT_TYPES[etype]))
         return view
 
     def _lock_campaigns(self, conn: Connection, campaign_ids: set[int]) -> dict[int, int]:
@@ -254,22 +255,19 @@ class SqlLedger:
 
     def _insert_rows(self, conn: Connection, table: Table, rows: list[dict[str, object]], *,
                      conflict: tuple[str, ...] = (), returning: str | None = None
-                     ) -> list[Row[Any]]:
+                     ) -> Sequence[Any]:
         """Insert ``rows`` (dicts with the same keys) in one statement, skipping those
         that conflict on ``conflict``; the ``returning`` column of those inserted."""
         if not rows:
             return []
         if self._pg:
-            columns = tuple(rows[0])
-            stmt: Any = pg_unnest_insert(table, columns, conflict=conflict, returning=returning)
-            result = conn.execute(stmt, pg_columns(rows, columns))
-        else:
-            stmt = self._insert(table)
-            if conflict:
-                stmt = stmt.on_conflict_do_nothing(index_elements=list(conflict))
-            if returning:
-                stmt = stmt.returning(table.c[returning])
-            result = conn.execute(stmt, rows)
+            return pg_insert_columns(conn, table, rows, conflict=conflict, returning=returning)
+        stmt = self._insert(table)
+        if conflict:
+            stmt = stmt.on_conflict_do_nothing(index_elements=list(conflict))
+        if returning:
+            stmt = stmt.returning(table.c[returning])
+        result = conn.execute(stmt, rows)
         return list(result.all()) if returning else []
 
     def _in(self, column: Column[Any], values: Sequence[object]) -> ColumnElement[bool]:
@@ -432,7 +430,7 @@ class SqlLedger:
 
 def _ledger_row(row: NewRow) -> dict[str, object]:
     e = row.event
-    return {"impression_id": e.impression_id, "event_type": EventType(e.event_type).value,
+    return {"impression_id": e.impression_id, "event_type": EVENT_TYPES[e.event_type].value,
             "campaign_id": e.campaign_id, "ad_id": e.ad_id, "placement": e.placement,
             "billing_type": e.billing_type, "charge_micros": row.charge,
             "charge_millimicros": row.exact, "billed_micros": row.billed,
@@ -441,14 +439,14 @@ def _ledger_row(row: NewRow) -> dict[str, object]:
 
 
 def _ivt_row(e: LedgerEvent, reason: str) -> dict[str, object]:
-    return {"impression_id": e.impression_id, "event_type": EventType(e.event_type).value,
+    return {"impression_id": e.impression_id, "event_type": EVENT_TYPES[e.event_type].value,
             "reason": reason, "campaign_id": e.campaign_id, "ad_id": e.ad_id,
             "placement": e.placement, "day": e.day, "occurred_at": e.occurred_at}
 
 
 def _held_row(held: Held) -> dict[str, object]:
     e = held.write.event
-    return {"impression_id": e.impression_id, "event_type": EventType(e.event_type).value,
+    return {"impression_id": e.impression_id, "event_type": EVENT_TYPES[e.event_type].value,
             "reason": held.reason, "campaign_id": e.campaign_id, "ad_id": e.ad_id,
             "placement": e.placement, "billing_type": e.billing_type,
             "charge_micros": e.charge_micros, "charge_per_mille": e.charge_per_mille,
