@@ -23,6 +23,9 @@ bench_app = typer.Typer(help="Benchmarks (figures are ratios against a baseline 
 app.add_typer(bench_app, name="bench")
 events_app = typer.Typer(help="The served log: SQL over its hourly Parquet files.")
 app.add_typer(events_app, name="events")
+model_app = typer.Typer(help="The click model: train and evaluate (hashed logistic regression, "
+                        "isotonic calibration).")
+app.add_typer(model_app, name="model")
 console = Console()
 
 
@@ -545,6 +548,62 @@ def events_query(
         for r in rows:
             out.add_row(*(str(v) for v in r.values()))
         console.print(out)
+
+
+DATASET_HELP = "served-log (a served log directory, with --database-url), criteo or avazu."
+
+
+@model_app.command("train")
+def model_train(
+    dataset: Annotated[str, typer.Option(help=DATASET_HELP)],
+    input_path: Annotated[Path, typer.Option("--input", help="The dataset's file (served-log: its directory).")],
+    out: Annotated[Path, typer.Option(help="Directory the model artifact is written to.")],
+    database_url: Annotated[str | None, typer.Option(help="The ledger to join a served log with.")] = None,
+    hash_bits: Annotated[int, typer.Option(help="Hashed feature columns: 2**hash_bits.")] = 18,
+    c: Annotated[float, typer.Option("--c", help="Inverse L2 regularisation strength.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed of the 60/20/20 training/calibration/held-out split.")] = 7,
+    current: Annotated[Path | None, typer.Option(help="The model in use: refuse the new one when its normalised entropy on the held-out slice is worse.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the held-out figures here.")] = None,
+) -> None:
+    """Train, calibrate and measure a click model; write the artifact to --out."""
+    from adfunnel.prediction import datasets, model
+
+    if not 10 <= hash_bits <= 24 or c <= 0:
+        console.print("[red]--hash-bits must be in 10..24 and --c > 0[/red]")
+        raise typer.Exit(2)
+    try:
+        examples = datasets.load(dataset, input_path, database_url=database_url)
+        trained = model.train(examples, dataset, hash_bits=hash_bits, c=c, seed=seed)
+        if current is not None:
+            model.check_not_worse(trained, model.ClickModel.load(current))
+    except (datasets.DatasetError, model.ModelError, OSError) as exc:
+        console.print(f"[red]{_first_line(exc)}[/red]")
+        raise typer.Exit(1) from None
+    trained.model.save(out)
+    _emit({"version": trained.model.version, "out": str(out), **trained.model.metrics},
+          json_path)
+
+
+@model_app.command("evaluate")
+def model_evaluate(
+    model_dir: Annotated[Path, typer.Option("--model", help="A model artifact directory.")],
+    dataset: Annotated[str, typer.Option(help=DATASET_HELP)],
+    input_path: Annotated[Path, typer.Option("--input", help="The dataset's file (served-log: its directory).")],
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    database_url: Annotated[str | None, typer.Option(help="The ledger to join a served log with.")] = None,
+) -> None:
+    """Evaluate a model on every row of a dataset: rows, log_loss, normalized_entropy,
+    calibration_ratio (Σ predicted / Σ observed), auc."""
+    from adfunnel.prediction import datasets, model
+    from adfunnel.prediction.metrics import evaluate
+
+    try:
+        loaded = model.ClickModel.load(model_dir)
+        examples = datasets.load(dataset, input_path, database_url=database_url)
+    except (datasets.DatasetError, model.ModelError, OSError) as exc:
+        console.print(f"[red]{_first_line(exc)}[/red]")
+        raise typer.Exit(1) from None
+    _emit(evaluate(examples.labels, loaded.predict(examples.tokens)), json_path)
 
 
 def _emit(result: dict, json_path: Path | None) -> None:

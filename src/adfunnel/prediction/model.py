@@ -1,0 +1,217 @@
+"""The click model: logistic regression on hashed features, calibrated, as an artifact.
+
+DESIGN.md §The funnel, step 5. Rows are ``field=value`` tokens
+(:mod:`adfunnel.prediction.datasets`), hashed into ``2**hash_bits`` columns by
+scikit-learn's ``FeatureHasher`` (MurmurHash3, no alternating sign). A
+``LogisticRegression`` (L2, liblinear) learns the weights; an ``IsotonicRegression``
+fitted on a calibration slice it did not train on maps its probabilities to calibrated
+ones (Niculescu-Mizil & Caruana, ICML 2005). Rows are split by a seeded permutation:
+60 % training, 20 % calibration, 20 % held out for the figures.
+
+Serving does not call scikit-learn per candidate: :meth:`ClickModel.predict` is
+numpy — the weights of a row's hashed columns summed, the bias added, the logistic
+function, then the isotonic steps by ``np.interp`` — and a test holds it equal to the
+library's own ``predict_proba`` and ``IsotonicRegression.predict``.
+
+An artifact is a directory: ``model.json`` (format, version, dataset, hash bits, bias,
+calibration steps, the held-out figures) and ``weights.npy`` (float64). The version is
+a content hash, so the same training gives the same version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.feature_extraction import FeatureHasher
+from sklearn.isotonic import IsotonicRegression
+from sklearn.linear_model import LogisticRegression
+
+from adfunnel.prediction.datasets import Examples
+from adfunnel.prediction.metrics import evaluate
+
+FORMAT = 1
+DEFAULT_HASH_BITS = 18
+DEFAULT_C = 1.0
+#: Calibrated probabilities are kept inside [P_MIN, 1 − P_MIN]: a pCTR of 0 would
+#: divide a GSP price by zero, and a log loss of a certain miss is infinite.
+P_MIN = 1e-6
+#: Shares of the rows for training and calibration; the rest is held out.
+TRAIN_SHARE, CALIBRATION_SHARE = 0.6, 0.2
+
+
+class ModelError(ValueError):
+    """An artifact that cannot be read, or training data that cannot train a model."""
+
+
+class ModelRefused(ModelError):
+    """A new model that is worse than the current one on the same held-out slice."""
+
+
+@dataclass(frozen=True)
+class ClickModel:
+    """A trained, calibrated click model (see the module doc).
+
+    ``weights``: float64, shape (2**hash_bits,); ``bias``: the intercept (logit);
+    ``calibration_x`` / ``calibration_y``: the isotonic steps (raw → calibrated
+    probability, ascending x).
+    """
+
+    dataset: str
+    hash_bits: int
+    weights: np.ndarray
+    bias: float
+    calibration_x: np.ndarray
+    calibration_y: np.ndarray
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def version(self) -> str:
+        """A content hash of the weights, bias and calibration (16 hex characters)."""
+        h = hashlib.sha256()
+        for part in (self.weights, self.calibration_x, self.calibration_y):
+            h.update(np.ascontiguousarray(part, dtype=np.float64).tobytes())
+        h.update(repr((self.dataset, self.hash_bits, float(self.bias))).encode())
+        return h.hexdigest()[:16]
+
+    def hash(self, tokens: list[list[str]]) -> sp.csr_matrix:
+        """Rows of tokens as a sparse matrix of hashed columns (counts)."""
+        return hasher(self.hash_bits).transform(tokens).tocsr()
+
+    def raw(self, x: sp.csr_matrix) -> np.ndarray:
+        """Uncalibrated click probabilities of hashed rows ``x`` (numpy: per row, the
+        sum of its columns' weights times their counts, plus the bias, through the
+        logistic function)."""
+        per_entry = self.weights[x.indices] * x.data
+        sums = np.zeros(x.shape[0])
+        rows = np.repeat(np.arange(x.shape[0]), np.diff(x.indptr))
+        np.add.at(sums, rows, per_entry)
+        return _sigmoid(sums + self.bias)
+
+    def calibrate(self, raw: np.ndarray) -> np.ndarray:
+        """Calibrated probabilities of raw ones (isotonic steps, clipped to the ends and
+        to [P_MIN, 1 − P_MIN])."""
+        calibrated = np.interp(raw, self.calibration_x, self.calibration_y)
+        return np.clip(calibrated, P_MIN, 1 - P_MIN)
+
+    def predict(self, tokens: list[list[str]]) -> np.ndarray:
+        """Calibrated click probabilities (pCTR) of rows of tokens."""
+        return self.calibrate(self.raw(self.hash(tokens)))
+
+    def save(self, directory: Path) -> None:
+        """Write the artifact (``model.json`` last, so a reader never finds it half
+        written).
+
+        Raises:
+            OSError: the directory cannot be written.
+        """
+        directory.mkdir(parents=True, exist_ok=True)
+        np.save(directory / "weights.npy", self.weights)
+        meta = {
+            "format": FORMAT, "version": self.version, "dataset": self.dataset,
+            "hash_bits": self.hash_bits, "bias": float(self.bias),
+            "calibration": {"x": self.calibration_x.tolist(),
+                            "y": self.calibration_y.tolist()},
+            "metrics": self.metrics,
+        }
+        tmp = directory / "model.json.tmp"
+        tmp.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, directory / "model.json")
+
+    @classmethod
+    def load(cls, directory: Path) -> ClickModel:
+        """Read an artifact written by :meth:`save`.
+
+        Raises:
+            ModelError: missing or unreadable files, another format, or a version that
+                does not match the content.
+        """
+        try:
+            meta = json.loads((directory / "model.json").read_text(encoding="utf-8"))
+            weights = np.load(directory / "weights.npy")
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"{directory}: not a model artifact ({exc})") from None
+        if meta.get("format") != FORMAT:
+            raise ModelError(f"{directory}: format {meta.get('format')!r}, expected {FORMAT}")
+        model = cls(meta["dataset"], int(meta["hash_bits"]), weights, float(meta["bias"]),
+                    np.asarray(meta["calibration"]["x"], dtype=float),
+                    np.asarray(meta["calibration"]["y"], dtype=float),
+                    meta.get("metrics", {}))
+        if model.version != meta.get("version"):
+            raise ModelError(f"{directory}: content does not match version "
+                             f"{meta.get('version')!r}")
+        return model
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A model and the held-out rows its figures were measured on."""
+
+    model: ClickModel
+    held_out: Examples
+
+
+def hasher(hash_bits: int) -> FeatureHasher:
+    """The feature hasher of a model with ``2**hash_bits`` columns."""
+    return FeatureHasher(n_features=2**hash_bits, input_type="string", alternate_sign=False)
+
+
+def split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row indices for training, calibration and held out (60/20/20, seeded)."""
+    order = np.random.default_rng(seed).permutation(n)
+    a, b = int(n * TRAIN_SHARE), int(n * (TRAIN_SHARE + CALIBRATION_SHARE))
+    return order[:a], order[a:b], order[b:]
+
+
+def train(examples: Examples, dataset: str, *, hash_bits: int = DEFAULT_HASH_BITS,
+          c: float = DEFAULT_C, seed: int = 7) -> Trained:
+    """Fit, calibrate and measure a model on ``examples``.
+
+    Raises:
+        ModelError: a slice without both clicked and unclicked rows.
+    """
+    fit_rows, cal_rows, test_rows = split(len(examples), seed)
+    fit, cal, test = (examples.take(r) for r in (fit_rows, cal_rows, test_rows))
+    for name, part in (("training", fit), ("calibration", cal), ("held-out", test)):
+        if len(np.unique(part.labels)) < 2:
+            raise ModelError(f"the {name} slice ({len(part)} rows) needs both clicked and "
+                             "unclicked rows")
+    h = hasher(hash_bits)
+    lr = LogisticRegression(C=c, solver="liblinear", max_iter=1_000)
+    lr.fit(h.transform(fit.tokens), fit.labels)
+    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0)
+    iso.fit(lr.predict_proba(h.transform(cal.tokens))[:, 1], cal.labels)
+    model = ClickModel(dataset, hash_bits, lr.coef_.ravel().astype(np.float64),
+                       float(lr.intercept_[0]), np.asarray(iso.X_thresholds_, dtype=float),
+                       np.asarray(iso.y_thresholds_, dtype=float))
+    figures = evaluate(test.labels, model.predict(test.tokens))
+    figures["slices"] = {"training": len(fit), "calibration": len(cal), "held_out": len(test)}
+    return Trained(ClickModel(dataset, hash_bits, model.weights, model.bias,
+                              model.calibration_x, model.calibration_y, figures), test)
+
+
+def check_not_worse(new: Trained, current: ClickModel) -> None:
+    """Refuse ``new`` when its normalised entropy on its held-out slice is worse than
+    ``current``'s on the same rows (DESIGN.md §The funnel: models roll forward only).
+
+    Raises:
+        ModelRefused: with both figures and the current version.
+    """
+    mine = new.model.metrics.get("normalized_entropy")
+    theirs = evaluate(new.held_out.labels,
+                      current.predict(new.held_out.tokens))["normalized_entropy"]
+    if mine is not None and theirs is not None and mine > theirs:
+        raise ModelRefused(
+            f"refused: normalised entropy {mine:.6f} on the held-out slice "
+            f"({len(new.held_out)} rows) is worse than the current model's {theirs:.6f} "
+            f"(version {current.version}) on the same rows")
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
