@@ -469,6 +469,26 @@ def bench_caps(
     _emit(result, json_path)
 
 
+@bench_app.command("model")
+def bench_model(
+    dataset: Annotated[str, typer.Option(help="criteo or avazu.")] = "criteo",
+    input_path: Annotated[Path | None, typer.Option("--input", help="The dataset's file (default: the shared sample).")] = None,
+    candidates: Annotated[int, typer.Option(help="Rows scored per call (the pre-rank keeps 200).")] = 200,
+    calls: Annotated[int, typer.Option(help="Calls timed.")] = 1_000,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+) -> None:
+    """Click-model inference per call on the request path against scikit-learn's own
+    estimators on the same rows, same run: p50/p99 µs, speedup, largest difference."""
+    from adfunnel.data import data_dir
+    from adfunnel.prediction.bench import run_model_bench
+
+    if dataset not in ("criteo", "avazu") or candidates < 1 or calls < 1:
+        console.print("[red]--dataset criteo|avazu, --candidates and --calls >= 1[/red]")
+        raise typer.Exit(2)
+    path = input_path or data_dir(dataset) / dataset / "wideresdnn_train.csv"
+    _emit(run_model_bench(dataset, path, candidates=candidates, calls=calls), json_path)
+
+
 @bench_app.command("events")
 def bench_events(
     database_url: Annotated[str, typer.Option(help="PostgreSQL database the run's own schema is made in (dropped after).")] = "postgresql+psycopg://postgres@127.0.0.1:5432/test",

@@ -174,3 +174,25 @@ def test_train_and_evaluate_commands(tmp_path: Path) -> None:
                                   "--dataset", "criteo", "--input", str(CRITEO)])
     assert missing.exit_code == 1
     assert "not a model artifact" in " ".join(missing.output.split())  # rich wraps lines
+
+
+def test_the_serving_path_gives_the_library_path_probabilities(trained: Trained,
+                                                               criteo: Examples) -> None:
+    rows = criteo.tokens[:300]
+    np.testing.assert_allclose(trained.model.predict_serving(rows),
+                               trained.model.predict(rows), rtol=0, atol=1e-12)
+    # again, now from the token cache, and for rows of different lengths
+    odd = [rows[0][:3], [], rows[1], ["C1=never-seen-before"]]
+    np.testing.assert_allclose(trained.model.predict_serving(odd),
+                               trained.model.predict(odd), rtol=0, atol=1e-12)
+
+
+def test_the_inference_benchmark_measures_both_paths() -> None:
+    from adfunnel.prediction.bench import run_model_bench
+
+    got = run_model_bench("avazu", AVAZU, candidates=50, calls=20)
+    assert got["candidates"] == 50 and got["calls"] == 20
+    for key in ("serving_p50_us", "serving_p99_us", "library_p50_us", "library_p99_us"):
+        assert got[key] > 0
+    assert got["max_abs_difference"] < 1e-9
+    assert got["meets_target"] == (got["serving_p99_us"] <= got["target_p99_us"])
