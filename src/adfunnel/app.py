@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -63,6 +64,8 @@ from adfunnel.index import ScanIndex
 from adfunnel.ivt.rules import Tier1Rules
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
+from adfunnel.prediction.model import ClickModel
+from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.caps import CapGate
 from adfunnel.serving.catalog import Catalog, Snapshot
@@ -182,6 +185,9 @@ def build_runtime(
         candidate_limit=settings.candidate_limit,
         rng=_decision_rng(seed if seed is not None else settings.seed), eligible=eligible,
     )
+    if settings.model_dir is not None:
+        decider.scorer = ModelScorer(ClickModel.load(Path(settings.model_dir)),
+                                     settings.model_budget_ms)
     rollups = make_rollup_store(engine)
     dirty = DirtyHours(rollups)  # hours the aggregator touched, refreshed every few seconds
     background.append(Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh").start())

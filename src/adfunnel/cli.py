@@ -41,6 +41,7 @@ def serve(
     served_log: Annotated[str | None, typer.Option(help="Directory of the served log (every committed decision; hourly Parquet). Default: none.")] = None,
     event_log: Annotated[str | None, typer.Option(help="NATS JetStream event log, nats://… (default: in-process memory, applied at once).")] = None,
     spool_dir: Annotated[str | None, typer.Option(help="Where beacons are spooled while the event log is down (default: none, 503).")] = None,
+    model: Annotated[str | None, typer.Option(help="A click model artifact (adfunnel model train --out DIR) that scores the pre-rank's survivors. Default: the smoothed per-ad rate.")] = None,
     workers: Annotated[int, typer.Option(help="Ad-server processes sharing the port.")] = 1,
 ) -> None:
     """Run the ad server (embedded default: every plane in one process, SQLite).
@@ -63,8 +64,16 @@ def serve(
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
              "token_secret": token_secret, "budget_service_url": budget_service,
              "redis_url": redis_url, "served_log_dir": served_log,
-             "event_log_url": event_log, "spool_dir": spool_dir}
+             "event_log_url": event_log, "spool_dir": spool_dir, "model_dir": model}
     settings = _settings_or_exit(**flags)
+    if settings.model_dir is not None:
+        from adfunnel.prediction.model import ClickModel, ModelError
+
+        try:
+            ClickModel.load(Path(settings.model_dir))
+        except ModelError as exc:
+            typer.echo(f"adfunnel: cannot use the model: {exc}", err=True)
+            raise typer.Exit(1) from None
     if workers <= 1:
         with _database_or_exit(settings.database_url):
             runtime = build_runtime(settings)

@@ -46,6 +46,12 @@ class Settings(BaseSettings):
     prerank_keep: int = Field(default=200, gt=0)
     #: most ads of the request's slot shapes the columnar decider retrieves
     candidate_limit: int = Field(default=2_500, gt=0)
+    #: a click model artifact (``adfunnel model train --out DIR``) that scores the
+    #: pre-rank's survivors; None: the smoothed per-ad rate is the pCTR
+    model_dir: str | None = None
+    #: the predict stage's share of a request's deadline, milliseconds: past it the
+    #: decision keeps the pre-rank scores (flagged ``fallback``)
+    model_budget_ms: float = Field(default=2.0, gt=0, le=1_000)
     index: Literal["conjunction", "scan"] = "conjunction"
     change_poll_s: float = Field(default=0.25, gt=0, le=5)
     traffic_flush_s: float = Field(default=10.0, gt=0)

@@ -180,21 +180,36 @@ def served_examples(rows: Iterable[Mapping[str, Any]]) -> Examples:
 
 
 def served_tokens(r: Mapping[str, Any]) -> list[str]:
-    """The tokens of one served winner: its fields, attributes and crosses."""
-    row = [f"{k}={r.get(k)}" for k in ("placement", "position", "exchange", "domain",
-                                         "ad_id", "campaign_id", "advertiser_id",
-                                         "bid_type", "hour")]
-    row += [f"placement_x_ad={r.get('placement')}|{r.get('ad_id')}",
-            f"placement_x_position={r.get('placement')}|{r.get('position')}"]
+    """The tokens of one served winner: its request's and its own (the request path
+    builds the same from :func:`request_tokens` and :func:`candidate_tokens`)."""
     attributes = r.get("attributes") or {}
     if isinstance(attributes, str):
         attributes = json.loads(attributes)
     elif isinstance(attributes, list):  # an Arrow map comes back as (key, value) pairs
         attributes = dict(attributes)
+    return (request_tokens(r.get("placement"), r.get("position"), r.get("exchange"),
+                           r.get("domain"), r.get("hour"), attributes)
+            + candidate_tokens(r.get("placement"), r.get("ad_id"), r.get("campaign_id"),
+                               r.get("advertiser_id"), r.get("bid_type")))
+
+
+def request_tokens(placement: object, position: object, exchange: object, domain: object,
+                   hour: object, attributes: Mapping[str, Any]) -> list[str]:
+    """The tokens every candidate of a request (and slot position) shares: placement,
+    position, exchange, domain, UTC hour, the user's attributes, placement × position."""
+    row = [f"placement={placement}", f"position={position}", f"exchange={exchange}",
+           f"domain={domain}", f"hour={hour}", f"placement_x_position={placement}|{position}"]
     for name, value in sorted(attributes.items()):
-        values = value if isinstance(value, list) else [value]
+        values = value if isinstance(value, list | tuple) else [value]
         row += [f"attr.{name}={v}" for v in values]
     return row
+
+
+def candidate_tokens(placement: object, ad_id: object, campaign_id: object,
+                     advertiser_id: object, bid_type: object) -> list[str]:
+    """A candidate's own tokens: ad, campaign, advertiser, bid type, placement × ad."""
+    return [f"ad_id={ad_id}", f"campaign_id={campaign_id}", f"advertiser_id={advertiser_id}",
+            f"bid_type={bid_type}", f"placement_x_ad={placement}|{ad_id}"]
 
 
 def _label(text: str) -> int:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from adfunnel.frequency.windows import CapPlan
 from adfunnel.index.base import ArrayRetrieval, query_array
 from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import MILLE
+from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.serving.columns import BID_TYPES, MAX_DENSE_ID, ColumnsView
 from adfunnel.serving.funnel import (
     AD_PAUSED,
@@ -116,6 +117,8 @@ class ColumnarDecider(Decider):
         self.prerank_keep = prerank_keep
         self.candidate_limit = candidate_limit
         self.timings: list[dict[str, float]] | None = None
+        #: the predict stage (None: the prior's pCTR decides; see set_scorer)
+        self.scorer: ModelScorer | None = None
         self._placement_reasons: dict[str, tuple[int, int, np.ndarray]] = {}
         self._distinct = _Distinct()
 
@@ -155,6 +158,9 @@ class ColumnarDecider(Decider):
         ids, camp, plans = self._screen_caps_columns(req, ids, camp, view, now, decision)
         scores = self._scores(ids, camp, view, req.placement.id)
         clock.lap("prerank")
+        scorer = self.scorer
+        if scorer is not None and len(ids):
+            self._predict(scorer, req, ids, camp, scores, now, deadline_at_ms, decision)
         if plans:
             self._auction_columns_capped(req, ids, camp, scores, versions, now, decision,
                                          seed, plans)
@@ -395,6 +401,36 @@ class ColumnarDecider(Decider):
         return {"pctr": pctr, "rate": rate, "total": value + quality, "shape": shape,
                 "bid": bid, "bid_type": bid_type, "quality": quality,
                 "advertiser": view.c_advertiser[camp]}
+
+    def _predict(self, scorer: ModelScorer, req: SelectRequest, ids: np.ndarray,
+                 camp: np.ndarray, s: dict[str, np.ndarray], now: datetime,
+                 deadline_at_ms: float, decision: Decision) -> None:
+        """Step 5: the model's pCTR for the ``prerank_keep`` best by the prior's scores
+        (ties at the cut kept), their rate and total recomputed in ``s``; the others
+        keep the prior's. One scoring per decision, at the first slot's position. On
+        a fallback the prior's scores stand and the decision says so."""
+        decision.model_version = scorer.version
+        total = s["total"]
+        top = np.arange(len(ids))
+        if len(ids) > self.prerank_keep:
+            part = np.argpartition(-total, self.prerank_keep - 1)[: self.prerank_keep]
+            top = np.flatnonzero(total >= total[part].min())
+        bid_type = s["bid_type"][top]
+        candidates = list(zip(ids[top].tolist(), camp[top].tolist(),
+                              s["advertiser"][top].tolist(),
+                              [BID_TYPES[b].value for b in bid_type.tolist()], strict=True))
+        p = req.placement
+        request = {"placement": p.id, "position": min(x.position for x in req.slots),
+                   "exchange": p.exchange, "domain": p.domain, "hour": now.astimezone(UTC).hour,
+                   "attributes": req.user.attributes}
+        pctr, _cause = scorer.pctr(request, candidates, deadline_at_ms)
+        if pctr is None:
+            decision.fallback = True
+            return
+        s["pctr"][top] = pctr
+        rate = np.where(bid_type == 0, 1.0 / MILLE, np.where(bid_type == 1, pctr, pctr * self.pcvr))
+        s["rate"][top] = rate
+        total[top] = s["bid"][top] * rate + s["quality"][top]
 
     def _rotate(self, ids: np.ndarray, camp: np.ndarray, shape: np.ndarray,
                 pctr: np.ndarray, seen: np.ndarray, placement: str) -> None:

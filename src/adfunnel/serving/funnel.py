@@ -81,6 +81,10 @@ class Decision:
     #: rejections counted per reason (the columnar path); None where ``rejections``
     #: holds every candidate's (the reference path, explain requests)
     reason_counts: dict[str, int] | None = None
+    #: the click model that scored the pre-rank's survivors (None: the prior's pCTR)
+    model_version: str | None = None
+    #: the model was configured but the prior's scores decided (late, no time, error)
+    fallback: bool = False
 
     def rejection_counts(self) -> dict[str, int]:
         """Rejected candidates per reason code, whichever path decided."""

@@ -1,0 +1,78 @@
+"""The predict stage: the click model's pCTR for the candidates pre-rank kept.
+
+DESIGN.md §The funnel, steps 4 and 5. Pre-rank keeps the best ``prerank_keep``
+candidates by the prior's scores; the model then scores those with the request's
+tokens (:func:`adfunnel.prediction.datasets.request_tokens`) and each candidate's own
+(:func:`~adfunnel.prediction.datasets.candidate_tokens`), exactly as it was trained on
+the served log. The stage has a share of the request's deadline (``budget_ms``): when
+it cannot start with that much left, takes longer, or fails, the decision keeps the
+pre-rank scores and is flagged ``fallback`` (counted in
+``adfunnel_model_fallback_total`` by cause).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from prometheus_client import Counter
+
+from adfunnel.clock import monotonic_ms
+from adfunnel.prediction.datasets import candidate_tokens, request_tokens
+from adfunnel.prediction.model import ClickModel
+
+_log = logging.getLogger(__name__)
+
+FALLBACKS = Counter("adfunnel_model_fallback_total",
+                    "Decisions that kept the pre-rank scores instead of the model's, by cause",
+                    ["cause"])
+
+
+class ModelScorer:
+    """Scores candidates with a :class:`ClickModel` within a time budget.
+
+    Args:
+        model: the loaded model (its ``version`` is recorded with each decision).
+        budget_ms: the stage's share of the deadline, milliseconds (monotonic clock).
+    """
+
+    def __init__(self, model: ClickModel, budget_ms: float = 2.0) -> None:
+        if budget_ms <= 0:
+            raise ValueError(f"budget_ms must be > 0, got {budget_ms}")
+        self.model = model
+        self.version = model.version
+        self.budget_ms = budget_ms
+
+    def pctr(self, request: Mapping[str, Any], candidates: Sequence[tuple[int, int, int, str]],
+             deadline_at_ms: float) -> tuple[np.ndarray | None, str | None]:
+        """Calibrated pCTR per candidate (ad id, campaign id, advertiser id, bid type),
+        or (None, cause) when the decision must fall back: ``no_time`` (less than the
+        budget left), ``late`` (the stage overran its budget), ``error``.
+
+        ``request``: ``placement``, ``position``, ``exchange``, ``domain``, ``hour``
+        (UTC) and ``attributes``, as the served log records them.
+        """
+        start = monotonic_ms()
+        if start + self.budget_ms > deadline_at_ms:
+            return self._fallback("no_time")
+        try:
+            placement = request["placement"]
+            shared = request_tokens(placement, request["position"], request["exchange"],
+                                    request["domain"], request["hour"],
+                                    request["attributes"])
+            rows = [shared + candidate_tokens(placement, ad, camp, adv, bid_type)
+                    for ad, camp, adv, bid_type in candidates]
+            scores = self.model.predict_serving(rows)
+        except Exception:  # a model bug must not fail the request: the prior decides
+            _log.exception("the click model failed; the pre-rank scores decide")
+            return self._fallback("error")
+        if monotonic_ms() - start > self.budget_ms:
+            return self._fallback("late")
+        return scores, None
+
+    @staticmethod
+    def _fallback(cause: str) -> tuple[None, str]:
+        FALLBACKS.labels(cause).inc()
+        return None, cause

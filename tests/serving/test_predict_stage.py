@@ -1,0 +1,132 @@
+"""The predict stage: a click model scores the pre-rank's survivors and so sets the
+ranking and the prices; out of time, the pre-rank scores decide and the decision says
+so; the served log records the model version."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adfunnel.app import Runtime, build_runtime
+from adfunnel.campaigns.model import BidType, Objective
+from adfunnel.clock import ManualClock, monotonic_ms
+from adfunnel.prediction.datasets import candidate_tokens, request_tokens
+from adfunnel.prediction.model import ClickModel, column_of
+from adfunnel.prediction.scorer import ModelScorer
+from adfunnel.serving.fast import ColumnarDecider
+from adfunnel.serving.request import decode_request
+from adfunnel.settings import load_settings
+
+START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
+BITS = 12
+BODY = {"user": {"key": "u", "attributes": {"interests": ["golf"]}},
+        "placement": {"id": "feed", "domain": "news.example"},
+        "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}]}
+
+
+def model_favouring(ad_id: int, weight: float = 4.0) -> ClickModel:
+    """A model whose pCTR is about 0.7 % for every ad, and far higher for ``ad_id``."""
+    weights = np.zeros(2**BITS)
+    weights[column_of(f"ad_id={ad_id}", BITS)] = weight
+    return ClickModel("served-log", BITS, weights, -5.0, np.array([0.0, 1.0]),
+                      np.array([0.0, 1.0]))
+
+
+@pytest.fixture
+def world() -> tuple[Runtime, ColumnarDecider, list[int]]:
+    settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
+                             budget="local")
+    rt = build_runtime(settings, ManualClock(START), seed=1, feed=False)
+    ads = []
+    for k, bid in enumerate((1_000_000, 800_000)):  # CPC bids: the first wins on priors
+        adv = rt.store.create_advertiser(f"a{k}")
+        c = rt.store.create_campaign(
+            advertiser_id=adv.id, name=f"c{k}", objective=Objective.CLICKS,
+            bid_type=BidType.CPC, bid_micros=bid, daily_budget_micros=10**9,
+            time_zone="UTC", flight_start=date(2026, 7, 1))
+        ads.append(rt.store.create_ad(campaign_id=c.id, landing_url="https://x.test/",
+                                      creative_ref="c", format="banner", width=300,
+                                      height=250).id)
+    decider = ColumnarDecider(rt.catalog, rt.gate, rt.ctr, rt.clock, b"k" * 32,
+                              rng=random.Random(5))
+    yield rt, decider, ads
+    rt.close()
+
+
+def decide(decider: ColumnarDecider, deadline_ms: float = 60_000) -> object:
+    req = decode_request(json.dumps(BODY).encode())
+    return decider.decide(req, "r1", monotonic_ms() + deadline_ms)
+
+
+def test_without_a_model_the_prior_ranks(world: tuple[Runtime, ColumnarDecider, list[int]]
+                                         ) -> None:
+    _, decider, ads = world
+    d = decide(decider)
+    assert [p.ad.id for p in d.placed] == [ads[0]]
+    assert d.model_version is None and not d.fallback
+
+
+def test_the_models_pctr_ranks_and_prices(world: tuple[Runtime, ColumnarDecider, list[int]]
+                                          ) -> None:
+    rt, decider, ads = world
+    model = model_favouring(ads[1])
+    decider.scorer = ModelScorer(model, budget_ms=500)
+    d = decide(decider)
+    [placed] = d.placed
+    assert placed.ad.id == ads[1] and d.model_version == model.version and not d.fallback
+    # the winner's pCTR is the model's for exactly its request and candidate tokens
+    c = rt.catalog.campaigns[placed.campaign.id]
+    tokens = (request_tokens("feed", 1, None, "news.example", START.hour,
+                             {"interests": ["golf"]})
+              + candidate_tokens("feed", ads[1], c.id, c.advertiser_id, "CPC"))
+    assert placed.win.candidate.pctr == pytest.approx(float(model.predict([tokens])[0]),
+                                                      abs=1e-12)
+    # GSP: the winner pays what it needs to beat the runner-up's eCPM, at most its bid
+    assert 0 < placed.win.price_micros <= 800_000
+
+
+def test_out_of_time_the_pre_rank_scores_decide(
+        world: tuple[Runtime, ColumnarDecider, list[int]]) -> None:
+    _, decider, ads = world
+    decider.scorer = ModelScorer(model_favouring(ads[1]), budget_ms=500)
+    d = decide(decider, deadline_ms=100)  # less left than the stage's 500 ms share
+    assert [p.ad.id for p in d.placed] == [ads[0]]
+    assert d.fallback and d.model_version == decider.scorer.version
+
+
+def test_serve_loads_the_model_and_the_served_log_records_its_version(
+        tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from fastapi.testclient import TestClient
+
+    from adfunnel.app import build_app
+    from adfunnel.events.compactor import compact
+    from adfunnel.events.query import query
+
+    model = model_favouring(1)
+    model.save(tmp_path / "model")
+    settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
+                             budget="local", model_dir=str(tmp_path / "model"),
+                             served_log_dir=str(tmp_path / "served"))
+    rt = build_runtime(settings, ManualClock(START), seed=1)
+    with TestClient(build_app(rt)) as client:
+        adv = client.post("/v1/advertisers", json={"name": "a"}).json()
+        c = client.post("/v1/campaigns", json={
+            "advertiser_id": adv["id"], "name": "c", "objective": "clicks", "bid_type": "CPC",
+            "bid_micros": 900_000, "daily_budget_micros": 10**9, "time_zone": "UTC",
+            "flight_start": "2026-07-01"}).json()
+        made = client.post(f"/v1/campaigns/{c['id']}/ads", json={
+            "landing_url": "https://x.test/", "creative_ref": "c", "format": "banner",
+            "width": 300, "height": 250})
+        assert made.status_code == 201, made.text
+        r = client.post("/v1/ads:select", json={**BODY, "request_id": "r1"})
+        assert r.status_code == 200, r.text
+    compact(tmp_path / "served", START + timedelta(hours=2))
+    rows = query(tmp_path / "served", "select request_id, model_version from served")
+    assert rows == [("r1", model.version)]
