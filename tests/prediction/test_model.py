@@ -196,3 +196,12 @@ def test_the_inference_benchmark_measures_both_paths() -> None:
         assert got[key] > 0
     assert got["max_abs_difference"] < 1e-9
     assert got["meets_target"] == (got["serving_p99_us"] <= got["target_p99_us"])
+
+
+def test_shared_tokens_are_summed_once_and_give_the_same_probabilities(
+        trained: Trained, criteo: Examples) -> None:
+    rows = criteo.tokens[:100]
+    shared = ["I1=b1", "C3=shared-for-all"]
+    np.testing.assert_allclose(trained.model.predict_serving(rows, shared),
+                               trained.model.predict([shared + r for r in rows]),
+                               rtol=0, atol=1e-12)

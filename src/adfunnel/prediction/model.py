@@ -108,24 +108,31 @@ class ClickModel:
         """Calibrated click probabilities (pCTR) of rows of tokens."""
         return self.calibrate(self.raw(self.hash(tokens)))
 
-    def predict_serving(self, tokens: list[list[str]]) -> np.ndarray:
+    def predict_serving(self, tokens: list[list[str]],
+                        shared: list[str] | None = None) -> np.ndarray:
         """:meth:`predict` on the request path: the same probabilities (a test holds
-        them equal), with each token's column from a cache (the hash is MurmurHash3,
-        as the library's hasher computes it) and the rows summed by ``np.bincount``."""
-        columns = self._columns
+        them equal), each token's column from a cache (the hash is MurmurHash3, as the
+        library's hasher computes it), rows summed by ``np.bincount``. ``shared``:
+        tokens every row also has (the request's), summed once."""
         flat: list[int] = []
-        lengths = np.empty(len(tokens), dtype=np.intp)
-        for i, row in enumerate(tokens):
-            for t in row:
-                col = columns.get(t)
-                if col is None:
-                    col = columns[t] = column_of(t, self.hash_bits)
-                flat.append(col)
-            lengths[i] = len(row)
+        for row in tokens:
+            flat += self._columns_of(row)
+        lengths = np.fromiter(map(len, tokens), dtype=np.intp, count=len(tokens))
         rows = np.repeat(np.arange(len(tokens)), lengths)
         sums = np.bincount(rows, weights=self.weights[np.asarray(flat, dtype=np.intp)],
                            minlength=len(tokens))
-        return self.calibrate(_sigmoid(sums + self.bias))
+        base = self.bias
+        if shared:
+            base += float(self.weights[np.asarray(self._columns_of(shared))].sum())
+        return self.calibrate(_sigmoid(sums + base))
+
+    def _columns_of(self, row: list[str]) -> list[int]:
+        cols = list(map(self._columns.get, row))
+        if None in cols:  # tokens not met before: hash once, remember
+            for i, token in enumerate(row):
+                if cols[i] is None:
+                    cols[i] = self._columns[token] = column_of(token, self.hash_bits)
+        return cols  # type: ignore[return-value]
 
     def save(self, directory: Path) -> None:
         """Write the artifact (``model.json`` last, so a reader never finds it half

@@ -62,9 +62,9 @@ class ModelScorer:
             shared = request_tokens(placement, request["position"], request["exchange"],
                                     request["domain"], request["hour"],
                                     request["attributes"])
-            rows = [shared + candidate_tokens(placement, ad, camp, adv, bid_type)
+            rows = [candidate_tokens(placement, ad, camp, adv, bid_type)
                     for ad, camp, adv, bid_type in candidates]
-            scores = self.model.predict_serving(rows)
+            scores = self.model.predict_serving(rows, shared)
         except Exception:  # a model bug must not fail the request: the prior decides
             _log.exception("the click model failed; the pre-rank scores decide")
             return self._fallback("error")
