@@ -1,0 +1,63 @@
+"""The trainer's real input: a served log written by the embedded server, joined with
+the ledger its beacons billed, trains a model that tells the often-clicked campaign
+from the rarely clicked one."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from adfunnel.app import build_app, build_runtime
+from adfunnel.clock import ManualClock
+from adfunnel.events.compactor import compact
+from adfunnel.prediction import datasets
+from adfunnel.prediction.datasets import candidate_tokens, request_tokens
+from adfunnel.prediction.model import train
+from adfunnel.settings import load_settings
+from tests.serving.conftest import START
+from tests.serving.helpers import ad_request, make_campaign
+
+CLICK_SHARE = {0: 0.6, 1: 0.05}  # by campaign: one is clicked far more often
+SLOTS = [{"id": "s1", "position": 1, "width": 300, "height": 250},
+         {"id": "s2", "position": 2, "width": 300, "height": 250}]
+
+
+def test_a_served_log_and_its_ledger_train_a_model(tmp_path: Path) -> None:
+    served, db = tmp_path / "served", f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    settings = load_settings(database_url=db, clock="manual", token_secret="k" * 32,
+                             budget="local", served_log_dir=str(served), ivt=False,
+                             ivt_tier2=False)
+    rt = build_runtime(settings, ManualClock(START), seed=1)
+    rng = random.Random(4)
+    clicks = rendered = 0
+    with TestClient(build_app(rt)) as client:
+        cids = [make_campaign(client, bid_type="CPC", objective="clicks",
+                              bid_micros=1_000_000)["campaign"]["id"] for _ in range(2)]
+        for n in range(200):  # two slots: each campaign wins one (one ad per campaign)
+            r = client.post("/v1/ads:select", json=ad_request(request_id=f"r{n}", slots=SLOTS))
+            assert r.status_code == 200, r.text
+            for k, ad in enumerate(r.json()["ads"]):
+                if (n + k) % 10 == 9:
+                    continue  # never rendered: not an example
+                assert client.get(ad["impression_url"]).status_code == 204
+                rendered += 1
+                if rng.random() < CLICK_SHARE[cids.index(ad["campaign_id"])]:
+                    assert client.get(ad["click_url"],
+                                      follow_redirects=False).status_code == 302
+                    clicks += 1
+    compact(served, START + timedelta(hours=2))
+    examples = datasets.load("served-log", served, database_url=db)
+    assert len(examples) == rendered and int(examples.labels.sum()) == clicks
+    model = train(examples, "served-log", hash_bits=12).model
+    assert model.metrics["rows"] > 0 and model.metrics["auc"] is not None
+    shared = request_tokens("feed", 1, None, None, START.hour,
+                            {"geo.country": "US", "interests": ["cars"]})
+    campaigns = {c.id: c for c in rt.catalog.campaigns.values()}
+    ads = {c: next(a.id for a in rt.catalog.ads.values() if a.campaign_id == c) for c in cids}
+    often, rarely = model.predict_serving(
+        [candidate_tokens("feed", ads[c], c, campaigns[c].advertiser_id, "CPC") for c in cids],
+        shared)
+    assert often > 3 * rarely
