@@ -64,6 +64,7 @@ from adfunnel.index import ScanIndex
 from adfunnel.ivt.rules import Tier1Rules
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
+from adfunnel.prediction.calibration import CalibrationMonitor
 from adfunnel.prediction.model import ClickModel
 from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.prediction.smoothed import SmoothedCtr
@@ -187,13 +188,15 @@ def build_runtime(
     )
     if settings.model_dir is not None:
         decider.scorer = ModelScorer(ClickModel.load(Path(settings.model_dir)),
-                                     settings.model_budget_ms)
+                                     settings.model_budget_ms, CalibrationMonitor())
+    monitor = decider.scorer.monitor if decider.scorer is not None else None
     rollups = make_rollup_store(engine)
     dirty = DirtyHours(rollups)  # hours the aggregator touched, refreshed every few seconds
     background.append(Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh").start())
     events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
                               on_lifetime_spent=lambda cid: mark_completed(store, cid),
-                              on_hours=dirty.mark)
+                              on_hours=dirty.mark,
+                              on_billed=monitor.billed if monitor is not None else None)
     tracker = Tracker(events.publisher, catalog, clock, key, ivt=make_ivt_rules(settings))
     served = make_served_log(settings, clock)
     if served is not None and settings.served_log_dir:
@@ -337,10 +340,15 @@ def build_app(rt: Runtime) -> ArrivalStamp:
 
     async def serving_stats(_: Request) -> Response:
         d = rt.decisions
+        scorer = rt.decider.scorer
+        model = None if scorer is None else {
+            "version": scorer.version, "budget_ms": scorer.budget_ms,
+            "calibration": scorer.monitor.status() if scorer.monitor is not None else None}
         return JSONResponse({"decisions": d.decisions, "late": d.late, "shed": d.shed,
                              "deadline_miss_rate": round(d.miss_rate(), 4),
                              "filled_slots": d.filled_slots,
-                             "rejections": dict(sorted(d.rejections.items()))})
+                             "rejections": dict(sorted(d.rejections.items())),
+                             "model": model})
 
     def erase_user(request: Request) -> Response:
         """Erase one user's frequency-cap records (204); 503 when the store fails."""

@@ -23,6 +23,7 @@ from datetime import datetime
 
 from adfunnel.billing.aggregator import Aggregator, CampaignLookup
 from adfunnel.billing.ledger import Ledger
+from adfunnel.billing.model import LedgerEvent
 from adfunnel.budget.gate import SpendGate
 from adfunnel.clock import Clock
 from adfunnel.events.jetstream_log import JetStreamEventLog
@@ -126,6 +127,7 @@ def make_event_plane(
     gate: SpendGate, ctr: SmoothedCtr | None, *,
     on_lifetime_spent: Callable[[int], None] | None = None,
     on_hours: Callable[[set[datetime]], None] | None = None,
+    on_billed: Callable[[LedgerEvent], None] | None = None,
     aggregate: bool | None = None, partitions: Sequence[int] | None = None,
 ) -> EventPlane:
     """The event plane of one process (see the module docstring); the aggregator's
@@ -141,7 +143,8 @@ def make_event_plane(
                     if isinstance(log, JetStreamEventLog) else log.consumer(CONSUMER, partitions))
         aggregator = Aggregator(consumer, ledger, campaign, gate, ctr,
                                 on_lifetime_spent=on_lifetime_spent, on_hours=on_hours,
-                                scorer=make_scorer(settings), hold_s=settings.ivt_hold_s)
+                                scorer=make_scorer(settings), hold_s=settings.ivt_hold_s,
+                                on_billed=on_billed)
     spool = (Spool(settings.spool_dir, settings.spool_max_bytes)
              if settings.spool_dir and not inline else None)
     after = aggregator.pump if inline and aggregator is not None else None

@@ -130,3 +130,42 @@ def test_serve_loads_the_model_and_the_served_log_records_its_version(
     compact(tmp_path / "served", START + timedelta(hours=2))
     rows = query(tmp_path / "served", "select request_id, model_version from served")
     assert rows == [("r1", model.version)]
+
+
+def test_serving_stats_show_the_models_calibration_from_billed_beacons(
+        tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from adfunnel.app import build_app
+
+    model = model_favouring(1)
+    model.save(tmp_path / "model")
+    settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
+                             budget="local", model_dir=str(tmp_path / "model"), ivt=False,
+                             ivt_tier2=False)
+    rt = build_runtime(settings, ManualClock(START), seed=1)
+    with TestClient(build_app(rt)) as client:
+        adv = client.post("/v1/advertisers", json={"name": "a"}).json()
+        c = client.post("/v1/campaigns", json={
+            "advertiser_id": adv["id"], "name": "c", "objective": "clicks", "bid_type": "CPC",
+            "bid_micros": 900_000, "daily_budget_micros": 10**9, "time_zone": "UTC",
+            "flight_start": "2026-07-01"}).json()
+        client.post(f"/v1/campaigns/{c['id']}/ads", json={
+            "landing_url": "https://x.test/", "creative_ref": "c", "format": "banner",
+            "width": 300, "height": 250})
+        for n in range(20):
+            ad = client.post("/v1/ads:select", json=BODY).json()["ads"][0]
+            assert client.get(ad["impression_url"]).status_code == 204
+            if n < 3:
+                assert client.get(ad["click_url"], follow_redirects=False).status_code == 302
+        stats = client.get("/v1/serving/stats").json()["model"]
+    assert stats["version"] == model.version
+    cal = stats["calibration"][model.version]
+    assert cal["impressions"] == 20 and cal["observed_clicks"] == 3
+    expected = float(model.predict([request_tokens("feed", 1, None, "news.example", START.hour,
+                                                   {"interests": ["golf"]})
+                                    + candidate_tokens("feed", 1, c["id"], adv["id"], "CPC")
+                                    ])[0])
+    assert cal["predicted_clicks"] == pytest.approx(20 * expected, abs=1e-3)
+    assert cal["calibration_ratio"] == pytest.approx(20 * expected / 3, abs=1e-3)
+    assert cal["status"] == "out_of_range"  # the hand-made model predicts far more clicks

@@ -106,6 +106,8 @@ class Aggregator:
         scorer: tier-2 invalid-traffic scoring (None: none); it sees every newly billed
             impression and click, and what it finds invalid is reversed while pending.
         hold_s: seconds an event stays pending (reversible) after it occurred.
+        on_billed: called with each newly billed ledger row (the click model's
+            calibration monitor).
     """
 
     def __init__(self, consumer: Consumer, ledger: Ledger, campaign: CampaignLookup,
@@ -113,7 +115,8 @@ class Aggregator:
                  on_lifetime_spent: Callable[[int], None] | None = None,
                  on_hours: Callable[[set[datetime]], None] | None = None,
                  scorer: Tier2Scorer | None = None,
-                 hold_s: float = DEFAULT_HOLD_S) -> None:
+                 hold_s: float = DEFAULT_HOLD_S,
+                 on_billed: Callable[[LedgerEvent], None] | None = None) -> None:
         self.consumer = consumer
         self.ledger = ledger
         self.campaign = campaign
@@ -123,6 +126,7 @@ class Aggregator:
         self.on_hours = on_hours
         self.scorer = scorer
         self.hold_s = hold_s
+        self.on_billed = on_billed
         # recently billed events' (campaign, local day), for refunding a reversal
         self._billed_where: OrderedDict[tuple[str, str], tuple[int, date]] = OrderedDict()
         self.stats = AggregatorStats()
@@ -268,6 +272,8 @@ class Aggregator:
                 self.ctr.observe_impression(row.ad_id, row.placement)
             elif row.event_type is EventType.CLICK:
                 self.ctr.observe_click(row.ad_id, row.placement)
+        if self.on_billed is not None:
+            self.on_billed(row)
         billable = bills_on(row.billing_type) is row.event_type
         self.gate.record_billed(row.campaign_id, row.day, recorded.billed_micros,
                                 row.impression_id, billable)

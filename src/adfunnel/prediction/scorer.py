@@ -20,6 +20,7 @@ import numpy as np
 from prometheus_client import Counter
 
 from adfunnel.clock import monotonic_ms
+from adfunnel.prediction.calibration import CalibrationMonitor
 from adfunnel.prediction.datasets import candidate_tokens, request_tokens
 from adfunnel.prediction.model import ClickModel
 
@@ -36,14 +37,17 @@ class ModelScorer:
     Args:
         model: the loaded model (its ``version`` is recorded with each decision).
         budget_ms: the stage's share of the deadline, milliseconds (monotonic clock).
+        monitor: told of each committed winner the model scored (None: not watched).
     """
 
-    def __init__(self, model: ClickModel, budget_ms: float = 2.0) -> None:
+    def __init__(self, model: ClickModel, budget_ms: float = 2.0,
+                 monitor: CalibrationMonitor | None = None) -> None:
         if budget_ms <= 0:
             raise ValueError(f"budget_ms must be > 0, got {budget_ms}")
         self.model = model
         self.version = model.version
         self.budget_ms = budget_ms
+        self.monitor = monitor
 
     def pctr(self, request: Mapping[str, Any], candidates: Sequence[tuple[int, int, int, str]],
              deadline_at_ms: float) -> tuple[np.ndarray | None, str | None]:

@@ -175,6 +175,16 @@ class ColumnarDecider(Decider):
             self.timings.append(clock.laps)
         return decision
 
+    def commit(self, decision: Decision) -> None:
+        """:meth:`Decider.commit`, and the model's winners to its calibration monitor."""
+        super().commit(decision)
+        scorer = self.scorer
+        if (scorer is not None and scorer.monitor is not None and not decision.fallback
+                and decision.model_version == scorer.version):
+            for p in decision.placed:
+                scorer.monitor.served(p.served.impression_id, scorer.version,
+                                      float(p.win.candidate.pctr))
+
     def _retrieve(self, req: SelectRequest) -> ArrayRetrieval:
         """The best ads for the request: of the slots' shapes only, where the index is
         partitioned by shape (the others could not fill a slot)."""
