@@ -189,6 +189,7 @@ def build_runtime(
     if settings.model_dir is not None:
         decider.scorer = ModelScorer(ClickModel.load(Path(settings.model_dir)),
                                      settings.model_budget_ms, CalibrationMonitor())
+        decider.exploration_share = settings.exploration_share
     monitor = decider.scorer.monitor if decider.scorer is not None else None
     rollups = make_rollup_store(engine)
     dirty = DirtyHours(rollups)  # hours the aggregator touched, refreshed every few seconds

@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     #: the predict stage's share of a request's deadline, milliseconds: past it the
     #: decision keeps the pre-rank scores (flagged ``fallback``)
     model_budget_ms: float = Field(default=2.0, gt=0, le=1_000)
+    #: share of decisions in the exploration slice while a model decides: each slot
+    #: shows a uniform pick among the eligible ads above the reserve, and every
+    #: decision logs the propensity of what it showed (the served log)
+    exploration_share: float = Field(default=0.01, ge=0, lt=1)
     index: Literal["conjunction", "scan"] = "conjunction"
     change_poll_s: float = Field(default=0.25, gt=0, le=5)
     traffic_flush_s: float = Field(default=10.0, gt=0)

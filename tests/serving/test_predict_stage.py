@@ -128,8 +128,10 @@ def test_serve_loads_the_model_and_the_served_log_records_its_version(
         r = client.post("/v1/ads:select", json={**BODY, "request_id": "r1"})
         assert r.status_code == 200, r.text
     compact(tmp_path / "served", START + timedelta(hours=2))
-    rows = query(tmp_path / "served", "select request_id, model_version from served")
-    assert rows == [("r1", model.version)]
+    rows = query(tmp_path / "served", "select request_id, model_version, exploration, "
+                                      "winners[1].propensity from served")
+    # one eligible ad: shown with certainty, in the slice or not
+    assert rows == [("r1", model.version, False, 1.0)]
 
 
 def test_serving_stats_show_the_models_calibration_from_billed_beacons(
@@ -169,3 +171,43 @@ def test_serving_stats_show_the_models_calibration_from_billed_beacons(
     assert cal["predicted_clicks"] == pytest.approx(20 * expected, abs=1e-3)
     assert cal["calibration_ratio"] == pytest.approx(20 * expected / 3, abs=1e-3)
     assert cal["status"] == "out_of_range"  # the hand-made model predicts far more clicks
+
+
+def test_the_exploration_slice_picks_uniformly_above_the_reserve_and_logs_propensities(
+        world: tuple[Runtime, ColumnarDecider, list[int]]) -> None:
+    rt, decider, ads = world
+    low = rt.store.create_campaign(  # eligible but below the reserve: never explored
+        advertiser_id=rt.store.create_advertiser("low").id, name="low",
+        objective=Objective.CLICKS, bid_type=BidType.CPC, bid_micros=100_000,
+        daily_budget_micros=10**9, time_zone="UTC", flight_start=date(2026, 7, 1))
+    rt.store.create_ad(campaign_id=low.id, landing_url="https://x.test/", creative_ref="c",
+                       format="banner", width=300, height=250)
+    decider.scorer = ModelScorer(model_favouring(10**6, weight=0.0), budget_ms=500)
+    decider.exploration_share = 0.5
+    body = {**BODY, "slots": [{**BODY["slots"][0], "reserve_cpm_micros": 1_000_000}]}
+    req = decode_request(json.dumps(body).encode())
+    shown: dict[tuple[bool, int], int] = {}
+    for n in range(400):
+        d = decider.decide(req, f"r{n}", monotonic_ms() + 60_000)
+        [p] = d.placed
+        shown[(bool(d.exploration), p.ad.id)] = shown.get((bool(d.exploration), p.ad.id), 0) + 1
+        assert p.campaign.id != low.id
+        assert 0 < p.win.price_micros <= p.campaign.bid_micros
+        # (1 − ε)·[the auction's winner] + ε / 2: the first ad wins the auction
+        assert d.propensities == {"s1": 0.75 if p.ad.id == ads[0] else 0.25}
+    explored = shown.get((True, ads[0]), 0) + shown.get((True, ads[1]), 0)
+    assert 150 < explored < 250  # about half the decisions
+    assert shown.get((True, ads[1]), 0) > 50 and shown.get((True, ads[0]), 0) > 50
+    assert shown.get((False, ads[1]), 0) == 0  # outside the slice the auction decides
+
+
+def test_outside_the_slice_the_auctions_winner_has_nearly_certain_propensity(
+        world: tuple[Runtime, ColumnarDecider, list[int]]) -> None:
+    _, decider, ads = world
+    decider.scorer = ModelScorer(model_favouring(ads[1]), budget_ms=500)
+    d = decide(decider)
+    assert d.exploration is None and d.propensities == {}  # no slice configured
+    decider.exploration_share = 0.01
+    d = decide(decider)
+    assert d.exploration is False and [p.ad.id for p in d.placed] == [ads[1]]
+    assert d.propensities == {"s1": pytest.approx(0.99 + 0.01 / 2)}

@@ -17,6 +17,7 @@ _GOLDEN = 0x9E3779B97F4A7C15
 #: Salts keep the draws of different purposes independent for one id.
 PACING_COIN = 0x5EED_0001
 TIE_BREAK = 0x5EED_0002
+EXPLORE = 0x5EED_0003  # whether a decision is in the exploration slice, and its picks
 
 
 def unit(seed: int, key: int, salt: int) -> float:

@@ -43,8 +43,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from adfunnel.auction.draws import PACING_COIN, TIE_BREAK, unit_array
-from adfunnel.auction.gsp import OUTRANKED, AuctionResult, Candidate, run_auction
+from adfunnel.auction.draws import EXPLORE, PACING_COIN, TIE_BREAK, unit, unit_array
+from adfunnel.auction.gsp import OUTRANKED, AuctionResult, Candidate, Win, run_auction
 from adfunnel.budget.gate import ASK, BUDGET_EXHAUSTED, NO_SLICE, PACED_OUT, REFUSE, BulkGate
 from adfunnel.campaigns.model import Placement
 from adfunnel.clock import monotonic_ms
@@ -71,7 +71,7 @@ from adfunnel.serving.funnel import (
     _slot_runs,
 )
 from adfunnel.serving.house import house_fills
-from adfunnel.serving.request import SelectRequest, request_attributes
+from adfunnel.serving.request import SelectRequest, SlotIn, request_attributes
 
 #: Candidates kept by pre-rank per slot run (more when ties or one-per-page need them).
 PRERANK_KEEP = 200
@@ -117,8 +117,11 @@ class ColumnarDecider(Decider):
         self.prerank_keep = prerank_keep
         self.candidate_limit = candidate_limit
         self.timings: list[dict[str, float]] | None = None
-        #: the predict stage (None: the prior's pCTR decides; see set_scorer)
+        #: the predict stage (None: the prior's pCTR decides)
         self.scorer: ModelScorer | None = None
+        #: share of decisions in the exploration slice, while a model decides (a
+        #: uniform pick among the eligible candidates above the reserve, per slot)
+        self.exploration_share = 0.0
         self._placement_reasons: dict[str, tuple[int, int, np.ndarray]] = {}
         self._distinct = _Distinct()
 
@@ -161,6 +164,8 @@ class ColumnarDecider(Decider):
         scorer = self.scorer
         if scorer is not None and len(ids):
             self._predict(scorer, req, ids, camp, scores, now, deadline_at_ms, decision)
+        if self.scorer is not None and self.exploration_share > 0 and not plans:
+            decision.exploration = unit(seed, 0, EXPLORE) < self.exploration_share
         if plans:
             self._auction_columns_capped(req, ids, camp, scores, versions, now, decision,
                                          seed, plans)
@@ -473,7 +478,11 @@ class ColumnarDecider(Decider):
             _add(counts, OUTRANKED, kept - decisive)  # ranked below the decisive prefix
             for reason, n in Counter(r.reason for r in result.rejections).items():
                 _add(counts, reason, n)
-            for win in result.wins:
+            wins = result.wins
+            if decision.exploration is not None:
+                wins = self._explore(ids, camp, s, eligible, run, reserve, seed, wins,
+                                     decision)
+            for win in wins:
                 c = self.catalog.campaigns[win.candidate.campaign_id]
                 ad = self.catalog.ads[win.candidate.ad_id]
                 in_page |= (camp == c.id) | (s["advertiser"] == c.advertiser_id)
@@ -483,6 +492,46 @@ class ColumnarDecider(Decider):
                     _add(counts, CHANGED, 1)
                     continue
                 decision.placed.append(self._place(win, ad, c, req.placement.id, now))
+
+    def _explore(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
+                 eligible: np.ndarray, run: list[SlotIn], reserve: int, seed: int,
+                 greedy: list[Win], decision: Decision) -> list[Win]:
+        """The slot run's winners with exploration configured, and their propensities.
+
+        Slot by slot, the exploration pick is uniform among the eligible candidates
+        (above the reserve, budget, pacing and caps passed) whose campaign and
+        advertiser have no ad on the page yet; it pays the reserve (a lone bidder's
+        GSP price), so it never bids above its bid or below the reserve. The
+        propensity of what a slot shows is (1 − ε)·[the auction's winner] + ε / n, n
+        the candidates it was picked among (given the slots before it).
+        """
+        share = self.exploration_share
+        by_slot = {w.slot_id: w for w in greedy}
+        open_ = eligible.copy()
+        out: list[Win] = []
+        for k, slot in enumerate(run):
+            pool = np.flatnonzero(open_)
+            if not len(pool):
+                break
+            greedy_win = by_slot.get(slot.id)
+            if decision.exploration:
+                i = int(pool[int(unit(seed, k + 1, EXPLORE) * len(pool))])
+                single = run_auction([self._candidate_at(i, ids, camp, s)], [slot.id],
+                                     reserve, tie_seed=seed)
+                if not single.wins:
+                    continue
+                win = single.wins[0]
+            elif greedy_win is None:
+                continue
+            else:
+                win = greedy_win
+            chosen = win.candidate
+            shown_by_auction = (greedy_win is not None
+                                and greedy_win.candidate.ad_id == chosen.ad_id)
+            decision.propensities[slot.id] = (1 - share) * shown_by_auction + share / len(pool)
+            out.append(win)
+            open_ &= (camp != chosen.campaign_id) & (s["advertiser"] != chosen.advertiser_id)
+        return out
 
     def _auction_prefix(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
                         eligible: np.ndarray, slot_ids: list[str], reserve: int,

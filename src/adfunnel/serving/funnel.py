@@ -85,6 +85,10 @@ class Decision:
     model_version: str | None = None
     #: the model was configured but the prior's scores decided (late, no time, error)
     fallback: bool = False
+    #: in the exploration slice (None: no exploration configured)
+    exploration: bool | None = None
+    #: slot id -> probability that the ad shown there was shown (exploration configured)
+    propensities: dict[str, float] = field(default_factory=dict)
 
     def rejection_counts(self) -> dict[str, int]:
         """Rejected candidates per reason code, whichever path decided."""

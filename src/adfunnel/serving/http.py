@@ -168,7 +168,9 @@ class ServingEndpoints:
         self.log.append(decision)
         if self.served is not None:  # queued (never waits; dropped and counted when full)
             self.served.record(decision, req, pacing_rate=self.decider.gate.pacing_rate,
-                               model_version=decision.model_version)
+                               model_version=decision.model_version,
+                               exploration=decision.exploration,
+                               propensities=decision.propensities or None)
         if not decision.placed and not decision.house:
             return self._no_ad(start, "no_fill", request_id)
         self._observe(start, "filled")
