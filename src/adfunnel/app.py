@@ -344,6 +344,7 @@ def build_app(rt: Runtime) -> ArrivalStamp:
         scorer = rt.decider.scorer
         model = None if scorer is None else {
             "version": scorer.version, "budget_ms": scorer.budget_ms,
+            "prerank_recall": scorer.prerank_recall(),
             "calibration": scorer.monitor.status() if scorer.monitor is not None else None}
         return JSONResponse({"decisions": d.decisions, "late": d.late, "shed": d.shed,
                              "deadline_miss_rate": round(d.miss_rate(), 4),

@@ -211,3 +211,19 @@ def test_outside_the_slice_the_auctions_winner_has_nearly_certain_propensity(
     d = decide(decider)
     assert d.exploration is False and [p.ad.id for p in d.placed] == [ads[1]]
     assert d.propensities == {"s1": pytest.approx(0.99 + 0.01 / 2)}
+
+
+def test_pre_rank_recall_counts_whether_the_models_best_was_kept(
+        world: tuple[Runtime, ColumnarDecider, list[int]]) -> None:
+    rt, _, ads = world
+    decider = ColumnarDecider(rt.catalog, rt.gate, rt.ctr, rt.clock, b"k" * 32,
+                              rng=random.Random(5), prerank_keep=1)  # keeps the first ad
+    for favoured, recall in ((ads[0], 1.0), (ads[1], 0.0)):
+        scorer = ModelScorer(model_favouring(favoured), budget_ms=500)
+        scorer.recall_sample = 0.999  # measure (nearly) every decision
+        decider.scorer = scorer
+        for _ in range(10):
+            decide(decider)
+        got = scorer.prerank_recall()
+        assert got["checked"] >= 9 and got["recall"] == recall
+    assert ModelScorer(model_favouring(1)).prerank_recall() == {"checked": 0, "recall": None}

@@ -18,6 +18,7 @@ _GOLDEN = 0x9E3779B97F4A7C15
 PACING_COIN = 0x5EED_0001
 TIE_BREAK = 0x5EED_0002
 EXPLORE = 0x5EED_0003  # whether a decision is in the exploration slice, and its picks
+RECALL = 0x5EED_0004  # whether a decision measures the pre-rank's recall
 
 
 def unit(seed: int, key: int, salt: int) -> float:

@@ -13,6 +13,7 @@ pre-rank scores and is flagged ``fallback`` (counted in
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,19 +49,40 @@ class ModelScorer:
         self.version = model.version
         self.budget_ms = budget_ms
         self.monitor = monitor
+        #: share of decisions that also score every candidate, to measure the
+        #: pre-rank's recall (a measurement; 1 %)
+        self.recall_sample = 0.01
+        self._recall = [0, 0]  # checked, kept the best
+        self._lock = threading.Lock()
+
+    def record_recall(self, kept_the_best: bool) -> None:
+        """One measured decision: was the best candidate by the model's total over all
+        candidates among those pre-rank kept?"""
+        with self._lock:
+            self._recall[0] += 1
+            self._recall[1] += int(kept_the_best)
+
+    def prerank_recall(self) -> dict[str, float | int | None]:
+        """``{"checked", "recall"}``: the share of measured decisions whose best
+        candidate pre-rank kept (None before any was measured)."""
+        with self._lock:
+            checked, hits = self._recall
+        return {"checked": checked, "recall": round(hits / checked, 4) if checked else None}
 
     def pctr(self, request: Mapping[str, Any], candidates: Sequence[tuple[int, int, int, str]],
-             deadline_at_ms: float) -> tuple[np.ndarray | None, str | None]:
+             deadline_at_ms: float, *, measuring: bool = False
+             ) -> tuple[np.ndarray | None, str | None]:
         """Calibrated pCTR per candidate (ad id, campaign id, advertiser id, bid type),
         or (None, cause) when the decision must fall back: ``no_time`` (less than the
         budget left), ``late`` (the stage overran its budget), ``error``.
 
         ``request``: ``placement``, ``position``, ``exchange``, ``domain``, ``hour``
-        (UTC) and ``attributes``, as the served log records them.
+        (UTC) and ``attributes``, as the served log records them. ``measuring``: a
+        measurement, not the decision's scoring (no fallback counted, no time budget).
         """
         start = monotonic_ms()
         if start + self.budget_ms > deadline_at_ms:
-            return self._fallback("no_time")
+            return (None, "no_time") if measuring else self._fallback("no_time")
         try:
             placement = request["placement"]
             shared = request_tokens(placement, request["position"], request["exchange"],
@@ -71,8 +93,8 @@ class ModelScorer:
             scores = self.model.predict_serving(rows, shared)
         except Exception:  # a model bug must not fail the request: the prior decides
             _log.exception("the click model failed; the pre-rank scores decide")
-            return self._fallback("error")
-        if monotonic_ms() - start > self.budget_ms:
+            return (None, "error") if measuring else self._fallback("error")
+        if not measuring and monotonic_ms() - start > self.budget_ms:
             return self._fallback("late")
         return scores, None
 

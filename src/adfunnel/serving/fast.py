@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from adfunnel.auction.draws import EXPLORE, PACING_COIN, TIE_BREAK, unit, unit_array
+from adfunnel.auction.draws import EXPLORE, PACING_COIN, RECALL, TIE_BREAK, unit, unit_array
 from adfunnel.auction.gsp import OUTRANKED, AuctionResult, Candidate, Win, run_auction
 from adfunnel.budget.gate import ASK, BUDGET_EXHAUSTED, NO_SLICE, PACED_OUT, REFUSE, BulkGate
 from adfunnel.campaigns.model import Placement
@@ -163,7 +163,7 @@ class ColumnarDecider(Decider):
         clock.lap("prerank")
         scorer = self.scorer
         if scorer is not None and len(ids):
-            self._predict(scorer, req, ids, camp, scores, now, deadline_at_ms, decision)
+            self._predict(scorer, req, ids, camp, scores, now, deadline_at_ms, decision, seed)
         if self.scorer is not None and self.exploration_share > 0 and not plans:
             decision.exploration = unit(seed, 0, EXPLORE) < self.exploration_share
         if plans:
@@ -419,7 +419,7 @@ class ColumnarDecider(Decider):
 
     def _predict(self, scorer: ModelScorer, req: SelectRequest, ids: np.ndarray,
                  camp: np.ndarray, s: dict[str, np.ndarray], now: datetime,
-                 deadline_at_ms: float, decision: Decision) -> None:
+                 deadline_at_ms: float, decision: Decision, seed: int) -> None:
         """Step 5: the model's pCTR for the ``prerank_keep`` best by the prior's scores
         (ties at the cut kept), their rate and total recomputed in ``s``; the others
         keep the prior's. One scoring per decision, at the first slot's position. On
@@ -442,10 +442,36 @@ class ColumnarDecider(Decider):
         if pctr is None:
             decision.fallback = True
             return
+        if len(top) < len(ids) and unit(seed, 0, RECALL) < scorer.recall_sample:
+            self._check_recall(scorer, request, ids, camp, s, top, pctr, deadline_at_ms)
         s["pctr"][top] = pctr
-        rate = np.where(bid_type == 0, 1.0 / MILLE, np.where(bid_type == 1, pctr, pctr * self.pcvr))
-        s["rate"][top] = rate
-        total[top] = s["bid"][top] * rate + s["quality"][top]
+        s["rate"][top], total[top] = self._totals(s, top, pctr)
+
+    def _totals(self, s: dict[str, np.ndarray], at: np.ndarray, pctr: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(action rate, value + quality) of the candidates ``at`` with ``pctr``."""
+        bid_type = s["bid_type"][at]
+        rate = np.where(bid_type == 0, 1.0 / MILLE,
+                        np.where(bid_type == 1, pctr, pctr * self.pcvr))
+        return rate, s["bid"][at] * rate + s["quality"][at]
+
+    def _check_recall(self, scorer: ModelScorer, request: dict[str, object], ids: np.ndarray,
+                      camp: np.ndarray, s: dict[str, np.ndarray], top: np.ndarray,
+                      top_pctr: np.ndarray, deadline_at_ms: float) -> None:
+        """Pre-rank recall, on a sample of decisions: would the best candidate by the
+        model's total over every candidate have been among those pre-rank kept? The
+        others are scored too (a measurement: skipped without the time for it)."""
+        rest = np.setdiff1d(np.arange(len(ids)), top, assume_unique=True)
+        candidates = list(zip(ids[rest].tolist(), camp[rest].tolist(),
+                              s["advertiser"][rest].tolist(),
+                              [BID_TYPES[b].value for b in s["bid_type"][rest].tolist()],
+                              strict=True))
+        rest_pctr, _ = scorer.pctr(request, candidates, deadline_at_ms, measuring=True)
+        if rest_pctr is None:
+            return
+        best_kept = float(self._totals(s, top, top_pctr)[1].max())
+        best_rest = float(self._totals(s, rest, rest_pctr)[1].max())
+        scorer.record_recall(best_kept >= best_rest)
 
     def _rotate(self, ids: np.ndarray, camp: np.ndarray, shape: np.ndarray,
                 pctr: np.ndarray, seen: np.ndarray, placement: str) -> None:
