@@ -43,7 +43,7 @@ from adfunnel.budget.gate import LocalSpendGate, SpendGate
 from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
 from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
 from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.model import CampaignStatus
+from adfunnel.campaigns.model import CampaignStatus, ModelRelease
 from adfunnel.campaigns.operator_api import make_operator_router
 from adfunnel.campaigns.store import SqlCampaignStore, VersionConflict
 from adfunnel.clock import (
@@ -65,7 +65,7 @@ from adfunnel.ivt.rules import Tier1Rules
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
 from adfunnel.prediction.calibration import CalibrationMonitor
-from adfunnel.prediction.model import ClickModel
+from adfunnel.prediction.model import ClickModel, ModelError
 from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.caps import CapGate
@@ -186,18 +186,19 @@ def build_runtime(
         candidate_limit=settings.candidate_limit,
         rng=_decision_rng(seed if seed is not None else settings.seed), eligible=eligible,
     )
+    monitor = CalibrationMonitor()
     if settings.model_dir is not None:
         decider.scorer = ModelScorer(ClickModel.load(Path(settings.model_dir)),
-                                     settings.model_budget_ms, CalibrationMonitor())
+                                     settings.model_budget_ms, monitor)
         decider.exploration_share = settings.exploration_share
-    monitor = decider.scorer.monitor if decider.scorer is not None else None
+    follow_model_releases(catalog, decider, settings, monitor)
     rollups = make_rollup_store(engine)
     dirty = DirtyHours(rollups)  # hours the aggregator touched, refreshed every few seconds
     background.append(Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh").start())
     events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
                               on_lifetime_spent=lambda cid: mark_completed(store, cid),
                               on_hours=dirty.mark,
-                              on_billed=monitor.billed if monitor is not None else None)
+                              on_billed=monitor.billed)
     tracker = Tracker(events.publisher, catalog, clock, key, ivt=make_ivt_rules(settings))
     served = make_served_log(settings, clock)
     if served is not None and settings.served_log_dir:
@@ -220,6 +221,34 @@ def make_ivt_rules(settings: Settings) -> Tier1Rules | None:
     if not settings.ivt:
         return None
     return Tier1Rules(min_click_delay_ms=settings.ivt_min_click_delay_ms)
+
+
+def follow_model_releases(catalog: Catalog, decider: ColumnarDecider, settings: Settings,
+                          monitor: CalibrationMonitor) -> None:
+    """Serve with the active model release of the change log (``POST /v1/admin/models``),
+    switching when another becomes active, without a restart. A release whose artifact
+    cannot be loaded, or is not the version registered, is logged and the current
+    scorer kept."""
+    log = logging.getLogger("adfunnel.model")
+
+    def use(release: ModelRelease | None) -> None:
+        if release is None:
+            return
+        try:
+            model = ClickModel.load(Path(release.path))
+        except ModelError as exc:
+            log.error("model release %d not loaded: %s", release.id, exc)
+            return
+        if model.version != release.model_version:
+            log.error("model release %d: %s holds version %s, not %s", release.id,
+                      release.path, model.version, release.model_version)
+            return
+        decider.scorer = ModelScorer(model, settings.model_budget_ms, monitor)
+        decider.exploration_share = settings.exploration_share
+        log.info("serving with model %s (release %d)", model.version, release.id)
+
+    catalog.model_listeners.append(use)
+    use(catalog.active_model())
 
 
 def make_served_log(settings: Settings, clock: Clock) -> ServedLog | None:

@@ -227,3 +227,48 @@ def test_pre_rank_recall_counts_whether_the_models_best_was_kept(
         got = scorer.prerank_recall()
         assert got["checked"] >= 9 and got["recall"] == recall
     assert ModelScorer(model_favouring(1)).prerank_recall() == {"checked": 0, "recall": None}
+
+
+def test_a_registered_model_reaches_every_server_without_a_restart(tmp_path: Path) -> None:
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from adfunnel.app import build_app
+
+    first, second = model_favouring(1), model_favouring(2)
+    first.save(tmp_path / "m1")
+    second.save(tmp_path / "m2")
+    settings = load_settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+                             clock="manual", token_secret="k" * 32, budget="local")
+    writer = build_runtime(settings, ManualClock(START), seed=1)
+    other = build_runtime(settings, ManualClock(START), seed=2)  # follows the change log
+    try:
+        assert writer.decider.scorer is None and other.decider.scorer is None
+        with TestClient(build_app(writer)) as client:
+            r = client.post("/v1/admin/models", json={"path": str(tmp_path / "m1")})
+            assert r.status_code == 201, r.text
+            assert r.json()["model_version"] == first.version and r.json()["active"]
+            assert writer.decider.scorer.version == first.version  # type: ignore[union-attr]
+            r = client.post("/v1/admin/models", json={"path": str(tmp_path / "m2")})
+            assert r.status_code == 201, r.text
+            items = client.get("/v1/admin/models").json()["items"]
+            assert [(m["model_version"], m["active"]) for m in items] == [
+                (first.version, False), (second.version, True)]
+            bad = client.post("/v1/admin/models", json={"path": str(tmp_path / "none")})
+            assert bad.status_code == 422
+            assert bad.json()["fields"][0]["field"] == "path"
+            assert writer.decider.scorer.version == second.version  # type: ignore[union-attr]
+        deadline = time.monotonic() + 10
+        while (other.decider.scorer is None
+               or other.decider.scorer.version != second.version):
+            assert time.monotonic() < deadline, "the other server never switched"
+            time.sleep(0.05)
+        restarted = build_runtime(settings, ManualClock(START), seed=3)
+        try:  # a server started later serves with the active release from its snapshot
+            assert restarted.decider.scorer.version == second.version  # type: ignore[union-attr]
+        finally:
+            restarted.close()
+    finally:
+        writer.close()
+        other.close()

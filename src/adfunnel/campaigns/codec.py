@@ -36,20 +36,22 @@ from adfunnel.campaigns.model import (
     Daypart,
     FrequencyCap,
     HouseAd,
+    ModelRelease,
     Objective,
     PacingMode,
     Placement,
     ReviewState,
 )
 
-Record = Advertiser | Campaign | Ad | Placement
+Record = Advertiser | Campaign | Ad | Placement | ModelRelease
 
 #: Entity name (as in ``ChangeRecord.entity`` and ``change_log.entity``) -> record class.
-ENTITY_TYPES: dict[str, type[Advertiser] | type[Campaign] | type[Ad] | type[Placement]] = {
+ENTITY_TYPES: dict[str, type[Record]] = {
     "advertiser": Advertiser,
     "campaign": Campaign,
     "ad": Ad,
     "placement": Placement,
+    "model": ModelRelease,
 }
 
 _ENUMS: dict[str, dict[str, type]] = {
@@ -62,6 +64,7 @@ _ENUMS: dict[str, dict[str, type]] = {
     "ad": {"review_state": ReviewState, "status": AdStatus},
     "advertiser": {},
     "placement": {},
+    "model": {},
 }
 _DATES = ("flight_start", "flight_end")
 #: Fields stored as JSON text in their column.

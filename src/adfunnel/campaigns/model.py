@@ -201,6 +201,24 @@ class HouseAd:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelRelease:
+    """A click model artifact registered for serving (DESIGN.md §The funnel, step 5).
+
+    ``model_version`` is the artifact's content hash, ``path`` its directory as the ad
+    servers see it. Ad servers serve with the *active* release of highest ``id``; a new
+    registration is active and leaves the older ones inactive, through the change log,
+    so every process switches without a restart.
+    """
+
+    id: int
+    model_version: str
+    path: str
+    dataset: str
+    active: bool = True
+    version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Placement:
     """Where ads appear, as the operator configures it; ``id`` is the ``placement.id``
     of ad requests.
@@ -245,8 +263,8 @@ class ChangeRecord:
     """
 
     seq: int
-    entity: str  # "advertiser" | "campaign" | "ad" | "placement"
+    entity: str  # "advertiser" | "campaign" | "ad" | "placement" | "model"
     entity_id: int
     version: int
-    record: Advertiser | Campaign | Ad | Placement
+    record: Advertiser | Campaign | Ad | Placement | ModelRelease
     committed_at: datetime = field(compare=False)

@@ -7,6 +7,9 @@ Routes (JSON bodies; money in integer micros)::
     GET   /v1/placements/{id}        200 placement
     PATCH /v1/placements/{id}        200 placement   (body "version": 409 if stale)
     PUT   /v1/ads/{id}/quality       200 ad          (body "version": 409 if stale)
+    POST  /v1/admin/models           201 model       (body "path": an artifact; 422 if
+                                                      it is not one) — now the active one
+    GET   /v1/admin/models           200 {"items": [model]}
 
 The API has no roles yet: these routes are apart from the advertiser routes (the
 advertiser's ad create/PATCH refuse ``quality_micros``) so that a later issue can put
@@ -15,6 +18,8 @@ an operator-only guard on this router alone. Errors: ``adfunnel.http_errors``.
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
@@ -25,6 +30,8 @@ from adfunnel.campaigns.model import Placement
 from adfunnel.campaigns.schemas import (
     PLACEMENT_NULLABLE,
     AdOut,
+    ModelIn,
+    ModelOut,
     PlacementIn,
     PlacementOut,
     PlacementPatch,
@@ -63,6 +70,23 @@ def make_operator_router(store: CampaignStore) -> APIRouter:
     def patch_placement(placement_id: str, body: PlacementPatch) -> PlacementOut:
         changes = _changes(body)
         return placement_out(store.update_placement(placement_id, changes, body.version))
+
+    @router.post("/v1/admin/models", status_code=201, response_model=ModelOut)
+    def register_model(body: ModelIn) -> ModelOut:
+        """Serve with this click model from now on: every ad server loads it through the
+        change log, without a restart."""
+        from adfunnel.prediction.model import ClickModel, ModelError
+
+        try:
+            model = ClickModel.load(Path(body.path))
+        except ModelError as exc:
+            raise validation_error(("path", str(exc))) from None
+        release = store.register_model(model.version, body.path, model.dataset)
+        return ModelOut(**dataclasses.asdict(release), metrics=model.metrics)
+
+    @router.get("/v1/admin/models")
+    def list_models() -> dict[str, list[ModelOut]]:
+        return {"items": [ModelOut(**dataclasses.asdict(m)) for m in store.list_models()]}
 
     @router.put("/v1/ads/{ad_id}/quality", response_model=AdOut)
     def put_quality(ad_id: int, body: QualityIn) -> AdOut:

@@ -14,7 +14,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from adfunnel.campaigns.model import Ad, Advertiser, Campaign, ChangeRecord, Placement
+from adfunnel.campaigns.model import (
+    Ad,
+    Advertiser,
+    Campaign,
+    ChangeRecord,
+    ModelRelease,
+    Placement,
+)
 from adfunnel.campaigns.store import SqlCampaignStore
 
 
@@ -61,9 +68,9 @@ class CampaignReadModel:
         """Apply a change this process just committed, ahead of the feed."""
         return self.apply(change, advance=False)
 
-    def _put(self, rec: Advertiser | Campaign | Ad | Placement) -> bool:
-        if isinstance(rec, Advertiser):
-            return False  # nothing here needs advertisers
+    def _put(self, rec: Advertiser | Campaign | Ad | Placement | ModelRelease) -> bool:
+        if isinstance(rec, Advertiser | ModelRelease):
+            return False  # nothing here needs advertisers or models
         held: dict = (self.campaigns if isinstance(rec, Campaign) else
                       self.placements if isinstance(rec, Placement) else self.ads)
         old = held.get(rec.id)

@@ -505,3 +505,24 @@ class QualityIn(_In):
         int, Strict(), Field(ge=-MAX_QUALITY_MICROS, le=MAX_QUALITY_MICROS)
     ]
     version: Version | None = None
+
+
+# --- click models ----------------------------------------------------------------------
+
+
+class ModelIn(_In):
+    """A click model artifact to serve with: its directory as the ad servers see it
+    (written by ``adfunnel model train --out DIR``)."""
+
+    path: Annotated[str, Field(min_length=1, max_length=1024)]
+
+
+class ModelOut(BaseModel):
+    id: int
+    model_version: str
+    path: str
+    dataset: str
+    active: bool
+    version: int
+    #: the artifact's held-out figures (only when registering: read from the artifact)
+    metrics: dict[str, Any] | None = None

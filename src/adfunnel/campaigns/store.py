@@ -57,13 +57,21 @@ from adfunnel.campaigns.model import (
     Daypart,
     FrequencyCap,
     HouseAd,
+    ModelRelease,
     Objective,
     PacingMode,
     Placement,
     ReviewState,
 )
 from adfunnel.campaigns.schedule import is_valid_zone
-from adfunnel.campaigns.tables import ads, advertisers, campaigns, change_log, placements
+from adfunnel.campaigns.tables import (
+    ads,
+    advertisers,
+    campaigns,
+    change_log,
+    model_releases,
+    placements,
+)
 from adfunnel.clock import Clock, SystemClock
 from adfunnel.db import connection_guard
 
@@ -71,7 +79,8 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R", Advertiser, Campaign, Ad)
 
-_TABLES = {"advertiser": advertisers, "campaign": campaigns, "ad": ads, "placement": placements}
+_TABLES = {"advertiser": advertisers, "campaign": campaigns, "ad": ads, "placement": placements,
+           "model": model_releases}
 #: The advertiser-side entities of :meth:`SqlCampaignStore.snapshot`.
 _ADVERTISER_SIDE = ("advertiser", "campaign", "ad")
 #: Fields no update may change (identity, ownership, the version itself).
@@ -226,6 +235,10 @@ class CampaignStore(Protocol):
     def update_placement(
         self, placement_id: str, changes: Mapping[str, Any], expected_version: int | None = None
     ) -> Placement: ...
+
+    def register_model(self, model_version: str, path: str, dataset: str) -> ModelRelease: ...
+
+    def list_models(self) -> list[ModelRelease]: ...
 
     def changes_since(self, seq: int, limit: int = 1000) -> list[ChangeRecord]: ...
 
@@ -416,6 +429,24 @@ class SqlCampaignStore:
     def list_placements(self) -> list[Placement]:
         """Every placement, by id."""
         return self._list("placement")
+
+    def register_model(self, model_version: str, path: str, dataset: str) -> ModelRelease:
+        """Register a model artifact as the active one; the releases active before it
+        become inactive (each change is in the change log, so ad servers follow).
+
+        Raises:
+            InvalidChange: an empty or too long path, version or dataset.
+        """
+        release = self._create("model", {"model_version": model_version, "path": path,
+                                         "dataset": dataset, "active": True})
+        for old in self._list("model", model_releases.c.active.is_(True)):
+            if old.id != release.id:
+                self._update("model", old.id, {"active": False}, None)
+        return release
+
+    def list_models(self) -> list[ModelRelease]:
+        """Every registered model release, by id."""
+        return self._list("model")
 
     def update_placement(
         self, placement_id: str, changes: Mapping[str, Any], expected_version: int | None = None
@@ -647,6 +678,10 @@ def _check(record: Advertiser | Campaign | Ad | Placement) -> None:
         _check_campaign(record)
     elif isinstance(record, Placement):
         _check_placement(record)
+    elif isinstance(record, ModelRelease):
+        _text(record.path, "path", 1024)
+        _text(record.model_version, "model_version", 64)
+        _text(record.dataset, "dataset", 32)
     else:
         _check_ad(record)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Date,
     DateTime,
@@ -105,6 +106,20 @@ placements = Table(
     Column("version", Integer, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("id", name="uq_placements_id"),
+    sqlite_autoincrement=True,
+)
+
+# Click model artifacts registered for serving; the active one of highest id serves.
+model_releases = Table(
+    "model_releases",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("model_version", String(64), nullable=False),
+    Column("path", String(1024), nullable=False),
+    Column("dataset", String(32), nullable=False),
+    Column("active", Boolean, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
     sqlite_autoincrement=True,
 )
 

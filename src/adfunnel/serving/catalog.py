@@ -11,6 +11,7 @@ Placements (reserves, allowed sizes and formats, house ad) are held by id.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from adfunnel.campaigns.model import (
     BidType,
     Campaign,
     ChangeRecord,
+    ModelRelease,
     Placement,
     ReviewState,
 )
@@ -38,6 +40,8 @@ from adfunnel.targeting.expr import All, Expr, parse_expr
 EVERYONE: Expr = All(())
 
 
+log = logging.getLogger(__name__)
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Campaign-side records at one point of the change log."""
@@ -47,12 +51,15 @@ class Snapshot:
     ads: list[Ad]
     last_seq: int
     placements: list[Placement] = field(default_factory=list)
+    models: list[ModelRelease] = field(default_factory=list)
 
     @classmethod
     def read(cls, store: SqlCampaignStore) -> Snapshot:
-        """Every record of ``store``. Placements are read after the log position, so
-        they hold at least every change up to it (a replay skips newer ones by version)."""
-        return cls(*store.snapshot(), placements=store.list_placements())
+        """Every record of ``store``. Placements and model releases are read after the
+        log position, so they hold at least every change up to it (a replay skips newer
+        ones by version)."""
+        return cls(*store.snapshot(), placements=store.list_placements(),
+                   models=store.list_models())
 
 
 class Catalog:
@@ -76,6 +83,10 @@ class Catalog:
         # makes an ad retrievable
         self.columns = CatalogColumns()
         self.caps = CapBook()  # which campaigns have frequency caps
+        self.models: dict[int, ModelRelease] = {}  # registered click models, by id
+        #: called with the active model release (or None) whenever it changes
+        self.model_listeners: list[Callable[[ModelRelease | None], None]] = []
+        self._active_model: ModelRelease | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -112,6 +123,9 @@ class Catalog:
             self.columns.put_ads(list(self.ads.values()))
             self.index.build(self._entries(self.ads.values())[0])
             self.position = max(self.position, snapshot.last_seq)
+            for m in snapshot.models:
+                self._apply_model(m)
+        self._model_changed()
 
     def apply(self, change: ChangeRecord, *, advance: bool = True) -> bool:
         """Apply one change record; False when it was not newer than what is held.
@@ -123,7 +137,34 @@ class Catalog:
         with self._lock:
             if advance:
                 self.position = max(self.position, change.seq)
-            return self._apply_record(change.record)
+            applied = self._apply_record(change.record)
+        if applied and isinstance(change.record, ModelRelease):
+            self._model_changed()  # outside the lock: a listener loads an artifact
+        return applied
+
+    def active_model(self) -> ModelRelease | None:
+        """The model release ad servers serve with: the active one of highest id."""
+        with self._lock:
+            active = [m for m in self.models.values() if m.active]
+        return max(active, key=lambda m: m.id) if active else None
+
+    def _model_changed(self) -> None:
+        active = self.active_model()
+        if active == self._active_model:
+            return
+        self._active_model = active
+        for listener in list(self.model_listeners):
+            try:
+                listener(active)
+            except Exception:  # a broken artifact must not stop the change feed
+                log.exception("a model listener failed on release %r", active)
+
+    def _apply_model(self, m: ModelRelease) -> bool:
+        held = self.models.get(m.id)
+        if held is not None and held.version >= m.version:
+            return False
+        self.models[m.id] = m
+        return True
 
     def apply_local(self, change: ChangeRecord) -> bool:
         """Apply a change this process just committed, ahead of the feed."""
@@ -142,7 +183,8 @@ class Catalog:
         return house_landing_url(self.placements, placement)
 
 
-    def _apply_record(self, rec: Advertiser | Campaign | Ad | Placement) -> bool:
+    def _apply_record(self, rec: Advertiser | Campaign | Ad | Placement | ModelRelease
+                      ) -> bool:
         if isinstance(rec, Advertiser):
             held = self.advertisers.get(rec.id)
             if held is not None and held.version >= rec.version:
@@ -153,6 +195,8 @@ class Catalog:
             return self._apply_campaign(rec)
         if isinstance(rec, Placement):
             return self._apply_placement(rec)
+        if isinstance(rec, ModelRelease):
+            return self._apply_model(rec)
         return self._apply_ad(rec)
 
     def _apply_placement(self, p: Placement) -> bool:
