@@ -589,8 +589,8 @@ def model_train(
     out: Annotated[Path, typer.Option(help="Directory the model artifact is written to.")],
     database_url: Annotated[str | None, typer.Option(help="The ledger to join a served log with.")] = None,
     hash_bits: Annotated[int, typer.Option(help="Hashed feature columns: 2**hash_bits.")] = 18,
-    c: Annotated[float, typer.Option("--c", help="Inverse L2 regularisation strength.")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed of the 60/20/20 training/calibration/held-out split.")] = 7,
+    c: Annotated[float, typer.Option("--c", help="Inverse L2 regularisation strength.")] = 0.1,
+    seed: Annotated[int, typer.Option(help="Seed of the 80/20 training/held-out split.")] = 7,
     current: Annotated[Path | None, typer.Option(help="The model in use: refuse the new one when its normalised entropy on the held-out slice is worse.")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the held-out figures here.")] = None,
 ) -> None:

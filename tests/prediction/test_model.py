@@ -9,8 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sklearn.isotonic import IsotonicRegression
-from sklearn.linear_model import LogisticRegression
 from typer.testing import CliRunner
 
 from adfunnel.cli import app
@@ -45,29 +43,25 @@ def trained(criteo: Examples) -> Trained:
 
 
 def test_numpy_inference_equals_the_librarys(trained: Trained) -> None:
+    """Contract: the exported weights and Platt curve give the fitted library
+    estimator's own probabilities, and its logistic regression's raw ones."""
     model = trained.model
     x = model.hash(trained.held_out.tokens)
-    lr = LogisticRegression()
-    lr.coef_, lr.intercept_ = model.weights[None, :], np.array([model.bias])
-    lr.classes_ = np.array([0, 1])
+    np.testing.assert_allclose(model.predict(trained.held_out.tokens),
+                               np.clip(trained.library.predict_proba(x)[:, 1], P_MIN,
+                                       1 - P_MIN), rtol=0, atol=1e-12)
+    lr = trained.library.calibrated_classifiers_[0].estimator
     np.testing.assert_allclose(model.raw(x), lr.predict_proba(x)[:, 1], rtol=0, atol=1e-12)
-    iso = IsotonicRegression(out_of_bounds="clip")
-    iso.X_thresholds_, iso.y_thresholds_ = model.calibration_x, model.calibration_y
-    iso.X_min_, iso.X_max_ = model.calibration_x[0], model.calibration_x[-1]
-    iso.increasing_ = True
-    iso._build_f(model.calibration_x, model.calibration_y)
-    raw = model.raw(x)
-    np.testing.assert_allclose(model.calibrate(raw),
-                               np.clip(iso.predict(raw), P_MIN, 1 - P_MIN), atol=1e-12)
 
 
 def test_held_out_figures_beat_the_base_rate_on_both_datasets(trained: Trained) -> None:
-    for m in (trained.model.metrics,
-              train(datasets.load("avazu", AVAZU), "avazu", hash_bits=16).model.metrics):
+    """The issue's targets on held-out real rows: NE ≤ 0.92, calibration 0.9-1.1."""
+    for m in (train(datasets.load("criteo", CRITEO), "criteo").model.metrics,
+              train(datasets.load("avazu", AVAZU), "avazu").model.metrics):
         assert set(m) >= FIGURES
-        assert m["normalized_entropy"] < 0.98  # better than predicting the base rate
+        assert m["normalized_entropy"] <= 0.92  # a base-rate model scores 1.0
+        assert 0.9 <= m["calibration_ratio"] <= 1.1
         assert m["auc"] > 0.65
-        assert 0.85 < m["calibration_ratio"] < 1.15
         assert m["rows"] == m["slices"]["held_out"]
 
 
@@ -89,9 +83,7 @@ def test_an_artifact_round_trips_and_refuses_tampering(trained: Trained,
 
 def test_a_model_worse_on_the_same_held_out_rows_is_refused(criteo: Examples,
                                                             trained: Trained) -> None:
-    rng = np.random.default_rng(3)
-    noise = Examples(criteo.tokens, rng.permutation(criteo.labels))  # labels unrelated
-    worse = train(noise, "criteo", hash_bits=16)
+    worse = train(criteo, "criteo", hash_bits=16, c=1e-4)  # regularised to the base rate
     with pytest.raises(ModelRefused, match="worse than the current model's"):
         check_not_worse(worse, trained.model)
     check_not_worse(trained, worse.model)  # the better one replaces the worse

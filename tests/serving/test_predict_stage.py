@@ -33,8 +33,8 @@ def model_favouring(ad_id: int, weight: float = 4.0) -> ClickModel:
     """A model whose pCTR is about 0.7 % for every ad, and far higher for ``ad_id``."""
     weights = np.zeros(2**BITS)
     weights[column_of(f"ad_id={ad_id}", BITS)] = weight
-    return ClickModel("served-log", BITS, weights, -5.0, np.array([0.0, 1.0]),
-                      np.array([0.0, 1.0]))
+    # Platt a = −1, b = 0: the calibrated probability is the logistic of the logit
+    return ClickModel("served-log", BITS, weights, -5.0, -1.0, 0.0)
 
 
 @pytest.fixture

@@ -5,9 +5,8 @@ same rows in the same run:
 
 - ``serving``: :meth:`ClickModel.predict_serving`, what the request path calls (cached
   token columns, numpy);
-- ``library``: scikit-learn itself — ``FeatureHasher.transform``,
-  ``LogisticRegression.predict_proba`` and ``IsotonicRegression.predict`` — the
-  baseline.
+- ``library``: scikit-learn itself — ``FeatureHasher.transform`` and the fitted
+  ``CalibratedClassifierCV.predict_proba`` the model was exported from — the baseline.
 
 Figures: p50/p99 µs per call of each, ``speedup_p99`` = library p99 ÷ serving p99, the
 largest difference between the two paths' probabilities, and whether serving meets the
@@ -21,11 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.isotonic import IsotonicRegression
-from sklearn.linear_model import LogisticRegression
 
 from adfunnel.prediction import datasets
-from adfunnel.prediction.model import P_MIN, ClickModel, hasher, train
+from adfunnel.prediction.model import P_MIN, hasher, train
 
 TARGET_P99_US = 1_000.0
 
@@ -38,16 +35,16 @@ def run_model_bench(dataset: str, path: Path, *, candidates: int = 200, calls: i
         DatasetError, ModelError: the dataset cannot train a model.
     """
     examples = datasets.load(dataset, path)
-    model = train(examples, dataset, seed=seed).model
+    trained = train(examples, dataset, seed=seed)
+    model = trained.model
     rng = np.random.default_rng(seed)
     batches = [[examples.tokens[i] for i in rng.integers(0, len(examples), candidates)]
                for _ in range(calls)]
-    lr, iso = _library(model)
     h = hasher(model.hash_bits)
 
     def library(rows: list[list[str]]) -> np.ndarray:
-        raw = lr.predict_proba(h.transform(rows))[:, 1]
-        return np.clip(iso.predict(raw), P_MIN, 1 - P_MIN)
+        return np.clip(trained.library.predict_proba(h.transform(rows))[:, 1],
+                       P_MIN, 1 - P_MIN)
 
     model.predict_serving(batches[0])  # warm: the token cache fills as traffic repeats
     serving_us = _time(model.predict_serving, batches)
@@ -66,19 +63,6 @@ def run_model_bench(dataset: str, path: Path, *, candidates: int = 200, calls: i
         "meets_target": bool(s99 <= TARGET_P99_US),
         "model_version": model.version,
     }
-
-
-def _library(model: ClickModel) -> tuple[LogisticRegression, IsotonicRegression]:
-    """The model's weights and steps inside scikit-learn's own estimators."""
-    lr = LogisticRegression()
-    lr.coef_, lr.intercept_ = model.weights[None, :], np.array([model.bias])
-    lr.classes_ = np.array([0, 1])
-    iso = IsotonicRegression(out_of_bounds="clip")
-    iso.X_thresholds_, iso.y_thresholds_ = model.calibration_x, model.calibration_y
-    iso.X_min_, iso.X_max_ = float(model.calibration_x[0]), float(model.calibration_x[-1])
-    iso.increasing_ = True
-    iso._build_f(model.calibration_x, model.calibration_y)
-    return lr, iso
 
 
 def _time(fn: Any, batches: list[list[list[str]]]) -> np.ndarray:

@@ -127,18 +127,34 @@ def _count(text: str) -> int:
         return int(value)
 
 
+#: The Avazu columns, for a file without its header line.
+AVAZU_COLUMNS = [
+    "id", "click", "hour", "C1", "banner_pos", "site_id", "site_domain", "site_category",
+    "app_id", "app_domain", "app_category", "device_id", "device_ip", "device_model",
+    "device_type", "device_conn_type", "C14", "C15", "C16", "C17", "C18", "C19", "C20", "C21",
+]
+
+
 def avazu(path: Path) -> Examples:
-    """Avazu rows (see the module doc).
+    """Avazu rows (see the module doc); a file without the header line is read with the
+    challenge's columns (:data:`AVAZU_COLUMNS`).
 
     Raises:
-        DatasetError: no ``click``/``hour`` header, or a bad label or hour.
+        DatasetError: a row of the wrong width, or a bad label or hour.
     """
     tokens, labels = [], []
     with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        if not reader.fieldnames or not {"click", "hour"} <= set(reader.fieldnames):
+        first = f.readline()
+        has_header = first.startswith("id,")
+        names = first.strip().split(",") if has_header else AVAZU_COLUMNS
+        if has_header and not {"click", "hour"} <= set(names):
             raise DatasetError(f"{path}: expected a CSV header with click and hour")
-        for n, rec in enumerate(reader, 2):
+        rows = csv.reader(f) if has_header else csv.reader([first, *f])
+        for n, cols in enumerate(rows, 2 if has_header else 1):
+            if len(cols) != len(names):
+                raise DatasetError(f"{path}:{n}: expected {len(names)} columns, "
+                                   f"got {len(cols)}")
+            rec = dict(zip(names, cols, strict=True))
             try:
                 labels.append(_label(rec["click"]))
                 at = datetime.strptime(rec["hour"], "%y%m%d%H")
