@@ -61,3 +61,50 @@ def test_a_served_log_and_its_ledger_train_a_model(tmp_path: Path) -> None:
         [candidate_tokens("feed", ads[c], c, campaigns[c].advertiser_id, "CPC") for c in cids],
         shared)
     assert often > 3 * rarely
+
+
+def test_ope_reads_the_served_logs_propensities_and_the_ledgers_clicks(tmp_path: Path) -> None:
+    import csv
+    import json
+
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from adfunnel.cli import app
+    from adfunnel.prediction.model import ClickModel
+
+    ClickModel("served-log", 10, np.zeros(2**10), -5.0, -1.0, 0.0).save(tmp_path / "model")
+    served, db = tmp_path / "served", f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    settings = load_settings(database_url=db, clock="manual", token_secret="k" * 32,
+                             budget="local", served_log_dir=str(served), ivt=False,
+                             ivt_tier2=False, model_dir=str(tmp_path / "model"),
+                             exploration_share=0.5)
+    rt = build_runtime(settings, ManualClock(START), seed=1)
+    rng = random.Random(4)
+    shown = 0
+    with TestClient(build_app(rt)) as client:
+        ads = [make_campaign(client, bid_type="CPC", objective="clicks",
+                             bid_micros=bid)["ad"]["id"] for bid in (1_000_000, 900_000)]
+        for n in range(300):
+            r = client.post("/v1/ads:select", json=ad_request(request_id=f"r{n}"))
+            [ad] = r.json()["ads"]
+            assert client.get(ad["impression_url"]).status_code == 204
+            shown += 1
+            if rng.random() < (0.3 if ad["ad_id"] == ads[1] else 0.05):
+                client.get(ad["click_url"], follow_redirects=False)
+    compact(served, START + timedelta(hours=2))
+    policy = tmp_path / "policy.csv"
+    with policy.open("w", newline="", encoding="utf-8") as f:  # always the second ad
+        csv.writer(f).writerows([["item_id", "position", "probability"],
+                                 [ads[0], 1, 0.0], [ads[1], 1, 1.0]])
+    out = tmp_path / "ope.json"
+    done = CliRunner().invoke(app, ["model", "ope", "--logged", str(served), "--format",
+                                    "served-log", "--database-url", db, "--target-policy",
+                                    str(policy), "--json", str(out)])
+    assert done.exit_code == 0, done.output
+    got = json.loads(out.read_text())
+    assert got["rows"] == shown and got["left_out_without_propensity"] == 0
+    # the second ad is shown only by exploration (ε/2 = 25 %) and clicked 30 % of the time
+    ips = got["estimators"]["ips"]
+    assert ips["ci_low"] <= 0.3 <= ips["ci_high"]
+    assert got["logged_value"] < ips["value"]
