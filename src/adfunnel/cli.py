@@ -419,12 +419,14 @@ def bench_decide(
     queries: Annotated[int, typer.Option(help="Decisions to time.")] = 1_000,
     seed: Annotated[int, typer.Option()] = 1,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    model: Annotated[Path | None, typer.Option(help="A click model artifact: time the predict stage too (default: none).")] = None,
 ) -> None:
     """Whole in-process decisions (columnar path) against the per-candidate reference
     path on the same catalogue and requests: p50/p99, per-stage p50, decisions/s."""
     from adfunnel.serving.bench import run_decide_bench
 
-    result = run_decide_bench(ads=ads, workload=workload, queries=queries, seed=seed)
+    result = run_decide_bench(ads=ads, workload=workload, queries=queries, seed=seed,
+                              model=model)
     _emit(result, json_path)
 
 

@@ -35,6 +35,7 @@ import os
 import random
 import time
 from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,8 @@ from adfunnel.campaigns.model import (
 )
 from adfunnel.clock import FixedClock, monotonic_ms
 from adfunnel.index.bench import WORKLOADS, _go, _paper, _real
+from adfunnel.prediction.model import ClickModel
+from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.fast import CANDIDATE_LIMIT, STAGES, ColumnarDecider
@@ -177,8 +180,12 @@ def _wins(d: Decision) -> list[tuple[str, int, int]]:
 
 
 def run_decide_bench(ads: int, workload: str = "real", queries: int = 1_000, seed: int = 1,
-                     reference_queries: int = REFERENCE_QUERIES) -> dict[str, Any]:
-    """Build, decide, measure (module docstring).
+                     reference_queries: int = REFERENCE_QUERIES,
+                     model: Path | None = None) -> dict[str, Any]:
+    """Build, decide, measure (module docstring). ``model``: a click model artifact the
+    predict stage scores the pre-rank's survivors with (None: no predict stage; its
+    stage figure is then null, and ``agreement`` compares with the reference path,
+    which has no model).
 
     Raises:
         ValueError: unknown ``workload``, ``ads`` < 1 or ``queries`` < 1.
@@ -197,15 +204,24 @@ def run_decide_bench(ads: int, workload: str = "real", queries: int = 1_000, see
     _run(fast, reqs[: min(20, len(reqs))])  # warm-up (caches, first allocations)
     fast = _decider(ColumnarDecider, catalog, seed)
     assert isinstance(fast, ColumnarDecider)
+    scorer = None
+    if model is not None:
+        scorer = ModelScorer(ClickModel.load(model), budget_ms=1_000.0)
+        fast.scorer = scorer
+        _run(fast, reqs[: min(20, len(reqs))])  # warm the model's token cache too
     fast.timings = []
     lat, cpu, decisions = _run(fast, reqs)
     n_ref = min(reference_queries, len(reqs))
     ref_lat, ref_cpu, ref_decisions = _run(_decider(Decider, catalog, seed), reqs[:n_ref])
     agree = sum(_wins(a) == _wins(b) for a, b in zip(decisions, ref_decisions, strict=False))
-    stage = {s: round(float(np.percentile([t.get(s, 0.0) for t in fast.timings], 50)), 1)
-             for s in STAGES}
-    stage99 = {s: round(float(np.percentile([t.get(s, 0.0) for t in fast.timings], 99)), 1)
-               for s in STAGES}
+    stage: dict[str, float | None] = {
+        s: round(float(np.percentile([t.get(s, 0.0) for t in fast.timings], 50)), 1)
+        for s in STAGES}
+    stage99: dict[str, float | None] = {
+        s: round(float(np.percentile([t.get(s, 0.0) for t in fast.timings], 99)), 1)
+        for s in STAGES}
+    if scorer is None:  # no predict stage ran: not measured
+        stage["predict"] = stage99["predict"] = None
     retrieved = [len(fast._retrieve(r).ad_ids) for r in reqs[:200]]
     p50 = float(np.percentile(lat, 50))
     ref_p50 = float(np.percentile(ref_lat, 50))
@@ -223,7 +239,11 @@ def run_decide_bench(ads: int, workload: str = "real", queries: int = 1_000, see
             "decisions_per_s": round(n_ref / ref_cpu, 1) if ref_cpu > 0 else None,
         },
         "speedup_p50": round(ref_p50 / p50, 1) if p50 > 0 else None,
-        "agreement": round(agree / n_ref, 4) if n_ref else None,
+        # with a model the two paths rank by different pCTRs: no agreement to measure
+        "agreement": round(agree / n_ref, 4) if n_ref and scorer is None else None,
+        "model_version": scorer.version if scorer is not None else None,
+        "fallback_share": (round(sum(d.fallback for d in decisions) / len(decisions), 4)
+                           if scorer is not None else None),
         "build_s": round(build_s, 1), "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 

@@ -96,7 +96,7 @@ _CODE = {r: i for i, r in enumerate(REASONS) if r is not None}
 _STATUS_REASON = np.array([0, _CODE[CAMPAIGN_PAUSED], _CODE[CAMPAIGN_ENDED],
                            _CODE[CAMPAIGN_COMPLETED]], dtype=np.int8)
 #: The stages timed when ``ColumnarDecider.timings`` is a list.
-STAGES = ("retrieve", "filter", "gate", "prerank", "auction")
+STAGES = ("retrieve", "filter", "gate", "prerank", "predict", "auction")
 
 
 class ColumnarDecider(Decider):
@@ -164,6 +164,7 @@ class ColumnarDecider(Decider):
         scorer = self.scorer
         if scorer is not None and len(ids):
             self._predict(scorer, req, ids, camp, scores, now, deadline_at_ms, decision, seed)
+        clock.lap("predict")
         if self.scorer is not None and self.exploration_share > 0 and not plans:
             decision.exploration = unit(seed, 0, EXPLORE) < self.exploration_share
         if plans:
