@@ -272,3 +272,31 @@ def test_a_registered_model_reaches_every_server_without_a_restart(tmp_path: Pat
     finally:
         writer.close()
         other.close()
+
+
+def test_each_slot_run_is_ranked_and_priced_at_its_own_position(
+        world: tuple[Runtime, ColumnarDecider, list[int]]) -> None:
+    rt, decider, ads = world
+    wide = rt.store.create_campaign(
+        advertiser_id=rt.store.create_advertiser("wide").id, name="wide",
+        objective=Objective.CLICKS, bid_type=BidType.CPC, bid_micros=1_000_000,
+        daily_budget_micros=10**9, time_zone="UTC", flight_start=date(2026, 7, 1))
+    banner = rt.store.create_ad(campaign_id=wide.id, landing_url="https://x.test/",
+                                creative_ref="c", format="banner", width=728, height=90).id
+    model = model_favouring(ads[0], weight=0.0)
+    model.weights[column_of("position=2", BITS)] = 1.5  # the lower slot is clicked more
+    decider.scorer = ModelScorer(model, budget_ms=500)
+    body = {**BODY, "slots": [BODY["slots"][0],
+                              {"id": "s2", "position": 2, "width": 728, "height": 90}]}
+    d = decider.decide(decode_request(json.dumps(body).encode()), "r1", monotonic_ms() + 60_000)
+    placed = {p.win.slot_id: p for p in d.placed}
+    assert placed["s2"].ad.id == banner
+    for slot, position in (("s1", 1), ("s2", 2)):
+        p = placed[slot]
+        tokens = (request_tokens("feed", position, None, "news.example", START.hour,
+                                 {"interests": ["golf"]})
+                  + candidate_tokens("feed", p.ad.id, p.campaign.id, p.campaign.advertiser_id,
+                                     "CPC"))
+        assert p.win.candidate.pctr == pytest.approx(float(model.predict([tokens])[0]),
+                                                     abs=1e-12)
+    assert placed["s2"].win.candidate.pctr > 3 * placed["s1"].win.candidate.pctr

@@ -119,6 +119,11 @@ class ClickModel:
         them equal), each token's column from a cache (the hash is MurmurHash3, as the
         library's hasher computes it), rows summed by ``np.bincount``. ``shared``:
         tokens every row also has (the request's), summed once."""
+        return self.calibrate(self.logits_serving(tokens, shared))
+
+    def logits_serving(self, tokens: list[list[str]],
+                       shared: list[str] | None = None) -> np.ndarray:
+        """The logits :meth:`predict_serving` calibrates (bias and ``shared`` included)."""
         flat: list[int] = []
         for row in tokens:
             flat += self._columns_of(row)
@@ -126,10 +131,11 @@ class ClickModel:
         rows = np.repeat(np.arange(len(tokens)), lengths)
         sums = np.bincount(rows, weights=self.weights[np.asarray(flat, dtype=np.intp)],
                            minlength=len(tokens))
-        base = self.bias
-        if shared:
-            base += float(self.weights[np.asarray(self._columns_of(shared))].sum())
-        return self.calibrate(sums + base)
+        return sums + self.bias + (self.shared_logit(shared) if shared else 0.0)
+
+    def shared_logit(self, tokens: list[str]) -> float:
+        """The weights of ``tokens`` summed: what they add to every row's logit."""
+        return float(self.weights[np.asarray(self._columns_of(tokens), dtype=np.intp)].sum())
 
     def _columns_of(self, row: list[str]) -> list[int]:
         cols = list(map(self._columns.get, row))

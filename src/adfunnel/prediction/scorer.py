@@ -72,31 +72,46 @@ class ModelScorer:
     def pctr(self, request: Mapping[str, Any], candidates: Sequence[tuple[int, int, int, str]],
              deadline_at_ms: float, *, measuring: bool = False
              ) -> tuple[np.ndarray | None, str | None]:
-        """Calibrated pCTR per candidate (ad id, campaign id, advertiser id, bid type),
-        or (None, cause) when the decision must fall back: ``no_time`` (less than the
-        budget left), ``late`` (the stage overran its budget), ``error``.
+        """Calibrated pCTR per candidate (ad id, campaign id, advertiser id, bid type) at
+        ``request["position"]``, or (None, cause) when the decision must fall back (see
+        :meth:`pctr_by_position`)."""
+        found, cause = self.pctr_by_position(request, [request["position"]], candidates,
+                                             deadline_at_ms, measuring=measuring)
+        return (None, cause) if found is None else (found[request["position"]], None)
 
-        ``request``: ``placement``, ``position``, ``exchange``, ``domain``, ``hour``
-        (UTC) and ``attributes``, as the served log records them. ``measuring``: a
-        measurement, not the decision's scoring (no fallback counted, no time budget).
+    def pctr_by_position(self, request: Mapping[str, Any], positions: Sequence[int],
+                         candidates: Sequence[tuple[int, int, int, str]],
+                         deadline_at_ms: float, *, measuring: bool = False
+                         ) -> tuple[dict[int, np.ndarray] | None, str | None]:
+        """Calibrated pCTR per candidate (ad id, campaign id, advertiser id, bid type) at
+        each slot position of ``positions``: the candidates' own tokens are summed once,
+        the request's (which name the position) once per position. Or (None, cause) when
+        the decision must fall back: ``no_time`` (less than the budget left), ``late``
+        (the stage overran its budget), ``error``.
+
+        ``request``: ``placement``, ``exchange``, ``domain``, ``hour`` (UTC) and
+        ``attributes``, as the served log records them. ``measuring``: a measurement,
+        not the decision's scoring (no fallback counted, no time budget).
         """
         start = monotonic_ms()
         if start + self.budget_ms > deadline_at_ms:
             return (None, "no_time") if measuring else self._fallback("no_time")
         try:
-            placement = request["placement"]
-            shared = request_tokens(placement, request["position"], request["exchange"],
-                                    request["domain"], request["hour"],
-                                    request["attributes"])
+            placement, model = request["placement"], self.model
             rows = [candidate_tokens(placement, ad, camp, adv, bid_type)
                     for ad, camp, adv, bid_type in candidates]
-            scores = self.model.predict_serving(rows, shared)
+            own = model.logits_serving(rows)
+            out = {}
+            for k in positions:
+                shared = request_tokens(placement, k, request["exchange"], request["domain"],
+                                        request["hour"], request["attributes"])
+                out[k] = model.calibrate(own + model.shared_logit(shared))
         except Exception:  # a model bug must not fail the request: the prior decides
             _log.exception("the click model failed; the pre-rank scores decide")
             return (None, "error") if measuring else self._fallback("error")
         if not measuring and monotonic_ms() - start > self.budget_ms:
             return self._fallback("late")
-        return scores, None
+        return out, None
 
     @staticmethod
     def _fallback(cause: str) -> tuple[None, str]:

@@ -95,6 +95,8 @@ _CODE = {r: i for i, r in enumerate(REASONS) if r is not None}
 #: c_status value (columns.STATUS_CODES) -> reason code
 _STATUS_REASON = np.array([0, _CODE[CAMPAIGN_PAUSED], _CODE[CAMPAIGN_ENDED],
                            _CODE[CAMPAIGN_COMPLETED]], dtype=np.int8)
+#: Key prefix of the model's pCTR column at one slot position, in a decision's scores.
+AT_POSITION = "pctr@"
 #: The stages timed when ``ColumnarDecider.timings`` is a list.
 STAGES = ("retrieve", "filter", "gate", "prerank", "predict", "auction")
 
@@ -422,9 +424,10 @@ class ColumnarDecider(Decider):
                  camp: np.ndarray, s: dict[str, np.ndarray], now: datetime,
                  deadline_at_ms: float, decision: Decision, seed: int) -> None:
         """Step 5: the model's pCTR for the ``prerank_keep`` best by the prior's scores
-        (ties at the cut kept), their rate and total recomputed in ``s``; the others
-        keep the prior's. One scoring per decision, at the first slot's position. On
-        a fallback the prior's scores stand and the decision says so."""
+        (ties at the cut kept), at each slot run's position (the candidates' own tokens
+        summed once); each run ranks and prices on its position's (``_at_position``),
+        the others keep the prior's. On a fallback the prior's scores stand and the
+        decision says so."""
         decision.model_version = scorer.version
         total = s["total"]
         top = np.arange(len(ids))
@@ -436,17 +439,31 @@ class ColumnarDecider(Decider):
                               s["advertiser"][top].tolist(),
                               [BID_TYPES[b].value for b in bid_type.tolist()], strict=True))
         p = req.placement
-        request = {"placement": p.id, "position": min(x.position for x in req.slots),
+        positions = sorted({run[0].position for run in _slot_runs(req.slots)})
+        request = {"placement": p.id, "position": positions[0],
                    "exchange": p.exchange, "domain": p.domain, "hour": now.astimezone(UTC).hour,
                    "attributes": req.user.attributes}
-        pctr, _cause = scorer.pctr(request, candidates, deadline_at_ms)
-        if pctr is None:
+        found, _cause = scorer.pctr_by_position(request, positions, candidates, deadline_at_ms)
+        if found is None:
             decision.fallback = True
             return
         if len(top) < len(ids) and unit(seed, 0, RECALL) < scorer.recall_sample:
-            self._check_recall(scorer, request, ids, camp, s, top, pctr, deadline_at_ms)
-        s["pctr"][top] = pctr
-        s["rate"][top], total[top] = self._totals(s, top, pctr)
+            self._check_recall(scorer, request, ids, camp, s, top, found[positions[0]],
+                               deadline_at_ms)
+        for k, pctr in found.items():  # whole columns: the capped path filters them
+            column = s["pctr"].copy()
+            column[top] = pctr
+            s[f"{AT_POSITION}{k}"] = column
+        self._at_position(s, positions[0])
+
+    def _at_position(self, s: dict[str, np.ndarray], position: int) -> None:
+        """Make the model's pCTR at ``position`` (where it scored) the one ranked and
+        priced on, with the rates and totals that follow from it."""
+        column = s.get(f"{AT_POSITION}{position}")
+        if column is None:
+            return
+        s["pctr"] = column
+        s["rate"], s["total"] = self._totals(s, np.arange(len(column)), column)
 
     def _totals(self, s: dict[str, np.ndarray], at: np.ndarray, pctr: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
@@ -494,6 +511,7 @@ class ColumnarDecider(Decider):
         in_page = np.zeros(len(ids), dtype=bool)  # campaign or advertiser placed already
         cols = self.catalog.columns
         for run in _slot_runs(req.slots):
+            self._at_position(s, run[0].position)  # the model's pCTR at this run's position
             pool = (s["shape"] == cols.shape_code(run[0].format, run[0].width, run[0].height))
             pool &= ~in_page
             reserve = _reserve(req, run[0], placement)
