@@ -235,6 +235,7 @@ def replay(
     pctr_prior: Annotated[float, typer.Option(help="Prior click rate of the started server's pCTR.")] = 0.0005,
     database_url: Annotated[str | None, typer.Option(help="Database of the started server (default: a temporary SQLite file).")] = None,
     event_log: Annotated[str | None, typer.Option(help="Event log of the started server: nats://… for JetStream (default: in memory).")] = None,
+    learn: Annotated[bool, typer.Option(help="Click by an attribute click model, train a click model on the served log of the days before the last, roll it out, serve the last day with it, and report `model`.")] = False,
 ) -> None:
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
     from rich.progress import Progress
@@ -252,7 +253,8 @@ def replay(
         task = progress.add_task("replaying", total=len(rows))
         result = run_replay(rows, server=server, database_url=database_url, seed=seed,
                             ctr_scale=ctr_scale, pctr_prior=pctr_prior, speed=speed,
-                            progress=lambda n: progress.advance(task, n), event_log=event_log)
+                            progress=lambda n: progress.advance(task, n), event_log=event_log,
+                            learn=learn)
     report.write_text(json.dumps(result, indent=2))
     print_replay_summary(result)
     console.print(f"report written to {report}")

@@ -44,6 +44,15 @@ from adfunnel.sim.ipinyou import (
     read_train_info,
     split_useragent,
 )
+from adfunnel.sim.learn import (
+    BASE_CTR,
+    MAX_CTR,
+    SIGMA,
+    AttributeClicks,
+    last_day_figures,
+    split_last_day,
+    train_and_register,
+)
 from adfunnel.tracking.token import verify
 
 REPLAY_DEADLINE_MS = 2_000
@@ -136,6 +145,8 @@ class Replayer:
         self.invalid = InvalidTraffic(seed + 1, data_root)
         self.token_key = token_key  # the server's token secret, when the replay knows it
         self.injected: list[tuple[str | None, str]] = []  # (impression id, event type)
+        #: the --learn click model (None: the advertisers' scaled average CTRs)
+        self.clicks: AttributeClicks | None = None
         self._headers: dict[str, str] = {}
         # serves of capped campaigns per (user, campaign, campaign's local day), from the
         # answers received: what the report's max_serves_per_user_window measures
@@ -234,7 +245,9 @@ class Replayer:
             self._headers["x-forwarded-for"] = value or ""
         before = (self.stats.impressions_fired + self.stats.duplicates_fired,
                   self.stats.clicks_fired)
-        self._fire(ad, ctr)
+        p_click = (self.clicks.rate(row) if self.clicks is not None
+                   else min(1.0, ctr * self.ctr_scale))
+        self._fire(ad, p_click)
         if kind is not None:
             impressions = (self.stats.impressions_fired + self.stats.duplicates_fired
                            - before[0])
@@ -247,7 +260,7 @@ class Replayer:
             return None
         return verify(token, self.token_key, 0.0).impression_id
 
-    def _fire(self, ad: dict[str, Any], ctr: float) -> None:
+    def _fire(self, ad: dict[str, Any], p_click: float) -> None:
         s, rng = self.stats, self.rng
         if rng.random() < FORGED_RATE:
             s.forged_fired += 1
@@ -261,7 +274,7 @@ class Replayer:
         if rng.random() < DUPLICATE_RATE:
             self._get(ad["impression_url"], 204, "impression")
             s.duplicates_fired += 1
-        if rng.random() < min(1.0, ctr * self.ctr_scale):
+        if rng.random() < p_click:
             r = self._get(ad["click_url"] + "&utm_x=https%3A%2F%2Fevil.example", 302, "click")
             s.clicks_fired += 1
             if r is not None and r.headers.get("location") != self.landing.get(ad["ad_id"]):
@@ -324,7 +337,10 @@ class Replayer:
             "caps": self._caps_report(serving.get("rejections")),
             "events": self._events_report(ledger),
             "errors": dict(s.errors),
-            "click_model": f"P(click | rendered) = min(1, {self.ctr_scale} x advertiser avg CTR)",
+            "click_model": (
+                f"P(click | rendered) = min({MAX_CTR}, {BASE_CTR} x exp(sum of attribute "
+                f"effects ~ N(0, {SIGMA}^2)))" if self.clicks is not None else
+                f"P(click | rendered) = min(1, {self.ctr_scale} x advertiser avg CTR)"),
         }
 
 
@@ -409,8 +425,13 @@ def run_replay(
     workdir: Path | None = None,
     server_env: dict[str, str] | None = None,
     event_log: str | None = None,
+    learn: bool = False,
 ) -> dict[str, Any]:
     """Replay ``rows`` against ``server``, or against a server started here, and report.
+
+    ``learn`` (a started server only): click by :class:`AttributeClicks`, serve the days
+    before the last, train a model on their served log, register it, serve the last day
+    with it and report ``model`` (:mod:`adfunnel.sim.learn`).
 
     The started server uses ``database_url`` (default: a SQLite file in ``workdir`` or a
     temporary directory), a manual clock, and ``pctr_prior`` as its prior click rate.
@@ -448,10 +469,24 @@ def run_replay(
             server = proc.url
         replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed,
                             token_key=secret.encode() if secret else None)
+        learned: dict[str, Any] | None = None
         try:
             replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})
             replayer.create_campaigns(first)
-            replayer.replay(rows, progress)
+            if learn and proc is not None:
+                replayer.clicks = AttributeClicks(seed)
+                before, last_day = split_last_day(rows)
+                replayer.replay(before, progress)
+                day_start = last_day[0].timestamp.replace(hour=0, minute=0, second=0,
+                                                          microsecond=0)
+                learned = train_and_register(replayer.http, served_dir, url, work / "model",
+                                             day_start)
+                replayer.replay(last_day, progress)
+                learned["serving"] = replayer.http.get("/v1/serving/stats").json().get("model")
+                learned["fallbacks"] = _fallbacks(replayer.http.get("/metrics").text)
+                learned["last_day_decisions"] = len(last_day)
+            else:
+                replayer.replay(rows, progress)
             report = replayer.report(first, last)
         finally:
             replayer.close()
@@ -461,9 +496,43 @@ def run_replay(
                     _delete_stream(event_log, stream)
         report["served_log"] = (served_log_summary(served_dir, url, last, report)
                                 if proc is not None else None)
+        report["model"] = (_model_report(learned, served_dir, url, rows, pctr_prior)
+                           if learned is not None else None)
         if proc is not None:
             injected_in_ledger(report["events"], replayer.injected, url)
         return report
+
+
+def _fallbacks(metrics: str) -> int:
+    """Decisions that fell back to the pre-rank scores, from ``/metrics``."""
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                   if line.startswith("adfunnel_model_fallback_total{")))
+
+
+def _model_report(learned: dict[str, Any], served_dir: Path, url: str, rows: list[LogRow],
+                  pctr_prior: float) -> dict[str, Any]:
+    """``model``: the version trained and served, its figures on the last day's billed
+    events next to the smoothed-rate baseline's, its fallback share and pre-rank recall."""
+    _, last_day = split_last_day(rows)
+    day_start = last_day[0].timestamp.replace(hour=0, minute=0, second=0, microsecond=0)
+    version = learned["model_version"]
+    figures = last_day_figures(served_dir, url, version, day_start, pctr_prior, 1_000.0)
+    model = figures["model"] or {}
+    serving = learned.get("serving") or {}
+    recall = (serving.get("prerank_recall") or {}).get("recall")
+    decisions = learned["last_day_decisions"]
+    return {
+        "version": version,
+        "trained_rows": learned["trained_rows"], "trained_clicks": learned["trained_clicks"],
+        "held_out": learned.get("metrics"),
+        "last_day_rows": figures["rows"],
+        "normalized_entropy": model.get("normalized_entropy"),
+        "calibration_ratio": model.get("calibration_ratio"),
+        "auc": model.get("auc"),
+        "fallback_share": round(learned["fallbacks"] / decisions, 4) if decisions else None,
+        "prerank_recall": recall,
+        "baseline": figures["baseline"],
+    }
 
 
 def _delete_stream(url: str, stream: str) -> None:
