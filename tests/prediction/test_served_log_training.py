@@ -53,6 +53,8 @@ def test_a_served_log_and_its_ledger_train_a_model(tmp_path: Path) -> None:
     assert len(examples) == rendered and int(examples.labels.sum()) == clicks
     model = train(examples, "served-log", hash_bits=12).model
     assert model.metrics["rows"] > 0 and model.metrics["auc"] is not None
+    assert model.seen_ads is not None and set(model.seen_ads) <= {
+        a.id for a in rt.catalog.ads.values()} and model.seen_ads
     shared = request_tokens("feed", 1, None, None, START.hour,
                             {"geo.country": "US", "interests": ["cars"]})
     campaigns = {c.id: c for c in rt.catalog.campaigns.values()}

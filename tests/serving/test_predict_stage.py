@@ -300,3 +300,19 @@ def test_each_slot_run_is_ranked_and_priced_at_its_own_position(
         assert p.win.candidate.pctr == pytest.approx(float(model.predict([tokens])[0]),
                                                      abs=1e-12)
     assert placed["s2"].win.candidate.pctr > 3 * placed["s1"].win.candidate.pctr
+
+
+def test_an_ad_the_model_never_saw_keeps_the_smoothed_rate(
+        world: tuple[Runtime, ColumnarDecider, list[int]], tmp_path: Path) -> None:
+    import dataclasses
+
+    _, decider, ads = world
+    favours_the_unseen = dataclasses.replace(model_favouring(ads[1]),
+                                             seen_ads=frozenset({ads[0]}))
+    favours_the_unseen.save(tmp_path / "m")  # the seen ads travel with the artifact
+    loaded = ClickModel.load(tmp_path / "m")
+    assert loaded.seen_ads == frozenset({ads[0]})
+    decider.scorer = ModelScorer(loaded, budget_ms=500)
+    d = decide(decider)
+    # the second ad's big model weight does not count: the model never saw it
+    assert [p.ad.id for p in d.placed] == [ads[0]] and not d.fallback

@@ -48,6 +48,8 @@ CALIBRATION_FOLDS = 5
 #: Calibrated probabilities are kept inside [P_MIN, 1 − P_MIN]: a pCTR of 0 would
 #: divide a GSP price by zero, and a log loss of a certain miss is infinite.
 P_MIN = 1e-6
+#: The token naming a row's ad (:func:`adfunnel.prediction.datasets.candidate_tokens`).
+AD_TOKEN = "ad_id="
 #: Share of the rows for training (the calibration's folds included); the rest is held
 #: out for the figures.
 TRAIN_SHARE = 0.8
@@ -76,6 +78,9 @@ class ClickModel:
     platt_a: float
     platt_b: float
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: the ad ids it was trained on (served-log data); an ad outside them keeps the
+    #: smoothed per-ad rate as its pCTR. None: not tracked, every ad is scored.
+    seen_ads: frozenset[int] | None = None
     #: token -> hashed column, filled as serving meets tokens (they repeat: ads,
     #: placements, attributes), so a request hashes only what it has not seen
     _columns: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
@@ -87,6 +92,8 @@ class ClickModel:
         h.update(np.ascontiguousarray(self.weights, dtype=np.float64).tobytes())
         h.update(repr((self.dataset, self.hash_bits, float(self.bias), float(self.platt_a),
                        float(self.platt_b))).encode())
+        if self.seen_ads is not None:
+            h.update(repr(sorted(self.seen_ads)).encode())
         return h.hexdigest()[:16]
 
     def hash(self, tokens: list[list[str]]) -> sp.csr_matrix:
@@ -159,6 +166,7 @@ class ClickModel:
             "hash_bits": self.hash_bits, "bias": float(self.bias),
             "calibration": {"method": "platt", "a": float(self.platt_a),
                             "b": float(self.platt_b)},
+            "seen_ads": None if self.seen_ads is None else sorted(self.seen_ads),
             "metrics": self.metrics,
         }
         tmp = directory / "model.json.tmp"
@@ -182,7 +190,8 @@ class ClickModel:
             raise ModelError(f"{directory}: format {meta.get('format')!r}, expected {FORMAT}")
         model = cls(meta["dataset"], int(meta["hash_bits"]), weights, float(meta["bias"]),
                     float(meta["calibration"]["a"]), float(meta["calibration"]["b"]),
-                    meta.get("metrics", {}))
+                    meta.get("metrics", {}),
+                    None if meta.get("seen_ads") is None else frozenset(meta["seen_ads"]))
         if model.version != meta.get("version"):
             raise ModelError(f"{directory}: content does not match version "
                              f"{meta.get('version')!r}")
@@ -245,7 +254,9 @@ def train(examples: Examples, dataset: str, *, hash_bits: int = DEFAULT_HASH_BIT
                        float(platt.b_))
     figures = evaluate(test.labels, model.predict(test.tokens))
     figures["slices"] = {"training": len(fit), "held_out": len(test)}
-    return Trained(dataclasses.replace(model, metrics=figures), test, library)
+    seen = frozenset(int(t[len(AD_TOKEN):]) for row in fit.tokens for t in row
+                     if t.startswith(AD_TOKEN) and t[len(AD_TOKEN):].isdigit())
+    return Trained(dataclasses.replace(model, metrics=figures, seen_ads=seen), test, library)
 
 
 def check_not_worse(new: Trained, current: ClickModel) -> None:

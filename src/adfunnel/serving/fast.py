@@ -450,9 +450,12 @@ class ColumnarDecider(Decider):
         if len(top) < len(ids) and unit(seed, 0, RECALL) < scorer.recall_sample:
             self._check_recall(scorer, request, ids, camp, s, top, found[positions[0]],
                                deadline_at_ms)
+        seen = scorer.model.seen_ads  # ads the model never saw keep the prior's pCTR
+        known = (np.ones(len(top), dtype=bool) if seen is None
+                 else np.isin(ids[top], np.fromiter(seen, dtype=np.int64, count=len(seen))))
         for k, pctr in found.items():  # whole columns: the capped path filters them
             column = s["pctr"].copy()
-            column[top] = pctr
+            column[top[known]] = pctr[known]
             s[f"{AT_POSITION}{k}"] = column
         self._at_position(s, positions[0])
 
