@@ -247,6 +247,9 @@ def replay(
     except FileNotFoundError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
+    if learn and server is not None:
+        console.print("[red]--learn needs the replay's own server: leave out --server[/red]")
+        raise typer.Exit(2)
     if server is None:
         console.print("starting a server (embedded SQLite, manual clock) …")
     with Progress(console=console) as progress:

@@ -429,7 +429,7 @@ def run_replay(
 ) -> dict[str, Any]:
     """Replay ``rows`` against ``server``, or against a server started here, and report.
 
-    ``learn`` (a started server only): click by :class:`AttributeClicks`, serve the days
+    ``learn`` (not with ``server``; ValueError): click by :class:`AttributeClicks`, serve the days
     before the last, train a model on their served log, register it, serve the last day
     with it and report ``model`` (:mod:`adfunnel.sim.learn`).
 
@@ -442,6 +442,9 @@ def run_replay(
 
     from adfunnel.sim.server_proc import ServerProcess
 
+    if learn and server is not None:
+        raise ValueError("--learn trains on the served log and ledger of the server the "
+                         "replay starts: it cannot be used with --server")
     first, last = first_last(rows)
     with tempfile.TemporaryDirectory() as tmp:
         work = workdir or Path(tmp)
@@ -473,7 +476,7 @@ def run_replay(
         try:
             replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})
             replayer.create_campaigns(first)
-            if learn and proc is not None:
+            if learn:
                 replayer.clicks = AttributeClicks(seed)
                 before, last_day = split_last_day(rows)
                 replayer.replay(before, progress)
