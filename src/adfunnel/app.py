@@ -187,11 +187,13 @@ def build_runtime(
         rng=_decision_rng(seed if seed is not None else settings.seed), eligible=eligible,
     )
     monitor = CalibrationMonitor()
+    cvr = (ClickModel.load(Path(settings.cvr_model_dir))
+           if settings.cvr_model_dir is not None else None)
     if settings.model_dir is not None:
         decider.scorer = ModelScorer(ClickModel.load(Path(settings.model_dir)),
-                                     settings.model_budget_ms, monitor)
+                                     settings.model_budget_ms, monitor, cvr)
         decider.exploration_share = settings.exploration_share
-    follow_model_releases(catalog, decider, settings, monitor)
+    follow_model_releases(catalog, decider, settings, monitor, cvr)
     rollups = make_rollup_store(engine)
     dirty = DirtyHours(rollups)  # hours the aggregator touched, refreshed every few seconds
     background.append(Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh").start())
@@ -224,7 +226,7 @@ def make_ivt_rules(settings: Settings) -> Tier1Rules | None:
 
 
 def follow_model_releases(catalog: Catalog, decider: ColumnarDecider, settings: Settings,
-                          monitor: CalibrationMonitor) -> None:
+                          monitor: CalibrationMonitor, cvr: ClickModel | None = None) -> None:
     """Serve with the active model release of the change log (``POST /v1/admin/models``),
     switching when another becomes active, without a restart. A release whose artifact
     cannot be loaded, or is not the version registered, is logged and the current
@@ -243,7 +245,7 @@ def follow_model_releases(catalog: Catalog, decider: ColumnarDecider, settings: 
             log.error("model release %d: %s holds version %s, not %s", release.id,
                       release.path, model.version, release.model_version)
             return
-        decider.scorer = ModelScorer(model, settings.model_budget_ms, monitor)
+        decider.scorer = ModelScorer(model, settings.model_budget_ms, monitor, cvr)
         decider.exploration_share = settings.exploration_share
         log.info("serving with model %s (release %d)", model.version, release.id)
 

@@ -42,6 +42,7 @@ def serve(
     event_log: Annotated[str | None, typer.Option(help="NATS JetStream event log, nats://… (default: in-process memory, applied at once).")] = None,
     spool_dir: Annotated[str | None, typer.Option(help="Where beacons are spooled while the event log is down (default: none, 503).")] = None,
     model: Annotated[str | None, typer.Option(help="A click model artifact (adfunnel model train --out DIR) that scores the pre-rank's survivors. Default: the smoothed per-ad rate.")] = None,
+    cvr_model: Annotated[str | None, typer.Option(help="A conversion model artifact (model train --target conversion): the pCVR of CPA candidates, with --model. Default: the constant pcvr prior.")] = None,
     workers: Annotated[int, typer.Option(help="Ad-server processes sharing the port.")] = 1,
 ) -> None:
     """Run the ad server (embedded default: every plane in one process, SQLite).
@@ -64,16 +65,23 @@ def serve(
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
              "token_secret": token_secret, "budget_service_url": budget_service,
              "redis_url": redis_url, "served_log_dir": served_log,
-             "event_log_url": event_log, "spool_dir": spool_dir, "model_dir": model}
+             "event_log_url": event_log, "spool_dir": spool_dir, "model_dir": model,
+             "cvr_model_dir": cvr_model}
     settings = _settings_or_exit(**flags)
-    if settings.model_dir is not None:
+    for path, target in ((settings.model_dir, "click"), (settings.cvr_model_dir, "conversion")):
+        if path is None:
+            continue
         from adfunnel.prediction.model import ClickModel, ModelError
 
         try:
-            ClickModel.load(Path(settings.model_dir))
+            loaded = ClickModel.load(Path(path))
         except ModelError as exc:
             typer.echo(f"adfunnel: cannot use the model: {exc}", err=True)
             raise typer.Exit(1) from None
+        if loaded.target != target:
+            typer.echo(f"adfunnel: {path} is a {loaded.target} model, not a {target} model",
+                       err=True)
+            raise typer.Exit(1)
     if workers <= 1:
         with _database_or_exit(settings.database_url):
             runtime = build_runtime(settings)
@@ -599,6 +607,7 @@ def model_train(
     c: Annotated[float, typer.Option("--c", help="Inverse L2 regularisation strength.")] = 0.1,
     seed: Annotated[int, typer.Option(help="Seed of the 80/20 training/held-out split.")] = 7,
     current: Annotated[Path | None, typer.Option(help="The model in use: refuse the new one when its normalised entropy on the held-out slice is worse.")] = None,
+    target: Annotated[str, typer.Option(help="click (pCTR of impressions) or conversion (pCVR of clicks; served-log only).")] = "click",
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the held-out figures here.")] = None,
 ) -> None:
     """Train, calibrate and measure a click model; write the artifact to --out."""
@@ -608,8 +617,10 @@ def model_train(
         console.print("[red]--hash-bits must be in 10..24 and --c > 0[/red]")
         raise typer.Exit(2)
     try:
-        examples = datasets.load(dataset, input_path, database_url=database_url)
-        trained = model.train(examples, dataset, hash_bits=hash_bits, c=c, seed=seed)
+        examples = datasets.load(dataset, input_path, database_url=database_url,
+                                 target=target)
+        trained = model.train(examples, dataset, hash_bits=hash_bits, c=c, seed=seed,
+                              target=target)
         if current is not None:
             model.check_not_worse(trained, model.ClickModel.load(current))
     except (datasets.DatasetError, model.ModelError, OSError) as exc:

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     #: a click model artifact (``adfunnel model train --out DIR``) that scores the
     #: pre-rank's survivors; None: the smoothed per-ad rate is the pCTR
     model_dir: str | None = None
+    #: a conversion model artifact (``adfunnel model train --target conversion``): the
+    #: pCVR of CPA candidates while a click model decides; None: ``pcvr_prior``
+    cvr_model_dir: str | None = None
     #: the predict stage's share of a request's deadline, milliseconds: past it the
     #: decision keeps the pre-rank scores (flagged ``fallback``)
     model_budget_ms: float = Field(default=2.0, gt=0, le=1_000)

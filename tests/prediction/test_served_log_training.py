@@ -8,6 +8,7 @@ import random
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.app import build_app, build_runtime
@@ -110,3 +111,42 @@ def test_ope_reads_the_served_logs_propensities_and_the_ledgers_clicks(tmp_path:
     ips = got["estimators"]["ips"]
     assert ips["ci_low"] <= 0.3 <= ips["ci_high"]
     assert got["logged_value"] < ips["value"]
+
+
+def test_a_conversion_model_learns_from_the_clicks_and_their_conversions(
+        tmp_path: Path) -> None:
+    served, db = tmp_path / "served", f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    settings = load_settings(database_url=db, clock="manual", token_secret="k" * 32,
+                             budget="local", served_log_dir=str(served), ivt=False,
+                             ivt_tier2=False)
+    rt = build_runtime(settings, ManualClock(START), seed=1)
+    rng = random.Random(5)
+    conversions = 0
+    with TestClient(build_app(rt)) as client:
+        cids = [make_campaign(client, bid_type="CPA", objective="conversions",
+                              bid_micros=5_000_000)["campaign"]["id"] for _ in range(2)]
+        for n in range(300):
+            r = client.post("/v1/ads:select", json=ad_request(request_id=f"r{n}", slots=SLOTS))
+            for ad in r.json()["ads"]:
+                assert client.get(ad["impression_url"]).status_code == 204
+                if rng.random() < 0.5:  # every ad is clicked alike ...
+                    client.get(ad["click_url"], follow_redirects=False)
+                    # ... and one campaign's clicks convert far more often
+                    if rng.random() < (0.6 if ad["campaign_id"] == cids[0] else 0.05):
+                        assert client.get("/v", params={"t": ad["token"]}).status_code == 204
+                        conversions += 1
+    compact(served, START + timedelta(hours=2))
+    examples = datasets.load("served-log", served, database_url=db, target="conversion")
+    assert int(examples.labels.sum()) == conversions
+    trained = train(examples, "served-log", hash_bits=12, target="conversion")
+    assert trained.model.target == "conversion"
+    shared = request_tokens("feed", 1, None, None, START.hour,
+                            {"geo.country": "US", "interests": ["cars"]})
+    campaigns = {c.id: c for c in rt.catalog.campaigns.values()}
+    ads = {c: next(a.id for a in rt.catalog.ads.values() if a.campaign_id == c) for c in cids}
+    often, rarely = trained.model.predict_serving(
+        [candidate_tokens("feed", ads[c], c, campaigns[c].advertiser_id, "CPA") for c in cids],
+        shared)
+    assert often > 3 * rarely
+    with pytest.raises(datasets.DatasetError, match="only the served log"):
+        datasets.load("criteo", served, target="conversion")

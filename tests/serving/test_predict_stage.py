@@ -4,6 +4,7 @@ so; the served log records the model version."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from datetime import UTC, date, datetime
@@ -316,3 +317,42 @@ def test_an_ad_the_model_never_saw_keeps_the_smoothed_rate(
     d = decide(decider)
     # the second ad's big model weight does not count: the model never saw it
     assert [p.ad.id for p in d.placed] == [ads[0]] and not d.fallback
+
+
+def test_a_conversion_model_sets_the_pcvr_of_cpa_candidates(tmp_path: Path) -> None:
+    settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
+                             budget="local")
+    rt = build_runtime(settings, ManualClock(START), seed=1, feed=False)
+    try:
+        ads = []
+        for k in range(2):  # two CPA campaigns, the same bid
+            adv = rt.store.create_advertiser(f"a{k}")
+            c = rt.store.create_campaign(
+                advertiser_id=adv.id, name=f"c{k}", objective=Objective.CONVERSIONS,
+                bid_type=BidType.CPA, bid_micros=5_000_000, daily_budget_micros=10**9,
+                time_zone="UTC", flight_start=date(2026, 7, 1))
+            ads.append(rt.store.create_ad(campaign_id=c.id, landing_url="https://x.test/",
+                                          creative_ref="c", format="banner", width=300,
+                                          height=250).id)
+        decider = ColumnarDecider(rt.catalog, rt.gate, rt.ctr, rt.clock, b"k" * 32,
+                                  rng=random.Random(5), pcvr=0.01)
+        weights = np.zeros(2**BITS)
+        weights[column_of(f"ad_id={ads[1]}", BITS)] = 3.0  # the second converts far more
+        cvr = dataclasses.replace(ClickModel("served-log", BITS, weights, -4.0, -1.0, 0.0),
+                                  target="conversion")
+        with pytest.raises(ValueError, match="conversion model"):
+            ModelScorer(model_favouring(ads[0], 0.0), 500, cvr_model=model_favouring(1))
+        decider.scorer = ModelScorer(model_favouring(ads[0], weight=0.0), 500, cvr_model=cvr)
+        d = decide(decider)
+        [p] = d.placed
+        assert p.ad.id == ads[1]  # same pCTR and bid: the higher pCVR wins
+        c = rt.catalog.campaigns[p.campaign.id]
+        tokens = (request_tokens("feed", 1, None, "news.example", START.hour,
+                                 {"interests": ["golf"]})
+                  + candidate_tokens("feed", ads[1], c.id, c.advertiser_id, "CPA"))
+        assert p.win.candidate.pcvr == pytest.approx(float(cvr.predict([tokens])[0]),
+                                                     abs=1e-12)
+        decider.scorer = ModelScorer(model_favouring(ads[0], weight=0.0), 500)
+        assert decide(decider).placed[0].win.candidate.pcvr == 0.01  # without: the prior
+    finally:
+        rt.close()

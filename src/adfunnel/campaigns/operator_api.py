@@ -81,6 +81,9 @@ def make_operator_router(store: CampaignStore) -> APIRouter:
             model = ClickModel.load(Path(body.path))
         except ModelError as exc:
             raise validation_error(("path", str(exc))) from None
+        if model.target != "click":
+            raise validation_error(("path", f"a {model.target} model: releases are click "
+                                            "models (pCVR: serve --cvr-model)"))
         release = store.register_model(model.version, body.path, model.dataset)
         return ModelOut(**dataclasses.asdict(release), metrics=model.metrics)
 

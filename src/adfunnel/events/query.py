@@ -140,8 +140,9 @@ def join_served_with_billed(
     ``price_micros``, ``charge_micros``, ``expected_micros``, ``pctr``, ``pcvr``,
     ``quality_micros``, ``total_micros``, ``pacing_p``, ``propensity``; and from the
     billed rows ``impressed`` (an impression row exists), ``clicked`` (a click row
-    exists), ``billed_micros`` (sum over the impression's rows, 0 without any). A
-    winner never rendered keeps its row with ``impressed`` false: the trainer filters.
+    exists), ``converted`` (a billed conversion row exists), ``billed_micros`` (sum
+    over the impression's rows, 0 without any). A winner never rendered keeps its row
+    with ``impressed`` false: the trainer filters.
     Ordered by time, request id, slot position.
 
     Invalid traffic: when ``billed`` has the bool column :data:`IVT_COLUMN` (``ivt``),
@@ -176,6 +177,7 @@ def join_served_with_billed(
             SELECT impression_id,
                    bool_or(event_type = 'impression') AS impressed,
                    bool_or(event_type = 'click') AS clicked,
+                   bool_or(event_type = 'conversion') AS converted,
                    sum(billed_micros)::BIGINT AS billed_micros,
                    {ivt} AS ivt
             FROM billed_rows GROUP BY impression_id
@@ -189,6 +191,7 @@ def join_served_with_billed(
                w.pacing_p, w.propensity,
                coalesce(b.impressed, false) AS impressed,
                coalesce(b.clicked, false) AS clicked,
+               coalesce(b.converted, false) AS converted,
                coalesce(b.billed_micros, 0)::BIGINT AS billed_micros
         FROM won LEFT JOIN per_impression b ON b.impression_id = w.impression_id
         WHERE NOT coalesce(b.ivt, false)

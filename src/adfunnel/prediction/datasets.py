@@ -53,14 +53,24 @@ class Examples:
         return Examples([self.tokens[i] for i in rows], self.labels[rows])
 
 
-def load(dataset: str, path: Path, *, database_url: str | None = None) -> Examples:
+TARGETS = ("click", "conversion")
+
+
+def load(dataset: str, path: Path, *, database_url: str | None = None,
+         target: str = "click") -> Examples:
     """Read ``dataset`` from ``path`` (a file; for ``served-log`` its directory, with the
-    ledger at ``database_url``).
+    ledger at ``database_url``). ``target``: ``click`` (every rendered winner, label
+    clicked) or ``conversion`` (served-log only: every clicked winner, label converted:
+    the pCVR model's rows).
 
     Raises:
         DatasetError: an unknown dataset, a malformed row, or no rows at all.
         OSError: the input cannot be read.
     """
+    if target not in TARGETS:
+        raise DatasetError(f"target: one of {', '.join(TARGETS)}, got {target!r}")
+    if target == "conversion" and dataset != "served-log":
+        raise DatasetError("target conversion: only the served log has conversions")
     if dataset == "criteo":
         found = criteo(path)
     elif dataset == "avazu":
@@ -68,7 +78,7 @@ def load(dataset: str, path: Path, *, database_url: str | None = None) -> Exampl
     elif dataset == "served-log":
         if database_url is None:
             raise DatasetError("served-log: --database-url names the ledger to join with")
-        found = served_log(path, database_url)
+        found = served_log(path, database_url, target)
     else:
         raise DatasetError(f"dataset: one of {', '.join(DATASETS)}, got {dataset!r}")
     if not len(found):
@@ -166,9 +176,10 @@ def avazu(path: Path) -> Examples:
     return Examples(tokens, np.asarray(labels, dtype=np.int8))
 
 
-def served_log(directory: Path, database_url: str) -> Examples:
+def served_log(directory: Path, database_url: str, target: str = "click") -> Examples:
     """Rendered winners of the served log under ``directory``, labelled by the ledger's
-    click rows at ``database_url``.
+    click rows at ``database_url`` (``target`` conversion: clicked winners, labelled by
+    its conversion rows).
 
     Raises:
         sqlalchemy.exc.SQLAlchemyError, duckdb.Error: the reads failed.
@@ -181,16 +192,18 @@ def served_log(directory: Path, database_url: str) -> Examples:
         joined = join_served_with_billed(directory, billed_events(engine))
     finally:
         engine.dispose()
-    return served_examples(joined.to_pylist())
+    return served_examples(joined.to_pylist(), target)
 
 
-def served_examples(rows: Iterable[Mapping[str, Any]]) -> Examples:
-    """Examples from joined served-log rows (only those ``impressed``)."""
+def served_examples(rows: Iterable[Mapping[str, Any]], target: str = "click") -> Examples:
+    """Examples from joined served-log rows: those ``impressed``, labelled ``clicked``;
+    for ``target`` conversion those ``clicked``, labelled ``converted``."""
+    shown, label = ("impressed", "clicked") if target == "click" else ("clicked", "converted")
     tokens, labels = [], []
     for r in rows:
-        if not r.get("impressed"):
+        if not r.get(shown):
             continue
-        labels.append(1 if r.get("clicked") else 0)
+        labels.append(1 if r.get(label) else 0)
         tokens.append(served_tokens(r))
     return Examples(tokens, np.asarray(labels, dtype=np.int8))
 

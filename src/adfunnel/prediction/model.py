@@ -81,6 +81,9 @@ class ClickModel:
     #: the ad ids it was trained on (served-log data); an ad outside them keeps the
     #: smoothed per-ad rate as its pCTR. None: not tracked, every ad is scored.
     seen_ads: frozenset[int] | None = None
+    #: what it predicts: ``click`` (pCTR of an impression) or ``conversion`` (pCVR of a
+    #: click)
+    target: str = "click"
     #: token -> hashed column, filled as serving meets tokens (they repeat: ads,
     #: placements, attributes), so a request hashes only what it has not seen
     _columns: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
@@ -94,6 +97,8 @@ class ClickModel:
                        float(self.platt_b))).encode())
         if self.seen_ads is not None:
             h.update(repr(sorted(self.seen_ads)).encode())
+        if self.target != "click":  # (click models keep the versions they had)
+            h.update(self.target.encode())
         return h.hexdigest()[:16]
 
     def hash(self, tokens: list[list[str]]) -> sp.csr_matrix:
@@ -167,6 +172,7 @@ class ClickModel:
             "calibration": {"method": "platt", "a": float(self.platt_a),
                             "b": float(self.platt_b)},
             "seen_ads": None if self.seen_ads is None else sorted(self.seen_ads),
+            "target": self.target,
             "metrics": self.metrics,
         }
         tmp = directory / "model.json.tmp"
@@ -191,7 +197,8 @@ class ClickModel:
         model = cls(meta["dataset"], int(meta["hash_bits"]), weights, float(meta["bias"]),
                     float(meta["calibration"]["a"]), float(meta["calibration"]["b"]),
                     meta.get("metrics", {}),
-                    None if meta.get("seen_ads") is None else frozenset(meta["seen_ads"]))
+                    None if meta.get("seen_ads") is None else frozenset(meta["seen_ads"]),
+                    meta.get("target", "click"))
         if model.version != meta.get("version"):
             raise ModelError(f"{directory}: content does not match version "
                              f"{meta.get('version')!r}")
@@ -227,8 +234,9 @@ def split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def train(examples: Examples, dataset: str, *, hash_bits: int = DEFAULT_HASH_BITS,
-          c: float = DEFAULT_C, seed: int = 7) -> Trained:
-    """Fit, calibrate and measure a model on ``examples``.
+          c: float = DEFAULT_C, seed: int = 7, target: str = "click") -> Trained:
+    """Fit, calibrate and measure a model on ``examples`` (``target``: what their labels
+    are, ``click`` or ``conversion``).
 
     Raises:
         ModelError: a slice without both clicked and unclicked rows, or too few rows of
@@ -256,7 +264,8 @@ def train(examples: Examples, dataset: str, *, hash_bits: int = DEFAULT_HASH_BIT
     figures["slices"] = {"training": len(fit), "held_out": len(test)}
     seen = frozenset(int(t[len(AD_TOKEN):]) for row in fit.tokens for t in row
                      if t.startswith(AD_TOKEN) and t[len(AD_TOKEN):].isdigit())
-    return Trained(dataclasses.replace(model, metrics=figures, seen_ads=seen), test, library)
+    return Trained(dataclasses.replace(model, metrics=figures, seen_ads=seen, target=target),
+                   test, library)
 
 
 def check_not_worse(new: Trained, current: ClickModel) -> None:

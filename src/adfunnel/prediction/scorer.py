@@ -27,6 +27,10 @@ from adfunnel.prediction.model import ClickModel
 
 _log = logging.getLogger(__name__)
 
+#: Key of the pCVR array in :meth:`ModelScorer.pctr_by_position`'s answer (with a
+#: conversion model), next to the positions.
+PCVR = -1
+
 FALLBACKS = Counter("adfunnel_model_fallback_total",
                     "Decisions that kept the pre-rank scores instead of the model's, by cause",
                     ["cause"])
@@ -39,16 +43,22 @@ class ModelScorer:
         model: the loaded model (its ``version`` is recorded with each decision).
         budget_ms: the stage's share of the deadline, milliseconds (monotonic clock).
         monitor: told of each committed winner the model scored (None: not watched).
+        cvr_model: a conversion model (``target`` conversion): the pCVR of CPA
+            candidates (None: the configured constant).
     """
 
     def __init__(self, model: ClickModel, budget_ms: float = 2.0,
-                 monitor: CalibrationMonitor | None = None) -> None:
+                 monitor: CalibrationMonitor | None = None,
+                 cvr_model: ClickModel | None = None) -> None:
+        if cvr_model is not None and cvr_model.target != "conversion":
+            raise ValueError("cvr_model must be a conversion model (target conversion)")
         if budget_ms <= 0:
             raise ValueError(f"budget_ms must be > 0, got {budget_ms}")
         self.model = model
         self.version = model.version
         self.budget_ms = budget_ms
         self.monitor = monitor
+        self.cvr_model = cvr_model
         #: share of decisions that also score every candidate, to measure the
         #: pre-rank's recall (a measurement; 1 %)
         self.recall_sample = 0.01
@@ -87,7 +97,8 @@ class ModelScorer:
         each slot position of ``positions``: the candidates' own tokens are summed once,
         the request's (which name the position) once per position. Or (None, cause) when
         the decision must fall back: ``no_time`` (less than the budget left), ``late``
-        (the stage overran its budget), ``error``.
+        (the stage overran its budget), ``error``. With a conversion model the answer
+        also holds each candidate's pCVR under the key :data:`PCVR`.
 
         ``request``: ``placement``, ``exchange``, ``domain``, ``hour`` (UTC) and
         ``attributes``, as the served log records them. ``measuring``: a measurement,
@@ -106,6 +117,12 @@ class ModelScorer:
                 shared = request_tokens(placement, k, request["exchange"], request["domain"],
                                         request["hour"], request["attributes"])
                 out[k] = model.calibrate(own + model.shared_logit(shared))
+            cvr = self.cvr_model
+            if cvr is not None and not measuring:  # pCVR of a click: one position suffices
+                shared = request_tokens(placement, positions[0], request["exchange"],
+                                        request["domain"], request["hour"],
+                                        request["attributes"])
+                out[PCVR] = cvr.predict_serving(rows, shared)
         except Exception:  # a model bug must not fail the request: the prior decides
             _log.exception("the click model failed; the pre-rank scores decide")
             return (None, "error") if measuring else self._fallback("error")

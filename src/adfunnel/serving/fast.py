@@ -52,7 +52,7 @@ from adfunnel.frequency.windows import CapPlan
 from adfunnel.index.base import ArrayRetrieval, query_array
 from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import MILLE
-from adfunnel.prediction.scorer import ModelScorer
+from adfunnel.prediction.scorer import PCVR, ModelScorer
 from adfunnel.serving.columns import BID_TYPES, MAX_DENSE_ID, ColumnsView
 from adfunnel.serving.funnel import (
     AD_PAUSED,
@@ -418,7 +418,8 @@ class ColumnarDecider(Decider):
         quality = view.ad_quality[ids]
         return {"pctr": pctr, "rate": rate, "total": value + quality, "shape": shape,
                 "bid": bid, "bid_type": bid_type, "quality": quality,
-                "advertiser": view.c_advertiser[camp]}
+                "advertiser": view.c_advertiser[camp],
+                "pcvr": np.full(len(ids), self.pcvr)}
 
     def _predict(self, scorer: ModelScorer, req: SelectRequest, ids: np.ndarray,
                  camp: np.ndarray, s: dict[str, np.ndarray], now: datetime,
@@ -453,6 +454,14 @@ class ColumnarDecider(Decider):
         seen = scorer.model.seen_ads  # ads the model never saw keep the prior's pCTR
         known = (np.ones(len(top), dtype=bool) if seen is None
                  else np.isin(ids[top], np.fromiter(seen, dtype=np.int64, count=len(seen))))
+        pcvr = found.pop(PCVR, None)
+        if pcvr is not None:  # CPA candidates the conversion model knows: its pCVR
+            cvr_seen = scorer.cvr_model.seen_ads if scorer.cvr_model is not None else None
+            cpa = s["bid_type"][top] == 2
+            if cvr_seen is not None:
+                cpa &= np.isin(ids[top], np.fromiter(cvr_seen, dtype=np.int64,
+                                                     count=len(cvr_seen)))
+            s["pcvr"][top[cpa]] = pcvr[cpa]
         for k, pctr in found.items():  # whole columns: the capped path filters them
             column = s["pctr"].copy()
             column[top[known]] = pctr[known]
@@ -473,7 +482,7 @@ class ColumnarDecider(Decider):
         """(action rate, value + quality) of the candidates ``at`` with ``pctr``."""
         bid_type = s["bid_type"][at]
         rate = np.where(bid_type == 0, 1.0 / MILLE,
-                        np.where(bid_type == 1, pctr, pctr * self.pcvr))
+                        np.where(bid_type == 1, pctr, pctr * s["pcvr"][at]))
         return rate, s["bid"][at] * rate + s["quality"][at]
 
     def _check_recall(self, scorer: ModelScorer, request: dict[str, object], ids: np.ndarray,
@@ -616,7 +625,7 @@ class ColumnarDecider(Decider):
                       s: dict[str, np.ndarray]) -> Candidate:
         return Candidate(
             int(ids[i]), int(camp[i]), int(s["advertiser"][i]), BID_TYPES[s["bid_type"][i]],
-            int(s["bid"][i]), float(s["pctr"][i]), self.pcvr,
+            int(s["bid"][i]), float(s["pctr"][i]), float(s["pcvr"][i]),
             quality_micros=int(s["quality"][i]),
         )
 
