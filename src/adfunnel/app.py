@@ -227,30 +227,43 @@ def make_ivt_rules(settings: Settings) -> Tier1Rules | None:
 
 def follow_model_releases(catalog: Catalog, decider: ColumnarDecider, settings: Settings,
                           monitor: CalibrationMonitor, cvr: ClickModel | None = None) -> None:
-    """Serve with the active model release of the change log (``POST /v1/admin/models``),
+    """Serve with the active model releases of the change log (``POST
+    /v1/admin/models``) — the click model, and the conversion model of CPA candidates —
     switching when another becomes active, without a restart. A release whose artifact
-    cannot be loaded, or is not the version registered, is logged and the current
-    scorer kept."""
+    cannot be loaded, or is not the version and target registered, is logged and the
+    current model kept. A conversion model waits for a click model to serve with."""
     log = logging.getLogger("adfunnel.model")
+    state: dict[str, ClickModel | None] = {"conversion": cvr}
 
-    def use(release: ModelRelease | None) -> None:
-        if release is None:
-            return
+    def use(release: ModelRelease) -> None:
         try:
             model = ClickModel.load(Path(release.path))
         except ModelError as exc:
             log.error("model release %d not loaded: %s", release.id, exc)
             return
-        if model.version != release.model_version:
-            log.error("model release %d: %s holds version %s, not %s", release.id,
-                      release.path, model.version, release.model_version)
+        if model.version != release.model_version or model.target != release.target:
+            log.error("model release %d: %s holds a %s model %s, not the %s model %s",
+                      release.id, release.path, model.target, model.version,
+                      release.target, release.model_version)
             return
-        decider.scorer = ModelScorer(model, settings.model_budget_ms, monitor, cvr)
-        decider.exploration_share = settings.exploration_share
-        log.info("serving with model %s (release %d)", model.version, release.id)
+        if release.target == "conversion":
+            state["conversion"] = model
+            current = decider.scorer
+            if current is not None:
+                decider.scorer = ModelScorer(current.model, settings.model_budget_ms,
+                                             monitor, model)
+        else:
+            decider.scorer = ModelScorer(model, settings.model_budget_ms, monitor,
+                                         state["conversion"])
+            decider.exploration_share = settings.exploration_share
+        log.info("serving with %s model %s (release %d)", release.target, model.version,
+                 release.id)
 
     catalog.model_listeners.append(use)
-    use(catalog.active_model())
+    for target in ("conversion", "click"):
+        found = catalog.active_model(target)
+        if found is not None:
+            use(found)
 
 
 def make_served_log(settings: Settings, clock: Clock) -> ServedLog | None:

@@ -356,3 +356,39 @@ def test_a_conversion_model_sets_the_pcvr_of_cpa_candidates(tmp_path: Path) -> N
         assert decide(decider).placed[0].win.candidate.pcvr == 0.01  # without: the prior
     finally:
         rt.close()
+
+
+def test_a_registered_conversion_model_joins_the_click_model_everywhere(
+        tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from adfunnel.app import build_app
+
+    click = model_favouring(1)
+    cvr = dataclasses.replace(model_favouring(2), target="conversion")
+    click.save(tmp_path / "ctr")
+    cvr.save(tmp_path / "cvr")
+    settings = load_settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+                             clock="manual", token_secret="k" * 32, budget="local")
+    writer = build_runtime(settings, ManualClock(START), seed=1)
+    try:
+        with TestClient(build_app(writer)) as client:
+            r = client.post("/v1/admin/models", json={"path": str(tmp_path / "cvr")})
+            assert r.status_code == 201 and r.json()["target"] == "conversion"
+            assert writer.decider.scorer is None  # a conversion model waits for a click one
+            r = client.post("/v1/admin/models", json={"path": str(tmp_path / "ctr")})
+            assert r.status_code == 201 and r.json()["target"] == "click"
+            items = client.get("/v1/admin/models").json()["items"]
+            assert [(m["target"], m["active"]) for m in items] == [
+                ("conversion", True), ("click", True)]  # one active release per target
+        scorer = writer.decider.scorer
+        assert scorer is not None and scorer.version == click.version
+        assert scorer.cvr_model is not None and scorer.cvr_model.version == cvr.version
+        later = build_runtime(settings, ManualClock(START), seed=3)
+        try:  # a server started later has both from its snapshot
+            assert later.decider.scorer.cvr_model.version == cvr.version  # type: ignore[union-attr]
+            assert later.decider.scorer.version == click.version  # type: ignore[union-attr]
+        finally:
+            later.close()
+    finally:
+        writer.close()

@@ -202,12 +202,14 @@ class HouseAd:
 
 @dataclass(frozen=True, slots=True)
 class ModelRelease:
-    """A click model artifact registered for serving (DESIGN.md §The funnel, step 5).
+    """A model artifact registered for serving (DESIGN.md §The funnel, step 5).
 
     ``model_version`` is the artifact's content hash, ``path`` its directory as the ad
-    servers see it. Ad servers serve with the *active* release of highest ``id``; a new
-    registration is active and leaves the older ones inactive, through the change log,
-    so every process switches without a restart.
+    servers see it, ``target`` what it predicts (``click``: pCTR; ``conversion``: the
+    pCVR of CPA candidates). For each target, ad servers serve with the *active*
+    release of highest ``id``; a new registration is active and leaves the older ones
+    of its target inactive, through the change log, so every process switches without a
+    restart.
     """
 
     id: int
@@ -216,6 +218,7 @@ class ModelRelease:
     dataset: str
     active: bool = True
     version: int = 1
+    target: str = "click"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ Routes (JSON bodies; money in integer micros)::
     PUT   /v1/ads/{id}/quality       200 ad          (body "version": 409 if stale)
     POST  /v1/admin/models           201 model       (body "path": an artifact; 422 if
                                                       it is not one) — now the active one
+                                                      of its target (click, conversion)
     GET   /v1/admin/models           200 {"items": [model]}
 
 The API has no roles yet: these routes are apart from the advertiser routes (the
@@ -73,18 +74,17 @@ def make_operator_router(store: CampaignStore) -> APIRouter:
 
     @router.post("/v1/admin/models", status_code=201, response_model=ModelOut)
     def register_model(body: ModelIn) -> ModelOut:
-        """Serve with this click model from now on: every ad server loads it through the
-        change log, without a restart."""
+        """Serve with this model (a click model, or the conversion model of CPA
+        candidates) from now on: every ad server loads it through the change log,
+        without a restart."""
         from adfunnel.prediction.model import ClickModel, ModelError
 
         try:
             model = ClickModel.load(Path(body.path))
         except ModelError as exc:
             raise validation_error(("path", str(exc))) from None
-        if model.target != "click":
-            raise validation_error(("path", f"a {model.target} model: releases are click "
-                                            "models (pCVR: serve --cvr-model)"))
-        release = store.register_model(model.version, body.path, model.dataset)
+        release = store.register_model(model.version, body.path, model.dataset,
+                                       model.target)
         return ModelOut(**dataclasses.asdict(release), metrics=model.metrics)
 
     @router.get("/v1/admin/models")

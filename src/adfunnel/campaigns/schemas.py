@@ -524,5 +524,6 @@ class ModelOut(BaseModel):
     dataset: str
     active: bool
     version: int
+    target: str = "click"
     #: the artifact's held-out figures (only when registering: read from the artifact)
     metrics: dict[str, Any] | None = None

@@ -236,7 +236,8 @@ class CampaignStore(Protocol):
         self, placement_id: str, changes: Mapping[str, Any], expected_version: int | None = None
     ) -> Placement: ...
 
-    def register_model(self, model_version: str, path: str, dataset: str) -> ModelRelease: ...
+    def register_model(self, model_version: str, path: str, dataset: str,
+                       target: str = "click") -> ModelRelease: ...
 
     def list_models(self) -> list[ModelRelease]: ...
 
@@ -430,16 +431,23 @@ class SqlCampaignStore:
         """Every placement, by id."""
         return self._list("placement")
 
-    def register_model(self, model_version: str, path: str, dataset: str) -> ModelRelease:
-        """Register a model artifact as the active one; the releases active before it
-        become inactive (each change is in the change log, so ad servers follow).
+    def register_model(self, model_version: str, path: str, dataset: str,
+                       target: str = "click") -> ModelRelease:
+        """Register a model artifact as the active one of its ``target`` (``click`` or
+        ``conversion``); the releases of that target active before it become inactive
+        (each change is in the change log, so ad servers follow).
 
         Raises:
-            InvalidChange: an empty or too long path, version or dataset.
+            InvalidChange: an empty or too long path, version or dataset, or an unknown
+                target.
         """
+        if target not in ("click", "conversion"):
+            raise InvalidChange("target", "must be click or conversion")
         release = self._create("model", {"model_version": model_version, "path": path,
-                                         "dataset": dataset, "active": True})
-        for old in self._list("model", model_releases.c.active.is_(True)):
+                                         "dataset": dataset, "active": True,
+                                         "target": target})
+        for old in self._list("model", model_releases.c.active.is_(True)
+                              & (model_releases.c.target == target)):
             if old.id != release.id:
                 self._update("model", old.id, {"active": False}, None)
         return release

@@ -120,6 +120,8 @@ model_releases = Table(
     Column("active", Boolean, nullable=False),
     Column("version", Integer, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # last, as migration 0011 added it
+    Column("target", String(16), nullable=False, server_default="click"),
     sqlite_autoincrement=True,
 )
 

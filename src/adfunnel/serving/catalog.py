@@ -84,9 +84,9 @@ class Catalog:
         self.columns = CatalogColumns()
         self.caps = CapBook()  # which campaigns have frequency caps
         self.models: dict[int, ModelRelease] = {}  # registered click models, by id
-        #: called with the active model release (or None) whenever it changes
-        self.model_listeners: list[Callable[[ModelRelease | None], None]] = []
-        self._active_model: ModelRelease | None = None
+        #: called with a target's new active model release whenever it changes
+        self.model_listeners: list[Callable[[ModelRelease], None]] = []
+        self._active_models: dict[str, ModelRelease] = {}  # target -> as last notified
         self._lock = threading.Lock()
 
     @classmethod
@@ -142,22 +142,24 @@ class Catalog:
             self._model_changed()  # outside the lock: a listener loads an artifact
         return applied
 
-    def active_model(self) -> ModelRelease | None:
-        """The model release ad servers serve with: the active one of highest id."""
+    def active_model(self, target: str = "click") -> ModelRelease | None:
+        """The release of ``target`` ad servers serve with: its active one of highest
+        id (None: none)."""
         with self._lock:
-            active = [m for m in self.models.values() if m.active]
+            active = [m for m in self.models.values() if m.active and m.target == target]
         return max(active, key=lambda m: m.id) if active else None
 
     def _model_changed(self) -> None:
-        active = self.active_model()
-        if active == self._active_model:
-            return
-        self._active_model = active
-        for listener in list(self.model_listeners):
-            try:
-                listener(active)
-            except Exception:  # a broken artifact must not stop the change feed
-                log.exception("a model listener failed on release %r", active)
+        for target in ("click", "conversion"):
+            active = self.active_model(target)
+            if active is None or active == self._active_models.get(target):
+                continue
+            self._active_models[target] = active
+            for listener in list(self.model_listeners):
+                try:
+                    listener(active)
+                except Exception:  # a broken artifact must not stop the change feed
+                    log.exception("a model listener failed on release %r", active)
 
     def _apply_model(self, m: ModelRelease) -> bool:
         held = self.models.get(m.id)
