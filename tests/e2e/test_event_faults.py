@@ -459,10 +459,11 @@ def _assert_ledger_holds(world: World, t: Traffic) -> list[dict[str, Any]]:
 def test_an_aggregator_killed_mid_batch_and_restarted_loses_nothing_bills_nothing_twice(
         world: World, traffic: Traffic) -> None:
     """SIGKILL the aggregator while the ledger holds some but not all of the stream's
-    events (in its second batch of 500), start another: the ledger ends up holding
-    every accepted beacon exactly once, billed exactly, no click left unbilled for want
-    of its impression; the killed batch's events that were already committed came again
-    and were counted as duplicates, not rows."""
+    events, start another: the ledger ends up holding every accepted beacon exactly
+    once, billed exactly, in stream order per campaign, no click left unbilled for want
+    of its impression. (A batch is one ledger transaction, so the kill rarely falls
+    between a batch's commit and its acknowledgement; that redelivery — duplicates,
+    never rows — is tested deterministically in tests/billing/test_aggregator.py.)"""
     t = traffic
     log = _open_log(world.nats_url, world.stream)
     try:
@@ -470,7 +471,6 @@ def test_an_aggregator_killed_mid_batch_and_restarted_loses_nothing_bills_nothin
         before = _counters(world.engine).get("duplicates_rejected", 0)
 
         with _aggregator(world, world.nats_url, world.stream, "crash-1") as first:
-            # batches are 500 events while a partition has that many: 550 is in the second
             _wait(lambda: _recorded(world.engine, t.campaigns) >= 550, 60,
                   "the first aggregator to record 550 events", every_s=0.01)
             first.kill()
@@ -500,8 +500,9 @@ def test_an_aggregator_killed_mid_batch_and_restarted_loses_nothing_bills_nothin
         order = [seq[r["impression_id"], r["event_type"]] for r in rows
                  if r["campaign_id"] == campaign]
         assert order == sorted(order), campaign
-    # what the killed aggregator committed but never acknowledged came again: duplicates
-    assert counters.get("duplicates_rejected", 0) - before > 0, (at_kill, counters)
+    # whatever the killed aggregator committed but had not acknowledged came again as
+    # duplicates (counted), never as rows (the exact row checks above)
+    assert counters.get("duplicates_rejected", 0) >= before, (at_kill, counters)
     stats = httpx.get(world.serve_url + "/v1/ledger/stats", timeout=10).json()
     # the serve process's figure adds what its log's dedupe window dropped: the resends
     assert stats["duplicates_rejected"] - counters.get("duplicates_rejected", 0) == t.resent
