@@ -24,6 +24,7 @@ version is a content hash, so the same training gives the same version.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -100,6 +101,18 @@ class ClickModel:
         if self.target != "click":  # (click models keep the versions they had)
             h.update(self.target.encode())
         return h.hexdigest()[:16]
+
+    def knows(self, ad_ids: np.ndarray) -> np.ndarray:
+        """Per ad id (int64[n]): whether the model was trained on it (all True when it
+        does not track its ads)."""
+        if self.seen_ads is None:
+            return np.ones(len(ad_ids), dtype=bool)
+        return np.isin(ad_ids, self._seen_array, assume_unique=False)
+
+    @functools.cached_property
+    def _seen_array(self) -> np.ndarray:
+        """``seen_ads`` as a sorted array, built once (the request path asks per decision)."""
+        return np.array(sorted(self.seen_ads or ()), dtype=np.int64)
 
     def hash(self, tokens: list[list[str]]) -> sp.csr_matrix:
         """Rows of tokens as a sparse matrix of hashed columns (counts)."""

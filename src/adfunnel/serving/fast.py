@@ -451,16 +451,12 @@ class ColumnarDecider(Decider):
         if len(top) < len(ids) and unit(seed, 0, RECALL) < scorer.recall_sample:
             self._check_recall(scorer, request, ids, camp, s, top, found[positions[0]],
                                deadline_at_ms)
-        seen = scorer.model.seen_ads  # ads the model never saw keep the prior's pCTR
-        known = (np.ones(len(top), dtype=bool) if seen is None
-                 else np.isin(ids[top], np.fromiter(seen, dtype=np.int64, count=len(seen))))
+        known = scorer.model.knows(ids[top])  # unseen ads keep the prior's pCTR
         pcvr = found.pop(PCVR, None)
         if pcvr is not None:  # CPA candidates the conversion model knows: its pCVR
-            cvr_seen = scorer.cvr_model.seen_ads if scorer.cvr_model is not None else None
             cpa = s["bid_type"][top] == 2
-            if cvr_seen is not None:
-                cpa &= np.isin(ids[top], np.fromiter(cvr_seen, dtype=np.int64,
-                                                     count=len(cvr_seen)))
+            if scorer.cvr_model is not None:
+                cpa &= scorer.cvr_model.knows(ids[top])
             s["pcvr"][top[cpa]] = pcvr[cpa]
         for k, pctr in found.items():  # whole columns: the capped path filters them
             column = s["pctr"].copy()
