@@ -28,6 +28,14 @@ from sqlalchemy import Engine, create_engine, text
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_kernels() -> None:
+    """Compile (or load) the numba kernels once, before any test times itself."""
+    from adfunnel.compiled import warm_up
+
+    warm_up()
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> str:
     """The test PostgreSQL URL (``postgresql+psycopg://…``)."""

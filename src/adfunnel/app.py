@@ -54,6 +54,7 @@ from adfunnel.clock import (
     SystemClock,
     parse_instant,
 )
+from adfunnel.compiled import warm_up
 from adfunnel.db import make_engine
 from adfunnel.event_plane import EventPlane, make_event_plane
 from adfunnel.events.compactor import compact
@@ -155,6 +156,7 @@ def build_runtime(
     With ``feed`` a background thread tails the change log, so writes made by other
     processes reach this one; writes made here are applied at once as well.
     """
+    warm_up()  # the decision's compiled kernels, before the first request
     clock = clock or make_clock(settings)
     engine = make_engine(settings.database_url)
     upgrade(engine)

@@ -62,8 +62,8 @@ def test_columns_grow_and_overwrite_in_place() -> None:
     v = cols.view()
     assert v.c_known[3] and not v.c_known[2]
     assert v.c_charge[3] == 1_501  # a CPM impression's bound, rounded up
-    assert v.c_budgets[3].tolist() == [9_000, 5_000]  # daily, lifetime
-    assert v.c_budgets[2].tolist() == [-1, -1]
+    assert (v.c_daily[3], v.c_lifetime[3]) == (9_000, 5_000)
+    assert (v.c_daily[2], v.c_lifetime[2]) == (-1, -1)
     assert v.c_end[3] == NO_END and v.c_start[3] == date(2026, 1, 2).toordinal()
     assert v.ad_campaign[5000] == 3 and v.ad_quality[5000] == -4 and v.ad_campaign[4999] == -1
     assert v.ad_shape[5000] == cols.shape_code("banner", 300, 250) == 0

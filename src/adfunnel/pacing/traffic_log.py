@@ -70,7 +70,7 @@ class EligibleCounter:
             counts = self._dense.get(hour)
             if counts is None:
                 counts = self._dense[hour] = DenseIds(np.int64, 0)
-            counts.set_many(campaign_ids, counts.get(campaign_ids) + 1)
+            counts.add_one(campaign_ids)
 
     def drain(self) -> dict[tuple[int, datetime], int]:
         with self._lock:

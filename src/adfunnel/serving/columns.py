@@ -46,21 +46,42 @@ BID_CODES = {BidType.CPM: 0, BidType.CPC: 1, BidType.CPA: 2}
 BID_TYPES = (BidType.CPM, BidType.CPC, BidType.CPA)
 
 
-class _Grown:
-    """One growable column: ``values[id]``, ``fill`` where never written."""
+#: One ad's serving fields, packed in one record (32 bytes): a decision reads each of
+#: its candidates' fields with one cache line, not one per column.
+AD_FIELDS = np.dtype([("version", np.int64), ("campaign", np.int64), ("quality", np.int64),
+                      ("shape", np.int32), ("active", np.bool_)], align=True)
+#: One campaign's serving fields, packed in one record (64 bytes). ``status`` −1: no
+#: such campaign (never written).
+CAMPAIGN_FIELDS = np.dtype([
+    ("version", np.int64), ("advertiser", np.int64), ("bid", np.int64), ("charge", np.int64),
+    ("daily", np.int64), ("lifetime", np.int64), ("start", np.int32), ("end", np.int32),
+    ("daypart", np.int32), ("zone", np.int16), ("status", np.int8), ("bid_type", np.int8),
+], align=True)
+_AD_FILL = {"version": 0, "campaign": -1, "quality": 0, "shape": -1, "active": False}
+_CAMPAIGN_FILL = {"version": 0, "advertiser": -1, "bid": 0, "charge": 0, "daily": -1,
+                  "lifetime": -1, "start": 0, "end": NO_END, "daypart": 0, "zone": 0,
+                  "status": -1, "bid_type": 0}
 
-    __slots__ = ("fill", "values", "width")
 
-    def __init__(self, dtype: type, fill: float | int, width: int = 0) -> None:
+class _Records:
+    """One growable array of records: ``values[id]``, the fill record where never
+    written."""
+
+    __slots__ = ("fill", "values")
+
+    def __init__(self, dtype: np.dtype, fill: dict[str, float | int]) -> None:
         self.fill = fill
-        self.width = width  # 0: one value per id; else a row of ``width`` values
-        self.values = np.full((0, width) if width else 0, fill, dtype=dtype)
+        self.values = self._filled(0, dtype)
+
+    def _filled(self, n: int, dtype: np.dtype) -> np.ndarray:
+        out = np.zeros(n, dtype=dtype)
+        for name, value in self.fill.items():
+            out[name] = value
+        return out
 
     def reserve(self, size: int) -> None:
         if size > len(self.values):
-            n = max(size, 2 * len(self.values), 1024)
-            grown = np.full((n, self.width) if self.width else n, self.fill,
-                            dtype=self.values.dtype)
+            grown = self._filled(max(size, 2 * len(self.values), 1024), self.values.dtype)
             grown[: len(self.values)] = self.values
             self.values = grown
 
@@ -113,31 +134,46 @@ class ZoneClock:
 
 @dataclass(frozen=True, slots=True)
 class ColumnsView:
-    """The arrays of :class:`CatalogColumns` (read without a lock).
+    """The records of :class:`CatalogColumns` (read without a lock), and each field as
+    an array by id (a strided view of the records).
 
-    Writers overwrite a record's entries in place, its version last; a reader that
+    Writers overwrite a record's fields in place, its version last; a reader that
     reads the versions first and finds the record objects at those versions when it
     uses them knows the entries it read in between were that version's.
     """
 
-    ad_campaign: np.ndarray  # int64[ads]: campaign id, −1 = no such ad
-    ad_active: np.ndarray  # bool[ads]
-    ad_shape: np.ndarray  # int32[ads]: shape code
-    ad_quality: np.ndarray  # int64[ads]: quality, micros per impression
-    ad_version: np.ndarray  # int64[ads]: record version (written last)
-    c_known: np.ndarray  # bool[campaigns]
-    c_advertiser: np.ndarray  # int64[campaigns]
-    c_status: np.ndarray  # int8[campaigns]: STATUS_CODES
-    c_bid_type: np.ndarray  # int8[campaigns]: BID_CODES
-    c_bid: np.ndarray  # int64[campaigns]: micros per mille / click / conversion
-    c_charge: np.ndarray  # int64[campaigns]: most one event can cost, micros
-    c_budgets: np.ndarray  # int64[campaigns, 2]: daily, lifetime (−1: none) budget, micros
-    c_zone: np.ndarray  # int16[campaigns]: ZoneClock code
-    c_start: np.ndarray  # int32[campaigns]: flight start, local date ordinal
-    c_end: np.ndarray  # int32[campaigns]: flight end (inclusive) or NO_END
-    c_daypart: np.ndarray  # int32[campaigns]: row of ``dayparts``
-    c_version: np.ndarray  # int64[campaigns]: record version (written last)
+    ads: np.ndarray  # AD_FIELDS[ads]
+    campaigns: np.ndarray  # CAMPAIGN_FIELDS[campaigns]
     dayparts: np.ndarray  # bool[k, 168]
+
+    # per ad: campaign id (−1 = no ad), active, shape code, quality (micros per
+    # impression), record version (written last)
+    ad_campaign = property(lambda self: self.ads["campaign"])
+    ad_active = property(lambda self: self.ads["active"])
+    ad_shape = property(lambda self: self.ads["shape"])
+    ad_quality = property(lambda self: self.ads["quality"])
+    ad_version = property(lambda self: self.ads["version"])
+    # per campaign: advertiser, STATUS_CODES (−1: none), BID_CODES, bid (micros per
+    # mille / click / conversion), the most one event can cost (micros), daily and
+    # lifetime (−1: none) budget (micros), ZoneClock code, flight start and end
+    # (inclusive; NO_END) as local date ordinals, row of ``dayparts``, version
+    c_advertiser = property(lambda self: self.campaigns["advertiser"])
+    c_status = property(lambda self: self.campaigns["status"])
+    c_bid_type = property(lambda self: self.campaigns["bid_type"])
+    c_bid = property(lambda self: self.campaigns["bid"])
+    c_charge = property(lambda self: self.campaigns["charge"])
+    c_daily = property(lambda self: self.campaigns["daily"])
+    c_lifetime = property(lambda self: self.campaigns["lifetime"])
+    c_zone = property(lambda self: self.campaigns["zone"])
+    c_start = property(lambda self: self.campaigns["start"])
+    c_end = property(lambda self: self.campaigns["end"])
+    c_daypart = property(lambda self: self.campaigns["daypart"])
+    c_version = property(lambda self: self.campaigns["version"])
+
+    @property
+    def c_known(self) -> np.ndarray:
+        """bool[campaigns]: written at least once."""
+        return self.campaigns["status"] >= 0
 
 
 class CatalogColumns:
@@ -153,19 +189,8 @@ class CatalogColumns:
         self.shape_list: list[tuple[str, int, int]] = []
         self._daypart_codes: dict[bytes, int] = {np.ones(WEEK_HOURS, bool).tobytes(): 0}
         self._dayparts = np.ones((1, WEEK_HOURS), dtype=bool)
-        self._ad = {
-            "ad_campaign": _Grown(np.int64, -1), "ad_active": _Grown(np.bool_, False),
-            "ad_shape": _Grown(np.int32, -1), "ad_quality": _Grown(np.int64, 0),
-            "ad_version": _Grown(np.int64, 0),
-        }
-        self._c = {
-            "c_known": _Grown(np.bool_, False), "c_advertiser": _Grown(np.int64, -1),
-            "c_status": _Grown(np.int8, 0), "c_bid_type": _Grown(np.int8, 0),
-            "c_bid": _Grown(np.int64, 0), "c_charge": _Grown(np.int64, 0),
-            "c_budgets": _Grown(np.int64, -1, width=2), "c_zone": _Grown(np.int16, 0),
-            "c_start": _Grown(np.int32, 0), "c_end": _Grown(np.int32, NO_END),
-            "c_daypart": _Grown(np.int32, 0), "c_version": _Grown(np.int64, 0),
-        }
+        self._ads = _Records(AD_FIELDS, _AD_FILL)
+        self._campaigns = _Records(CAMPAIGN_FIELDS, _CAMPAIGN_FILL)
         self._lock = threading.Lock()
         self._view: ColumnsView | None = None
 
@@ -175,10 +200,8 @@ class CatalogColumns:
         v = self._view
         if v is None:
             with self._lock:
-                v = self._view = ColumnsView(
-                    **{k: g.values for k, g in {**self._ad, **self._c}.items()},
-                    dayparts=self._dayparts,
-                )
+                v = self._view = ColumnsView(self._ads.values, self._campaigns.values,
+                                             self._dayparts)
         return v
 
     def shape_code(self, fmt: str, width: int, height: int) -> int:
@@ -187,45 +210,41 @@ class CatalogColumns:
 
     # ---- writing ------------------------------------------------------------------
     def put_campaigns(self, campaigns: list[Campaign]) -> None:
-        """Write (or overwrite) campaigns' columns; ids ≥ MAX_DENSE_ID are skipped."""
+        """Write (or overwrite) campaigns' records; ids ≥ MAX_DENSE_ID are skipped."""
         cs = [c for c in campaigns if 0 <= c.id < MAX_DENSE_ID]
         if not cs:
             return
         ids = np.array([c.id for c in cs], dtype=np.int64)
-        self._reserve(self._c, int(ids.max()) + 1)
-        cols = {k: g.values for k, g in self._c.items()}
-        cols["c_advertiser"][ids] = [c.advertiser_id for c in cs]
-        cols["c_status"][ids] = [STATUS_CODES[c.status] for c in cs]
-        cols["c_bid_type"][ids] = [BID_CODES[c.bid_type] for c in cs]
-        cols["c_bid"][ids] = [c.bid_micros for c in cs]
-        cols["c_charge"][ids] = [_max_charge(c) for c in cs]
-        cols["c_budgets"][ids] = [(c.daily_budget_micros, _lifetime(c)) for c in cs]
-        cols["c_zone"][ids] = [self.zones.code(c.time_zone) for c in cs]
-        cols["c_start"][ids] = [c.flight_start.toordinal() for c in cs]
-        cols["c_end"][ids] = [c.flight_end.toordinal() if c.flight_end else NO_END for c in cs]
-        cols["c_daypart"][ids] = [self._daypart_code(c.dayparts) for c in cs]
-        cols["c_known"][ids] = True
-        cols["c_version"][ids] = [c.version for c in cs]  # last: see ColumnsView
+        self._campaigns.reserve(int(ids.max()) + 1)
+        rows = np.zeros(len(cs), dtype=CAMPAIGN_FIELDS)
+        rows["advertiser"] = [c.advertiser_id for c in cs]
+        rows["status"] = [STATUS_CODES[c.status] for c in cs]
+        rows["bid_type"] = [BID_CODES[c.bid_type] for c in cs]
+        rows["bid"] = [c.bid_micros for c in cs]
+        rows["charge"] = [_max_charge(c) for c in cs]
+        rows["daily"] = [c.daily_budget_micros for c in cs]
+        rows["lifetime"] = [_lifetime(c) for c in cs]
+        rows["zone"] = [self.zones.code(c.time_zone) for c in cs]
+        rows["start"] = [c.flight_start.toordinal() for c in cs]
+        rows["end"] = [c.flight_end.toordinal() if c.flight_end else NO_END for c in cs]
+        rows["daypart"] = [self._daypart_code(c.dayparts) for c in cs]
+        _write(self._campaigns.values, ids, rows, [c.version for c in cs])
         self._view = None
 
     def put_ads(self, ads: list[Ad]) -> None:
-        """Write (or overwrite) ads' columns; ids ≥ MAX_DENSE_ID are skipped."""
+        """Write (or overwrite) ads' records; ids ≥ MAX_DENSE_ID are skipped."""
         ads = [a for a in ads if 0 <= a.id < MAX_DENSE_ID]
         if not ads:
             return
         ids = np.array([a.id for a in ads], dtype=np.int64)
-        self._reserve(self._ad, int(ids.max()) + 1)
-        cols = {k: g.values for k, g in self._ad.items()}
-        cols["ad_active"][ids] = [a.status is AdStatus.ACTIVE for a in ads]
-        cols["ad_shape"][ids] = [self._shape(a.format, a.width, a.height) for a in ads]
-        cols["ad_quality"][ids] = [a.quality_micros for a in ads]
-        cols["ad_campaign"][ids] = [a.campaign_id for a in ads]
-        cols["ad_version"][ids] = [a.version for a in ads]  # last: see ColumnsView
+        self._ads.reserve(int(ids.max()) + 1)
+        rows = np.zeros(len(ads), dtype=AD_FIELDS)
+        rows["active"] = [a.status is AdStatus.ACTIVE for a in ads]
+        rows["shape"] = [self._shape(a.format, a.width, a.height) for a in ads]
+        rows["quality"] = [a.quality_micros for a in ads]
+        rows["campaign"] = [a.campaign_id for a in ads]
+        _write(self._ads.values, ids, rows, [a.version for a in ads])
         self._view = None
-
-    def _reserve(self, group: dict[str, _Grown], size: int) -> None:
-        for g in group.values():
-            g.reserve(size)
 
     def _shape(self, fmt: str, width: int, height: int) -> int:
         key = (fmt, width, height)
@@ -247,6 +266,15 @@ class CatalogColumns:
             self._daypart_codes[key] = code
             self._dayparts = np.vstack([self._dayparts, mask[None, :]])
         return code
+
+
+def _write(table: np.ndarray, ids: np.ndarray, rows: np.ndarray, versions: list[int]) -> None:
+    """Overwrite ``table``'s records at ``ids`` with ``rows``, every field before the
+    version (see :class:`ColumnsView`)."""
+    for name in table.dtype.names or ():
+        if name != "version":
+            table[name][ids] = rows[name]
+    table["version"][ids] = versions
 
 
 def _max_charge(c: Campaign) -> int:

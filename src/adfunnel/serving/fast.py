@@ -14,7 +14,7 @@ candidates that can still win:
    for most campaigns in one call; only the rest are asked one by one
    (:meth:`SpendGate.admit`), in the reference order, re-reading the bulk answers
    after an ask that changed the gate's state (its ``generation``).
-3. **Pacing coin** — one vectorised draw (:func:`adfunnel.auction.draws.unit_array`).
+3. **Pacing coin** — one compiled pass (:func:`adfunnel.serving.kernels.paced_out`).
 4. **Pre-rank** — total value per impression (bid × action rate + quality, with the
    smoothed pCTR and creative rotation) is one vectorised expression; per slot run,
    the best ``prerank_keep`` candidates above the reserve (ties at the cut kept) are
@@ -36,6 +36,7 @@ pre-rank cut as ``prerank_cut``.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -43,7 +44,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from adfunnel.auction.draws import EXPLORE, PACING_COIN, RECALL, TIE_BREAK, unit, unit_array
+from adfunnel.auction.draws import EXPLORE, PACING_COIN, RECALL, TIE_BREAK, unit, unit_base
 from adfunnel.auction.gsp import OUTRANKED, AuctionResult, Candidate, Win, run_auction
 from adfunnel.budget.gate import ASK, BUDGET_EXHAUSTED, NO_SLICE, PACED_OUT, REFUSE, BulkGate
 from adfunnel.campaigns.model import Placement
@@ -71,6 +72,14 @@ from adfunnel.serving.funnel import (
     _slot_runs,
 )
 from adfunnel.serving.house import house_fills
+from adfunnel.serving.kernels import (
+    campaign_checks,
+    candidate_fields,
+    decisive_prefix,
+    gate_inputs,
+    mask_ads,
+    paced_out,
+)
 from adfunnel.serving.request import SelectRequest, SlotIn, request_attributes
 
 #: Candidates kept by pre-rank per slot run (more when ties or one-per-page need them).
@@ -84,6 +93,12 @@ CANDIDATE_LIMIT = 2_500
 PRERANK_CUT = "prerank_cut"
 #: Reason of a winner whose ad or campaign was edited while the decision read it.
 CHANGED = "changed_during_decision"
+#: A candidate's budget answer (``s["lazy"]``): admitted, pending (its campaign is
+#: asked when it reaches the decisive prefix) or refused after the ask.
+LAZY_ADMITTED, LAZY_PENDING, LAZY_REFUSED = 0, 1, 2
+#: Ask rounds per slot run before pending campaigns still in the prefix go without.
+MAX_SETTLE_ROUNDS = 8
+_NO_IDS = np.zeros(0, dtype=np.int64)
 
 # reason codes of the masks: index into REASONS (0 = still a candidate)
 REASONS: tuple[str | None, ...] = (
@@ -125,7 +140,7 @@ class ColumnarDecider(Decider):
         #: uniform pick among the eligible candidates above the reserve, per slot)
         self.exploration_share = 0.0
         self._placement_reasons: dict[str, tuple[int, int, np.ndarray]] = {}
-        self._distinct = _Distinct()
+        self._distinct = _Scratch()
 
     def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
         if req.explain:  # every candidate's reason: the reference path
@@ -135,33 +150,36 @@ class ColumnarDecider(Decider):
         seed = self.rng.getrandbits(64)
         retrieval = self._retrieve(req)
         ids = retrieval.ad_ids
+        clock.lap("retrieve")
         view = self.catalog.columns.view()
-        if len(ids) and (int(ids.max()) >= len(view.ad_campaign)
-                         or int(view.ad_campaign[ids].max()) >= MAX_DENSE_ID):
+        counts: dict[str, int] = {}
+        masked = None
+        if not len(ids) or int(ids.max()) < len(view.ads):
+            masked = self._mask_ads(req, ids, view, counts)
+        if masked is None:
             # an id the columns do not hold (beyond the dense range, or written after
             # this view): the reference path decides, from the same draw
             return super().decide_seeded(req, request_id, deadline_at_ms, seed)
         decision = Decision(request_id, [], [], retrieval.version, truncated=retrieval.truncated,
-                            reason_counts={})
-        clock.lap("retrieve")
+                            reason_counts=counts)
+        clock.lap("filter")
         if monotonic_ms() >= deadline_at_ms:
             decision.late = True
             return decision
-        counts = decision.reason_counts
-        assert counts is not None
-        ids, camp, versions = self._mask_ads(req, ids, view, counts)
-        clock.lap("filter")
+        ids, camp, versions = masked
         extra: list[str] = []  # the gate's own reasons, coded after REASONS
-        verdict = self._campaign_stage(camp, view, now, seed, extra, versions)
+        verdict, pending = self._campaign_stage(camp, view, now, seed, extra, versions)
         clock.lap("gate")
         _count(counts, verdict, extra)
         keep = verdict == 0
-        ids, camp = ids[keep], camp[keep]
+        ids, camp, pending = ids[keep], camp[keep], pending[keep]
         if monotonic_ms() >= deadline_at_ms:
             decision.late = True
             return decision
-        ids, camp, plans = self._screen_caps_columns(req, ids, camp, view, now, decision)
+        ids, camp, pending, plans = self._screen_caps_columns(req, ids, camp, pending, view,
+                                                              now, decision)
         scores = self._scores(ids, camp, view, req.placement.id)
+        scores["lazy"] = pending.view(np.int8)  # LAZY_PENDING = 1, LAZY_ADMITTED = 0
         clock.lap("prerank")
         scorer = self.scorer
         if scorer is not None and len(ids):
@@ -170,10 +188,10 @@ class ColumnarDecider(Decider):
         if self.scorer is not None and self.exploration_share > 0 and not plans:
             decision.exploration = unit(seed, 0, EXPLORE) < self.exploration_share
         if plans:
-            self._auction_columns_capped(req, ids, camp, scores, versions, now, decision,
-                                         seed, plans)
+            self._auction_columns_capped(req, ids, camp, scores, versions, view, now,
+                                         decision, seed, plans)
         else:
-            self._auction_columns(req, ids, camp, scores, versions, now, decision, seed)
+            self._auction_columns(req, ids, camp, scores, versions, view, now, decision, seed)
         decision.house = house_fills(
             self.catalog.placements.get(req.placement.id), req.slots,
             {p.win.slot_id for p in decision.placed}, now, self.token_key, self.token_ttl_s,
@@ -205,39 +223,38 @@ class ColumnarDecider(Decider):
 
     # ---- 1. masks over ads ---------------------------------------------------------
     def _mask_ads(self, req: SelectRequest, ids: np.ndarray, view: ColumnsView,
-                  counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray, _Versions]:
+                  counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray, _Versions] | None:
         """(ad ids still in, their campaign ids, the versions read), in retrieval order;
-        the others are counted per reason into ``counts``.
+        the others are counted per reason into ``counts``. None: an ad's campaign id is
+        beyond the columns' dense range (the reference path decides).
 
         Ads or campaigns the catalogue no longer holds are dropped without a reason,
         as the reference path drops them."""
-        ad_version = view.ad_version[ids]  # versions first (ColumnsView)
-        camp = view.ad_campaign[ids]
-        n_c = len(view.c_known)
-        if len(camp) and (camp.min() < 0 or camp.max() >= n_c or not view.c_known[camp].all()):
-            known = (camp >= 0) & (camp < n_c)
-            known[known] = view.c_known[camp[known]]
-            ids, camp, ad_version = ids[known], camp[known], ad_version[known]
-        versions = _Versions(ids, ad_version)
-        active = view.ad_active[ids]
-        shape = view.ad_shape[ids]
-        cols = self.catalog.columns
-        fit = np.zeros(len(ids), dtype=bool)
-        for code in {cols.shape_code(s.format, s.width, s.height) for s in req.slots}:
-            fit |= shape == code
-        ok = active & fit
-        n_active = int(np.count_nonzero(active))
-        _add(counts, AD_PAUSED, len(ids) - n_active)
-        _add(counts, NO_FITTING_SLOT, n_active - int(np.count_nonzero(ok)))
         placement = self.catalog.placements.get(req.placement.id)
+        tally = np.zeros(len(REASONS), dtype=np.int64)
+        keep, camp, ad_version, big = mask_ads(ids, view.ads, view.campaigns,
+                                               self._shape_reasons(req, placement), tally,
+                                               MAX_DENSE_ID)
+        if big:
+            return None
+        for code in np.flatnonzero(tally).tolist():
+            _add(counts, REASONS[code] or "", int(tally[code]))
+        return keep, camp, _Versions(keep, ad_version)
+
+    def _shape_reasons(self, req: SelectRequest, placement: Placement | None) -> np.ndarray:
+        """Reason code per shape code for this request (int8; 0: a slot takes the shape
+        and the placement allows it)."""
+        cols = self.catalog.columns
+        table = np.full(max(len(cols.shape_list), 1), _CODE[NO_FITTING_SLOT], dtype=np.int8)
+        for s in req.slots:
+            code = cols.shape_code(s.format, s.width, s.height)
+            if code >= 0:
+                table[code] = 0
         if placement is not None:
-            by_shape = self._placement_table(placement)[shape]
-            bad = ok & (by_shape != 0)
-            if bad.any():
-                _count(counts, by_shape[bad], [])
-                ok &= ~bad
-        keep = np.flatnonzero(ok)
-        return ids[keep], camp[keep], versions
+            rules = self._placement_table(placement)
+            fits = table == 0
+            table[fits] = rules[: len(table)][fits]
+        return table
 
     def _placement_table(self, p: Placement) -> np.ndarray:
         """Reason code per shape code for placement ``p`` (0: allowed)."""
@@ -256,41 +273,47 @@ class ColumnarDecider(Decider):
 
     # ---- 2-3. once per campaign -------------------------------------------------------
     def _campaign_stage(self, camp: np.ndarray, view: ColumnsView, now: datetime,
-                        seed: int, extra: list[str], versions: _Versions) -> np.ndarray:
+                        seed: int, extra: list[str], versions: _Versions
+                        ) -> tuple[np.ndarray, np.ndarray]:
         """Status, flight, daypart, budget gate and pacing coin for every campaign in
-        ``camp``, in first-retrieved order: the reason code of each entry (0 = in)."""
+        ``camp``, in first-retrieved order: the reason code of each entry (0 = in), and
+        whether its campaign's budget answer waits until it can win (:meth:`_gate`)."""
         if not len(camp):
-            return np.zeros(0, dtype=np.int8)
-        uc, inverse = self._distinct.first_order(camp)
-        versions.campaigns(uc, view.c_version[uc])  # versions first (ColumnsView)
-        verdict = _STATUS_REASON[view.c_status[uc]]
+            return np.zeros(0, dtype=np.int8), np.zeros(0, dtype=bool)
         ordinals, hours = self.catalog.columns.zones.at(now)
-        zone = view.c_zone[uc]
-        local = ordinals[zone]
-        open_ = verdict == 0
-        out = open_ & ((local < view.c_start[uc]) | (local > view.c_end[uc]))
-        verdict[out] = _CODE[OUT_OF_FLIGHT]
-        open_ = verdict == 0
-        off = open_ & ~view.dayparts[view.c_daypart[uc], hours[zone]]
-        verdict[off] = _CODE[OUTSIDE_DAYPART]
+        uc, inverse, c_version, verdict, local, charges, budgets = campaign_checks(
+            camp, self._distinct.scratch(len(view.campaigns)), view.campaigns, view.dayparts,
+            ordinals, hours, _STATUS_REASON, _CODE[OUT_OF_FLIGHT], _CODE[OUTSIDE_DAYPART])
+        versions.campaigns(uc, c_version)  # read before the other fields (ColumnsView)
         live = np.flatnonzero(verdict == 0)
         if self.eligible is not None and len(live):  # the pacing curve's traffic
             self.eligible.add_many(uc[live], now)
-        verdict[live] = self._gate(uc[live], local[live], view, now, seed, extra)
-        return verdict[inverse]
+        pending = np.zeros(len(uc), dtype=bool)
+        verdict[live], pending[live] = self._gate(uc[live], local[live], charges[live],
+                                                  budgets[live], now, seed, extra)
+        return verdict[inverse], pending[inverse]
 
-    def _gate(self, cids: np.ndarray, days: np.ndarray, view: ColumnsView, now: datetime,
-              seed: int, extra: list[str]) -> np.ndarray:
-        """Reason code per campaign (0 = admitted and in by the pacing coin). A reason of
-        the gate's own that :data:`REASONS` lacks (e.g. ``no_slice``) gets a code past
-        them, its name at that index of ``extra``."""
+    def _gate(self, cids: np.ndarray, days: np.ndarray, charges: np.ndarray,
+              budgets: np.ndarray, now: datetime, seed: int, extra: list[str]
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """Reason code per campaign (0 = admitted and in by the pacing coin), and
+        whether it is left pending. A reason of the gate's own that :data:`REASONS` lacks
+        (e.g. ``no_slice``) gets a code past them, its name at that index of ``extra``.
+
+        A gate whose asks share one round (``asks_together``: the embedded service on
+        the system clock) is asked lazily: a campaign it cannot answer in bulk (metered,
+        no slice) stays in as *pending*, and is asked only when it reaches the auction's
+        decisive prefix (:meth:`_settle_pending`). At catalogue scale a decision meets
+        thousands of such campaigns, of which a handful can win; asking for all of
+        them granted tens of thousands of slices nobody used, and re-granted them as
+        they expired. Other gates are asked here, in the reference path's order."""
         n = len(cids)
         out = np.zeros(n, dtype=np.int8)
+        pending = np.zeros(n, dtype=bool)
         if not n:
-            return out
+            return out, pending
         gate = self.gate
         bulk = _is_bulk(gate)
-        charges, budgets = view.c_charge[cids], view.c_budgets[cids]
         t = now.timestamp()
         if bulk:
             codes = gate.bulk_admit(cids, days, charges, budgets, t)
@@ -303,7 +326,7 @@ class ColumnarDecider(Decider):
         out[codes == REFUSE] = _CODE[BUDGET_EXHAUSTED]
         asks = np.flatnonzero(codes == ASK)
         if len(asks) and getattr(gate, "asks_together", False):
-            self._ask_together(cids, days, charges, budgets, asks, out, p, now, extra)
+            pending[asks] = True  # asked when they can win; no pacing coin before
             asks = asks[:0]
         while len(asks):
             k = int(asks[0])
@@ -323,38 +346,65 @@ class ColumnarDecider(Decider):
             rest = np.flatnonzero(codes[k + 1:] == ASK)
             asks = rest + k + 1
         admitted = np.flatnonzero(out == 0)
-        paced = unit_array(seed, cids[admitted], PACING_COIN) >= p[admitted]
+        if pending.any():
+            admitted = admitted[~pending[admitted]]
+        paced = paced_out(unit_base(seed, PACING_COIN), cids[admitted], p[admitted])
         out[admitted[paced]] = _CODE[PACED_OUT]
-        return out
+        return out, pending
 
-    def _ask_together(self, cids: np.ndarray, days: np.ndarray, charges: np.ndarray,
-                      budgets: np.ndarray, asks: np.ndarray, out: np.ndarray, p: np.ndarray,
-                      now: datetime, extra: list[str]) -> None:
-        """The campaigns at ``asks`` asked in one round (the gate's ``ask_many``), then
-        every answer and p read anew (``out`` and ``p`` in place): a gate whose asks
-        share a round, where asking one by one would cost a round per campaign."""
+    def _settle_pending(self, at: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
+                        view: ColumnsView, now: datetime, seed: int,
+                        counts: dict[str, int]) -> None:
+        """Ask the gate in one round (``ask_many``) for the pending campaigns among the
+        candidates ``at``; those admitted take the pacing coin with the p read after the
+        round. The round may change other campaigns' states too, so the other campaigns
+        of ``at`` are read again from the bulk view: refused ones leave, and one that
+        lost its slice meanwhile is pending again. ``s["lazy"]`` is updated in place
+        (:data:`LAZY_PENDING` and the others); candidates turned away are counted by reason."""
         gate = self.gate
-        campaigns = self.catalog.campaigns
-        reasons = gate.ask_many([campaigns[int(c)] for c in cids[asks]], now,  # type: ignore[attr-defined]
-                                charges[asks].tolist())
-        codes = gate.bulk_admit(cids, days, charges, budgets, now.timestamp())  # type: ignore[attr-defined]
-        out[:] = np.where(codes == REFUSE, _CODE[BUDGET_EXHAUSTED], 0)
-        out[codes == ASK] = _code_of(NO_SLICE, extra)  # lost its slice meanwhile
-        out[asks] = [0 if r is None else _code_of(r, extra) for r in reasons]
-        p[:] = gate.bulk_pacing(cids)  # type: ignore[attr-defined]
+        lazy = s["lazy"]
+        asked = np.unique(camp[at[lazy[at] == LAZY_PENDING]])
+        others = np.setdiff1d(camp[at[lazy[at] == LAZY_ADMITTED]], asked, assume_unique=False)
+        reasons = gate.ask_many(  # type: ignore[attr-defined]
+            [self.catalog.campaigns[int(c)] for c in asked.tolist()], now,
+            view.c_charge[asked].tolist())
+        out: dict[int, str] = {c: r for c, r in zip(asked.tolist(), reasons, strict=True)
+                               if r is not None}
+        admitted = np.array([c for c in asked.tolist() if c not in out], dtype=np.int64)
+        if len(admitted):
+            paced = paced_out(unit_base(seed, PACING_COIN), admitted,
+                              gate.bulk_pacing(admitted))  # type: ignore[attr-defined]
+            out.update(dict.fromkeys(admitted[paced].tolist(), PACED_OUT))
+        again = _NO_IDS
+        if len(others):
+            ordinals, _ = self.catalog.columns.zones.at(now)
+            charges, budgets = gate_inputs(others, view.campaigns)
+            codes = gate.bulk_admit(  # type: ignore[attr-defined]
+                others, ordinals[view.c_zone[others]], charges, budgets, now.timestamp())
+            out.update(dict.fromkeys(others[codes == REFUSE].tolist(), BUDGET_EXHAUSTED))
+            again = others[codes == ASK]
+        lazy[np.isin(camp, asked) & (lazy == LAZY_PENDING)] = LAZY_ADMITTED
+        if len(again):
+            lazy[np.isin(camp, again) & (lazy == LAZY_ADMITTED)] = LAZY_PENDING
+        for c, r in out.items():
+            gone = (camp == c) & (lazy != LAZY_REFUSED)
+            _add(counts, r, int(np.count_nonzero(gone)))
+            lazy[gone] = LAZY_REFUSED
 
     # ---- 3b. frequency caps (serving/caps.py) --------------------------------------------
     def _screen_caps_columns(self, req: SelectRequest, ids: np.ndarray, camp: np.ndarray,
-                             view: ColumnsView, now: datetime, decision: Decision,
-                             ) -> tuple[np.ndarray, np.ndarray, dict[int, CapPlan]]:
+                             pending: np.ndarray, view: ColumnsView, now: datetime,
+                             decision: Decision,
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, CapPlan]]:
         """:meth:`Decider._screen_caps` on the arrays: the candidates with caps screened
-        with one read, the others untouched; reasons counted."""
+        with one read, the others untouched; reasons counted. ``pending`` (a flag per
+        candidate) is filtered with them."""
         gate = self.caps
         if gate is None or not gate.book.any() or not len(ids):
-            return ids, camp, {}
+            return ids, camp, pending, {}
         at = np.flatnonzero(gate.book.capped_mask(camp, view.c_advertiser[camp]))
         if not len(at):
-            return ids, camp, {}
+            return ids, camp, pending, {}
         campaigns, counts = self.catalog.campaigns, decision.reason_counts
         assert counts is not None
         screen = gate.screen(req.user.key, [(int(ids[i]), campaigns[int(camp[i])])
@@ -364,14 +414,14 @@ class ColumnarDecider(Decider):
             if r is not None:
                 _add(counts, r, 1)
         if not out:
-            return ids, camp, screen.plans
+            return ids, camp, pending, screen.plans
         keep = np.ones(len(ids), dtype=bool)
         keep[out] = False
-        return ids[keep], camp[keep], screen.plans
+        return ids[keep], camp[keep], pending[keep], screen.plans
 
     def _auction_columns_capped(self, req: SelectRequest, ids: np.ndarray, camp: np.ndarray,
-                                s: dict[str, np.ndarray], versions: _Versions, now: datetime,
-                                decision: Decision, seed: int,
+                                s: dict[str, np.ndarray], versions: _Versions,
+                                view: ColumnsView, now: datetime, decision: Decision, seed: int,
                                 plans: dict[int, CapPlan]) -> None:
         """:meth:`Decider._auction_capped` on the arrays: winners refused at count leave
         the arrays and the auction runs again (reason counts of the last round)."""
@@ -383,7 +433,7 @@ class ColumnarDecider(Decider):
         for round_ in range(MAX_CAP_ROUNDS):
             decision.placed = []
             decision.reason_counts = dict(before)
-            self._auction_columns(req, ids, camp, s, versions, now, decision, seed)
+            self._auction_columns(req, ids, camp, s, versions, view, now, decision, seed)
             todo = [p for p in decision.placed if p.ad.id in plans and p.ad.id not in counted]
             answers = gate.count(req.user.key, [plans[p.ad.id] for p in todo], now)
             lost = {p.ad.id for p, a in zip(todo, answers, strict=True) if a is not None}
@@ -407,18 +457,15 @@ class ColumnarDecider(Decider):
                 placement: str) -> dict[str, np.ndarray]:
         """Per candidate: pCTR (with creative rotation), action rate, value and total."""
         pctr, seen = self.ctr.pctr_array(ids, placement)
-        shape = view.ad_shape[ids]
+        shape, quality, bid_type, bid, advertiser = candidate_fields(ids, camp, view.ads,
+                                                                     view.campaigns)
         if seen.any():
             self._rotate(ids, camp, shape, pctr, seen, placement)
-        bid_type = view.c_bid_type[camp]
-        bid = view.c_bid[camp]
         rate = np.where(bid_type == 0, 1.0 / MILLE,
                         np.where(bid_type == 1, pctr, pctr * self.pcvr))
         value = bid * rate
-        quality = view.ad_quality[ids]
         return {"pctr": pctr, "rate": rate, "total": value + quality, "shape": shape,
-                "bid": bid, "bid_type": bid_type, "quality": quality,
-                "advertiser": view.c_advertiser[camp],
+                "bid": bid, "bid_type": bid_type, "quality": quality, "advertiser": advertiser,
                 "pcvr": np.full(len(ids), self.pcvr)}
 
     def _predict(self, scorer: ModelScorer, req: SelectRequest, ids: np.ndarray,
@@ -511,8 +558,8 @@ class ColumnarDecider(Decider):
 
     # ---- 5. auction per slot run ----------------------------------------------------------
     def _auction_columns(self, req: SelectRequest, ids: np.ndarray, camp: np.ndarray,
-                         s: dict[str, np.ndarray], versions: _Versions, now: datetime,
-                         decision: Decision, seed: int) -> None:
+                         s: dict[str, np.ndarray], versions: _Versions, view: ColumnsView,
+                         now: datetime, decision: Decision, seed: int) -> None:
         counts = decision.reason_counts
         assert counts is not None
         placement = self.catalog.placements.get(req.placement.id)
@@ -523,12 +570,30 @@ class ColumnarDecider(Decider):
             pool = (s["shape"] == cols.shape_code(run[0].format, run[0].width, run[0].height))
             pool &= ~in_page
             reserve = _reserve(req, run[0], placement)
+            lazy = s["lazy"]
+            pool &= lazy != LAZY_REFUSED  # turned away by the gate in an earlier run
             eligible = pool & _above_reserve(s, reserve / MILLE)
             _add(counts, "below_reserve", int(pool.sum() - eligible.sum()))
-            result, decisive, kept = self._auction_prefix(
-                ids, camp, s, np.flatnonzero(eligible), [x.id for x in run], reserve, seed)
+            if decision.exploration and (lazy[eligible] == LAZY_PENDING).any():
+                # an exploration pick may be any eligible candidate: every one answered
+                self._settle_pending(np.flatnonzero(eligible), camp, s, view, now, seed, counts)
+                eligible &= lazy != LAZY_REFUSED
+            slot_ids = [x.id for x in run]
+            for round_ in itertools.count():
+                result, prefix, kept = self._auction_prefix(
+                    ids, camp, s, np.flatnonzero(eligible), slot_ids, reserve, seed)
+                waiting = lazy[prefix] == LAZY_PENDING
+                if not waiting.any():
+                    break
+                if round_ >= MAX_SETTLE_ROUNDS:  # answers keep changing: no slice for now
+                    gone = np.isin(camp, camp[prefix[waiting]]) & (lazy == LAZY_PENDING)
+                    _add(counts, NO_SLICE, int(np.count_nonzero(gone & eligible)))
+                    lazy[gone] = LAZY_REFUSED
+                else:
+                    self._settle_pending(prefix, camp, s, view, now, seed, counts)
+                eligible &= lazy != LAZY_REFUSED
             _add(counts, PRERANK_CUT, int(eligible.sum()) - kept)
-            _add(counts, OUTRANKED, kept - decisive)  # ranked below the decisive prefix
+            _add(counts, OUTRANKED, kept - len(prefix))  # ranked below the decisive prefix
             for reason, n in Counter(r.reason for r in result.rejections).items():
                 _add(counts, reason, n)
             wins = result.wins
@@ -588,34 +653,21 @@ class ColumnarDecider(Decider):
 
     def _auction_prefix(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
                         eligible: np.ndarray, slot_ids: list[str], reserve: int,
-                        seed: int) -> tuple[AuctionResult, int, int]:
+                        seed: int) -> tuple[AuctionResult, np.ndarray, int]:
         """The reference auction over the shortest prefix of the ranking that decides it.
 
         Pre-rank keeps the best ``prerank_keep`` of ``eligible`` (ties at the cut kept);
         they are ranked as the auction ranks (total, then the tie key) and walked with
         its one-per-campaign and one-per-advertiser rule until one ranked candidate
         beyond the slots is found (it sets the last winner's price). Returns the result
-        over that prefix, the prefix's length and the number kept by pre-rank; widens
+        over that prefix, the prefix (candidate indices) and the number kept by pre-rank; widens
         the pre-rank cut when the kept ones run out first.
         """
-        keep = self.prerank_keep
-        total = s["total"]
-        need = len(slot_ids) + 1
-        while True:
-            chosen = eligible
-            if len(eligible) > keep:
-                part = np.argpartition(-total[eligible], keep - 1)[:keep]
-                cut = total[eligible[part]].min()
-                chosen = eligible[total[eligible] >= cut]  # ties at the cut all kept
-            ties = unit_array(seed, ids[chosen], TIE_BREAK)
-            ranked = chosen[np.lexsort((ties, -total[chosen]))]
-            end = _decisive_end(camp[ranked].tolist(), s["advertiser"][ranked].tolist(), need)
-            if end is not None or len(chosen) == len(eligible):
-                prefix = ranked if end is None else ranked[: end + 1]
-                cands = [self._candidate_at(i, ids, camp, s) for i in prefix.tolist()]
-                result = run_auction(cands, slot_ids, reserve, tie_seed=seed)
-                return result, len(prefix), len(chosen)
-            keep *= 4
+        prefix, kept = decisive_prefix(eligible, s["total"], ids, camp, s["advertiser"],
+                                       self.prerank_keep, len(slot_ids) + 1,
+                                       unit_base(seed, TIE_BREAK))
+        cands = [self._candidate_at(i, ids, camp, s) for i in prefix.tolist()]
+        return run_auction(cands, slot_ids, reserve, tie_seed=seed), prefix, kept
 
     def _candidate_at(self, i: int, ids: np.ndarray, camp: np.ndarray,
                       s: dict[str, np.ndarray]) -> Candidate:
@@ -624,21 +676,6 @@ class ColumnarDecider(Decider):
             int(s["bid"][i]), float(s["pctr"][i]), float(s["pcvr"][i]),
             quality_micros=int(s["quality"][i]),
         )
-
-
-def _decisive_end(campaigns: list[int], advertisers: list[int], need: int) -> int | None:
-    """Index in a ranking where the ``need``-th candidate the one-per-campaign and
-    one-per-advertiser rule lets through stands, or None when fewer get through."""
-    seen_c: set[int] = set()
-    seen_a: set[int] = set()
-    for j, (c, a) in enumerate(zip(campaigns, advertisers, strict=True)):
-        if c in seen_c or a in seen_a:
-            continue
-        seen_c.add(c)
-        seen_a.add(a)
-        if len(seen_c) == need:
-            return j
-    return None
 
 
 def _above_reserve(s: dict[str, np.ndarray], reserve_imp: float) -> np.ndarray:
@@ -701,30 +738,18 @@ class _Versions:
         return int(self.ad_version[i]), int(self.c_version[j])
 
 
-class _Distinct:
-    """Distinct ids in first-seen order without a sort (``np.unique`` sorts: ~7× slower
-    on a decision's candidates): a scratch array by id, one per thread, holds each id's
-    first position (``np.minimum.at``) and is reset after."""
-
-    _NONE = np.iinfo(np.int64).max
+class _Scratch:
+    """A per-thread int64 array of −1 by campaign id, as long as asked, for
+    :func:`~adfunnel.serving.kernels.campaign_checks` (which leaves it all −1)."""
 
     def __init__(self) -> None:
         self._local = threading.local()
 
-    def first_order(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(the distinct ``ids`` in first-seen order, for each entry its index in them).
-        ``ids`` are non-negative ints below ``MAX_DENSE_ID``."""
-        scratch: np.ndarray | None = getattr(self._local, "scratch", None)
-        top = int(ids.max()) + 1
-        if scratch is None or len(scratch) < top:
-            scratch = self._local.scratch = np.full(max(top, 1024), self._NONE, np.int64)
-        at = np.arange(len(ids))
-        np.minimum.at(scratch, ids, at)
-        first = scratch[ids]
-        scratch[ids] = self._NONE
-        is_first = first == at
-        rank = np.cumsum(is_first) - 1
-        return ids[is_first], rank[first]
+    def scratch(self, n: int) -> np.ndarray:
+        buf: np.ndarray | None = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < n:
+            buf = self._local.buf = np.full(max(n, 1024), -1, dtype=np.int64)
+        return buf
 
 
 class _StageClock:
