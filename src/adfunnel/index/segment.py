@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from adfunnel.index.matching import match_segment
 from adfunnel.targeting.dnf import MAX_IN_TERMS, Conjunction
 from adfunnel.targeting.evaluate import RequestAttributes
 
@@ -582,6 +583,19 @@ class Segment:
         matched. ``alive``: bool per ad row, or None when every ad is live.
         Returns sorted, distinct int32 ranks (best first).
         """
+        if not self.n_conjunctions:
+            return _EMPTY32
+        return match_segment(
+            kids, self.in_off, self.in_enc, self.not_off, self.not_conj, self.in_dense_off,
+            self.in_dense_slot, self.in_bits, self.not_dense_off, self.not_bits, self.has_bits,
+            self.zero_ids, self.conj_k, self.conj_rank, self.conj_ad,
+            _NO_ALIVE if alive is None else alive, alive is not None, want, FIRST_WINDOW,
+            WINDOW_GROWTH, max(64, (MAX_SCRATCH // (self.n_slots + 1)) & ~63), SORT_PATH_RATIO,
+            DENSE_RATIO)
+
+    def match_numpy(self, kids: np.ndarray, alive: np.ndarray | None, want: int) -> np.ndarray:
+        """:meth:`match` as numpy expressions, window by window: the reference the
+        compiled matcher (:mod:`adfunnel.index.matching`) is tested against."""
         n_conj = self.n_conjunctions
         if not n_conj:
             return _EMPTY32
@@ -622,6 +636,7 @@ class Segment:
 
 
 _EMPTY32 = np.zeros(0, dtype=np.int32)
+_NO_ALIVE = np.zeros(0, dtype=bool)
 SLOT_MASK = (1 << SLOT_BITS) - 1
 _SCRATCH = threading.local()
 
