@@ -185,7 +185,7 @@ def build_runtime(
         catalog, gate, ctr, clock, key, caps=CapGate(caps, catalog.caps),
         token_ttl_s=settings.token_ttl_s, pcvr=settings.pcvr_prior,
         retrieval_limit=settings.retrieval_limit, prerank_keep=settings.prerank_keep,
-        candidate_limit=settings.candidate_limit,
+        candidate_limit=settings.candidate_limit, first_limit=settings.first_candidates,
         rng=_decision_rng(seed if seed is not None else settings.seed), eligible=eligible,
     )
     monitor = CalibrationMonitor()

@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     prerank_keep: int = Field(default=200, gt=0)
     #: most ads of the request's slot shapes the columnar decider retrieves
     candidate_limit: int = Field(default=2_500, gt=0)
+    #: ads it retrieves first; up to ``candidate_limit`` only when fewer than
+    #: ``prerank_keep`` of them can serve (status, shape, flight, daypart)
+    first_candidates: int = Field(default=800, gt=0)
     #: a click model artifact (``adfunnel model train --out DIR``) that scores the
     #: pre-rank's survivors; None: the smoothed per-ad rate is the pCTR
     model_dir: str | None = None

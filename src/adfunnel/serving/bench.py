@@ -9,7 +9,7 @@ attribute distributions, requests = the log's rows), loads it into a
 the collector's reach (as the server does), and decides ``queries`` requests with the
 local spend gate, committing each answer::
 
-    {"ads", "campaigns", "workload", "source", "queries", "candidate_limit",
+    {"ads", "campaigns", "workload", "source", "queries", "candidate_limit", "first_limit",
      "p50_us", "p99_us", "stage_us": {stage: p50}, "stage_p99_us", "candidates_mean",
      "decisions_per_s", "fill_rate",
      "reference": {"queries", "p50_us", "p99_us", "decisions_per_s"},
@@ -19,8 +19,9 @@ local spend gate, committing each answer::
   ``decisions_per_s``: queries ÷ the thread's CPU seconds over them (one core).
 - ``stage_us``: p50 of each stage (:data:`adfunnel.serving.fast.STAGES`);
   ``stage_p99_us`` their p99.
-- ``candidates_mean``: ads retrieved per request (the retrieval limit caps it): only
-  ads of the slots' shapes (the catalogue's index is partitioned by shape).
+- ``candidates_mean``: ads retrieved per request — the first ``first_limit``, or up to
+  ``candidate_limit`` when too few of those could serve: only ads of the slots' shapes
+  (the catalogue's index is partitioned by shape).
 - ``reference``: the per-candidate path (:class:`~adfunnel.serving.funnel.Decider`)
   on the same retrieval, on the first ``reference_queries`` requests (it is slow at
   scale), with its own gate from the same seed; ``agreement`` is the share of those
@@ -222,12 +223,13 @@ def run_decide_bench(ads: int, workload: str = "real", queries: int = 1_000, see
         for s in STAGES}
     if scorer is None:  # no predict stage ran: not measured
         stage["predict"] = stage99["predict"] = None
-    retrieved = [len(fast._retrieve(r).ad_ids) for r in reqs[:200]]
+    retrieved = [t["candidates"] for t in fast.timings]
     p50 = float(np.percentile(lat, 50))
     ref_p50 = float(np.percentile(ref_lat, 50))
     return {
         "ads": ads, "campaigns": len(catalog.campaigns), "workload": workload, "source": source,
         "queries": len(reqs), "candidate_limit": fast.candidate_limit,
+        "first_limit": fast.first_limit,
         "p50_us": round(p50, 1), "p99_us": round(float(np.percentile(lat, 99)), 1),
         "stage_us": stage, "stage_p99_us": stage99,
         "candidates_mean": round(float(np.mean(retrieved)), 1),

@@ -40,6 +40,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
@@ -89,6 +90,12 @@ PRERANK_KEEP = 200
 #: fit (``real`` workload); each kept candidate still has to pass status, schedule,
 #: budget and pacing before pre-rank keeps 200.
 CANDIDATE_LIMIT = 2_500
+#: Ads retrieved first; the rest of ``CANDIDATE_LIMIT`` only when fewer than
+#: ``prerank_keep`` of them can serve (ad and campaign status, shape, flight,
+#: daypart). Retrieval runs best static score first — for CPM ads the total itself —
+#: so the candidates past these rarely reach the auction's decisive prefix, and
+#: every stage after retrieval costs per candidate.
+FIRST_LIMIT = 800  # settings.first_candidates
 #: Reason carried (in counts) by eligible candidates beyond the pre-rank cut.
 PRERANK_CUT = "prerank_cut"
 #: Reason of a winner whose ad or campaign was edited while the decision read it.
@@ -121,18 +128,21 @@ class ColumnarDecider(Decider):
 
     ``prerank_keep``: candidates kept per slot run for the auction (≥ 1);
     ``candidate_limit``: most ads retrieved from a shape-partitioned index (the
-    reference path's ``retrieval_limit`` counts every shape). When
-    ``timings`` is a list, each decision appends its stage durations (µs, by
-    :data:`STAGES`): for benchmarks.
+    reference path's ``retrieval_limit`` counts every shape), ``first_limit`` those
+    retrieved first (:data:`FIRST_LIMIT`). When ``timings`` is a list, each decision
+    appends its stage durations (µs, by :data:`STAGES`) and its ``candidates``
+    retrieved: for benchmarks.
     """
 
     def __init__(self, *args: object, prerank_keep: int = PRERANK_KEEP,
-                 candidate_limit: int = CANDIDATE_LIMIT, **kwargs: object) -> None:
+                 candidate_limit: int = CANDIDATE_LIMIT, first_limit: int = FIRST_LIMIT,
+                 **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        if prerank_keep < 1 or candidate_limit < 1:
-            raise ValueError("prerank_keep and candidate_limit must be at least 1")
+        if min(prerank_keep, candidate_limit, first_limit) < 1:
+            raise ValueError("prerank_keep, candidate_limit and first_limit must be at least 1")
         self.prerank_keep = prerank_keep
         self.candidate_limit = candidate_limit
+        self.first_limit = first_limit
         self.timings: list[dict[str, float]] | None = None
         #: the predict stage (None: the prior's pCTR decides)
         self.scorer: ModelScorer | None = None
@@ -148,27 +158,31 @@ class ColumnarDecider(Decider):
         clock = _StageClock(self.timings is not None)
         now = self.clock.now()
         seed = self.rng.getrandbits(64)
-        retrieval = self._retrieve(req)
-        ids = retrieval.ad_ids
-        clock.lap("retrieve")
-        view = self.catalog.columns.view()
-        counts: dict[str, int] = {}
-        masked = None
-        if not len(ids) or int(ids.max()) < len(view.ads):
-            masked = self._mask_ads(req, ids, view, counts)
-        if masked is None:
-            # an id the columns do not hold (beyond the dense range, or written after
-            # this view): the reference path decides, from the same draw
-            return super().decide_seeded(req, request_id, deadline_at_ms, seed)
+        limit = min(self.first_limit, self.candidate_limit)
+        while True:
+            retrieval = self._retrieve(req, limit)
+            clock.lap("retrieve")
+            view = self.catalog.columns.view()  # after retrieval: it holds every id found
+            counts: dict[str, int] = {}
+            servable = self._servable(req, retrieval.ad_ids, view, now, counts)
+            if servable is None:
+                # an id the columns do not hold (beyond the dense range, or written
+                # after this view): the reference path decides, from the same draw
+                return super().decide_seeded(req, request_id, deadline_at_ms, seed)
+            if (limit >= self.candidate_limit or not retrieval.truncated
+                    or servable.live_candidates >= self.prerank_keep):
+                break
+            # too few of the best ads can serve: pre-rank needs more of the ranking
+            limit = self.candidate_limit
+        clock.lap("filter")
         decision = Decision(request_id, [], [], retrieval.version, truncated=retrieval.truncated,
                             reason_counts=counts)
-        clock.lap("filter")
         if monotonic_ms() >= deadline_at_ms:
             decision.late = True
             return decision
-        ids, camp, versions = masked
+        ids, camp, versions = servable.ids, servable.camp, servable.versions
         extra: list[str] = []  # the gate's own reasons, coded after REASONS
-        verdict, pending = self._campaign_stage(camp, view, now, seed, extra, versions)
+        verdict, pending = self._campaign_gate(servable, now, seed, extra)
         clock.lap("gate")
         _count(counts, verdict, extra)
         keep = verdict == 0
@@ -198,6 +212,7 @@ class ColumnarDecider(Decider):
         )
         clock.lap("auction")
         if self.timings is not None:
+            clock.laps["candidates"] = float(len(retrieval.ad_ids))
             self.timings.append(clock.laps)
         return decision
 
@@ -211,15 +226,34 @@ class ColumnarDecider(Decider):
                 scorer.monitor.served(p.served.impression_id, scorer.version,
                                       float(p.win.candidate.pctr))
 
-    def _retrieve(self, req: SelectRequest) -> ArrayRetrieval:
-        """The best ads for the request: of the slots' shapes only, where the index is
-        partitioned by shape (the others could not fill a slot)."""
+    def _retrieve(self, req: SelectRequest, limit: int | None = None) -> ArrayRetrieval:
+        """The best ``limit`` (default ``candidate_limit``) ads for the request: of the
+        slots' shapes only, where the index is partitioned by shape (the others could
+        not fill a slot)."""
         index = self.catalog.index
         attrs = request_attributes(req)
         if isinstance(index, ShapedIndex):
             shapes = [(s.format, s.width, s.height) for s in req.slots]
-            return index.query_shapes(attrs, shapes, self.candidate_limit)
+            return index.query_shapes(attrs, shapes, limit or self.candidate_limit)
         return query_array(index, attrs, self.retrieval_limit)
+
+    def _servable(self, req: SelectRequest, ids: np.ndarray, view: ColumnsView,
+                  now: datetime, counts: dict[str, int]) -> _Servable | None:
+        """Steps 1-2 without side effects: the ads that fit and their campaigns' status,
+        flight and daypart (counted into ``counts``); None when an id is beyond the
+        columns (:meth:`_mask_ads`)."""
+        masked = None
+        if not len(ids) or int(ids.max()) < len(view.ads):
+            masked = self._mask_ads(req, ids, view, counts)
+        if masked is None:
+            return None
+        ids, camp, versions = masked
+        ordinals, hours = self.catalog.columns.zones.at(now)
+        uc, inverse, c_version, verdict, local, charges, budgets = campaign_checks(
+            camp, self._distinct.scratch(len(view.campaigns)), view.campaigns, view.dayparts,
+            ordinals, hours, _STATUS_REASON, _CODE[OUT_OF_FLIGHT], _CODE[OUTSIDE_DAYPART])
+        versions.campaigns(uc, c_version)  # read before the other fields (ColumnsView)
+        return _Servable(ids, camp, versions, uc, inverse, verdict, local, charges, budgets)
 
     # ---- 1. masks over ads ---------------------------------------------------------
     def _mask_ads(self, req: SelectRequest, ids: np.ndarray, view: ColumnsView,
@@ -272,26 +306,23 @@ class ColumnarDecider(Decider):
         return table
 
     # ---- 2-3. once per campaign -------------------------------------------------------
-    def _campaign_stage(self, camp: np.ndarray, view: ColumnsView, now: datetime,
-                        seed: int, extra: list[str], versions: _Versions
-                        ) -> tuple[np.ndarray, np.ndarray]:
-        """Status, flight, daypart, budget gate and pacing coin for every campaign in
-        ``camp``, in first-retrieved order: the reason code of each entry (0 = in), and
-        whether its campaign's budget answer waits until it can win (:meth:`_gate`)."""
-        if not len(camp):
-            return np.zeros(0, dtype=np.int8), np.zeros(0, dtype=bool)
-        ordinals, hours = self.catalog.columns.zones.at(now)
-        uc, inverse, c_version, verdict, local, charges, budgets = campaign_checks(
-            camp, self._distinct.scratch(len(view.campaigns)), view.campaigns, view.dayparts,
-            ordinals, hours, _STATUS_REASON, _CODE[OUT_OF_FLIGHT], _CODE[OUTSIDE_DAYPART])
-        versions.campaigns(uc, c_version)  # read before the other fields (ColumnsView)
+    def _campaign_gate(self, sv: _Servable, now: datetime, seed: int, extra: list[str]
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """The budget gate and pacing coin for the campaigns :meth:`_servable` left in,
+        in first-retrieved order: each candidate's reason code (0 = in; status, flight
+        and daypart codes kept), and whether its campaign's budget answer waits until
+        it can win (:meth:`_gate`). The campaigns in count as eligible traffic."""
+        verdict = sv.verdict.copy()
+        pending = np.zeros(len(sv.uc), dtype=bool)
+        if not len(sv.uc):
+            return verdict[sv.inverse], pending[sv.inverse]
         live = np.flatnonzero(verdict == 0)
         if self.eligible is not None and len(live):  # the pacing curve's traffic
-            self.eligible.add_many(uc[live], now)
-        pending = np.zeros(len(uc), dtype=bool)
-        verdict[live], pending[live] = self._gate(uc[live], local[live], charges[live],
-                                                  budgets[live], now, seed, extra)
-        return verdict[inverse], pending[inverse]
+            self.eligible.add_many(sv.uc[live], now)
+        verdict[live], pending[live] = self._gate(sv.uc[live], sv.local[live],
+                                                  sv.charges[live], sv.budgets[live], now,
+                                                  seed, extra)
+        return verdict[sv.inverse], pending[sv.inverse]
 
     def _gate(self, cids: np.ndarray, days: np.ndarray, charges: np.ndarray,
               budgets: np.ndarray, now: datetime, seed: int, extra: list[str]
@@ -719,6 +750,29 @@ def _count(counts: dict[str, int], reasons: np.ndarray, extra: list[str]) -> Non
 def _add(counts: dict[str, int], reason: str, n: int) -> None:
     if n:
         counts[reason] = counts.get(reason, 0) + n
+
+
+@dataclass(slots=True)
+class _Servable:
+    """What :meth:`ColumnarDecider._servable` found: the candidates that fit (ids,
+    campaign ids, versions read) and per distinct campaign (``uc``; ``inverse`` maps
+    each candidate to its entry) its reason code so far, local date ordinal and the
+    gate's inputs."""
+
+    ids: np.ndarray
+    camp: np.ndarray
+    versions: _Versions
+    uc: np.ndarray
+    inverse: np.ndarray
+    verdict: np.ndarray
+    local: np.ndarray
+    charges: np.ndarray
+    budgets: np.ndarray
+
+    @property
+    def live_candidates(self) -> int:
+        """Candidates whose campaign is still in (status, flight, daypart)."""
+        return int(np.count_nonzero(self.verdict[self.inverse] == 0))
 
 
 class _Versions:
