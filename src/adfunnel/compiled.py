@@ -15,8 +15,17 @@ def warm_up() -> None:
     """Compile or load every kernel with the argument types the package calls it with."""
     from adfunnel import dense
     from adfunnel.auction.draws import unit_array
+    from adfunnel.budget.bulk_view import BulkView, bulk_answers
+    from adfunnel.index.matching import warm_up as warm_matching
     from adfunnel.serving import kernels
 
     kernels.warm_up()
     dense.warm_up()
+    warm_matching()
     unit_array(0, np.zeros(1, dtype=np.int64), 0)
+    ids = np.zeros(1, dtype=np.int64)
+    view = BulkView()
+    view.pacing(ids)
+    demand = (np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32))
+    bulk_answers(view.values, ids, np.zeros(1, dtype=np.int32), ids, 0.0,
+                 np.zeros(1, dtype=bool), *demand)

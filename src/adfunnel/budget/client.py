@@ -40,8 +40,9 @@ from typing import Protocol
 
 import numpy as np
 
+from adfunnel.budget.bulk_view import BulkView, bulk_answers
 from adfunnel.budget.demand import Demand, DemandBook
-from adfunnel.budget.gate import ADMIT, ASK, BUDGET_EXHAUSTED, DENSE_IDS, NO_SLICE, DenseIds, Served
+from adfunnel.budget.gate import BUDGET_EXHAUSTED, DENSE_IDS, NO_SLICE, Served
 from adfunnel.budget.protocol import (
     CampaignSpend,
     Directive,
@@ -156,13 +157,8 @@ class BudgetClient:
         self._pruned_at = clock.now().timestamp()
         # the bulk view (BulkGate): per campaign id, the local day (ordinal) whose state
         # is open, and p; written with every directive applied
-        self._open_day = DenseIds(np.int32, -1)
-        self._stopped_day = DenseIds(np.int32, -1)
-        self._p_dense = DenseIds(np.float64, 1.0)
-        # per campaign id, its held slice with the most room on its latest day
-        self._slice_day = DenseIds(np.int32, -1)
-        self._slice_room = DenseIds(np.int64, 0)
-        self._slice_exp = DenseIds(np.float64, 0.0)
+        # and per campaign id its held slice with the most room on its latest day
+        self._bulk = BulkView()
         self.generation = 0
 
     # -- SpendGate ------------------------------------------------------------------------
@@ -214,22 +210,17 @@ class BudgetClient:
         None — the campaign's state on its local day is open and its shard has replied
         recently, or it is not stopped and holds a slice of that day with room for the
         charge (recording its demand, as ``admit`` does); ASK everywhere else."""
-        dense = campaign_ids < DENSE_IDS
+        cids = campaign_ids.astype(np.int64, copy=False)
         with self._lock:
             stale = np.array([t - last > self.fail_closed_after_s for last in self._last_reply])
-            open_now = (self._open_day.get(campaign_ids) == day_ordinals) & dense
-            if stale.any():
-                open_now &= ~stale[campaign_ids % self.shards]
-            sliced = (~open_now & dense & (self._slice_day.get(campaign_ids) == day_ordinals)
-                      & (self._slice_exp.get(campaign_ids) > t)
-                      & (self._slice_room.get(campaign_ids) >= charges)
-                      & (self._stopped_day.get(campaign_ids) != day_ordinals))
-            if sliced.any():
-                # not added to _asking: each holds a slice with room for this charge, and
-                # what could take that away (expiry, use, release, a directive) adds it
-                self._demand.set_many(campaign_ids[sliced], t, charges[sliced],
-                                      day_ordinals[sliced])
-        return np.where(open_now | sliced, ADMIT, ASK).astype(np.int8)
+            view = self._bulk.values
+            # not added to _asking: each admitted by its slice holds one with room for this
+            # charge, and what could take that away (expiry, use, release, a directive)
+            # adds it
+            dem_t, dem_charge, dem_day = self._demand.arrays(len(view))
+            return bulk_answers(view, cids, day_ordinals.astype(np.int32, copy=False),
+                                charges.astype(np.int64, copy=False), float(t), stale,
+                                dem_t, dem_charge, dem_day)
 
     def _index_slices(self, cid: int) -> None:
         """Keep the bulk view's best slice of ``cid`` in step (under the lock): the one
@@ -237,15 +228,15 @@ class BudgetClient:
         best = max(self._slices.get(cid, ()), key=lambda s: (s.day, s.amount - s.used),
                    default=None)
         if best is None:
-            self._slice_day.set(cid, -1)
+            self._bulk.set(cid, "slice_day", -1)
             return
-        self._slice_day.set(cid, best.day.toordinal())
-        self._slice_room.set(cid, best.amount - best.used)
-        self._slice_exp.set(cid, best.expires_at)
+        self._bulk.set(cid, "slice_room", best.amount - best.used)
+        self._bulk.set(cid, "slice_exp", best.expires_at)
+        self._bulk.set(cid, "slice_day", best.day.toordinal())
 
     def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
         """p of each campaign (float64[n]), as :meth:`pacing_rate` answers."""
-        out = self._p_dense.get(campaign_ids)
+        out = self._bulk.pacing(campaign_ids)
         big = campaign_ids >= DENSE_IDS
         if big.any():
             with self._lock:
@@ -255,20 +246,21 @@ class BudgetClient:
     def _note_directive(self, campaign_id: int, day: date | None, state: BudgetState,
                         p: float) -> None:
         """Keep the bulk view in step with one directive (called under the lock)."""
-        self._p_dense.set(campaign_id, p)
+        bulk = self._bulk
+        bulk.set(campaign_id, "p", p)
         if day is None:
             return
         ordinal = day.toordinal()
         if state is BudgetState.STOPPED:
-            self._stopped_day.set(campaign_id, ordinal)
-        elif self._stopped_day.get_one(campaign_id) == ordinal:
-            self._stopped_day.set(campaign_id, -1)
-        held = self._open_day.get_one(campaign_id)
+            bulk.set(campaign_id, "stopped_day", ordinal)
+        elif bulk.get_one(campaign_id, "stopped_day") == ordinal:
+            bulk.set(campaign_id, "stopped_day", -1)
+        held = bulk.get_one(campaign_id, "open_day")
         if state is BudgetState.OPEN:
             if ordinal >= held:
-                self._open_day.set(campaign_id, ordinal)
+                bulk.set(campaign_id, "open_day", ordinal)
         elif held == ordinal:
-            self._open_day.set(campaign_id, -1)
+            bulk.set(campaign_id, "open_day", -1)
 
     def state(self, campaign_id: int, day: date, now: float | None = None) -> BudgetState:
         """The state the client acts on now for the campaign's local ``day``

@@ -52,6 +52,13 @@ class DemandBook:
         self._day.set_many(campaign_ids, day_ordinals)
         self._t.set_many(campaign_ids, t)  # last: an id is held once its time is set
 
+    def arrays(self, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The dense (instant, charge, day ordinal) arrays, grown to hold ids below
+        ``size``, for a compiled bulk write (charge and day first, the instant last)."""
+        for col in (self._charge, self._day, self._t):
+            col.reserve(size)
+        return self._t.values, self._charge.values, self._day.values
+
     def get(self, campaign_id: int) -> Demand | None:
         if not 0 <= campaign_id < DENSE_IDS:
             return self._big.get(campaign_id)

@@ -291,3 +291,15 @@ def _sorted_window(w0: int, w1: int, in_enc: np.ndarray, ins_cur: np.ndarray,
         keep[k3] = c
         k3 += 1
     return keep[:k3]
+
+
+def warm_up() -> None:
+    """Compile (or load from the cache) the matcher with a segment's argument types."""
+    kids = np.zeros(0, dtype=np.int64)
+    u32 = np.zeros(1, dtype=np.uint32)
+    i64 = np.zeros(2, dtype=np.int64)
+    bits = np.zeros((1, 1), dtype=np.uint64)
+    for conj_ad in (np.zeros(1, dtype=np.int32), np.zeros(1, dtype=np.int64)):
+        match_segment(kids, i64, u32, i64, u32, i64, i64, bits, i64, bits, bits, i64,
+                      np.ones(1, dtype=np.uint8), np.zeros(1, dtype=np.int32), conj_ad,
+                      np.zeros(1, dtype=bool), False, 1, 64, 2, 64, 256, 32)
