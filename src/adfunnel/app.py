@@ -570,11 +570,13 @@ def serving_protocol() -> type:
 def server_config(app: Any, **config: Any) -> Any:
     """The ``uvicorn.Config`` of a serving process: uvloop, httptools with TCP_NODELAY
     and one write per response on every connection (:func:`serving_protocol`), no
-    access log."""
+    access log, no proxy-header rewriting (``trusted_proxies`` decides)."""
     import uvicorn
 
+    # proxy_headers off: uvicorn would take X-Forwarded-For from any loopback peer; the
+    # client address is the tracker's to decide, from its configured trusted proxies
     options = {"loop": "uvloop", "http": serving_protocol(), "log_level": "warning",
-               "access_log": False, "lifespan": "on", **config}
+               "access_log": False, "lifespan": "on", "proxy_headers": False, **config}
     return uvicorn.Config(app, **options)
 
 

@@ -47,6 +47,7 @@ class EligibleCounter:
         self._counts: Counter[tuple[int, datetime]] = Counter()
         self._dense: dict[datetime, DenseIds] = {}
         self._lock = threading.Lock()
+        self._hour: tuple[float, datetime] | None = None
 
     def add(self, campaign_id: int, at: datetime) -> None:
         hour = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
@@ -56,21 +57,33 @@ class EligibleCounter:
     def add_many(self, campaign_ids: Iterable[int] | np.ndarray, at: datetime) -> None:
         """:meth:`add` for each of ``campaign_ids`` (one lock); an int array of distinct
         ids is counted in place in an array by id."""
-        hour = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        hour = self._hour_of(at)
         with self._lock:
             if not isinstance(campaign_ids, np.ndarray):
                 self._counts.update(zip(campaign_ids, repeat(hour)))
                 return
-            dense = campaign_ids < DENSE_IDS
-            if not dense.all():
-                self._counts.update(zip(campaign_ids[~dense].tolist(), repeat(hour)))
-                campaign_ids = campaign_ids[dense]
             if not len(campaign_ids):
                 return
+            if int(campaign_ids.max()) >= DENSE_IDS:
+                dense = campaign_ids < DENSE_IDS
+                self._counts.update(zip(campaign_ids[~dense].tolist(), repeat(hour)))
+                campaign_ids = campaign_ids[dense]
+                if not len(campaign_ids):
+                    return
             counts = self._dense.get(hour)
             if counts is None:
                 counts = self._dense[hour] = DenseIds(np.int64, 0)
             counts.add_one(campaign_ids)
+
+    def _hour_of(self, at: datetime) -> datetime:
+        """The UTC hour start of ``at`` (the last one kept: most adds share it)."""
+        t = at.timestamp()
+        held = self._hour
+        if held is not None and held[0] <= t < held[0] + 3600:
+            return held[1]
+        hour = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        self._hour = (hour.timestamp(), hour)
+        return hour
 
     def drain(self) -> dict[tuple[int, datetime], int]:
         with self._lock:

@@ -80,6 +80,7 @@ from adfunnel.serving.kernels import (
     gate_inputs,
     mask_ads,
     paced_out,
+    totals,
 )
 from adfunnel.serving.request import SelectRequest, SlotIn, request_attributes
 
@@ -492,10 +493,8 @@ class ColumnarDecider(Decider):
                                                                      view.campaigns)
         if seen.any():
             self._rotate(ids, camp, shape, pctr, seen, placement)
-        rate = np.where(bid_type == 0, 1.0 / MILLE,
-                        np.where(bid_type == 1, pctr, pctr * self.pcvr))
-        value = bid * rate
-        return {"pctr": pctr, "rate": rate, "total": value + quality, "shape": shape,
+        rate, total = totals(bid_type, bid, quality, pctr, self.pcvr)
+        return {"pctr": pctr, "rate": rate, "total": total, "shape": shape,
                 "bid": bid, "bid_type": bid_type, "quality": quality, "advertiser": advertiser,
                 "pcvr": np.full(len(ids), self.pcvr)}
 

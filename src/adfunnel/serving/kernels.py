@@ -20,7 +20,7 @@ from numba import njit
 from adfunnel.auction.draws import unit_base, unit_of
 
 __all__ = ["campaign_checks", "candidate_fields", "decisive_prefix", "gate_inputs",
-           "mask_ads", "paced_out", "warm_up"]
+           "mask_ads", "paced_out", "totals", "warm_up"]
 
 #: reason codes the kernels write (the indices of :data:`adfunnel.serving.fast.REASONS`)
 R_AD_PAUSED, R_NO_FITTING_SLOT = 1, 2
@@ -150,6 +150,23 @@ def candidate_fields(ids: np.ndarray, camp: np.ndarray, ads: np.ndarray,
         bid[i] = c["bid"]
         adv[i] = c["advertiser"]
     return shape, quality, bid_type, bid, adv
+
+
+@njit(cache=True, nogil=True)
+def totals(bid_type: np.ndarray, bid: np.ndarray, quality: np.ndarray, pctr: np.ndarray,
+           pcvr: float) -> tuple[np.ndarray, np.ndarray]:
+    """(action rate, total value per impression) of each candidate (DESIGN.md §The
+    funnel, step 6): rate = 1/1000 (CPM), pCTR (CPC) or pCTR × pCVR (CPA); total =
+    bid × rate + quality, micros."""
+    n = len(bid)
+    rate = np.empty(n, np.float64)
+    total = np.empty(n, np.float64)
+    for i in range(n):
+        t = bid_type[i]
+        r = 1.0 / 1000.0 if t == 0 else (pctr[i] if t == 1 else pctr[i] * pcvr)
+        rate[i] = r
+        total[i] = bid[i] * r + quality[i]
+    return rate, total
 
 
 @njit(cache=True, nogil=True)
@@ -290,6 +307,7 @@ def warm_up() -> None:
     campaign_checks(i64, np.full(1, -1, np.int64), campaigns, np.ones((1, 168), np.bool_),
                     np.zeros(1, np.int32), np.zeros(1, np.int16), np.zeros(4, np.int8), 1, 2)
     candidate_fields(i64, i64, ads, campaigns)
+    totals(np.zeros(1, np.int8), i64, i64, np.zeros(1), 0.01)
     gate_inputs(i64, campaigns)
     base = unit_base(0, 0)
     paced_out(base, i64, np.ones(1))

@@ -26,8 +26,8 @@ import base64
 import binascii
 import hashlib
 import hmac
+import os
 import re
-import uuid
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -122,8 +122,8 @@ class TokenClaims:
 
 
 def new_impression_id() -> str:
-    """A fresh random impression id: 32 lowercase hex characters (uuid4)."""
-    return uuid.uuid4().hex
+    """A fresh random impression id: 32 lowercase hex characters (128 random bits)."""
+    return os.urandom(16).hex()
 
 
 def sign(claims: TokenClaims, key: bytes) -> str:
