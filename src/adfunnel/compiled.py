@@ -17,12 +17,14 @@ def warm_up() -> None:
     from adfunnel.auction.draws import unit_array
     from adfunnel.budget.bulk_view import BulkView, bulk_answers
     from adfunnel.index.matching import warm_up as warm_matching
+    from adfunnel.pacing.controller import _compound
     from adfunnel.serving import kernels
 
     kernels.warm_up()
     dense.warm_up()
     warm_matching()
     unit_array(0, np.zeros(1, dtype=np.int64), 0)
+    _compound(np.ones(1), np.ones(1), np.ones(1))
     ids = np.zeros(1, dtype=np.int64)
     view = BulkView()
     view.pacing(ids)

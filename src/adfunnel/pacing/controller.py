@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 #: Lowest participation probability control alone can set.
 P_FLOOR = 0.001
@@ -237,9 +238,19 @@ def step_arrays(
     p_new = state.p.copy()
     move = np.flatnonzero((ratio > 0) & (g != 0.0) & (ratio != 1.0))
     if len(move):
-        exp, log = math.exp, math.log
-        p_new[move] = [p * exp(gi * log(r)) for p, gi, r in zip(
-            state.p[move].tolist(), g[move].tolist(), ratio[move].tolist(), strict=True)]
+        p_new[move] = _compound(state.p[move], g[move], ratio[move])
     p_new = np.where(behind_micros > -hold_band_micros, np.maximum(p_new, state.p), p_new)
     p = clamp_steps(state.p, p_new)
     return ControllerArrays(p, integral, spend_avg, target_avg, charges_avg)
+
+
+@njit(cache=True, nogil=True)
+def _compound(p: np.ndarray, g: np.ndarray, ratio: np.ndarray) -> np.ndarray:
+    """``p × exp(g × log(ratio))`` element by element with the C library's ``exp`` and
+    ``log``, as :mod:`math` computes them (bit for bit: the test of :func:`step_arrays`
+    against :func:`step` holds it), in compiled code (at 10⁶ campaigns a Python loop
+    over them took most of a control step)."""
+    out = np.empty(len(p), np.float64)
+    for i in range(len(p)):
+        out[i] = p[i] * math.exp(g[i] * math.log(ratio[i]))
+    return out
