@@ -132,8 +132,9 @@ def make_catalog(settings: Settings) -> Catalog:
     """The serving catalogue: with the conjunction index, partitioned by creative shape
     (retrieval hands the decider only ads that fit); the reference scan, one index."""
     if settings.index == "scan":
-        return Catalog(ScanIndex(), prior_pctr=settings.pctr_prior)
-    return Catalog.shaped(prior_pctr=settings.pctr_prior)
+        return Catalog(ScanIndex(), prior_pctr=settings.pctr_prior,
+                       prior_pcvr=settings.pcvr_prior)
+    return Catalog.shaped(prior_pctr=settings.pctr_prior, prior_pcvr=settings.pcvr_prior)
 
 
 def make_cap_store(settings: Settings, clock: Clock) -> FrequencyStore:

@@ -1,6 +1,7 @@
 """Retrieval in two steps: the first ``first_limit`` ads, the rest only when too few can
-serve. With CPM and CPC ads whose pCTR is the prior, a total is the static score the
-index ranks by, so the decisions equal those of one retrieval of ``candidate_limit``."""
+serve. With ads whose pCTR (and pCVR) is the prior, a total is the static score the
+index ranks by — CPA included —, so the decisions equal those of one retrieval of
+``candidate_limit``."""
 
 from __future__ import annotations
 
@@ -30,15 +31,17 @@ NOW = datetime(2026, 6, 10, 14, 30, tzinfo=UTC)
 
 
 def _catalog(seed: int, n: int, paused_best: int) -> Catalog:
-    """``n`` one-ad campaigns, CPM and CPC; the ``paused_best`` best-scored are paused."""
+    """``n`` one-ad campaigns, CPM, CPC and CPA; the ``paused_best`` best-scored are
+    paused."""
     rng = random.Random(seed)
     bids = sorted((rng.randint(100_000, 5_000_000) for _ in range(n)), reverse=True)
     campaigns, ads = [], []
     for i, bid in enumerate(bids, 1):
-        cpc = rng.random() < 0.3
+        kind = rng.choices([BidType.CPM, BidType.CPC, BidType.CPA], [6, 3, 1])[0]
+        # the same expected value per impression at the priors (pCTR 0.001, pCVR 0.01)
+        per = {BidType.CPM: bid, BidType.CPC: bid, BidType.CPA: bid * 100}[kind]
         campaigns.append(Campaign(
-            i, 1 + i % 7, f"c{i}", Objective.CLICKS, BidType.CPC if cpc else BidType.CPM,
-            bid // 1000 if cpc else bid, 10**12, "UTC", date(2026, 1, 1),
+            i, 1 + i % 7, f"c{i}", Objective.CLICKS, kind, per, 10**12, "UTC", date(2026, 1, 1),
             status=CampaignStatus.PAUSED if i <= paused_best else CampaignStatus.ACTIVE))
         ads.append(Ad(i, i, "https://x.test/", f"cr/{i}", "banner", 300, 250,
                       quality_micros=rng.choice([0, 0, 40, -40])))
@@ -50,7 +53,7 @@ def _catalog(seed: int, n: int, paused_best: int) -> Catalog:
 
 def _decide(catalog: Catalog, first: int, requests: int) -> tuple[list[object], list[float]]:
     decider = ColumnarDecider(catalog, LocalSpendGate(), SmoothedCtr(0.001, 1_000.0),
-                              FixedClock(NOW), b"k" * 32, rng=random.Random(3),
+                              FixedClock(NOW), b"k" * 32, rng=random.Random(3), pcvr=0.01,
                               prerank_keep=20, candidate_limit=400, first_limit=first)
     decider.timings = []
     out = []

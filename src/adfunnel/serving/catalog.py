@@ -65,13 +65,16 @@ class Snapshot:
 class Catalog:
     """Campaign records, ads and their targeting index for one ad-server process.
 
-    ``prior_pctr`` sets the static score of CPC/CPA ads in the index
-    (expected value per impression, micros).
+    ``prior_pctr`` and ``prior_pcvr`` (probabilities) set the static score of CPC and
+    CPA ads in the index: the total value per impression at those priors, micros, the
+    order retrieval stops in.
     """
 
-    def __init__(self, index: AdIndex, prior_pctr: float = 0.001) -> None:
+    def __init__(self, index: AdIndex, prior_pctr: float = 0.001,
+                 prior_pcvr: float = 0.01) -> None:
         self.index = index
         self.prior_pctr = prior_pctr
+        self.prior_pcvr = prior_pcvr
         self.advertisers: dict[int, Advertiser] = {}
         self.campaigns: dict[int, Campaign] = {}
         self.ads: dict[int, Ad] = {}
@@ -91,11 +94,12 @@ class Catalog:
 
     @classmethod
     def shaped(cls, prior_pctr: float = 0.001,
-               factory: Callable[[], AdIndex] = ConjunctionIndex) -> Catalog:
+               factory: Callable[[], AdIndex] = ConjunctionIndex,
+               prior_pcvr: float = 0.01) -> Catalog:
         """A catalogue whose index is partitioned by creative shape
         (:class:`~adfunnel.index.shaped.ShapedIndex`): the columnar decider retrieves
         only ads that fit the request's slots."""
-        catalog = cls(ConjunctionIndex(), prior_pctr)  # replaced below: needs the catalogue
+        catalog = cls(ConjunctionIndex(), prior_pctr, prior_pcvr)  # index replaced below
         catalog.index = ShapedIndex(catalog.shape_of, factory)
         return catalog
 
@@ -252,10 +256,13 @@ class Catalog:
             self.index.upsert_many(entries)
 
     def static_score(self, c: Campaign) -> float:
-        """Expected value per impression at the prior pCTR, micros (index ordering)."""
+        """Expected value per impression at the prior pCTR (and, for CPA, pCVR), micros
+        (index ordering): the auction's total value before any count is seen."""
         if c.bid_type is BidType.CPM:
             return c.bid_micros / MILLE
-        return c.bid_micros * self.prior_pctr
+        if c.bid_type is BidType.CPC:
+            return c.bid_micros * self.prior_pctr
+        return c.bid_micros * self.prior_pctr * self.prior_pcvr
 
 
 def _compile(c: Campaign) -> Expr:
