@@ -39,6 +39,7 @@ from adfunnel.db import make_engine
 from adfunnel.event_plane import EventPlane, make_event_plane
 from adfunnel.periodic import Periodic
 from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
+from adfunnel.serving.deadline import ArrivalStamp
 from adfunnel.settings import Settings
 from adfunnel.tracking.beacons import Tracker
 from adfunnel.tracking.client import parse_networks
@@ -69,10 +70,11 @@ class CampaignSide:
         return cls(store, model, feed, clock)
 
 
-def build_tracker_app(settings: Settings) -> Starlette:
+def build_tracker_app(settings: Settings) -> ArrivalStamp:
     """The tracker process's ASGI app: ``/i``, ``/c``, ``/v``, ``/healthz``, ``/metrics``
-    and ``/v1/tracker/stats``. The event log is ``settings.event_log_url`` (JetStream);
-    nothing aggregates here."""
+    and ``/v1/tracker/stats``; ``/i`` and ``/c`` are served outside Starlette's layers
+    (:meth:`TrackingEndpoints.hot_routes`). The event log is ``settings.event_log_url``
+    (JetStream); nothing aggregates here."""
     side = CampaignSide.open(settings)
     clock = side.clock
     plane = make_event_plane(settings, clock, SqlLedger(side.store.engine),
@@ -98,7 +100,8 @@ def build_tracker_app(settings: Settings) -> Starlette:
 
     routes = [*endpoints.routes(), Route("/healthz", healthz), Route("/metrics", metrics),
               Route("/v1/tracker/stats", stats)]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return ArrivalStamp(Starlette(routes=routes, lifespan=lifespan),
+                        routes=endpoints.hot_routes())
 
 
 def run_aggregator(settings: Settings, partitions: Sequence[int] | None,

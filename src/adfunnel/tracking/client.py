@@ -11,6 +11,7 @@ in-process test client) is a local transport: it is trusted the same way, and wi
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -54,8 +55,13 @@ def client_facts(peer: str | None, forwarded_for: str | None, user_agent: str | 
 
 
 def _address(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    if not text:
-        return None
+    return _parsed(text) if text else None
+
+
+@functools.lru_cache(maxsize=65_536)
+def _parsed(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``text`` as an address (None: not one); the addresses of a feed repeat (a proxy,
+    its clients), so parses are kept."""
     try:
         return ipaddress.ip_address(text)
     except ValueError:

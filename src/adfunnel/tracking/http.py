@@ -24,6 +24,8 @@ retries; nothing was acknowledged). The sender's address comes from the socket, 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -54,32 +56,56 @@ class TrackingEndpoints:
             Route("/v", self.conversion, methods=["GET", "POST"]),
         ]
 
+    def hot_routes(self) -> dict[tuple[str, str], Any]:
+        """Bare ASGI handlers of the beacons a feed sends most (``GET /i``, ``GET /c``),
+        served by :class:`~adfunnel.serving.deadline.ArrivalStamp` outside every
+        framework layer: the query's ``t`` and two headers read from the scope, no
+        Request object (the same answers as :meth:`impression` and :meth:`click`)."""
+        return {("GET", "/i"): self.impression_asgi, ("GET", "/c"): self.click_asgi}
+
     def _client(self, request: Request) -> ClientFacts:
         peer = request.client.host if request.client is not None else None
         return client_facts(peer, request.headers.get("x-forwarded-for"),
                             request.headers.get("user-agent"), self.trusted_proxies)
+
+    def _scope_client(self, scope: dict[str, Any]) -> ClientFacts:
+        """:meth:`_client` from a raw scope (the first of each header, as Starlette's)."""
+        forwarded = agent = None
+        for name, value in scope["headers"]:
+            if name == b"x-forwarded-for" and forwarded is None:
+                forwarded = value.decode("latin-1")
+            elif name == b"user-agent" and agent is None:
+                agent = value.decode("latin-1")
+        client = scope.get("client")
+        return client_facts(client[0] if client else None, forwarded, agent,
+                            self.trusted_proxies)
 
     async def impression(self, request: Request) -> Response:
         result = await self.tracker.beacon(EventType.IMPRESSION, request.query_params.get("t"),
                                            self._client(request))
         return _refused(result) or Response(status_code=204)
 
-    async def click(self, request: Request) -> Response:
-        result = await self.tracker.beacon(EventType.CLICK, request.query_params.get("t"),
-                                           self._client(request))
+    async def impression_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """:meth:`impression` as a bare ASGI handler."""
+        result = await self.tracker.beacon(EventType.IMPRESSION, query_value(scope, "t"),
+                                           self._scope_client(scope))
         refused = _refused(result)
         if refused is not None:
-            return refused
-        if result.landing_url is None:
-            return error_response(404, "unknown_ad", [("t", "the ad is no longer served")])
-        try:
-            location = to_uri(result.landing_url)
-        except LandingUrlError as exc:  # stored before IRIs were checked on create
-            return error_response(404, "unusable_landing_url", [("landing_url", exc.problem)])
-        if CLICK_ID_MACRO in location:
-            location = location.replace(CLICK_ID_MACRO, request.query_params["t"])
-        # not RedirectResponse: it percent-encodes an IDN host and re-quotes ASCII bytes
-        return Response(status_code=302, headers={"location": location})
+            await refused(scope, receive, send)
+            return
+        await send(_NO_CONTENT)
+        await send(_EMPTY_BODY)
+
+    async def click(self, request: Request) -> Response:
+        token = request.query_params.get("t")
+        result = await self.tracker.beacon(EventType.CLICK, token, self._client(request))
+        return _click_answer(result, token)
+
+    async def click_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """:meth:`click` as a bare ASGI handler."""
+        token = query_value(scope, "t")
+        result = await self.tracker.beacon(EventType.CLICK, token, self._scope_client(scope))
+        await _click_answer(result, token)(scope, receive, send)
 
     async def conversion(self, request: Request) -> Response:
         query = request.query_params
@@ -99,6 +125,47 @@ class TrackingEndpoints:
         result = await self.tracker.beacon(EventType.CONVERSION, token, self._client(request),
                                            value)
         return _refused(result, name) or Response(status_code=204)
+
+
+def _click_answer(result: BeaconResult, token: str | None) -> Response:
+    """A click's answer: 302 to the ad's landing URL (the click id in place of its
+    macro), or the error."""
+    refused = _refused(result)
+    if refused is not None:
+        return refused
+    if result.landing_url is None:
+        return error_response(404, "unknown_ad", [("t", "the ad is no longer served")])
+    try:
+        location = to_uri(result.landing_url)
+    except LandingUrlError as exc:  # stored before IRIs were checked on create
+        return error_response(404, "unusable_landing_url", [("landing_url", exc.problem)])
+    if CLICK_ID_MACRO in location and token:
+        location = location.replace(CLICK_ID_MACRO, token)
+    # not RedirectResponse: it percent-encodes an IDN host and re-quotes ASCII bytes
+    return Response(status_code=302, headers={"location": location})
+
+
+def query_value(scope: dict[str, Any], name: str) -> str | None:
+    """The last value of query parameter ``name`` (None when absent), decoded as
+    Starlette's ``QueryParams`` decodes it; a query without ``%`` or ``+`` (a token's
+    own characters) is split without the decoder."""
+    raw: bytes = scope.get("query_string", b"")
+    if not raw:
+        return None
+    text = raw.decode("latin-1")
+    if "%" in text or "+" in text:
+        pairs = parse_qsl(text, keep_blank_values=True)
+    else:
+        pairs = [(k, v) for k, _, v in (p.partition("=") for p in text.split("&") if p)]
+    found = None
+    for key, value in pairs:
+        if key == name:
+            found = value
+    return found
+
+
+_NO_CONTENT = {"type": "http.response.start", "status": 204, "headers": []}
+_EMPTY_BODY = {"type": "http.response.body", "body": b""}
 
 
 def _refused(result: BeaconResult, name: str = "t") -> Response | None:
