@@ -270,3 +270,24 @@ def test_version_3_carries_the_expected_cost_and_version_2_has_none() -> None:
 
     v2 = verify(forge([2, "abc", 1, 2, 7, "CPC", "p", NOW, NOW + 10]), KEY, NOW)
     assert v2.expected_micros is None and v2.price_micros == 7
+
+
+@given(st.binary(max_size=80), st.integers(0, 63))
+def test_exactly_the_canonical_spelling_of_any_bytes_decodes(data: bytes, other: int) -> None:
+    """The decoder accepts a base64url text exactly when it is the canonical (unpadded,
+    unused bits zero) spelling of some bytes, and gives those bytes back."""
+    from adfunnel.tracking.token import _b64decode, _b64encode
+
+    text = _b64encode(data)
+    assert _b64decode(text) == data if text else True
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    if text:
+        spelled = text[:-1] + alphabet[other]
+        canonical = _b64encode(base64.urlsafe_b64decode(spelled + "=" * (-len(spelled) % 4)))
+        if canonical == spelled:
+            assert _b64decode(spelled) is not None
+        else:
+            with pytest.raises(InvalidToken):
+                _b64decode(spelled)
+    with pytest.raises(InvalidToken):
+        _b64decode(text + "A" if len(text) % 4 == 0 else text + "A" * (5 - len(text) % 4))

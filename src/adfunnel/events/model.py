@@ -107,12 +107,17 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             raise ValueError(
                 f"impression_id: 1-64 of [A-Za-z0-9_-], got {self.impression_id!r:.80}"
             )
-        for name in ("campaign_id", "ad_id", "price_micros", "served_at"):
-            _check_int64(name, getattr(self, name))
-        for name in ("expected_micros", "conversion_value_micros", "tracked_ns"):
-            value = getattr(self, name)
-            if value is not None:
-                _check_int64(name, value)
+        ints = (self.campaign_id, self.ad_id, self.price_micros, self.served_at)
+        optional = (self.expected_micros, self.conversion_value_micros, self.tracked_ns)
+        if not (all(type(v) is int and 0 <= v <= _INT64_MAX for v in ints)  # not bool
+                and all(v is None or (type(v) is int and 0 <= v <= _INT64_MAX)
+                        for v in optional)):
+            for name in ("campaign_id", "ad_id", "price_micros", "served_at"):
+                _check_int64(name, getattr(self, name))
+            for name in ("expected_micros", "conversion_value_micros", "tracked_ns"):
+                value = getattr(self, name)
+                if value is not None:
+                    _check_int64(name, value)
         if self.billing_type not in BILLING_TYPES:
             raise ValueError(f"billing_type: CPM, CPC or CPA, got {self.billing_type!r:.20}")
         if not self.placement or len(self.placement) > MAX_PLACEMENT_CHARS:

@@ -28,6 +28,7 @@ never to a URL taken from the request.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections import Counter as Tally
@@ -54,6 +55,12 @@ CONVERSION_GRACE_S = MAX_ATTRIBUTION_WINDOW_S
 BEACONS = Counter(
     "adfunnel_beacons_total", "Tracking beacons by event type and outcome", ["event", "outcome"]
 )
+
+
+@functools.lru_cache(maxsize=1_024)
+def _beacons(event: str, outcome: str) -> Counter:
+    """The labelled child of :data:`BEACONS` (``labels`` takes a lock and a lookup)."""
+    return BEACONS.labels(event, outcome)
 
 #: Outcomes of :class:`BeaconResult`.
 APPENDED = "appended"
@@ -189,12 +196,12 @@ class Tracker:
             claims = verify(token, self.token_key, now_s - grace)
         except InvalidToken as exc:
             self._count("invalid_tokens", f"invalid_tokens_{exc.reason}")
-            BEACONS.labels(event_type.value, f"invalid_{exc.reason}").inc()
+            _beacons(event_type.value, f"invalid_{exc.reason}").inc()
             return BeaconResult(f"invalid:{exc.reason}")
         landing = self._landing(claims, event_type)
         if claims.campaign_id == HOUSE_ID:
             self._count(f"house_{event_type.value}")
-            BEACONS.labels(event_type.value, HOUSE).inc()
+            _beacons(event_type.value, HOUSE).inc()
             return BeaconResult(HOUSE, landing)
         reason = self._invalid(claims, event_type, client, now_s)
         event = Event(
@@ -214,14 +221,14 @@ class Tracker:
     def _appended(self, result: BeaconResult) -> BeaconResult:
         assert result.event is not None
         reason = result.event.ivt_reason
-        BEACONS.labels(result.event.event_type.value,
+        _beacons(result.event.event_type.value,
                        APPENDED if reason is None else f"ivt_{reason}").inc()
         return result
 
     def _unavailable(self, result: BeaconResult) -> BeaconResult:
         assert result.event is not None
         self._count(UNAVAILABLE)
-        BEACONS.labels(result.event.event_type.value, UNAVAILABLE).inc()
+        _beacons(result.event.event_type.value, UNAVAILABLE).inc()
         return BeaconResult(UNAVAILABLE, result.landing_url)
 
     def _landing(self, claims: TokenClaims, event_type: EventType) -> str | None:

@@ -70,4 +70,10 @@ def _parsed(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 def _trusted(address: ipaddress.IPv4Address | ipaddress.IPv6Address,
              trusted: Sequence[Network]) -> bool:
+    return _trusted_in(address, tuple(trusted))
+
+
+@functools.lru_cache(maxsize=65_536)
+def _trusted_in(address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+                trusted: tuple[Network, ...]) -> bool:
     return any(address.version == n.version and address in n for n in trusted)
