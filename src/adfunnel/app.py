@@ -194,7 +194,8 @@ def build_runtime(
            if settings.cvr_model_dir is not None else None)
     if settings.model_dir is not None:
         decider.scorer = ModelScorer(ClickModel.load(Path(settings.model_dir)),
-                                     settings.model_budget_ms, monitor, cvr)
+                                     settings.model_budget_ms, monitor, cvr,
+                                     recall_sample=settings.recall_sample)
         decider.exploration_share = settings.exploration_share
     follow_model_releases(catalog, decider, settings, monitor, cvr)
     rollups = make_rollup_store(engine)
@@ -254,10 +255,12 @@ def follow_model_releases(catalog: Catalog, decider: ColumnarDecider, settings: 
             current = decider.scorer
             if current is not None:
                 decider.scorer = ModelScorer(current.model, settings.model_budget_ms,
-                                             monitor, model)
+                                             monitor, model,
+                                             recall_sample=settings.recall_sample)
         else:
             decider.scorer = ModelScorer(model, settings.model_budget_ms, monitor,
-                                         state["conversion"])
+                                         state["conversion"],
+                                         recall_sample=settings.recall_sample)
             decider.exploration_share = settings.exploration_share
         log.info("serving with %s model %s (release %d)", release.target, model.version,
                  release.id)

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     #: shows a uniform pick among the eligible ads above the reserve, and every
     #: decision logs the propensity of what it showed (the served log)
     exploration_share: float = Field(default=0.01, ge=0, lt=1)
+    #: share of a model's decisions that also score every candidate, to measure the
+    #: pre-rank's recall (``/v1/serving/stats``: a measurement's cost, not a decision's)
+    recall_sample: float = Field(default=0.01, ge=0, le=1)
     index: Literal["conjunction", "scan"] = "conjunction"
     change_poll_s: float = Field(default=0.25, gt=0, le=5)
     traffic_flush_s: float = Field(default=10.0, gt=0)

@@ -45,11 +45,14 @@ class ModelScorer:
         monitor: told of each committed winner the model scored (None: not watched).
         cvr_model: a conversion model (``target`` conversion): the pCVR of CPA
             candidates (None: the configured constant).
+        recall_sample: share of decisions (probability) that also score every
+            candidate to measure the pre-rank's recall.
     """
 
     def __init__(self, model: ClickModel, budget_ms: float = 2.0,
                  monitor: CalibrationMonitor | None = None,
-                 cvr_model: ClickModel | None = None) -> None:
+                 cvr_model: ClickModel | None = None, *,
+                 recall_sample: float = 0.01) -> None:
         if cvr_model is not None and cvr_model.target != "conversion":
             raise ValueError("cvr_model must be a conversion model (target conversion)")
         if budget_ms <= 0:
@@ -60,8 +63,8 @@ class ModelScorer:
         self.monitor = monitor
         self.cvr_model = cvr_model
         #: share of decisions that also score every candidate, to measure the
-        #: pre-rank's recall (a measurement; 1 %)
-        self.recall_sample = 0.01
+        #: pre-rank's recall (a measurement; default 1 %)
+        self.recall_sample = recall_sample
         self._recall = [0, 0]  # checked, kept the best
         self._lock = threading.Lock()
 
