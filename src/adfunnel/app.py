@@ -63,6 +63,7 @@ from adfunnel.frequency.redis_store import RedisFrequencyStore
 from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, MemoryFrequencyStore
 from adfunnel.index import ScanIndex
 from adfunnel.ivt.rules import Tier1Rules
+from adfunnel.observability.metrics import CAMPAIGNS, watch_change_feed, watch_fill
 from adfunnel.observability.request_log import RequestLog
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
@@ -124,6 +125,8 @@ class Runtime:
         if isinstance(self.gate, ReportingBudgetClient | InProcessBudget):
             self.gate.stop()
         self.caps.close()
+        if isinstance(self.gate, InProcessBudget):
+            CAMPAIGNS.forget(self.gate.status)
         if self.served is not None:
             self.served.close()
         self.engine.dispose()
@@ -358,6 +361,7 @@ def build_app(rt: Runtime) -> RequestLog:
     tracking = TrackingEndpoints(rt.tracker, parse_networks(s.trusted_proxies))
     for route in (*serving.routes(), *tracking.routes()):
         app.router.routes.append(route)
+    watch_metrics(rt, serving)
 
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -456,6 +460,16 @@ def build_app(rt: Runtime) -> RequestLog:
     # outside the framework: a select's deadline starts as early as we see it
     stamped = ArrivalStamp(app, routes={**serving.hot_routes(), **tracking.hot_routes()})
     return RequestLog(stamped, access_log=s.access_log)
+
+
+def watch_metrics(rt: Runtime, serving: ServingEndpoints) -> None:
+    """The series read at scrape time (observability/metrics.py): fill rate, change-feed
+    lag and, with the embedded budget service, the per-campaign budget series."""
+    feed = rt.feed
+    watch_fill(serving.fill_rate)
+    watch_change_feed(lambda: max(feed.last_apply_lag_s, feed.behind_s()))
+    if isinstance(rt.gate, InProcessBudget):
+        CAMPAIGNS.follow(rt.gate.status, rt.settings.metrics_top_campaigns)
 
 
 def create_app() -> RequestLog:

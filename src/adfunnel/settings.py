@@ -112,6 +112,9 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     #: one access-log line per HTTP request (logger ``adfunnel.access``)
     access_log: bool = True
+    #: campaigns (by today's billed spend) with their own per-campaign metric series;
+    #: the others are summed under ``campaign="other"``
+    metrics_top_campaigns: int = Field(default=20, ge=0, le=1_000)
 
     @field_validator("database_url")
     @classmethod

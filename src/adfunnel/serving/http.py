@@ -68,7 +68,8 @@ DEADLINE_MISS_RATE = Gauge(
     "adfunnel_deadline_miss_rate", "deadline_miss_rate: (late + shed) / ad requests, over "
     "the last 1,000 ad requests of this process",
 )
-SELECT_OUTCOMES = Counter("adfunnel_select_total", "Ad decisions by outcome", ["outcome"])
+SELECT_OUTCOMES = Counter("adfunnel_decisions", "decisions_total: ad requests by outcome "
+                          "(filled, no_fill, shed, late, not_ready)", ["outcome"])
 REJECTED_REQUESTS = Counter("adfunnel_bad_requests_total", "Refused requests", ["endpoint"])
 #: The bare route of ``adfunnel bench http``'s baseline (always on: 204, no work).
 NOOP_PATH = "/v1/bench/noop"
@@ -112,6 +113,8 @@ class ServingEndpoints:
         self.default_deadline_ms = default_deadline_ms
         self.max_body_bytes = max_body_bytes
         self.ready = ready or (lambda: True)
+        self.answered = 0  # ad requests answered (filled, no fill, shed or late)
+        self.filled = 0  # of which with an ad
 
     def routes(self) -> list[Route]:
         return [
@@ -190,7 +193,15 @@ class ServingEndpoints:
         self._observe(start, outcome)
         return 204, [(OUTCOME_HEADER, _OUTCOME_VALUES[outcome])], b""
 
+    def fill_rate(self) -> float:
+        """fill rate: ad requests answered with an ad / ad requests answered (0 before
+        the first)."""
+        return self.filled / self.answered if self.answered else 0.0
+
     def _observe(self, start: float, outcome: str) -> None:
+        self.answered += 1
+        if outcome == "filled":
+            self.filled += 1
         OUTCOME_COUNTERS[outcome].inc()
         SELECT_LATENCY.observe((monotonic_ms() - start) / 1000.0)
         DEADLINE_MISS_RATE.set(self.log.miss_rate())
