@@ -28,6 +28,9 @@ pytestmark = pytest.mark.e2e
 CHROMIUM = os.environ.get("ADFUNNEL_CHROMIUM", "/usr/bin/chromium")
 ADMIN_KEY = "ui-browser-test-admin-key-0123456789abcdef"
 START = datetime(2026, 7, 15, 9, 0, tzinfo=UTC)
+#: A browser's user agent for the beacons (httpx's own is on the crawler list: not billed).
+BROWSER_UA = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+              "Chrome/131.0.0.0 Safari/537.36")
 
 
 def _chromium() -> str:
@@ -65,20 +68,23 @@ class Admin:
         return str(r.json()["key"])
 
 
+def ad_request(user: str, **extra: object) -> dict[str, object]:
+    return {"user": {"key": user, "attributes": {"geo.country": "US"}},
+            "placement": {"id": "feed-top", "reserve_cpm_micros": 2_000_000},
+            "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}],
+            "deadline_ms": 2000, **extra}
+
+
 def send_traffic(url: str, admin: Admin, campaign_id: int, *, requests: int,
                  start: datetime, step: timedelta) -> int:
     """Ad requests for the 300×250 slot, each won impression's beacon sent (real HTTP,
     no key: both routes are open); the clock moves ``step`` after each request so the
     budget service runs its control steps. Returns the impressions sent."""
     sent = 0
-    with httpx.Client(base_url=url, timeout=10.0) as http:
+    with httpx.Client(base_url=url, timeout=10.0, headers={"User-Agent": BROWSER_UA}) as http:
         for i in range(requests):
             admin.set_clock(start + i * step)
-            body = {"user": {"key": f"user-{i}", "attributes": {"geo.country": "US"}},
-                    "placement": {"id": "feed-top", "reserve_cpm_micros": 1_000_000},
-                    "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}],
-                    "deadline_ms": 2000}
-            r = http.post("/v1/ads:select", json=body)
+            r = http.post("/v1/ads:select", json=ad_request(f"user-{i}"))
             if r.status_code != 200:
                 continue
             for ad in r.json()["ads"]:
@@ -121,7 +127,7 @@ def test_advertiser_reviewer_walkthrough(server: ServerProcess, tmp_path: Path) 
         page.fill("#nc-name", "Autumn launch")
         page.select_option("#nc-bid-type", "CPM")
         page.fill("#nc-bid", "4.00")
-        page.fill("#nc-budget", "2.00")
+        page.fill("#nc-budget", "0.50")
         page.click("#new-campaign button[type=submit]")
         expect(page.locator("h1")).to_contain_text("Autumn launch")
         campaign_id = int(page.url.rsplit("/", 1)[1])
@@ -154,18 +160,24 @@ def test_advertiser_reviewer_walkthrough(server: ServerProcess, tmp_path: Path) 
         # 5. the advertiser sees spend and the pacing chart's data
         page.click("header .who button")
         log_in(advertiser_key)
-        page.goto(f"{server.url}/ui/campaigns/{campaign_id}")
+        hourly = page.locator("#hourly tbody td.num")
+        for _ in range(40):  # the rollups behind the hourly table refresh every few seconds
+            page.goto(f"{server.url}/ui/campaigns/{campaign_id}")
+            if hourly.count():
+                break
+            page.wait_for_timeout(250)
         expect(page.locator("#ads [data-review]")).to_have_attribute("data-review", "approved")
+        assert int(hourly.first.text_content() or 0) > 0  # impressions of the first hour
         expect(page.locator("#pacing-chart[data-rendered=true] canvas")).to_have_count(1)
         chart = json.loads(page.locator("#pacing-data").text_content() or "{}")
         assert chart["campaign_id"] == campaign_id
         spend = [v for v in chart["spend_micros"] if v is not None]
         assert spend[0] == 0 and spend[-1] > 0  # cumulative spend from midnight to now
         assert spend == sorted(spend)
-        assert chart["budget_micros"] == 2_000_000 and max(spend) <= 2_000_000 * 1.05
+        assert chart["budget_micros"] == 500_000 and max(spend) <= 500_000 * 1.05
         targets = [v for v in chart["target_micros"] if v is not None]
         assert len(targets) == len(chart["hours"]) and targets == sorted(targets)
-        assert targets[-1] == pytest.approx(2_000_000, rel=1e-6)
+        assert targets[-1] == pytest.approx(500_000, rel=1e-6)
         ps = [v for v in chart["p"] if v is not None]
         assert ps and all(0 < p <= 1 for p in ps)
         shot("campaign")
@@ -183,4 +195,39 @@ def test_advertiser_reviewer_walkthrough(server: ServerProcess, tmp_path: Path) 
         expect(page.locator("#campaign-status")).to_have_text("paused")
         page.goto(f"{server.url}/ui/campaigns")
         expect(listed.locator("[data-status]")).to_have_attribute("data-status", "paused")
+
+        # the operator's view: every advertiser, and one decision explained
+        other = admin.http.post("/v1/advertisers", json={"name": "Contoso"}).json()
+        rival = admin_campaign(admin, other["id"], "Contoso always-on")
+        admin_campaign(admin, other["id"], "Contoso France only",
+                       targeting={"attr": "geo.country", "in": ["FR"]})
+        explained = httpx.post(f"{server.url}/v1/ads:select",
+                               json=ad_request("explained", request_id="ui-explain-1",
+                                               explain=True)).json()
+        assert explained["ads"][0]["campaign_id"] == rival
+        page.click("header .who button")
+        log_in(ADMIN_KEY)
+        expect(page.locator("#campaigns tr[data-campaign-id]")).to_have_count(3)
+        shot("campaigns-admin")
+        page.goto(f"{server.url}/ui/explain")
+        page.fill("#request_id", "ui-explain-1")
+        page.click("form.inline button")
+        expect(page.locator("#explain-placed tbody")).to_contain_text(f"#{rival}")
+        expect(page.locator("#explain-rejections tbody")).to_contain_text("paused")
+        shot("explainer")
         browser.close()
+
+
+def admin_campaign(admin: Admin, advertiser_id: int, name: str, **extra: object) -> int:
+    """A campaign with one approved 300×250 ad, made by the admin over the API."""
+    body = {"advertiser_id": advertiser_id, "name": name, "objective": "clicks",
+            "bid_type": "CPM", "bid_micros": 3_000_000, "daily_budget_micros": 5_000_000,
+            "time_zone": "UTC", "flight_start": START.date().isoformat(), **extra}
+    r = admin.http.post("/v1/campaigns", json=body)
+    assert r.status_code == 201, r.text
+    cid = int(r.json()["id"])
+    r = admin.http.post(f"/v1/campaigns/{cid}/ads", json={
+        "landing_url": "https://contoso.example/", "creative_ref": f"{cid}.png",
+        "format": "banner", "width": 300, "height": 250, "review_state": "approved"})
+    assert r.status_code == 201, r.text
+    return cid
