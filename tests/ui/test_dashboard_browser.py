@@ -185,7 +185,6 @@ def test_advertiser_reviewer_walkthrough(server: ServerProcess, tmp_path: Path) 
         listed = page.locator(f"#campaigns tr[data-campaign-id='{campaign_id}']")
         expect(listed).to_contain_text("Autumn launch")
         assert "0.00 /" not in (listed.locator(".spend").text_content() or "")
-        shot("campaigns")
 
         # 6. pause it and see the status change
         page.goto(f"{server.url}/ui/campaigns/{campaign_id}")
