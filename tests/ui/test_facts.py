@@ -108,6 +108,19 @@ def test_delivering_then_paused_and_no_ads(rt: Runtime, client: TestClient) -> N
     assert status_of(rt, pending) is DeliveryStatus.NO_APPROVED_ADS
 
 
+def test_exhausted_budget_is_limited_by_budget(rt: Runtime, client: TestClient) -> None:
+    cid = make_campaign(rt, daily_budget_micros=10_000, pacing_mode="accelerated")
+    for i in range(40):
+        rt.clock.set(START + timedelta(seconds=20 * i))
+        answer = select(client, f"u{i}")
+        if answer is not None:
+            client.get(answer["ads"][0]["impression_url"])
+    rt.clock.set(START + timedelta(minutes=15))
+    billed = rt.ledger.billed_on(START.date())[cid]
+    assert billed > 0  # 500 micros an impression (the reserve); 3,000 held for each serve
+    assert status_of(rt, cid) is DeliveryStatus.LIMITED_BY_BUDGET
+
+
 def test_pacing_chart_has_spend_target_and_p(rt: Runtime, client: TestClient) -> None:
     cid = make_campaign(rt, daily_budget_micros=1_000_000)
     for i in range(30):

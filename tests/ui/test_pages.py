@@ -243,6 +243,8 @@ def test_explainer_shows_each_candidate(client: TestClient, world: dict[str, Any
     assert f"#{won}" in page and f"#{lost}" in page  # the loser, with its reason
     missing = client.get("/ui/explain?request_id=nobody").text
     assert 'id="explain-error"' in missing
+    log_in(client, world["key_a"])  # every advertiser's candidates: admins only
+    assert client.get("/ui/explain?request_id=explain-me").status_code == 403
 
 
 def test_static_assets_are_served_locally(client: TestClient) -> None:
