@@ -71,6 +71,7 @@ def serve(
         serve_http,
         serve_workers,
     )
+    from adfunnel.auth import bootstrap_admin_key
     from adfunnel.campaigns.migrate import upgrade
     from adfunnel.observability.logs import log_start
 
@@ -81,6 +82,10 @@ def serve(
              "cvr_model_dir": cvr_model, "log_format": log_format, "access_log": access_log}
     settings = _settings_or_exit(**flags)
     _configure_logging(settings)
+    with _reachable_or_exit(settings):  # before the admin key is printed: one line
+        upgrade(settings.database_url)
+        _event_log_or_raise(settings)
+    settings = bootstrap_admin_key(settings)
     for path, target in ((settings.model_dir, "click"), (settings.cvr_model_dir, "conversion")):
         if path is None:
             continue
@@ -97,7 +102,6 @@ def serve(
             raise typer.Exit(1)
     if workers <= 1:
         with _reachable_or_exit(settings):
-            _event_log_or_raise(settings)
             runtime = build_runtime(settings)
         asgi = build_app(runtime)
         freeze_startup_heap()
@@ -114,14 +118,12 @@ def serve(
                       "on its own, so a user may see a capped ad up to once per worker more "
                       "than the cap[/yellow]")
     # N processes: each worker builds its own runtime from the environment; they must
-    # share one token secret, and the schema is migrated once, here.
+    # share one token secret and admin key (the schema was migrated once, above).
     for key, value in flags.items():
         if value is not None:
             os.environ[f"ADFUNNEL_{key.upper()}"] = str(value)
     os.environ.setdefault("ADFUNNEL_TOKEN_SECRET", secrets.token_hex(32))
-    with _reachable_or_exit(settings):
-        upgrade(settings.database_url)
-        _event_log_or_raise(settings)  # each worker would fail alike: one line here
+    os.environ["ADFUNNEL_ADMIN_KEY"] = str(settings.admin_key)  # one bootstrap key for all
     address = f"http://{settings.host}:{settings.port} ({workers} workers)"
     with _listening_or_exit(settings.host, settings.port):
         status = serve_workers(settings.host, settings.port, workers,
@@ -310,6 +312,7 @@ def replay(
     database_url: Annotated[str | None, typer.Option(help="Database of the started server (default: a temporary SQLite file).")] = None,
     event_log: Annotated[str | None, typer.Option(help="Event log of the started server: nats://… for JetStream (default: in memory).")] = None,
     learn: Annotated[bool, typer.Option(help="Click by an attribute click model, train a click model on the served log of the days before the last, roll it out, serve the last day with it, and report `model`.")] = False,
+    api_key: Annotated[str | None, typer.Option(envvar="ADFUNNEL_API_KEY", help="Admin API key of the --server (the started server gets one of its own).")] = None,
 ) -> None:
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
     from rich.progress import Progress
@@ -331,7 +334,7 @@ def replay(
         result = run_replay(rows, server=server, database_url=database_url, seed=seed,
                             ctr_scale=ctr_scale, pctr_prior=pctr_prior, speed=speed,
                             progress=lambda n: progress.advance(task, n), event_log=event_log,
-                            learn=learn)
+                            learn=learn, api_key=api_key)
     report.write_text(json.dumps(result, indent=2))
     print_replay_summary(result)
     console.print(f"report written to {report}")

@@ -129,7 +129,8 @@ def test_every_route_of_the_server_carries_the_id(client: TestClient,
     assert r.status_code == 200 and r.headers["x-request-id"] == "req-1"
     assert r.json()["request_id"] == "req-1"
     assert client.get("/v1/decisions/req-1").status_code == 200
-    named = client.post("/v1/ads:select", json=ad_request(request_id="body-id", deadline_ms=slow_ok),
+    named = client.post("/v1/ads:select",
+                        json=ad_request(request_id="body-id", deadline_ms=slow_ok),
                         headers={"x-request-id": "header-id"})
     assert named.headers["x-request-id"] == "body-id"  # the decision's own name wins
     token = r.json()["ads"][0]["token"]
