@@ -130,6 +130,13 @@ class ServerFacts:
             impressions=0 if budget else billed_today,
         )
 
+    def ads_of(self, campaign_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
+        """campaign id -> its ads' review state and status, from the store: for a list
+        of campaigns the API already answered (one API call per campaign would spend
+        the viewer's request rate on a single page)."""
+        return {cid: [{"review_state": a.review_state.value, "status": a.status.value}
+                      for a in self.rt.store.list_ads(cid)] for cid in campaign_ids}
+
     def billed_today(self, campaigns: Iterable[dict[str, Any]]) -> dict[int, int]:
         """campaign id -> billed micros on its current local day (the ledger)."""
         by_day: dict[date, dict[int, int]] = {}
