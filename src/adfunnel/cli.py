@@ -244,6 +244,7 @@ def replay(
     database_url: Annotated[str | None, typer.Option(help="Database of the started server (default: a temporary SQLite file).")] = None,
     event_log: Annotated[str | None, typer.Option(help="Event log of the started server: nats://… for JetStream (default: in memory).")] = None,
     learn: Annotated[bool, typer.Option(help="Click by an attribute click model, train a click model on the served log of the days before the last, roll it out, serve the last day with it, and report `model`.")] = False,
+    catalogue: Annotated[int, typer.Option(min=0, help="Add N run-of-network CPC campaigns (one banner each) so requests have more candidates than the pre-rank keeps; with --learn the report's model.prerank_recall is measured on every model decision.")] = 0,
 ) -> None:
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
     from rich.progress import Progress
@@ -265,7 +266,7 @@ def replay(
         result = run_replay(rows, server=server, database_url=database_url, seed=seed,
                             ctr_scale=ctr_scale, pctr_prior=pctr_prior, speed=speed,
                             progress=lambda n: progress.advance(task, n), event_log=event_log,
-                            learn=learn)
+                            learn=learn, catalogue=catalogue)
     report.write_text(json.dumps(result, indent=2))
     print_replay_summary(result)
     console.print(f"report written to {report}")
