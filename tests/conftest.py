@@ -8,6 +8,9 @@ dropped afterwards, so no test depends on another's leftovers or on the order.
 Redis: ``ADFUNNEL_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379``), skipped the
 same way (``redis_url``); tests keep to keys of their own and delete them.
 
+Every process and settings object of the tests gets ``ADFUNNEL_ADMIN_KEY`` =
+``tests.api_keys.ADMIN_KEY``; clients of protected routes send ``ADMIN_HEADERS``.
+
 NATS with JetStream: ``ADFUNNEL_TEST_NATS_URL`` (default ``nats://127.0.0.1:4222``),
 skipped the same way (``nats_url``); tests use streams of their own and delete them.
 """
@@ -26,6 +29,14 @@ import redis
 from sqlalchemy import Engine, create_engine, text
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every app, settings object and child server of the tests starts with the same
+    bootstrap admin key (``tests.api_keys.ADMIN_KEY``), unless a test says otherwise."""
+    from tests.api_keys import ADMIN_KEY
+
+    os.environ.setdefault("ADFUNNEL_ADMIN_KEY", ADMIN_KEY)
 
 
 @pytest.fixture(scope="session", autouse=True)

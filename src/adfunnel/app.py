@@ -34,6 +34,8 @@ from sqlalchemy import Engine
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from adfunnel.auth import ApiKeys, SqlKeyStore, install_auth
+from adfunnel.auth.api import make_api_key_router
 from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.rollups import DirtyHours, RollupStore
 from adfunnel.billing.sql_ledger import SqlLedger
@@ -103,6 +105,7 @@ class Runtime:
     caps: FrequencyStore  # per-user frequency-cap records (Redis, or memory)
     events: EventPlane  # event log, the tracker's publisher, the aggregator
     rollups: RollupStore  # hourly rollups of the ledger (reports by hour, ad, placement)
+    keys: ApiKeys  # API keys: the bootstrap admin key and the stored ones
     served: ServedLog | None = None  # committed decisions for the click model
     _closed: bool = False
 
@@ -213,7 +216,8 @@ def build_runtime(
                                    settings.served_compact_s, "served-compact", clock).start())
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
                    tracker, decisions, change_feed, background, DecisionQueue(decider), caps,
-                   events, rollups, served)
+                   events, rollups, ApiKeys(SqlKeyStore(engine), clock, settings.admin_key),
+                   served)
 
 
 #: Real seconds between refreshes of the rollup hours the aggregator touched (an
@@ -347,8 +351,10 @@ def build_app(rt: Runtime) -> ArrivalStamp:
                   description="Ad server: advertiser API, ad decisions, tracking.")
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
+    install_auth(app, rt.keys)  # outside the body limit: no key, no body read
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups))
-    app.include_router(make_operator_router(rt.store))  # no roles yet: a later issue
+    app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
+    app.include_router(make_api_key_router(rt.keys, rt.store))
     serving = ServingEndpoints(rt.queue, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready,
@@ -457,11 +463,13 @@ def build_app(rt: Runtime) -> ArrivalStamp:
 
 def create_app() -> ArrivalStamp:
     """App factory of a worker process (and of ``uvicorn --factory``): settings from
-    ``ADFUNNEL_*``; the start-up heap is frozen out of the collector's reach
+    ``ADFUNNEL_*`` (without ``ADFUNNEL_ADMIN_KEY``, an admin key is generated and
+    printed once); the start-up heap is frozen out of the collector's reach
     (:func:`freeze_startup_heap`)."""
+    from adfunnel.auth import bootstrap_admin_key
     from adfunnel.settings import load_settings
 
-    app = build_app(build_runtime(load_settings()))
+    app = build_app(build_runtime(bootstrap_admin_key(load_settings())))
     freeze_startup_heap()
     return app
 

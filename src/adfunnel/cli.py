@@ -60,6 +60,7 @@ def serve(
         serve_http,
         serve_workers,
     )
+    from adfunnel.auth import bootstrap_admin_key
     from adfunnel.campaigns.migrate import upgrade
 
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
@@ -67,7 +68,7 @@ def serve(
              "redis_url": redis_url, "served_log_dir": served_log,
              "event_log_url": event_log, "spool_dir": spool_dir, "model_dir": model,
              "cvr_model_dir": cvr_model}
-    settings = _settings_or_exit(**flags)
+    settings = bootstrap_admin_key(_settings_or_exit(**flags))
     for path, target in ((settings.model_dir, "click"), (settings.cvr_model_dir, "conversion")):
         if path is None:
             continue
@@ -104,6 +105,7 @@ def serve(
         if value is not None:
             os.environ[f"ADFUNNEL_{key.upper()}"] = str(value)
     os.environ.setdefault("ADFUNNEL_TOKEN_SECRET", secrets.token_hex(32))
+    os.environ["ADFUNNEL_ADMIN_KEY"] = str(settings.admin_key)  # one bootstrap key for all
     with _database_or_exit(settings.database_url):
         upgrade(settings.database_url)
     with _listening_or_exit(settings.host, settings.port):
@@ -245,6 +247,7 @@ def replay(
     event_log: Annotated[str | None, typer.Option(help="Event log of the started server: nats://… for JetStream (default: in memory).")] = None,
     learn: Annotated[bool, typer.Option(help="Click by an attribute click model, train a click model on the served log of the days before the last, roll it out, serve the last day with it, and report `model`.")] = False,
     catalogue: Annotated[int, typer.Option(min=0, help="Add N run-of-network CPC campaigns (one banner each) so requests have more candidates than the pre-rank keeps; with --learn the report's model.prerank_recall is measured on every model decision.")] = 0,
+    api_key: Annotated[str | None, typer.Option(envvar="ADFUNNEL_API_KEY", help="Admin API key of the --server (the started server gets one of its own).")] = None,
 ) -> None:
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
     from rich.progress import Progress
@@ -266,7 +269,7 @@ def replay(
         result = run_replay(rows, server=server, database_url=database_url, seed=seed,
                             ctr_scale=ctr_scale, pctr_prior=pctr_prior, speed=speed,
                             progress=lambda n: progress.advance(task, n), event_log=event_log,
-                            learn=learn, catalogue=catalogue)
+                            learn=learn, catalogue=catalogue, api_key=api_key)
     report.write_text(json.dumps(result, indent=2))
     print_replay_summary(result)
     console.print(f"report written to {report}")

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     budget: Literal["service", "local"] = "service"
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
     token_secret: str = Field(default_factory=lambda: secrets.token_hex(32), min_length=32)
+    #: the bootstrap admin API key (``Authorization: Bearer <key>``); None: ``serve``
+    #: generates one and prints it once at start
+    admin_key: str | None = Field(default=None, min_length=32, repr=False)
     token_ttl_s: int = Field(default=3600, gt=0, le=86_400)
     clock: Literal["system", "manual"] = "system"
     default_deadline_ms: int = Field(default=100, gt=0, le=10_000)

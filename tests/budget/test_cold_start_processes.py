@@ -19,6 +19,7 @@ from adfunnel.campaigns.migrate import upgrade
 from adfunnel.db import make_engine
 from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ManagedProcess, ServerProcess, free_port
+from tests.api_keys import ADMIN_HEADERS
 
 CHARGE = 2_000  # a 2.00 CPM price per impression
 BUDGET = 100_000
@@ -56,7 +57,7 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
     stop = threading.Event()
     served: list[int] = []
     try:
-        http = httpx.Client(base_url=servers[0].url, timeout=10)
+        http = httpx.Client(base_url=servers[0].url, timeout=10, headers=ADMIN_HEADERS)
         today = datetime.now(UTC).date()
         adv = http.post("/v1/advertisers", json={"name": "a"}).json()
         camp = http.post("/v1/campaigns", json={

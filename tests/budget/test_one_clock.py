@@ -22,6 +22,7 @@ from adfunnel.clock import ManualClock
 from adfunnel.settings import load_settings
 from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ServerProcess
+from tests.api_keys import ADMIN_HEADERS
 
 CHARGE = 2_000  # micros per impression of a 2.00 CPM price
 REQUEST = {
@@ -69,7 +70,7 @@ def test_daily_budget_refills_every_local_day_on_a_manual_clock(start: datetime)
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32)
     rt = build_runtime(settings, ManualClock(), seed=1)  # unset: reads the machine's clock
     try:
-        with TestClient(build_app(rt)) as http:
+        with TestClient(build_app(rt), headers=ADMIN_HEADERS) as http:
             http.put("/v1/admin/clock", json={"now": start.isoformat()})
             _campaign(http, (start - timedelta(days=1)).date().isoformat())
             assert [_day_of_requests(http, start, d) for d in range(3)] == [3, 3, 3]
@@ -87,7 +88,7 @@ def test_a_real_server_on_a_2019_manual_clock_refills_each_day(tmp_path) -> None
     url = f"sqlite:///{tmp_path / 'clock.sqlite3'}"
     with ServerProcess(url, clock="manual", log_path=tmp_path / "server.log") as proc, \
             httpx.Client(base_url=proc.url, timeout=10,
-                         headers={"user-agent": PERSON_UA}) as http:
+                         headers={**ADMIN_HEADERS, "user-agent": PERSON_UA}) as http:
         http.put("/v1/admin/clock", json={"now": start.isoformat()})
         _campaign(http, "2019-06-01")
         assert [_day_of_requests(http, start, d) for d in range(2)] == [3, 3]
@@ -108,7 +109,7 @@ def test_select_answers_while_the_budget_service_is_blocked_on_the_store() -> No
         return real(position, limit)
 
     try:
-        with TestClient(build_app(rt)) as http:
+        with TestClient(build_app(rt), headers=ADMIN_HEADERS) as http:
             _campaign(http, "2020-01-01")
             rt.store.changes_since = held_changes_since  # type: ignore[method-assign]
             assert entered.wait(10), "the budget service's ticker never polled the store"

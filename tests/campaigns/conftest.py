@@ -10,6 +10,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from adfunnel.auth import ApiKeys, MemoryKeyStore, install_auth
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
 from adfunnel.campaigns.migrate import upgrade
@@ -17,6 +18,7 @@ from adfunnel.campaigns.operator_api import make_operator_router
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import FixedClock
 from adfunnel.db import make_engine
+from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 
 #: "Now" of every API test: Tuesday 2026-11-03 10:00 in New York.
 NOW = datetime(2026, 11, 3, 15, 0, tzinfo=UTC)
@@ -39,10 +41,11 @@ def ledger() -> MemoryLedger:
 @pytest.fixture
 def client(store: SqlCampaignStore, ledger: MemoryLedger) -> Iterator[TestClient]:
     """The advertiser and operator APIs over ``store`` and ``ledger``, with the JSON error
-    handlers."""
+    handlers, as the bootstrap admin (the app's ``state.api_keys`` issues other keys)."""
     app = FastAPI()
     install_error_handlers(app)
+    install_auth(app, ApiKeys(MemoryKeyStore(), FixedClock(NOW), ADMIN_KEY))
     app.include_router(make_advertiser_router(store, ledger, FixedClock(NOW), None))
     app.include_router(make_operator_router(store))
-    with TestClient(app) as c:
+    with TestClient(app, headers=ADMIN_HEADERS) as c:
         yield c

@@ -26,6 +26,7 @@ from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import FixedClock
 from adfunnel.db import make_engine
+from tests.api_keys import ADMIN_HEADERS, install_test_auth
 
 from .conftest import NOW
 
@@ -61,6 +62,7 @@ def world() -> Iterator[World]:
     ledger = SqlLedger(engine)
     app = FastAPI()
     install_error_handlers(app)
+    install_test_auth(app)
     app.include_router(make_advertiser_router(store, ledger, FixedClock(NOW), None))
     adv = store.create_advertiser("Acme").id
     cid = store.create_campaign(
@@ -68,7 +70,7 @@ def world() -> Iterator[World]:
         daily_budget_micros=BUDGET, time_zone="America/New_York",
         flight_start=NOW.date() - timedelta(days=7),
     ).id
-    with TestClient(app) as client:
+    with TestClient(app, headers=ADMIN_HEADERS) as client:
         yield World(client, ledger, store, adv, cid)
     engine.dispose()
 

@@ -32,6 +32,7 @@ import redis
 
 from adfunnel.sim.http_bench import wait_workers
 from adfunnel.sim.server_proc import ManagedProcess, free_port
+from tests.api_keys import ADMIN_HEADERS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
@@ -151,7 +152,7 @@ def test_parallel_requests_on_three_workers_never_pass_an_advertiser_cap(
             _server(tmp_path / "workers.db", redis_url, "--workers", "3") as server:
         workers = wait_workers(server.url, 3, timeout_s=START_S)
         cap = [{"level": "advertiser", "count": 2, "window": "hour"}]
-        with httpx.Client(base_url=server.url, timeout=10.0) as c:
+        with httpx.Client(base_url=server.url, timeout=10.0, headers=ADMIN_HEADERS) as c:
             adv = _advertiser(c)
             ids = {_campaign(c, adv, cap, bid_micros=3_000_000), _campaign(c, adv, cap)}
         _wait_catalogue(server.url, 3, ads=2)
@@ -166,7 +167,8 @@ def test_parallel_requests_on_three_workers_never_pass_an_advertiser_cap(
 
         def one(i: int) -> None:
             try:
-                with httpx.Client(base_url=server.url, timeout=10.0) as own:  # own connection
+                with httpx.Client(base_url=server.url, timeout=10.0,
+                                  headers=ADMIN_HEADERS) as own:  # own connection
                     pid = own.get("/readyz").json()["pid"]
                     own.post("/v1/ads:select", json=_request(warm))  # opens its Redis pools
                     barrier.wait(timeout=30)
@@ -202,7 +204,7 @@ def test_a_cooldown_binds_while_the_day_count_still_allows(tmp_path: Path,
     start = datetime(2026, 11, 10, 9, 0, tzinfo=UTC)
     with _erased(redis_url, user), \
             _server(tmp_path / "and.db", redis_url, "--clock", "manual") as server, \
-            httpx.Client(base_url=server.url, timeout=10.0) as c:
+            httpx.Client(base_url=server.url, timeout=10.0, headers=ADMIN_HEADERS) as c:
         _set_clock(c, start)
         cid = _campaign(c, _advertiser(c), [
             {"level": "campaign", "count": 5, "window": "day"},
@@ -229,7 +231,7 @@ def test_a_day_cap_follows_the_local_calendar_day_across_dst_end(tmp_path: Path,
     user = _user()
     with _erased(redis_url, user), \
             _server(tmp_path / "day.db", redis_url, "--clock", "manual") as server, \
-            httpx.Client(base_url=server.url, timeout=10.0) as c:
+            httpx.Client(base_url=server.url, timeout=10.0, headers=ADMIN_HEADERS) as c:
         first = datetime(2026, 11, 1, 0, 30, tzinfo=NEW_YORK)
         late = datetime(2026, 11, 1, 23, 30, tzinfo=NEW_YORK)
         # 23 wall-clock hours apart, 24 real ones: the 01:00 hour comes twice that night
@@ -290,7 +292,7 @@ def test_a_stopped_redis_excludes_capped_campaigns_only(tmp_path: Path) -> None:
     answers again the capped one serves again."""
     user = _user()
     with _private_redis() as (redis_proc, url), _server(tmp_path / "down.db", url) as server, \
-            httpx.Client(base_url=server.url, timeout=10.0) as c:
+            httpx.Client(base_url=server.url, timeout=10.0, headers=ADMIN_HEADERS) as c:
         capped = _campaign(c, _advertiser(c), [{"level": "campaign", "count": 100,
                                                 "window": "day"}], bid_micros=3_000_000)
         free = _campaign(c, _advertiser(c), [], bid_micros=1_000_000)

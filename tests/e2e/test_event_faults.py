@@ -59,6 +59,7 @@ from adfunnel.events.model import Event, EventType
 from adfunnel.settings import Settings
 from adfunnel.sim.server_proc import ManagedProcess, free_port
 from adfunnel.tracking.token import TokenClaims, sign, verify
+from tests.api_keys import ADMIN_HEADERS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats, pytest.mark.postgres]
 
@@ -157,7 +158,7 @@ def _campaigns(world: World, audience: str) -> tuple[int, int]:
     """A CPM and a CPC campaign (of two advertisers: a page shows one ad per
     advertiser), each with one 300x250 ad, served only to ``audience``."""
     ids = []
-    with httpx.Client(base_url=world.serve_url, timeout=10.0) as c:
+    with httpx.Client(base_url=world.serve_url, timeout=10.0, headers=ADMIN_HEADERS) as c:
         for bid_type, bid, objective in (("CPM", 2_000_000, "impressions"),
                                          ("CPC", 5_000_000, "clicks")):
             adv = c.post("/v1/advertisers", json={"name": f"{audience}-{bid_type}"})
@@ -189,7 +190,7 @@ def _parallel(url: str, items: Sequence[X], one: Callable[[httpx.Client, X], Y],
     def run(item: X) -> Y:
         client = getattr(local, "client", None)
         if client is None:
-            client = local.client = httpx.Client(base_url=url, timeout=30.0)
+            client = local.client = httpx.Client(base_url=url, timeout=30.0, headers=ADMIN_HEADERS)
             with lock:
                 clients.append(client)
         return one(client, item)
@@ -503,7 +504,8 @@ def test_an_aggregator_killed_mid_batch_and_restarted_loses_nothing_bills_nothin
     # whatever the killed aggregator committed but had not acknowledged came again as
     # duplicates (counted), never as rows (the exact row checks above)
     assert counters.get("duplicates_rejected", 0) >= before, (at_kill, counters)
-    stats = httpx.get(world.serve_url + "/v1/ledger/stats", timeout=10).json()
+    stats = httpx.get(world.serve_url + "/v1/ledger/stats", timeout=10,
+                      headers=ADMIN_HEADERS).json()
     # the serve process's figure adds what its log's dedupe window dropped: the resends
     assert stats["duplicates_rejected"] - counters.get("duplicates_rejected", 0) == t.resent
 
@@ -664,7 +666,7 @@ def test_beacons_during_a_nats_outage_are_spooled_and_each_delivered_once(
                            log_path=world.logs / "outage-tracker.log") as tracker:
 
         def send() -> None:
-            with httpx.Client(base_url=tracker.url, timeout=30.0) as c:
+            with httpx.Client(base_url=tracker.url, timeout=30.0, headers=ADMIN_HEADERS) as c:
                 for s in served:
                     if stop.is_set():
                         return

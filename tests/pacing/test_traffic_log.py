@@ -68,3 +68,21 @@ def test_writes_from_many_servers_add_up(traffic_log: SqlTrafficLog) -> None:
     got = traffic_log.hourly(window_start(T0 + timedelta(days=1)))
     assert got == {1: {T0: 7}, 2: {T0: 1}}
     assert traffic_log.hourly(T0 + timedelta(hours=1)) == {}
+
+
+def test_peek_reads_without_taking_and_forget_drops_old_hours() -> None:
+    import numpy as np
+
+    c = EligibleCounter()
+    t0 = datetime(2026, 3, 1, 10, 5, tzinfo=UTC)
+    c.add(7, t0)
+    c.add_many(np.array([3, 7], dtype=np.int64), t0 + timedelta(hours=1))
+    c.add_many([9], t0 + timedelta(hours=1))
+    h10, h11 = t0.replace(minute=0), t0.replace(minute=0) + timedelta(hours=1)
+    want = {(7, h10): 1, (3, h11): 1, (7, h11): 1, (9, h11): 1}
+    assert c.peek() == want
+    assert c.peek() == want  # nothing taken
+    c.forget_before(h11)
+    assert c.peek() == {k: v for k, v in want.items() if k[1] == h11}
+    assert c.drain() == {k: v for k, v in want.items() if k[1] == h11}
+    assert c.peek() == {}

@@ -18,6 +18,7 @@ from adfunnel.prediction import datasets
 from adfunnel.prediction.datasets import candidate_tokens, request_tokens
 from adfunnel.prediction.model import train
 from adfunnel.settings import load_settings
+from tests.api_keys import ADMIN_HEADERS
 from tests.serving.conftest import START
 from tests.serving.helpers import ad_request, make_campaign
 
@@ -34,7 +35,7 @@ def test_a_served_log_and_its_ledger_train_a_model(tmp_path: Path) -> None:
     rt = build_runtime(settings, ManualClock(START), seed=1)
     rng = random.Random(4)
     clicks = rendered = 0
-    with TestClient(build_app(rt)) as client:
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
         cids = [make_campaign(client, bid_type="CPC", objective="clicks",
                               bid_micros=1_000_000)["campaign"]["id"] for _ in range(2)]
         for n in range(200):  # two slots: each campaign wins one (one ad per campaign)
@@ -85,7 +86,7 @@ def test_ope_reads_the_served_logs_propensities_and_the_ledgers_clicks(tmp_path:
     rt = build_runtime(settings, ManualClock(START), seed=1)
     rng = random.Random(4)
     shown = 0
-    with TestClient(build_app(rt)) as client:
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
         ads = [make_campaign(client, bid_type="CPC", objective="clicks",
                              bid_micros=bid)["ad"]["id"] for bid in (1_000_000, 900_000)]
         for n in range(300):
@@ -122,7 +123,7 @@ def test_a_conversion_model_learns_from_the_clicks_and_their_conversions(
     rt = build_runtime(settings, ManualClock(START), seed=1)
     rng = random.Random(5)
     conversions = 0
-    with TestClient(build_app(rt)) as client:
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
         cids = [make_campaign(client, bid_type="CPA", objective="conversions",
                               bid_micros=5_000_000)["campaign"]["id"] for _ in range(2)]
         for n in range(300):

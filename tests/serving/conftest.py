@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from adfunnel.app import Runtime, build_app, build_runtime
 from adfunnel.clock import ManualClock
 from adfunnel.settings import load_settings
+from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 
 START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
 
@@ -24,7 +25,7 @@ def budget_mode() -> str:
 @pytest.fixture
 def runtime(budget_mode: str) -> Iterator[Runtime]:
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
-                             budget=budget_mode)
+                             budget=budget_mode, admin_key=ADMIN_KEY)
     rt = build_runtime(settings, ManualClock(START), seed=1)
     yield rt
     rt.close()
@@ -32,5 +33,6 @@ def runtime(budget_mode: str) -> Iterator[Runtime]:
 
 @pytest.fixture
 def client(runtime: Runtime) -> Iterator[TestClient]:
-    with TestClient(build_app(runtime)) as c:
+    """The embedded app, as the bootstrap admin (``ADMIN_HEADERS``)."""
+    with TestClient(build_app(runtime), headers=ADMIN_HEADERS) as c:
         yield c

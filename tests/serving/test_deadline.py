@@ -16,6 +16,7 @@ from adfunnel.budget.gate import LocalSpendGate
 from adfunnel.clock import monotonic_ms
 from adfunnel.serving.deadline import SHED_EXPIRED, SHED_QUEUE, DecisionQueue
 from adfunnel.serving.request import decode_request
+from tests.api_keys import ADMIN_HEADERS
 from tests.serving.conftest import START
 from tests.serving.helpers import ad_request, make_campaign
 from tests.serving.slow_gate import SlowGate
@@ -70,7 +71,8 @@ async def _burst(runtime: Runtime, slow: dict[str, Any], quick: list[dict[str, A
                  ) -> tuple[httpx.Response, list[httpx.Response], str]:
     app = build_app(runtime)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://t",
+                                 headers=ADMIN_HEADERS) as http:
         first = asyncio.ensure_future(http.post("/v1/ads:select", json=slow))
         rest = [asyncio.ensure_future(http.post("/v1/ads:select", json=b)) for b in quick]
         answers = await asyncio.gather(first, *rest)

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from adfunnel.app import Runtime, build_app
 from adfunnel.budget.gate import LocalSpendGate
+from tests.api_keys import ADMIN_HEADERS
 from tests.http_server import serving
 from tests.serving.conftest import START
 from tests.serving.helpers import ad_request, make_campaign
@@ -57,7 +58,7 @@ def test_burst_commits_exactly_what_was_answered(
     assert set(statuses) <= {200, 204}, statuses
     sent = [rid for rid, s in answers if s == 200]
     placed = 0
-    with httpx.Client(base_url=server_url) as http:
+    with httpx.Client(base_url=server_url, headers=ADMIN_HEADERS) as http:
         for rid in sent:
             placed += sum(p["charge_micros"] for p in http.get(f"/v1/decisions/{rid}").json()
                           ["placed"])

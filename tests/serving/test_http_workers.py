@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from adfunnel.app import listening_socket, serve_workers, server_config
 from adfunnel.sim.http_bench import process_tree, wait_workers
 from adfunnel.sim.server_proc import ManagedProcess, free_port
+from tests.api_keys import ADMIN_HEADERS
 
 
 @pytest.mark.e2e
@@ -33,7 +34,7 @@ def test_two_workers_answer_on_one_port(tmp_path: Path) -> None:
         assert pids <= set(process_tree(root))  # the supervisor's own children
         # each worker serves the hot routes and the advertiser API alike
         assert httpx.get(server.url + "/v1/bench/noop").status_code == 204
-        assert httpx.get(server.url + "/v1/campaigns").status_code == 200
+        assert httpx.get(server.url + "/v1/campaigns", headers=ADMIN_HEADERS).status_code == 200
 
 
 def test_a_taken_port_is_refused_before_any_worker_starts() -> None:

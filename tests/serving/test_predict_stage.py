@@ -22,6 +22,7 @@ from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.serving.fast import ColumnarDecider
 from adfunnel.serving.request import decode_request
 from adfunnel.settings import load_settings
+from tests.api_keys import ADMIN_HEADERS
 
 START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
 BITS = 12
@@ -116,7 +117,7 @@ def test_serve_loads_the_model_and_the_served_log_records_its_version(
                              budget="local", model_dir=str(tmp_path / "model"),
                              served_log_dir=str(tmp_path / "served"))
     rt = build_runtime(settings, ManualClock(START), seed=1)
-    with TestClient(build_app(rt)) as client:
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
         adv = client.post("/v1/advertisers", json={"name": "a"}).json()
         c = client.post("/v1/campaigns", json={
             "advertiser_id": adv["id"], "name": "c", "objective": "clicks", "bid_type": "CPC",
@@ -147,7 +148,7 @@ def test_serving_stats_show_the_models_calibration_from_billed_beacons(
                              budget="local", model_dir=str(tmp_path / "model"), ivt=False,
                              ivt_tier2=False)
     rt = build_runtime(settings, ManualClock(START), seed=1)
-    with TestClient(build_app(rt)) as client:
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
         adv = client.post("/v1/advertisers", json={"name": "a"}).json()
         c = client.post("/v1/campaigns", json={
             "advertiser_id": adv["id"], "name": "c", "objective": "clicks", "bid_type": "CPC",
@@ -246,7 +247,7 @@ def test_a_registered_model_reaches_every_server_without_a_restart(tmp_path: Pat
     other = build_runtime(settings, ManualClock(START), seed=2)  # follows the change log
     try:
         assert writer.decider.scorer is None and other.decider.scorer is None
-        with TestClient(build_app(writer)) as client:
+        with TestClient(build_app(writer), headers=ADMIN_HEADERS) as client:
             r = client.post("/v1/admin/models", json={"path": str(tmp_path / "m1")})
             assert r.status_code == 201, r.text
             assert r.json()["model_version"] == first.version and r.json()["active"]
@@ -372,7 +373,7 @@ def test_a_registered_conversion_model_joins_the_click_model_everywhere(
                              clock="manual", token_secret="k" * 32, budget="local")
     writer = build_runtime(settings, ManualClock(START), seed=1)
     try:
-        with TestClient(build_app(writer)) as client:
+        with TestClient(build_app(writer), headers=ADMIN_HEADERS) as client:
             r = client.post("/v1/admin/models", json={"path": str(tmp_path / "cvr")})
             assert r.status_code == 201 and r.json()["target"] == "conversion"
             assert writer.decider.scorer is None  # a conversion model waits for a click one

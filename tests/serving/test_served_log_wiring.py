@@ -15,6 +15,7 @@ from adfunnel.clock import ManualClock
 from adfunnel.events.compactor import compact
 from adfunnel.events.query import query
 from adfunnel.settings import load_settings
+from tests.api_keys import ADMIN_HEADERS
 from tests.serving.conftest import START
 from tests.serving.helpers import ad_request, make_campaign
 
@@ -24,7 +25,7 @@ def test_committed_decisions_reach_the_served_log(tmp_path: Path) -> None:
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
                              budget="local", served_log_dir=str(directory))
     rt = build_runtime(settings, ManualClock(START), seed=1)
-    with TestClient(build_app(rt)) as client:
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
         cid = make_campaign(client)["campaign"]["id"]
         filled = client.post("/v1/ads:select", json=ad_request(request_id="r1"))
         assert filled.status_code == 200

@@ -14,6 +14,7 @@ from adfunnel.app import Runtime, build_app, build_runtime
 from adfunnel.clock import ManualClock, monotonic_ms
 from adfunnel.serving.request import decode_request
 from adfunnel.settings import load_settings
+from tests.api_keys import ADMIN_HEADERS
 from tests.serving.conftest import START
 from tests.serving.helpers import ad_request, make_campaign
 
@@ -73,7 +74,7 @@ def test_a_replay_with_the_same_seed_makes_the_same_choices() -> None:
                                  token_secret="k" * 32, budget="local")
         rt = build_runtime(settings, ManualClock(START), seed=seed, feed=False)
         try:
-            with TestClient(build_app(rt)) as client:
+            with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
                 make_campaign(client)
                 make_campaign(client)
             return _winners(rt, 300)

@@ -21,10 +21,18 @@ campaign's time zone)::
     GET   /v1/campaigns/{id}/ads            200 [ad]
     GET   /v1/ads/{id}                      200 ad
     PATCH /v1/ads/{id}                      200 ad
+    GET   /v1/review/ads                    200 [ad] pending review (reviewer, admin)
+    POST  /v1/ads/{id}:approve|:reject      200 ad   (reviewer, admin;
+          adfunnel.campaigns.review_api)
     GET   /v1/campaigns/{id}/report?from=&to=  200 report
     GET   /v1/campaigns/{id}/report/rollups?…  200 rollup report, JSON or CSV
     GET   /v1/advertisers/{id}/report/rollups?… 200 rollup report, JSON or CSV
           (adfunnel.campaigns.report_api)
+
+Every route needs an API key (``adfunnel.auth``): admins see everything; an advertiser
+key sees only its own advertiser (other ids answer 404; its new ads start
+``pending_review``, ``adfunnel.campaigns.access``); a reviewer reads, and reviews ads.
+Creating advertisers is the admin's.
 
 Campaign writes (create, PATCH, budget) also answer ``warnings`` — ``[{"field",
 "problem"}]``, only when the campaign cannot deliver as written
@@ -40,16 +48,19 @@ import json
 from datetime import date, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Depends, Query
 from sqlalchemy import Engine
 
+from adfunnel.auth.http import Caller, require_role
+from adfunnel.auth.keys import Principal, Role
 from adfunnel.billing.ledger import Ledger, lifetime_left
 from adfunnel.billing.rollups import RollupStore, cost_per_conversion_micros, ctr, ecpm_micros
 from adfunnel.billing.sql_rollups import make_rollup_store
-from adfunnel.campaigns import codec
+from adfunnel.campaigns import access, codec
 from adfunnel.campaigns.checks import campaign_warnings
 from adfunnel.campaigns.model import Ad, Advertiser, Campaign, CampaignStatus
 from adfunnel.campaigns.report_api import make_rollup_router
+from adfunnel.campaigns.review_api import make_review_router
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.schemas import (
     CAMPAIGN_NULLABLE,
@@ -79,6 +90,9 @@ except ImportError:  # pragma: no cover - depends on the tree
     _compile_dnf = None
 
 __all__ = ["canonical_targeting", "install_error_handlers", "make_advertiser_router"]
+
+#: A caller that may change advertiser records: an admin or an advertiser (403 else).
+Writer = Annotated[Principal, Depends(require_role(Role.ADMIN, Role.ADVERTISER))]
 
 #: Optional body of pause/resume (module level: FastAPI resolves annotations globally).
 OptionalVersion = Annotated[VersionIn | None, Body()]
@@ -211,57 +225,62 @@ def make_advertiser_router(
         rollups = make_rollup_store(engine)
     if rollups is not None:
         router.include_router(make_rollup_router(store, rollups, clock, max_days=max_days))
+    router.include_router(make_review_router(store))
 
     # --- advertisers ----------------------------------------------------------------
 
-    @router.post("/v1/advertisers", status_code=201, response_model=AdvertiserOut)
+    @router.post("/v1/advertisers", status_code=201, response_model=AdvertiserOut,
+                 dependencies=[Depends(require_role(Role.ADMIN))])
     def create_advertiser(body: AdvertiserIn) -> AdvertiserOut:
         return advertiser_out(store.create_advertiser(body.name))
 
     @router.get("/v1/advertisers", response_model=list[AdvertiserOut])
-    def list_advertisers() -> list[AdvertiserOut]:
-        return [advertiser_out(a) for a in store.list_advertisers()]
+    def list_advertisers(who: Caller) -> list[AdvertiserOut]:
+        return [advertiser_out(a) for a in store.list_advertisers() if who.sees(a.id)]
 
     @router.get("/v1/advertisers/{advertiser_id}", response_model=AdvertiserOut)
-    def get_advertiser(advertiser_id: int) -> AdvertiserOut:
-        return advertiser_out(store.get_advertiser(advertiser_id))
+    def get_advertiser(advertiser_id: int, who: Caller) -> AdvertiserOut:
+        return advertiser_out(access.advertiser(store, who, advertiser_id))
 
     # --- campaigns ------------------------------------------------------------------
 
     @router.post("/v1/campaigns", status_code=201, response_model=CampaignWritten,
                  response_model_exclude_unset=True)
-    def create_campaign(body: CampaignIn) -> CampaignWritten:
+    def create_campaign(body: CampaignIn, who: Writer) -> CampaignWritten:
         values = body.model_dump(exclude={"targeting"})
         values["dayparts"] = tuple(values["dayparts"])
         values["frequency_caps"] = tuple(values["frequency_caps"])
         if body.targeting is not None:
             values["targeting"] = canonical_targeting(body.targeting)
         try:
-            store.get_advertiser(body.advertiser_id)
+            access.advertiser(store, who, body.advertiser_id, write=True)
         except NotFound as exc:
             raise validation_error(("advertiser_id", "no such advertiser")) from exc
         return written_out(store.create_campaign(**values), clock.now())
 
     @router.get("/v1/campaigns", response_model=list[CampaignOut])
-    def list_campaigns(advertiser_id: int | None = None) -> list[CampaignOut]:
-        return [campaign_out(c) for c in store.list_campaigns(advertiser_id)]
+    def list_campaigns(who: Caller, advertiser_id: int | None = None) -> list[CampaignOut]:
+        return [campaign_out(c) for c in store.list_campaigns(advertiser_id)
+                if who.sees(c.advertiser_id)]
 
     @router.get("/v1/campaigns/{campaign_id}", response_model=CampaignOut)
-    def get_campaign(campaign_id: int) -> CampaignOut:
-        return campaign_out(store.get_campaign(campaign_id))
+    def get_campaign(campaign_id: int, who: Caller) -> CampaignOut:
+        return campaign_out(access.campaign(store, who, campaign_id))
 
     @router.patch("/v1/campaigns/{campaign_id}", response_model=CampaignWritten,
                   response_model_exclude_unset=True)
-    def patch_campaign(campaign_id: int, body: CampaignPatch) -> CampaignWritten:
+    def patch_campaign(campaign_id: int, body: CampaignPatch, who: Writer) -> CampaignWritten:
+        access.campaign(store, who, campaign_id, write=True)
         changes = _changes(body, CAMPAIGN_NULLABLE)
         if "targeting" in changes and changes["targeting"] is not None:
             changes["targeting"] = canonical_targeting(body.targeting)
         return written_out(store.update_campaign(campaign_id, changes, body.version),
                            clock.now())
 
-    def set_status(campaign_id: int, body: VersionIn | None, to: CampaignStatus) -> CampaignOut:
+    def set_status(campaign_id: int, body: VersionIn | None, to: CampaignStatus,
+                   who: Principal) -> CampaignOut:
         version = body.version if body else None
-        current = store.get_campaign(campaign_id)
+        current = access.campaign(store, who, campaign_id, write=True)
         if current.status is CampaignStatus.ENDED:
             raise ApiError(409, "conflict", f"campaign {campaign_id} has ended")
         if current.status is to and version in (None, current.version):
@@ -272,19 +291,22 @@ def make_advertiser_router(
     @router.post(
         "/v1/campaigns/{campaign_id}/pause", response_model=CampaignOut, include_in_schema=False
     )
-    def pause_campaign(campaign_id: int, body: OptionalVersion = None) -> CampaignOut:
-        return set_status(campaign_id, body, CampaignStatus.PAUSED)
+    def pause_campaign(campaign_id: int, who: Writer,
+                       body: OptionalVersion = None) -> CampaignOut:
+        return set_status(campaign_id, body, CampaignStatus.PAUSED, who)
 
     @router.post("/v1/campaigns/{campaign_id}:resume", response_model=CampaignOut)
     @router.post(
         "/v1/campaigns/{campaign_id}/resume", response_model=CampaignOut, include_in_schema=False
     )
-    def resume_campaign(campaign_id: int, body: OptionalVersion = None) -> CampaignOut:
-        return set_status(campaign_id, body, CampaignStatus.ACTIVE)
+    def resume_campaign(campaign_id: int, who: Writer,
+                        body: OptionalVersion = None) -> CampaignOut:
+        return set_status(campaign_id, body, CampaignStatus.ACTIVE, who)
 
     @router.put("/v1/campaigns/{campaign_id}/budget", response_model=CampaignWritten,
                 response_model_exclude_unset=True)
-    def put_budget(campaign_id: int, body: BudgetIn) -> CampaignWritten:
+    def put_budget(campaign_id: int, body: BudgetIn, who: Writer) -> CampaignWritten:
+        access.campaign(store, who, campaign_id, write=True)
         changes: dict[str, Any] = {"daily_budget_micros": body.daily_budget_micros}
         if "lifetime_budget_micros" in body.model_fields_set:
             changes["lifetime_budget_micros"] = body.lifetime_budget_micros
@@ -294,32 +316,38 @@ def make_advertiser_router(
     # --- ads --------------------------------------------------------------------------
 
     @router.post("/v1/campaigns/{campaign_id}/ads", status_code=201, response_model=AdOut)
-    def create_ad(campaign_id: int, body: AdIn) -> AdOut:
-        return ad_out(store.create_ad(campaign_id=campaign_id, **body.model_dump()))
+    def create_ad(campaign_id: int, body: AdIn, who: Writer) -> AdOut:
+        access.campaign(store, who, campaign_id, write=True)
+        values = body.model_dump()
+        values["review_state"] = access.new_review_state(who, body)
+        return ad_out(store.create_ad(campaign_id=campaign_id, **values))
 
     @router.get("/v1/campaigns/{campaign_id}/ads", response_model=list[AdOut])
-    def list_ads(campaign_id: int) -> list[AdOut]:
-        store.get_campaign(campaign_id)  # 404 for an unknown campaign
+    def list_ads(campaign_id: int, who: Caller) -> list[AdOut]:
+        access.campaign(store, who, campaign_id)  # 404 for an unknown or hidden one
         return [ad_out(a) for a in store.list_ads(campaign_id)]
 
     @router.get("/v1/ads/{ad_id}", response_model=AdOut)
-    def get_ad(ad_id: int) -> AdOut:
-        return ad_out(store.get_ad(ad_id))
+    def get_ad(ad_id: int, who: Caller) -> AdOut:
+        return ad_out(access.ad(store, who, ad_id))
 
     @router.patch("/v1/ads/{ad_id}", response_model=AdOut)
-    def patch_ad(ad_id: int, body: AdPatch) -> AdOut:
-        return ad_out(store.update_ad(ad_id, _changes(body, frozenset()), body.version))
+    def patch_ad(ad_id: int, body: AdPatch, who: Writer) -> AdOut:
+        access.ad(store, who, ad_id, write=True)
+        changes = access.ad_changes(who, body, _changes(body, frozenset()))
+        return ad_out(store.update_ad(ad_id, changes, body.version))
 
     # --- report -----------------------------------------------------------------------
 
     @router.get("/v1/campaigns/{campaign_id}/report", response_model=ReportOut)
     def campaign_report(
         campaign_id: int,
+        who: Caller,
         first: Annotated[date | None, Query(alias="from")] = None,
         last: Annotated[date | None, Query(alias="to")] = None,
     ) -> ReportOut:
         """Defaults: ``to`` = today in the campaign's zone, ``from`` = ``to``."""
-        campaign = store.get_campaign(campaign_id)
+        campaign = access.campaign(store, who, campaign_id)
         last = last or local_day(clock.now(), campaign.time_zone)
         first = first or last
         if first > last:

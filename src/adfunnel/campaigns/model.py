@@ -48,9 +48,16 @@ class PacingMode(StrEnum):
 
 
 class ReviewState(StrEnum):
-    PENDING = "pending"
+    """Where an ad stands with the reviewers; only ``approved`` ads are served."""
+
+    PENDING = "pending_review"
     APPROVED = "approved"
     REJECTED = "rejected"
+
+    @classmethod
+    def _missing_(cls, value: object) -> ReviewState | None:
+        # change-log records written before migration 0012 spell it "pending"
+        return cls.PENDING if value == "pending" else None
 
 
 class AdStatus(StrEnum):

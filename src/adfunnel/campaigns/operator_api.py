@@ -12,9 +12,9 @@ Routes (JSON bodies; money in integer micros)::
                                                       of its target (click, conversion)
     GET   /v1/admin/models           200 {"items": [model]}
 
-The API has no roles yet: these routes are apart from the advertiser routes (the
-advertiser's ad create/PATCH refuse ``quality_micros``) so that a later issue can put
-an operator-only guard on this router alone. Errors: ``adfunnel.http_errors``.
+Every route here is the admin's (the router's guard, ``adfunnel.auth``): these routes
+are apart from the advertiser routes (the advertiser's ad create/PATCH refuse
+``quality_micros``). Errors: ``adfunnel.http_errors`` (403 for another role).
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
+from adfunnel.auth.http import require_role
+from adfunnel.auth.keys import Role
 from adfunnel.campaigns import codec
 from adfunnel.campaigns.api import ad_out
 from adfunnel.campaigns.model import Placement
@@ -50,7 +52,7 @@ def placement_out(p: Placement) -> PlacementOut:
 
 def make_operator_router(store: CampaignStore) -> APIRouter:
     """The operator routes over ``store``; the app must also install the error handlers."""
-    router = APIRouter(tags=["operator"])
+    router = APIRouter(tags=["operator"], dependencies=[Depends(require_role(Role.ADMIN))])
 
     @router.post("/v1/placements", status_code=201, response_model=PlacementOut)
     def create_placement(body: PlacementIn) -> PlacementOut:

@@ -34,6 +34,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
+from adfunnel.auth.http import Caller
 from adfunnel.billing.rollups import (
     GROUP_COLUMNS,
     Granularity,
@@ -44,6 +45,7 @@ from adfunnel.billing.rollups import (
     local_days_span,
     total,
 )
+from adfunnel.campaigns import access
 from adfunnel.campaigns.schedule import is_valid_zone, local_day
 from adfunnel.campaigns.schemas import RollupReportOut, RollupRowOut, RollupTotalsOut
 from adfunnel.campaigns.store import CampaignStore
@@ -92,11 +94,11 @@ def make_rollup_router(
     @router.get("/v1/campaigns/{campaign_id}/report/rollups", response_model=RollupReportOut,
                 responses=csv_doc)
     def campaign_rollups(
-        campaign_id: int, request: Request, first: From = None, last: To = None,
+        campaign_id: int, request: Request, who: Caller, first: From = None, last: To = None,
         granularity: GranularityQ = "day", group_by: GroupByQ = "campaign",
     ) -> Any:
         """Rollups of one campaign, days local to its time zone."""
-        tz = store.get_campaign(campaign_id).time_zone
+        tz = access.campaign(store, who, campaign_id).time_zone
         first, last = span(first, last, tz, granularity)
         start, end = local_days_span(first, last, tz)
         rows = rollups.query(start=start, end=end, campaign_ids=[campaign_id],
@@ -108,14 +110,15 @@ def make_rollup_router(
     @router.get("/v1/advertisers/{advertiser_id}/report/rollups",
                 response_model=RollupReportOut, responses=csv_doc)
     def advertiser_rollups(
-        advertiser_id: int, request: Request, first: From = None, last: To = None,
+        advertiser_id: int, request: Request, who: Caller, first: From = None,
+        last: To = None,
         granularity: GranularityQ = "day", group_by: GroupByQ = "campaign",
         time_zone: str = "UTC",
     ) -> Any:
         """Rollups of every campaign of one advertiser, days local to ``time_zone``."""
         if not is_valid_zone(time_zone):
             raise validation_error(("time_zone", "must be an IANA time zone name"))
-        store.get_advertiser(advertiser_id)  # 404 for an unknown advertiser
+        access.advertiser(store, who, advertiser_id)  # 404: unknown, or not the caller's
         first, last = span(first, last, time_zone, granularity)
         start, end = local_days_span(first, last, time_zone)
         rows = rollups.query(start=start, end=end, advertiser_id=advertiser_id,

@@ -212,6 +212,8 @@ class CampaignStore(Protocol):
 
     def list_ads(self, campaign_id: int) -> list[Ad]: ...
 
+    def list_ads_in_review(self, state: ReviewState | str) -> list[Ad]: ...
+
     def update_ad(
         self, ad_id: int, changes: Mapping[str, Any], expected_version: int | None = None
     ) -> Ad: ...
@@ -386,6 +388,10 @@ class SqlCampaignStore:
     def list_ads(self, campaign_id: int) -> list[Ad]:
         """The ads of one campaign, by id (empty for an unknown campaign)."""
         return self._list("ad", ads.c.campaign_id == campaign_id)
+
+    def list_ads_in_review(self, state: ReviewState | str) -> list[Ad]:
+        """Every ad whose review state is ``state``, by id (the review queue)."""
+        return self._list("ad", ads.c.review_state == ReviewState(state).value)
 
     def update_ad(
         self, ad_id: int, changes: Mapping[str, Any], expected_version: int | None = None

@@ -85,6 +85,26 @@ class EligibleCounter:
         self._hour = (hour.timestamp(), hour)
         return hour
 
+    def peek(self) -> dict[tuple[int, datetime], int]:
+        """The counts held, as :meth:`drain` answers them, without taking them."""
+        with self._lock:
+            counts = Counter(self._counts)
+            dense = {h: arr.values.copy() for h, arr in self._dense.items()}
+        for hour, values in dense.items():
+            ids = np.flatnonzero(values)
+            for cid, n in zip(ids.tolist(), values[ids].tolist(), strict=True):
+                counts[(cid, hour)] += n
+        return dict(counts)
+
+    def forget_before(self, since: datetime) -> None:
+        """Drop the hours before ``since``: a counter nobody drains stays bounded by
+        the hours still asked about."""
+        with self._lock:
+            for key in [k for k in self._counts if k[1] < since]:
+                del self._counts[key]
+            for hour in [h for h in self._dense if h < since]:
+                del self._dense[hour]
+
     def drain(self) -> dict[tuple[int, datetime], int]:
         with self._lock:
             counts, self._counts = self._counts, Counter()

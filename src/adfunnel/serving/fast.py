@@ -55,6 +55,7 @@ from adfunnel.index.base import ArrayRetrieval, query_array
 from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import MILLE
 from adfunnel.prediction.scorer import PCVR, ModelScorer
+from adfunnel.serving.caps import CAPPED
 from adfunnel.serving.columns import BID_TYPES, MAX_DENSE_ID, ColumnsView
 from adfunnel.serving.funnel import (
     AD_PAUSED,
@@ -445,6 +446,9 @@ class ColumnarDecider(Decider):
         for r in screen.reasons:
             if r is not None:
                 _add(counts, r, 1)
+        self.capped.add_many({campaigns[int(camp[i])].id
+                              for i, r in zip(at.tolist(), screen.reasons, strict=True)
+                              if r == CAPPED}, now)
         if not out:
             return ids, camp, pending, screen.plans
         keep = np.ones(len(ids), dtype=bool)

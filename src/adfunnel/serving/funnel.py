@@ -138,6 +138,9 @@ class Decider:
         self.eligible = eligible
         self.same_retrieval = same_retrieval
         self.caps = caps
+        #: per campaign and UTC hour, the decisions whose frequency caps refused it (the
+        #: dashboard's delivery status); never drained, read with ``peek``
+        self.capped = EligibleCounter()
 
     def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
         """Decide ``req`` before ``deadline_at_ms`` (a :func:`monotonic_ms` instant).
@@ -247,6 +250,8 @@ class Decider:
             if reason is not None:
                 out.add(ad.id)
                 decision.rejections.append(Rejection(ad.id, c.id, reason, detail))
+        self.capped.add_many({c.id for (_, _, c), r in zip(capped, screen.reasons, strict=True)
+                              if r == CAPPED}, now)
         return [x for x in candidates if x[1].id not in out], screen.plans
 
     def _auction_capped(self, req: SelectRequest,

@@ -25,6 +25,7 @@ from urllib.parse import quote
 import httpx
 from sqlalchemy import create_engine, text
 
+from adfunnel.auth.keys import generate_key
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ManagedProcess
@@ -112,7 +113,8 @@ def _log(cfg: FleetConfig, name: str) -> Path | None:
 
 
 def _run(cfg: FleetConfig, url: str, procs: list[ManagedProcess]) -> dict[str, Any]:
-    env = {"ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32)}
+    # one token secret and one admin key for every process of the fleet
+    env = {"ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32), "ADFUNNEL_ADMIN_KEY": generate_key()}
     budget = ManagedProcess(
         ["budget-service", "--database-url", url, "--control-interval-s",
          str(cfg.control_interval_s), "--billed-every-s", str(cfg.billed_every_s)],
@@ -128,7 +130,7 @@ def _run(cfg: FleetConfig, url: str, procs: list[ManagedProcess]) -> dict[str, A
                              log_path=_log(cfg, "tracker"))
     procs.append(tracker)
 
-    api = httpx.Client(base_url=servers[0].url, timeout=10.0)
+    api = httpx.Client(base_url=servers[0].url, timeout=10.0, headers=servers[0].headers)
     ids = _create_campaigns(api)
     _wait_for_catalogs([*servers, tracker], expected_ads=len(ids))
     obs = _Observed()

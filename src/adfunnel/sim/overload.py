@@ -29,7 +29,7 @@ import httpx
 import numpy as np
 import uvloop
 
-from adfunnel.sim.server_proc import ServerProcess
+from adfunnel.sim.server_proc import ServerProcess, auth_headers
 
 COUNTRIES = ("US", "CA", "DE", "FR")
 
@@ -167,9 +167,10 @@ async def drive_requests(url: str, clients: int, duration_s: float, requests: li
     return tally
 
 
-def create_campaigns(url: str, n: int) -> None:
-    """``n`` broad CPM campaigns (one 300x250 ad each) through the advertiser API."""
-    with httpx.Client(base_url=url, timeout=30.0) as http:
+def create_campaigns(url: str, n: int, api_key: str | None = None) -> None:
+    """``n`` broad CPM campaigns (one 300x250 ad each) through the advertiser API, with
+    the admin key ``api_key``."""
+    with httpx.Client(base_url=url, timeout=30.0, headers=auth_headers(api_key)) as http:
         for k in range(n):
             adv = _post(http, "/v1/advertisers", {"name": f"overload-{k}"})
             c = _post(http, "/v1/campaigns", {
@@ -190,8 +191,9 @@ def _post(http: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]
     return dict(r.json())
 
 
-def _serving_stats(url: str) -> dict[str, Any]:
-    return dict(httpx.get(url + "/v1/serving/stats", timeout=30.0).json())
+def _serving_stats(url: str, api_key: str | None = None) -> dict[str, Any]:
+    return dict(httpx.get(url + "/v1/serving/stats", timeout=30.0,
+                          headers=auth_headers(api_key)).json())
 
 
 _WRK_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
@@ -327,9 +329,9 @@ def run_overload(clients: int = 1000, duration_s: float = 5.0, deadline_ms: int 
         # figures measure serving, not a budget service's warm-up
         with ServerProcess(url, clock="system", extra_env={"ADFUNNEL_BUDGET": "local"}
                            ) as server:
-            create_campaigns(server.url, campaigns)
+            create_campaigns(server.url, campaigns, server.admin_key)
             base = uvloop.run(drive(server.url, 1, 3600.0, deadline_ms, baseline_requests))
-            before = _serving_stats(server.url)
+            before = _serving_stats(server.url, server.admin_key)
             t0 = time.monotonic()
             if load == "wrk":
                 figures = drive_wrk(server.url, clients, duration_s, deadline_ms)
@@ -338,7 +340,7 @@ def run_overload(clients: int = 1000, duration_s: float = 5.0, deadline_ms: int 
                 wall = time.monotonic() - t0
                 figures = {**tally.summary(),
                            "answers_per_s": round(len(tally.latencies_ms) / wall, 1)}
-            after = _serving_stats(server.url)
+            after = _serving_stats(server.url, server.admin_key)
     delta = {k: after[k] - before[k] for k in ("decisions", "late", "shed", "filled_slots")}
     seen = max(delta["decisions"], 1)
     overload = figures

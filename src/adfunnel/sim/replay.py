@@ -54,6 +54,7 @@ from adfunnel.sim.learn import (
     split_last_day,
     train_and_register,
 )
+from adfunnel.sim.server_proc import auth_headers
 from adfunnel.tracking.token import verify
 
 REPLAY_DEADLINE_MS = 2_000
@@ -130,12 +131,15 @@ class ReplayStats:
 
 
 class Replayer:
-    """Drives a running server at ``base_url`` with the log rows."""
+    """Drives a running server at ``base_url`` with the log rows, as an admin
+    (``api_key``)."""
 
     def __init__(self, base_url: str, *, seed: int = 7, ctr_scale: float = 3.0,
                  speed: float | None = None, data_root: Path | None = None,
-                 token_key: bytes | None = None) -> None:
-        self.http = httpx.Client(base_url=base_url, timeout=10.0)
+                 token_key: bytes | None = None, api_key: str | None = None) -> None:
+        # the admin key opens the protected routes (the clock, campaigns, statistics)
+        self.http = httpx.Client(base_url=base_url, timeout=10.0,
+                                 headers=auth_headers(api_key))
         self.rng = random.Random(seed)
         self.ctr_scale = ctr_scale
         self.speed = speed
@@ -454,8 +458,10 @@ def run_replay(
     event_log: str | None = None,
     learn: bool = False,
     catalogue: int = 0,
+    api_key: str | None = None,
 ) -> dict[str, Any]:
-    """Replay ``rows`` against ``server``, or against a server started here, and report.
+    """Replay ``rows`` against ``server`` (with its admin key ``api_key``), or against a
+    server started here (with an admin key of its own), and report.
 
     ``learn`` (not with ``server``; ValueError): click by :class:`AttributeClicks`, serve the days
     before the last, train a model on their served log, register it, serve the last day
@@ -506,8 +512,9 @@ def run_replay(
                                             **recall_env, **events_env,
                                             **(server_env or {})})
             server = proc.url
+            api_key = proc.admin_key
         replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed,
-                            token_key=secret.encode() if secret else None)
+                            token_key=secret.encode() if secret else None, api_key=api_key)
         learned: dict[str, Any] | None = None
         try:
             replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})

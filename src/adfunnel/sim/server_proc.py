@@ -11,6 +11,8 @@ from pathlib import Path
 
 import httpx
 
+from adfunnel.auth.keys import generate_key
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -18,9 +20,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The ``Authorization: Bearer`` header of ``api_key`` (none without a key)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 class ManagedProcess:
     """A child ``python -m adfunnel <args> --port P`` on a free loopback port, waited for
     until ``health_path`` answers 200.
+
+    The child's bootstrap admin key is ``ADFUNNEL_ADMIN_KEY`` of ``extra_env`` or of this
+    process, else one drawn here; :attr:`admin_key` and :attr:`headers` carry it.
 
     Raises:
         RuntimeError: when the process does not become healthy within ``timeout_s``.
@@ -32,6 +42,10 @@ class ManagedProcess:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, **(extra_env or {})}
+        env.setdefault("ADFUNNEL_ADMIN_KEY", generate_key())
+        self.admin_key = env["ADFUNNEL_ADMIN_KEY"]
+        #: what a client of the child's protected routes sends
+        self.headers = auth_headers(self.admin_key)
         cmd = [sys.executable, "-m", "adfunnel", *args, "--host", "127.0.0.1",
                "--port", str(self.port)]
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115

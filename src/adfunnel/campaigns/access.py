@@ -1,0 +1,95 @@
+"""Who may see and change which advertiser records (:mod:`adfunnel.auth` principals).
+
+An advertiser key sees only its own advertiser: a record of another advertiser is
+answered as if it did not exist (404, :class:`NotFound`), so ids reveal nothing.
+Reviewers read every record and change none (the routes refuse them with 403).
+Review states are the reviewers' (and the admin's): an advertiser's new ad starts
+``pending_review``, and an advertiser's change to what an ad shows sends it back there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adfunnel.auth.http import forbidden
+from adfunnel.auth.keys import Principal, Role
+from adfunnel.campaigns.model import Ad, Advertiser, Campaign, ReviewState
+from adfunnel.campaigns.schemas import AdIn, AdPatch
+from adfunnel.campaigns.store import CampaignStore, NotFound
+
+#: Ad fields whose change by an advertiser needs a new review.
+REVIEWED_FIELDS = frozenset({"landing_url", "creative_ref", "format", "width", "height"})
+
+
+def _allowed(who: Principal, advertiser_id: int, write: bool) -> bool:
+    return who.owns(advertiser_id) if write else who.sees(advertiser_id)
+
+
+def advertiser(store: CampaignStore, who: Principal, advertiser_id: int, *,
+               write: bool = False) -> Advertiser:
+    """The advertiser, when ``who`` may read it (or change its records, ``write``).
+
+    Raises:
+        NotFound: unknown, or hidden from ``who``.
+    """
+    found = store.get_advertiser(advertiser_id)
+    if not _allowed(who, found.id, write):
+        raise NotFound("advertiser", advertiser_id)
+    return found
+
+
+def campaign(store: CampaignStore, who: Principal, campaign_id: int, *,
+             write: bool = False) -> Campaign:
+    """The campaign, when ``who`` may read it (or change it, ``write``).
+
+    Raises:
+        NotFound: unknown, or of an advertiser hidden from ``who``.
+    """
+    found = store.get_campaign(campaign_id)
+    if not _allowed(who, found.advertiser_id, write):
+        raise NotFound("campaign", campaign_id)
+    return found
+
+
+def ad(store: CampaignStore, who: Principal, ad_id: int, *, write: bool = False) -> Ad:
+    """The ad, when ``who`` may read it (or change it, ``write``).
+
+    Raises:
+        NotFound: unknown, or of an advertiser hidden from ``who``.
+    """
+    found = store.get_ad(ad_id)
+    try:
+        campaign(store, who, found.campaign_id, write=write)
+    except NotFound:
+        raise NotFound("ad", ad_id) from None
+    return found
+
+
+def new_review_state(who: Principal, body: AdIn) -> ReviewState:
+    """The review state of a new ad: ``pending_review`` for an advertiser's; an admin's
+    as given (default ``approved``).
+
+    Raises:
+        ApiError: 403 when an advertiser asks for another state.
+    """
+    if who.role is Role.ADMIN:
+        return body.review_state
+    if "review_state" in body.model_fields_set and body.review_state is not ReviewState.PENDING:
+        raise forbidden("review_state", "set by a reviewer; a new ad starts pending_review")
+    return ReviewState.PENDING
+
+
+def ad_changes(who: Principal, body: AdPatch, changes: dict[str, Any]) -> dict[str, Any]:
+    """``changes`` of an ad PATCH as ``who`` may make them: an advertiser's change of
+    what the ad shows (:data:`REVIEWED_FIELDS`) sends it back to ``pending_review``.
+
+    Raises:
+        ApiError: 403 when an advertiser sets ``review_state``.
+    """
+    if who.role is Role.ADMIN:
+        return changes
+    if "review_state" in changes:
+        raise forbidden("review_state", "set by a reviewer (POST /v1/ads/{id}:approve)")
+    if REVIEWED_FIELDS & body.model_fields_set:
+        changes = {**changes, "review_state": ReviewState.PENDING}
+    return changes

@@ -1,0 +1,58 @@
+"""Ad review: the reviewers' queue and their verdicts (roles ``reviewer`` and ``admin``).
+
+Routes::
+
+    GET  /v1/review/ads           200 [ad]   ads pending review, oldest first
+    POST /v1/ads/{id}:approve     200 ad     (optional body {"version"}: 409 if stale)
+    POST /v1/ads/{id}:reject      200 ad
+
+Only approved ads are served (``serving/catalog.py``); a rejected ad may be approved
+later and the other way round. Errors: ``adfunnel.http_errors`` (404 unknown ad, 409
+stale version, 403 for another role).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends
+
+from adfunnel.auth.http import require_role
+from adfunnel.auth.keys import Role
+from adfunnel.campaigns.model import ReviewState
+from adfunnel.campaigns.schemas import AdOut, VersionIn
+from adfunnel.campaigns.store import CampaignStore
+
+OptionalVersion = Annotated[VersionIn | None, Body()]
+
+
+def make_review_router(store: CampaignStore) -> APIRouter:
+    """The review routes over ``store``; the app must install the error handlers and
+    :func:`adfunnel.auth.install_auth`."""
+    from adfunnel.campaigns.api import ad_out  # the one API view of an ad
+
+    router = APIRouter(tags=["review"],
+                       dependencies=[Depends(require_role(Role.ADMIN, Role.REVIEWER))])
+
+    @router.get("/v1/review/ads", response_model=list[AdOut])
+    def review_queue() -> list[AdOut]:
+        return [ad_out(a) for a in store.list_ads_in_review(ReviewState.PENDING)]
+
+    def decide(ad_id: int, body: VersionIn | None, to: ReviewState) -> AdOut:
+        version = body.version if body else None
+        current = store.get_ad(ad_id)
+        if current.review_state is to and version in (None, current.version):
+            return ad_out(current)  # already decided so: nothing to write
+        return ad_out(store.update_ad(ad_id, {"review_state": to}, version))
+
+    @router.post("/v1/ads/{ad_id}:approve", response_model=AdOut)
+    def approve(ad_id: int, body: OptionalVersion = None) -> AdOut:
+        """Approve the ad: it is served from now on (if its campaign can deliver)."""
+        return decide(ad_id, body, ReviewState.APPROVED)
+
+    @router.post("/v1/ads/{ad_id}:reject", response_model=AdOut)
+    def reject(ad_id: int, body: OptionalVersion = None) -> AdOut:
+        """Reject the ad: it is not served."""
+        return decide(ad_id, body, ReviewState.REJECTED)
+
+    return router

@@ -1,0 +1,115 @@
+"""The dashboard's way to the advertiser API: the same app, in process, with the
+viewer's own key.
+
+Every read and write of a page goes through the API routes (httpx over ASGI, no
+socket), so the dashboard can never see or do more than the viewer's key may through
+the API, and a form shows the API's own validation errors. :class:`ApiAnswer` carries
+the status and JSON body; :meth:`ApiAnswer.field_errors` turns an error body
+(``{"error", "fields": [{"field", "problem"}]}``) into ``{field: problem}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+#: Host name of in-process requests (never resolved: the transport is the app itself).
+INTERNAL_BASE = "http://adfunnel.internal"
+#: Largest page asked of a list route; pages are followed through ``next_cursor``.
+PAGE_LIMIT = 100
+#: Most pages followed for one list (a dashboard page is not an export).
+MAX_PAGES = 50
+
+
+@dataclass(frozen=True, slots=True)
+class ApiAnswer:
+    status: int
+    body: Any
+    headers: httpx.Headers
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def field_errors(self) -> dict[str, str]:
+        """``{field: problem}`` of an error answer; a body without fields gives its
+        ``message`` (or ``error`` code) under ``""``."""
+        if self.ok:
+            return {}
+        body = self.body if isinstance(self.body, dict) else {}
+        fields = body.get("fields") or []
+        out = {str(f.get("field", "")): str(f.get("problem", "")) for f in fields
+               if isinstance(f, dict)}
+        if not out:
+            out[""] = str(body.get("message") or body.get("error") or f"HTTP {self.status}")
+        return out
+
+
+class ApiFailure(Exception):
+    """A read the page needs was refused (the page answers with the same status)."""
+
+    def __init__(self, answer: ApiAnswer) -> None:
+        super().__init__(f"API answered {answer.status}")
+        self.answer = answer
+
+
+class ApiClient:
+    """Requests to ``app`` as the holder of ``key`` (``Authorization: Bearer``)."""
+
+    def __init__(self, app: Any, key: str, request_id: str | None = None) -> None:
+        headers = {"Authorization": f"Bearer {key}"}
+        if request_id:
+            headers["x-request-id"] = request_id
+        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url=INTERNAL_BASE, headers=headers)
+
+    async def __aenter__(self) -> ApiClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.aclose()
+
+    async def call(self, method: str, path: str, *, json: Any = None,
+                   params: dict[str, Any] | None = None,
+                   accept: str = "application/json") -> ApiAnswer:
+        """One request; the answer whatever its status (a JSON body decoded when it is
+        JSON, else its text)."""
+        r = await self._client.request(method, path, json=json, params=params,
+                                       headers={"Accept": accept})
+        body: Any = r.text
+        if r.headers.get("content-type", "").startswith("application/json"):
+            body = r.json()
+        return ApiAnswer(r.status_code, body, r.headers)
+
+    async def get(self, path: str, **params: Any) -> Any:
+        """The JSON body of a GET answered 2xx.
+
+        Raises:
+            ApiFailure: any other answer.
+        """
+        answer = await self.call("GET", path, params={k: v for k, v in params.items()
+                                                      if v is not None})
+        if not answer.ok:
+            raise ApiFailure(answer)
+        return answer.body
+
+    async def items(self, path: str, **params: Any) -> list[Any]:
+        """Every item of a list route: a plain JSON list, or ``{"items", "next_cursor"}``
+        pages followed up to :data:`MAX_PAGES`.
+
+        Raises:
+            ApiFailure: a page was refused.
+        """
+        body = await self.get(path, **params)
+        if isinstance(body, list):
+            return body
+        out = list(body.get("items", []))
+        for _ in range(MAX_PAGES - 1):
+            cursor = body.get("next_cursor")
+            if not cursor:
+                break
+            body = await self.get(path, **params, limit=PAGE_LIMIT, cursor=cursor)
+            out.extend(body.get("items", []))
+        return out
