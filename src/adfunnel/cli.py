@@ -240,6 +240,7 @@ def replay(
     server: Annotated[str | None, typer.Option(help="Use a running server (started with --clock manual).")] = None,
     speed: Annotated[float | None, typer.Option(help="Pace at X times the log's real time (default: as fast as the server answers).")] = None,
     limit: Annotated[int | None, typer.Option(help="Replay only the first N rows.")] = None,
+    every: Annotated[int, typer.Option(min=1, help="Replay every K-th row (of the first --limit rows): the same days, K times fewer requests.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the render and click draws.")] = 7,
     ctr_scale: Annotated[float, typer.Option(help="Click model: P(click) = scale × advertiser CTR.")] = 3.0,
     pctr_prior: Annotated[float, typer.Option(help="Prior click rate of the started server's pCTR.")] = 0.0005,
@@ -255,7 +256,7 @@ def replay(
     from adfunnel.sim.replay import load_rows, run_replay
 
     try:
-        rows = load_rows(limit)
+        rows = load_rows(limit)[::every]
     except FileNotFoundError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
