@@ -306,12 +306,14 @@ def replay(
     server: Annotated[str | None, typer.Option(help="Use a running server (started with --clock manual).")] = None,
     speed: Annotated[float | None, typer.Option(help="Pace at X times the log's real time (default: as fast as the server answers).")] = None,
     limit: Annotated[int | None, typer.Option(help="Replay only the first N rows.")] = None,
+    every: Annotated[int, typer.Option(min=1, help="Replay every K-th row (of the first --limit rows): the same days, K times fewer requests.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the render and click draws.")] = 7,
     ctr_scale: Annotated[float, typer.Option(help="Click model: P(click) = scale × advertiser CTR.")] = 3.0,
     pctr_prior: Annotated[float, typer.Option(help="Prior click rate of the started server's pCTR.")] = 0.0005,
     database_url: Annotated[str | None, typer.Option(help="Database of the started server (default: a temporary SQLite file).")] = None,
     event_log: Annotated[str | None, typer.Option(help="Event log of the started server: nats://… for JetStream (default: in memory).")] = None,
     learn: Annotated[bool, typer.Option(help="Click by an attribute click model, train a click model on the served log of the days before the last, roll it out, serve the last day with it, and report `model`.")] = False,
+    catalogue: Annotated[int, typer.Option(min=0, help="Add N run-of-network CPC campaigns (one banner each) so requests have more candidates than the pre-rank keeps; with --learn the report's model.prerank_recall is measured on every model decision.")] = 0,
     api_key: Annotated[str | None, typer.Option(envvar="ADFUNNEL_API_KEY", help="Admin API key of the --server (the started server gets one of its own).")] = None,
 ) -> None:
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
@@ -320,7 +322,7 @@ def replay(
     from adfunnel.sim.replay import load_rows, run_replay
 
     try:
-        rows = load_rows(limit)
+        rows = load_rows(limit)[::every]
     except FileNotFoundError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
@@ -334,7 +336,7 @@ def replay(
         result = run_replay(rows, server=server, database_url=database_url, seed=seed,
                             ctr_scale=ctr_scale, pctr_prior=pctr_prior, speed=speed,
                             progress=lambda n: progress.advance(task, n), event_log=event_log,
-                            learn=learn, api_key=api_key)
+                            learn=learn, catalogue=catalogue, api_key=api_key)
     report.write_text(json.dumps(result, indent=2))
     print_replay_summary(result)
     console.print(f"report written to {report}")
