@@ -75,8 +75,8 @@ class DeliveryFacts:
     traffic the pacing curves learn from; None where the server does not count it, and
     then neither targeting nor caps decide). ``capped_requests``: of those, how many
     frequency caps refused. ``served_micros``: expected spend of the serves it won
-    today (the budget service's count, ahead of billing); ``impressions``: billed
-    impressions today.
+    today (the budget service's count, ahead of billing); ``billed_micros``: billed
+    spend today (the ledger).
     """
 
     campaign_status: str
@@ -89,7 +89,7 @@ class DeliveryFacts:
     matched_requests: int | None = 0
     capped_requests: int = 0
     served_micros: int = 0
-    impressions: int = 0
+    billed_micros: int = 0
 
 
 def delivery_status(f: DeliveryFacts) -> DeliveryStatus:
@@ -132,7 +132,7 @@ def _audience(f: DeliveryFacts) -> DeliveryStatus | None:
 
 
 def _bid(f: DeliveryFacts) -> DeliveryStatus | None:
-    won_nothing = f.served_micros <= 0 and f.impressions <= 0
+    won_nothing = f.served_micros <= 0 and f.billed_micros <= 0
     if won_nothing or f.pacing_status == _BID_PACING:
         return DeliveryStatus.LIMITED_BY_BID
     return None
