@@ -83,6 +83,7 @@ from adfunnel.settings import Settings
 from adfunnel.tracking.beacons import Tracker
 from adfunnel.tracking.client import parse_networks
 from adfunnel.tracking.http import TrackingEndpoints
+from adfunnel.ui import install_ui
 
 
 @dataclass
@@ -357,6 +358,7 @@ def build_app(rt: Runtime) -> ArrivalStamp:
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
     app.include_router(make_api_key_router(rt.keys, rt.store))
+    install_ui(app, rt, rt.keys.resolve)  # the dashboard at /ui (its own cookie login)
     serving = ServingEndpoints(rt.queue, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready,

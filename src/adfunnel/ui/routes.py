@@ -301,6 +301,9 @@ def make_ui_router(rt: Any, resolve: Resolver) -> APIRouter:
     @router.get("/ui/explain")
     @page
     async def explain(request: Request, viewer: Viewer, api: ApiClient) -> Response:
+        if not viewer.is_admin:  # explain records show every advertiser's candidates
+            return render(request, "error.html", viewer, status=403, code=403,
+                          message="Only admin keys may read decision records.")
         request_id = request.query_params.get("request_id", "").strip()
         record, error = None, None
         if request_id:

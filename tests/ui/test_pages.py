@@ -1,0 +1,256 @@
+"""The dashboard's pages and forms on a real embedded app (SQLite in memory, manual
+clock) through Starlette's TestClient: login, what each role sees, another
+advertiser's campaign (404), the edit forms with the server's field errors, the CSV."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from adfunnel.app import Runtime, build_app, build_runtime
+from adfunnel.clock import ManualClock
+from adfunnel.settings import load_settings
+from adfunnel.ui.session import COOKIE
+
+START = datetime(2026, 7, 15, 9, 0, tzinfo=UTC)
+ADMIN_KEY = "ui-pages-admin-key-0123456789abcdefghij"
+
+
+@pytest.fixture
+def rt() -> Iterator[Runtime]:
+    settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
+                             admin_key=ADMIN_KEY)
+    runtime = build_runtime(settings, ManualClock(START), seed=1)
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def client(rt: Runtime) -> Iterator[TestClient]:
+    with TestClient(build_app(rt), follow_redirects=False) as c:
+        yield c
+
+
+def campaign(rt: Runtime, advertiser_id: int, name: str) -> int:
+    c = rt.store.create_campaign(
+        advertiser_id=advertiser_id, name=name, objective="clicks", bid_type="CPM",
+        bid_micros=2_000_000, daily_budget_micros=10_000_000, time_zone="UTC",
+        flight_start=date(2026, 7, 1))
+    rt.store.create_ad(campaign_id=c.id, landing_url="https://a.example/", creative_ref="x",
+                       format="banner", width=300, height=250)
+    return c.id
+
+
+@pytest.fixture
+def world(rt: Runtime) -> dict[str, Any]:
+    """Two advertisers with a campaign each; keys for the first, a reviewer and admin."""
+    a = rt.store.create_advertiser("Alpha")
+    b = rt.store.create_advertiser("Beta")
+    return {"a": a.id, "b": b.id, "ca": campaign(rt, a.id, "Alpha one"),
+            "cb": campaign(rt, b.id, "Beta one"),
+            "key_a": rt.keys.issue("advertiser", a.id).key,
+            "reviewer": rt.keys.issue("reviewer").key}
+
+
+def log_in(client: TestClient, key: str) -> None:
+    r = client.post("/ui/login", data={"api_key": key})
+    assert r.status_code == 303, r.text
+    client.cookies.set(COOKIE, key, path="/ui")
+
+
+def test_login_cookie_and_refused_keys(client: TestClient, world: dict[str, Any]) -> None:
+    r = client.post("/ui/login", data={"api_key": "not-a-key"})
+    assert r.status_code == 401 and "unknown or has been revoked" in r.text
+    assert COOKIE not in r.headers.get("set-cookie", "")
+    r = client.post("/ui/login", data={"api_key": world["key_a"]})
+    assert r.status_code == 303
+    cookie = r.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
+    assert client.get("/ui/campaigns").status_code == 200  # the client sends the cookie
+    r = client.post("/ui/logout")
+    assert r.headers["location"] == "/ui/login" and 'adfunnel_key=""' in r.headers["set-cookie"]
+    client.cookies.clear()
+    assert client.get("/ui/campaigns").headers["location"] == "/ui/login"
+
+
+def test_advertiser_sees_only_its_own(client: TestClient, world: dict[str, Any]) -> None:
+    log_in(client, world["key_a"])
+    page = client.get("/ui/campaigns")
+    assert page.status_code == 200
+    assert "Alpha one" in page.text and "Beta one" not in page.text
+    other = world["cb"]
+    assert client.get(f"/ui/campaigns/{other}").status_code == 404
+    assert client.get(f"/ui/campaigns/{other}/report.csv").status_code == 404
+    r = client.post(f"/ui/campaigns/{other}/status", data={"action": "pause", "version": "1"})
+    assert r.status_code == 404
+    r = client.post(f"/ui/campaigns/{other}/budget",
+                    data={"daily_budget": "1", "lifetime_budget": "", "version": "1"})
+    assert r.status_code == 404
+    assert client.get(f"/ui/campaigns/{world['ca']}").status_code == 200
+
+
+def test_other_advertisers_campaign_is_unchanged(rt: Runtime, client: TestClient,
+                                                 world: dict[str, Any]) -> None:
+    log_in(client, world["key_a"])
+    client.post(f"/ui/campaigns/{world['cb']}/status", data={"action": "pause", "version": "1"})
+    assert rt.store.get_campaign(world["cb"]).status.value == "active"
+
+
+def test_admin_sees_every_advertiser(client: TestClient, world: dict[str, Any]) -> None:
+    log_in(client, ADMIN_KEY)
+    page = client.get("/ui/campaigns").text
+    assert "Alpha one" in page and "Beta one" in page
+    only_b = client.get(f"/ui/campaigns?advertiser_id={world['b']}").text
+    assert "Beta one" in only_b and "Alpha one" not in only_b
+
+
+def test_reviewer_lands_on_the_review_queue(rt: Runtime, client: TestClient,
+                                            world: dict[str, Any]) -> None:
+    pending = rt.store.create_ad(campaign_id=world["ca"], landing_url="https://p.example/",
+                                 creative_ref="pending.png", format="banner", width=300,
+                                 height=250, review_state="pending_review")
+    log_in(client, world["reviewer"])
+    assert client.get("/ui").headers["location"] == "/ui/review"
+    assert client.get("/ui/campaigns").headers["location"] == "/ui/review"
+    queue = client.get("/ui/review")
+    assert f'data-ad-id="{pending.id}"' in queue.text
+    r = client.post(f"/ui/review/{pending.id}/approve", headers={"HX-Request": "true"})
+    assert r.status_code == 204 and r.headers["HX-Redirect"] == "/ui/review"
+    assert rt.store.get_ad(pending.id).review_state.value == "approved"
+    assert f'data-ad-id="{pending.id}"' not in client.get("/ui/review").text
+
+
+def test_advertiser_cannot_review(rt: Runtime, client: TestClient,
+                                  world: dict[str, Any]) -> None:
+    ad = rt.store.create_ad(campaign_id=world["ca"], landing_url="https://p.example/",
+                            creative_ref="own.png", format="banner", width=300, height=250,
+                            review_state="pending_review")
+    log_in(client, world["key_a"])
+    r = client.post(f"/ui/review/{ad.id}/approve")
+    assert r.status_code in (403, 404)
+    assert rt.store.get_ad(ad.id).review_state.value == "pending_review"
+
+
+def test_targeting_errors_show_next_to_the_field(client: TestClient,
+                                                 world: dict[str, Any]) -> None:
+    log_in(client, world["key_a"])
+    url = f"/ui/campaigns/{world['ca']}/targeting"
+    hx = {"HX-Request": "true"}
+    r = client.post(url, data={"targeting": '{"all": [{"attr": "shoe_size", "in": [1]}]}',
+                               "version": "1"}, headers=hx)
+    assert r.status_code == 200 and r.text.lstrip().startswith("<form id=\"targeting-form\"")
+    assert 'data-field="targeting.all[0].attr"' in r.text
+    r = client.post(url, data={"targeting": '{"attr": ', "version": "1"}, headers=hx)
+    assert 'data-field="targeting"' in r.text and "not valid JSON" in r.text
+    r = client.post(url, data={"targeting": '{"attr": "geo.country", "in": ["US"]}',
+                               "version": "1"}, headers=hx)
+    assert r.status_code == 204 and r.headers["HX-Redirect"] == f"/ui/campaigns/{world['ca']}"
+    page = client.get(f"/ui/campaigns/{world['ca']}").text
+    assert "geo.country" in page
+
+
+def test_budget_edit_is_checked_against_its_version(rt: Runtime, client: TestClient,
+                                                    world: dict[str, Any]) -> None:
+    log_in(client, world["key_a"])
+    url = f"/ui/campaigns/{world['ca']}/budget"
+    r = client.post(url, data={"daily_budget": "12.5", "lifetime_budget": "", "version": "1"})
+    assert r.status_code == 303
+    assert rt.store.get_campaign(world["ca"]).daily_budget_micros == 12_500_000
+    # the same form again, still at version 1: refused, not overwritten
+    r = client.post(url, data={"daily_budget": "99", "lifetime_budget": "", "version": "1"})
+    assert r.status_code == 422 and "version" in r.text
+    assert rt.store.get_campaign(world["ca"]).daily_budget_micros == 12_500_000
+    r = client.post(url, data={"daily_budget": "1.0000001", "lifetime_budget": "",
+                               "version": "2"}, headers={"HX-Request": "true"})
+    assert 'data-field="daily_budget_micros"' in r.text and "6 decimals" in r.text
+
+
+def test_dayparts_and_status_forms(rt: Runtime, client: TestClient,
+                                   world: dict[str, Any]) -> None:
+    log_in(client, world["key_a"])
+    cid = world["ca"]
+    r = client.post(f"/ui/campaigns/{cid}/dayparts", headers={"HX-Request": "true"},
+                    data={"dayparts": '[{"weekdays": [0], "start_hour": 9, "end_hour": 30}]',
+                          "version": "1"})
+    assert 'data-field="dayparts[0].end_hour"' in r.text
+    r = client.post(f"/ui/campaigns/{cid}/dayparts",
+                    data={"dayparts": '[{"weekdays": [0, 1], "start_hour": 9, "end_hour": 17}]',
+                          "version": "1"})
+    assert r.status_code == 303
+    assert rt.store.get_campaign(cid).dayparts[0].end_hour == 17
+    r = client.post(f"/ui/campaigns/{cid}/status", data={"action": "pause", "version": "2"})
+    assert r.status_code == 303
+    page = client.get(f"/ui/campaigns/{cid}").text
+    assert 'data-status="paused"' in page and 'id="resume-button"' in page
+
+
+def test_new_campaign_and_ad_forms(rt: Runtime, client: TestClient,
+                                   world: dict[str, Any]) -> None:
+    log_in(client, world["key_a"])
+    form = {"name": "Made in the UI", "objective": "clicks", "bid_type": "CPC",
+            "bid": "0.40", "daily_budget": "abc", "time_zone": "UTC",
+            "flight_start": "2026-07-15", "pacing_mode": "even", "targeting": ""}
+    r = client.post("/ui/campaigns", data=form)
+    assert r.status_code == 422 and 'data-field="daily_budget_micros"' in r.text
+    r = client.post("/ui/campaigns", data={**form, "daily_budget": "5", "time_zone": "Mars/Base"})
+    assert r.status_code == 422 and 'data-field="time_zone"' in r.text
+    r = client.post("/ui/campaigns", data={**form, "daily_budget": "5"})
+    assert r.status_code == 303
+    cid = int(r.headers["location"].rsplit("/", 1)[1])
+    made = rt.store.get_campaign(cid)
+    assert made.advertiser_id == world["a"] and made.bid_micros == 400_000
+    r = client.post(f"/ui/campaigns/{cid}/ads", data={
+        "landing_url": "https://made.example/", "creative_ref": "made.png", "format": "banner",
+        "width": "300", "height": "250"})
+    assert r.status_code == 303
+    ads = rt.store.list_ads(cid)
+    assert [a.review_state.value for a in ads] == ["pending_review"]
+    page = client.get(f"/ui/campaigns/{cid}").text
+    assert 'data-review="pending_review"' in page and 'data-status="no_approved_ads"' in page
+
+
+def test_csv_download(client: TestClient, world: dict[str, Any]) -> None:
+    log_in(client, world["key_a"])
+    r = client.get(f"/ui/campaigns/{world['ca']}/report.csv")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
+    assert "attachment" in r.headers["content-disposition"]
+    assert r.text.splitlines()[0].startswith("period_start,campaign_id,impressions,clicks")
+
+
+def test_revoked_key_is_logged_out(rt: Runtime, client: TestClient,
+                                   world: dict[str, Any]) -> None:
+    log_in(client, world["key_a"])
+    assert client.get("/ui/campaigns").status_code == 200
+    rt.keys.revoke(world["key_a"][:12])
+    assert client.get("/ui/campaigns").headers["location"] == "/ui/login"
+
+
+def test_explainer_shows_each_candidate(client: TestClient, world: dict[str, Any]) -> None:
+    r = client.post("/v1/ads:select", json={
+        "user": {"key": "u1"}, "placement": {"id": "feed", "reserve_cpm_micros": 100_000},
+        "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}],
+        "request_id": "explain-me", "explain": True})
+    assert r.status_code == 200
+    log_in(client, ADMIN_KEY)
+    page = client.get("/ui/explain?request_id=explain-me").text
+    assert 'id="explain-record"' in page
+    won = r.json()["ads"][0]["campaign_id"]
+    lost = world["cb"] if won == world["ca"] else world["ca"]
+    assert f"#{won}" in page and f"#{lost}" in page  # the loser, with its reason
+    missing = client.get("/ui/explain?request_id=nobody").text
+    assert 'id="explain-error"' in missing
+    log_in(client, world["key_a"])  # every advertiser's candidates: admins only
+    assert client.get("/ui/explain?request_id=explain-me").status_code == 403
+
+
+def test_static_assets_are_served_locally(client: TestClient) -> None:
+    page = client.get("/ui/login").text
+    for asset in ("vendor/htmx-2.0.11.min.js", "vendor/uPlot-1.6.32.iife.min.js", "app.js",
+                  "app.css"):
+        assert f"/ui/static/{asset}" in page
+        assert client.get(f"/ui/static/{asset}").status_code == 200
+    assert "http://" not in page.split("<main>")[0] and "https://" not in page.split("<main>")[0]
