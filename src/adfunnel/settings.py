@@ -116,6 +116,13 @@ class Settings(BaseSettings):
     spool_dir: str | None = None
     #: the spool's bound, bytes
     spool_max_bytes: int = Field(default=1 << 30, gt=0)
+    #: log lines on stderr as text (for a terminal) or JSON (one object per line)
+    log_format: Literal["text", "json"] = "text"
+    #: one access-log line per HTTP request (logger ``adfunnel.access``)
+    access_log: bool = True
+    #: campaigns (by today's billed spend) with their own per-campaign metric series;
+    #: the others are summed under ``campaign="other"``
+    metrics_top_campaigns: int = Field(default=20, ge=0, le=1_000)
 
     @field_validator("database_url")
     @classmethod

@@ -20,6 +20,7 @@ def test_every_row_is_one_request(report: dict) -> None:
     assert report["errors"] == {}
     assert 0 < report["filled_slots"] <= report["requests"]
     assert report["latency_ms"]["p50"] > 0
+    assert report["catalogue"] is None  # no --catalogue: the nine advertisers only
 
 
 def _one_charge(c: dict) -> int:

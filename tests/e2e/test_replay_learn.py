@@ -1,6 +1,8 @@
-"""End to end: ``replay --learn`` on every eighth row of the real iPinYou trace — train on
-the served log of the days before the last, roll the model out through the store, serve
-the last day with it, and report the model next to the smoothed-rate baseline."""
+"""End to end: ``replay --learn --catalogue 1000`` on every 32nd row of the real iPinYou
+trace — train on the served log of the days before the last, roll the model out through
+the store, serve the last day with it, and report the model next to the smoothed-rate
+baseline and the pre-rank's recall (the catalogue gives requests more candidates than the
+pre-rank keeps)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,14 @@ from adfunnel.sim.replay import load_rows, run_replay
 
 pytestmark = pytest.mark.e2e
 
+CATALOGUE = 1000  # campaigns: a 300x250 request meets ~250 candidates, the pre-rank keeps 200
+
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    rows = load_rows()[::8]
-    return run_replay(rows, workdir=tmp_path_factory.mktemp("learn"), learn=True)
+    rows = load_rows()[::32]
+    return run_replay(rows, workdir=tmp_path_factory.mktemp("learn"), learn=True,
+                      catalogue=CATALOGUE)
 
 
 def test_the_last_day_is_served_by_the_model_trained_on_the_days_before(report: dict) -> None:
@@ -40,3 +45,14 @@ def test_the_click_model_depends_on_the_row_only() -> None:
     assert [AttributeClicks(8).rate(r) for r in rows] != rates
     with pytest.raises(ValueError, match="at least two days"):
         split_last_day(rows[:10])
+
+
+def test_the_prerank_keeps_the_models_best_candidate(report: dict) -> None:
+    m = report["model"]
+    # every model decision with more candidates than the pre-rank keeps was checked
+    assert m["prerank_recall_checked"] >= 5
+    assert m["prerank_recall"] >= 0.95  # the issue's target
+    catalogue = report["catalogue"]
+    assert catalogue["campaigns"] == CATALOGUE
+    assert 0 < catalogue["filled_slots"] <= report["filled_slots"]
+

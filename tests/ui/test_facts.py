@@ -150,10 +150,10 @@ def test_cumulative_spend_places_hours_at_their_end() -> None:
     grid = list(range(0, 86_400 + 1, CHART_STEP_S))
     hourly = {start + timedelta(hours=1): 100, start + timedelta(hours=2): 50}
     out = _cumulative_spend(grid, start, hourly, elapsed_now=2.6 * 3600, billed_now=190)
-    assert out[0] == 0
+    assert out[0] == 0 and out[4] == 0  # 01:00: nothing billed in the first hour
     assert out[8] == 100  # 02:00: the end of the 01:00 hour
     assert out[10] == 190  # 02:30, the last point before now: the ledger's total
-    assert out[4] is None and all(v is None for v in out[11:])
+    assert out[6] is None and all(v is None for v in out[11:])
 
 
 def test_p_steps_hold_the_last_step() -> None:

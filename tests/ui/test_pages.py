@@ -219,6 +219,10 @@ def test_csv_download(client: TestClient, world: dict[str, Any]) -> None:
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
     assert "attachment" in r.headers["content-disposition"]
     assert r.text.splitlines()[0].startswith("period_start,campaign_id,impressions,clicks")
+    r = client.get(f"/ui/campaigns/{world['ca']}/report.csv?from=2026-07-10&to=2026-07-15")
+    assert r.status_code == 200
+    r = client.get(f"/ui/campaigns/{world['ca']}/report.csv?from=2026-07-16&to=2026-07-15")
+    assert r.status_code == 422 and "from must be on or before to" in r.text
 
 
 def test_revoked_key_is_logged_out(rt: Runtime, client: TestClient,

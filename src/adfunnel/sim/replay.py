@@ -35,6 +35,7 @@ import httpx
 import numpy as np
 
 from adfunnel.money import MICROS_PER_FEN, MICROS_PER_UNIT
+from adfunnel.sim.catalogue import CAMPAIGNS_PER_ADVERTISER, catalogue
 from adfunnel.sim.invalid import InvalidTraffic, row_address
 from adfunnel.sim.ipinyou import (
     ADVERTISERS,
@@ -155,6 +156,8 @@ class Replayer:
         # serves of capped campaigns per (user, campaign, campaign's local day), from the
         # answers received: what the report's max_serves_per_user_window measures
         self.capped_serves: dict[tuple[str, int, str], int] = defaultdict(int)
+        self.catalogue_ids: set[int] = set()  # --catalogue campaigns
+        self.catalogue_slots = 0  # slots those won
 
     def close(self) -> None:
         self.http.close()
@@ -188,6 +191,25 @@ class Replayer:
                     "format": "banner", "width": w, "height": h,
                 })
                 self.landing[ad["id"]] = ad["landing_url"]
+
+    def create_catalogue(self, rows: list[LogRow], start: datetime, n: int) -> None:
+        """``n`` run-of-network CPC campaigns (:mod:`adfunnel.sim.catalogue`), bidding
+        around the nine's CPC bids, under advertisers of
+        :data:`~adfunnel.sim.catalogue.CAMPAIGNS_PER_ADVERTISER` campaigns each."""
+        cpc = [c["record"]["bid_micros"] for c in self.campaigns.values()
+               if c["record"]["bid_type"] == "CPC"]
+        drawn = catalogue(n, rows, round(sum(cpc) / len(cpc)) if cpc else 1_000_000,
+                          self.rng.randrange(2**32))
+        advertiser_id = 0
+        for c in drawn:
+            if (c.index - 1) % CAMPAIGNS_PER_ADVERTISER == 0:
+                advertiser_id = self._post("/v1/advertisers",
+                                           {"name": f"catalogue {c.index}"})["id"]
+            campaign = self._post("/v1/campaigns",
+                                  c.campaign_body(advertiser_id, start.date().isoformat()))
+            self.catalogue_ids.add(campaign["id"])
+            ad = self._post(f"/v1/campaigns/{campaign['id']}/ads", c.ad_body())
+            self.landing[ad["id"]] = ad["landing_url"]
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         r = self.http.post(path, json=body)
@@ -227,6 +249,7 @@ class Replayer:
             return
         for ad in r.json()["ads"]:
             s.filled_slots += 1
+            self.catalogue_slots += ad["campaign_id"] in self.catalogue_ids
             self._count_capped(row, ad["campaign_id"])
             self._beacons(ad, ctr_by_campaign.get(ad["campaign_id"], 0.0), row)
 
@@ -339,6 +362,10 @@ class Replayer:
                       "clicks": s.clicks_fired, "forged": s.forged_fired,
                       "forged_refused": s.forged_refused, "bad_redirects": s.bad_redirects},
             "caps": self._caps_report(serving.get("rejections")),
+            # null: no --catalogue campaigns were added
+            "catalogue": ({"campaigns": len(self.catalogue_ids),
+                           "filled_slots": self.catalogue_slots}
+                          if self.catalogue_ids else None),
             "events": self._events_report(ledger),
             "errors": dict(s.errors),
             "click_model": (
@@ -430,6 +457,7 @@ def run_replay(
     server_env: dict[str, str] | None = None,
     event_log: str | None = None,
     learn: bool = False,
+    catalogue: int = 0,
     api_key: str | None = None,
 ) -> dict[str, Any]:
     """Replay ``rows`` against ``server`` (with its admin key ``api_key``), or against a
@@ -438,6 +466,11 @@ def run_replay(
     ``learn`` (not with ``server``; ValueError): click by :class:`AttributeClicks`, serve the days
     before the last, train a model on their served log, register it, serve the last day
     with it and report ``model`` (:mod:`adfunnel.sim.learn`).
+
+    ``catalogue`` adds that many run-of-network CPC campaigns
+    (:meth:`Replayer.create_catalogue`), so that requests have more candidates than the
+    pre-rank keeps; with ``learn`` the started server then checks the pre-rank's recall
+    on every model decision (``model.prerank_recall``).
 
     The started server uses ``database_url`` (default: a SQLite file in ``workdir`` or a
     temporary directory), a manual clock, and ``pctr_prior`` as its prior click rate.
@@ -461,6 +494,8 @@ def run_replay(
         stream = f"ADFUNNEL_REPLAY_{secrets.token_hex(4).upper()}"
         if server is None:
             secret = secrets.token_hex(32)
+            # every model decision with more candidates than the pre-rank keeps is checked
+            recall_env = {"ADFUNNEL_RECALL_SAMPLE": "1.0"} if learn and catalogue else {}
             events_env = ({"ADFUNNEL_EVENT_LOG_URL": event_log, "ADFUNNEL_EVENT_STREAM": stream,
                            "ADFUNNEL_SPOOL_DIR": str(work / "spool")} if event_log else {})
             proc = ServerProcess(url, clock="manual", log_path=work / "server.log",
@@ -474,7 +509,8 @@ def run_replay(
                                             # the manual clock does not move between a
                                             # serve and its click: no delay to judge
                                             "ADFUNNEL_IVT_MIN_CLICK_DELAY_MS": "0",
-                                            **events_env, **(server_env or {})})
+                                            **recall_env, **events_env,
+                                            **(server_env or {})})
             server = proc.url
             api_key = proc.admin_key
         replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed,
@@ -483,6 +519,7 @@ def run_replay(
         try:
             replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})
             replayer.create_campaigns(first)
+            replayer.create_catalogue(rows, first, catalogue)
             if learn:
                 replayer.clicks = AttributeClicks(seed)
                 before, last_day = split_last_day(rows)
@@ -529,7 +566,7 @@ def _model_report(learned: dict[str, Any], served_dir: Path, url: str, rows: lis
     figures = last_day_figures(served_dir, url, version, day_start, pctr_prior, 1_000.0)
     model = figures["model"] or {}
     serving = learned.get("serving") or {}
-    recall = (serving.get("prerank_recall") or {}).get("recall")
+    recall = serving.get("prerank_recall") or {}
     decisions = learned["last_day_decisions"]
     return {
         "version": version,
@@ -540,7 +577,10 @@ def _model_report(learned: dict[str, Any], served_dir: Path, url: str, rows: lis
         "calibration_ratio": model.get("calibration_ratio"),
         "auc": model.get("auc"),
         "fallback_share": round(learned["fallbacks"] / decisions, 4) if decisions else None,
-        "prerank_recall": recall,
+        # share of checked decisions whose best candidate by the model the pre-rank kept;
+        # null when no decision had more candidates than the pre-rank keeps
+        "prerank_recall": recall.get("recall"),
+        "prerank_recall_checked": recall.get("checked"),
         "baseline": figures["baseline"],
     }
 

@@ -145,7 +145,7 @@ def make_ui_router(rt: Any, resolve: Resolver) -> APIRouter:
         advertisers = await api.items("/v1/advertisers") if viewer.is_admin else []
         rows = await views.campaign_rows(api, facts, viewer, advertiser_id)
         return {"rows": rows, "advertisers": advertisers, "advertiser_id": advertiser_id,
-                "now": facts.now()}
+                "names": {a["id"]: a["name"] for a in advertisers}, "now": facts.now()}
 
     @router.get("/ui/campaigns")
     @page

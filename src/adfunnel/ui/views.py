@@ -33,13 +33,10 @@ async def campaign_rows(api: ApiClient, facts: ServerFacts, viewer: Viewer,
                  for c in campaigns), default=facts.now())
     matched = facts.matched_requests(ids, since) if facts.measures_traffic() else None
     capped = facts.capped_requests(ids, since)
-    rows = []
-    for c in campaigns:
-        ads = await api.items(f"/v1/campaigns/{c['id']}/ads")
-        rows.append(_row(c, ads, facts, budget.get(c["id"]),
-                         None if matched is None else matched.get(c["id"], 0),
-                         capped.get(c["id"], 0), billed.get(c["id"], 0)))
-    return rows
+    ads = facts.ads_of(ids)
+    return [_row(c, ads[c["id"]], facts, budget.get(c["id"]),
+                 None if matched is None else matched.get(c["id"], 0),
+                 capped.get(c["id"], 0), billed.get(c["id"], 0)) for c in campaigns]
 
 
 def _row(c: dict[str, Any], ads: list[dict[str, Any]], facts: ServerFacts, budget: Any,

@@ -1,0 +1,67 @@
+"""The dashboard's in-process API client over a small real ASGI app: plain lists and
+cursor pages, field errors, the viewer's key on every request."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Header, Query
+from fastapi.responses import JSONResponse
+
+from adfunnel.ui.api_client import ApiClient, ApiFailure
+
+ITEMS = list(range(7))
+
+
+def app() -> FastAPI:
+    api = FastAPI()
+
+    @api.get("/plain")
+    def plain(authorization: str = Header()) -> list[str]:
+        return [authorization]
+
+    @api.get("/paged")
+    def paged(limit: int = Query(3), cursor: int = Query(0)) -> dict[str, Any]:
+        page = ITEMS[cursor:cursor + min(limit, 3)]
+        nxt = cursor + len(page)
+        return {"items": page, "next_cursor": str(nxt) if nxt < len(ITEMS) else None}
+
+    @api.post("/refuse")
+    def refuse() -> JSONResponse:
+        return JSONResponse({"error": "validation", "fields": [
+            {"field": "targeting.all[0].attr", "problem": "unknown attribute"}]},
+            status_code=422)
+
+    @api.get("/gone")
+    def gone() -> JSONResponse:
+        return JSONResponse({"error": "not_found", "message": "no campaign 9"},
+                            status_code=404)
+
+    return api
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_items_follow_cursor_pages_and_plain_lists() -> None:
+    async def go() -> tuple[list[Any], list[Any]]:
+        async with ApiClient(app(), "k-123") as api:
+            return await api.items("/paged"), await api.items("/plain")
+    paged, plain = run(go())
+    assert paged == ITEMS
+    assert plain == ["Bearer k-123"]
+
+
+def test_field_errors_and_refused_reads() -> None:
+    async def go() -> dict[str, str]:
+        async with ApiClient(app(), "k") as api:
+            answer = await api.call("POST", "/refuse", json={})
+            assert not answer.ok and answer.status == 422
+            with pytest.raises(ApiFailure) as err:
+                await api.get("/gone")
+            assert err.value.answer.field_errors() == {"": "no campaign 9"}
+            return answer.field_errors()
+    assert run(go()) == {"targeting.all[0].attr": "unknown attribute"}
