@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse, Response
 
 from adfunnel.auth import ApiKeys, SqlKeyStore, install_auth
 from adfunnel.auth.api import make_api_key_router
+from adfunnel.auth.ratelimit import RateLimiter
 from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.rollups import DirtyHours, RollupStore
 from adfunnel.billing.sql_ledger import SqlLedger
@@ -65,6 +66,8 @@ from adfunnel.frequency.redis_store import RedisFrequencyStore
 from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, MemoryFrequencyStore
 from adfunnel.index import ScanIndex
 from adfunnel.ivt.rules import Tier1Rules
+from adfunnel.observability.metrics import CAMPAIGNS, watch_change_feed, watch_fill
+from adfunnel.observability.request_log import RequestLog
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
 from adfunnel.prediction.calibration import CalibrationMonitor
@@ -127,6 +130,8 @@ class Runtime:
         if isinstance(self.gate, ReportingBudgetClient | InProcessBudget):
             self.gate.stop()
         self.caps.close()
+        if isinstance(self.gate, InProcessBudget):
+            CAMPAIGNS.forget(self.gate.status)
         if self.served is not None:
             self.served.close()
         self.engine.dispose()
@@ -330,9 +335,10 @@ def mark_completed(store: SqlCampaignStore, campaign_id: int, attempts: int = 3)
             continue
 
 
-def build_app(rt: Runtime) -> ArrivalStamp:
+def build_app(rt: Runtime) -> RequestLog:
     """The ASGI app of an embedded process: the FastAPI app (advertiser API, operator
-    routes, tracking, admin) behind :class:`ArrivalStamp`, which stamps every request's
+    routes, tracking, admin) behind :class:`ArrivalStamp`, behind :class:`RequestLog`
+    (``x-request-id`` and the access log, on every route). The stamp stamps every request's
     arrival and serves the hot routes (``POST /v1/ads:select``, ``GET /v1/bench/noop``,
     the ``/i`` and ``/c`` beacons) itself. Attributes of the FastAPI app (``routes``,
     ``openapi`` …) read through.
@@ -352,7 +358,8 @@ def build_app(rt: Runtime) -> ArrivalStamp:
                   description="Ad server: advertiser API, ad decisions, tracking.")
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
-    install_auth(app, rt.keys)  # outside the body limit: no key, no body read
+    # outside the body limit: no key, no body read
+    install_auth(app, rt.keys, RateLimiter(s.api_rate_per_s, s.api_burst))
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
     app.include_router(make_api_key_router(rt.keys, rt.store))
@@ -364,6 +371,7 @@ def build_app(rt: Runtime) -> ArrivalStamp:
     tracking = TrackingEndpoints(rt.tracker, parse_networks(s.trusted_proxies))
     for route in (*serving.routes(), *tracking.routes()):
         app.router.routes.append(route)
+    watch_metrics(rt, serving)
 
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -459,19 +467,33 @@ def build_app(rt: Runtime) -> ArrivalStamp:
     app.add_route("/v1/serving/stats", serving_stats, methods=["GET"])
     app.add_route("/v1/budget/pacing", budget_pacing, methods=["GET"])
     app.add_route("/v1/users/{key}", erase_user, methods=["DELETE"])
-    # outermost: a select's deadline starts as early as we see it
-    return ArrivalStamp(app, routes={**serving.hot_routes(), **tracking.hot_routes()})
+    # outside the framework: a select's deadline starts as early as we see it
+    stamped = ArrivalStamp(app, routes={**serving.hot_routes(), **tracking.hot_routes()})
+    return RequestLog(stamped, access_log=s.access_log)
 
 
-def create_app() -> ArrivalStamp:
+def watch_metrics(rt: Runtime, serving: ServingEndpoints) -> None:
+    """The series read at scrape time (observability/metrics.py): fill rate, change-feed
+    lag and, with the embedded budget service, the per-campaign budget series."""
+    feed = rt.feed
+    watch_fill(serving.fill_rate)
+    watch_change_feed(lambda: max(feed.last_apply_lag_s, feed.behind_s()))
+    if isinstance(rt.gate, InProcessBudget):
+        CAMPAIGNS.follow(rt.gate.status, rt.settings.metrics_top_campaigns)
+
+
+def create_app() -> RequestLog:
     """App factory of a worker process (and of ``uvicorn --factory``): settings from
     ``ADFUNNEL_*`` (without ``ADFUNNEL_ADMIN_KEY``, an admin key is generated and
     printed once); the start-up heap is frozen out of the collector's reach
     (:func:`freeze_startup_heap`)."""
     from adfunnel.auth import bootstrap_admin_key
+    from adfunnel.observability.logs import configure_logging
     from adfunnel.settings import load_settings
 
-    app = build_app(build_runtime(bootstrap_admin_key(load_settings())))
+    settings = load_settings()
+    configure_logging(settings.log_format)
+    app = build_app(build_runtime(bootstrap_admin_key(settings)))
     freeze_startup_heap()
     return app
 
@@ -516,6 +538,12 @@ def listening_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket
         sock.close()
         raise
     return sock
+
+
+def http_address(sock: socket.socket) -> str:
+    """``http://host:port`` of a bound socket (IPv6 hosts in brackets)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 class CoalescingTransport:
@@ -590,17 +618,25 @@ def server_config(app: Any, **config: Any) -> Any:
 
     # proxy_headers off: uvicorn would take X-Forwarded-For from any loopback peer; the
     # client address is the tracker's to decide, from its configured trusted proxies
+    # uvicorn's access log off (RequestLog writes ours) and no logging config of its
+    # own: its lines go through the process's handler (observability/logs.py)
     options = {"loop": "uvloop", "http": serving_protocol(), "log_level": "warning",
-               "access_log": False, "lifespan": "on", "proxy_headers": False, **config}
+               "access_log": False, "log_config": None, "lifespan": "on",
+               "proxy_headers": False, **config}
     return uvicorn.Config(app, **options)
 
 
-def serve_http(app: Any, host: str, port: int, *, reuse_port: bool = False) -> bool:
+def serve_http(app: Any, host: str, port: int, *, reuse_port: bool = False,
+               on_bound: Any = None) -> bool:
     """Serve ``app`` on ``host:port`` in this process until SIGINT or SIGTERM; False when
-    the server never started (its lifespan start-up failed)."""
+    the server never started (its lifespan start-up failed). ``on_bound(address)`` is
+    called with ``http://host:port`` (the port bound, for port 0) once the socket is
+    bound."""
     import uvicorn
 
     sock = listening_socket(host, port, reuse_port=reuse_port)
+    if on_bound is not None:
+        on_bound(http_address(sock))
     server = uvicorn.Server(server_config(app, host=host, port=port))
     try:
         server.run(sockets=[sock])
@@ -628,10 +664,12 @@ def worker_main(host: str, port: int) -> None:
         sys.exit(STARTUP_FAILURE)
 
 
-def serve_workers(host: str, port: int, workers: int, *, restart_s: float = 1.0) -> int:
+def serve_workers(host: str, port: int, workers: int, *, restart_s: float = 1.0,
+                  on_start: Any = None) -> int:
     """Run ``workers`` processes (``worker_main``) sharing ``host:port`` through
     SO_REUSEPORT, until SIGINT or SIGTERM. A worker that crashes is started again (at
     most once per ``restart_s`` per worker); one that cannot start stops them all.
+    ``on_start()`` is called once the port is known to be free, before the workers start.
     Returns the exit status: 0, or 1 after a start-up failure.
 
     Raises:
@@ -641,6 +679,8 @@ def serve_workers(host: str, port: int, workers: int, *, restart_s: float = 1.0)
     if port == 0:
         raise ValueError("several workers need a fixed port")
     listening_socket(host, port, reuse_port=False).close()  # taken → OSError, before any start
+    if on_start is not None:
+        on_start()
     return _Supervisor(host, port, workers, restart_s).run()
 
 

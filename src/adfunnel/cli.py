@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adfunnel.money import format_units
-from adfunnel.settings import SettingsError, load_settings
+from adfunnel.settings import Settings, SettingsError, load_settings
 
 app = typer.Typer(help="adfunnel: an ad server for owned-and-operated inventory.",
                   no_args_is_help=True, add_completion=False)
@@ -27,6 +27,15 @@ model_app = typer.Typer(help="The click model: train and evaluate (hashed logist
                         "isotonic calibration).")
 app.add_typer(model_app, name="model")
 console = Console()
+
+
+def _setting(name: str) -> str:
+    """What ``--help`` shows as the default of an option that falls back to a setting:
+    the setting's own default and its environment variable."""
+    default = Settings.model_fields[name].get_default(call_default_factory=False)
+    shown = "none" if default is None else str(default).lower() if isinstance(default, bool) \
+        else str(default)
+    return f"{shown}, or ADFUNNEL_{name.upper()}"
 
 
 @app.command()
@@ -44,6 +53,8 @@ def serve(
     model: Annotated[str | None, typer.Option(help="A click model artifact (adfunnel model train --out DIR) that scores the pre-rank's survivors. Default: the smoothed per-ad rate.")] = None,
     cvr_model: Annotated[str | None, typer.Option(help="A conversion model artifact (model train --target conversion): the pCVR of CPA candidates, with --model. Default: the constant pcvr prior.")] = None,
     workers: Annotated[int, typer.Option(help="Ad-server processes sharing the port.")] = 1,
+    log_format: Annotated[str | None, typer.Option(help="Log lines on stderr: text or json.", show_default=_setting("log_format"))] = None,
+    access_log: Annotated[bool | None, typer.Option("--access-log/--no-access-log", help="One log line per HTTP request.", show_default=_setting("access_log"))] = None,
 ) -> None:
     """Run the ad server (embedded default: every plane in one process, SQLite).
 
@@ -62,13 +73,19 @@ def serve(
     )
     from adfunnel.auth import bootstrap_admin_key
     from adfunnel.campaigns.migrate import upgrade
+    from adfunnel.observability.logs import log_start
 
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
              "token_secret": token_secret, "budget_service_url": budget_service,
              "redis_url": redis_url, "served_log_dir": served_log,
              "event_log_url": event_log, "spool_dir": spool_dir, "model_dir": model,
-             "cvr_model_dir": cvr_model}
-    settings = bootstrap_admin_key(_settings_or_exit(**flags))
+             "cvr_model_dir": cvr_model, "log_format": log_format, "access_log": access_log}
+    settings = _settings_or_exit(**flags)
+    _configure_logging(settings)
+    with _reachable_or_exit(settings):  # before the admin key is printed: one line
+        upgrade(settings.database_url)
+        _event_log_or_raise(settings)
+    settings = bootstrap_admin_key(settings)
     for path, target in ((settings.model_dir, "click"), (settings.cvr_model_dir, "conversion")):
         if path is None:
             continue
@@ -84,12 +101,13 @@ def serve(
                        err=True)
             raise typer.Exit(1)
     if workers <= 1:
-        with _database_or_exit(settings.database_url):
+        with _reachable_or_exit(settings):
             runtime = build_runtime(settings)
         asgi = build_app(runtime)
         freeze_startup_heap()
         with _listening_or_exit(settings.host, settings.port):
-            if not serve_http(asgi, settings.host, settings.port):
+            if not serve_http(asgi, settings.host, settings.port,
+                              on_bound=lambda address: log_start(settings, address)):
                 raise typer.Exit(1)
         return
     if not settings.budget_service_url:
@@ -100,16 +118,16 @@ def serve(
                       "on its own, so a user may see a capped ad up to once per worker more "
                       "than the cap[/yellow]")
     # N processes: each worker builds its own runtime from the environment; they must
-    # share one token secret, and the schema is migrated once, here.
+    # share one token secret and admin key (the schema was migrated once, above).
     for key, value in flags.items():
         if value is not None:
             os.environ[f"ADFUNNEL_{key.upper()}"] = str(value)
     os.environ.setdefault("ADFUNNEL_TOKEN_SECRET", secrets.token_hex(32))
     os.environ["ADFUNNEL_ADMIN_KEY"] = str(settings.admin_key)  # one bootstrap key for all
-    with _database_or_exit(settings.database_url):
-        upgrade(settings.database_url)
+    address = f"http://{settings.host}:{settings.port} ({workers} workers)"
     with _listening_or_exit(settings.host, settings.port):
-        status = serve_workers(settings.host, settings.port, workers)
+        status = serve_workers(settings.host, settings.port, workers,
+                               on_start=lambda: log_start(settings, address))
     raise typer.Exit(status)
 
 
@@ -121,19 +139,26 @@ def tracker(
     database_url: Annotated[str | None, typer.Option(help="The campaign store (landing URLs), sqlite:///file or postgresql://….")] = None,
     token_secret: Annotated[str | None, typer.Option(help="The ad servers' HMAC key for tracking tokens.")] = None,
     spool_dir: Annotated[str | None, typer.Option(help="Where beacons are spooled while the event log is down.")] = None,
+    log_format: Annotated[str | None, typer.Option(help="Log lines on stderr: text or json.", show_default=_setting("log_format"))] = None,
+    access_log: Annotated[bool | None, typer.Option("--access-log/--no-access-log", help="One log line per HTTP request.", show_default=_setting("access_log"))] = None,
 ) -> None:
     """Run the tracker on its own: /i, /c and /v verify the token, apply tier-1 IVT rules,
     append to the event log and answer without waiting on the database."""
     from adfunnel.app import serve_http
+    from adfunnel.observability.logs import log_start
     from adfunnel.standalone import build_tracker_app
 
     settings = _settings_or_exit(event_log_url=event_log, host=host, port=port,
                                  database_url=database_url, token_secret=token_secret,
-                                 spool_dir=spool_dir, aggregate=False)
-    with _database_or_exit(settings.database_url):
+                                 spool_dir=spool_dir, aggregate=False,
+                                 log_format=log_format, access_log=access_log)
+    _configure_logging(settings)
+    with _reachable_or_exit(settings):
+        _event_log_or_raise(settings)
         asgi = build_tracker_app(settings)
     with _listening_or_exit(settings.host, settings.port):
-        if not serve_http(asgi, settings.host, settings.port):
+        if not serve_http(asgi, settings.host, settings.port,
+                          on_bound=lambda a: log_start(settings, a, role="tracker")):
             raise typer.Exit(1)
 
 
@@ -148,9 +173,11 @@ def aggregator(
     import signal
     import threading
 
+    from adfunnel.observability.logs import log_start
     from adfunnel.standalone import run_aggregator
 
     settings = _settings_or_exit(event_log_url=event_log, database_url=database_url)
+    _configure_logging(settings)
     try:
         chosen = parse_partitions(partitions, settings.event_partitions)
     except ValueError as exc:
@@ -159,8 +186,10 @@ def aggregator(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    console.print(f"aggregating partitions {chosen or 'all'} of {event_log}")
-    with _database_or_exit(settings.database_url):
+    with _reachable_or_exit(settings):
+        _event_log_or_raise(settings)
+        log_start(settings, "-", role="aggregator")
+        console.print(f"aggregating partitions {chosen or 'all'} of {event_log}")
         plane = run_aggregator(settings, chosen, stop)
     agg = plane.aggregator
     if agg is not None:
@@ -197,17 +226,54 @@ def _listening_or_exit(host: str, port: int) -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
+#: Exit status of a process whose database or event log cannot be reached at start.
+UNREACHABLE = 2
+
+
 @contextmanager
-def _database_or_exit(url: str) -> Iterator[None]:
-    """Turn a database that cannot be reached into one line on stderr and exit code 1."""
+def _reachable_or_exit(settings: Settings) -> Iterator[None]:
+    """Turn a database or an event log (NATS) that cannot be reached into one line on
+    stderr and exit code :data:`UNREACHABLE` (2), with no traceback."""
     from sqlalchemy.exc import InterfaceError, OperationalError
+
+    from adfunnel.events.log import EventLogUnavailable
 
     try:
         yield
     except (OperationalError, InterfaceError) as exc:
-        typer.echo(f"adfunnel: cannot use the database {hide_password(url)}: "
+        typer.echo(f"adfunnel: cannot use the database {hide_password(settings.database_url)}: "
                    f"{_first_line(exc.orig or exc)}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(UNREACHABLE) from None
+    except EventLogUnavailable as exc:
+        typer.echo(f"adfunnel: cannot use the event log {settings.event_log_url}: "
+                   f"{_one_line(exc)}", err=True)
+        raise typer.Exit(UNREACHABLE) from None
+
+
+def _event_log_or_raise(settings: Settings) -> None:
+    """Check that the event log (NATS) answers, when there is one: a process that needs
+    it stops at start rather than spooling or failing later.
+
+    Raises:
+        EventLogUnavailable: it does not answer.
+    """
+    if settings.event_log_url is not None:
+        from adfunnel.events.jetstream_log import probe
+
+        probe(settings.event_log_url)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or \
+        type(exc).__name__
+
+
+def _configure_logging(settings: Settings) -> None:
+    from adfunnel.observability.logs import configure_logging
+
+    configure_logging(settings.log_format)
+
+
 
 
 def hide_password(url: str) -> str:
@@ -330,9 +396,11 @@ def budget_service(
     from adfunnel.db import make_engine
 
     settings = _settings_or_exit(database_url=database_url)
+    _configure_logging(settings)
     ttl = token_ttl_s if token_ttl_s is not None else float(settings.token_ttl_s)
     engine = make_engine(settings.database_url)
-    upgrade(engine)
+    with _reachable_or_exit(settings):
+        upgrade(engine)
     clock = SystemClock()
     proc = BudgetServiceProcess(
         SqlCampaignStore(engine, clock), SqlLedger(engine), clock, shard=shard, shards=shards,

@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     #: the bootstrap admin API key (``Authorization: Bearer <key>``); None: ``serve``
     #: generates one and prints it once at start
     admin_key: str | None = Field(default=None, min_length=32, repr=False)
+    #: requests a second one advertiser or reviewer key may send on average (429 with
+    #: Retry-After past it; admin keys and the open routes are not limited)
+    api_rate_per_s: float = Field(default=50.0, gt=0)
+    #: requests such a key may send at once before the rate applies
+    api_burst: int = Field(default=100, ge=1)
     token_ttl_s: int = Field(default=3600, gt=0, le=86_400)
     clock: Literal["system", "manual"] = "system"
     default_deadline_ms: int = Field(default=100, gt=0, le=10_000)
@@ -111,6 +116,13 @@ class Settings(BaseSettings):
     spool_dir: str | None = None
     #: the spool's bound, bytes
     spool_max_bytes: int = Field(default=1 << 30, gt=0)
+    #: log lines on stderr as text (for a terminal) or JSON (one object per line)
+    log_format: Literal["text", "json"] = "text"
+    #: one access-log line per HTTP request (logger ``adfunnel.access``)
+    access_log: bool = True
+    #: campaigns (by today's billed spend) with their own per-campaign metric series;
+    #: the others are summed under ``campaign="other"``
+    metrics_top_campaigns: int = Field(default=20, ge=0, le=1_000)
 
     @field_validator("database_url")
     @classmethod

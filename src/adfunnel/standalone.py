@@ -37,6 +37,7 @@ from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import Clock
 from adfunnel.db import make_engine
 from adfunnel.event_plane import EventPlane, make_event_plane
+from adfunnel.observability.request_log import RequestLog
 from adfunnel.periodic import Periodic
 from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
 from adfunnel.serving.deadline import ArrivalStamp
@@ -70,7 +71,7 @@ class CampaignSide:
         return cls(store, model, feed, clock)
 
 
-def build_tracker_app(settings: Settings) -> ArrivalStamp:
+def build_tracker_app(settings: Settings) -> RequestLog:
     """The tracker process's ASGI app: ``/i``, ``/c``, ``/v``, ``/healthz``, ``/metrics``
     and ``/v1/tracker/stats``; ``/i`` and ``/c`` are served outside Starlette's layers
     (:meth:`TrackingEndpoints.hot_routes`). The event log is ``settings.event_log_url``
@@ -100,8 +101,9 @@ def build_tracker_app(settings: Settings) -> ArrivalStamp:
 
     routes = [*endpoints.routes(), Route("/healthz", healthz), Route("/metrics", metrics),
               Route("/v1/tracker/stats", stats)]
-    return ArrivalStamp(Starlette(routes=routes, lifespan=lifespan),
-                        routes=endpoints.hot_routes())
+    stamped = ArrivalStamp(Starlette(routes=routes, lifespan=lifespan),
+                           routes=endpoints.hot_routes())
+    return RequestLog(stamped, access_log=settings.access_log)
 
 
 def run_aggregator(settings: Settings, partitions: Sequence[int] | None,

@@ -121,7 +121,8 @@ def test_a_204_select_names_its_outcome(client: TestClient) -> None:
 
 def test_a_select_through_the_framework_route_answers_alike(client: TestClient) -> None:
     """The Starlette endpoint (no ArrivalStamp in front) gives the same answer."""
-    inner = client.app.app  # type: ignore[attr-defined]  # the FastAPI app behind the stamp
+    # the FastAPI app behind RequestLog and the stamp
+    inner = client.app.app.app  # type: ignore[attr-defined]
     with TestClient(inner) as plain:
         r = plain.post("/v1/ads:select", json={
             "user": {"key": "u1"}, "placement": {"id": "feed"},

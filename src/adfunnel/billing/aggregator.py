@@ -52,6 +52,7 @@ from adfunnel.events.log import Consumer, Delivery
 from adfunnel.events.model import Event
 from adfunnel.ivt.rules import EventFacts
 from adfunnel.ivt.scoring import Tier2Scorer
+from adfunnel.observability.metrics import ABSORBED_OVERSPEND, BILLED
 from adfunnel.prediction.smoothed import SmoothedCtr
 
 #: Default seconds a billed event stays pending, reversible by tier 2, before it is final.
@@ -274,6 +275,9 @@ class Aggregator:
                 self.ctr.observe_click(row.ad_id, row.placement)
         if self.on_billed is not None:
             self.on_billed(row)
+        BILLED.inc(recorded.billed_micros)
+        if recorded.absorbed_micros:
+            ABSORBED_OVERSPEND.inc(recorded.absorbed_micros)
         billable = bills_on(row.billing_type) is row.event_type
         self.gate.record_billed(row.campaign_id, row.day, recorded.billed_micros,
                                 row.impression_id, billable)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from datetime import date, datetime
 
 import numpy as np
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import ColumnElement, Date, Engine, Integer, case, cast, func, literal, select
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -57,6 +58,7 @@ from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.campaigns.tables import campaigns as campaigns_table
 from adfunnel.clock import Clock, ManualClock
 from adfunnel.db import connection_guard
+from adfunnel.observability.metrics import CAMPAIGNS, METRICS_TOP_CAMPAIGNS
 from adfunnel.pacing.traffic_log import (
     EligibleCounter,
     SqlTrafficLog,
@@ -151,6 +153,7 @@ class BudgetServiceProcess:
         self.billed_every_s = billed_every_s
         self.poll_s = poll_s
         self.position = 0
+        self.metrics_top = METRICS_TOP_CAMPAIGNS  # campaigns with their own series
         self.traffic = SqlTrafficLog(engine) if engine is not None else None
         # (traffic window start, placement average) of the last shape refresh
         self._last_shapes: tuple[datetime, np.ndarray] | None = None
@@ -165,10 +168,13 @@ class BudgetServiceProcess:
 
     def app(self) -> Starlette:
         """The shard's HTTP app plus ``GET /v1/status`` (budget state, p and pacing status
-        per campaign on its current local day). The control step runs on the process's
-        ticker (domain time), not in the app."""
+        per campaign on its current local day) and ``GET /metrics`` (Prometheus, with the
+        per-campaign series of :mod:`adfunnel.observability.metrics`). The control step
+        runs on the process's ticker (domain time), not in the app."""
         app = create_app(self.service, lock=self.lock)
         app.router.routes.append(Route("/v1/status", self._status, methods=["GET"]))
+        app.router.routes.append(Route("/metrics", _metrics, methods=["GET"]))
+        CAMPAIGNS.follow(self.status, self.metrics_top)  # the per-campaign series
         return app
 
     def step(self) -> None:
@@ -286,6 +292,10 @@ class BudgetServiceProcess:
 
     def stop(self) -> None:
         self.ticker.stop()
+
+
+async def _metrics(_: Request) -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
 def _status_of(cid: int, cd: CampaignDay, now: float) -> dict[str, object]:

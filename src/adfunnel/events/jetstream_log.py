@@ -790,3 +790,44 @@ async def _mapped(coro: Coroutine[Any, Any, T]) -> T:
         raise EventLogError(f"JetStream refused the request: {exc}") from exc
     except _TRANSIENT as exc:
         raise EventLogUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+
+def probe(url: str, timeout_s: float = 2.0) -> None:
+    """Connect once to the NATS servers of ``url`` (comma-separated) and close: the
+    start-up check of a process that needs its event log. It stops at the first refusal
+    of every server (nats-py itself would retry forever); nothing is logged.
+
+    Raises:
+        EventLogUnavailable: no server answered within ``timeout_s``.
+    """
+    servers = url.split(",")
+
+    async def attempt() -> BaseException | None:
+        nc = NatsClient()
+        failed: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+        errors: list[BaseException] = []
+
+        async def on_error(exc: BaseException) -> None:
+            errors.append(exc)
+            if len(errors) >= len(servers) and not failed.done():
+                failed.set_result(exc)
+
+        task = asyncio.ensure_future(nc.connect(
+            servers=servers, connect_timeout=timeout_s,  # type: ignore[arg-type]
+            allow_reconnect=False, max_reconnect_attempts=0, error_cb=on_error))
+        done, _ = await asyncio.wait({task, failed}, timeout=timeout_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if task in done and task.exception() is None:
+            await nc.close()
+            return None
+        task.cancel()
+        with contextlib.suppress(*_TRANSIENT, asyncio.CancelledError):
+            await asyncio.wait_for(nc.close(), 0.5)
+        if task in done:
+            return task.exception()
+        return failed.result() if failed.done() else TimeoutError(f"no answer in {timeout_s:g} s")
+
+    reason = asyncio.run(attempt())
+    if reason is not None:
+        raise EventLogUnavailable(f"cannot connect: {type(reason).__name__}: {reason}")

@@ -1,7 +1,8 @@
 """HTTP endpoints of the serving plane: lean handlers (the hot path).
 
 - ``POST /v1/ads:select`` → 200 with one ad per filled slot, or 204 with
-  ``x-adfunnel-outcome: no_fill | shed | late`` (and ``x-request-id``);
+  ``x-adfunnel-outcome: no_fill | shed | late``; ``x-request-id`` names the decision
+  (the request's ``request_id`` when sane);
 - ``GET /v1/bench/noop`` → 204 at once, no work: the bare-route baseline of
   ``adfunnel bench http`` (always on; it reads nothing and changes nothing);
 - ``GET /i?t=TOKEN`` → 204 (impression beacon);
@@ -35,6 +36,7 @@ from starlette.routing import Route
 from adfunnel.clock import monotonic_ms
 from adfunnel.events.served_log import ServedLog
 from adfunnel.http_errors import error_response as error_response
+from adfunnel.observability.request_log import REQUEST_ID_KEY, name_request
 from adfunnel.serving.deadline import (
     SELECT_PATH,
     SHED_EXPIRED,
@@ -66,7 +68,8 @@ DEADLINE_MISS_RATE = Gauge(
     "adfunnel_deadline_miss_rate", "deadline_miss_rate: (late + shed) / ad requests, over "
     "the last 1,000 ad requests of this process",
 )
-SELECT_OUTCOMES = Counter("adfunnel_select_total", "Ad decisions by outcome", ["outcome"])
+SELECT_OUTCOMES = Counter("adfunnel_decisions", "decisions_total: ad requests by outcome "
+                          "(filled, no_fill, shed, late, not_ready)", ["outcome"])
 REJECTED_REQUESTS = Counter("adfunnel_bad_requests_total", "Refused requests", ["endpoint"])
 #: The bare route of ``adfunnel bench http``'s baseline (always on: 204, no work).
 NOOP_PATH = "/v1/bench/noop"
@@ -110,6 +113,8 @@ class ServingEndpoints:
         self.default_deadline_ms = default_deadline_ms
         self.max_body_bytes = max_body_bytes
         self.ready = ready or (lambda: True)
+        self.answered = 0  # ad requests answered (filled, no fill, shed or late)
+        self.filled = 0  # of which with an ad
 
     def routes(self) -> list[Route]:
         return [
@@ -154,7 +159,12 @@ class ServingEndpoints:
             error = "malformed_json" if exc.status == 400 else "validation"
             return _error(exc.status, error, exc.fields)
         deadline = start + (req.deadline_ms or self.default_deadline_ms)
-        request_id = req.request_id or f"{self._id_prefix}-{next(self._ids):x}"
+        # the decision is named by the request's own id, else by the one its answer
+        # carries (x-request-id, from RequestLog), so explain finds it by either
+        if req.request_id:
+            request_id = name_request(scope, req.request_id)
+        else:
+            request_id = scope.get(REQUEST_ID_KEY) or f"{self._id_prefix}-{next(self._ids):x}"
         outcome = await self.queue.decide(req, request_id, deadline)
         decision = outcome.decision
         if decision is None:
@@ -178,13 +188,20 @@ class ServingEndpoints:
         return 200, [_JSON, (b"content-length", b"%d" % len(out))], out
 
     def _no_ad(self, start: float, outcome: str, request_id: str) -> Answer:
-        """204, naming the request and why no ad (``x-adfunnel-outcome``: no_fill, shed,
-        late)."""
+        """204 naming why no ad (``x-adfunnel-outcome``: no_fill, shed, late); the
+        request id is added by :class:`~adfunnel.observability.request_log.RequestLog`."""
         self._observe(start, outcome)
-        return 204, [(b"x-request-id", request_id.encode()),
-                     (OUTCOME_HEADER, _OUTCOME_VALUES[outcome])], b""
+        return 204, [(OUTCOME_HEADER, _OUTCOME_VALUES[outcome])], b""
+
+    def fill_rate(self) -> float:
+        """fill rate: ad requests answered with an ad / ad requests answered (0 before
+        the first)."""
+        return self.filled / self.answered if self.answered else 0.0
 
     def _observe(self, start: float, outcome: str) -> None:
+        self.answered += 1
+        if outcome == "filled":
+            self.filled += 1
         OUTCOME_COUNTERS[outcome].inc()
         SELECT_LATENCY.observe((monotonic_ms() - start) / 1000.0)
         DEADLINE_MISS_RATE.set(self.log.miss_rate())

@@ -1,0 +1,1 @@
+"""What an operator sees of a running process: its logs, request ids and metrics."""

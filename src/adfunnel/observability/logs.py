@@ -1,0 +1,109 @@
+"""Process logging: one handler on stderr, as text or as one JSON object per line.
+
+``configure_logging`` is called once by each process's entry point (``adfunnel serve``,
+``tracker``, ``aggregator``, ``budget-service`` and the workers of ``serve --workers``);
+libraries and tests never configure logging. uvicorn is started without its own
+logging configuration (:func:`adfunnel.app.server_config`), so its lines go through
+the same handler.
+
+JSON lines carry ``time`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger``,
+``message`` and every ``extra`` field of the record (the access log's ``method``,
+``path``, ``status``, ``latency_ms``, ``request_id``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Literal, TextIO
+
+from pythonjsonlogger.msgspec import MsgspecFormatter
+
+if TYPE_CHECKING:
+    from adfunnel.settings import Settings
+
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
+
+#: The handler :func:`configure_logging` installs (marked, so a second call replaces it).
+_HANDLER_MARK = "_adfunnel_handler"
+
+
+class JsonLines(MsgspecFormatter):
+    """python-json-logger's msgspec formatter with the house's field names and a UTC
+    ISO 8601 ``time`` (the record's wall-clock creation instant: log time, not domain
+    time)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(levelname)s %(name)s %(message)s",
+                         rename_fields={"levelname": "level", "name": "logger"})
+
+    def add_fields(self, log_data: dict, record: logging.LogRecord, message_dict: dict) -> None:
+        log_data["time"] = _iso_utc(record.created)
+        super().add_fields(log_data, record, message_dict)
+
+
+class TextLines(logging.Formatter):
+    """``2026-12-01T21:50:00.123Z INFO adfunnel.access message``: for a person at a
+    terminal."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return _iso_utc(record.created)
+
+
+def _iso_utc(created: float) -> str:
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def configure_logging(fmt: LogFormat = "text", *, level: int = logging.INFO,
+                      stream: TextIO | None = None) -> logging.Handler:
+    """Send every log record at ``level`` or above to ``stream`` (stderr) in ``fmt``
+    (``text`` or ``json``); a previous handler of this function is replaced. Returns the
+    handler.
+
+    Raises:
+        ValueError: an unknown ``fmt``.
+    """
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonLines() if fmt == "json" else TextLines())
+    setattr(handler, _HANDLER_MARK, True)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    # alembic tells at INFO which dialect it uses on every start: noise to an operator
+    logging.getLogger("alembic").setLevel(max(level, logging.WARNING))
+    return handler
+
+
+def start_fields(settings: Settings, address: str, *, role: str = "serve") -> dict[str, str]:
+    """The start-up line's fields: ``version``, ``role`` (the command: serve, tracker,
+    aggregator), ``listen`` (``http://host:port``, or ``-``), ``store`` (the database
+    URL, password hidden), ``event_log`` (``memory`` or the NATS URL), ``served_log``
+    (its directory, or ``none``) and ``clock`` (``system`` or ``manual``)."""
+    from sqlalchemy.engine import make_url
+
+    from adfunnel import __version__
+
+    store = make_url(settings.database_url).render_as_string(hide_password=True)
+    return {"version": __version__, "role": role, "listen": address, "store": store,
+            "event_log": settings.event_log_url or "memory",
+            "served_log": settings.served_log_dir or "none", "clock": settings.clock}
+
+
+def log_start(settings: Settings, address: str, *, role: str = "serve") -> str:
+    """Log the one start-up line (logger ``adfunnel.start``, INFO; JSON fields as in
+    :func:`start_fields`) and return its message."""
+    fields = start_fields(settings, address, role=role)
+    message = (f"adfunnel {fields['version']} {role} listening on {address}: "
+               f"store {fields['store']}, event log {fields['event_log']}, "
+               f"served log {fields['served_log']}, clock {fields['clock']}")
+    logging.getLogger("adfunnel.start").info(message, extra=fields)
+    return message
