@@ -31,6 +31,7 @@ HEALTHY = DeliveryFacts(campaign_status="active", servable_ads=2, budget_state="
     ({"campaign_status": "paused"}, DeliveryStatus.PAUSED),
     ({"campaign_status": "ended"}, DeliveryStatus.ENDED),
     ({"flight_over": True}, DeliveryStatus.ENDED),
+    ({"campaign_status": "archived"}, DeliveryStatus.ENDED),
     ({"campaign_status": "completed"}, DeliveryStatus.COMPLETED),
     ({"flight_not_started": True}, DeliveryStatus.SCHEDULED),
     ({"servable_ads": 0}, DeliveryStatus.NO_APPROVED_ADS),

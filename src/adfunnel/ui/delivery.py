@@ -9,7 +9,8 @@ The first rule that holds decides (a paused campaign is ``paused`` whatever its
 spend)::
 
     completed             the campaign's lifetime budget is spent (status completed)
-    ended                 status ended, or its flight's last local day has passed
+    ended                 status ended or archived, or its flight's last local day
+                          has passed
     paused                status paused
     scheduled             its flight starts on a later local day
     no_approved_ads       no ad of it is approved and active: nothing can serve
@@ -65,8 +66,8 @@ class DeliveryFacts:
     """What is known about one campaign on its current local day.
 
     ``campaign_status``: the record's status (``active``, ``paused``, ``ended``,
-    ``completed``). ``flight_over`` / ``flight_not_started``: today (local) is after
-    the flight's end / before its start. ``servable_ads``: approved and active ads.
+    ``completed``, ``archived``). ``flight_over`` / ``flight_not_started``: today
+    (local) is after the flight's end / before its start. ``servable_ads``: approved and active ads.
     ``budget_state`` (``open``, ``metered``, ``exhausted``, ``stopped``) and
     ``pacing_status`` (:class:`adfunnel.budget.service.PacingStatus` values) come from
     the budget service, None where it holds no row for the day. ``budget_refusals``:
@@ -104,7 +105,7 @@ def delivery_status(f: DeliveryFacts) -> DeliveryStatus:
 def _lifecycle(f: DeliveryFacts) -> DeliveryStatus | None:
     if f.campaign_status == "completed":
         return DeliveryStatus.COMPLETED
-    if f.campaign_status == "ended" or f.flight_over:
+    if f.campaign_status in ("ended", "archived") or f.flight_over:
         return DeliveryStatus.ENDED
     if f.campaign_status == "paused":
         return DeliveryStatus.PAUSED
