@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse, Response
 
 from adfunnel.auth import ApiKeys, SqlKeyStore, install_auth
 from adfunnel.auth.api import make_api_key_router
+from adfunnel.auth.ratelimit import RateLimiter
 from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.rollups import DirtyHours, RollupStore
 from adfunnel.billing.sql_ledger import SqlLedger
@@ -357,7 +358,8 @@ def build_app(rt: Runtime) -> RequestLog:
                   description="Ad server: advertiser API, ad decisions, tracking.")
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
-    install_auth(app, rt.keys)  # outside the body limit: no key, no body read
+    # outside the body limit: no key, no body read
+    install_auth(app, rt.keys, RateLimiter(s.api_rate_per_s, s.api_burst))
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
     app.include_router(make_api_key_router(rt.keys, rt.store))

@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     #: the bootstrap admin API key (``Authorization: Bearer <key>``); None: ``serve``
     #: generates one and prints it once at start
     admin_key: str | None = Field(default=None, min_length=32, repr=False)
+    #: requests a second one advertiser or reviewer key may send on average (429 with
+    #: Retry-After past it; admin keys and the open routes are not limited)
+    api_rate_per_s: float = Field(default=50.0, gt=0)
+    #: requests such a key may send at once before the rate applies
+    api_burst: int = Field(default=100, ge=1)
     token_ttl_s: int = Field(default=3600, gt=0, le=86_400)
     clock: Literal["system", "manual"] = "system"
     default_deadline_ms: int = Field(default=100, gt=0, le=10_000)

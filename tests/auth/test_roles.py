@@ -93,13 +93,13 @@ def test_an_advertiser_key_cannot_tell_hidden_ids_from_unknown_ones(
 def test_an_advertiser_lists_only_its_own_records(
         http: TestClient, sides: tuple[Side, Side]) -> None:
     mine, theirs = sides
-    assert [a["id"] for a in http.get("/v1/advertisers", headers=mine.key).json()] == [
-        mine.advertiser]
-    assert [c["id"] for c in http.get("/v1/campaigns", headers=mine.key).json()] == [
-        mine.campaign]
+    advertisers = http.get("/v1/advertisers", headers=mine.key).json()["items"]
+    assert [a["id"] for a in advertisers] == [mine.advertiser]
+    campaigns = http.get("/v1/campaigns", headers=mine.key).json()["items"]
+    assert [c["id"] for c in campaigns] == [mine.campaign]
     r = http.get("/v1/campaigns", params={"advertiser_id": theirs.advertiser}, headers=mine.key)
-    assert r.status_code == 200 and r.json() == []
-    assert len(http.get("/v1/campaigns", headers=ADMIN_HEADERS).json()) == 2
+    assert r.status_code == 200 and r.json()["items"] == []
+    assert len(http.get("/v1/campaigns", headers=ADMIN_HEADERS).json()["items"]) == 2
 
 
 def test_an_advertiser_creates_campaigns_only_for_itself(
@@ -177,7 +177,7 @@ def test_a_reviewer_reads_and_reviews_but_cannot_edit(
     reviewer = key_for("reviewer")
     c = f"/v1/campaigns/{mine.campaign}"
     assert http.get(c, headers=reviewer).status_code == 200
-    assert len(http.get("/v1/campaigns", headers=reviewer).json()) == 2
+    assert len(http.get("/v1/campaigns", headers=reviewer).json()["items"]) == 2
     for method, path, body in [
         ("PATCH", c, {"name": "x"}), ("POST", f"{c}:pause", None),
         ("PUT", f"{c}/budget", {"daily_budget_micros": 5}),
@@ -202,14 +202,14 @@ def test_ads_an_advertiser_creates_wait_for_approval_before_they_serve(
     ad = http.post(f"/v1/campaigns/{c['id']}/ads", json=AD, headers=mine.key).json()
     assert ad["review_state"] == "pending_review"
     assert http.post("/v1/ads:select", json=SELECT).status_code == 204
-    queue = http.get("/v1/review/ads", headers=reviewer).json()
+    queue = http.get("/v1/review/ads", headers=reviewer).json()["items"]
     assert [a["id"] for a in queue] == [ad["id"]]
 
     approved = http.post(f"/v1/ads/{ad['id']}:approve", headers=reviewer)
     assert approved.status_code == 200 and approved.json()["review_state"] == "approved"
     served = http.post("/v1/ads:select", json=SELECT)
     assert served.status_code == 200 and served.json()["ads"][0]["ad_id"] == ad["id"]
-    assert http.get("/v1/review/ads", headers=reviewer).json() == []
+    assert http.get("/v1/review/ads", headers=reviewer).json()["items"] == []
 
     # a new creative is reviewed again before it serves
     edited = http.patch(f"/v1/ads/{ad['id']}", json={"creative_ref": "cr/2.png"},

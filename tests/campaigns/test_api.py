@@ -97,7 +97,7 @@ def test_advertisers_create_list_get(client: TestClient) -> None:
     a = client.post("/v1/advertisers", json={"name": "Acme"}).json()
     b = client.post("/v1/advertisers", json={"name": "Beta"}).json()
     assert a == {"id": a["id"], "name": "Acme", "version": 1}
-    assert client.get("/v1/advertisers").json() == [a, b]
+    assert client.get("/v1/advertisers").json() == {"items": [a, b], "next_cursor": None}
     assert client.get(f"/v1/advertisers/{b['id']}").json() == b
     r = client.get("/v1/advertisers/999")
     assert r.status_code == 404
@@ -119,10 +119,9 @@ def test_campaign_create_and_read_back(
     assert campaign["status"] == "active" and campaign["pacing_mode"] == "even"
     assert campaign["dayparts"] == [{"weekdays": [0, 1, 2, 3, 4], "start_hour": 8, "end_hour": 20}]
     assert client.get(f"/v1/campaigns/{campaign['id']}").json() == campaign
-    assert client.get("/v1/campaigns", params={"advertiser_id": advertiser["id"]}).json() == [
-        campaign
-    ]
-    assert client.get("/v1/campaigns", params={"advertiser_id": 999}).json() == []
+    listed = client.get("/v1/campaigns", params={"advertiser_id": advertiser["id"]}).json()
+    assert listed["items"] == [campaign]
+    assert client.get("/v1/campaigns", params={"advertiser_id": 999}).json()["items"] == []
     assert client.get("/v1/campaigns/999").status_code == 404
 
 
@@ -356,7 +355,7 @@ def test_ads_create_list_get_patch(
     assert ad["landing_url"] == URL
     assert ad["review_state"] == "approved" and ad["status"] == "active" and ad["version"] == 1
     assert store.get_ad(ad["id"]).landing_url == URL
-    assert client.get(f"/v1/campaigns/{campaign['id']}/ads").json() == [ad]
+    assert client.get(f"/v1/campaigns/{campaign['id']}/ads").json()["items"] == [ad]
     assert client.get(f"/v1/ads/{ad['id']}").json() == ad
     r = client.patch(f"/v1/ads/{ad['id']}", json={"landing_url": ad["landing_url"], "version": 1})
     assert r.status_code == 200 and r.json()["version"] == 2

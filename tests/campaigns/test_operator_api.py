@@ -62,7 +62,7 @@ def test_placement_create_read_list(
         "house_ad": HOUSE, "version": 1,
     }
     assert client.get("/v1/placements/feed-top").json() == placement
-    assert client.get("/v1/placements").json() == [placement]
+    assert client.get("/v1/placements").json()["items"] == [placement]
     assert store.get_placement("feed-top").reserve_for(["US"]) == 2_000_000
 
 

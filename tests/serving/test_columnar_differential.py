@@ -80,7 +80,7 @@ def _campaign(rng: random.Random, cid: int, advertisers: int, today: date) -> Ca
     end = rng.choice([None, None, today, today - timedelta(days=1), today + timedelta(days=5)])
     if end is not None and end < start:
         end = start
-    status = rng.choices(list(CampaignStatus), [0.85, 0.07, 0.04, 0.04])[0]
+    status = rng.choices(list(CampaignStatus), [0.83, 0.07, 0.04, 0.04, 0.02])[0]
     lifetime = rng.choice([None, None, None, 3_000, 50_000_000])
     return Campaign(
         cid, rng.randint(1, advertisers), f"c{cid}", Objective.CLICKS, bid_type, bid,

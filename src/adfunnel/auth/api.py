@@ -3,7 +3,7 @@
     POST   /v1/api-keys            201 {"key", "prefix", "role", "advertiser_id",
                                         "created_at"}   Location: /v1/api-keys/{prefix}
                                    (``key`` appears in this answer only, never again)
-    GET    /v1/api-keys            200 {"items": [key without "key"]}
+    GET    /v1/api-keys            200 {"items": [key without "key"], "next_cursor"}
     GET    /v1/api-keys/{prefix}   200 key without "key"
     DELETE /v1/api-keys/{prefix}   204 (revoked at once); 404 for no live key
 
@@ -24,6 +24,16 @@ from adfunnel.auth.keys import ApiKey, Role
 from adfunnel.auth.service import ApiKeys, KeyProblem
 from adfunnel.campaigns.store import CampaignStore, NotFound
 from adfunnel.http_errors import ApiError, validation_error
+from adfunnel.pagination import (
+    DEFAULT_LIMIT,
+    Cursor,
+    Limit,
+    Page,
+    after,
+    decode_cursor,
+    known_query_only,
+    page,
+)
 
 __all__ = ["ApiKeyIn", "ApiKeyIssued", "ApiKeyOut", "make_api_key_router"]
 
@@ -52,10 +62,6 @@ class ApiKeyIssued(ApiKeyOut):
     key: str
 
 
-class ApiKeyList(BaseModel):
-    items: list[ApiKeyOut]
-
-
 def key_out(k: ApiKey) -> ApiKeyOut:
     return ApiKeyOut(prefix=k.prefix, role=k.role.value, advertiser_id=k.advertiser_id,
                      created_at=k.created_at)
@@ -63,7 +69,8 @@ def key_out(k: ApiKey) -> ApiKeyOut:
 
 def make_api_key_router(keys: ApiKeys, store: CampaignStore) -> APIRouter:
     """The ``/v1/api-keys`` routes over ``keys``; ``store`` checks advertiser ids."""
-    router = APIRouter(tags=["api keys"], dependencies=[Depends(require_role(Role.ADMIN))])
+    router = APIRouter(tags=["api keys"], dependencies=[Depends(require_role(Role.ADMIN)),
+                                                        Depends(known_query_only)])
 
     @router.post("/v1/api-keys", status_code=201, response_model=ApiKeyIssued)
     def create_key(body: ApiKeyIn, response: Response) -> ApiKeyIssued:
@@ -79,9 +86,11 @@ def make_api_key_router(keys: ApiKeys, store: CampaignStore) -> APIRouter:
         response.headers["Location"] = f"/v1/api-keys/{issued.record.prefix}"
         return ApiKeyIssued(key=issued.key, **key_out(issued.record).model_dump())
 
-    @router.get("/v1/api-keys", response_model=ApiKeyList)
-    def list_keys() -> ApiKeyList:
-        return ApiKeyList(items=[key_out(k) for k in keys.list()])
+    @router.get("/v1/api-keys", response_model=Page[ApiKeyOut])
+    def list_keys(limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> Page[ApiKeyOut]:
+        start = decode_cursor("api-keys", cursor, str)
+        rows = after([key_out(k) for k in keys.list()], _prefix, start, limit)
+        return page("api-keys", rows, limit, _prefix)
 
     @router.get("/v1/api-keys/{prefix}", response_model=ApiKeyOut)
     def get_key(prefix: str) -> ApiKeyOut:
@@ -97,6 +106,10 @@ def make_api_key_router(keys: ApiKeys, store: CampaignStore) -> APIRouter:
         return Response(status_code=204)
 
     return router
+
+
+def _prefix(k: ApiKeyOut) -> str:
+    return k.prefix
 
 
 def _no_key(prefix: str) -> ApiError:

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Request
 
 from adfunnel.auth.keys import Principal, Role
+from adfunnel.auth.ratelimit import RateLimiter, retry_after
 from adfunnel.auth.service import ApiKeys
 from adfunnel.http_errors import ApiError, error_response
 
@@ -76,11 +77,15 @@ class Authenticate:
     Answers (JSON ``{"error", "fields"}``): 401 ``unauthorized`` (with
     ``WWW-Authenticate: Bearer``) for a missing, unknown or revoked key on a
     protected path; 403 ``forbidden`` for a non-admin key outside
-    :data:`SHARED_AREAS`. Open paths pass untouched (no key is looked up)."""
+    :data:`SHARED_AREAS`; 429 ``rate_limited`` with ``Retry-After`` (seconds) when an
+    advertiser or reviewer key is over its ``limiter``'s rate (admin keys, the
+    operator's tools, are not limited). Open paths — the ad decision and the beacons
+    among them — pass untouched: no key is looked up, nothing is limited."""
 
-    def __init__(self, app: _ASGI, keys: ApiKeys) -> None:
+    def __init__(self, app: _ASGI, keys: ApiKeys, limiter: RateLimiter | None = None) -> None:
         self.app = app
         self.keys = keys
+        self.limiter = limiter
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or is_open(scope["path"]):
@@ -100,6 +105,16 @@ class Authenticate:
         if not admits(principal, scope["path"]):
             response = error_response(403, "forbidden", [
                 ("authorization", f"a key of role {principal.role} may not use this route")])
+            await response(scope, receive, send)
+            return
+        wait = (self.limiter.take(principal.key_prefix)
+                if self.limiter is not None and not principal.is_admin else 0.0)
+        if wait > 0:
+            seconds = retry_after(wait)
+            response = error_response(429, "rate_limited", [
+                ("authorization", f"over {self.limiter.rate_per_s:g} requests/s for this "  # type: ignore[union-attr]
+                                  f"key; retry in {seconds} s")],
+                headers={"Retry-After": str(seconds)})
             await response(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
@@ -141,8 +156,9 @@ def require_role(*roles: Role) -> Callable[[Principal], Principal]:
     return check
 
 
-def install_auth(app: FastAPI, keys: ApiKeys) -> None:
-    """Put :class:`Authenticate` around ``app`` and ``keys`` on ``app.state.api_keys``
-    (where ``/ui`` resolves its session cookie)."""
+def install_auth(app: FastAPI, keys: ApiKeys, limiter: RateLimiter | None = None) -> None:
+    """Put :class:`Authenticate` around ``app`` (with ``limiter``: per-key request
+    limits) and ``keys`` on ``app.state.api_keys`` (where ``/ui`` resolves its session
+    cookie)."""
     app.state.api_keys = keys
-    app.add_middleware(Authenticate, keys=keys)  # type: ignore[arg-type]
+    app.add_middleware(Authenticate, keys=keys, limiter=limiter)  # type: ignore[arg-type]

@@ -13,9 +13,10 @@ from typing import Any
 
 from adfunnel.auth.http import forbidden
 from adfunnel.auth.keys import Principal, Role
-from adfunnel.campaigns.model import Ad, Advertiser, Campaign, ReviewState
+from adfunnel.campaigns.model import Ad, AdStatus, Advertiser, Campaign, CampaignStatus, ReviewState
 from adfunnel.campaigns.schemas import AdIn, AdPatch
 from adfunnel.campaigns.store import CampaignStore, NotFound
+from adfunnel.http_errors import ApiError
 
 #: Ad fields whose change by an advertiser needs a new review.
 REVIEWED_FIELDS = frozenset({"landing_url", "creative_ref", "format", "width", "height"})
@@ -39,30 +40,45 @@ def advertiser(store: CampaignStore, who: Principal, advertiser_id: int, *,
 
 
 def campaign(store: CampaignStore, who: Principal, campaign_id: int, *,
-             write: bool = False) -> Campaign:
-    """The campaign, when ``who`` may read it (or change it, ``write``).
+             write: bool = False, archived_ok: bool = False) -> Campaign:
+    """The campaign, when ``who`` may read it (or change it, ``write``: not once it is
+    archived, unless ``archived_ok``).
 
     Raises:
         NotFound: unknown, or of an advertiser hidden from ``who``.
+        ApiError: 409 ``archived`` for a write to an archived campaign.
     """
     found = store.get_campaign(campaign_id)
     if not _allowed(who, found.advertiser_id, write):
         raise NotFound("campaign", campaign_id)
+    if write and not archived_ok and found.status is CampaignStatus.ARCHIVED:
+        raise archived("campaign", campaign_id)
     return found
 
 
-def ad(store: CampaignStore, who: Principal, ad_id: int, *, write: bool = False) -> Ad:
-    """The ad, when ``who`` may read it (or change it, ``write``).
+def ad(store: CampaignStore, who: Principal, ad_id: int, *, write: bool = False,
+       archived_ok: bool = False) -> Ad:
+    """The ad, when ``who`` may read it (or change it, ``write``: not once it or its
+    campaign is archived, unless ``archived_ok``).
 
     Raises:
         NotFound: unknown, or of an advertiser hidden from ``who``.
+        ApiError: 409 ``archived`` for a write to an archived ad or campaign.
     """
     found = store.get_ad(ad_id)
     try:
-        campaign(store, who, found.campaign_id, write=write)
+        campaign(store, who, found.campaign_id, write=write, archived_ok=archived_ok)
     except NotFound:
         raise NotFound("ad", ad_id) from None
+    if write and not archived_ok and found.status is AdStatus.ARCHIVED:
+        raise archived("ad", ad_id)
     return found
+
+
+def archived(entity: str, entity_id: int) -> ApiError:
+    """409: an archived record is kept as history and no longer changes."""
+    return ApiError(409, "archived", f"{entity} {entity_id} is archived",
+                    fields=[("status", f"the {entity} is archived")])
 
 
 def new_review_state(who: Principal, body: AdIn) -> ReviewState:

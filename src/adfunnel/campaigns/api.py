@@ -48,7 +48,7 @@ import json
 from datetime import date, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Depends, Query, Response
 from sqlalchemy import Engine
 
 from adfunnel.auth.http import Caller, require_role
@@ -58,7 +58,7 @@ from adfunnel.billing.rollups import RollupStore, cost_per_conversion_micros, ct
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns import access, codec
 from adfunnel.campaigns.checks import campaign_warnings
-from adfunnel.campaigns.model import Ad, Advertiser, Campaign, CampaignStatus
+from adfunnel.campaigns.model import Ad, AdStatus, Advertiser, Campaign, CampaignStatus
 from adfunnel.campaigns.report_api import make_rollup_router
 from adfunnel.campaigns.review_api import make_review_router
 from adfunnel.campaigns.schedule import local_day
@@ -82,6 +82,15 @@ from adfunnel.campaigns.schemas import (
 from adfunnel.campaigns.store import CampaignStore, NotFound
 from adfunnel.clock import Clock
 from adfunnel.http_errors import ApiError, install_error_handlers, validation_error
+from adfunnel.pagination import (
+    DEFAULT_LIMIT,
+    Cursor,
+    Limit,
+    Page,
+    decode_cursor,
+    known_query_only,
+    page,
+)
 from adfunnel.targeting.expr import TargetingError, dump_expr, parse_expr
 
 try:  # another module of the targeting room; optional until it lands
@@ -218,7 +227,7 @@ def make_advertiser_router(
     either there are no rollup routes. The app must also call
     :func:`install_error_handlers`.
     """
-    router = APIRouter(tags=["advertiser"])
+    router = APIRouter(tags=["advertiser"], dependencies=[Depends(known_query_only)])
     max_days = int(getattr(settings_like, "report_max_days", DEFAULT_REPORT_MAX_DAYS))
     engine = getattr(store, "engine", None)
     if rollups is None and isinstance(engine, Engine):
@@ -231,12 +240,21 @@ def make_advertiser_router(
 
     @router.post("/v1/advertisers", status_code=201, response_model=AdvertiserOut,
                  dependencies=[Depends(require_role(Role.ADMIN))])
-    def create_advertiser(body: AdvertiserIn) -> AdvertiserOut:
-        return advertiser_out(store.create_advertiser(body.name))
+    def create_advertiser(body: AdvertiserIn, response: Response) -> AdvertiserOut:
+        created = store.create_advertiser(body.name)
+        response.headers["Location"] = f"/v1/advertisers/{created.id}"
+        return advertiser_out(created)
 
-    @router.get("/v1/advertisers", response_model=list[AdvertiserOut])
-    def list_advertisers(who: Caller) -> list[AdvertiserOut]:
-        return [advertiser_out(a) for a in store.list_advertisers() if who.sees(a.id)]
+    @router.get("/v1/advertisers", response_model=Page[AdvertiserOut])
+    def list_advertisers(who: Caller, limit: Limit = DEFAULT_LIMIT,
+                         cursor: Cursor = None) -> Page[AdvertiserOut]:
+        start = decode_cursor("advertisers", cursor, int)
+        if who.role is Role.ADVERTISER:  # its own advertiser is its whole list
+            own = store.get_advertiser(int(who.advertiser_id or 0))
+            rows = [own] if start is None or own.id > start else []
+        else:
+            rows = store.list_advertisers(after=start, limit=limit + 1)
+        return page("advertisers", [advertiser_out(a) for a in rows], limit, _id)
 
     @router.get("/v1/advertisers/{advertiser_id}", response_model=AdvertiserOut)
     def get_advertiser(advertiser_id: int, who: Caller) -> AdvertiserOut:
@@ -246,7 +264,7 @@ def make_advertiser_router(
 
     @router.post("/v1/campaigns", status_code=201, response_model=CampaignWritten,
                  response_model_exclude_unset=True)
-    def create_campaign(body: CampaignIn, who: Writer) -> CampaignWritten:
+    def create_campaign(body: CampaignIn, who: Writer, response: Response) -> CampaignWritten:
         values = body.model_dump(exclude={"targeting"})
         values["dayparts"] = tuple(values["dayparts"])
         values["frequency_caps"] = tuple(values["frequency_caps"])
@@ -256,12 +274,24 @@ def make_advertiser_router(
             access.advertiser(store, who, body.advertiser_id, write=True)
         except NotFound as exc:
             raise validation_error(("advertiser_id", "no such advertiser")) from exc
-        return written_out(store.create_campaign(**values), clock.now())
+        created = store.create_campaign(**values)
+        response.headers["Location"] = f"/v1/campaigns/{created.id}"
+        return written_out(created, clock.now())
 
-    @router.get("/v1/campaigns", response_model=list[CampaignOut])
-    def list_campaigns(who: Caller, advertiser_id: int | None = None) -> list[CampaignOut]:
-        return [campaign_out(c) for c in store.list_campaigns(advertiser_id)
-                if who.sees(c.advertiser_id)]
+    @router.get("/v1/campaigns", response_model=Page[CampaignOut])
+    def list_campaigns(who: Caller, advertiser_id: int | None = None,
+                       include_archived: bool = False, limit: Limit = DEFAULT_LIMIT,
+                       cursor: Cursor = None) -> Page[CampaignOut]:
+        """Campaigns by id (archived ones only with ``include_archived``); an
+        advertiser key lists only its own advertiser's."""
+        start = decode_cursor("campaigns", cursor, int)
+        if who.role is Role.ADVERTISER:
+            if advertiser_id not in (None, who.advertiser_id):
+                return Page[CampaignOut](items=[])
+            advertiser_id = who.advertiser_id
+        rows = store.list_campaigns(advertiser_id, after=start, limit=limit + 1,
+                                    include_archived=include_archived)
+        return page("campaigns", [campaign_out(c) for c in rows], limit, _id)
 
     @router.get("/v1/campaigns/{campaign_id}", response_model=CampaignOut)
     def get_campaign(campaign_id: int, who: Caller) -> CampaignOut:
@@ -272,17 +302,29 @@ def make_advertiser_router(
     def patch_campaign(campaign_id: int, body: CampaignPatch, who: Writer) -> CampaignWritten:
         access.campaign(store, who, campaign_id, write=True)
         changes = _changes(body, CAMPAIGN_NULLABLE)
+        if changes.get("status") is CampaignStatus.ARCHIVED:
+            raise validation_error(("status", "archive with DELETE /v1/campaigns/{id}"))
         if "targeting" in changes and changes["targeting"] is not None:
             changes["targeting"] = canonical_targeting(body.targeting)
         return written_out(store.update_campaign(campaign_id, changes, body.version),
                            clock.now())
+
+    @router.delete("/v1/campaigns/{campaign_id}", status_code=204)
+    def archive_campaign(campaign_id: int, who: Writer) -> Response:
+        """Archive the campaign: it is no longer served nor listed by default; its
+        record, ads and reports stay. Archiving it again changes nothing."""
+        current = access.campaign(store, who, campaign_id, write=True, archived_ok=True)
+        if current.status is not CampaignStatus.ARCHIVED:
+            store.update_campaign(campaign_id, {"status": CampaignStatus.ARCHIVED})
+        return Response(status_code=204)
 
     def set_status(campaign_id: int, body: VersionIn | None, to: CampaignStatus,
                    who: Principal) -> CampaignOut:
         version = body.version if body else None
         current = access.campaign(store, who, campaign_id, write=True)
         if current.status is CampaignStatus.ENDED:
-            raise ApiError(409, "conflict", f"campaign {campaign_id} has ended")
+            raise ApiError(409, "conflict", f"campaign {campaign_id} has ended",
+                           fields=[("status", "the campaign has ended")])
         if current.status is to and version in (None, current.version):
             return campaign_out(current)  # already there: nothing to write
         return campaign_out(store.update_campaign(campaign_id, {"status": to}, version))
@@ -316,16 +358,25 @@ def make_advertiser_router(
     # --- ads --------------------------------------------------------------------------
 
     @router.post("/v1/campaigns/{campaign_id}/ads", status_code=201, response_model=AdOut)
-    def create_ad(campaign_id: int, body: AdIn, who: Writer) -> AdOut:
+    def create_ad(campaign_id: int, body: AdIn, who: Writer, response: Response) -> AdOut:
         access.campaign(store, who, campaign_id, write=True)
+        if body.status is AdStatus.ARCHIVED:
+            raise validation_error(("status", "must be active or paused"))
         values = body.model_dump()
         values["review_state"] = access.new_review_state(who, body)
-        return ad_out(store.create_ad(campaign_id=campaign_id, **values))
+        created = store.create_ad(campaign_id=campaign_id, **values)
+        response.headers["Location"] = f"/v1/ads/{created.id}"
+        return ad_out(created)
 
-    @router.get("/v1/campaigns/{campaign_id}/ads", response_model=list[AdOut])
-    def list_ads(campaign_id: int, who: Caller) -> list[AdOut]:
+    @router.get("/v1/campaigns/{campaign_id}/ads", response_model=Page[AdOut])
+    def list_ads(campaign_id: int, who: Caller, include_archived: bool = False,
+                 limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> Page[AdOut]:
+        """The campaign's ads by id (archived ones only with ``include_archived``)."""
         access.campaign(store, who, campaign_id)  # 404 for an unknown or hidden one
-        return [ad_out(a) for a in store.list_ads(campaign_id)]
+        start = decode_cursor(f"ads-{campaign_id}", cursor, int)
+        rows = store.list_ads(campaign_id, after=start, limit=limit + 1,
+                              include_archived=include_archived)
+        return page(f"ads-{campaign_id}", [ad_out(a) for a in rows], limit, _id)
 
     @router.get("/v1/ads/{ad_id}", response_model=AdOut)
     def get_ad(ad_id: int, who: Caller) -> AdOut:
@@ -335,7 +386,18 @@ def make_advertiser_router(
     def patch_ad(ad_id: int, body: AdPatch, who: Writer) -> AdOut:
         access.ad(store, who, ad_id, write=True)
         changes = access.ad_changes(who, body, _changes(body, frozenset()))
+        if changes.get("status") is AdStatus.ARCHIVED:
+            raise validation_error(("status", "archive with DELETE /v1/ads/{id}"))
         return ad_out(store.update_ad(ad_id, changes, body.version))
+
+    @router.delete("/v1/ads/{ad_id}", status_code=204)
+    def archive_ad(ad_id: int, who: Writer) -> Response:
+        """Archive the ad: never served again nor listed by default; its record and
+        its history stay. Archiving it again changes nothing."""
+        current = access.ad(store, who, ad_id, write=True, archived_ok=True)
+        if current.status is not AdStatus.ARCHIVED:
+            store.update_ad(ad_id, {"status": AdStatus.ARCHIVED})
+        return Response(status_code=204)
 
     # --- report -----------------------------------------------------------------------
 
@@ -357,6 +419,10 @@ def make_advertiser_router(
         return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros)
 
     return router
+
+
+def _id(item: AdvertiserOut | CampaignOut | AdOut) -> int:
+    return item.id
 
 
 def _changes(body: CampaignPatch | AdPatch, nullable: frozenset[str]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ class CampaignStatus(StrEnum):
     PAUSED = "paused"
     ENDED = "ended"
     COMPLETED = "completed"  # its lifetime budget is spent (set when billing shows it)
+    ARCHIVED = "archived"  # DELETEd: never served or listed by default, history kept
 
 
 class PacingMode(StrEnum):
@@ -63,6 +64,7 @@ class ReviewState(StrEnum):
 class AdStatus(StrEnum):
     ACTIVE = "active"
     PAUSED = "paused"
+    ARCHIVED = "archived"  # DELETEd: never served or listed by default, history kept
 
 
 class CapWindow(StrEnum):

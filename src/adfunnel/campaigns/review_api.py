@@ -2,7 +2,8 @@
 
 Routes::
 
-    GET  /v1/review/ads           200 [ad]   ads pending review, oldest first
+    GET  /v1/review/ads           200 {"items": [ad], "next_cursor"}  ads pending
+                                  review, oldest first (``adfunnel.pagination``)
     POST /v1/ads/{id}:approve     200 ad     (optional body {"version"}: 409 if stale)
     POST /v1/ads/{id}:reject      200 ad
 
@@ -22,6 +23,15 @@ from adfunnel.auth.keys import Role
 from adfunnel.campaigns.model import ReviewState
 from adfunnel.campaigns.schemas import AdOut, VersionIn
 from adfunnel.campaigns.store import CampaignStore
+from adfunnel.pagination import (
+    DEFAULT_LIMIT,
+    Cursor,
+    Limit,
+    Page,
+    decode_cursor,
+    known_query_only,
+    page,
+)
 
 OptionalVersion = Annotated[VersionIn | None, Body()]
 
@@ -32,11 +42,15 @@ def make_review_router(store: CampaignStore) -> APIRouter:
     from adfunnel.campaigns.api import ad_out  # the one API view of an ad
 
     router = APIRouter(tags=["review"],
-                       dependencies=[Depends(require_role(Role.ADMIN, Role.REVIEWER))])
+                       dependencies=[Depends(require_role(Role.ADMIN, Role.REVIEWER)),
+                                     Depends(known_query_only)])
 
-    @router.get("/v1/review/ads", response_model=list[AdOut])
-    def review_queue() -> list[AdOut]:
-        return [ad_out(a) for a in store.list_ads_in_review(ReviewState.PENDING)]
+    @router.get("/v1/review/ads", response_model=Page[AdOut])
+    def review_queue(limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> Page[AdOut]:
+        """Ads pending review (archived ones left out), oldest first."""
+        start = decode_cursor("review", cursor, int)
+        rows = store.list_ads_in_review(ReviewState.PENDING, after=start, limit=limit + 1)
+        return page("review", [ad_out(a) for a in rows], limit, lambda a: a.id)
 
     def decide(ad_id: int, body: VersionIn | None, to: ReviewState) -> AdOut:
         version = body.version if body else None

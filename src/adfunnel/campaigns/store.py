@@ -38,7 +38,7 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import pycountry
-from sqlalchemy import Connection, Engine, func, insert, select, text, update
+from sqlalchemy import Connection, Engine, func, insert, select, text, true, update
 from sqlalchemy.exc import IntegrityError
 
 from adfunnel.campaigns import codec
@@ -164,7 +164,8 @@ class CampaignStore(Protocol):
 
     def get_advertiser(self, advertiser_id: int) -> Advertiser: ...
 
-    def list_advertisers(self) -> list[Advertiser]: ...
+    def list_advertisers(self, *, after: int | None = None,
+                         limit: int | None = None) -> list[Advertiser]: ...
 
     def create_campaign(
         self,
@@ -189,7 +190,9 @@ class CampaignStore(Protocol):
 
     def get_campaign(self, campaign_id: int) -> Campaign: ...
 
-    def list_campaigns(self, advertiser_id: int | None = None) -> list[Campaign]: ...
+    def list_campaigns(self, advertiser_id: int | None = None, *, after: int | None = None,
+                       limit: int | None = None,
+                       include_archived: bool = True) -> list[Campaign]: ...
 
     def update_campaign(
         self, campaign_id: int, changes: Mapping[str, Any], expected_version: int | None = None
@@ -210,9 +213,11 @@ class CampaignStore(Protocol):
 
     def get_ad(self, ad_id: int) -> Ad: ...
 
-    def list_ads(self, campaign_id: int) -> list[Ad]: ...
+    def list_ads(self, campaign_id: int, *, after: int | None = None,
+                 limit: int | None = None, include_archived: bool = True) -> list[Ad]: ...
 
-    def list_ads_in_review(self, state: ReviewState | str) -> list[Ad]: ...
+    def list_ads_in_review(self, state: ReviewState | str, *, after: int | None = None,
+                           limit: int | None = None) -> list[Ad]: ...
 
     def update_ad(
         self, ad_id: int, changes: Mapping[str, Any], expected_version: int | None = None
@@ -232,7 +237,8 @@ class CampaignStore(Protocol):
 
     def get_placement(self, placement_id: str) -> Placement: ...
 
-    def list_placements(self) -> list[Placement]: ...
+    def list_placements(self, *, after: str | None = None,
+                        limit: int | None = None) -> list[Placement]: ...
 
     def update_placement(
         self, placement_id: str, changes: Mapping[str, Any], expected_version: int | None = None
@@ -241,7 +247,8 @@ class CampaignStore(Protocol):
     def register_model(self, model_version: str, path: str, dataset: str,
                        target: str = "click") -> ModelRelease: ...
 
-    def list_models(self) -> list[ModelRelease]: ...
+    def list_models(self, *, after: int | None = None,
+                    limit: int | None = None) -> list[ModelRelease]: ...
 
     def changes_since(self, seq: int, limit: int = 1000) -> list[ChangeRecord]: ...
 
@@ -294,9 +301,10 @@ class SqlCampaignStore:
         """Raises: NotFound."""
         return self._get("advertiser", advertiser_id)
 
-    def list_advertisers(self) -> list[Advertiser]:
-        """Every advertiser, by id."""
-        return self._list("advertiser")
+    def list_advertisers(self, *, after: int | None = None,
+                         limit: int | None = None) -> list[Advertiser]:
+        """Advertisers by id (ids above ``after``, at most ``limit``: a keyset page)."""
+        return self._list("advertiser", after=after, limit=limit)
 
     # --- campaigns -----------------------------------------------------------------
 
@@ -335,10 +343,17 @@ class SqlCampaignStore:
         """Raises: NotFound."""
         return self._get("campaign", campaign_id)
 
-    def list_campaigns(self, advertiser_id: int | None = None) -> list[Campaign]:
-        """Campaigns by id, optionally of one advertiser only."""
-        where = None if advertiser_id is None else campaigns.c.advertiser_id == advertiser_id
-        return self._list("campaign", where)
+    def list_campaigns(self, advertiser_id: int | None = None, *, after: int | None = None,
+                       limit: int | None = None,
+                       include_archived: bool = True) -> list[Campaign]:
+        """Campaigns by id, optionally of one advertiser only, archived ones unless
+        ``include_archived`` is false; ``after`` and ``limit`` make a keyset page."""
+        where = true()
+        if advertiser_id is not None:
+            where = where & (campaigns.c.advertiser_id == advertiser_id)
+        if not include_archived:
+            where = where & (campaigns.c.status != CampaignStatus.ARCHIVED.value)
+        return self._list("campaign", where, after=after, limit=limit)
 
     def update_campaign(
         self, campaign_id: int, changes: Mapping[str, Any], expected_version: int | None = None
@@ -385,13 +400,22 @@ class SqlCampaignStore:
         """Raises: NotFound."""
         return self._get("ad", ad_id)
 
-    def list_ads(self, campaign_id: int) -> list[Ad]:
-        """The ads of one campaign, by id (empty for an unknown campaign)."""
-        return self._list("ad", ads.c.campaign_id == campaign_id)
+    def list_ads(self, campaign_id: int, *, after: int | None = None,
+                 limit: int | None = None, include_archived: bool = True) -> list[Ad]:
+        """The ads of one campaign, by id (empty for an unknown campaign), archived ones
+        unless ``include_archived`` is false; ``after`` and ``limit`` make a keyset page."""
+        where = ads.c.campaign_id == campaign_id
+        if not include_archived:
+            where = where & (ads.c.status != AdStatus.ARCHIVED.value)
+        return self._list("ad", where, after=after, limit=limit)
 
-    def list_ads_in_review(self, state: ReviewState | str) -> list[Ad]:
-        """Every ad whose review state is ``state``, by id (the review queue)."""
-        return self._list("ad", ads.c.review_state == ReviewState(state).value)
+    def list_ads_in_review(self, state: ReviewState | str, *, after: int | None = None,
+                           limit: int | None = None) -> list[Ad]:
+        """Every ad whose review state is ``state``, by id (the review queue), archived
+        ones left out; ``after`` and ``limit`` make a keyset page."""
+        where = (ads.c.review_state == ReviewState(state).value) & (
+            ads.c.status != AdStatus.ARCHIVED.value)
+        return self._list("ad", where, after=after, limit=limit)
 
     def update_ad(
         self, ad_id: int, changes: Mapping[str, Any], expected_version: int | None = None
@@ -433,9 +457,10 @@ class SqlCampaignStore:
         """Raises: NotFound."""
         return self._get("placement", placement_id)
 
-    def list_placements(self) -> list[Placement]:
-        """Every placement, by id."""
-        return self._list("placement")
+    def list_placements(self, *, after: str | None = None,
+                        limit: int | None = None) -> list[Placement]:
+        """Placements by id (ids above ``after``, at most ``limit``: a keyset page)."""
+        return self._list("placement", after=after, limit=limit)
 
     def register_model(self, model_version: str, path: str, dataset: str,
                        target: str = "click") -> ModelRelease:
@@ -458,9 +483,10 @@ class SqlCampaignStore:
                 self._update("model", old.id, {"active": False}, None)
         return release
 
-    def list_models(self) -> list[ModelRelease]:
-        """Every registered model release, by id."""
-        return self._list("model")
+    def list_models(self, *, after: int | None = None,
+                    limit: int | None = None) -> list[ModelRelease]:
+        """Registered model releases by id (above ``after``, at most ``limit``)."""
+        return self._list("model", after=after, limit=limit)
 
     def update_placement(
         self, placement_id: str, changes: Mapping[str, Any], expected_version: int | None = None
@@ -543,11 +569,16 @@ class SqlCampaignStore:
             raise NotFound(entity, entity_id)
         return codec.from_row(entity, row)
 
-    def _list(self, entity: str, where: Any = None) -> list[Any]:
+    def _list(self, entity: str, where: Any = None, *, after: int | str | None = None,
+              limit: int | None = None) -> list[Any]:
         table = _TABLES[entity]
         stmt = select(table).order_by(table.c.id)
         if where is not None:
             stmt = stmt.where(where)
+        if after is not None:
+            stmt = stmt.where(table.c.id > after)
+        if limit is not None:
+            stmt = stmt.limit(limit)
         with self._connect() as conn:
             return [codec.from_row(entity, r) for r in conn.execute(stmt).mappings()]
 

@@ -41,7 +41,9 @@ NO_END = np.iinfo(np.int32).max
 WEEK_HOURS = 168
 
 STATUS_CODES = {CampaignStatus.ACTIVE: 0, CampaignStatus.PAUSED: 1, CampaignStatus.ENDED: 2,
-                CampaignStatus.COMPLETED: 3}
+                CampaignStatus.COMPLETED: 3,
+                # an archived campaign is over for serving, as an ended one is
+                CampaignStatus.ARCHIVED: 2}
 BID_CODES = {BidType.CPM: 0, BidType.CPC: 1, BidType.CPA: 2}
 BID_TYPES = (BidType.CPM, BidType.CPC, BidType.CPA)
 

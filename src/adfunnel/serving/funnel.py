@@ -286,7 +286,7 @@ class Decider:
     def _campaign_verdict(self, c: Campaign, now: datetime, seed: int) -> str | None:
         if c.status is CampaignStatus.PAUSED:
             return CAMPAIGN_PAUSED
-        if c.status is CampaignStatus.ENDED:
+        if c.status in (CampaignStatus.ENDED, CampaignStatus.ARCHIVED):
             return CAMPAIGN_ENDED
         if c.status is CampaignStatus.COMPLETED:
             return CAMPAIGN_COMPLETED

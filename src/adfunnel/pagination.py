@@ -1,0 +1,116 @@
+"""Cursor pagination of the API's lists, and the refusal of unknown query parameters.
+
+Every list answers ``{"items": [...], "next_cursor": str | null}``: at most ``limit``
+items (1 … :data:`MAX_LIMIT`, default :data:`DEFAULT_LIMIT`) in key order, and the
+cursor of the next page (null on the last). A cursor is opaque to clients: URL-safe
+base64 of the list's name and the last key it showed, so the next page is a keyset
+query (``id > key``) that neither skips nor repeats rows when rows are added between
+pages. A cursor of another list, or text that is not a cursor, is refused with 422
+naming ``cursor``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Sequence
+from typing import Annotated, Generic, TypeVar
+
+from fastapi import Query, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+
+from adfunnel.http_errors import validation_error
+
+T = TypeVar("T")
+K = TypeVar("K", int, str)
+
+#: Items of a page unless ``limit`` says otherwise.
+DEFAULT_LIMIT = 100
+#: Most items one page may hold.
+MAX_LIMIT = 500
+
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Most items on this page.")]
+Cursor = Annotated[str | None, Query(description="The previous page's next_cursor.")]
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list: ``items`` in key order; ``next_cursor`` (null: the last page)."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+def encode_cursor(name: str, key: int | str) -> str:
+    """The opaque cursor of list ``name`` after ``key``."""
+    raw = json.dumps({"l": name, "k": key}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(name: str, cursor: str | None, kind: type[K]) -> K | None:
+    """The key a cursor of list ``name`` stands after (None without a cursor).
+
+    Raises:
+        ApiError: 422 naming ``cursor`` for text that is not a cursor of this list.
+    """
+    if cursor is None:
+        return None
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        key = data["k"] if data.get("l") == name else None
+    except (ValueError, binascii.Error, TypeError, KeyError, AttributeError):
+        key = None
+    if not isinstance(key, kind) or isinstance(key, bool):
+        raise validation_error(("cursor", "not a cursor of this list"))
+    return key
+
+
+def page(name: str, rows: Sequence[T], limit: int, key: Callable[[T], int | str]) -> Page[T]:
+    """The page of ``rows`` (at most ``limit + 1`` rows after the cursor, in key order:
+    one more than a page tells whether another page follows)."""
+    shown = list(rows[:limit])
+    more = len(rows) > limit
+    return Page[T](items=shown, next_cursor=encode_cursor(name, key(shown[-1]))
+                   if more and shown else None)
+
+
+def after(rows: Sequence[T], key: Callable[[T], K], start: K | None, limit: int) -> list[T]:
+    """``limit + 1`` rows of ``rows`` (sorted by ``key``) whose key is above ``start``:
+    a keyset page of a list held in memory."""
+    chosen = [r for r in rows if start is None or key(r) > start]
+    return chosen[:limit + 1]
+
+
+def known_query_only(request: Request) -> None:
+    """FastAPI dependency: 422 naming each query parameter the route does not declare.
+
+    Raises:
+        ApiError: 422 ``validation`` with one ``(name, "unknown query parameter")`` each.
+    """
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    known = _declared(route)
+    unknown = sorted({k for k in request.query_params if k not in known})
+    if unknown:
+        raise validation_error(*((k, "unknown query parameter") for k in unknown))
+
+
+_DECLARED: dict[int, frozenset[str]] = {}
+
+
+def _declared(route: APIRoute) -> frozenset[str]:
+    names = _DECLARED.get(id(route))
+    if names is None:
+        names = _DECLARED[id(route)] = frozenset(_query_names(route.dependant))
+    return names
+
+
+def _query_names(dependant: Dependant) -> list[str]:
+    """The query parameters of a route and of every dependency it has, by alias."""
+    names = [p.alias for p in dependant.query_params]
+    for sub in dependant.dependencies:
+        names.extend(_query_names(sub))
+    return names
