@@ -4,7 +4,6 @@ default (or says it is required)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-
 from typing import Any
 
 import pytest
