@@ -11,32 +11,33 @@ from adfunnel.ui.delivery import DeliveryFacts, DeliveryStatus, delivery_status
 #: An active campaign that matched requests, won serves and spends on plan.
 HEALTHY = DeliveryFacts(campaign_status="active", servable_ads=2, budget_state="metered",
                         pacing_status="pacing", matched_requests=400, capped_requests=10,
-                        served_micros=120_000, impressions=90)
+                        served_micros=120_000, billed_micros=90_000)
 
 
 @pytest.mark.parametrize(("change", "expected"), [
     ({}, DeliveryStatus.DELIVERING),
     ({"budget_state": "open", "pacing_status": None}, DeliveryStatus.DELIVERING),
-    ({"served_micros": 0}, DeliveryStatus.DELIVERING),  # billed impressions count too
+    ({"served_micros": 0}, DeliveryStatus.DELIVERING),  # billed spend counts too
     ({"budget_state": "exhausted"}, DeliveryStatus.LIMITED_BY_BUDGET),
     # the service's "limited_by_budget" is only its metered state: slices one by one
     ({"pacing_status": "limited_by_budget"}, DeliveryStatus.DELIVERING),
     ({"pacing_status": "exhausted"}, DeliveryStatus.LIMITED_BY_BUDGET),
     ({"budget_refusals": 3}, DeliveryStatus.LIMITED_BY_BUDGET),
     ({"pacing_status": "limited_by_bid_or_audience"}, DeliveryStatus.LIMITED_BY_BID),
-    ({"served_micros": 0, "impressions": 0}, DeliveryStatus.LIMITED_BY_BID),
+    ({"served_micros": 0, "billed_micros": 0}, DeliveryStatus.LIMITED_BY_BID),
     ({"matched_requests": 0, "capped_requests": 0}, DeliveryStatus.LIMITED_BY_TARGETING),
     ({"capped_requests": 200}, DeliveryStatus.CAPPED),
     ({"capped_requests": 199}, DeliveryStatus.DELIVERING),
     ({"campaign_status": "paused"}, DeliveryStatus.PAUSED),
     ({"campaign_status": "ended"}, DeliveryStatus.ENDED),
     ({"flight_over": True}, DeliveryStatus.ENDED),
+    ({"campaign_status": "archived"}, DeliveryStatus.ENDED),
     ({"campaign_status": "completed"}, DeliveryStatus.COMPLETED),
     ({"flight_not_started": True}, DeliveryStatus.SCHEDULED),
     ({"servable_ads": 0}, DeliveryStatus.NO_APPROVED_ADS),
     # traffic not counted (the local gate): neither targeting nor caps decide
     ({"matched_requests": None, "capped_requests": 0}, DeliveryStatus.DELIVERING),
-    ({"matched_requests": None, "served_micros": 0, "impressions": 0},
+    ({"matched_requests": None, "served_micros": 0, "billed_micros": 0},
      DeliveryStatus.LIMITED_BY_BID),
 ])
 def test_each_status(change: dict[str, object], expected: DeliveryStatus) -> None:
@@ -68,7 +69,7 @@ def test_every_status_is_reachable() -> None:
     # budget before the audience: an exhausted campaign stops matching nothing
     ({"budget_state": "exhausted", "matched_requests": 0}, DeliveryStatus.LIMITED_BY_BUDGET),
     # caps before the bid: capped requests are not lost auctions
-    ({"capped_requests": 400, "served_micros": 0, "impressions": 0}, DeliveryStatus.CAPPED),
+    ({"capped_requests": 400, "served_micros": 0, "billed_micros": 0}, DeliveryStatus.CAPPED),
     ({"matched_requests": 0, "pacing_status": "limited_by_bid_or_audience"},
      DeliveryStatus.LIMITED_BY_TARGETING),
 ])

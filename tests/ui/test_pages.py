@@ -258,3 +258,8 @@ def test_static_assets_are_served_locally(client: TestClient) -> None:
         assert f"/ui/static/{asset}" in page
         assert client.get(f"/ui/static/{asset}").status_code == 200
     assert "http://" not in page.split("<main>")[0] and "https://" not in page.split("<main>")[0]
+
+
+def test_pages_stay_out_of_the_openapi_document(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    assert paths and not [p for p in paths if p.startswith("/ui")]

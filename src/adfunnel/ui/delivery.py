@@ -9,7 +9,8 @@ The first rule that holds decides (a paused campaign is ``paused`` whatever its
 spend)::
 
     completed             the campaign's lifetime budget is spent (status completed)
-    ended                 status ended, or its flight's last local day has passed
+    ended                 status ended or archived, or its flight's last local day
+                          has passed
     paused                status paused
     scheduled             its flight starts on a later local day
     no_approved_ads       no ad of it is approved and active: nothing can serve
@@ -65,8 +66,8 @@ class DeliveryFacts:
     """What is known about one campaign on its current local day.
 
     ``campaign_status``: the record's status (``active``, ``paused``, ``ended``,
-    ``completed``). ``flight_over`` / ``flight_not_started``: today (local) is after
-    the flight's end / before its start. ``servable_ads``: approved and active ads.
+    ``completed``, ``archived``). ``flight_over`` / ``flight_not_started``: today
+    (local) is after the flight's end / before its start. ``servable_ads``: approved and active ads.
     ``budget_state`` (``open``, ``metered``, ``exhausted``, ``stopped``) and
     ``pacing_status`` (:class:`adfunnel.budget.service.PacingStatus` values) come from
     the budget service, None where it holds no row for the day. ``budget_refusals``:
@@ -75,8 +76,8 @@ class DeliveryFacts:
     traffic the pacing curves learn from; None where the server does not count it, and
     then neither targeting nor caps decide). ``capped_requests``: of those, how many
     frequency caps refused. ``served_micros``: expected spend of the serves it won
-    today (the budget service's count, ahead of billing); ``impressions``: billed
-    impressions today.
+    today (the budget service's count, ahead of billing); ``billed_micros``: billed
+    spend today (the ledger).
     """
 
     campaign_status: str
@@ -89,7 +90,7 @@ class DeliveryFacts:
     matched_requests: int | None = 0
     capped_requests: int = 0
     served_micros: int = 0
-    impressions: int = 0
+    billed_micros: int = 0
 
 
 def delivery_status(f: DeliveryFacts) -> DeliveryStatus:
@@ -104,7 +105,7 @@ def delivery_status(f: DeliveryFacts) -> DeliveryStatus:
 def _lifecycle(f: DeliveryFacts) -> DeliveryStatus | None:
     if f.campaign_status == "completed":
         return DeliveryStatus.COMPLETED
-    if f.campaign_status == "ended" or f.flight_over:
+    if f.campaign_status in ("ended", "archived") or f.flight_over:
         return DeliveryStatus.ENDED
     if f.campaign_status == "paused":
         return DeliveryStatus.PAUSED
@@ -132,7 +133,7 @@ def _audience(f: DeliveryFacts) -> DeliveryStatus | None:
 
 
 def _bid(f: DeliveryFacts) -> DeliveryStatus | None:
-    won_nothing = f.served_micros <= 0 and f.impressions <= 0
+    won_nothing = f.served_micros <= 0 and f.billed_micros <= 0
     if won_nothing or f.pacing_status == _BID_PACING:
         return DeliveryStatus.LIMITED_BY_BID
     return None

@@ -126,8 +126,8 @@ class ServerFacts:
             budget_refusals=self.budget_refusals(campaign["id"], today),
             matched_requests=matched,
             capped_requests=capped,
-            served_micros=budget.served_micros if budget else billed_today,
-            impressions=0 if budget else billed_today,
+            served_micros=budget.served_micros if budget else 0,
+            billed_micros=billed_today,
         )
 
     def ads_of(self, campaign_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:

@@ -41,15 +41,15 @@ async def campaign_rows(api: ApiClient, facts: ServerFacts, viewer: Viewer,
 
 def _row(c: dict[str, Any], ads: list[dict[str, Any]], facts: ServerFacts, budget: Any,
          matched: int | None, capped: int, billed: int) -> dict[str, Any]:
-    status = delivery_status(facts.delivery_facts(c, servable(ads), budget, matched, capped,
-                                                  billed))
+    known = facts.delivery_facts(c, servable(ads), budget, matched, capped, billed)
+    status = delivery_status(known)
     spent = max(billed, budget.billed_micros if budget else 0)
     day_budget = budget.budget_micros if budget else c["daily_budget_micros"]
     return {"campaign": c, "status": status, "spend_micros": spent,
             "budget_micros": day_budget, "spend_pct": _pct(spent, day_budget),
             "p": budget.p if budget else None, "ads": len(ads),
             "pending_ads": sum(1 for a in ads if a.get("review_state") != "approved"),
-            "matched": matched, "capped": capped}
+            "matched": matched, "capped": capped, "facts": known}
 
 
 def _pct(part: int, whole: int) -> float:
