@@ -29,6 +29,21 @@ app.add_typer(model_app, name="model")
 console = Console()
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from adfunnel import __version__
+
+        typer.echo(f"adfunnel {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """adfunnel: an ad server for owned-and-operated inventory."""
+
+
 def _setting(name: str) -> str:
     """What ``--help`` shows as the default of an option that falls back to a setting:
     the setting's own default and its environment variable."""
@@ -40,18 +55,18 @@ def _setting(name: str) -> str:
 
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Bind address.")] = None,
-    port: Annotated[int | None, typer.Option(help="TCP port.")] = None,
-    database_url: Annotated[str | None, typer.Option(help="sqlite:///file or postgresql://…")] = None,
-    clock: Annotated[str | None, typer.Option(help="system, or manual (moved by PUT /v1/admin/clock).")] = None,
-    token_secret: Annotated[str | None, typer.Option(help="HMAC key for tracking tokens (>= 32 chars).")] = None,
-    budget_service: Annotated[str | None, typer.Option(help="URL of the budget & pacing service (default: in-process).")] = None,
-    redis_url: Annotated[str | None, typer.Option(help="Redis for frequency caps, redis://… (default: in-process memory).")] = None,
-    served_log: Annotated[str | None, typer.Option(help="Directory of the served log (every committed decision; hourly Parquet). Default: none.")] = None,
-    event_log: Annotated[str | None, typer.Option(help="NATS JetStream event log, nats://… (default: in-process memory, applied at once).")] = None,
-    spool_dir: Annotated[str | None, typer.Option(help="Where beacons are spooled while the event log is down (default: none, 503).")] = None,
-    model: Annotated[str | None, typer.Option(help="A click model artifact (adfunnel model train --out DIR) that scores the pre-rank's survivors. Default: the smoothed per-ad rate.")] = None,
-    cvr_model: Annotated[str | None, typer.Option(help="A conversion model artifact (model train --target conversion): the pCVR of CPA candidates, with --model. Default: the constant pcvr prior.")] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address.", show_default=_setting("host"))] = None,
+    port: Annotated[int | None, typer.Option(help="TCP port.", show_default=_setting("port"))] = None,
+    database_url: Annotated[str | None, typer.Option(help="sqlite:///file or postgresql://…", show_default=_setting("database_url"))] = None,
+    clock: Annotated[str | None, typer.Option(help="system, or manual (moved by PUT /v1/admin/clock).", show_default=_setting("clock"))] = None,
+    token_secret: Annotated[str | None, typer.Option(help="HMAC key for tracking tokens (>= 32 chars).", show_default="random per process, or ADFUNNEL_TOKEN_SECRET")] = None,
+    budget_service: Annotated[str | None, typer.Option(help="URL of the budget & pacing service.", show_default="in-process, or ADFUNNEL_BUDGET_SERVICE_URL")] = None,
+    redis_url: Annotated[str | None, typer.Option(help="Redis for frequency caps, redis://….", show_default="in-process memory, or ADFUNNEL_REDIS_URL")] = None,
+    served_log: Annotated[str | None, typer.Option(help="Directory of the served log (every committed decision; hourly Parquet).", show_default="none, or ADFUNNEL_SERVED_LOG_DIR")] = None,
+    event_log: Annotated[str | None, typer.Option(help="NATS JetStream event log, nats://….", show_default="in-process memory, or ADFUNNEL_EVENT_LOG_URL")] = None,
+    spool_dir: Annotated[str | None, typer.Option(help="Where beacons are spooled while the event log is down.", show_default="none (503), or ADFUNNEL_SPOOL_DIR")] = None,
+    model: Annotated[str | None, typer.Option(help="A click model artifact (adfunnel model train --out DIR) that scores the pre-rank's survivors.", show_default="none: the smoothed per-ad rate, or ADFUNNEL_MODEL_DIR")] = None,
+    cvr_model: Annotated[str | None, typer.Option(help="A conversion model artifact (model train --target conversion): the pCVR of CPA candidates, with --model.", show_default="none: the pcvr prior, or ADFUNNEL_CVR_MODEL_DIR")] = None,
     workers: Annotated[int, typer.Option(help="Ad-server processes sharing the port.")] = 1,
     log_format: Annotated[str | None, typer.Option(help="Log lines on stderr: text or json.", show_default=_setting("log_format"))] = None,
     access_log: Annotated[bool | None, typer.Option("--access-log/--no-access-log", help="One log line per HTTP request.", show_default=_setting("access_log"))] = None,
@@ -134,11 +149,11 @@ def serve(
 @app.command()
 def tracker(
     event_log: Annotated[str, typer.Option(help="NATS JetStream event log, nats://….")] = "nats://127.0.0.1:4222",
-    host: Annotated[str | None, typer.Option(help="Bind address.")] = None,
-    port: Annotated[int | None, typer.Option(help="TCP port.")] = None,
-    database_url: Annotated[str | None, typer.Option(help="The campaign store (landing URLs), sqlite:///file or postgresql://….")] = None,
-    token_secret: Annotated[str | None, typer.Option(help="The ad servers' HMAC key for tracking tokens.")] = None,
-    spool_dir: Annotated[str | None, typer.Option(help="Where beacons are spooled while the event log is down.")] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address.", show_default=_setting("host"))] = None,
+    port: Annotated[int | None, typer.Option(help="TCP port.", show_default=_setting("port"))] = None,
+    database_url: Annotated[str | None, typer.Option(help="The campaign store (landing URLs), sqlite:///file or postgresql://….", show_default=_setting("database_url"))] = None,
+    token_secret: Annotated[str | None, typer.Option(help="The ad servers' HMAC key for tracking tokens.", show_default="random per process, or ADFUNNEL_TOKEN_SECRET")] = None,
+    spool_dir: Annotated[str | None, typer.Option(help="Where beacons are spooled while the event log is down.", show_default="none (503), or ADFUNNEL_SPOOL_DIR")] = None,
     log_format: Annotated[str | None, typer.Option(help="Log lines on stderr: text or json.", show_default=_setting("log_format"))] = None,
     access_log: Annotated[bool | None, typer.Option("--access-log/--no-access-log", help="One log line per HTTP request.", show_default=_setting("access_log"))] = None,
 ) -> None:
@@ -165,8 +180,8 @@ def tracker(
 @app.command()
 def aggregator(
     event_log: Annotated[str, typer.Option(help="NATS JetStream event log, nats://….")] = "nats://127.0.0.1:4222",
-    database_url: Annotated[str | None, typer.Option(help="The ledger's database, sqlite:///file or postgresql://….")] = None,
-    partitions: Annotated[str | None, typer.Option(help="Partitions to read, e.g. 0-7 or 0,2,4 (default: all).")] = None,
+    database_url: Annotated[str | None, typer.Option(help="The ledger's database, sqlite:///file or postgresql://….", show_default=_setting("database_url"))] = None,
+    partitions: Annotated[str | None, typer.Option(help="Partitions to read, e.g. 0-7 or 0,2,4.", show_default="all")] = None,
 ) -> None:
     """Read partitions of the event log in batches into the ledger, acknowledging after
     each commit (redelivered events are recorded once: replaying is always safe)."""
@@ -303,18 +318,18 @@ def _settings_or_exit(**flags: object):
 @app.command()
 def replay(
     report: Annotated[Path, typer.Option(help="Write the JSON report here.")] = Path("replay-report.json"),
-    server: Annotated[str | None, typer.Option(help="Use a running server (started with --clock manual).")] = None,
-    speed: Annotated[float | None, typer.Option(help="Pace at X times the log's real time (default: as fast as the server answers).")] = None,
-    limit: Annotated[int | None, typer.Option(help="Replay only the first N rows.")] = None,
+    server: Annotated[str | None, typer.Option(help="Use a running server (started with --clock manual).", show_default="none: start one")] = None,
+    speed: Annotated[float | None, typer.Option(help="Pace at X times the log's real time.", show_default="as fast as the server answers")] = None,
+    limit: Annotated[int | None, typer.Option(help="Replay only the first N rows.", show_default="every row")] = None,
     every: Annotated[int, typer.Option(min=1, help="Replay every K-th row (of the first --limit rows): the same days, K times fewer requests.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the render and click draws.")] = 7,
     ctr_scale: Annotated[float, typer.Option(help="Click model: P(click) = scale × advertiser CTR.")] = 3.0,
     pctr_prior: Annotated[float, typer.Option(help="Prior click rate of the started server's pCTR.")] = 0.0005,
-    database_url: Annotated[str | None, typer.Option(help="Database of the started server (default: a temporary SQLite file).")] = None,
-    event_log: Annotated[str | None, typer.Option(help="Event log of the started server: nats://… for JetStream (default: in memory).")] = None,
+    database_url: Annotated[str | None, typer.Option(help="Database of the started server.", show_default="a temporary SQLite file")] = None,
+    event_log: Annotated[str | None, typer.Option(help="Event log of the started server: nats://… for JetStream.", show_default="in memory")] = None,
     learn: Annotated[bool, typer.Option(help="Click by an attribute click model, train a click model on the served log of the days before the last, roll it out, serve the last day with it, and report `model`.")] = False,
     catalogue: Annotated[int, typer.Option(min=0, help="Add N run-of-network CPC campaigns (one banner each) so requests have more candidates than the pre-rank keeps; with --learn the report's model.prerank_recall is measured on every model decision.")] = 0,
-    api_key: Annotated[str | None, typer.Option(envvar="ADFUNNEL_API_KEY", help="Admin API key of the --server (the started server gets one of its own).")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="ADFUNNEL_API_KEY", help="Admin API key of the --server (the started server gets one of its own).", show_default="none, or ADFUNNEL_API_KEY")] = None,
 ) -> None:
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
     from rich.progress import Progress
@@ -374,12 +389,12 @@ def _bound_days(c: dict) -> str:
 def budget_service(
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8090,
-    database_url: Annotated[str | None, typer.Option(help="The fleet's PostgreSQL (campaigns and ledger).")] = None,
+    database_url: Annotated[str | None, typer.Option(help="The fleet's PostgreSQL (campaigns and ledger).", show_default=_setting("database_url"))] = None,
     shard: Annotated[int, typer.Option(help="This shard's number.")] = 0,
     shards: Annotated[int, typer.Option(help="Number of shards (routing: campaign id % shards).")] = 1,
     control_interval_s: Annotated[float, typer.Option(help="Seconds between pacing steps.")] = 10.0,
     billed_every_s: Annotated[float, typer.Option(help="Seconds between ledger reads (<= 10).")] = 5.0,
-    token_ttl_s: Annotated[float | None, typer.Option(help="Life of the ad servers' tracking tokens, s (a serve's estimate is kept until its events can no longer bill; default: ADFUNNEL_TOKEN_TTL_S or 3600).")] = None,
+    token_ttl_s: Annotated[float | None, typer.Option(help="Life of the ad servers' tracking tokens, s (a serve's estimate is kept until its events can no longer bill; default: ADFUNNEL_TOKEN_TTL_S or 3600).", show_default=_setting("token_ttl_s"))] = None,
     warmup_s: Annotated[float, typer.Option(help="Seconds after start before the first slice is granted (every server reports and re-sends first).")] = 3.0,
 ) -> None:
     """Run one shard of the budget & pacing service as its own process.
@@ -421,7 +436,7 @@ def fleet(
     duration_s: Annotated[float, typer.Option(help="Seconds of load.")] = 120.0,
     rate: Annotated[float, typer.Option(help="Ad requests per second (all servers).")] = 150.0,
     control_interval_s: Annotated[float, typer.Option(help="Seconds between pacing steps.")] = 10.0,
-    report: Annotated[Path | None, typer.Option(help="Write the JSON report here.")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write the JSON report here.", show_default="none")] = None,
 ) -> None:
     """Start the real fleet (ad servers, budget service, tracker) and drive it with HTTP load.
 
@@ -441,8 +456,8 @@ def fleet(
 @app.command()
 def simulate(
     scenario: Annotated[str, typer.Option(help="Scenario name.")] = "baseline",
-    report: Annotated[Path | None, typer.Option(help="Write the JSON report here.")] = None,
-    plots: Annotated[Path | None, typer.Option(help="Directory for one PNG per campaign.")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write the JSON report here.", show_default="none")] = None,
+    plots: Annotated[Path | None, typer.Option(help="Directory for one PNG per campaign.", show_default="none")] = None,
     seed: Annotated[int, typer.Option()] = 0,
     short: Annotated[bool, typer.Option(help="The short form used by tests.")] = False,
 ) -> None:
@@ -466,7 +481,7 @@ def bench_index(
     workload: Annotated[str, typer.Option(help="go, paper or real.")] = "real",
     queries: Annotated[int, typer.Option(help="Queries to time.")] = 2_000,
     seed: Annotated[int, typer.Option()] = 1,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.", show_default="none")] = None,
 ) -> None:
     """Conjunction index vs brute-force scan: build time, bytes per ad, query latency."""
     from adfunnel.index.bench import run_index_bench
@@ -484,7 +499,7 @@ def bench_overload(
     deadline_ms: Annotated[int, typer.Option(help="deadline_ms of every ad request.")] = 100,
     campaigns: Annotated[int, typer.Option(help="Campaigns created through the API.")] = 5,
     load: Annotated[str, typer.Option(help="Load generator: python (asyncio, a separate process) or wrk (Debian package wrk).")] = "python",
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.", show_default="none")] = None,
 ) -> None:
     """One real server under many concurrent clients: client p50/p99, shed share, fill,
     against a one-client baseline measured in the same run (target: p99 <= 2 x deadline)."""
@@ -504,8 +519,8 @@ def bench_decide(
     workload: Annotated[str, typer.Option(help="go, paper or real.")] = "real",
     queries: Annotated[int, typer.Option(help="Decisions to time.")] = 1_000,
     seed: Annotated[int, typer.Option()] = 1,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
-    model: Annotated[Path | None, typer.Option(help="A click model artifact: time the predict stage too (default: none).")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.", show_default="none")] = None,
+    model: Annotated[Path | None, typer.Option(help="A click model artifact: time the predict stage too.", show_default="none")] = None,
 ) -> None:
     """Whole in-process decisions (columnar path) against the per-candidate reference
     path on the same catalogue and requests: p50/p99, per-stage p50, decisions/s."""
@@ -522,7 +537,7 @@ def bench_http(
     workers: Annotated[int, typer.Option(help="Ad-server processes (SO_REUSEPORT).")] = 1,
     concurrency: Annotated[int, typer.Option(help="Keep-alive connections.")] = 16,
     duration_s: Annotated[float, typer.Option(help="Seconds of load.")] = 10.0,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.", show_default="none")] = None,
 ) -> None:
     """`adfunnel serve` (embedded default) under load from a separate process: decisions/s,
     per busy core, p50/p99, against a bare 204 route of the same process and run."""
@@ -536,7 +551,7 @@ def bench_http(
 @bench_app.command("budget")
 def bench_budget(
     campaigns: Annotated[int, typer.Option(help="Campaigns in the budget service.")] = 100_000,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.", show_default="none")] = None,
 ) -> None:
     """Budget & pacing service at scale: start-up (bulk state read) and one control step."""
     from adfunnel.budget.bench import run_budget_bench
@@ -552,7 +567,7 @@ def bench_caps(
     users: Annotated[int, typer.Option(help="Distinct user keys, cycled (deleted at the end).")] = 1_000,
     capped: Annotated[int, typer.Option(help="Candidates with caps per request (2 caps each).")] = 5,
     seed: Annotated[int, typer.Option()] = 1,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.", show_default="none")] = None,
 ) -> None:
     """Decision time added by frequency caps on a real Redis: in-process decisions with
     CAPPED capped candidates, caps enforced vs none, same run (target: p99 <= 1 ms)."""
@@ -569,10 +584,10 @@ def bench_caps(
 @bench_app.command("model")
 def bench_model(
     dataset: Annotated[str, typer.Option(help="criteo or avazu.")] = "criteo",
-    input_path: Annotated[Path | None, typer.Option("--input", help="The dataset's file (default: the shared sample).")] = None,
+    input_path: Annotated[Path | None, typer.Option("--input", help="The dataset's file.", show_default="the shared sample")] = None,
     candidates: Annotated[int, typer.Option(help="Rows scored per call (the pre-rank keeps 200).")] = 200,
     calls: Annotated[int, typer.Option(help="Calls timed.")] = 1_000,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.", show_default="none")] = None,
 ) -> None:
     """Click-model inference per call on the request path against scikit-learn's own
     estimators on the same rows, same run: p50/p99 µs, speedup, largest difference."""
@@ -595,13 +610,13 @@ def bench_events(
     aggregator_max_s: Annotated[float, typer.Option(help="Longest aggregator window, seconds.")] = 60.0,
     duration_s: Annotated[float, typer.Option(help="Seconds of each closed-loop window (bare route, tracker).")] = 10.0,
     connections: Annotated[int, typer.Option(help="Keep-alive connections of the load generator.")] = 64,
-    client_processes: Annotated[int | None, typer.Option(help="Load-generator processes (default: half the cores, 1-4).")] = None,
+    client_processes: Annotated[int | None, typer.Option(help="Load-generator processes.", show_default="half the cores, 1-4")] = None,
     tokens: Annotated[int, typer.Option(help="Distinct tokens per load-generator process in a closed-loop window (then reused).")] = 50_000,
     lag_rate: Annotated[float, typer.Option(help="Beacons/s offered (paced) while the lag is measured.")] = 5_000.0,
     lag_duration_s: Annotated[float, typer.Option(help="Seconds of paced beacons.")] = 10.0,
     drain_timeout_s: Annotated[float, typer.Option(help="Longest wait for the aggregator after the paced beacons.")] = 300.0,
-    tracker_log: Annotated[Path | None, typer.Option(help="Write the tracker's output here.")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    tracker_log: Annotated[Path | None, typer.Option(help="Write the tracker's output here.", show_default="none")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.", show_default="none")] = None,
 ) -> None:
     """The event plane on PostgreSQL and JetStream: tracker beacons/s against a bare 204
     route (same server kind and client, same run), aggregator events/s on one core,
@@ -675,13 +690,13 @@ def model_train(
     dataset: Annotated[str, typer.Option(help=DATASET_HELP)],
     input_path: Annotated[Path, typer.Option("--input", help="The dataset's file (served-log: its directory).")],
     out: Annotated[Path, typer.Option(help="Directory the model artifact is written to.")],
-    database_url: Annotated[str | None, typer.Option(help="The ledger to join a served log with.")] = None,
+    database_url: Annotated[str | None, typer.Option(help="The ledger to join a served log with.", show_default="none")] = None,
     hash_bits: Annotated[int, typer.Option(help="Hashed feature columns: 2**hash_bits.")] = 18,
     c: Annotated[float, typer.Option("--c", help="Inverse L2 regularisation strength.")] = 0.1,
     seed: Annotated[int, typer.Option(help="Seed of the 80/20 training/held-out split.")] = 7,
-    current: Annotated[Path | None, typer.Option(help="The model in use: refuse the new one when its normalised entropy on the held-out slice is worse.")] = None,
+    current: Annotated[Path | None, typer.Option(help="The model in use: refuse the new one when its normalised entropy on the held-out slice is worse.", show_default="none")] = None,
     target: Annotated[str, typer.Option(help="click (pCTR of impressions) or conversion (pCVR of clicks; served-log only).")] = "click",
-    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the held-out figures here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the held-out figures here.", show_default="none")] = None,
 ) -> None:
     """Train, calibrate and measure a click model; write the artifact to --out."""
     from adfunnel.prediction import datasets, model
@@ -709,8 +724,8 @@ def model_evaluate(
     model_dir: Annotated[Path, typer.Option("--model", help="A model artifact directory.")],
     dataset: Annotated[str, typer.Option(help=DATASET_HELP)],
     input_path: Annotated[Path, typer.Option("--input", help="The dataset's file (served-log: its directory).")],
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
-    database_url: Annotated[str | None, typer.Option(help="The ledger to join a served log with.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.", show_default="none")] = None,
+    database_url: Annotated[str | None, typer.Option(help="The ledger to join a served log with.", show_default="none")] = None,
 ) -> None:
     """Evaluate a model on every row of a dataset: rows, log_loss, normalized_entropy,
     calibration_ratio (Σ predicted / Σ observed), auc."""
@@ -731,8 +746,8 @@ def model_ope(
     logged: Annotated[Path, typer.Option(help="The logged decisions: a served log directory, or an Open Bandit Dataset CSV.")],
     format_: Annotated[str, typer.Option("--format", help="served-log or obd.")],
     target_policy: Annotated[Path, typer.Option(help="CSV item_id,position,probability (summing to 1 per position).")],
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the estimates here.")] = None,
-    database_url: Annotated[str | None, typer.Option(help="The ledger a served log is joined with (its clicks).")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the estimates here.", show_default="none")] = None,
+    database_url: Annotated[str | None, typer.Option(help="The ledger a served log is joined with (its clicks).", show_default="none")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap and the cross-fitting folds.")] = 7,
 ) -> None:
     """Estimate a target policy's click rate from logged decisions: IPS, SNIPS and doubly

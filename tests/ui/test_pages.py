@@ -173,15 +173,21 @@ def test_dayparts_and_status_forms(rt: Runtime, client: TestClient,
                                    world: dict[str, Any]) -> None:
     log_in(client, world["key_a"])
     cid = world["ca"]
-    r = client.post(f"/ui/campaigns/{cid}/dayparts", headers={"HX-Request": "true"},
-                    data={"dayparts": '[{"weekdays": [0], "start_hour": 9, "end_hour": 30}]',
-                          "version": "1"})
-    assert 'data-field="dayparts[0].end_hour"' in r.text
-    r = client.post(f"/ui/campaigns/{cid}/dayparts",
-                    data={"dayparts": '[{"weekdays": [0, 1], "start_hour": 9, "end_hour": 17}]',
-                          "version": "1"})
+    url = f"/ui/campaigns/{cid}/dayparts"
+    # row 0 left empty (removed), row 1 ends past midnight: the error names row 1
+    bad = {"rows": "2", "version": "1", "dp-0-start": "0", "dp-0-end": "24",
+           "dp-1-wd": "0", "dp-1-start": "9", "dp-1-end": "30"}
+    r = client.post(url, data=bad, headers={"HX-Request": "true"})
+    assert 'data-field="dayparts[1].end_hour"' in r.text
+    assert 'name="dp-1-end" value="30"' in r.text  # the submitted row, shown again
+    good = {"rows": "2", "version": "1", "dp-0-wd": ["0", "1"], "dp-0-start": "9",
+            "dp-0-end": "17", "dp-1-start": "0", "dp-1-end": "24"}
+    r = client.post(url, data=good)
     assert r.status_code == 303
-    assert rt.store.get_campaign(cid).dayparts[0].end_hour == 17
+    (part,) = rt.store.get_campaign(cid).dayparts
+    assert (part.weekdays, part.start_hour, part.end_hour) == ((0, 1), 9, 17)
+    page = client.get(f"/ui/campaigns/{cid}").text
+    assert 'name="dp-0-wd" value="1" aria-label="Tue, row 1" checked' in page
     r = client.post(f"/ui/campaigns/{cid}/status", data={"action": "pause", "version": "2"})
     assert r.status_code == 303
     page = client.get(f"/ui/campaigns/{cid}").text

@@ -74,3 +74,62 @@ def int_field(text: str, field: str) -> int:
 
 def pretty_json(value: Any) -> str:
     return "" if value is None else json.dumps(value, indent=2)
+
+
+#: Weekday names of the dayparts form, Monday first (the API's 0 … 6).
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+def dayparts_rows(dayparts: list[dict[str, Any]], blank: int = 1) -> list[dict[str, Any]]:
+    """The dayparts form's rows for a campaign's dayparts, plus ``blank`` empty rows to
+    add one: ``{"weekdays": set, "start_hour", "end_hour"}``."""
+    rows = [{"weekdays": set(d["weekdays"]), "start_hour": d["start_hour"],
+             "end_hour": d["end_hour"]} for d in dayparts]
+    return rows + [{"weekdays": set(), "start_hour": 0, "end_hour": 24}] * blank
+
+
+def dayparts_from_form(form: Any) -> tuple[list[dict[str, Any]], list[int]]:
+    """The dayparts form (``rows``; per row ``dp-I-wd`` checkboxes, ``dp-I-start``,
+    ``dp-I-end``) → the API's ``dayparts`` and, for each of them, the form row it came
+    from (a row without a weekday ticked is left out: that is how a row is removed).
+
+    Raises:
+        FieldProblem: a count or hour that is not a whole number.
+    """
+    out: list[dict[str, Any]] = []
+    used: list[int] = []
+    for i in range(int_field(str(form.get("rows", "0")), "dayparts")):
+        days = sorted({int_field(str(d), f"dayparts[{i}].weekdays")
+                       for d in form.getlist(f"dp-{i}-wd")})
+        if not days:
+            continue
+        out.append({"weekdays": days,
+                    "start_hour": int_field(str(form.get(f"dp-{i}-start", "")),
+                                            f"dayparts[{i}].start_hour"),
+                    "end_hour": int_field(str(form.get(f"dp-{i}-end", "")),
+                                          f"dayparts[{i}].end_hour")})
+        used.append(i)
+    return out, used
+
+
+def rows_of_errors(errors: dict[str, str], used: list[int]) -> dict[str, str]:
+    """API field errors on ``dayparts[K]…`` renamed to the form row K came from."""
+    out = {}
+    for field, problem in errors.items():
+        head, sep, rest = field.partition("]")
+        if field.startswith("dayparts[") and sep and head[9:].isdigit():
+            k = int(head[9:])
+            field = f"dayparts[{used[k] if k < len(used) else k}]{rest}"
+        out[field] = problem
+    return out
+
+
+def submitted_rows(form: Any) -> list[dict[str, Any]]:
+    """The dayparts form's rows as submitted (to show them again with their errors)."""
+    try:
+        n = int(str(form.get("rows", "0")))
+    except ValueError:
+        n = 0
+    return [{"weekdays": {int(d) for d in form.getlist(f"dp-{i}-wd") if str(d).isdigit()},
+             "start_hour": str(form.get(f"dp-{i}-start", "")),
+             "end_hour": str(form.get(f"dp-{i}-end", ""))} for i in range(n)]

@@ -38,11 +38,16 @@ from adfunnel.ui import views
 from adfunnel.ui.api_client import ApiAnswer, ApiClient, ApiFailure
 from adfunnel.ui.facts import ServerFacts
 from adfunnel.ui.forms import (
+    WEEKDAYS,
     FieldProblem,
+    dayparts_from_form,
+    dayparts_rows,
     int_field,
     json_field,
     micros_to_units,
     pretty_json,
+    rows_of_errors,
+    submitted_rows,
     units_to_micros,
 )
 from adfunnel.ui.session import Resolver, Viewer, current_viewer, log_in, log_out, viewer_for
@@ -66,6 +71,9 @@ def make_templates() -> Jinja2Templates:
     env.globals["STATIC"] = STATIC_URL
     env.globals["TONE"] = views.STATUS_TONE
     env.globals["MICROS_PER_UNIT"] = MICROS_PER_UNIT
+    env.globals["WEEKDAYS"] = WEEKDAYS
+    env.globals["dayparts_rows"] = dayparts_rows
+    env.globals["submitted_rows"] = submitted_rows
     return templates
 
 
@@ -185,13 +193,16 @@ def make_ui_router(rt: Any, resolve: Resolver) -> APIRouter:
                       **context)
 
     async def edit(request: Request, viewer: Viewer, api: ApiClient, campaign_id: int,
-                   form_name: str, write: Callable[[dict[str, str]], Awaitable[ApiAnswer]]
+                   form_name: str, write: Callable[[Any], Awaitable[ApiAnswer]],
+                   rename: Callable[[dict[str, str]], dict[str, str]] = dict,
                    ) -> Response:
-        """Run one edit form's write; answer its fragment or the page (module doc)."""
-        form = {k: str(v) for k, v in (await request.form()).items()}
+        """Run one edit form's write; answer its fragment or the page (module doc).
+        ``rename`` maps the API's field names onto the form's."""
+        raw = await request.form()
+        form = {k: str(v) for k, v in raw.items()}
         try:
-            answer = await write(form)
-            errors = answer.field_errors()
+            answer = await write(raw)
+            errors = rename(answer.field_errors())
         except FieldProblem as exc:
             errors = {exc.field: exc.problem}
         if not errors:
@@ -199,15 +210,15 @@ def make_ui_router(rt: Any, resolve: Resolver) -> APIRouter:
         context = await campaign_context(api, campaign_id)
         if request.headers.get("HX-Request"):
             return render(request, f"forms/{form_name}.html", viewer, errors=errors,
-                          form=form_name, values=form, **context)
+                          form=form_name, values=form, raw=raw, **context)
         return render(request, "campaign.html", viewer, status=422, errors=errors,
-                      form=form_name, values=form, **context)
+                      form=form_name, values=form, raw=raw, **context)
 
     @router.post("/ui/campaigns/{campaign_id}/budget")
     @page
     async def budget(request: Request, viewer: Viewer, api: ApiClient,
                      campaign_id: int) -> Response:
-        async def write(form: dict[str, str]) -> ApiAnswer:
+        async def write(form: Any) -> ApiAnswer:
             body: dict[str, Any] = {
                 "daily_budget_micros": units_to_micros(form.get("daily_budget", ""),
                                                        "daily_budget_micros"),
@@ -222,18 +233,16 @@ def make_ui_router(rt: Any, resolve: Resolver) -> APIRouter:
     @page
     async def status(request: Request, viewer: Viewer, api: ApiClient,
                      campaign_id: int) -> Response:
-        async def write(form: dict[str, str]) -> ApiAnswer:
+        async def write(form: Any) -> ApiAnswer:
             action = "pause" if form.get("action") == "pause" else "resume"
             body = {"version": int_field(form.get("version", ""), "version")}
             return await api.call("POST", f"/v1/campaigns/{campaign_id}:{action}", json=body)
         return await edit(request, viewer, api, campaign_id, "status", write)
 
     def json_patch(name: str, campaign_id: int, api: ApiClient
-                   ) -> Callable[[dict[str, str]], Awaitable[ApiAnswer]]:
-        async def write(form: dict[str, str]) -> ApiAnswer:
-            value = json_field(form.get(name, ""), name)
-            if name == "dayparts" and value is None:
-                value = []
+                   ) -> Callable[[Any], Awaitable[ApiAnswer]]:
+        async def write(form: Any) -> ApiAnswer:
+            value = json_field(str(form.get(name, "")), name)
             body = {name: value, "version": int_field(form.get("version", ""), "version")}
             return await api.call("PATCH", f"/v1/campaigns/{campaign_id}", json=body)
         return write
@@ -242,8 +251,16 @@ def make_ui_router(rt: Any, resolve: Resolver) -> APIRouter:
     @page
     async def dayparts(request: Request, viewer: Viewer, api: ApiClient,
                        campaign_id: int) -> Response:
-        return await edit(request, viewer, api, campaign_id, "dayparts",
-                          json_patch("dayparts", campaign_id, api))
+        used: list[int] = []
+
+        async def write(form: Any) -> ApiAnswer:
+            parts, rows = dayparts_from_form(form)
+            used.extend(rows)
+            body = {"dayparts": parts,
+                    "version": int_field(str(form.get("version", "")), "version")}
+            return await api.call("PATCH", f"/v1/campaigns/{campaign_id}", json=body)
+        return await edit(request, viewer, api, campaign_id, "dayparts", write,
+                          lambda errors: rows_of_errors(errors, used))
 
     @router.post("/ui/campaigns/{campaign_id}/targeting")
     @page
@@ -256,7 +273,7 @@ def make_ui_router(rt: Any, resolve: Resolver) -> APIRouter:
     @page
     async def new_ad(request: Request, viewer: Viewer, api: ApiClient,
                      campaign_id: int) -> Response:
-        async def write(form: dict[str, str]) -> ApiAnswer:
+        async def write(form: Any) -> ApiAnswer:
             body = {"landing_url": form.get("landing_url", "").strip(),
                     "creative_ref": form.get("creative_ref", "").strip(),
                     "format": form.get("format", "").strip(),
