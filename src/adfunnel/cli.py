@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from adfunnel.cli_summary import progress_bar
 from adfunnel.money import format_units
 from adfunnel.settings import Settings, SettingsError, load_settings
 
@@ -465,7 +466,9 @@ def simulate(
     from adfunnel.sim.day import run_simulation, summary_lines
 
     try:
-        result = run_simulation(scenario, report, plots, seed=seed, short=short)
+        with progress_bar(console, f"simulating {scenario} (simulated time)") as update:
+            result = run_simulation(scenario, report, plots, seed=seed, short=short,
+                                    progress=update)
     except KeyError as exc:
         console.print(f"[red]{exc.args[0]}[/red]")
         raise typer.Exit(2) from None
@@ -473,6 +476,8 @@ def simulate(
         typer.echo(line)
     if report is not None:
         console.print(f"report written to {report}")
+    if plots is not None:
+        console.print(f"plots (PNG) written to {plots}/")
 
 
 @bench_app.command("index")
@@ -486,10 +491,9 @@ def bench_index(
     """Conjunction index vs brute-force scan: build time, bytes per ad, query latency."""
     from adfunnel.index.bench import run_index_bench
 
-    result = run_index_bench(ads=ads, workload=workload, queries=queries, seed=seed)
-    if json_path is not None:
-        json_path.write_text(json.dumps(result, indent=2))
-    console.print_json(json.dumps(result))
+    with progress_bar(console, f"bench index: {ads:,} ads, {workload}"):
+        result = run_index_bench(ads=ads, workload=workload, queries=queries, seed=seed)
+    _bench_summary("bench index", result, json_path)
 
 
 @bench_app.command("overload")
@@ -508,10 +512,9 @@ def bench_overload(
     if load not in ("python", "wrk"):
         console.print("[red]--load: python or wrk[/red]")
         raise typer.Exit(2)
-    result = run_overload(clients, duration_s, deadline_ms, campaigns, load=load)
-    if json_path is not None:
-        json_path.write_text(json.dumps(result, indent=2))
-    console.print_json(json.dumps(result))
+    with progress_bar(console, f"bench overload: {clients:,} clients"):
+        result = run_overload(clients, duration_s, deadline_ms, campaigns, load=load)
+    _bench_summary("bench overload", result, json_path)
 
 @bench_app.command("decide")
 def bench_decide(
@@ -526,9 +529,10 @@ def bench_decide(
     path on the same catalogue and requests: p50/p99, per-stage p50, decisions/s."""
     from adfunnel.serving.bench import run_decide_bench
 
-    result = run_decide_bench(ads=ads, workload=workload, queries=queries, seed=seed,
-                              model=model)
-    _emit(result, json_path)
+    with progress_bar(console, f"bench decide: {ads:,} ads, {workload}"):
+        result = run_decide_bench(ads=ads, workload=workload, queries=queries, seed=seed,
+                                  model=model)
+    _bench_summary("bench decide", result, json_path)
 
 
 @bench_app.command("http")
@@ -543,9 +547,10 @@ def bench_http(
     per busy core, p50/p99, against a bare 204 route of the same process and run."""
     from adfunnel.sim.http_bench import run_http_bench
 
-    result = run_http_bench(ads=ads, workers=workers, concurrency=concurrency,
-                            duration_s=duration_s)
-    _emit(result, json_path)
+    with progress_bar(console, f"bench http: {ads:,} ads, {workers} worker(s)"):
+        result = run_http_bench(ads=ads, workers=workers, concurrency=concurrency,
+                                duration_s=duration_s)
+    _bench_summary("bench http", result, json_path)
 
 
 @bench_app.command("budget")
@@ -556,8 +561,9 @@ def bench_budget(
     """Budget & pacing service at scale: start-up (bulk state read) and one control step."""
     from adfunnel.budget.bench import run_budget_bench
 
-    result = run_budget_bench(campaigns=campaigns)
-    _emit(result, json_path)
+    with progress_bar(console, f"bench budget: {campaigns:,} campaigns"):
+        result = run_budget_bench(campaigns=campaigns)
+    _bench_summary("bench budget", result, json_path)
 
 
 @bench_app.command("caps")
@@ -574,11 +580,13 @@ def bench_caps(
     from adfunnel.serving.caps_bench import run_caps_bench
 
     try:
-        result = run_caps_bench(decisions, redis_url, users=users, capped=capped, seed=seed)
+        with progress_bar(console, f"bench caps: {decisions:,} decisions"):
+            result = run_caps_bench(decisions, redis_url, users=users, capped=capped,
+                                    seed=seed)
     except (ConnectionError, ValueError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
-    _emit(result, json_path)
+    _bench_summary("bench caps", result, json_path)
 
 
 @bench_app.command("model")
@@ -598,7 +606,9 @@ def bench_model(
         console.print("[red]--dataset criteo|avazu, --candidates and --calls >= 1[/red]")
         raise typer.Exit(2)
     path = input_path or data_dir(dataset) / dataset / "wideresdnn_train.csv"
-    _emit(run_model_bench(dataset, path, candidates=candidates, calls=calls), json_path)
+    with progress_bar(console, f"bench model: {dataset}, {candidates} candidates per call"):
+        result = run_model_bench(dataset, path, candidates=candidates, calls=calls)
+    _bench_summary("bench model", result, json_path)
 
 
 @bench_app.command("events")
@@ -627,16 +637,17 @@ def bench_events(
     from adfunnel.events.log import EventLogUnavailable
 
     try:
-        result = run_events_bench(
-            database_url=database_url, nats_url=event_log, campaigns=campaigns, events=events,
-            aggregator_max_s=aggregator_max_s, duration_s=duration_s, connections=connections,
-            client_processes=client_processes, tokens=tokens, lag_rate_per_s=lag_rate,
-            lag_duration_s=lag_duration_s, drain_timeout_s=drain_timeout_s,
-            log_path=tracker_log)
+        with progress_bar(console, "bench events"):
+            result = run_events_bench(
+                database_url=database_url, nats_url=event_log, campaigns=campaigns, events=events,
+                aggregator_max_s=aggregator_max_s, duration_s=duration_s, connections=connections,
+                client_processes=client_processes, tokens=tokens, lag_rate_per_s=lag_rate,
+                lag_duration_s=lag_duration_s, drain_timeout_s=drain_timeout_s,
+                log_path=tracker_log)
     except (ValueError, OperationalError, EventLogUnavailable) as exc:
         console.print(f"[red]{str(exc).splitlines()[0]}[/red]")
         raise typer.Exit(2) from None
-    _emit(result, json_path)
+    _bench_summary("bench events", result, json_path)
 
 
 @events_app.command("query")
@@ -773,6 +784,17 @@ def model_ope(
     if format_ == "served-log":
         result["left_out_without_propensity"] = left_out
     _emit(result, json_path)
+
+
+def _bench_summary(title: str, result: dict, json_path: Path | None) -> None:
+    """The figures as a table with units (cli_summary.py); the exact values as JSON at
+    ``json_path``."""
+    from adfunnel.cli_summary import summary_table
+
+    console.print(summary_table(title, result))
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2))
+        console.print(f"figures written to {json_path}")
 
 
 def _emit(result: dict, json_path: Path | None) -> None:

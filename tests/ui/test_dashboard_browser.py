@@ -204,6 +204,7 @@ def test_advertiser_reviewer_walkthrough(server: ServerProcess, tmp_path: Path) 
                                json=ad_request("explained", request_id="ui-explain-1",
                                                explain=True)).json()
         assert explained["ads"][0]["campaign_id"] == rival
+        admin.set_clock(START + timedelta(hours=2, minutes=5))  # the serve reaches the service
         page.click("header .who button")
         log_in(ADMIN_KEY)
         expect(page.locator("#campaigns tr[data-campaign-id]")).to_have_count(3)

@@ -434,7 +434,9 @@ class _Sim:
                           t - TOKEN_TTL_S - 1.0, 0)
         self.feed()
 
-    def run(self) -> None:
+    def run(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """Simulate the window; ``progress(done, total)`` is told the simulated seconds
+        done once per simulated minute."""
         sc = self.sc
         t0, t1 = int(self.start.timestamp()), int(self.end.timestamp())
         for e in sc.edits:
@@ -466,6 +468,8 @@ class _Sim:
         bi = max(1, int(sc.billing_interval_s))
         heap = self.heap
         for sec in range(t0, t1):
+            if progress is not None and (sec - t0) % 60 == 0:
+                progress(sec - t0, t1 - t0)
             self.push(sec + 0.0, self.traffic)
             if (sec - t0) % ri == 0:
                 for i in range(n):
@@ -633,7 +637,8 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
 
 
 def run_simulation(scenario: str, report_path: Path | None = None, plots_dir: Path | None = None,
-                   seed: int = 0, short: bool = False) -> dict[str, Any]:
+                   seed: int = 0, short: bool = False,
+                   progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run one scenario; return (and write to ``report_path`` as JSON) its report.
 
     Args:
@@ -642,6 +647,7 @@ def run_simulation(scenario: str, report_path: Path | None = None, plots_dir: Pa
         plots_dir: where to write one PNG per campaign (None: no plots).
         seed: random seed (the run is deterministic for a seed).
         short: run the scenario's short window (seconds of CPU, for tests/CI).
+        progress: told ``(simulated seconds done, total)`` once per simulated minute.
 
     Returns:
         ``{"scenario", "short", "seed", "window", "wall_s", "crash", "campaigns": [...]}``
@@ -658,7 +664,7 @@ def run_simulation(scenario: str, report_path: Path | None = None, plots_dir: Pa
     sc = all_sc[scenario]
     t = time.perf_counter()
     sim = _Sim(sc, seed, short)
-    sim.run()
+    sim.run(progress)
     wall = time.perf_counter() - t
     result: dict[str, Any] = {
         "scenario": sc.name,
@@ -713,7 +719,18 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             f"{c['max_steps_at_floor']:>5} "
             f"{_opt(c['last_auction_after_exhausted_s'], 1):>6} "
             f"{_opt(c['last_auction_after_pause_s'], 2):>7}")
+    out.append(SUMMARY_UNITS)
     return out
+
+
+#: The units of :func:`summary_lines`'s columns, printed under its table.
+SUMMARY_UNITS = (
+    "units: budget in currency units; deliv = billed / budget (fraction); above = billed "
+    "above budget (micros); absorb% = absorbed overspend / budget (%); allows = traffic "
+    "could deliver the budget; curve = largest hourly gap to the target curve (fraction "
+    "of budget); pmin = lowest pacing p; floor = most control steps in a row at the "
+    "floor; exh_s, pause_s = seconds from exhaustion or pause to the campaign's last "
+    "auction; n/a = not measured")
 
 
 def _opt(v: float | None, digits: int) -> str:

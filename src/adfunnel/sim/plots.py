@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from adfunnel.sim.day import _Sim
 
 
 def plot_campaigns(sim: _Sim, out_dir: Path) -> list[Path]:
     """One PNG per campaign (``<scenario>_c<id>.png``): cumulative billed spend and the
     target (both as a share of the budget in force) over local hours, p below."""
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fig in campaign_figures(sim):
+        path = out_dir / name
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def campaign_figures(sim: _Sim) -> Iterator[tuple[str, Figure]]:
+    """(file name, figure) per campaign with control steps on the scenario's day. Every
+    axis is labelled with its quantity and unit: the top panel's share of budget, the
+    bottom panel's p and the local hours they share."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -19,8 +38,6 @@ def plot_campaigns(sim: _Sim, out_dir: Path) -> list[Path]:
 
     from adfunnel.campaigns.schedule import day_bounds
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
     for tr in sim.tracks.values():
         c = tr.campaign
         ds, _ = day_bounds(sim.sc.day, c.time_zone)
@@ -48,17 +65,15 @@ def plot_campaigns(sim: _Sim, out_dir: Path) -> list[Path]:
                                      gridspec_kw={"height_ratios": [3, 1]})
         a1.plot(tx, target, label="target", color="grey", linestyle="--")
         a1.plot(xs, ys, label="billed spend", color="tab:blue")
-        a1.set_ylabel("share of budget")
+        a1.set_ylabel("cumulative share of daily budget")
+        a1.set_xlabel("local time (hours since midnight)")
+        a1.xaxis.label.set_visible(False)  # shared with the panel below, which shows it
         a1.set_title(f"{sim.sc.name}: campaign {c.id} ({c.time_zone}, {c.bid_type.value}, "
                      f"{c.pacing_mode.value})")
         a1.legend(loc="upper left")
         a2.plot(tx, ps, color="tab:orange")
         a2.set_yscale("log")
-        a2.set_ylabel("p")
-        a2.set_xlabel("local hours since midnight")
+        a2.set_ylabel("pacing p (log)")
+        a2.set_xlabel("local time (hours since midnight)")
         fig.tight_layout()
-        path = out_dir / f"{sim.sc.name}_c{c.id}.png"
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        paths.append(path)
-    return paths
+        yield f"{sim.sc.name}_c{c.id}.png", fig
