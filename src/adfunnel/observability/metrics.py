@@ -27,6 +27,7 @@ budget becomes absorbed overspend when it bills.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -119,24 +120,35 @@ class CampaignSeries(Collector):
                                         "micros", labels=["campaign"]),
         }
         if rows:
-            ranked = sorted(rows, key=lambda r: (-int(r["billed_micros"]), r["campaign_id"]))
-            for row in ranked[: self.top]:
+            # the top by spend (ties: the lower id) in one pass, not a sort of them all
+            top = heapq.nsmallest(self.top, rows,
+                                  key=lambda r: (-int(r["billed_micros"]), r["campaign_id"]))
+            for row in top:
                 _add(fams, str(row["campaign_id"]), [row])
-            if len(ranked) > self.top:
-                _add(fams, OTHER, ranked[self.top:])
+            if len(rows) > len(top):
+                chosen = {id(r) for r in top}
+                _add(fams, OTHER, [r for r in rows if id(r) not in chosen])
         return list(fams.values())
 
 
 def _add(fams: dict[str, GaugeMetricFamily], label: str, rows: list[Status]) -> None:
-    billed = sum(int(r["billed_micros"]) for r in rows)
-    budget = sum(int(r["budget_micros"]) for r in rows)
-    over = sum(max(0, int(r["committed_micros"]) - int(r["budget_micros"])) for r in rows)
-    fams["p"].add_metric([label], sum(float(r["p"]) for r in rows) / len(rows))
+    """One series per family for ``rows`` folded under ``label`` (one pass over them)."""
+    billed = budget = over = 0
+    p_sum = 0.0
+    states = dict.fromkeys(BUDGET_STATES, 0)
+    for r in rows:
+        b, d = int(r["billed_micros"]), int(r["budget_micros"])
+        billed += b
+        budget += d
+        over += max(0, int(r["committed_micros"]) - d)
+        p_sum += float(r["p"])
+        states[str(r["state"])] = states.get(str(r["state"]), 0) + 1
+    fams["p"].add_metric([label], p_sum / len(rows))
     fams["over"].add_metric([label], 100.0 * over / budget if budget else 0.0)
     fams["spend"].add_metric([label], billed)
     fams["budget"].add_metric([label], budget)
-    for state in BUDGET_STATES:
-        fams["state"].add_metric([label, state], sum(r["state"] == state for r in rows))
+    for state, n in states.items():
+        fams["state"].add_metric([label, state], n)
 
 
 CAMPAIGNS = CampaignSeries()
