@@ -68,6 +68,7 @@ from adfunnel.index import ScanIndex
 from adfunnel.ivt.rules import Tier1Rules
 from adfunnel.observability.metrics import CAMPAIGNS, watch_change_feed, watch_fill
 from adfunnel.observability.request_log import RequestLog
+from adfunnel.openapi import install_openapi
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
 from adfunnel.prediction.calibration import CalibrationMonitor
@@ -355,7 +356,8 @@ def build_app(rt: Runtime) -> RequestLog:
         await asyncio.to_thread(rt.close)
 
     app = FastAPI(title="adfunnel", version="0.1.0", lifespan=lifespan,
-                  description="Ad server: advertiser API, ad decisions, tracking.")
+                  description="Ad server: advertiser API, ad decisions, tracking.",
+                  docs_url=None, redoc_url=None)  # served from local assets (openapi.py)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     # outside the body limit: no key, no body read
@@ -364,6 +366,7 @@ def build_app(rt: Runtime) -> RequestLog:
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
     app.include_router(make_api_key_router(rt.keys, rt.store))
     install_ui(app, rt, rt.keys.resolve)  # the dashboard at /ui (its own cookie login)
+    install_openapi(app)  # the whole server's document, the lean routes included
     serving = ServingEndpoints(rt.queue, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready,

@@ -463,7 +463,7 @@ def simulate(
     short: Annotated[bool, typer.Option(help="The short form used by tests.")] = False,
 ) -> None:
     """Simulate a day of the budget & pacing service on a virtual clock."""
-    from adfunnel.sim.day import run_simulation, summary_lines
+    from adfunnel.sim.day import SUMMARY_UNITS, run_simulation, summary_lines
 
     try:
         with progress_bar(console, f"simulating {scenario} (simulated time)") as update:
@@ -474,6 +474,7 @@ def simulate(
         raise typer.Exit(2) from None
     for line in summary_lines(result):
         typer.echo(line)
+    typer.echo(SUMMARY_UNITS)
     if report is not None:
         console.print(f"report written to {report}")
     if plots is not None:

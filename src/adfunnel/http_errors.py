@@ -46,8 +46,9 @@ class ApiError(Exception):
         super().__init__(message or error)
         self.status = status
         self.body: dict[str, Any] = {"error": error}
-        if fields:
-            self.body["fields"] = [{"field": f, "problem": p} for f, p in fields]
+        # every error names what is at fault: the request as a whole when no field is
+        fields = fields or [("request", message or error)]
+        self.body["fields"] = [{"field": f, "problem": p} for f, p in fields]
         if message:
             self.body["message"] = message
         self.body.update(extra)

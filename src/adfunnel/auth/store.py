@@ -15,7 +15,7 @@ from sqlalchemy import BigInteger, Column, DateTime, Engine, String, Table, inse
 from sqlalchemy.engine import RowMapping
 
 from adfunnel.auth.keys import ApiKey, Role
-from adfunnel.db import metadata
+from adfunnel.db import connection_guard, metadata
 
 api_keys = Table(
     "api_keys",
@@ -90,6 +90,8 @@ class SqlKeyStore:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # in-memory SQLite is one connection shared by every thread: take turns on it
+        self._guard = connection_guard(engine)
 
     def add(self, key: ApiKey) -> None:
         from sqlalchemy.exc import IntegrityError
@@ -98,13 +100,13 @@ class SqlKeyStore:
                "advertiser_id": key.advertiser_id, "created_at": key.created_at,
                "revoked_at": key.revoked_at}
         try:
-            with self.engine.begin() as conn:
+            with self._guard, self.engine.begin() as conn:
                 conn.execute(insert(api_keys).values(**row))
         except IntegrityError as exc:
             raise DuplicateKey(key.prefix) from exc
 
     def by_digest(self, digest: str) -> ApiKey | None:
-        with self.engine.connect() as conn:
+        with self._guard, self.engine.connect() as conn:
             row = conn.execute(select(api_keys).where(api_keys.c.digest == digest)
                                ).mappings().first()
         return None if row is None else _record(row)
@@ -113,11 +115,11 @@ class SqlKeyStore:
         query = select(api_keys).order_by(api_keys.c.prefix)
         if not include_revoked:
             query = query.where(api_keys.c.revoked_at.is_(None))
-        with self.engine.connect() as conn:
+        with self._guard, self.engine.connect() as conn:
             return [_record(r) for r in conn.execute(query).mappings()]
 
     def revoke(self, prefix: str, at: datetime) -> bool:
-        with self.engine.begin() as conn:
+        with self._guard, self.engine.begin() as conn:
             done = conn.execute(update(api_keys)
                                 .where(api_keys.c.prefix == prefix,
                                        api_keys.c.revoked_at.is_(None))

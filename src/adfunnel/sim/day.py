@@ -719,7 +719,6 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             f"{c['max_steps_at_floor']:>5} "
             f"{_opt(c['last_auction_after_exhausted_s'], 1):>6} "
             f"{_opt(c['last_auction_after_pause_s'], 2):>7}")
-    out.append(SUMMARY_UNITS)
     return out
 
 

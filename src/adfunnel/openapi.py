@@ -1,0 +1,254 @@
+"""The OpenAPI document of the whole server: FastAPI's routes, plus the lean routes it
+cannot see (the ad decision, the beacons, explain, statistics, the clock, probes).
+
+FastAPI documents its own routes from their models. The serving and tracking routes
+are Starlette endpoints or bare ASGI handlers outside FastAPI (so the hot path pays for
+no framework layer); :data:`LEAN_PATHS` describes them by hand and
+:func:`install_openapi` merges them into the document without touching those routes.
+
+Every error response refers to :class:`ErrorOut`, the body every 4xx really has
+(``{"error", "fields": [{"field", "problem"}]}``, :mod:`adfunnel.http_errors`); the
+``HTTPValidationError`` schema FastAPI declares by default (and the server never sends)
+is removed. Protected operations name the ``bearer`` security scheme and their 401,
+403 and 429 answers; open ones (:func:`adfunnel.auth.http.is_open`) do not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import (
+    get_redoc_html,
+    get_swagger_ui_html,
+    get_swagger_ui_oauth2_redirect_html,
+)
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict
+
+from adfunnel.auth.http import is_open
+from adfunnel.serving.request import SelectRequest, SelectResponse
+
+#: Swagger UI (swagger-ui-dist 5.35.0) and ReDoc (redoc 2.5.4), from the npm registry,
+#: with their licences: served at :data:`ASSETS_URL`.
+ASSETS_DIR = Path(__file__).resolve().parent / "static" / "docs"
+ASSETS_URL = "/static/docs"
+OAUTH2_REDIRECT = "/docs/oauth2-redirect"
+
+_SERVING_REF = "#/components/schemas/Serving{name}"
+_ERROR = {"$ref": "#/components/schemas/ErrorOut"}
+_METHODS = ("get", "put", "post", "delete", "patch")
+
+
+class FieldProblem(BaseModel):
+    field: str
+    problem: str
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx answer: an ``error`` code and the ``fields`` at fault, each with its
+    problem; some errors add more (``message``, ``entity``, ``id``, versions)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str
+    fields: list[FieldProblem]
+    message: str | None = None
+
+
+_WHY = {400: "Malformed request (JSON, token)", 401: "No valid API key",
+        403: "The key's role may not do this", 404: "Not found (or not the caller's)",
+        409: "Conflict (stale version, archived, clock backwards)",
+        413: "Request body too large", 422: "Validation error naming each field",
+        429: "Over the key's request rate (see Retry-After)",
+        503: "A store the answer needs is unavailable (see Retry-After)"}
+
+
+def _error(code: int) -> dict[str, Any]:
+    return {"description": _WHY[code], "content": {"application/json": {"schema": _ERROR}}}
+
+
+def _json(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": schema or {"type": "object"}}}}
+
+
+def _query(name: str, description: str, *, required: bool = False,
+           schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": required, "description": description,
+            "schema": schema or {"type": "string"}}
+
+
+def _path(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+_TOKEN = _query("t", "The signed tracking token of the served ad", required=True)
+_NO_CONTENT = {"description": "Recorded (or refused as invalid traffic: never billed)"}
+
+#: The routes outside FastAPI, by path and method: (tag, summary, operation fields).
+LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
+    "/v1/ads:select": {"post": {
+        "tags": ["serving"], "summary": "Decide the ads of one ad request",
+        "description": "200 with one ad per filled slot, or 204 (no fill, shed, late: "
+                       "header x-adfunnel-outcome). The deadline counts from arrival.",
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/ServingSelectRequest"}}}},
+        "responses": {"200": _json("The winners",
+                                     {"$ref": "#/components/schemas/ServingSelectResponse"}),
+                      "204": {"description": "No ad (no fill, shed or late)"},
+                      **{str(c): _error(c) for c in (400, 413, 422)}}}},
+    "/i": {"get": {
+        "tags": ["tracking"], "summary": "Impression beacon", "parameters": [_TOKEN],
+        "responses": {"204": _NO_CONTENT, **{str(c): _error(c) for c in (400, 503)}}}},
+    "/c": {"get": {
+        "tags": ["tracking"], "summary": "Click: redirect to the ad's landing URL",
+        "parameters": [_TOKEN],
+        "responses": {"302": {"description": "To the landing URL (URI form)",
+                              "headers": {"Location": {"schema": {"type": "string"}}}},
+                      **{str(c): _error(c) for c in (400, 404, 503)}}}},
+    "/v": {method: {
+        "tags": ["tracking"], "summary": "Conversion postback",
+        "parameters": [_query("t", "The click's token (or click_id)"),
+                       _query("click_id", "The click id the landing URL received"),
+                       _query("value", "Conversion value, integer micros",
+                              schema={"type": "integer", "minimum": 0})],
+        "responses": {"204": _NO_CONTENT, **{str(c): _error(c) for c in (400, 422, 503)}}}
+        for method in ("get", "post")},
+    "/v1/decisions/{request_id}": {"get": {
+        "tags": ["explain"], "summary": "Explain a recent decision",
+        "description": "Winners, prices and every rejection with its reason.",
+        "parameters": [_path("request_id")],
+        "responses": {"200": _json("The explain record"), "404": _error(404)}}},
+    "/v1/ledger/stats": {"get": {
+        "tags": ["statistics"], "summary": "Ledger rows, duplicates, invalid traffic, lag",
+        "responses": {"200": _json("Ledger statistics")}}},
+    "/v1/serving/stats": {"get": {
+        "tags": ["statistics"], "summary": "Decisions, late, shed, rejections per reason",
+        "responses": {"200": _json("Serving statistics")}}},
+    "/v1/budget/pacing": {"get": {
+        "tags": ["statistics"], "summary": "The embedded budget service's pacing summary",
+        "responses": {"200": _json("Pacing summary"), "404": _error(404)}}},
+    "/v1/admin/clock": {"put": {
+        "tags": ["admin"], "summary": "Move the manual clock forward",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["now"], "additionalProperties": False,
+            "properties": {"now": {"type": "string", "format": "date-time"}}}}}},
+        "responses": {"200": _json("The clock's new time", {
+            "type": "object", "properties": {"now": {"type": "string"}}}),
+            **{str(c): _error(c) for c in (400, 409, 422)}}}},
+    "/v1/users/{key}": {"delete": {
+        "tags": ["admin"], "summary": "Erase one user's frequency-cap records",
+        "parameters": [_path("key")],
+        "responses": {"204": {"description": "Erased"}, "503": _error(503)}}},
+    "/metrics": {"get": {
+        "tags": ["statistics"], "summary": "Prometheus metrics",
+        "responses": {"200": {"description": "Prometheus text format",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+    "/v1/bench/noop": {"get": {
+        "tags": ["probes"], "summary": "No work: the bare-route baseline of bench http",
+        "responses": {"204": {"description": "Nothing"}}}},
+    "/healthz": {"get": {
+        "tags": ["probes"], "summary": "Liveness",
+        "responses": {"200": _json("Alive", {"type": "object", "properties": {
+            "status": {"type": "string"}}})}}},
+    "/readyz": {"get": {
+        "tags": ["probes"], "summary": "Readiness: the catalogue follows the change log",
+        "responses": {"200": _json("Ready"), "503": _json("Not ready")}}},
+}
+
+
+def build_document(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document of ``app``'s FastAPI routes merged with :data:`LEAN_PATHS`
+    (for those of them ``app`` serves), errors as :class:`ErrorOut`."""
+    doc = get_openapi(title=app.title, version=app.version, description=app.description,
+                      routes=app.routes)
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    error = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(error.pop("$defs", {}))
+    schemas["ErrorOut"] = error
+    # the serving plane's msgspec types, prefixed: their names (AdOut …) are taken
+    (_, _), served = msgspec.json.schema_components(
+        (SelectRequest, SelectResponse), ref_template=_SERVING_REF, schema_hook=_any)
+    schemas.update({f"Serving{name}": body for name, body in served.items()})
+    for path, item in LEAN_PATHS.items():
+        doc.setdefault("paths", {}).setdefault(path, {}).update(item)
+    doc["components"]["securitySchemes"] = {"bearer": {
+        "type": "http", "scheme": "bearer", "description": "An API key (POST /v1/api-keys)"}}
+    for path, item in doc.get("paths", {}).items():
+        for method in _METHODS:
+            if method in item:
+                _complete(path, method, item[method])
+    return doc
+
+
+def _complete(path: str, method: str, op: dict[str, Any]) -> None:
+    """Errors as ErrorOut; the security, 401, 403 and 429 of protected operations."""
+    responses = op.setdefault("responses", {})
+    for code, answer in responses.items():
+        if code.startswith("4"):
+            answer["content"] = {"application/json": {"schema": _ERROR}}
+            answer.setdefault("description", _WHY.get(int(code), "Error"))
+    if "requestBody" in op:
+        for code in (400, 413, 422):
+            responses.setdefault(str(code), _error(code))
+    if op.get("parameters"):
+        responses.setdefault("422", _error(422))
+    if is_open(path):
+        op["security"] = []
+        return
+    op["security"] = [{"bearer": []}]
+    for code in (401, 403, 429):
+        responses.setdefault(str(code), _error(code))
+    if "{" in path:
+        responses.setdefault("404", _error(404))
+    if method != "get":  # a stale version, an archived record, a taken id
+        responses.setdefault("409", _error(409))
+
+
+def _any(t: type) -> dict[str, Any]:
+    if t is object:  # a request attribute's value: checked by the decoder, any JSON here
+        return {"description": "any JSON value"}
+    raise NotImplementedError(t)
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Serve :func:`build_document` at ``app.openapi_url`` (built once, on first use),
+    and Swagger UI at ``/docs`` and ReDoc at ``/redoc`` from assets in the package
+    (:data:`ASSETS_DIR`, under ``/static/docs``): the pages load nothing from the
+    network. Build ``app`` with ``docs_url=None, redoc_url=None``."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_document(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    app.mount(ASSETS_URL, StaticFiles(directory=ASSETS_DIR), name="docs-assets")
+    spec = app.openapi_url or "/openapi.json"
+
+    async def swagger(_: Request) -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=spec, title=f"{app.title} API", oauth2_redirect_url=OAUTH2_REDIRECT,
+            swagger_js_url=f"{ASSETS_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS_URL}/swagger-ui.css",
+            swagger_favicon_url=f"{ASSETS_URL}/favicon-32x32.png")
+
+    async def oauth2_redirect(_: Request) -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    async def redoc(_: Request) -> HTMLResponse:
+        return get_redoc_html(openapi_url=spec, title=f"{app.title} API",
+                              redoc_js_url=f"{ASSETS_URL}/redoc.standalone.js",
+                              redoc_favicon_url=f"{ASSETS_URL}/favicon-32x32.png",
+                              with_google_fonts=False)
+
+    app.add_route("/docs", swagger, methods=["GET"], include_in_schema=False)
+    app.add_route(OAUTH2_REDIRECT, oauth2_redirect, methods=["GET"], include_in_schema=False)
+    app.add_route("/redoc", redoc, methods=["GET"], include_in_schema=False)
