@@ -88,11 +88,7 @@ class ServerFacts:
         """Requests since ``since`` in which each campaign passed targeting, flight and
         daypart: the eligible traffic already flushed to the traffic log plus what this
         process still holds."""
-        wanted = set(campaign_ids)
-        out = dict.fromkeys(wanted, 0)
-        for cid, hours in self.traffic.hourly(_hour_floor(since)).items():
-            if cid in wanted:
-                out[cid] += sum(n for h, n in hours.items() if h >= _hour_floor(since))
+        out = self.traffic.requests_since(campaign_ids, _hour_floor(since))
         counter: EligibleCounter | None = self.rt.decider.eligible
         if counter is not None:
             _add_held(out, counter.peek(), since)
