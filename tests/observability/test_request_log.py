@@ -144,3 +144,32 @@ def test_every_route_of_the_server_carries_the_id(client: TestClient,
     logged = {(x["method"], x["path"], x["status"]) for x in lines(access_lines)}
     assert {("POST", "/v1/ads:select", 200), ("POST", "/v1/ads:select", 204),
             ("GET", "/i", 204), ("GET", "/c", 302)} <= logged
+
+
+@pytest.mark.nats
+def test_the_tracker_process_carries_the_id_on_its_bare_routes(
+        nats_url: str, tmp_path: Any, access_lines: io.StringIO) -> None:
+    """``adfunnel tracker``'s app: /i and /c are served outside Starlette, and still
+    answer with x-request-id and an access line."""
+    import uuid
+
+    from adfunnel.clock import SystemClock
+    from adfunnel.event_plane import make_event_log
+    from adfunnel.settings import load_settings
+    from adfunnel.standalone import build_tracker_app
+
+    settings = load_settings(database_url=f"sqlite:///{tmp_path / 't.sqlite3'}",
+                             event_log_url=nats_url, token_secret="k" * 32, aggregate=False,
+                             event_stream=f"TEST_OPS_{uuid.uuid4().hex[:8]}")
+    try:
+        with TestClient(build_tracker_app(settings)) as tracker:
+            for path in ("/i?t=not-a-token", "/c?t=not-a-token", "/healthz"):
+                r = tracker.get(path, headers={"x-request-id": "trk-1"},
+                                follow_redirects=False)
+                assert r.headers["x-request-id"] == "trk-1", path
+    finally:
+        log = make_event_log(settings, SystemClock())
+        log.delete_stream()  # type: ignore[attr-defined]
+        log.close()
+    paths = {x["path"] for x in lines(access_lines) if x["request_id"] == "trk-1"}
+    assert paths == {"/i", "/c", "/healthz"}
