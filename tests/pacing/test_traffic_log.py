@@ -86,3 +86,14 @@ def test_peek_reads_without_taking_and_forget_drops_old_hours() -> None:
     assert c.peek() == {k: v for k, v in want.items() if k[1] == h11}
     assert c.drain() == {k: v for k, v in want.items() if k[1] == h11}
     assert c.peek() == {}
+
+
+def test_requests_since_sums_the_asked_campaigns_only() -> None:
+    engine = make_engine("sqlite://")
+    upgrade(engine)
+    log = SqlTrafficLog(engine)
+    h = datetime(2026, 3, 1, 10, tzinfo=UTC)
+    log.add({(1, h): 3, (1, h + timedelta(hours=1)): 4, (2, h): 5, (3, h - timedelta(hours=1)): 9})
+    log.add({(1, h): 1})
+    assert log.requests_since([1, 3, 4], h) == {1: 8, 3: 0, 4: 0}
+    assert log.requests_since([], h) == {}

@@ -67,7 +67,7 @@ def status_of(rt: Runtime, campaign_id: int) -> DeliveryStatus:
            for a in rt.store.list_ads(campaign_id)]
     since = START.replace(hour=0)
     billed = facts.billed_today([{"id": c.id, "time_zone": c.time_zone}])[c.id]
-    f = facts.delivery_facts(record, servable(ads), facts.budget_rows().get(c.id),
+    f = facts.delivery_facts(record, servable(ads), facts.budget_rows([c.id]).get(c.id),
                              facts.matched_requests([c.id], since)[c.id],
                              facts.capped_requests([c.id], since)[c.id], billed)
     return delivery_status(f)

@@ -107,13 +107,13 @@ class Authenticate:
                 ("authorization", f"a key of role {principal.role} may not use this route")])
             await response(scope, receive, send)
             return
-        wait = (self.limiter.take(principal.key_prefix)
-                if self.limiter is not None and not principal.is_admin else 0.0)
-        if wait > 0:
+        limiter = self.limiter
+        wait = limiter.take(principal.key_prefix) if limiter and not principal.is_admin else 0.0
+        if limiter is not None and wait > 0:
             seconds = retry_after(wait)
             response = error_response(429, "rate_limited", [
-                ("authorization", f"over {self.limiter.rate_per_s:g} requests/s for this "  # type: ignore[union-attr]
-                                  f"key; retry in {seconds} s")],
+                ("authorization", f"over {limiter.rate_per_s:g} requests/s for this key; "
+                                  f"retry in {seconds} s")],
                 headers={"Retry-After": str(seconds)})
             await response(scope, receive, send)
             return

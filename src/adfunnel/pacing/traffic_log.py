@@ -147,6 +147,21 @@ class SqlTrafficLog:
                 out[row.campaign_id][hour] = row.requests
         return dict(out)
 
+    def requests_since(self, campaign_ids: Iterable[int], since: datetime) -> dict[int, int]:
+        """campaign id -> requests in hours at or after ``since``, for ``campaign_ids``
+        only (0 where none): one aggregate query, in chunks of ids."""
+        ids = sorted(set(campaign_ids))
+        out = dict.fromkeys(ids, 0)
+        t = eligible_traffic.c
+        with connection_guard(self.engine), self.engine.connect() as conn:
+            for i in range(0, len(ids), 500):
+                q = (select(t.campaign_id, func.sum(t.requests))
+                     .where(t.hour_start >= since, t.campaign_id.in_(ids[i:i + 500]))
+                     .group_by(t.campaign_id))
+                for cid, n in conn.execute(q):
+                    out[int(cid)] = int(n)
+        return out
+
     def by_utc_hour(self, since: datetime) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Requests since ``since`` summed per campaign and UTC hour of day: (campaign
         ids, hours 0-23, requests), int64 columns; one aggregate query."""

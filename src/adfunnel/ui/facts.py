@@ -58,8 +58,10 @@ class ServerFacts:
         return local_day(self.now(), time_zone)
 
     # -- budget service -------------------------------------------------------------------
-    def budget_rows(self) -> dict[int, BudgetRow]:
-        """campaign id -> its budget row today; empty where the service runs elsewhere."""
+    def budget_rows(self, campaign_ids: Iterable[int]) -> dict[int, BudgetRow]:
+        """campaign id -> its budget row today, for ``campaign_ids`` only (the service's
+        lock is held for these reads, and a catalogue holds a million campaigns);
+        empty where the service runs in its own process."""
         if self.budget is None:
             return {}
         process = self.budget.process
@@ -67,8 +69,7 @@ class ServerFacts:
         out: dict[int, BudgetRow] = {}
         with process.lock:
             svc = process.service
-            ids = svc.owned().ids.tolist()
-            for cid in ids:
+            for cid in campaign_ids:
                 cd = svc.current(int(cid), now)
                 if cd is not None:
                     out[int(cid)] = BudgetRow(cd.state.value, cd.status.value, float(cd.ctl.p),
@@ -87,11 +88,7 @@ class ServerFacts:
         """Requests since ``since`` in which each campaign passed targeting, flight and
         daypart: the eligible traffic already flushed to the traffic log plus what this
         process still holds."""
-        wanted = set(campaign_ids)
-        out = dict.fromkeys(wanted, 0)
-        for cid, hours in self.traffic.hourly(_hour_floor(since)).items():
-            if cid in wanted:
-                out[cid] += sum(n for h, n in hours.items() if h >= _hour_floor(since))
+        out = self.traffic.requests_since(campaign_ids, _hour_floor(since))
         counter: EligibleCounter | None = self.rt.decider.eligible
         if counter is not None:
             _add_held(out, counter.peek(), since)
