@@ -146,7 +146,10 @@ def test_serving_stats_show_the_models_calibration_from_billed_beacons(
     model.save(tmp_path / "model")
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
                              budget="local", model_dir=str(tmp_path / "model"), ivt=False,
-                             ivt_tier2=False)
+                             ivt_tier2=False,
+                             # a loaded machine must not push a decision past the
+                             # predict stage's budget (a fallback is not monitored)
+                             model_budget_ms=1_000)
     rt = build_runtime(settings, ManualClock(START), seed=1)
     with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
         adv = client.post("/v1/advertisers", json={"name": "a"}).json()
@@ -158,7 +161,8 @@ def test_serving_stats_show_the_models_calibration_from_billed_beacons(
             "landing_url": "https://x.test/", "creative_ref": "c", "format": "banner",
             "width": 300, "height": 250})
         for n in range(20):
-            ad = client.post("/v1/ads:select", json=BODY).json()["ads"][0]
+            ad = client.post("/v1/ads:select",
+                             json={**BODY, "deadline_ms": 5_000}).json()["ads"][0]
             assert client.get(ad["impression_url"]).status_code == 204
             if n < 3:
                 assert client.get(ad["click_url"], follow_redirects=False).status_code == 302
