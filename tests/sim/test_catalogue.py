@@ -42,3 +42,18 @@ def test_no_rows_no_catalogue() -> None:
     assert catalogue(0, [], 1, seed=1) == []
     with pytest.raises(ValueError):
         catalogue(5, [], 1, seed=1)
+
+
+def test_no_catalogue_leaves_the_replays_draws_alone() -> None:
+    from datetime import UTC, datetime
+
+    from adfunnel.sim.replay import Replayer
+
+    replayer, fresh = Replayer("http://127.0.0.1:9", seed=7), Replayer("http://127.0.0.1:9", seed=7)
+    try:
+        replayer.create_catalogue([], datetime(2013, 10, 19, tzinfo=UTC), 0)
+        # the render and click draws of a replay are those of a replay without --catalogue
+        assert replayer.rng.getstate() == fresh.rng.getstate()
+    finally:
+        replayer.close()
+        fresh.close()

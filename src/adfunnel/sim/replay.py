@@ -140,6 +140,7 @@ class Replayer:
         # the admin key opens the protected routes (the clock, campaigns, statistics)
         self.http = httpx.Client(base_url=base_url, timeout=10.0,
                                  headers=auth_headers(api_key))
+        self.seed = seed
         self.rng = random.Random(seed)
         self.ctr_scale = ctr_scale
         self.speed = speed
@@ -196,10 +197,14 @@ class Replayer:
         """``n`` run-of-network CPC campaigns (:mod:`adfunnel.sim.catalogue`), bidding
         around the nine's CPC bids, under advertisers of
         :data:`~adfunnel.sim.catalogue.CAMPAIGNS_PER_ADVERTISER` campaigns each."""
+        if n == 0:
+            return
         cpc = [c["record"]["bid_micros"] for c in self.campaigns.values()
                if c["record"]["bid_type"] == "CPC"]
+        # a seed of its own: the render and click draws (self.rng) stay those of a
+        # replay without a catalogue
         drawn = catalogue(n, rows, round(sum(cpc) / len(cpc)) if cpc else 1_000_000,
-                          self.rng.randrange(2**32))
+                          self.seed + 0xCA7)
         advertiser_id = 0
         for c in drawn:
             if (c.index - 1) % CAMPAIGNS_PER_ADVERTISER == 0:
