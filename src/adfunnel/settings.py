@@ -121,7 +121,7 @@ class Settings(BaseSettings):
     #: one access-log line per HTTP request (logger ``adfunnel.access``)
     access_log: bool = True
     #: campaigns (by today's billed spend) with their own per-campaign metric series;
-    #: the others are summed under ``campaign="other"``
+    #: the others are summed under ``campaign="other"``; 0: no per-campaign series
     metrics_top_campaigns: int = Field(default=20, ge=0, le=1_000)
 
     @field_validator("database_url")

@@ -150,3 +150,24 @@ def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path) -> None:
     exported = families(text)
     assert queried <= exported, sorted(queried - exported)
     assert set(DESIGN) <= set(samples(text))  # the design's own series carry samples
+
+
+def test_no_per_campaign_series_when_the_top_is_zero() -> None:
+    """``metrics_top_campaigns=0``: the budget service's state is not read at all."""
+    from adfunnel.app import build_app, build_runtime
+    from adfunnel.clock import ManualClock
+    from adfunnel.observability.metrics import CAMPAIGNS
+    from adfunnel.settings import load_settings
+    from tests.serving.conftest import START
+
+    CAMPAIGNS.follow(None)
+    settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
+                             admin_key=ADMIN_KEY, metrics_top_campaigns=0)
+    rt = build_runtime(settings, ManualClock(START), seed=1)
+    try:
+        with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
+            make_campaign(client)
+            got = samples(client.get("/metrics").text)
+        assert "adfunnel_pacing_p" not in got and "adfunnel_decisions_total" in got
+    finally:
+        rt.close()
