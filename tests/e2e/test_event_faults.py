@@ -306,6 +306,11 @@ def _consumer_drained(log: JetStreamEventLog) -> bool:
                 info = await js.consumer_info(log.stream, consumer_durable(CONSUMER, p))
             except nats.js.errors.NotFoundError:
                 return False
+            except TypeError:
+                # nats-py builds ConsumerInfo from whatever the server answered: while
+                # the restarted aggregator recreates the durable, an answer without its
+                # name, stream and creation time fails to parse — not drained yet
+                return False
             if info.num_pending or info.num_ack_pending:
                 return False
         return True
