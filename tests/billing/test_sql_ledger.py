@@ -10,12 +10,14 @@ import threading
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adfunnel.billing.batch import LedgerWrite
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome
-from adfunnel.billing.sql_ledger import SqlLedger
+from adfunnel.billing.sql_ledger import LedgerConflict, SqlLedger, _LoadedView
 from adfunnel.billing.tables import (
     campaign_day_spend,
     campaign_spend,
@@ -125,4 +127,31 @@ def test_sql_ledger_agrees_with_memory_ledger(
     assert sql.billed_on(DAY) == mem.billed_on(DAY)
     assert sql.stats() == mem.stats()
     assert sql.counters() == mem.counters()
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_row_recorded_behind_the_ledgers_back_rolls_the_whole_batch_back(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A writer that did not queue on the campaign's row recorded a row the batch plans
+    to insert (here: the batch's read of the ledger misses it): LedgerConflict, and
+    nothing of the batch stays (on PostgreSQL the rows go in by COPY)."""
+    url = (f"sqlite:///{tmp_path / 'ledger.db'}" if backend == "sqlite"
+           else request.getfixturevalue("pg_schema_url"))
+    engine = make_engine(url)
+    metadata.create_all(engine, tables=TABLES)
+    sql = SqlLedger(engine)
+    sql.record(event("imp-1"), 1_000_000)
+    monkeypatch.setattr(_LoadedView, "row_time", lambda self, key: None)
+    with pytest.raises(LedgerConflict):
+        sql.record_many([LedgerWrite(event("imp-2"), 1_000_000),
+                         LedgerWrite(event("imp-1"), 1_000_000)])
+    monkeypatch.undo()
+    assert sql.stats().rows == 1
+    [totals] = sql.day_totals(1, DAY, DAY)
+    assert (totals.impressions, totals.billed_micros) == (1, 1_000)
+    assert sql.record(event("imp-2"), 1_000_000).outcome is Outcome.BILLED
     engine.dispose()

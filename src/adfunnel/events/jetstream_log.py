@@ -518,6 +518,28 @@ class _PendingBatch:
         self.done = done
 
 
+class _PullRound:
+    """Pull requests sent together, one per partition, and awaited together: a
+    partition's request is answered when its arrivals reach its target (it had the
+    whole batch asked) or when its status comes (it had fewer)."""
+
+    __slots__ = ("full", "requests", "targets")
+
+    def __init__(self, targets: dict[int, int]) -> None:
+        #: partition -> the arrival count that completes its request, while unanswered
+        self.targets = targets
+        #: request id -> partition
+        self.requests: dict[str, int] = {}
+        #: partitions that had the whole batch asked (they may have more)
+        self.full: list[int] = []
+
+    def settle(self, partition: int, *, full: bool) -> bool:
+        """Partition's request answered; True when that was the last one."""
+        if self.targets.pop(partition, None) is not None and full:
+            self.full.append(partition)
+        return not self.targets
+
+
 class JetStreamConsumer:
     """A reader of a durable consumer of a :class:`JetStreamEventLog`; see
     :class:`adfunnel.events.log.Consumer`.
@@ -539,11 +561,12 @@ class JetStreamConsumer:
         self._durables = {p: consumer_durable(name, p) for p in partitions}
         self._turn = 0
         self._closed = False
-        self._buffer: deque[Msg] = deque()
+        self._buffer: deque[tuple[Msg, int]] = deque()  # (message, its partition)
         self._arrivals = dict.fromkeys(partitions, 0)
         self._statuses: dict[str, str] = {}  # request id → status code, while awaited
         self._awaited: set[str] = set()
         self._wake: asyncio.Event | None = None
+        self._round: _PullRound | None = None  # the pull requests awaited together now
         self._ids = itertools.count(1)
         self._inbox = ""
         self._sub: Any = None
@@ -603,21 +626,33 @@ class JetStreamConsumer:
         self._sub = await nc.subscribe(f"{self._inbox}.*", cb=self._on_message)
 
     async def _on_message(self, msg: Msg) -> None:
-        status = msg.headers.get(_STATUS) if msg.headers else None
+        """A message on the inbox: a delivery (buffered) or a pull's status. While a
+        round of pulls is awaited the waiter is woken once, when the round is answered;
+        otherwise at every message."""
+        headers = msg.headers
+        status = headers.get(_STATUS) if headers else None
+        rnd = self._round
+        settled = False
         if status is None:
-            self._buffer.append(msg)
             p = _partition_of_subject(msg.subject)
-            if p in self._arrivals:
-                self._arrivals[p] += 1
+            self._buffer.append((msg, p))
+            arrivals = self._arrivals
+            if p in arrivals:
+                arrivals[p] = seen = arrivals[p] + 1
+                if rnd is not None and rnd.targets.get(p) == seen:
+                    settled = rnd.settle(p, full=True)
         elif status != "100":  # 100: idle heartbeat
             request = msg.subject.rsplit(".", 1)[-1]
             if request in self._awaited:
                 self._statuses[request] = status
+            if rnd is not None and (p := rnd.requests.get(request)) is not None:
+                settled = rnd.settle(p, full=False)
             if status not in ("404", "408"):
-                description = msg.headers.get("Description", "") if msg.headers else ""
+                description = headers.get("Description", "") if headers else ""
                 _log.warning("consumer %s: pull answered %s %s", self._name, status, description)
-        assert self._wake is not None
-        self._wake.set()
+        if rnd is None or settled:
+            assert self._wake is not None
+            self._wake.set()
 
     async def _fetch(self, max_messages: int, timeout_s: float) -> list[Delivery]:
         loop = asyncio.get_running_loop()
@@ -635,30 +670,36 @@ class JetStreamConsumer:
         return out
 
     async def _pull_now(self, nc: NatsClient, need: int) -> list[Delivery]:
-        """Ask each partition in turn for up to ``need`` messages available now."""
+        """Up to ``need`` messages available now: the partitions are asked at once, each
+        for its share of ``need`` (one round trip for all; the shares add up to
+        ``need``), then those that had their whole share, and those not asked yet, for
+        what is still missing, until ``need`` is met or no partition has more."""
         out: list[Delivery] = []
         n = len(self._partitions)
-        for k in range(n):
-            if need <= 0:
-                break
-            p = self._partitions[(self._turn + k) % n]
-            before = self._arrivals[p]
-            request = await self._request(nc, p, {"batch": need, "no_wait": True})
-            answer_by = asyncio.get_running_loop().time() + self._log._timeout_s
-            answered = await self._wait(
-                lambda r=request, p=p, b=before, m=need: r in self._statuses
-                or self._arrivals[p] - b >= m,
-                answer_by,
-            )
-            self._awaited.discard(request)
-            self._statuses.pop(request, None)
+        asking = [self._partitions[(self._turn + k) % n] for k in range(n)]
+        loop = asyncio.get_running_loop()
+        while need > 0 and asking:
+            each, extra = divmod(need, len(asking))
+            shares = {p: each + (k < extra) for k, p in enumerate(asking[:need])}
+            rnd = _PullRound({p: self._arrivals[p] + share for p, share in shares.items()})
+            self._round = rnd
+            try:
+                for p, share in shares.items():
+                    await self._request(nc, p, {"batch": share, "no_wait": True}, rnd)
+                answered = await self._wait(lambda r=rnd: not r.targets,
+                                            loop.time() + self._log._timeout_s)
+            finally:
+                self._round = None
             got = self._take(need)
             out += got
             need -= len(got)
-            if not answered and not out:
-                raise EventLogUnavailable(
-                    f"no answer to a pull on {self._durables[p]} in {self._log._timeout_s:g} s"
-                )
+            if not answered:
+                if not out:
+                    silent = ", ".join(self._durables[p] for p in rnd.targets)
+                    raise EventLogUnavailable(
+                        f"no answer to a pull on {silent} in {self._log._timeout_s:g} s")
+                break
+            asking = rnd.full + [p for p in asking if p not in shares]
         return out
 
     async def _pull_lingering(self, nc: NatsClient, max_messages: int, deadline: float
@@ -684,9 +725,15 @@ class JetStreamConsumer:
             out += await self._pull_now(nc, max_messages - len(out))
         return out
 
-    async def _request(self, nc: NatsClient, partition: int, body: dict[str, Any]) -> str:
+    async def _request(self, nc: NatsClient, partition: int, body: dict[str, Any],
+                       rnd: _PullRound | None = None) -> str:
+        """Send one pull request; its id. Its status is awaited in ``rnd`` when given,
+        else in :attr:`_statuses`."""
         request = str(next(self._ids))
-        self._awaited.add(request)
+        if rnd is not None:
+            rnd.requests[request] = partition
+        else:
+            self._awaited.add(request)
         subject = f"$JS.API.CONSUMER.MSG.NEXT.{self._log._stream}.{self._durables[partition]}"
         await nc.publish(subject, json.dumps(body).encode(), reply=f"{self._inbox}.{request}")
         return request
@@ -708,9 +755,10 @@ class JetStreamConsumer:
 
     def _take(self, limit: int) -> list[Delivery]:
         out: list[Delivery] = []
-        while self._buffer and len(out) < limit:
-            msg = self._buffer.popleft()
-            delivery = self._delivery(msg)
+        buffer = self._buffer
+        while buffer and len(out) < limit:
+            msg, partition = buffer.popleft()
+            delivery = self._delivery(msg, partition)
             if delivery is not None:
                 out.append(delivery)
             elif msg.reply:
@@ -718,21 +766,34 @@ class JetStreamConsumer:
                 self._terminate.append(msg.reply)
         return out
 
-    def _delivery(self, msg: Msg) -> Delivery | None:
+    def _delivery(self, msg: Msg, partition: int) -> Delivery | None:
+        reply = msg.reply
         try:
-            seq, attempt = _ack_metadata(msg.reply)
+            seq, attempt = _ack_metadata(reply)
             event = decode(msg.data)
         except (MalformedEvent, ValueError) as exc:
             _log.error("consumer %s: dropping an undecodable message on %s: %s",
                        self._name, msg.subject, exc)
             return None
-        partition = _partition_of_subject(msg.subject)
-        return Delivery(event, seq, partition, attempt, self.ack_one, msg.reply)
+        return Delivery(event, seq, partition, attempt, self.ack_one, reply)
 
     async def _send(self, replies: list[str], verb: bytes, flush: bool = True) -> None:
+        """Publish ``verb`` to every reply subject, then (``flush``) wait for the
+        server's PONG: it has them all.
+
+        While connected the PUB commands go to nats-py's outgoing buffer as one block
+        (its ``_send_command``, what ``publish`` calls for each; nats-py is pinned): a
+        publish per ack costs more than the rest of reading an event."""
         nc, _ = await self._log._connected()
-        for reply in replies:
-            await nc.publish(reply, verb)
+        send = getattr(nc, "_send_command", None)
+        if send is not None and nc.is_connected and not nc.is_draining_pubs:
+            tail = f" {len(verb)}\r\n{verb.decode()}\r\n"
+            await send("".join([f"PUB {reply}{tail}" for reply in replies]).encode())
+            if not flush:
+                await nc._flush_pending()
+        else:
+            for reply in replies:
+                await nc.publish(reply, verb)
         if flush:
             await nc.flush(timeout=self._log._timeout_s)  # type: ignore[arg-type]
 
@@ -741,7 +802,7 @@ class JetStreamConsumer:
         left = self._linger_until - loop.time()
         if left > 0:
             await asyncio.sleep(left + 0.05)
-        held = [m.reply for m in self._buffer if m.reply]
+        held = [m.reply for m, _ in self._buffer if m.reply]
         self._buffer.clear()
         if self._sub is not None:
             with contextlib.suppress(*_TRANSIENT):

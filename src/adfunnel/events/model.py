@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+import threading
 from enum import StrEnum
+from typing import Annotated
 
 import msgspec
 
@@ -33,6 +36,28 @@ MAX_USER_AGENT_CHARS = 1_024
 _INT64_MAX = 2**63 - 1
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _REASON = re.compile(r"[a-z0-9_]{1,32}")
+
+# The same domains as msgspec constraints, checked in C while decoding (``\Z``, not
+# ``$``: msgspec searches, and ``$`` would let a trailing newline through); an event
+# built in Python is checked by ``Event.__post_init__`` instead.
+_Id = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}\Z")]
+_Int64 = Annotated[int, msgspec.Meta(ge=0, le=_INT64_MAX)]
+_BillingType = Annotated[str, msgspec.Meta(pattern=r"^(?:CPM|CPC|CPA)\Z")]
+_Placement = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PLACEMENT_CHARS)]
+_Seconds = Annotated[float, msgspec.Meta(ge=0, le=sys.float_info.max)]  # finite
+_ClientIp = Annotated[str, msgspec.Meta(max_length=MAX_CLIENT_IP_CHARS)]
+_UserAgent = Annotated[str, msgspec.Meta(max_length=MAX_USER_AGENT_CHARS)]
+_Reason = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_]{1,32}\Z")]
+
+
+class _Decoding(threading.local):
+    """Set on a thread while :func:`decode` runs: the decoder has checked every field's
+    domain already, so ``Event.__post_init__`` need not check it again."""
+
+    active = False
+
+
+_DECODING = _Decoding()
 
 
 class EventType(StrEnum):
@@ -86,23 +111,25 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """
 
     event_type: EventType
-    impression_id: str
-    campaign_id: int
-    ad_id: int
-    placement: str
-    price_micros: int
-    billing_type: str
-    served_at: int
-    occurred_at: float
-    client_ip: str
-    user_agent: str
-    expected_micros: int | None = None
-    conversion_value_micros: int | None = None
-    click_id: str | None = None
-    ivt_reason: str | None = None
-    tracked_ns: int | None = None
+    impression_id: _Id
+    campaign_id: _Int64
+    ad_id: _Int64
+    placement: _Placement
+    price_micros: _Int64
+    billing_type: _BillingType
+    served_at: _Int64
+    occurred_at: _Seconds
+    client_ip: _ClientIp
+    user_agent: _UserAgent
+    expected_micros: _Int64 | None = None
+    conversion_value_micros: _Int64 | None = None
+    click_id: _Id | None = None
+    ivt_reason: _Reason | None = None
+    tracked_ns: _Int64 | None = None
 
     def __post_init__(self) -> None:
+        if _DECODING.active:  # the decoder checked the same constraints
+            return
         if not _ID.fullmatch(self.impression_id):
             raise ValueError(
                 f"impression_id: 1-64 of [A-Za-z0-9_-], got {self.impression_id!r:.80}"
@@ -181,7 +208,10 @@ def decode(data: bytes | bytearray | memoryview) -> Event:
         MalformedEvent: ``data`` is not valid JSON, lacks a required field, has a field
             of the wrong type, or a value outside its domain.
     """
+    _DECODING.active = True
     try:
         return _DECODER.decode(data)
     except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
         raise MalformedEvent(f"not an encoded event: {exc}") from None
+    finally:
+        _DECODING.active = False
