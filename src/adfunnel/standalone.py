@@ -15,6 +15,7 @@ kept current by the change feed — not the targeting index or the serving colum
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
@@ -106,6 +107,16 @@ def build_tracker_app(settings: Settings) -> RequestLog:
     return RequestLog(stamped, access_log=settings.access_log)
 
 
+def freeze_heap() -> None:
+    """Move everything the process holds after its start-up (modules, functions,
+    campaigns: a few hundred thousand objects) out of the cyclic collector's reach
+    (:func:`gc.freeze`), so that its full collections, which a busy aggregator's batches
+    trigger every few seconds, scan only what was made since instead of the whole heap
+    (they took ~15 % of the aggregator's time)."""
+    gc.collect()
+    gc.freeze()
+
+
 def run_aggregator(settings: Settings, partitions: Sequence[int] | None,
                    stop: threading.Event) -> EventPlane:
     """Aggregate ``partitions`` (None: all) of the event log into the ledger until
@@ -117,6 +128,7 @@ def run_aggregator(settings: Settings, partitions: Sequence[int] | None,
         settings, side.clock, SqlLedger(side.store.engine), side.model.campaign,
         LocalSpendGate(), None, aggregate=True, partitions=partitions,
         on_lifetime_spent=lambda cid: mark_completed(side.store, cid), on_hours=dirty.mark)
+    freeze_heap()
     try:
         stop.wait()
     finally:

@@ -306,7 +306,7 @@ def _aggregating(settings: Settings) -> Iterator[Aggregator]:
     from adfunnel.budget.gate import LocalSpendGate
     from adfunnel.event_plane import make_event_plane
     from adfunnel.periodic import Periodic
-    from adfunnel.standalone import CampaignSide
+    from adfunnel.standalone import CampaignSide, freeze_heap
 
     side = CampaignSide.open(settings)
     dirty = DirtyHours(make_rollup_store(side.store.engine))
@@ -317,6 +317,7 @@ def _aggregating(settings: Settings) -> Iterator[Aggregator]:
             LocalSpendGate(), None, aggregate=True,
             on_lifetime_spent=lambda cid: mark_completed(side.store, cid),
             on_hours=dirty.mark)
+        freeze_heap()
         try:
             assert plane.aggregator is not None
             yield plane.aggregator

@@ -73,7 +73,7 @@ class MalformedEvent(ValueError):
     field, or a value outside its domain). The message says which, without the bytes."""
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """One tracked event; immutable.
 
     Fields:
