@@ -22,7 +22,7 @@ from datetime import date, datetime
 from typing import Protocol
 
 from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent, Outcome, Recorded
-from adfunnel.money import MoneyError, bill_per_mille, micros
+from adfunnel.money import MILLE, MoneyError, bill_per_mille, micros
 
 _INT64_MAX = 2**63 - 1
 
@@ -146,12 +146,23 @@ def validate(writes: Sequence[LedgerWrite]) -> None:
             to store.
     """
     for w in writes:
-        micros(w.event.charge_micros, field="charge_micros")
-        if w.event.charge_millimicros > _INT64_MAX:
-            raise MoneyError(f"charge_micros: too large, got {w.event.charge_micros}")
-        micros(w.daily_budget_micros, field="daily_budget_micros")
-        if w.lifetime_budget_micros is not None:
-            micros(w.lifetime_budget_micros, field="lifetime_budget_micros")
+        event = w.event
+        charge, daily, life = event.charge_micros, w.daily_budget_micros, w.lifetime_budget_micros
+        if (type(charge) is int and type(daily) is int and charge >= 0 and daily >= 0
+                and (charge if event.charge_per_mille else charge * MILLE) <= _INT64_MAX
+                and (life is None or (type(life) is int and life >= 0))):
+            continue  # plain ints in range (not bool: type() is exact), the usual case
+        _validate_one(w)
+
+
+def _validate_one(w: LedgerWrite) -> None:
+    """:func:`validate` of one write, raising what it finds."""
+    micros(w.event.charge_micros, field="charge_micros")
+    if w.event.charge_millimicros > _INT64_MAX:
+        raise MoneyError(f"charge_micros: too large, got {w.event.charge_micros}")
+    micros(w.daily_budget_micros, field="daily_budget_micros")
+    if w.lifetime_budget_micros is not None:
+        micros(w.lifetime_budget_micros, field="lifetime_budget_micros")
 
 
 def split_charge(
@@ -191,9 +202,17 @@ def plan_batch(view: LedgerView, writes: Sequence[LedgerWrite]) -> BatchPlan:
     """
     validate(writes)
     planner = _Planner(view)
+    write, recorded = planner.write, planner.plan.recorded
     for w in writes:
-        planner.plan.recorded.append(planner.write(w))
+        recorded.append(write(w))
     return planner.plan
+
+
+# Outcomes without amounts, shared (Recorded is frozen).
+_DUPLICATE = Recorded(Outcome.DUPLICATE)
+_HELD = Recorded(Outcome.HELD)
+_NOT_BILLABLE = Recorded(Outcome.NOT_BILLABLE)
+_INVALID = Recorded(Outcome.INVALID)
 
 
 class _Planner:
@@ -207,50 +226,71 @@ class _Planner:
         self._held = self.plan.held  # overlay: None = left the held set
         self._days: dict[DayKey, tuple[int, int]] = {}  # billed, carry
         self._life: dict[int, int] = {}
+        # the view's lookups, bound once (called a few times per write)
+        self._view_row_time = view.row_time
+        self._view_is_invalid = view.is_invalid
+        self._view_held = view.held
 
     def write(self, w: LedgerWrite) -> Recorded:
-        key = (w.event.impression_id, EVENT_TYPES[w.event.event_type])
+        event = w.event
+        key = (event.impression_id, EVENT_TYPES[event.event_type])
         if w.ivt_reason is not None:
             return self._invalid_traffic(key, w)
         if self._row_time(key) is not None or self._is_invalid(key):
             self.plan.counters[DUPLICATES_REJECTED] += 1
-            return Recorded(Outcome.DUPLICATE)
+            return _DUPLICATE
         held = self._held_event(key)
         if held is not None:  # redelivered: it was counted when it was held
-            return Recorded(Outcome.HELD if held.waiting else Outcome.NOT_BILLABLE)
+            return _HELD if held.waiting else _NOT_BILLABLE
         return self._valid(key, w)
 
     def _invalid_traffic(self, key: Key, w: LedgerWrite) -> Recorded:
         if self._row_time(key) is not None or self._is_invalid(key):
-            return Recorded(Outcome.DUPLICATE)
+            return _DUPLICATE
         self._invalid.add(key)
         self.plan.invalid.append((w.event, str(w.ivt_reason)))
         self.plan.counters[f"ivt_{key[1].value}"] += 1
         self.plan.counters[f"ivt_{key[1].value}_{w.ivt_reason}"] += 1
-        return Recorded(Outcome.INVALID)
+        return _INVALID
 
     def _valid(self, key: Key, w: LedgerWrite) -> Recorded:
         needs = PREREQUISITE.get(key[1])
         before = self._row_time((key[0], needs)) if needs is not None else None
         if needs is not None and before is None:
             self._hold(key, Held(w, WITHOUT_PREREQUISITE[key[1]]))
-            return Recorded(Outcome.HELD)
+            return _HELD
         if before is not None and outside_window(w.event, before):
             self._hold(key, Held(w, OUTSIDE_WINDOW))
-            return Recorded(Outcome.NOT_BILLABLE)
+            return _NOT_BILLABLE
         recorded = self._bill(key, w)
-        self._release(key, w)
+        if key[1] in DEPENDENTS:
+            self._release(key, w)
         return recorded
 
     def _bill(self, key: Key, w: LedgerWrite) -> Recorded:
+        """A new row for ``key``: its charge with the day's carry, split between billed
+        (within the daily and lifetime budgets left) and absorbed; the totals updated.
+        (:func:`bill_per_mille`, :func:`lifetime_left` and :func:`split_charge`,
+        inlined: this runs once per billed event.)"""
         event = w.event
-        dk = (event.campaign_id, event.day)
-        billed_so_far, carry = self._day(dk)
-        exact = event.charge_millimicros
-        charge, carry = bill_per_mille(carry, exact)
-        life_billed = self._lifetime(event.campaign_id)
-        left = lifetime_left(w.lifetime_budget_micros, life_billed)
-        billed, absorbed = split_charge(charge, billed_so_far, w.daily_budget_micros, left)
+        campaign_id = event.campaign_id
+        dk = (campaign_id, event.day)
+        found = self._days.get(dk)
+        billed_so_far, carry = found if found is not None else self.view.day(dk)
+        exact = event.charge_micros if event.charge_per_mille else event.charge_micros * MILLE
+        if 0 <= carry < MILLE and type(exact) is int and exact >= 0:
+            charge, carry = divmod(carry + exact, MILLE)
+        else:  # raises for what it refuses
+            charge, carry = bill_per_mille(carry, exact)
+        life_billed = self._life.get(campaign_id)
+        if life_billed is None:
+            life_billed = self.view.lifetime_billed(campaign_id)
+        lifetime = w.lifetime_budget_micros
+        remaining = max(0, w.daily_budget_micros - billed_so_far)
+        if lifetime is not None:
+            remaining = min(remaining, max(0, lifetime - life_billed))
+        billed = min(charge, remaining)
+        absorbed = charge - billed
         self._rows[key] = event.occurred_at
         self.plan.rows.append(NewRow(event, charge, exact, billed, absorbed))
         self._days[dk] = (billed_so_far + billed, carry)
@@ -258,15 +298,24 @@ class _Planner:
         if change is None:
             change = self.plan.days[dk] = DayChange(carry)
         change.carry = carry
-        setattr(change, COUNT_FIELD[key[1]], getattr(change, COUNT_FIELD[key[1]]) + 1)
+        event_type = key[1]
+        if event_type is EventType.IMPRESSION:
+            change.impressions += 1
+        elif event_type is EventType.CLICK:
+            change.clicks += 1
+        else:
+            change.conversions += 1
         change.billed += billed
         change.absorbed += absorbed
-        self._life[event.campaign_id] = life_billed + billed
-        life = self.plan.lifetime.setdefault(event.campaign_id, [0, 0])
+        life_billed += billed
+        self._life[campaign_id] = life_billed
+        life = self.plan.lifetime.get(campaign_id)
+        if life is None:
+            life = self.plan.lifetime[campaign_id] = [0, 0]
         life[0] += billed
         life[1] += absorbed
         return Recorded(Outcome.BILLED, billed, absorbed,
-                        lifetime_left(w.lifetime_budget_micros, life_billed + billed))
+                        None if lifetime is None else max(0, lifetime - life_billed))
 
     def _release(self, key: Key, by: LedgerWrite) -> None:
         """``key`` was just billed by ``by``: bill what was held waiting for it (and so
@@ -292,13 +341,14 @@ class _Planner:
 
     def _row_time(self, key: Key) -> datetime | None:
         at = self._rows.get(key)
-        return at if at is not None else self.view.row_time(key)
+        return at if at is not None else self._view_row_time(key)
 
     def _is_invalid(self, key: Key) -> bool:
-        return key in self._invalid or self.view.is_invalid(key)
+        return key in self._invalid or self._view_is_invalid(key)
 
     def _held_event(self, key: Key) -> Held | None:
-        return self._held[key] if key in self._held else self.view.held(key)
+        held = self._held
+        return held[key] if key in held else self._view_held(key)
 
     def _day(self, dk: DayKey) -> tuple[int, int]:
         found = self._days.get(dk)
