@@ -34,7 +34,7 @@ from collections import Counter as Tally
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Protocol
 
 import numpy as np
@@ -137,6 +137,8 @@ class Aggregator:
         self._batch_outcomes: Tally[tuple[str, str]] = Tally()
         self._lags_ms: deque[float] = deque(maxlen=LAG_SAMPLES)
         self._lock = threading.Lock()  # one batch at a time (pump may come from any thread)
+        self._billed_micros = 0  # this batch's, for the metrics
+        self._absorbed_micros = 0
 
     def run_once(self, max_messages: int = 2000, timeout_s: float = 0.5) -> int:
         """Fetch one batch (waiting up to ``timeout_s`` network seconds for it), record
@@ -191,24 +193,25 @@ class Aggregator:
             campaign = self.campaign(event.campaign_id)
             if campaign is None:
                 self.stats.unknown_campaign += 1
-                self._outcome(event.event_type.value, "unknown_campaign")
+                self._outcome(_PLAIN[event.event_type], "unknown_campaign")
                 continue
             writes.append(LedgerWrite(ledger_event(event, campaign),
                                       campaign.daily_budget_micros,
                                       campaign.lifetime_budget_micros, event.ivt_reason))
             events.append((event, campaign))
         plan = self.ledger.record_many(writes) if writes else None
-        hours: set[datetime] = set()
+        hours = _Hours()
         if plan is not None:
             for (event, campaign), write, recorded in zip(events, writes, plan.recorded,
                                                           strict=True):
                 if self._after(event, campaign, write.event, recorded):
-                    hours.add(_hour(write.event.occurred_at))
+                    hours.add(write.event.occurred_at)
             for row, recorded in plan.released:  # held clicks billed with their impression
                 self.stats.billed += 1
-                self._outcome(row.event_type.value, "released")
+                self._outcome(_PLAIN[row.event_type], "released")
                 self._feed(row, recorded, self.campaign(row.campaign_id))
-                hours.add(_hour(row.occurred_at))
+                hours.add(row.occurred_at)
+        self._count_money()
         self.consumer.ack(batch)
         for (event_type, outcome), n in self._batch_outcomes.items():
             AGGREGATED.labels(event_type, outcome).inc(n)
@@ -218,14 +221,14 @@ class Aggregator:
         self.first_deliveries += sum(1 for d in batch if d.attempt == 1)
         done_ns = time.time_ns()
         self._lags_ms.extend(_lags_ms(batch, done_ns))
-        if hours and self.on_hours is not None:
-            self.on_hours(hours)
+        if hours.hours and self.on_hours is not None:
+            self.on_hours(hours.hours)
 
     def _after(self, event: Event, campaign: Campaign, row: LedgerEvent,
                recorded: Recorded) -> bool:
         """Count what recording ``event`` did, feed and score it when billed; True when
         it changed the ledger's figures (its hour needs a rollup refresh)."""
-        self._outcome(event.event_type.value, recorded.outcome.value)
+        self._outcome(_PLAIN[event.event_type], _PLAIN[recorded.outcome])
         match recorded.outcome:
             case Outcome.INVALID:
                 self.stats.invalid += 1
@@ -246,11 +249,13 @@ class Aggregator:
 
     def _score(self, scorer: Tier2Scorer, event: Event, row: LedgerEvent) -> None:
         """Tier 2: score a newly billed event; reverse what it finds while pending."""
-        key = (event.impression_id, row.event_type.value)
-        self._billed_where[key] = (event.campaign_id, row.day)
-        while len(self._billed_where) > PENDING_MEMORY:
-            self._billed_where.popitem(last=False)
-        facts = EventFacts(row.event_type.value, event.client_ip, event.user_agent or None,
+        event_type = _PLAIN[row.event_type]
+        key = (event.impression_id, event_type)
+        billed_where = self._billed_where
+        billed_where[key] = (event.campaign_id, row.day)
+        while len(billed_where) > PENDING_MEMORY:
+            billed_where.popitem(last=False)
+        facts = EventFacts(event_type, event.client_ip, event.user_agent or None,
                            served_at_ms=event.served_at * 1000,
                            event_at_ms=int(event.occurred_at * 1000),
                            impression_id=event.impression_id, placement=event.placement)
@@ -275,15 +280,22 @@ class Aggregator:
                 self.ctr.observe_click(row.ad_id, row.placement)
         if self.on_billed is not None:
             self.on_billed(row)
-        BILLED.inc(recorded.billed_micros)
-        if recorded.absorbed_micros:
-            ABSORBED_OVERSPEND.inc(recorded.absorbed_micros)
+        self._billed_micros += recorded.billed_micros  # to the metrics once per batch
+        self._absorbed_micros += recorded.absorbed_micros
         billable = bills_on(row.billing_type) is row.event_type
         self.gate.record_billed(row.campaign_id, row.day, recorded.billed_micros,
                                 row.impression_id, billable)
         if (recorded.lifetime_remaining_micros == 0 and self.on_lifetime_spent is not None
                 and campaign is not None and campaign.status is not CampaignStatus.COMPLETED):
             self.on_lifetime_spent(campaign.id)
+
+    def _count_money(self) -> None:
+        """Add the batch's billed and absorbed micros to their metrics."""
+        if self._billed_micros:
+            BILLED.inc(self._billed_micros)
+        if self._absorbed_micros:
+            ABSORBED_OVERSPEND.inc(self._absorbed_micros)
+        self._billed_micros = self._absorbed_micros = 0
 
     def _outcome(self, event_type: str, outcome: str) -> None:
         self.outcomes[outcome] += 1
@@ -347,6 +359,32 @@ _LAST_SERVED: tuple[int, datetime] = (-1, datetime.fromtimestamp(0, tz=UTC))
 
 def _hour(at: datetime) -> datetime:
     return at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+#: an outcome's or event type's value (a plain str) by member or value: a dict lookup,
+#: where ``.value`` costs an enum property call
+_PLAIN: dict[str, str] = {m.value: m.value for m in (*Outcome, *EventType)}
+
+
+class _Hours:
+    """The UTC hours (aware datetimes at the hour) of a batch's events; an event in the
+    same hour as the one before costs two comparisons."""
+
+    __slots__ = ("_end", "_start", "hours")
+
+    def __init__(self) -> None:
+        self.hours: set[datetime] = set()
+        self._start = self._end = datetime.min.replace(tzinfo=UTC)
+
+    def add(self, at: datetime) -> None:
+        if self._start <= at < self._end:
+            return
+        hour = self._start = _hour(at)
+        try:
+            self._end = hour + timedelta(hours=1)
+        except OverflowError:  # the last hour of year 9999
+            self._end = hour
+        self.hours.add(hour)
 
 
 def _lags_ms(batch: Iterable[Delivery], done_ns: int) -> list[float]:
