@@ -402,7 +402,7 @@ def build_app(rt: Runtime) -> RequestLog:
         tracker = rt.tracker.counts()
         agg = rt.events.aggregator
         # a re-sent beacon is dropped by the log's dedupe window, or by the ledger
-        dropped = int(getattr(rt.events.log, "duplicates", 0))
+        dropped = rt.events.publisher.duplicates()
         return JSONResponse({"rows": stats.rows,
                              "duplicates_rejected": stats.duplicates_rejected + dropped,
                              "invalid_tokens": tracker.get("invalid_tokens", 0),

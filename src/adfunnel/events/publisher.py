@@ -143,8 +143,8 @@ class EventPublisher:
 
     async def aclose_fast_path(self) -> None:
         """Close the running loop's publisher, if one was made (before :meth:`close`,
-        on the loop that used it)."""
-        fast = self._fast.pop(asyncio.get_running_loop(), None)
+        on the loop that used it); its duplicates stay counted."""
+        fast = self._fast.get(asyncio.get_running_loop())
         if fast is not None:
             await fast.aclose()
 
@@ -201,6 +201,12 @@ class EventPublisher:
         SPOOLED.inc(len(events))
         SPOOL_DEPTH.set(len(spool))
         self._wake.set()
+
+    def duplicates(self) -> int:
+        """Publishes the log answered as duplicates of a stored msg id (its dedupe
+        window dropped them), on either path, since this publisher was made."""
+        fast = sum(f.duplicates for f in list(self._fast.values()))
+        return int(getattr(self.log, "duplicates", 0)) + fast
 
     def spooled(self) -> int:
         """Events waiting in the spool (0 without one)."""
