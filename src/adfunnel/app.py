@@ -67,7 +67,7 @@ from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, Memory
 from adfunnel.index import ScanIndex
 from adfunnel.ivt.rules import Tier1Rules
 from adfunnel.observability.metrics import CAMPAIGNS, watch_change_feed, watch_fill
-from adfunnel.observability.request_log import RequestLog
+from adfunnel.observability.request_log import RequestLog, quiet_paths
 from adfunnel.openapi import install_openapi
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
@@ -352,7 +352,9 @@ def build_app(rt: Runtime) -> RequestLog:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
-        # shutdown (SIGTERM): last flushes — the served log's queue, eligible traffic
+        # shutdown (SIGTERM): the beacons' own connection, then last flushes — the
+        # served log's queue, eligible traffic
+        await rt.events.publisher.aclose_fast_path()
         await asyncio.to_thread(rt.close)
 
     app = FastAPI(title="adfunnel", version="0.1.0", lifespan=lifespan,
@@ -400,7 +402,7 @@ def build_app(rt: Runtime) -> RequestLog:
         tracker = rt.tracker.counts()
         agg = rt.events.aggregator
         # a re-sent beacon is dropped by the log's dedupe window, or by the ledger
-        dropped = int(getattr(rt.events.log, "duplicates", 0))
+        dropped = rt.events.publisher.duplicates()
         return JSONResponse({"rows": stats.rows,
                              "duplicates_rejected": stats.duplicates_rejected + dropped,
                              "invalid_tokens": tracker.get("invalid_tokens", 0),
@@ -472,7 +474,8 @@ def build_app(rt: Runtime) -> RequestLog:
     app.add_route("/v1/users/{key}", erase_user, methods=["DELETE"])
     # outside the framework: a select's deadline starts as early as we see it
     stamped = ArrivalStamp(app, routes={**serving.hot_routes(), **tracking.hot_routes()})
-    return RequestLog(stamped, access_log=s.access_log)
+    return RequestLog(stamped, access_log=s.access_log,
+                      quiet_paths=quiet_paths(s.access_log_beacons))
 
 
 def watch_metrics(rt: Runtime, serving: ServingEndpoints) -> None:

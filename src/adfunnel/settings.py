@@ -120,6 +120,9 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     #: one access-log line per HTTP request (logger ``adfunnel.access``)
     access_log: bool = True
+    #: with ``access_log``: a line for the beacons ``/i``, ``/c``, ``/v`` too (they are
+    #: recorded in the event log and counted in ``adfunnel_beacons_total`` anyway)
+    access_log_beacons: bool = False
     #: campaigns (by today's billed spend) with their own per-campaign metric series;
     #: the others are summed under ``campaign="other"``; 0: no per-campaign series
     metrics_top_campaigns: int = Field(default=20, ge=0, le=1_000)

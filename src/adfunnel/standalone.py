@@ -38,7 +38,7 @@ from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import Clock
 from adfunnel.db import make_engine
 from adfunnel.event_plane import EventPlane, make_event_plane
-from adfunnel.observability.request_log import RequestLog
+from adfunnel.observability.request_log import RequestLog, quiet_paths
 from adfunnel.periodic import Periodic
 from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
 from adfunnel.serving.deadline import ArrivalStamp
@@ -97,6 +97,7 @@ def build_tracker_app(settings: Settings) -> RequestLog:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         yield
+        await plane.publisher.aclose_fast_path()
         side.feed.stop()
         plane.close()
 
@@ -104,7 +105,8 @@ def build_tracker_app(settings: Settings) -> RequestLog:
               Route("/v1/tracker/stats", stats)]
     stamped = ArrivalStamp(Starlette(routes=routes, lifespan=lifespan),
                            routes=endpoints.hot_routes())
-    return RequestLog(stamped, access_log=settings.access_log)
+    return RequestLog(stamped, access_log=settings.access_log,
+                      quiet_paths=quiet_paths(settings.access_log_beacons))
 
 
 def freeze_heap() -> None:

@@ -85,6 +85,13 @@ def test_a_tiny_run_measures_every_figure_and_leaves_nothing(
     assert r["tracker_ratio"] == pytest.approx(
         r["tracker_beacons_per_s"] / r["baseline_204_per_s"], rel=1e-2)
     assert r["lag_p99_ms"] >= r["lag_p50_ms"]
+    floors = r["floors"]
+    # nats-py alone received every pre-filled event and published as many, for a cost
+    # per event below the aggregator's and the tracker's own (they do it and more)
+    assert floors["receive"]["events"] == floors["publish"]["events"] == 60
+    for key in ("nats_publish_cpu_us", "nats_receive_cpu_us", "tracker_cpu_us_per_beacon",
+                "aggregator_cpu_us_per_event", "baseline_cpu_us_per_request"):
+        assert isinstance(r[key], float) and r[key] > 0, key
     for side in ("tracker", "baseline"):
         assert r[side]["statuses"] == {"204": r[side]["answers"]} and r[side]["errors"] == 0
         assert r[side]["server_busy_cores"] > 0 and r[side]["client_busy_cores"] > 0

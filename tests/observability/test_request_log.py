@@ -14,7 +14,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.observability.logs import JsonLines
-from adfunnel.observability.request_log import ACCESS_LOGGER, REQUEST_ID_KEY, RequestLog
+from adfunnel.observability.request_log import (
+    ACCESS_LOGGER,
+    BEACON_PATHS,
+    REQUEST_ID_KEY,
+    RequestLog,
+    quiet_paths,
+)
 from tests.serving.helpers import ad_request, make_campaign
 
 START = {"type": "http.response.start", "status": 204, "headers": []}
@@ -142,15 +148,15 @@ def test_every_route_of_the_server_carries_the_id(client: TestClient,
         {"id": "s1", "position": 1, "width": 728, "height": 90}]))
     assert none.status_code == 204 and none.headers["x-request-id"]
     logged = {(x["method"], x["path"], x["status"]) for x in lines(access_lines)}
-    assert {("POST", "/v1/ads:select", 200), ("POST", "/v1/ads:select", 204),
-            ("GET", "/i", 204), ("GET", "/c", 302)} <= logged
+    assert {("POST", "/v1/ads:select", 200), ("POST", "/v1/ads:select", 204)} <= logged
+    assert not {path for _, path, _ in logged} & BEACON_PATHS  # the default: beacons quiet
 
 
 @pytest.mark.nats
 def test_the_tracker_process_carries_the_id_on_its_bare_routes(
         nats_url: str, tmp_path: Any, access_lines: io.StringIO) -> None:
     """``adfunnel tracker``'s app: /i and /c are served outside Starlette, and still
-    answer with x-request-id and an access line."""
+    answer with x-request-id; with ``access_log_beacons`` they get an access line."""
     import uuid
 
     from adfunnel.clock import SystemClock
@@ -160,7 +166,7 @@ def test_the_tracker_process_carries_the_id_on_its_bare_routes(
 
     settings = load_settings(database_url=f"sqlite:///{tmp_path / 't.sqlite3'}",
                              event_log_url=nats_url, token_secret="k" * 32, aggregate=False,
-                             event_stream=f"TEST_OPS_{uuid.uuid4().hex[:8]}")
+                             access_log_beacons=True, event_stream=f"TEST_OPS_{uuid.uuid4().hex[:8]}")
     try:
         with TestClient(build_tracker_app(settings)) as tracker:
             for path in ("/i?t=not-a-token", "/c?t=not-a-token", "/healthz"):
@@ -173,3 +179,18 @@ def test_the_tracker_process_carries_the_id_on_its_bare_routes(
         log.close()
     paths = {x["path"] for x in lines(access_lines) if x["request_id"] == "trk-1"}
     assert paths == {"/i", "/c", "/healthz"}
+
+
+@pytest.mark.parametrize("path", sorted(BEACON_PATHS))
+def test_a_quiet_path_has_an_id_but_no_access_line(access_lines: io.StringIO, path: str) -> None:
+    _, sent = call(RequestLog(bare_204, quiet_paths=quiet_paths(False)), path=path)
+    assert header(sent[0], b"x-request-id")
+    assert lines(access_lines) == []
+    call(RequestLog(bare_204, quiet_paths=quiet_paths(True)), path=path)  # asked for
+    (line,) = lines(access_lines)
+    assert line["path"] == path
+
+
+def test_other_paths_are_logged_beside_quiet_ones(access_lines: io.StringIO) -> None:
+    call(RequestLog(bare_204, quiet_paths=BEACON_PATHS), path="/v1/campaigns")
+    assert [x["path"] for x in lines(access_lines)] == ["/v1/campaigns"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adfunnel.tracking.client import ClientFacts, client_facts, parse_networks
+from adfunnel.tracking.client import ClientFacts, ClientResolver, client_facts, parse_networks
 
 PROXY = parse_networks(["10.0.0.0/8", "::1/128"])
 
@@ -27,3 +27,18 @@ def test_a_local_transport_uses_the_header_or_knows_no_address() -> None:
 
 def test_garbage_in_the_header_is_passed_on_for_tier_one_to_refuse() -> None:
     assert client_facts("10.0.0.1", "not-an-ip", "ua", PROXY).ip == "not-an-ip"
+
+
+PEERS = ["203.0.113.9", "10.1.2.3", "::1", "testclient", None, "10.0.0.1"]
+FORWARDED = [None, "1.2.3.4", "6.6.6.6, 198.51.100.7, 10.9.9.9", "not-an-ip", "", " , 10.2.2.2"]
+
+
+def test_the_resolver_answers_as_client_facts_and_stays_bounded() -> None:
+    resolve = ClientResolver(PROXY, size=4)
+    for _ in range(2):  # the second pass answers from what it remembers (or recomputes)
+        for peer in PEERS:
+            for forwarded in FORWARDED:
+                for agent in ("ua", None):
+                    assert resolve(peer, forwarded, agent) == client_facts(
+                        peer, forwarded, agent, PROXY), (peer, forwarded, agent)
+    assert len(resolve._known) <= 4

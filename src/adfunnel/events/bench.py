@@ -39,6 +39,12 @@ are the tokens (signed with the run's secret, one impression id per beacon).
    (``/proc``) ÷ wall seconds: about 1.0 means the server, not the load generator, was
    the limit (``client_busy_cores``: the load generator's).
 
+4. **Floors** — between 1 and 2, on stream A (:mod:`adfunnel.events.floors`): the CPU
+   nats-py alone spends receiving the pre-filled events (``nats_receive_cpu_us``) and
+   publishing as many new ones the tracker's way (``nats_publish_cpu_us``), beside what
+   the aggregator and the tracker cost per event in all (``aggregator_cpu_us_per_event``,
+   ``tracker_cpu_us_per_beacon``; ``baseline_cpu_us_per_request`` for the bare route).
+
 Figures are rates per wall second of their own window; times are wall-clock ms.
 """
 
@@ -157,6 +163,7 @@ def run_events_bench(
             targets = create_campaigns(url, campaigns)
             setup_s = time.monotonic() - t_start
             agg = _aggregator_phase(agg_side, targets, events, run, aggregator_max_s)
+            floors = _floors(agg_side, targets, events, run)
             env = {"ADFUNNEL_DATABASE_URL": url, "ADFUNNEL_TOKEN_SECRET": secret,
                    "ADFUNNEL_EVENT_STREAM": trk_side.event_stream,
                    "ADFUNNEL_EVENT_PARTITIONS": str(partitions),
@@ -178,7 +185,7 @@ def run_events_bench(
                 trk = _window(pool, process_tree(tracker.proc.pid),
                               replace(load, url=tracker.url, id_prefix=f"{run}t"))
     return _report(
-        agg=agg, lag=lag, baseline=baseline, tracker=trk,
+        agg=agg, lag=lag, baseline=baseline, tracker=trk, floors=floors,
         setup={
             "cpu_count": os.cpu_count(), "load_average_at_start": round(load_avg, 2),
             "database": _where(database_url), "schema": f"bench_events_{run}",
@@ -384,6 +391,24 @@ def _aggregator_phase(settings: Settings, targets: tuple[Target, ...], n: int, r
             "prefill_events_per_s": round(n / prefill_s, 1) if prefill_s else None}
 
 
+def _floors(settings: Settings, targets: tuple[Target, ...], n: int, run: str
+            ) -> dict[str, Any]:
+    """nats-py's own cost per event (:mod:`adfunnel.events.floors`) on the aggregator's
+    stream: receiving its ``n`` pre-filled events, then publishing ``n`` new ones."""
+    from adfunnel.events.floors import publish_floor, receive_floor
+    from adfunnel.events.jetstream_log import JetStreamEventLog
+
+    log = make_event_log(settings, SystemClock())
+    try:
+        assert isinstance(log, JetStreamEventLog)
+        subjects = [log.subject(p) for p in range(log.partitions)]
+        receive = receive_floor(str(settings.event_log_url), log.stream, subjects, n)
+        publish = publish_floor(log, bench_events(targets, n, f"{run}f"))
+    finally:
+        log.close()
+    return {"receive": receive, "publish": publish}
+
+
 def _cpu() -> float:
     t = os.times()
     return t.user + t.system
@@ -500,7 +525,8 @@ def _where(url: str) -> str:
 
 
 def _report(*, agg: dict[str, Any], lag: dict[str, Any], baseline: dict[str, Any],
-            tracker: dict[str, Any], setup: dict[str, Any]) -> dict[str, Any]:
+            tracker: dict[str, Any], floors: dict[str, Any], setup: dict[str, Any]
+            ) -> dict[str, Any]:
     trk = tracker["statuses"].get("204", 0) / tracker["wall_s"] if tracker["wall_s"] else 0.0
     base = (baseline["statuses"].get("204", 0) / baseline["wall_s"]
             if baseline["wall_s"] else 0.0)
@@ -521,6 +547,23 @@ def _report(*, agg: dict[str, Any], lag: dict[str, Any], baseline: dict[str, Any
         "lag_achieved_per_s": lag["answers_per_s"],
         "lag_target_p99_ms": LAG_TARGET_P99_MS,
         "lag_meets_target": p99 is not None and p99 <= LAG_TARGET_P99_MS and lag["drained"],
+        # CPU per event: what each costs beside what nats-py alone costs
+        "tracker_cpu_us_per_beacon": _per(tracker["server_busy_cores"], tracker["wall_s"],
+                                          tracker["statuses"].get("204", 0)),
+        "baseline_cpu_us_per_request": _per(baseline["server_busy_cores"],
+                                            baseline["wall_s"],
+                                            baseline["statuses"].get("204", 0)),
+        "aggregator_cpu_us_per_event": _per(agg["busy_cores"], agg["wall_s"],
+                                            agg["recorded"]),
+        "nats_publish_cpu_us": floors["publish"]["cpu_us_per_event"],
+        "nats_receive_cpu_us": floors["receive"]["cpu_us_per_event"],
         "tracker": tracker, "baseline": baseline, "aggregator": agg, "lag": lag,
-        "setup": setup,
+        "floors": floors, "setup": setup,
     }
+
+
+def _per(busy_cores: float | None, wall_s: float, n: int) -> float | None:
+    """CPU microseconds per item from busy cores over ``wall_s`` (None: not measured)."""
+    if busy_cores is None or not n or not wall_s:
+        return None
+    return round(busy_cores * wall_s / n * 1e6, 1)

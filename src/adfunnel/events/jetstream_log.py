@@ -54,6 +54,7 @@ from nats.js.api import (
     StreamConfig,
 )
 
+from adfunnel.events.jetstream_async import LoopPublisher
 from adfunnel.events.log import (
     DEFAULT_ACK_WAIT_S,
     DEFAULT_DEDUPE_WINDOW_S,
@@ -211,6 +212,15 @@ class JetStreamEventLog:
         batch = [(self.subject(partition_of(e.campaign_id, self._partitions)), encode(e),
                   e.msg_id) for e in events]
         self._run(self._publish(batch), self._timeout_s)
+
+    def loop_publisher(self) -> LoopPublisher:
+        """A :class:`~adfunnel.events.jetstream_async.LoopPublisher` on this log's
+        servers and subjects, for publishing from the caller's own loop (call its
+        ``start`` there). The stream is made by this log's own connection."""
+        partitions, subject = self._partitions, self.subject
+        return LoopPublisher(
+            self._urls, lambda e: subject(partition_of(e.campaign_id, partitions)),
+            timeout_s=self._timeout_s, connect_timeout_s=self._connect_timeout_s)
 
     def consumer(
         self,

@@ -19,6 +19,7 @@ from concurrent.futures import Future
 
 from prometheus_client import Counter, Gauge
 
+from adfunnel.events.jetstream_async import LoopPublisher
 from adfunnel.events.log import EventLog, EventLogUnavailable
 from adfunnel.events.model import Event
 from adfunnel.events.spool import Spool, SpoolError
@@ -27,6 +28,10 @@ _log = logging.getLogger(__name__)
 
 SPOOLED = Counter("adfunnel_events_spooled_total", "Events spooled while the log was down")
 SPOOL_DEPTH = Gauge("adfunnel_events_spool_depth", "Events in the spool, not yet published")
+FAST_PATH_FALLBACKS = Counter(
+    "adfunnel_events_fast_path_fallbacks_total",
+    "Events the loop's own JetStream connection could not promise stored (published again "
+    "through the log's thread, or spooled)")
 #: Seconds between attempts to publish the spool while the log is down.
 DEFAULT_RETRY_S = 0.5
 #: Most events one flusher round stores.
@@ -63,6 +68,7 @@ class EventPublisher:
         self._pending: list[tuple[Event, Future[None] | asyncio.Future[None]]] = []
         self._submitted = threading.Condition()
         self._closed = False
+        self._fast: dict[asyncio.AbstractEventLoop, LoopPublisher] = {}
         self._flusher = threading.Thread(target=self._flush_loop, name="event-flusher",
                                          daemon=True)
         self._flusher.start()
@@ -98,6 +104,49 @@ class EventPublisher:
             self._pending.append((event, done))
             self._submitted.notify()
         return done
+
+    async def append_async(self, event: Event) -> None:
+        """Store ``event`` from a coroutine and return once it is stored (the tracker's
+        way). On a log that offers a loop publisher (JetStream), while nothing is
+        spooled, the event is published from the running loop itself
+        (:mod:`adfunnel.events.jetstream_async`: no thread hand-over); when that cannot
+        promise the event is stored, it takes :meth:`submit_async`'s path, which
+        publishes again (deduplicated by msg id) or spools.
+
+        Raises:
+            EventRefused: the log is unavailable and the spool cannot take it.
+        """
+        fast = self._fast_path()
+        if fast is not None and fast.ready and not self.spooled():
+            try:
+                await fast.publish(event)
+            except EventLogUnavailable:
+                FAST_PATH_FALLBACKS.inc()
+            else:
+                if self.after_append is not None:
+                    self.after_append()
+                return
+        await self.submit_async(event)
+
+    def _fast_path(self) -> LoopPublisher | None:
+        """The running loop's publisher (made and started on first use), or None when
+        the log offers none."""
+        make = getattr(self.log, "loop_publisher", None)
+        if make is None or self._closed:
+            return None
+        loop = asyncio.get_running_loop()
+        fast = self._fast.get(loop)
+        if fast is None:
+            fast = self._fast[loop] = make()
+            fast.start()
+        return fast
+
+    async def aclose_fast_path(self) -> None:
+        """Close the running loop's publisher, if one was made (before :meth:`close`,
+        on the loop that used it); its duplicates stay counted."""
+        fast = self._fast.get(asyncio.get_running_loop())
+        if fast is not None:
+            await fast.aclose()
 
     def append(self, event: Event) -> None:
         """Store ``event`` (see :meth:`submit`) and return once it is stored.
@@ -152,6 +201,12 @@ class EventPublisher:
         SPOOLED.inc(len(events))
         SPOOL_DEPTH.set(len(spool))
         self._wake.set()
+
+    def duplicates(self) -> int:
+        """Publishes the log answered as duplicates of a stored msg id (its dedupe
+        window dropped them), on either path, since this publisher was made."""
+        fast = sum(f.duplicates for f in list(self._fast.values()))
+        return int(getattr(self.log, "duplicates", 0)) + fast
 
     def spooled(self) -> int:
         """Events waiting in the spool (0 without one)."""

@@ -12,6 +12,12 @@ With an access log, one line per request on logger ``adfunnel.access`` (INFO):
 from this layer's first sight of the request to the end of the answer) and
 ``request_id``; the line's time is the log record's own.
 
+The tracker's beacons (:data:`BEACON_PATHS`) get no access line unless asked for
+(setting ``access_log_beacons``): they are the feed's bulk, each is recorded in the
+event log and counted in ``adfunnel_beacons_total``, and a line each cost the tracker
+about a third of its throughput (one write to stderr per beacon, ``adfunnel bench
+events``).
+
 It wraps every route, the bare hot routes included (``POST /v1/ads:select``, ``GET /i``,
 ``/c``), so it is kept cheap: no Request objects, the header scan stops at the first
 ``x-request-id``, the id is a counter, and without an access log nothing is timed or
@@ -33,6 +39,8 @@ HEADER = b"x-request-id"
 _SANE = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 _SANE_TEXT = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 ACCESS_LOGGER = "adfunnel.access"
+#: The tracker's beacon routes.
+BEACON_PATHS = frozenset({"/i", "/c", "/v"})
 #: The status an access line gives a request whose client left before any answer.
 CLIENT_GONE = 499
 
@@ -42,9 +50,12 @@ class RequestLog:
     when ``access_log`` is on. Other attributes read through to the wrapped app (the
     FastAPI app's ``routes``, ``openapi`` …)."""
 
-    def __init__(self, app: Any, *, access_log: bool = True) -> None:
+    def __init__(self, app: Any, *, access_log: bool = True,
+                 quiet_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.log = logging.getLogger(ACCESS_LOGGER) if access_log else None
+        #: paths answered with a request id but no access line (the beacons)
+        self.quiet_paths = quiet_paths
         self._prefix = uuid.uuid4().hex[:12]
         self._ids = itertools.count(1)
 
@@ -64,7 +75,7 @@ class RequestLog:
                 break
         scope[REQUEST_ID_KEY] = rid or self.new_id()
         log = self.log
-        if log is None or not log.isEnabledFor(logging.INFO):
+        if log is None or scope["path"] in self.quiet_paths or not log.isEnabledFor(logging.INFO):
             await self.app(scope, receive, _with_id(scope, send, None))
             return
         start = time.perf_counter()
@@ -115,3 +126,9 @@ def name_request(scope: dict[str, Any], rid: str) -> str:
     if REQUEST_ID_KEY in scope and sane_id(rid):
         scope[REQUEST_ID_KEY] = rid
     return rid
+
+
+def quiet_paths(access_log_beacons: bool) -> frozenset[str]:
+    """The paths without an access line: :data:`BEACON_PATHS`, unless the beacons are
+    to be logged too (setting ``access_log_beacons``)."""
+    return frozenset() if access_log_beacons else BEACON_PATHS

@@ -27,7 +27,6 @@ never to a URL taken from the request.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import threading
 import time
@@ -91,9 +90,12 @@ class EventSink(Protocol):
         """
         ...
 
-    def submit_async(self, event: Event) -> asyncio.Future[None]:
-        """Queue ``event`` from a coroutine; the future completes once it is stored
-        durably, or fails with EventRefused. Never blocks."""
+    async def append_async(self, event: Event) -> None:
+        """Store ``event`` durably (log or spool) from a coroutine, then return.
+
+        Raises:
+            EventRefused: neither the log nor the spool could take it.
+        """
         ...
 
 
@@ -168,7 +170,7 @@ class Tracker:
         if result.event is None:
             return result
         try:
-            await self.sink.submit_async(result.event)
+            await self.sink.append_async(result.event)
         except EventRefused:
             return self._unavailable(result)
         return self._appended(result)

@@ -40,6 +40,35 @@ def parse_networks(cidrs: Iterable[str]) -> tuple[Network, ...]:
 def client_facts(peer: str | None, forwarded_for: str | None, user_agent: str | None,
                  trusted: Sequence[Network]) -> ClientFacts:
     """The :class:`ClientFacts` of one request (see the module docstring)."""
+    return _resolve(peer, forwarded_for, user_agent, trusted)
+
+
+class ClientResolver:
+    """:func:`client_facts` for one set of trusted proxies, remembering the address of
+    up to ``size`` (peer, ``X-Forwarded-For``) pairs: a feed's pairs repeat (a proxy, its
+    clients) and the answer is pure. Thread-safe (a lost race recomputes)."""
+
+    def __init__(self, trusted: Sequence[Network], size: int = 65_536) -> None:
+        self.trusted = tuple(trusted)
+        self._size = size
+        self._known: dict[tuple[str | None, str | None], str | None] = {}
+
+    def __call__(self, peer: str | None, forwarded_for: str | None,
+                 user_agent: str | None) -> ClientFacts:
+        key = (peer, forwarded_for)
+        try:
+            return ClientFacts(self._known[key], user_agent)
+        except KeyError:
+            pass
+        facts = _resolve(peer, forwarded_for, user_agent, self.trusted)
+        if len(self._known) >= self._size:
+            self._known.clear()
+        self._known[key] = facts.ip
+        return facts
+
+
+def _resolve(peer: str | None, forwarded_for: str | None, user_agent: str | None,
+             trusted: Sequence[Network]) -> ClientFacts:
     address = _address(peer)
     if address is not None and not _trusted(address, trusted):
         return ClientFacts(peer, user_agent)

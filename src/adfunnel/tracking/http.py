@@ -34,7 +34,7 @@ from starlette.routing import Route
 from adfunnel.events.model import EventType
 from adfunnel.http_errors import error_response
 from adfunnel.tracking.beacons import UNAVAILABLE, BeaconResult, Tracker
-from adfunnel.tracking.client import ClientFacts, Network, client_facts
+from adfunnel.tracking.client import ClientFacts, ClientResolver, Network
 from adfunnel.tracking.landing import LandingUrlError, to_uri
 
 _INT64_MAX = 2**63 - 1
@@ -48,6 +48,7 @@ class TrackingEndpoints:
     def __init__(self, tracker: Tracker, trusted_proxies: Sequence[Network] = ()) -> None:
         self.tracker = tracker
         self.trusted_proxies = tuple(trusted_proxies)  # whose X-Forwarded-For is believed
+        self._resolve = ClientResolver(self.trusted_proxies)
 
     def routes(self) -> list[Route]:
         return [
@@ -65,8 +66,8 @@ class TrackingEndpoints:
 
     def _client(self, request: Request) -> ClientFacts:
         peer = request.client.host if request.client is not None else None
-        return client_facts(peer, request.headers.get("x-forwarded-for"),
-                            request.headers.get("user-agent"), self.trusted_proxies)
+        return self._resolve(peer, request.headers.get("x-forwarded-for"),
+                             request.headers.get("user-agent"))
 
     def _scope_client(self, scope: dict[str, Any]) -> ClientFacts:
         """:meth:`_client` from a raw scope (the first of each header, as Starlette's)."""
@@ -77,8 +78,7 @@ class TrackingEndpoints:
             elif name == b"user-agent" and agent is None:
                 agent = value.decode("latin-1")
         client = scope.get("client")
-        return client_facts(client[0] if client else None, forwarded, agent,
-                            self.trusted_proxies)
+        return self._resolve(client[0] if client else None, forwarded, agent)
 
     async def impression(self, request: Request) -> Response:
         result = await self.tracker.beacon(EventType.IMPRESSION, request.query_params.get("t"),

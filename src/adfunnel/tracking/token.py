@@ -197,7 +197,20 @@ def _check_key(key: bytes) -> None:
 
 
 def _mac(key: bytes, body: str) -> bytes:
-    return hmac.digest(bytes(key), body.encode("ascii"), "sha256")  # one-shot, in C
+    key = key if type(key) is bytes else bytes(key)  # a bytearray cannot be a dict key
+    keyed = _KEYED.get(key)
+    if keyed is None:
+        if len(_KEYED) >= _KEYED_MAX:
+            _KEYED.clear()
+        keyed = _KEYED[key] = hmac.new(key, digestmod=hashlib.sha256)
+    mac = keyed.copy()  # the key schedule once per key, not once per token: ~2x faster
+    mac.update(body.encode("ascii"))
+    return mac.digest()
+
+
+#: HMAC-SHA256 states with only the key absorbed, by key (a process has one or two).
+_KEYED: dict[bytes, hmac.HMAC] = {}
+_KEYED_MAX = 16
 
 
 def _b64encode(data: bytes) -> str:
@@ -213,10 +226,14 @@ def _b64decode(text: str) -> bytes:
     unused = (6 * len(text)) % 8
     if unused and _B64_VALUE[text[-1]] & ((1 << unused) - 1):
         raise InvalidToken("malformed")
-    try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    try:  # the alphabet is checked above: translate and decode, no more checks
+        return binascii.a2b_base64(text.encode("ascii").translate(_TO_STANDARD)
+                                   + b"=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
         raise InvalidToken("malformed") from None
+
+
+_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
 
 
 def _decode_claims(payload: bytes) -> TokenClaims:
