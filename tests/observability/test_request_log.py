@@ -166,7 +166,8 @@ def test_the_tracker_process_carries_the_id_on_its_bare_routes(
 
     settings = load_settings(database_url=f"sqlite:///{tmp_path / 't.sqlite3'}",
                              event_log_url=nats_url, token_secret="k" * 32, aggregate=False,
-                             access_log_beacons=True, event_stream=f"TEST_OPS_{uuid.uuid4().hex[:8]}")
+                             access_log_beacons=True,
+                             event_stream=f"TEST_OPS_{uuid.uuid4().hex[:8]}")
     try:
         with TestClient(build_tracker_app(settings)) as tracker:
             for path in ("/i?t=not-a-token", "/c?t=not-a-token", "/healthz"):
