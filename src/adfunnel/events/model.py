@@ -105,6 +105,10 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
     Invariant: :attr:`msg_id` = ``f"{impression_id}:{event_type}"`` is the log's
     dedupe key and matches the ledger's unique (impression id, event type).
 
+    Field domains are checked twice over, alike: by msgspec's decoder (the annotated
+    constraints, in C) in :func:`decode`, by ``__post_init__`` for an event built in
+    Python. Its fields are scalars, so it is left out of the cyclic GC (``gc=False``).
+
     Raises:
         ValueError: on construction (and :class:`MalformedEvent` from :func:`decode`)
             for a field outside its domain.
