@@ -98,13 +98,16 @@ def known_query_only(request: Request) -> None:
         raise validation_error(*((k, "unknown query parameter") for k in unknown))
 
 
-_DECLARED: dict[int, frozenset[str]] = {}
+# kept on the route itself: a cache by id(route) outlives its route, and a later app's
+# route at the same address was judged by a dead route's parameters
+_DECLARED_ATTR = "adfunnel_declared_query_names"
 
 
 def _declared(route: APIRoute) -> frozenset[str]:
-    names = _DECLARED.get(id(route))
+    names: frozenset[str] | None = route.__dict__.get(_DECLARED_ATTR)
     if names is None:
-        names = _DECLARED[id(route)] = frozenset(_query_names(route.dependant))
+        names = frozenset(_query_names(route.dependant))
+        setattr(route, _DECLARED_ATTR, names)
     return names
 
 
