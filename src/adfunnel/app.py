@@ -64,6 +64,7 @@ from adfunnel.events.compactor import compact
 from adfunnel.events.served_log import ServedLog
 from adfunnel.frequency.redis_store import RedisFrequencyStore
 from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, MemoryFrequencyStore
+from adfunnel.heap import freeze_heap
 from adfunnel.index import ScanIndex
 from adfunnel.ivt.rules import Tier1Rules
 from adfunnel.observability.metrics import CAMPAIGNS, watch_change_feed, watch_fill
@@ -645,6 +646,9 @@ def serve_http(app: Any, host: str, port: int, *, reuse_port: bool = False,
     if on_bound is not None:
         on_bound(http_address(sock))
     server = uvicorn.Server(server_config(app, host=host, port=port))
+    # the app is built: its heap (catalogue, index, read models) leaves the full
+    # collections, whose pauses would stall the loop past a decision's deadline
+    freeze_heap()
     try:
         server.run(sockets=[sock])
     finally:

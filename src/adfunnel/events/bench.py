@@ -312,8 +312,9 @@ def _aggregating(settings: Settings) -> Iterator[Aggregator]:
     from adfunnel.billing.sql_rollups import make_rollup_store
     from adfunnel.budget.gate import LocalSpendGate
     from adfunnel.event_plane import make_event_plane
+    from adfunnel.heap import freeze_heap
     from adfunnel.periodic import Periodic
-    from adfunnel.standalone import CampaignSide, freeze_heap
+    from adfunnel.standalone import CampaignSide
 
     side = CampaignSide.open(settings)
     dirty = DirtyHours(make_rollup_store(side.store.engine))
