@@ -35,10 +35,25 @@ from adfunnel.events.model import Event, encode
 
 _log = logging.getLogger(__name__)
 
-_MSG_ID = "Nats-Msg-Id"
-_STATUS = "Status"
+MSG_ID_HEADER = "Nats-Msg-Id"
+STATUS_HEADER = "Status"
 #: A publish answer for a duplicate: nats-server writes ``"duplicate": true`` (a space).
 _DUPLICATE = re.compile(rb'"duplicate"\s*:\s*true')
+def publish_answer(msg: Msg) -> bool:
+    """Read the stream's answer to one publish: True when it was a duplicate of a stored
+    msg id (dropped, but stored all the same), False when newly stored.
+
+    Raises:
+        EventLogUnavailable: the stream refused it (``{"error":…}``, or a status such as
+            503: no stream listens on the subject).
+    """
+    status = msg.headers.get(STATUS_HEADER) if msg.headers else None
+    if status is not None or b'"error"' in msg.data:
+        detail = f"status {status}" if status else msg.data.decode("utf-8", "replace")
+        raise EventLogUnavailable(f"publish refused: {detail:.300}")
+    return _DUPLICATE.search(msg.data) is not None
+
+
 #: Seconds between sweeps that fail publishes left unanswered past ``timeout_s``.
 _SWEEP_S = 0.25
 
@@ -102,7 +117,7 @@ class LoopPublisher:
         self._waiting[n] = (done, loop.time() + self._timeout_s)
         try:
             await nc.publish(self._subject_of(event), encode(event),
-                             reply=f"{self._inbox}.{n}", headers={_MSG_ID: event.msg_id})
+                             reply=f"{self._inbox}.{n}", headers={MSG_ID_HEADER: event.msg_id})
         except Exception as exc:  # nats-py raises its own errors and OSError
             self._waiting.pop(n, None)
             raise EventLogUnavailable(f"publish failed: {type(exc).__name__}: {exc}") from exc
@@ -160,13 +175,12 @@ class LoopPublisher:
         if entry is None or entry[0].done():
             return  # answered after it gave up
         done = entry[0]
-        status = msg.headers.get(_STATUS) if msg.headers else None
-        if status is not None or b'"error"' in msg.data:
-            detail = f"status {status}" if status else msg.data.decode("utf-8", "replace")
-            done.set_exception(EventLogUnavailable(f"publish refused: {detail:.300}"))
+        try:
+            if publish_answer(msg):
+                self.duplicates += 1
+        except EventLogUnavailable as exc:
+            done.set_exception(exc)
             return
-        if _DUPLICATE.search(msg.data):
-            self.duplicates += 1
         done.set_result(None)
 
     def _sweep(self) -> None:

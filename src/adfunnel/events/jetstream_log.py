@@ -54,7 +54,12 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from adfunnel.events.jetstream_async import LoopPublisher
+from adfunnel.events.jetstream_async import (
+    MSG_ID_HEADER,
+    STATUS_HEADER,
+    LoopPublisher,
+    publish_answer,
+)
 from adfunnel.events.log import (
     DEFAULT_ACK_WAIT_S,
     DEFAULT_DEDUPE_WINDOW_S,
@@ -78,10 +83,6 @@ _SUBJECT_PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 _LINGER_S = 0.25
 #: Extra seconds the synchronous side waits beyond a call's own timeout.
 _BRIDGE_MARGIN_S = 1.0
-_MSG_ID = "Nats-Msg-Id"
-_STATUS = "Status"
-#: A publish answer for a duplicate: nats-server writes ``"duplicate": true`` (a space).
-_DUPLICATE = re.compile(rb'"duplicate"\s*:\s*true')
 
 #: nats-py failures that mean "the log did not do it" (connection, timeout, server).
 _TRANSIENT: tuple[type[BaseException], ...] = (
@@ -443,7 +444,7 @@ class JetStreamEventLog:
             for i, (subject, payload, msg_id) in enumerate(batch):
                 # the msg id is the only header: every reader parses it (in Python)
                 await nc.publish(subject, payload, reply=f"{prefix}{i}",
-                                 headers={_MSG_ID: msg_id})
+                                 headers={MSG_ID_HEADER: msg_id})
             await asyncio.wait_for(pending.done, self._timeout_s)
         except TimeoutError:
             raise EventLogUnavailable(
@@ -460,13 +461,12 @@ class JetStreamEventLog:
         pending = self._batches.get(batch_id)
         if pending is None or pending.done.done():
             return  # an answer after its batch timed out or failed
-        status = msg.headers.get(_STATUS) if msg.headers else None
-        if status is not None or b'"error"' in msg.data:
-            detail = f"status {status}" if status else msg.data.decode("utf-8", "replace")
-            pending.done.set_exception(EventLogUnavailable(f"publish refused: {detail:.300}"))
+        try:
+            if publish_answer(msg):
+                self.duplicates += 1
+        except EventLogUnavailable as exc:
+            pending.done.set_exception(exc)
             return
-        if _DUPLICATE.search(msg.data):
-            self.duplicates += 1
         pending.left -= 1
         if pending.left == 0:
             pending.done.set_result(None)
@@ -640,7 +640,7 @@ class JetStreamConsumer:
         round of pulls is awaited the waiter is woken once, when the round is answered;
         otherwise at every message."""
         headers = msg.headers
-        status = headers.get(_STATUS) if headers else None
+        status = headers.get(STATUS_HEADER) if headers else None
         rnd = self._round
         settled = False
         if status is None:

@@ -69,6 +69,7 @@ class EventPublisher:
         self._submitted = threading.Condition()
         self._closed = False
         self._fast: dict[asyncio.AbstractEventLoop, LoopPublisher] = {}
+        self._make_fast = getattr(log, "loop_publisher", None)  # JetStream offers one
         self._flusher = threading.Thread(target=self._flush_loop, name="event-flusher",
                                          daemon=True)
         self._flusher.start()
@@ -131,7 +132,7 @@ class EventPublisher:
     def _fast_path(self) -> LoopPublisher | None:
         """The running loop's publisher (made and started on first use), or None when
         the log offers none."""
-        make = getattr(self.log, "loop_publisher", None)
+        make = self._make_fast
         if make is None or self._closed:
             return None
         loop = asyncio.get_running_loop()
