@@ -205,6 +205,9 @@ def test_a_full_spool_with_the_log_down_refuses_the_event(
         with pytest.raises(EventRefused):
             pub.append(event(2))
         assert pub.spooled() == 1  # the refused one was not half-written
+        # the drain thread's attempt on event 1 fails while the log is down; once it
+        # has, the thread sleeps retry_s and only the drain below can publish
+        wait_for(lambda: log.refused >= 2)
         log.down.clear()
         with pytest.raises(EventRefused):  # still queued behind the full spool
             pub.append(event(3))
