@@ -130,8 +130,7 @@ def _broad_and_narrow(n_broad: int) -> tuple[ConjunctionIndex, ScanIndex]:
     ads.append((999_999, narrow, 0.99))
     index, scan = ConjunctionIndex(), ScanIndex()
     index.build(ads)
-    for a in ads:
-        scan.upsert(*a)
+    scan.build(ads)  # one snapshot: upserting one by one copies it each time
     return index, scan
 
 
