@@ -148,7 +148,7 @@ def test_the_benchmark_reports_its_figures(tmp_path) -> None:
     got = run_budget_bench(300, workdir=str(tmp_path))
     for key in ("campaigns", "setup_s", "start_s", "load_s", "billed_s", "shapes_s",
                 "first_step_s", "step_s", "report_s", "report_per_campaign_us",
-                "client_first_reply_s"):
+                "client_first_reply_s", "scrape_s", "scrape_status_s", "scrape_speedup"):
         assert key in got
     assert got["campaigns"] == 300 and got["first_reply_directives"] == 300
     assert got["report_directives"] <= got["report_campaigns"] + 300

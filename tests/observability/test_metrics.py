@@ -13,6 +13,7 @@ import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.observability.metrics import OTHER, CampaignSeries
 from adfunnel.sim.server_proc import ServerProcess
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
@@ -63,7 +64,7 @@ def test_the_top_campaigns_by_spend_keep_their_label_and_the_rest_is_summed() ->
             row(3, 10, state="exhausted", p=0.1), row(4, 700, committed=1_100, p=0.3),
             row(5, 0, budget=3_000, state="stopped", p=0.2)]
     series = CampaignSeries()
-    series.follow(lambda: rows, top=2)
+    series.follow(lambda: BudgetSnapshot.from_status(rows), top=2)
     got: dict[str, list[tuple[dict[str, str], float]]] = {}
     for fam in series.collect():
         got[fam.name] = [(s.labels, s.value) for s in fam.samples]

@@ -30,6 +30,10 @@ runs :func:`run_budget_bench`:
    taking every directive), the first admit of a metered campaign after it (it asks
    the in-process service for a slice: ``embedded_first_admit_ms``), and ten seconds of
    domain time with a control step and its report (``embedded_tick_s``).
+8. a metrics scrape of the per-campaign series (on the shard of 2-6, before 7):
+   ``scrape_s`` from the bulk snapshot (``BudgetServiceProcess.snapshot``), against
+   ``scrape_status_s``, the same series folded from ``status()`` records (how scrapes
+   read it before), measured in the same run: ``scrape_speedup`` = their ratio.
 
 Times are seconds of wall clock (``time.perf_counter``) on the machine that runs it;
 ``peak_rss_mb`` is the process's peak resident memory.
@@ -37,6 +41,7 @@ Times are seconds of wall clock (``time.perf_counter``) on the machine that runs
 
 from __future__ import annotations
 
+import math
 import resource
 import shutil
 import tempfile
@@ -55,6 +60,7 @@ from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.process import BudgetServiceProcess, InProcessBudget
 from adfunnel.budget.protocol import CampaignSpend, Reply, Report, ReportEntry
 from adfunnel.budget.service import charge_micros
+from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import DEFAULT_ATTRIBUTION_WINDOW_S, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
@@ -62,6 +68,7 @@ from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.campaigns.tables import advertisers, campaigns
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
+from adfunnel.observability.metrics import CampaignSeries
 from adfunnel.pacing.traffic_tables import eligible_traffic
 
 #: The bench's domain time: a Wednesday afternoon (UTC).
@@ -95,6 +102,7 @@ def run_budget_bench(campaigns: int, *, seed: int = 1, workdir: str | None = Non
         _load_and_step(proc, clock, campaigns, rng, out)
         _report_round(proc, clock, campaigns, rng, out)
         _client_side(proc, clock, out)
+        _scrape(proc, out)
         del proc
         _embedded(engine, out)
         out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
@@ -291,6 +299,29 @@ def _embedded(engine: Engine, out: dict[str, Any]) -> None:
     _, s = _timed(lambda: clock.advance(10))  # report, billed feed, control step
     out["embedded_tick_s"] = _r(s)
     gate.stop()
+
+
+def _scrape(proc: BudgetServiceProcess, out: dict[str, Any]) -> None:
+    """A metrics scrape of the per-campaign series: from the bulk snapshot
+    (``scrape_s``), and from ``status()`` records as scrapes read them before
+    (``scrape_status_s``, the baseline); the same series either way."""
+    series = CampaignSeries()
+
+    def scrape() -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return sorted((f.name, tuple(sorted(x.labels.items())), x.value)
+                      for f in series.collect() for x in f.samples)
+
+    series.follow(proc.snapshot)
+    bulk, s = _timed(scrape)
+    series.follow(lambda: BudgetSnapshot.from_status(proc.status()))
+    by_records, baseline_s = _timed(scrape)
+    # the same series; values alike up to the records' p rounded to 6 decimals
+    if [k[:2] for k in bulk] != [k[:2] for k in by_records] or not all(
+            math.isclose(a[2], b[2], rel_tol=1e-9, abs_tol=1e-6)
+            for a, b in zip(bulk, by_records, strict=True)):
+        raise AssertionError("the snapshot's series differ from the status records'")
+    out["scrape_s"], out["scrape_status_s"] = _r(s), _r(baseline_s)
+    out["scrape_speedup"] = round(baseline_s / s, 1) if s > 0 else None
 
 
 class _NoTransport:

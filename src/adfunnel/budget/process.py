@@ -52,6 +52,7 @@ from adfunnel.budget.service import (
     CampaignColumns,
     CampaignDay,
 )
+from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.campaigns.model import Campaign, CampaignStatus, ChangeRecord, PacingMode
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import SqlCampaignStore
@@ -174,7 +175,7 @@ class BudgetServiceProcess:
         app = create_app(self.service, lock=self.lock)
         app.router.routes.append(Route("/v1/status", self._status, methods=["GET"]))
         app.router.routes.append(Route("/metrics", _metrics, methods=["GET"]))
-        CAMPAIGNS.follow(self.status, self.metrics_top)  # the per-campaign series
+        CAMPAIGNS.follow(self.snapshot, self.metrics_top)  # the per-campaign series
         return app
 
     def step(self) -> None:
@@ -189,6 +190,14 @@ class BudgetServiceProcess:
             days = [self.service.current(cid, now) for cid in ids]
             return [_status_of(cid, cd, now) for cid, cd in zip(ids, days, strict=True)
                     if cd is not None]
+
+    def snapshot(self) -> BudgetSnapshot:
+        """:meth:`status` as columns, in one bulk pass under the lock: what a metrics
+        scrape reads (8 ms at 100,000 campaigns where folding :meth:`status` took
+        0.75 s: ``adfunnel bench budget``)."""
+        now = self.clock.now().timestamp()
+        with self.lock:
+            return self.service.snapshot(now)
 
     async def _status(self, _: Request) -> Response:
         return JSONResponse(self.status())
@@ -513,6 +522,10 @@ class InProcessBudget:
 
     def status(self) -> list[dict[str, object]]:
         return self.process.status()
+
+    def snapshot(self) -> BudgetSnapshot:
+        """The in-process shard's :meth:`BudgetServiceProcess.snapshot`."""
+        return self.process.snapshot()
 
     def pacing_summary(self) -> dict[str, object]:
         """Control steps run, lowest p given to an evenly paced campaign (None: no step

@@ -27,13 +27,15 @@ budget becomes absorbed overspend when it bills.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import numpy as np
 from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from adfunnel.budget.snapshot import STATE_NAMES, BudgetSnapshot
 
 ABSORBED_OVERSPEND = Counter(
     "adfunnel_absorbed_overspend_micros", "Micros made due past a campaign's budget and "
@@ -47,9 +49,6 @@ CHANGE_FEED_LAG = Gauge(
     "log: the larger of the last record's commit-to-apply lag and the time since the feed "
     "last reached the head")
 
-#: Budget states of a campaign-day (``budget/slices.py`` BudgetState), every one exported
-#: so that a dashboard's query never meets a missing series.
-BUDGET_STATES = ("open", "metered", "exhausted", "stopped")
 OTHER = "other"
 #: Campaigns with their own per-campaign series unless a setting says otherwise.
 METRICS_TOP_CAMPAIGNS = 20
@@ -66,42 +65,39 @@ def watch_change_feed(lag_s: Callable[[], float]) -> None:
     CHANGE_FEED_LAG.set_function(lag_s)
 
 
-#: One campaign's budget state, as ``BudgetServiceProcess.status()`` lists it:
-#: ``campaign_id``, ``state``, ``p``, ``budget_micros``, ``billed_micros``,
-#: ``committed_micros``.
-Status = dict[str, Any]
+#: Reads a budget service's state at a scrape (``BudgetServiceProcess.snapshot``).
+SnapshotSource = Callable[[], BudgetSnapshot]
 
 
 class CampaignSeries(Collector):
-    """The per-campaign budget series, read from a budget service's ``status()`` at each
-    scrape (nothing is kept between scrapes, so a campaign that stops leaves no stale
-    series). One instance is registered per process (:data:`CAMPAIGNS`); the budget
-    service it reads is set with :meth:`follow`."""
+    """The per-campaign budget series, read from a budget service's
+    ``snapshot()`` at each scrape (nothing is kept between scrapes, so a campaign
+    that stops leaves no stale series). One instance is registered per process
+    (:data:`CAMPAIGNS`); the budget service it reads is set with :meth:`follow`."""
 
     def __init__(self) -> None:
-        self._status: Callable[[], list[Status]] | None = None
+        self._source: SnapshotSource | None = None
         self.top = METRICS_TOP_CAMPAIGNS
 
-    def follow(self, status: Callable[[], list[Status]] | None,
-               top: int = METRICS_TOP_CAMPAIGNS) -> None:
-        """Read ``status()`` from now on (None: export no campaign series); the ``top``
+    def follow(self, source: SnapshotSource | None, top: int = METRICS_TOP_CAMPAIGNS) -> None:
+        """Read ``source()`` from now on (None: export no campaign series); the ``top``
         campaigns by today's billed spend get their own label."""
-        self._status = status
+        self._source = source
         self.top = top
 
-    def forget(self, status: Callable[[], list[Status]]) -> None:
-        """Stop reading ``status`` (a runtime closing) unless another replaced it."""
-        if self._status == status:
-            self._status = None
+    def forget(self, source: SnapshotSource) -> None:
+        """Stop reading ``source`` (a runtime closing) unless another replaced it."""
+        if self._source == source:
+            self._source = None
 
     def describe(self) -> Iterable[Any]:
         return self._families()
 
     def collect(self) -> Iterator[Any]:
-        status = self._status
-        yield from self._families(status() if status is not None else [])
+        source = self._source
+        yield from self._families(source() if source is not None else None)
 
-    def _families(self, rows: list[Status] | None = None) -> list[GaugeMetricFamily]:
+    def _families(self, cols: BudgetSnapshot | None = None) -> list[GaugeMetricFamily]:
         fams = {
             "p": GaugeMetricFamily("adfunnel_pacing_p", "Pacing rate p of the campaign's "
                                    "current day (other: mean of the folded campaigns)",
@@ -119,35 +115,33 @@ class CampaignSeries(Collector):
             "budget": GaugeMetricFamily("adfunnel_daily_budget_micros", "Daily budget, "
                                         "micros", labels=["campaign"]),
         }
-        if rows:
-            # the top by spend (ties: the lower id) in one pass, not a sort of them all
-            top = heapq.nsmallest(self.top, rows,
-                                  key=lambda r: (-int(r["billed_micros"]), r["campaign_id"]))
-            for row in top:
-                _add(fams, str(row["campaign_id"]), [row])
-            if len(rows) > len(top):
-                chosen = {id(r) for r in top}
-                _add(fams, OTHER, [r for r in rows if id(r) not in chosen])
+        if cols is not None and len(cols):
+            # the top by spend, ties to the lower id (lexsort: the last key is the first)
+            top = np.lexsort((cols.campaign_id, -cols.billed_micros))[: max(0, self.top)]
+            for i in top.tolist():
+                _add(fams, str(int(cols.campaign_id[i])), cols, np.array([i]))
+            if len(cols) > len(top):
+                rest = np.ones(len(cols), dtype=bool)
+                rest[top] = False
+                _add(fams, OTHER, cols, rest)
         return list(fams.values())
 
 
-def _add(fams: dict[str, GaugeMetricFamily], label: str, rows: list[Status]) -> None:
-    """One series per family for ``rows`` folded under ``label`` (one pass over them)."""
-    billed = budget = over = 0
-    p_sum = 0.0
-    states = dict.fromkeys(BUDGET_STATES, 0)
-    for r in rows:
-        b, d = int(r["billed_micros"]), int(r["budget_micros"])
-        billed += b
-        budget += d
-        over += max(0, int(r["committed_micros"]) - d)
-        p_sum += float(r["p"])
-        states[str(r["state"])] = states.get(str(r["state"]), 0) + 1
-    fams["p"].add_metric([label], p_sum / len(rows))
+def _add(fams: dict[str, GaugeMetricFamily], label: str, cols: BudgetSnapshot,
+         which: np.ndarray) -> None:
+    """One series per family for the campaigns ``which`` selects (indexes or a mask),
+    folded under ``label``: spend, budgets and state counts summed, overdelivery % of
+    the folded totals, p their mean."""
+    budget_each = cols.budget_micros[which]
+    billed, budget = int(cols.billed_micros[which].sum()), int(budget_each.sum())
+    over = int(np.maximum(0, cols.committed_micros[which] - budget_each).sum())
+    counts = np.bincount(cols.state[which], minlength=len(STATE_NAMES))
+    fams["p"].add_metric([label], float(cols.p[which].mean()))
     fams["over"].add_metric([label], 100.0 * over / budget if budget else 0.0)
     fams["spend"].add_metric([label], billed)
     fams["budget"].add_metric([label], budget)
-    for state, n in states.items():
+    # every state exported, so that a dashboard's query never meets a missing series
+    for state, n in zip(STATE_NAMES, counts.tolist(), strict=True):
         fams["state"].add_metric([label, state], n)
 
 
