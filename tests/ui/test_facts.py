@@ -3,6 +3,7 @@ manual clock, the in-process budget service), with real decisions over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -67,7 +68,8 @@ def status_of(rt: Runtime, campaign_id: int) -> DeliveryStatus:
            for a in rt.store.list_ads(campaign_id)]
     since = START.replace(hour=0)
     billed = facts.billed_today([{"id": c.id, "time_zone": c.time_zone}])[c.id]
-    f = facts.delivery_facts(record, servable(ads), facts.budget_rows([c.id]).get(c.id),
+    budget = asyncio.run(facts.budget_rows([c.id])).get(c.id)
+    f = facts.delivery_facts(record, servable(ads), budget,
                              facts.matched_requests([c.id], since)[c.id],
                              facts.capped_requests([c.id], since)[c.id], billed)
     return delivery_status(f)
@@ -132,8 +134,8 @@ def test_pacing_chart_has_spend_target_and_p(rt: Runtime, client: TestClient) ->
     facts = ServerFacts(rt)
     c = rt.store.get_campaign(cid)
     billed = rt.ledger.billed_on(START.date())[cid]
-    chart = facts.pacing_chart({"id": cid, "time_zone": "UTC",
-                                "daily_budget_micros": c.daily_budget_micros}, {})
+    chart = asyncio.run(facts.pacing_chart({"id": cid, "time_zone": "UTC",
+                                            "daily_budget_micros": c.daily_budget_micros}, {}))
     assert chart["hours"][0] == 0 and chart["hours"][-1] == 24
     assert chart["now_hours"] == 10.0
     spend = chart["spend_micros"]

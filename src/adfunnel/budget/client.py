@@ -199,6 +199,11 @@ class BudgetClient:
             key = (campaign_id, day)
             self.refusals[key] = self.refusals.get(key, 0) + 1
 
+    def refusals_on(self, campaign_id: int, day: date) -> int:
+        """Admits of ``campaign_id`` on its local ``day`` this client refused for budget."""
+        with self._lock:
+            return self.refusals.get((campaign_id, day), 0)
+
     def pacing_rate(self, campaign_id: int) -> float:
         """p from the service's last reply (1.0 before the first)."""
         with self._lock:

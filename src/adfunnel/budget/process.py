@@ -40,6 +40,7 @@ from starlette.routing import Route
 
 from adfunnel.billing.ledger import Ledger
 from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.days import add_day_routes
 from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
 from adfunnel.budget.gate import NO_SLICE, Served
 from adfunnel.budget.http import HttpReportTransport, create_app
@@ -169,12 +170,14 @@ class BudgetServiceProcess:
 
     def app(self) -> Starlette:
         """The shard's HTTP app plus ``GET /v1/status`` (budget state, p and pacing status
-        per campaign on its current local day) and ``GET /metrics`` (Prometheus, with the
-        per-campaign series of :mod:`adfunnel.observability.metrics`). The control step
+        per campaign on its current local day), ``GET /metrics`` (Prometheus, with the
+        per-campaign series of :mod:`adfunnel.observability.metrics`) and the
+        dashboard's ``GET /v1/days`` (:mod:`adfunnel.budget.days`). The control step
         runs on the process's ticker (domain time), not in the app."""
         app = create_app(self.service, lock=self.lock)
         app.router.routes.append(Route("/v1/status", self._status, methods=["GET"]))
         app.router.routes.append(Route("/metrics", _metrics, methods=["GET"]))
+        add_day_routes(app.router.routes, self.service, self.lock, self.clock)
         CAMPAIGNS.follow(self.snapshot, self.metrics_top)  # the per-campaign series
         return app
 

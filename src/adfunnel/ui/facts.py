@@ -1,8 +1,9 @@
-"""What the dashboard reads from a running embedded server, beside the API.
+"""What the dashboard reads from a running server, beside the API.
 
-The API answers records and reports; the budget service's state (p, budget state,
-pacing status, target plan), the decisions' per-campaign reasons (requests matched,
-refused by caps) and today's billed spend live in the process. :class:`ServerFacts`
+The API answers records and reports; the decisions' per-campaign reasons (requests
+matched, refused by caps) and today's billed spend live in the process, the budget
+service's state (p, budget state, pacing status, target plan) in the embedded service
+or in a fleet's budget shards (:mod:`adfunnel.ui.budget_reads`). :class:`ServerFacts`
 reads them for campaigns whose records the caller already fetched through the API
 (so the viewer's role has been checked there). Money in integer micros; days are each
 campaign's local days.
@@ -15,14 +16,16 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.days import DAY_S
 from adfunnel.budget.process import InProcessBudget
 from adfunnel.campaigns.schedule import local_day, zone
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
+from adfunnel.ui.budget_reads import BudgetReads, LocalBudgetReads, RemoteBudgetReads
 from adfunnel.ui.delivery import DeliveryFacts
 
 #: Chart grid: one point every this many seconds of the local day.
 CHART_STEP_S = 900
-DAY_S = 86_400
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,14 @@ class ServerFacts:
     def __init__(self, rt: Any) -> None:
         self.rt = rt
         gate = rt.gate
-        self.budget = gate if isinstance(gate, InProcessBudget) else None
+        self.reads: BudgetReads | None = None
+        #: the budget client whose refusals this process counted
+        self.client: BudgetClient | None = None
+        if isinstance(gate, InProcessBudget):
+            self.reads, self.client = LocalBudgetReads(gate.process, rt.clock), gate.client
+        elif isinstance(gate, BudgetClient) and rt.settings.budget_service_url:
+            self.reads = RemoteBudgetReads(rt.settings.budget_service_url.split(","))
+            self.client = gate
         self.traffic = SqlTrafficLog(rt.engine)
 
     def now(self) -> datetime:
@@ -58,30 +68,21 @@ class ServerFacts:
         return local_day(self.now(), time_zone)
 
     # -- budget service -------------------------------------------------------------------
-    def budget_rows(self, campaign_ids: Iterable[int]) -> dict[int, BudgetRow]:
-        """campaign id -> its budget row today, for ``campaign_ids`` only (the service's
-        lock is held for these reads, and a catalogue holds a million campaigns);
-        empty where the service runs in its own process."""
-        if self.budget is None:
+    async def budget_rows(self, campaign_ids: Iterable[int]) -> dict[int, BudgetRow]:
+        """campaign id -> its budget row today, for ``campaign_ids`` only (a catalogue
+        holds a million campaigns); empty without a budget service (the ``local``
+        gate), and without the campaigns of a shard that did not answer."""
+        if self.reads is None:
             return {}
-        process = self.budget.process
-        now = self.now().timestamp()
-        out: dict[int, BudgetRow] = {}
-        with process.lock:
-            svc = process.service
-            for cid in campaign_ids:
-                cd = svc.current(int(cid), now)
-                if cd is not None:
-                    out[int(cid)] = BudgetRow(cd.state.value, cd.status.value, float(cd.ctl.p),
-                                              cd.day_budget(), cd.billed, cd.served_total)
-        return out
+        days = await self.reads.days(list(campaign_ids))
+        return {cid: BudgetRow(d["state"], d["pacing_status"], float(d["p"]),
+                               int(d["budget_micros"]), int(d["billed_micros"]),
+                               int(d["served_micros"])) for cid, d in days.items()}
 
     def budget_refusals(self, campaign_id: int, day: date) -> int:
-        if self.budget is None:
-            return 0
-        refusals = self.budget.pacing_summary()["budget_refusals"]
-        assert isinstance(refusals, dict)
-        return int(refusals.get(str(campaign_id), {}).get(day.isoformat(), 0))
+        """Admits of the campaign on its local ``day`` refused for budget by this
+        process (each ad server of a fleet counts its own)."""
+        return self.client.refusals_on(campaign_id, day) if self.client is not None else 0
 
     # -- decision reasons -----------------------------------------------------------------
     def matched_requests(self, campaign_ids: Iterable[int], since: datetime) -> dict[int, int]:
@@ -145,8 +146,8 @@ class ServerFacts:
             out[c["id"]] = by_day[day].get(c["id"], 0)
         return out
 
-    def pacing_chart(self, campaign: dict[str, Any],
-                     hourly_billed: dict[datetime, int]) -> dict[str, Any]:
+    async def pacing_chart(self, campaign: dict[str, Any],
+                           hourly_billed: dict[datetime, int]) -> dict[str, Any]:
         """The campaign page's chart over its current local day, on a grid of
         :data:`CHART_STEP_S`: ``hours`` (elapsed local hours), ``spend_micros``
         (cumulative billed at each hour's end and at the last point before now; null
@@ -162,26 +163,23 @@ class ServerFacts:
         grid = list(range(0, DAY_S + 1, CHART_STEP_S))
         spend = _cumulative_spend(grid, start, hourly_billed, elapsed_now,
                                   self.billed_today([campaign])[campaign["id"]])
-        target, p = self._plan_series(campaign["id"], grid, elapsed_now)
+        target, p = await self._plan_series(campaign["id"], grid, elapsed_now)
         return {"campaign_id": campaign["id"], "day": today.isoformat(), "time_zone": tz,
                 "now_hours": round(elapsed_now / 3600, 4),
                 "budget_micros": campaign["daily_budget_micros"],
                 "hours": [g / 3600 for g in grid], "spend_micros": spend,
                 "target_micros": target, "p": p}
 
-    def _plan_series(self, campaign_id: int, grid: list[int], elapsed_now: float
-                     ) -> tuple[list[float | None], list[float | None]]:
+    async def _plan_series(self, campaign_id: int, grid: list[int], elapsed_now: float
+                           ) -> tuple[list[float | None], list[float | None]]:
         nothing: list[float | None] = [None] * len(grid)
-        if self.budget is None:
+        day = (await self.reads.plan(campaign_id, CHART_STEP_S)
+               if self.reads is not None else None)
+        if day is None:
             return nothing, list(nothing)
-        process = self.budget.process
-        with process.lock:
-            cd = process.service.current(campaign_id, self.now().timestamp())
-            if cd is None:
-                return nothing, list(nothing)
-            plan, by_minute, p_now = cd.plan, cd.p_by_minute, float(cd.ctl.p)
-        target: list[float | None] = [round(plan.target_micros(g), 1) for g in grid]
-        return target, _p_steps(grid, by_minute, p_now, elapsed_now)
+        by_minute = {int(m): float(p) for m, p in day["p_by_minute"].items()}
+        target: list[float | None] = list(day["target_micros"])
+        return target, _p_steps(grid, by_minute, float(day["p"]), elapsed_now)
 
 
 def _hour_floor(t: datetime) -> datetime:

@@ -27,7 +27,7 @@ async def campaign_rows(api: ApiClient, facts: ServerFacts, viewer: Viewer,
     scope = viewer.advertiser_id if viewer.is_advertiser else advertiser_id
     campaigns = await api.items("/v1/campaigns", advertiser_id=scope)
     ids = [c["id"] for c in campaigns]
-    budget = facts.budget_rows(ids)
+    budget = await facts.budget_rows(ids)
     billed = facts.billed_today(campaigns)
     since = min((local_midnight(facts.today(c["time_zone"]), c["time_zone"])
                  for c in campaigns), default=facts.now())
@@ -71,10 +71,11 @@ async def campaign_page(api: ApiClient, facts: ServerFacts, campaign_id: int
                if facts.measures_traffic() else None)
     capped = facts.capped_requests([c["id"]], since).get(c["id"], 0)
     billed = facts.billed_today([c])[c["id"]]
-    row = _row(c, ads, facts, facts.budget_rows([c["id"]]).get(c["id"]), matched, capped, billed)
+    budget = (await facts.budget_rows([c["id"]])).get(c["id"])
+    row = _row(c, ads, facts, budget, matched, capped, billed)
     return {"campaign": c, "ads": ads, "report": report, "row": row,
             "hours": [_hour_row(r, c["time_zone"]) for r in report["rows"]],
-            "chart": facts.pacing_chart(c, hourly)}
+            "chart": await facts.pacing_chart(c, hourly)}
 
 
 def _hour_row(r: dict[str, Any], tz: str) -> dict[str, Any]:
