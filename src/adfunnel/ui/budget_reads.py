@@ -9,6 +9,7 @@ is logged; the page never fails for it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -73,13 +74,10 @@ class RemoteBudgetReads:
         by_shard: dict[int, list[int]] = {}
         for cid in campaign_ids:
             by_shard.setdefault(int(cid) % len(self.clients), []).append(int(cid))
-        out: dict[int, dict[str, Any]] = {}
-        for shard, ids in by_shard.items():
-            body = await self._get(shard, "/v1/days",
-                                   {"campaign_ids": ",".join(map(str, ids))})
-            for d in (body or {}).get("days", []):
-                out[int(d["campaign_id"])] = d
-        return out
+        bodies = await asyncio.gather(*(  # the shards at once: a silent one costs 1 s
+            self._get(shard, "/v1/days", {"campaign_ids": ",".join(map(str, ids))})
+            for shard, ids in by_shard.items()))
+        return {int(d["campaign_id"]): d for body in bodies for d in (body or {}).get("days", [])}
 
     async def plan(self, campaign_id: int, step_s: int) -> dict[str, Any] | None:
         return await self._get(campaign_id % len(self.clients), f"/v1/days/{campaign_id}",
