@@ -254,6 +254,46 @@ def test_parallel_callers_never_pass_a_cap(backend: FrequencyBackend) -> None:
     }
 
 
+# --- release: a counted serve whose answer was never sent -------------------------------
+
+
+def test_release_undoes_a_counted_serve(store: FrequencyStore) -> None:
+    rules: list[CapRule] = [counter(2)]
+    assert serve(store, rules) and serve(store, rules)
+    assert not serve(store, rules)
+    store.release("u", [rules], NOW_S)
+    assert store.read("u", ["c:12:d:2026-11-03"]) == {"c:12:d:2026-11-03": 1}
+    assert serve(store, rules)  # the unsent serve's place is free again
+    store.release("u", [rules], NOW_S)
+    store.release("u", [rules], NOW_S)
+    assert store.read("u", ["c:12:d:2026-11-03"]) == {}  # dropped at 0, never negative
+    store.release("u", [rules], NOW_S)
+    assert store.read("u", ["c:12:d:2026-11-03"]) == {}
+
+
+def test_release_moves_a_cooldown_back_to_what_the_earlier_stamp_allowed(
+        store: FrequencyStore) -> None:
+    rules: list[CapRule] = [cooldown(1800)]
+    assert serve(store, rules, NOW_S - 3600)  # a serve an hour ago, sent
+    assert serve(store, rules, NOW_S)  # this one is never sent
+    store.release("u", [rules], NOW_S)
+    assert store.read("u", ["c:12:last"]) == {"c:12:last": NOW_S - 1800}
+    assert serve(store, rules, NOW_S)  # allowed, as the earlier stamp allowed it
+    # a stamp a later serve moved is left alone
+    store.release("u", [rules], NOW_S - 5)
+    assert store.read("u", ["c:12:last"]) == {"c:12:last": NOW_S}
+
+
+def test_release_of_an_old_window_or_unknown_user_changes_nothing(store: FrequencyStore) -> None:
+    assert serve(store, [counter(3, "c:12:d:2026-11-04")], NOW_S + DAY_S)
+    store.release("u", [[counter(3, "c:12:d:2026-11-03")]], NOW_S)
+    assert store.read("u", ["c:12:d:2026-11-04", "c:12:d:2026-11-03"]) == {
+        "c:12:d:2026-11-04": 1}
+    store.release("nobody", [[counter(3)], [cooldown(60)]], NOW_S)
+    assert store.read("nobody", ["c:12:d:2026-11-03", "c:12:last"]) == {}
+    store.release("u", [[], []], NOW_S)
+
+
 # --- expiry and erase ------------------------------------------------------------------------
 
 
@@ -335,6 +375,7 @@ def test_an_unreachable_store_raises_quickly(backend: FrequencyBackend) -> None:
     calls: list[Callable[[], object]] = [
         lambda: dead.read("u", ["c:12:d:2026-11-03"]),
         lambda: dead.check_and_increment("u", [[counter(1)]], NOW_S, DAY_S),
+        lambda: dead.release("u", [[counter(1)]], NOW_S),
         lambda: dead.erase("u"),
         lambda: dead.ttl_s("u"),
     ]

@@ -106,11 +106,6 @@ def test_winners_found_late_at_the_http_layer_commit_nothing(
     assert rows == [("ok",)]  # no served-log record of the late one
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "caps are counted inside the decision (serving/caps.py: 'a decision whose answer turns "
-    "out late after its count' still counts), against DESIGN.md §The funnel step 7 "
-    "('only answers sent in time commit spend, caps or logs'); undoing a count needs a "
-    "store-level release (counters and cooldown stamps) or the count moved to commit"))
 def test_winners_found_late_at_the_http_layer_count_no_cap(runtime: Runtime) -> None:
     late_queue = LateHandBack(runtime.queue)
     runtime.queue = late_queue  # type: ignore[assignment]

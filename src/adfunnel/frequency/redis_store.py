@@ -96,6 +96,31 @@ end
 return answers
 """
 
+#: The release script (:meth:`RedisFrequencyStore.release`). KEYS[1]: the user's hash.
+#: ARGV: now_s, then pairs (field, seconds) where seconds is 0 for a counter. It mirrors
+#: ``adfunnel.frequency.store.release_winners``.
+RELEASE = """
+local key = KEYS[1]
+local now = tonumber(ARGV[1])
+for i = 2, #ARGV - 1, 2 do
+  local field = ARGV[i]
+  local seconds = tonumber(ARGV[i + 1])
+  local held = redis.call('HGET', key, field)
+  if held then
+    if seconds == 0 then
+      if tonumber(held) > 1 then
+        redis.call('HINCRBY', key, field, -1)
+      else
+        redis.call('HDEL', key, field)
+      end
+    elseif tonumber(held) == now then
+      redis.call('HSET', key, field, now - seconds)
+    end
+  end
+end
+return 0
+"""
+
 
 class RedisFrequencyStore:
     """Users' cap records in Redis hashes (see the module docstring).
@@ -123,6 +148,7 @@ class RedisFrequencyStore:
         self._reader = _client(url, read_timeout_s)
         self._writer = _client(url, write_timeout_s)
         self._script = self._writer.register_script(CHECK_AND_INCREMENT)
+        self._release = self._writer.register_script(RELEASE)
         self._closed = False
 
     def key(self, user_key: str) -> str:
@@ -166,6 +192,20 @@ class RedisFrequencyStore:
         except (redis.RedisError, OSError) as exc:
             raise CapStoreUnavailable(f"frequency check-and-increment failed: {exc}") from exc
         return [bool(a) for a in answers]
+
+    def release(self, user_key: str, winners: Sequence[Sequence[CapRule]], now_s: int) -> None:
+        """See :meth:`FrequencyStore.release`; one script call under the write timeout."""
+        if not any(winners):
+            return
+        self._open()
+        args: list[Any] = [int(now_s)]
+        for rules in winners:
+            for r in rules:
+                args += [r.field, 0 if isinstance(r, CapCheck) else r.seconds]
+        try:
+            self._release(keys=[self.key(user_key)], args=args)
+        except (redis.RedisError, OSError) as exc:
+            raise CapStoreUnavailable(f"frequency release failed: {exc}") from exc
 
     def erase(self, user_key: str) -> None:
         """See :meth:`FrequencyStore.erase`; one ``DEL`` under the write timeout."""

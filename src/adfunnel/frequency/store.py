@@ -81,6 +81,27 @@ class FrequencyStore(Protocol):
         """
         ...
 
+    def release(self, user_key: str, winners: Sequence[Sequence[CapRule]], now_s: int) -> None:
+        """Undo what :meth:`check_and_increment` counted for ``winners`` at ``now_s``,
+        atomically: the serves they stood for were never sent (the answer was late).
+
+        Each counter loses 1 (the field is dropped at 0; a window that has rolled over
+        since holds nothing to undo). Each cooldown stamp still at ``now_s`` moves back
+        to ``now_s - seconds``: for every instant from ``now_s`` on it allows exactly what
+        the stamp before the serve allowed (that stamp let a serve through at ``now_s``),
+        so no later serve is refused for the unsent one. A stamp moved by a later serve
+        is left alone. The expiry is not changed.
+
+        Args:
+            winners: the rules of the winners that were counted (``CapPlan.rules``).
+            now_s: the ``now_s`` they were counted with.
+
+        Raises:
+            CapStoreUnavailable: failure or timeout (the user then sees fewer ads,
+                never more).
+        """
+        ...
+
     def erase(self, user_key: str) -> None:
         """Delete every cap record of the user (a no-op when there is none).
 
@@ -140,6 +161,25 @@ def apply_winners(
     return answers
 
 
+def release_winners(
+    values: MutableMapping[str, int], winners: Sequence[Sequence[CapRule]], now_s: int
+) -> None:
+    """:meth:`FrequencyStore.release` on one user's ``values`` (mutated in place): the
+    in-memory reference that the Redis script mirrors."""
+    for rules in winners:
+        for rule in rules:
+            held = values.get(rule.field)
+            if held is None:
+                continue
+            if isinstance(rule, CapCheck):
+                if held > 1:
+                    values[rule.field] = held - 1
+                else:
+                    del values[rule.field]
+            elif held == now_s:
+                values[rule.field] = now_s - rule.seconds
+
+
 #: Number of users at which the first sweep of expired records runs.
 _FIRST_SWEEP = 1024
 
@@ -193,6 +233,14 @@ class MemoryFrequencyStore:
                 if len(self._users) >= self._sweep_at:
                     self._sweep()
             return answers
+
+    def release(self, user_key: str, winners: Sequence[Sequence[CapRule]], now_s: int) -> None:
+        if not any(winners):
+            return
+        with self._lock:
+            records = self._live(user_key)
+            if records is not None:
+                release_winners(records.values, winners, now_s)
 
     def erase(self, user_key: str) -> None:
         with self._lock:

@@ -20,9 +20,12 @@ Semantics:
   counts and limits the advertiser's impressions across all of its campaigns. Windows
   are calendar windows in the declaring campaign's time zone
   (:mod:`adfunnel.frequency.windows`); all caps hold at once (AND).
-- Caps count serves, when the decision is made: an ad served and never rendered still
-  counts, and so does a decision whose answer turns out late after its count (users
-  see fewer ads, never more).
+- Caps count serves, when the decision is made (the count must be atomic with the
+  check, so it cannot wait for the answer): an ad served and never rendered still
+  counts. A decision whose answer turns out late after its count gives its counts
+  back (:meth:`CapGate.release`, DESIGN.md §The funnel: only answers sent in time
+  commit caps); where the store fails then, they stay counted (users see fewer ads,
+  never more).
 """
 
 from __future__ import annotations
@@ -190,6 +193,32 @@ class Screen:
     plans: dict[int, CapPlan] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class CapCounts:
+    """What one decision counted in the cap store: given back if its answer is not sent.
+
+    Attributes:
+        user_key: the user the serves were counted for.
+        plans: the counted winners' cap plans, in the order counted.
+        at: the instant they were counted at (the decision's ``now``).
+    """
+
+    user_key: str
+    plans: list[CapPlan]
+    at: datetime
+
+
+def add_counts(held: CapCounts | None, user_key: str, at: datetime,
+               plans: list[CapPlan]) -> CapCounts | None:
+    """``held`` (a decision's cap counts so far, or None) with ``plans`` counted too."""
+    if not plans:
+        return held
+    if held is None:
+        return CapCounts(user_key, plans, at)
+    held.plans.extend(plans)
+    return held
+
+
 class CapGate:
     """The decision's side of frequency caps over a :class:`FrequencyStore`."""
 
@@ -243,3 +272,18 @@ class CapGate:
             CAP_UNAVAILABLE_TOTAL.labels("count").inc()
             return [CAP_UNAVAILABLE] * len(plans)
         return [None if x else CAPPED for x in ok]
+
+    def release(self, counts: CapCounts) -> bool:
+        """Give back what a decision counted (:meth:`FrequencyStore.release`): its answer
+        was not sent. True when the store took it; False when it failed (counted in
+        ``adfunnel_cap_unavailable_total{step="release"}``: the counts stay, so the user
+        sees fewer ads, never more)."""
+        if not counts.plans:
+            return True
+        try:
+            self.store.release(counts.user_key, [p.rules for p in counts.plans],
+                               unix_s(counts.at))
+        except CapStoreUnavailable:
+            CAP_UNAVAILABLE_TOTAL.labels("release").inc()
+            return False
+        return True

@@ -55,7 +55,7 @@ from adfunnel.index.base import ArrayRetrieval, query_array
 from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import MILLE
 from adfunnel.prediction.scorer import PCVR, ModelScorer
-from adfunnel.serving.caps import CAPPED
+from adfunnel.serving.caps import CAPPED, add_counts
 from adfunnel.serving.columns import BID_TYPES, MAX_DENSE_ID, ColumnsView
 from adfunnel.serving.funnel import (
     AD_PAUSED,
@@ -478,6 +478,9 @@ class ColumnarDecider(Decider):
                     counted.add(p.ad.id)
                 else:
                     refused[a] = refused.get(a, 0) + 1
+            decision.cap_counts = add_counts(decision.cap_counts, req.user.key, now,
+                                           [plans[p.ad.id] for p, a
+                                            in zip(todo, answers, strict=True) if a is None])
             if not lost:
                 break
             decision.placed = [p for p in decision.placed if p.ad.id not in lost]

@@ -31,7 +31,7 @@ from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import impression_charge_bound, round_micros
 from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
-from adfunnel.serving.caps import CAPPED, CapGate
+from adfunnel.serving.caps import CAPPED, CapCounts, CapGate, add_counts
 from adfunnel.serving.catalog import Catalog
 from adfunnel.serving.house import HouseFill, house_fills
 from adfunnel.serving.request import SelectRequest, SlotIn, request_attributes
@@ -89,6 +89,9 @@ class Decision:
     exploration: bool | None = None
     #: slot id -> probability that the ad shown there was shown (exploration configured)
     propensities: dict[str, float] = field(default_factory=dict)
+    #: what the decision counted in the frequency-cap store (None: nothing); given back
+    #: by :meth:`Decider.abandon` when the answer is not sent
+    cap_counts: CapCounts | None = None
 
     def rejection_counts(self) -> dict[str, int]:
         """Rejected candidates per reason code, whichever path decided."""
@@ -194,6 +197,14 @@ class Decider:
         for p in decision.placed:
             self.gate.record_served(p.served)
 
+    def abandon(self, decision: Decision) -> None:
+        """The answer to ``decision`` is not sent (found late after the decision): give
+        back the frequency-cap counts it made, the one thing :meth:`decide` writes
+        (DESIGN.md §The funnel: only answers sent in time commit spend, caps or logs)."""
+        counts, decision.cap_counts = decision.cap_counts, None
+        if counts is not None and self.caps is not None:
+            self.caps.release(counts)
+
     def _filter(
         self,
         req: SelectRequest,
@@ -274,6 +285,9 @@ class Decider:
             answers = gate.count(req.user.key, [plans[p.ad.id] for p in todo], now)
             lost = {p.ad.id for p, a in zip(todo, answers, strict=True) if a is not None}
             counted.update(p.ad.id for p, a in zip(todo, answers, strict=True) if a is None)
+            decision.cap_counts = add_counts(decision.cap_counts, req.user.key, now,
+                                           [plans[p.ad.id] for p, a
+                                            in zip(todo, answers, strict=True) if a is None])
             refused += [Rejection(p.ad.id, p.campaign.id, a, _COUNTED_FIRST.get(a))
                         for p, a in zip(todo, answers, strict=True) if a is not None]
             if not lost:
@@ -433,3 +447,4 @@ def _slot_runs(slots: list[SlotIn]) -> list[list[SlotIn]]:
         else:
             runs.append([s])
     return runs
+

@@ -172,6 +172,7 @@ class ServingEndpoints:
             SHED_COUNTERS[outcome.shed or SHED_QUEUE].inc()
             return self._no_ad(start, "shed", request_id)
         if monotonic_ms() >= deadline:  # checked just before commit: late work commits nothing
+            self.decider.abandon(decision)  # and gives back the caps it counted
             self.log.count_late()
             return self._no_ad(start, "late", request_id)
         self.decider.commit(decision)
