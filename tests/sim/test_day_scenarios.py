@@ -175,8 +175,10 @@ def test_unknown_scenario() -> None:
 def test_late_clicks_keep_their_expected_cost_committed_until_they_bill() -> None:
     """Clicks 10-50 min after the serve: at every control step the service's committed
     spend was at least billed + the expected cost of every serve that could still bill
-    (measured by the simulation from its own serves and ledger, not by the service),
-    and what the ledger absorbed stays within 1 % of the budget."""
+    (measured by the simulation from its own serves and the events it sent, with its
+    own click horizon, not production's billing window nor the service's billed), and
+    what the ledger absorbed stays within 1 % of the budget. Mutation that turns it red:
+    ``billing_window_s`` forgetting CPC serves after 60 s (shortfall 464 USD on 70)."""
     camps = _by_id(_short("late-clicks"))
     for cid in (70, 71):
         c = camps[cid]

@@ -18,8 +18,10 @@ every campaign starts its day at p = 1 (a restarted shard likewise).
 
 Evidence (``_campaign_result``): billed and absorbed overspend are read from the
 ledger; ``potential_micros`` (what the campaign would spend at p = 1) is counted from
-the eligible requests the simulation generated, independent of any controller; a
-figure that was not measured is ``None``.
+the eligible requests the simulation generated, independent of any controller;
+``committed_shortfall_micros`` is computed from the simulation's own ledger of serves
+and the events it sent (``_check_committed``), never from production's billing-window
+rule or the service's billed figure; a figure that was not measured is ``None``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome
 from adfunnel.budget.client import BudgetClient
-from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder, billing_window_s
+from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
 from adfunnel.budget.gate import Served
 from adfunnel.budget.protocol import Reply, Report
 from adfunnel.budget.service import BudgetService, CampaignDay, charge_micros
@@ -82,10 +84,13 @@ class _Track:
     # status of the campaign in each ad server's store (the serving path's filter)
     server_active: list[bool] = field(default_factory=list)
     paused_at: float | None = None
-    # late-click scenarios: serves still able to bill, imp -> (serve time, expected), the
-    # time each one's billable event reached the ledger, and the worst shortfall seen
+    # late-click scenarios, the simulation's own ledger: serves still able to bill,
+    # imp -> (serve time, expected), the time each one's billable event reached the
+    # ledger, what the events it sent had billed by local day at the last billed feed,
+    # and the worst shortfall seen
     pending: dict[str, tuple[float, int]] | None = None
     settled_at: dict[str, float] = field(default_factory=dict)
+    billed_at_feed: dict[date, int] = field(default_factory=dict)
     committed_shortfall: int = 0
     after_exhausted_s: float | None = None  # latest admit after the budget ran out
     after_pause_s: float | None = None  # latest admit after a pause
@@ -330,10 +335,15 @@ class _Sim:
     def _check_committed(self, tr: _Track, cd: CampaignDay, now: float) -> None:
         """How far the service's committed spend is below billed + the expected cost of
         every serve still able to bill (reported to it, its event not yet in the ledger
-        at the last feed): a measure the service does not set."""
-        f = self.feeder
-        window_start = now - billing_window_s(tr.campaign, f.token_ttl_s,
-                                              f.conversion_window_s, f.click_window_s)
+        at the last feed): a measure the service does not set.
+
+        Both terms come from the simulation's own record, never from production's rules
+        or figures: billed is what the events it sent had billed by the last feed (its
+        own tally of the ledger's answers, not the service's ``billed``), and a serve can
+        bill until the latest click delay the simulation itself draws
+        (``click_delay_range_s``), not until production's billing window."""
+        assert tr.pending is not None and self.sc.click_delay_range_s is not None
+        window_start = now - self.sc.click_delay_range_s[1]
         reported = now - 2.0 * self.sc.report_interval_s - self.sc.message_delay_s[1]
         assert tr.pending is not None
         outstanding = 0
@@ -345,12 +355,14 @@ class _Sim:
             elif t <= reported and local_day(datetime.fromtimestamp(t, tz=UTC),
                                              tr.campaign.time_zone) == cd.day:
                 outstanding += expected
-        shortfall = cd.billed + outstanding - cd.committed(now)
+        shortfall = tr.billed_at_feed.get(cd.day, 0) + outstanding - cd.committed(now)
         tr.committed_shortfall = max(tr.committed_shortfall, shortfall)
 
     def feed(self) -> None:
         """Billed spend to every shard through production's feeder, from the ledger."""
         self.last_feed = self.now
+        for tr in self.tracks.values():  # what the feed is about to tell the shards
+            tr.billed_at_feed = dict(tr.billed)
         now = datetime.fromtimestamp(self.now, tz=UTC)
         for shard, svc in enumerate(self.services):
             camps = [tr.campaign for tr in self.tracks.values()
