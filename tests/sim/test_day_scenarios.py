@@ -52,6 +52,11 @@ def test_short_scenario_overspend_and_stops_within_targets(name: str) -> None:
         # absorbed overspend comes from the ledger's rows of the campaign-day
         assert c["absorbed_overspend_micros"] <= max(0.01 * c["daily_budget_micros"],
                                                      _charge(c)), c["campaign_id"]
+        # what the simulation charged (its own sum, uncapped) is what the ledger billed
+        # or absorbed: no charge lost or invented by the ledger's budget cap
+        assert c["charged_micros"] == c["billed_micros"] + c["absorbed_overspend_micros"], c
+        assert c["charged_above_budget_micros"] == max(
+            0, c["charged_micros"] - c["daily_budget_micros"])
         assert c["max_steps_at_floor"] <= 1
         # an exhausted campaign takes part in no auction 30 s later; a paused one 1 s later
         if c["last_auction_after_exhausted_s"] is not None:

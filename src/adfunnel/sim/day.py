@@ -41,8 +41,9 @@ from typing import Any
 
 import numpy as np
 
+from adfunnel.billing.batch import LedgerWrite
 from adfunnel.billing.ledger import MemoryLedger
-from adfunnel.billing.model import EventType, LedgerEvent, Outcome
+from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
 from adfunnel.budget.gate import Served
@@ -76,6 +77,9 @@ class _Track:
     steps: list[tuple[float, float, str, float, int, int]] = field(default_factory=list)
     spend_events: list[tuple[float, int]] = field(default_factory=list)  # (occurred, billed)
     billed: dict[date, int] = field(default_factory=lambda: defaultdict(int))
+    # the charge the simulation sent of every event the ledger made billable, by local
+    # day, whatever its budget cap billed of it: what would be billed without the cap
+    charged: dict[date, int] = field(default_factory=lambda: defaultdict(int))
     last_serve: dict[date, float] = field(default_factory=dict)
     serves: int = 0
     # eligible requests by local day (every request the campaign could take part in at
@@ -318,19 +322,28 @@ class _Sim:
     def bill(self, tr: _Track, imp: str, et: EventType, charge: int, occurred: float,
              served_at: float | None = None, expected: int | None = None) -> None:
         """One event into the ledger, as the tracker writes it: ``expected`` is the
-        serve's expected cost that the event settles (the token carries it)."""
+        serve's expected cost that the event settles (the token carries it). A click
+        held for its impression is noted when the impression's write releases it."""
         at = datetime.fromtimestamp(occurred, tz=UTC)
         day = local_day(at, tr.campaign.time_zone)
         served = None if served_at is None else datetime.fromtimestamp(served_at, tz=UTC)
         ev = LedgerEvent(imp, et, tr.campaign.id, tr.campaign.id, "feed", tr.sc.bid_type.value,
                          charge, at, day, served_at=served, expected_micros=expected)
-        rec = self.ledger.record(ev, tr.campaign.daily_budget_micros)
-        if tr.pending is not None and rec.outcome is Outcome.BILLED and expected:
-            tr.settled_at[imp] = self.now  # its billable event is in the ledger now
-        if rec.outcome is Outcome.BILLED:
-            tr.billed[day] += rec.billed_micros
-            if rec.billed_micros:
-                tr.spend_events.append((occurred, rec.billed_micros))
+        plan = self.ledger.record_many([LedgerWrite(ev, tr.campaign.daily_budget_micros)])
+        for event, rec in [(ev, plan.recorded[0]), *plan.released]:
+            self._note_billed(tr, event, rec)
+
+    def _note_billed(self, tr: _Track, ev: LedgerEvent, rec: Recorded) -> None:
+        """The simulation's own ledger: an event the ledger billed (now, or released
+        from held), with the charge the simulation sent, whatever the budget cap did."""
+        if rec.outcome is not Outcome.BILLED:
+            return
+        tr.charged[ev.day] += ev.charge_micros
+        tr.billed[ev.day] += rec.billed_micros
+        if tr.pending is not None and ev.expected_micros:
+            tr.settled_at[ev.impression_id] = self.now  # its billable event is in now
+        if rec.billed_micros:
+            tr.spend_events.append((ev.occurred_at.timestamp(), rec.billed_micros))
 
     def _check_committed(self, tr: _Track, cd: CampaignDay, now: float) -> None:
         """How far the service's committed spend is below billed + the expected cost of
@@ -615,7 +628,10 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
         "charge_micros": charge_micros(c),
         "budget_charges": budget // charge_micros(c),
         "billed_micros": billed,
-        "billed_above_budget_micros": max(0, billed - budget),
+        # the simulation's own sum of the charges it sent (the ledger caps billing at the
+        # budget, so billed beyond it is 0 by construction; this is the uncapped amount)
+        "charged_micros": tr.charged.get(d, 0),
+        "charged_above_budget_micros": max(0, tr.charged.get(d, 0) - budget),
         "absorbed_overspend_micros": absorbed,
         "absorbed_share": absorbed / budget if budget else None,
         # worst (billed + expected cost of serves still able to bill) − committed, as
@@ -664,7 +680,8 @@ def run_simulation(scenario: str, report_path: Path | None = None, plots_dir: Pa
     Returns:
         ``{"scenario", "short", "seed", "window", "wall_s", "crash", "campaigns": [...]}``
         with per campaign: ``campaign_id, time_zone, daily_budget_micros, billed_micros,
-        billed_above_budget_micros, absorbed_overspend_micros, delivered_share,
+        charged_micros, charged_above_budget_micros, absorbed_overspend_micros,
+        delivered_share,
         traffic_allows, max_hourly_curve_error``, p over time and more.
 
     Raises:
@@ -725,7 +742,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     for c in result["campaigns"]:
         out.append(
             f"{c['campaign_id']:>4} {c['time_zone']:<18} {c['daily_budget_micros'] / 1e6:>10.2f} "
-            f"{_opt(c['delivered_share'], 3):>6} {c['billed_above_budget_micros']:>6} "
+            f"{_opt(c['delivered_share'], 3):>6} {c['charged_above_budget_micros']:>6} "
             f"{_opt(_pct(c['absorbed_share']), 4):>8} {c['traffic_allows']!s:>6} "
             f"{_opt(c['max_hourly_curve_error'], 3):>6} {_opt(c['p_min'], 4):>7} "
             f"{c['max_steps_at_floor']:>5} "
@@ -736,8 +753,9 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
 
 #: The units of :func:`summary_lines`'s columns, printed under its table.
 SUMMARY_UNITS = (
-    "units: budget in currency units; deliv = billed / budget (fraction); above = billed "
-    "above budget (micros); absorb% = absorbed overspend / budget (%); allows = traffic "
+    "units: budget in currency units; deliv = billed / budget (fraction); above = charged "
+    "above budget, what the ledger's cap kept from billing (micros); absorb% = absorbed "
+    "overspend / budget (%); allows = traffic "
     "could deliver the budget; curve = largest hourly gap to the target curve (fraction "
     "of budget); pmin = lowest pacing p; floor = most control steps in a row at the "
     "floor; exh_s, pause_s = seconds from exhaustion or pause to the campaign's last "
