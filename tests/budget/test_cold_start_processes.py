@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -21,6 +22,8 @@ from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ManagedProcess, ServerProcess, free_port
 from tests.api_keys import ADMIN_HEADERS
 
+#: seconds a process may take to start (four servers start at once on a shared machine)
+START_S = 180.0
 CHARGE = 2_000  # a 2.00 CPM price per impression
 BUDGET = 100_000
 REQUEST = {
@@ -30,15 +33,45 @@ REQUEST = {
 }
 
 
-def _fire(url: str, stop: threading.Event, served: list[int]) -> None:
+class _Traffic:
+    """What the firing threads observed: ad requests answered, impressions served, and
+    the number of requests answered when the last impression was served."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.answered = 0
+        self.served = 0
+        self.answered_at_last_serve = 0
+
+    def note(self, ads: int) -> None:
+        with self.lock:
+            self.answered += 1
+            if ads:
+                self.served += ads
+                self.answered_at_last_serve = self.answered
+
+    def quiet_for(self) -> int:
+        """Requests answered since the last serve."""
+        with self.lock:
+            return self.answered - self.answered_at_last_serve
+
+
+def _fire(url: str, stop: threading.Event, traffic: _Traffic) -> None:
     with httpx.Client(base_url=url, timeout=5, headers={"user-agent": PERSON_UA}) as http:
         while not stop.is_set():
             r = http.post("/v1/ads:select", json=REQUEST)
-            if r.status_code == 200:
-                for ad in r.json()["ads"]:
-                    http.get(ad["impression_url"])
-                    served.append(1)
-            time.sleep(0.01)
+            ads = r.json()["ads"] if r.status_code == 200 else []
+            for ad in ads:
+                http.get(ad["impression_url"])
+            traffic.note(len(ads))
+            time.sleep(0.01)  # pacing the load, not synchronisation
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 @pytest.mark.e2e
@@ -52,10 +85,11 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
     env = {"ADFUNNEL_BUDGET_SERVICE_URL": f"http://127.0.0.1:{service_port}",
            "ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32)}
     servers = [ServerProcess(pg_schema_url, clock="system", extra_env=env,
-                             log_path=tmp_path / f"ads{i}.log") for i in range(4)]
+                             log_path=tmp_path / f"ads{i}.log", timeout_s=START_S)
+               for i in range(4)]
     service = None
     stop = threading.Event()
-    served: list[int] = []
+    traffic = _Traffic()
     try:
         http = httpx.Client(base_url=servers[0].url, timeout=10, headers=ADMIN_HEADERS)
         today = datetime.now(UTC).date()
@@ -73,24 +107,33 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
             ledger.record(LedgerEvent(f"prior-{i}", EventType.IMPRESSION, camp["id"], ad["id"],
                                       "feed", "CPM", CHARGE, now, today,
                                       served_at=now - timedelta(hours=1, seconds=1)), BUDGET)
-        threads = [threading.Thread(target=_fire, args=(s.url, stop, served), daemon=True)
+        threads = [threading.Thread(target=_fire, args=(s.url, stop, traffic), daemon=True)
                    for s in servers]
         for t in threads:
             t.start()
-        time.sleep(2.0)  # the servers run without a service: nothing may serve
-        assert served == []
+        # the servers run without a service: 200 requests answered, nothing served
+        _wait(lambda: traffic.answered >= 200, 60, "200 answers without a service")
+        assert traffic.served == 0
         service = ManagedProcess(["budget-service", "--database-url", pg_schema_url],
-                                 log_path=tmp_path / "budget.log", port=service_port)
-        time.sleep(8.0)  # warm-up, then slices from what remains
+                                 log_path=tmp_path / "budget.log", port=service_port,
+                                 timeout_s=START_S)
+
+        def billed() -> int:
+            (day,) = ledger.day_totals(camp["id"], today, today)
+            return day.billed_micros
+
+        # warm-up, then slices from what remains: the remaining 10 % is delivered once
+        # the service knows the ledger, then 400 answers in a row serve nothing more
+        _wait(lambda: billed() >= BUDGET - 2 * CHARGE, 120, "the last 10 % to be billed")
+        _wait(lambda: traffic.quiet_for() >= 400, 120, "the serves to stop")
         stop.set()
         for t in threads:
             t.join(timeout=10)
         (totals,) = ledger.day_totals(camp["id"], today, today)
+        # the ledger caps billing at the budget: what it absorbed beyond is the overspend
         assert totals.absorbed_micros <= CHARGE
-        assert totals.billed_micros <= BUDGET
-        # the remaining 10 % was delivered once the service knew the ledger
-        assert totals.billed_micros >= BUDGET - 2 * CHARGE, totals
-        assert len(served) == (totals.billed_micros + totals.absorbed_micros - 90_000) // CHARGE
+        assert traffic.served == (totals.billed_micros + totals.absorbed_micros
+                                  - 90_000) // CHARGE
     finally:
         stop.set()
         for s in servers:

@@ -474,7 +474,6 @@ def test_an_aggregator_killed_mid_batch_and_restarted_loses_nothing_bills_nothin
     log = _open_log(world.nats_url, world.stream)
     try:
         assert log.last_seq() == t.stored  # the resent beacons were not stored again
-        before = _counters(world.engine).get("duplicates_rejected", 0)
 
         with _aggregator(world, world.nats_url, world.stream, "crash-1") as first:
             _wait(lambda: _recorded(world.engine, t.campaigns) >= 550, 60,
@@ -488,7 +487,10 @@ def test_an_aggregator_killed_mid_batch_and_restarted_loses_nothing_bills_nothin
             _wait(lambda: _recorded(world.engine, t.campaigns) >= t.stored
                   or _consumer_drained(log), 90, "the restarted aggregator to finish",
                   every_s=0.2)
-            time.sleep(0.5)  # anything recorded twice would show now
+            # every delivery acknowledged (after its commit): anything recorded twice
+            # is in the ledger now
+            _wait(lambda: _consumer_drained(log), 30, "the restarted aggregator to "
+                  "acknowledge everything", every_s=0.2)
             output = second.stop()
         assert "stopped after" in output
         stream = _read_stream(log, t.stored)
@@ -507,8 +509,8 @@ def test_an_aggregator_killed_mid_batch_and_restarted_loses_nothing_bills_nothin
                  if r["campaign_id"] == campaign]
         assert order == sorted(order), campaign
     # whatever the killed aggregator committed but had not acknowledged came again as
-    # duplicates (counted), never as rows (the exact row checks above)
-    assert counters.get("duplicates_rejected", 0) >= before, (at_kill, counters)
+    # duplicates, never as rows: the exact row checks above (the duplicate count of a
+    # redelivered batch is tested deterministically in tests/billing/test_aggregator.py)
     stats = httpx.get(world.serve_url + "/v1/ledger/stats", timeout=10,
                       headers=ADMIN_HEADERS).json()
     # the serve process's figure adds what its log's dedupe window dropped: the resends
@@ -546,7 +548,6 @@ def test_replaying_the_whole_stream_into_the_ledger_changes_nothing(
             _wait(lambda: _counters(world.engine).get("duplicates_rejected", 0)
                   >= dups + len(t.rows), 90, "the replay to reach every valid event")
             _wait(lambda: _consumer_drained(log), 30, "the replay to acknowledge all")
-            time.sleep(0.5)
             output = agg.stop()
     finally:
         log.close()
@@ -689,7 +690,7 @@ def test_beacons_during_a_nats_outage_are_spooled_and_each_delivered_once(
         sender = threading.Thread(target=send, name="beacons")
         sender.start()
         try:
-            time.sleep(2.0)
+            _wait(lambda: len(acked) >= 50, 60, "beacons to flow before the outage")
             before_outage = len(acked)
             private_nats.stop()
             down_at = time.monotonic()
@@ -699,7 +700,10 @@ def test_beacons_during_a_nats_outage_are_spooled_and_each_delivered_once(
                 time.sleep(0.5)
             during_outage = len(acked) - before_outage
             private_nats.start()
-            time.sleep(3.0)  # beacons keep flowing while the spool drains
+            # beacons keep flowing while the spool drains
+            resumed = len(acked)
+            _wait(lambda: (spooled() == 0 and len(acked) >= resumed + 20)
+                  or not sender.is_alive(), 60, "the spool to drain under traffic")
         finally:
             stop.set()
             sender.join(timeout=60)
@@ -707,7 +711,11 @@ def test_beacons_during_a_nats_outage_are_spooled_and_each_delivered_once(
         stats = httpx.get(tracker.url + "/v1/tracker/stats", timeout=10).json()
         _wait(lambda: _recorded(world.engine, campaigns) >= len(acked), 60,
               "the aggregator to record every acknowledged beacon")
-        time.sleep(0.5)  # anything recorded twice would show now
+        probe = _open_log(private_nats.url, stream)
+        try:  # every delivery acknowledged: anything recorded twice is in the ledger now
+            _wait(lambda: _consumer_drained(probe), 30, "the aggregator to acknowledge all")
+        finally:
+            probe.close()
         agg.stop()
 
     statuses = Counter(status for status, _ in answers)

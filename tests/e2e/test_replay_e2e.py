@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import replace
+
 import pytest
 
+from adfunnel.sim import replay
 from adfunnel.sim.replay import load_rows, run_replay
+from adfunnel.sim.server_proc import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -90,16 +95,50 @@ def test_injected_invalid_traffic_is_flagged_and_never_billed(report: dict) -> N
     assert 0 < events["lag_ms"]["p50"] <= events["lag_ms"]["p99"]
 
 
-def test_the_frequency_caps_hold(report: dict) -> None:
-    """Two campaigns capped at 3 per user per day: no user got more from one of them on
-    one local day (counted from the answers). The log's users hardly repeat (17 of
-    12,509 send two requests), so the caps do not bind here: tests/serving/test_caps.py
-    and tests/e2e/test_caps_e2e.py make them bind."""
-    caps = report["caps"]
-    assert len(caps["campaigns"]) == 2
-    assert caps["max_serves_per_user_window"] is not None
-    assert 1 <= caps["max_serves_per_user_window"] <= 3
-    assert caps["capped_rejections"] is not None  # measured by the server
+#: The slice that makes the caps bind: the first banner rows of the log's first day,
+#: re-keyed to a few users, each sending many requests in one local day (the whole
+#: log's users repeat at most twice: a cap of 3 never binds there).
+CAP_SLICE_ROWS = 240
+CAP_SLICE_USERS = 6
+BANNERS = {(728, 90), (1000, 90), (950, 90), (960, 90), (468, 60)}
+
+
+@pytest.fixture(scope="module")
+def cap_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The slice replayed with every one of the nine campaigns capped at 3 per user per
+    day (the campaigns that win these rows, 2259 and 2261, are not capped in the
+    replay's plan; 1458 and 3386, which are, win none of them)."""
+    rows = load_rows()
+    first_day = rows[0].timestamp.date()
+    banner = [r for r in rows if (r.width, r.height) in BANNERS
+              and r.timestamp.date() == first_day][:CAP_SLICE_ROWS]
+    assert len(banner) == CAP_SLICE_ROWS
+    repeated = [replace(r, user=f"repeat-{i % CAP_SLICE_USERS}") for i, r in enumerate(banner)]
+    work = tmp_path_factory.mktemp("replay-caps")
+    nine = replay.plans()
+    capped = [replace(p, frequency_caps=replay.CAP_3_PER_DAY) for p in nine]
+    # a server of the test's own (given time to start on a loaded machine), with the
+    # prior click rate of the server run_replay starts (at the default prior, the CPC
+    # campaigns outbid the CPM ones on every row)
+    prior = inspect.signature(run_replay).parameters["pctr_prior"].default
+    with pytest.MonkeyPatch.context() as mp, ServerProcess(
+            f"sqlite:///{work / 'caps.sqlite3'}", log_path=work / "server.log",
+            timeout_s=300.0, extra_env={"ADFUNNEL_PCTR_PRIOR": str(prior)}) as server:
+        mp.setattr(replay, "plans", lambda: capped)
+        return run_replay(repeated, server=server.url, api_key=server.admin_key)
+
+
+def test_the_frequency_caps_bind_on_users_who_repeat(cap_report: dict) -> None:
+    """Every campaign capped at 3 per user per day; six users each send 40 banner
+    requests in one day: no user got more than 3 from one campaign on one local day
+    (counted by the replay from the answers), every user reached a cap, and the server
+    refused for caps. Mutation that turns it red: caps disabled (``CapBook.capped`` and
+    ``capped_mask`` answering no campaign has caps): 25 serves for one user."""
+    caps = cap_report["caps"]
+    assert len(caps["campaigns"]) == 9
+    assert caps["users_served_capped"] == CAP_SLICE_USERS
+    assert caps["max_serves_per_user_window"] == 3
+    assert caps["capped_rejections"] > 0  # measured by the server
     assert caps["cap_unavailable"] == 0 and caps["no_user_key"] == 0
 
 

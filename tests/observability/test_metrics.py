@@ -13,6 +13,8 @@ import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from adfunnel.app import Runtime
+from adfunnel.budget.process import InProcessBudget
 from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.observability.metrics import OTHER, CampaignSeries
 from adfunnel.sim.server_proc import ServerProcess
@@ -83,7 +85,7 @@ def test_the_top_campaigns_by_spend_keep_their_label_and_the_rest_is_summed() ->
     assert all(not fam.samples for fam in series.collect())
 
 
-def test_a_runtime_exports_the_design_metrics(client: TestClient) -> None:
+def test_a_runtime_exports_the_design_metrics(client: TestClient, runtime: Runtime) -> None:
     made = make_campaign(client)
     before = samples(client.get("/metrics").text)["adfunnel_billed_micros_total"][0][1]
     reserve = {"id": "feed", "reserve_cpm_micros": 500_000}  # a lone bidder pays it
@@ -96,6 +98,8 @@ def test_a_runtime_exports_the_design_metrics(client: TestClient) -> None:
     assert none.status_code == 204
     assert client.get(f"/i?t={r.json()['ads'][0]['token']}").status_code == 204
     client.get("/v1/ledger/stats")  # the events appended so far reach the ledger
+    assert isinstance(runtime.gate, InProcessBudget)
+    runtime.gate.process.feed_billed()  # the billed feed's periodic step, now
     got = samples(client.get("/metrics").text)
     assert set(DESIGN) <= set(got)
     assert by_label(got["adfunnel_decisions_total"], outcome="filled") >= 3
@@ -107,7 +111,8 @@ def test_a_runtime_exports_the_design_metrics(client: TestClient) -> None:
               if labels["campaign"] == cid}
     assert sum(states.values()) == 1
     assert by_label(got["adfunnel_daily_budget_micros"], campaign=cid) == 100_000_000
-    assert by_label(got["adfunnel_daily_spend_micros"], campaign=cid) >= 0
+    # billed today, as the budget service was fed it: the one impression's 500
+    assert by_label(got["adfunnel_daily_spend_micros"], campaign=cid) == 500
     # the impression: 500,000 CPM micros / 1,000
     assert got["adfunnel_billed_micros_total"][0][1] - before == 500
 

@@ -52,6 +52,11 @@ def test_short_scenario_overspend_and_stops_within_targets(name: str) -> None:
         # absorbed overspend comes from the ledger's rows of the campaign-day
         assert c["absorbed_overspend_micros"] <= max(0.01 * c["daily_budget_micros"],
                                                      _charge(c)), c["campaign_id"]
+        # what the simulation charged (its own sum, uncapped) is what the ledger billed
+        # or absorbed: no charge lost or invented by the ledger's budget cap
+        assert c["charged_micros"] == c["billed_micros"] + c["absorbed_overspend_micros"], c
+        assert c["charged_above_budget_micros"] == max(
+            0, c["charged_micros"] - c["daily_budget_micros"])
         assert c["max_steps_at_floor"] <= 1
         # an exhausted campaign takes part in no auction 30 s later; a paused one 1 s later
         if c["last_auction_after_exhausted_s"] is not None:
@@ -175,8 +180,10 @@ def test_unknown_scenario() -> None:
 def test_late_clicks_keep_their_expected_cost_committed_until_they_bill() -> None:
     """Clicks 10-50 min after the serve: at every control step the service's committed
     spend was at least billed + the expected cost of every serve that could still bill
-    (measured by the simulation from its own serves and ledger, not by the service),
-    and what the ledger absorbed stays within 1 % of the budget."""
+    (measured by the simulation from its own serves and the events it sent, with its
+    own click horizon, not production's billing window nor the service's billed), and
+    what the ledger absorbed stays within 1 % of the budget. Mutation that turns it red:
+    ``billing_window_s`` forgetting CPC serves after 60 s (shortfall 464 USD on 70)."""
     camps = _by_id(_short("late-clicks"))
     for cid in (70, 71):
         c = camps[cid]

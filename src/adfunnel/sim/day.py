@@ -18,8 +18,10 @@ every campaign starts its day at p = 1 (a restarted shard likewise).
 
 Evidence (``_campaign_result``): billed and absorbed overspend are read from the
 ledger; ``potential_micros`` (what the campaign would spend at p = 1) is counted from
-the eligible requests the simulation generated, independent of any controller; a
-figure that was not measured is ``None``.
+the eligible requests the simulation generated, independent of any controller;
+``committed_shortfall_micros`` is computed from the simulation's own ledger of serves
+and the events it sent (``_check_committed``), never from production's billing-window
+rule or the service's billed figure; a figure that was not measured is ``None``.
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from adfunnel.billing.batch import LedgerWrite
 from adfunnel.billing.ledger import MemoryLedger
-from adfunnel.billing.model import EventType, LedgerEvent, Outcome
+from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.budget.client import BudgetClient
-from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder, billing_window_s
+from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
 from adfunnel.budget.gate import Served
 from adfunnel.budget.protocol import Reply, Report
 from adfunnel.budget.service import BudgetService, CampaignDay, charge_micros
@@ -74,6 +77,9 @@ class _Track:
     steps: list[tuple[float, float, str, float, int, int]] = field(default_factory=list)
     spend_events: list[tuple[float, int]] = field(default_factory=list)  # (occurred, billed)
     billed: dict[date, int] = field(default_factory=lambda: defaultdict(int))
+    # the charge the simulation sent of every event the ledger made billable, by local
+    # day, whatever its budget cap billed of it: what would be billed without the cap
+    charged: dict[date, int] = field(default_factory=lambda: defaultdict(int))
     last_serve: dict[date, float] = field(default_factory=dict)
     serves: int = 0
     # eligible requests by local day (every request the campaign could take part in at
@@ -82,10 +88,13 @@ class _Track:
     # status of the campaign in each ad server's store (the serving path's filter)
     server_active: list[bool] = field(default_factory=list)
     paused_at: float | None = None
-    # late-click scenarios: serves still able to bill, imp -> (serve time, expected), the
-    # time each one's billable event reached the ledger, and the worst shortfall seen
+    # late-click scenarios, the simulation's own ledger: serves still able to bill,
+    # imp -> (serve time, expected), the time each one's billable event reached the
+    # ledger, what the events it sent had billed by local day at the last billed feed,
+    # and the worst shortfall seen
     pending: dict[str, tuple[float, int]] | None = None
     settled_at: dict[str, float] = field(default_factory=dict)
+    billed_at_feed: dict[date, int] = field(default_factory=dict)
     committed_shortfall: int = 0
     after_exhausted_s: float | None = None  # latest admit after the budget ran out
     after_pause_s: float | None = None  # latest admit after a pause
@@ -313,27 +322,41 @@ class _Sim:
     def bill(self, tr: _Track, imp: str, et: EventType, charge: int, occurred: float,
              served_at: float | None = None, expected: int | None = None) -> None:
         """One event into the ledger, as the tracker writes it: ``expected`` is the
-        serve's expected cost that the event settles (the token carries it)."""
+        serve's expected cost that the event settles (the token carries it). A click
+        held for its impression is noted when the impression's write releases it."""
         at = datetime.fromtimestamp(occurred, tz=UTC)
         day = local_day(at, tr.campaign.time_zone)
         served = None if served_at is None else datetime.fromtimestamp(served_at, tz=UTC)
         ev = LedgerEvent(imp, et, tr.campaign.id, tr.campaign.id, "feed", tr.sc.bid_type.value,
                          charge, at, day, served_at=served, expected_micros=expected)
-        rec = self.ledger.record(ev, tr.campaign.daily_budget_micros)
-        if tr.pending is not None and rec.outcome is Outcome.BILLED and expected:
-            tr.settled_at[imp] = self.now  # its billable event is in the ledger now
-        if rec.outcome is Outcome.BILLED:
-            tr.billed[day] += rec.billed_micros
-            if rec.billed_micros:
-                tr.spend_events.append((occurred, rec.billed_micros))
+        plan = self.ledger.record_many([LedgerWrite(ev, tr.campaign.daily_budget_micros)])
+        for event, rec in [(ev, plan.recorded[0]), *plan.released]:
+            self._note_billed(tr, event, rec)
+
+    def _note_billed(self, tr: _Track, ev: LedgerEvent, rec: Recorded) -> None:
+        """The simulation's own ledger: an event the ledger billed (now, or released
+        from held), with the charge the simulation sent, whatever the budget cap did."""
+        if rec.outcome is not Outcome.BILLED:
+            return
+        tr.charged[ev.day] += ev.charge_micros
+        tr.billed[ev.day] += rec.billed_micros
+        if tr.pending is not None and ev.expected_micros:
+            tr.settled_at[ev.impression_id] = self.now  # its billable event is in now
+        if rec.billed_micros:
+            tr.spend_events.append((ev.occurred_at.timestamp(), rec.billed_micros))
 
     def _check_committed(self, tr: _Track, cd: CampaignDay, now: float) -> None:
         """How far the service's committed spend is below billed + the expected cost of
         every serve still able to bill (reported to it, its event not yet in the ledger
-        at the last feed): a measure the service does not set."""
-        f = self.feeder
-        window_start = now - billing_window_s(tr.campaign, f.token_ttl_s,
-                                              f.conversion_window_s, f.click_window_s)
+        at the last feed): a measure the service does not set.
+
+        Both terms come from the simulation's own record, never from production's rules
+        or figures: billed is what the events it sent had billed by the last feed (its
+        own tally of the ledger's answers, not the service's ``billed``), and a serve can
+        bill until the latest click delay the simulation itself draws
+        (``click_delay_range_s``), not until production's billing window."""
+        assert tr.pending is not None and self.sc.click_delay_range_s is not None
+        window_start = now - self.sc.click_delay_range_s[1]
         reported = now - 2.0 * self.sc.report_interval_s - self.sc.message_delay_s[1]
         assert tr.pending is not None
         outstanding = 0
@@ -345,12 +368,14 @@ class _Sim:
             elif t <= reported and local_day(datetime.fromtimestamp(t, tz=UTC),
                                              tr.campaign.time_zone) == cd.day:
                 outstanding += expected
-        shortfall = cd.billed + outstanding - cd.committed(now)
+        shortfall = tr.billed_at_feed.get(cd.day, 0) + outstanding - cd.committed(now)
         tr.committed_shortfall = max(tr.committed_shortfall, shortfall)
 
     def feed(self) -> None:
         """Billed spend to every shard through production's feeder, from the ledger."""
         self.last_feed = self.now
+        for tr in self.tracks.values():  # what the feed is about to tell the shards
+            tr.billed_at_feed = dict(tr.billed)
         now = datetime.fromtimestamp(self.now, tz=UTC)
         for shard, svc in enumerate(self.services):
             camps = [tr.campaign for tr in self.tracks.values()
@@ -603,7 +628,10 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
         "charge_micros": charge_micros(c),
         "budget_charges": budget // charge_micros(c),
         "billed_micros": billed,
-        "billed_above_budget_micros": max(0, billed - budget),
+        # the simulation's own sum of the charges it sent (the ledger caps billing at the
+        # budget, so billed beyond it is 0 by construction; this is the uncapped amount)
+        "charged_micros": tr.charged.get(d, 0),
+        "charged_above_budget_micros": max(0, tr.charged.get(d, 0) - budget),
         "absorbed_overspend_micros": absorbed,
         "absorbed_share": absorbed / budget if budget else None,
         # worst (billed + expected cost of serves still able to bill) − committed, as
@@ -652,7 +680,8 @@ def run_simulation(scenario: str, report_path: Path | None = None, plots_dir: Pa
     Returns:
         ``{"scenario", "short", "seed", "window", "wall_s", "crash", "campaigns": [...]}``
         with per campaign: ``campaign_id, time_zone, daily_budget_micros, billed_micros,
-        billed_above_budget_micros, absorbed_overspend_micros, delivered_share,
+        charged_micros, charged_above_budget_micros, absorbed_overspend_micros,
+        delivered_share,
         traffic_allows, max_hourly_curve_error``, p over time and more.
 
     Raises:
@@ -713,7 +742,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     for c in result["campaigns"]:
         out.append(
             f"{c['campaign_id']:>4} {c['time_zone']:<18} {c['daily_budget_micros'] / 1e6:>10.2f} "
-            f"{_opt(c['delivered_share'], 3):>6} {c['billed_above_budget_micros']:>6} "
+            f"{_opt(c['delivered_share'], 3):>6} {c['charged_above_budget_micros']:>6} "
             f"{_opt(_pct(c['absorbed_share']), 4):>8} {c['traffic_allows']!s:>6} "
             f"{_opt(c['max_hourly_curve_error'], 3):>6} {_opt(c['p_min'], 4):>7} "
             f"{c['max_steps_at_floor']:>5} "
@@ -724,8 +753,9 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
 
 #: The units of :func:`summary_lines`'s columns, printed under its table.
 SUMMARY_UNITS = (
-    "units: budget in currency units; deliv = billed / budget (fraction); above = billed "
-    "above budget (micros); absorb% = absorbed overspend / budget (%); allows = traffic "
+    "units: budget in currency units; deliv = billed / budget (fraction); above = charged "
+    "above budget, what the ledger's cap kept from billing (micros); absorb% = absorbed "
+    "overspend / budget (%); allows = traffic "
     "could deliver the budget; curve = largest hourly gap to the target curve (fraction "
     "of budget); pmin = lowest pacing p; floor = most control steps in a row at the "
     "floor; exh_s, pause_s = seconds from exhaustion or pause to the campaign's last "

@@ -285,8 +285,6 @@ def _report(cfg: FleetConfig, api: httpx.Client, ids: dict[str, int], obs: _Obse
             "bid_micros": spec.bid_micros,
             "daily_budget_micros": spec.daily_budget_micros,
             "billed_micros": rep["billed_micros"],
-            "billed_above_budget_micros": max(
-                [0] + [d["billed_micros"] - spec.daily_budget_micros for d in rep["days"]]),
             "absorbed_overspend_micros": rep["absorbed_overspend_micros"],
             "impressions": rep["impressions"], "clicks": rep["clicks"], "serves": len(serves),
             "final_state": latest.get(cid, {}).get("state"),
