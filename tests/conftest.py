@@ -39,6 +39,14 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("ADFUNNEL_ADMIN_KEY", ADMIN_KEY)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start real server processes (``e2e``) count as ``slow``: the fast loop,
+    ``pytest -m "not slow"``, leaves them out."""
+    for item in items:
+        if item.get_closest_marker("e2e") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _compiled_kernels() -> None:
     """Compile (or load) the numba kernels once, before any test times itself."""
