@@ -28,6 +28,13 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///adfunnel.sqlite3"
     redis_url: str | None = None
+    #: frequency caps without ``redis_url`` on one of several serving processes
+    #: (adfunnel.frequency.scope): "strict" does not serve capped campaigns
+    #: (``cap_unavailable``); "per-process" counts in each process, so a user may see a
+    #: capped ad up to N x cap times over N processes
+    caps: Literal["strict", "per-process"] = "strict"
+    #: ad-server processes sharing the port (``serve --workers``)
+    workers: int = Field(default=1, ge=1, le=1_024)
     budget_service_url: str | None = None
     #: without ``budget_service_url``: run the budget & pacing service in this process
     #: ("service"), or hold committed spend here without pacing ("local")

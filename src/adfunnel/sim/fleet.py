@@ -38,6 +38,9 @@ class FleetConfig:
     """A fleet run. ``rate`` is ad requests per second over all servers."""
 
     database_url: str = "postgresql://postgres@127.0.0.1:5432/test"
+    #: the frequency-cap store every ad server shares (a fleet without one would not
+    #: serve capped campaigns: adfunnel.frequency.scope)
+    redis_url: str = "redis://127.0.0.1:6379"
     servers: int = 3
     duration_s: float = 120.0
     rate: float = 100.0
@@ -121,6 +124,7 @@ def _run(cfg: FleetConfig, url: str, procs: list[ManagedProcess]) -> dict[str, A
         extra_env=env, log_path=_log(cfg, "budget-service"))
     procs.append(budget)
     env["ADFUNNEL_BUDGET_SERVICE_URL"] = budget.url
+    env["ADFUNNEL_REDIS_URL"] = cfg.redis_url
     env["ADFUNNEL_PCTR_PRIOR"] = str(cfg.click_rate)
     serve = ["serve", "--database-url", url, "--clock", "system"]
     servers = [ManagedProcess(serve, health_path="/readyz", extra_env=env,
