@@ -308,7 +308,9 @@ def make_gate(settings: Settings, store: SqlCampaignStore, ledger: Ledger, clock
     process (fleet, ``budget_service_url``) or in this process (embedded default) — or,
     with ``budget="local"``, committed spend held in this process without pacing."""
     if settings.budget_service_url:
-        client = ReportingBudgetClient(clock, settings.budget_service_url.split(","))
+        assert settings.internal_token is not None  # required with budget_service_url
+        client = ReportingBudgetClient(clock, settings.budget_service_url.split(","),
+                                       token=settings.internal_token)
         client.start()
         return client
     if settings.budget == "service":

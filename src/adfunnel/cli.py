@@ -400,11 +400,13 @@ def budget_service(
     billed_every_s: Annotated[float, typer.Option(help="Seconds between ledger reads (<= 10).")] = 5.0,
     token_ttl_s: Annotated[float | None, typer.Option(help="Life of the ad servers' tracking tokens, s (a serve's estimate is kept until its events can no longer bill; default: ADFUNNEL_TOKEN_TTL_S or 3600).", show_default=_setting("token_ttl_s"))] = None,
     warmup_s: Annotated[float, typer.Option(help="Seconds after start before the first slice is granted (every server reports and re-sends first).")] = 3.0,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body, bytes (413 past it).")] = 16 << 20,
 ) -> None:
     """Run one shard of the budget & pacing service as its own process.
 
     At start it reads the campaigns and today's billed spend, and grants nothing until
-    every ad server has reported to it (a restart or a standby taking over is safe)."""
+    every ad server has reported to it (a restart or a standby taking over is safe).
+    Callers send ADFUNNEL_INTERNAL_TOKEN (required, >= 32 characters) as a bearer."""
     import uvicorn
 
     from adfunnel.billing.sql_ledger import SqlLedger
@@ -414,7 +416,8 @@ def budget_service(
     from adfunnel.clock import SystemClock
     from adfunnel.db import make_engine
 
-    settings = _settings_or_exit(database_url=database_url)
+    settings = _settings_or_exit(database_url=database_url, required=("internal_token",))
+    assert settings.internal_token is not None  # required above
     _configure_logging(settings)
     ttl = token_ttl_s if token_ttl_s is not None else float(settings.token_ttl_s)
     engine = make_engine(settings.database_url)
@@ -428,7 +431,8 @@ def budget_service(
     )
     proc.start()
     try:
-        uvicorn.run(proc.app(), host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.run(proc.app(settings.internal_token, max_body_bytes=max_body_bytes),
+                    host=host, port=port, log_level="warning", access_log=False)
     finally:
         proc.stop()
 

@@ -20,6 +20,7 @@ from adfunnel.db import make_engine
 from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ManagedProcess, ServerProcess, free_port
 from tests.api_keys import ADMIN_HEADERS
+from tests.internal_token import INTERNAL_TOKEN
 
 CHARGE = 2_000  # a 2.00 CPM price per impression
 BUDGET = 100_000
@@ -50,7 +51,8 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
     ledger = SqlLedger(engine)
     service_port = free_port()
     env = {"ADFUNNEL_BUDGET_SERVICE_URL": f"http://127.0.0.1:{service_port}",
-           "ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32)}
+           "ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32),
+           "ADFUNNEL_INTERNAL_TOKEN": INTERNAL_TOKEN}
     servers = [ServerProcess(pg_schema_url, clock="system", extra_env=env,
                              log_path=tmp_path / f"ads{i}.log") for i in range(4)]
     service = None
@@ -80,7 +82,8 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
         time.sleep(2.0)  # the servers run without a service: nothing may serve
         assert served == []
         service = ManagedProcess(["budget-service", "--database-url", pg_schema_url],
-                                 log_path=tmp_path / "budget.log", port=service_port)
+                                 log_path=tmp_path / "budget.log", port=service_port,
+                                 extra_env={"ADFUNNEL_INTERNAL_TOKEN": INTERNAL_TOKEN})
         time.sleep(8.0)  # warm-up, then slices from what remains
         stop.set()
         for t in threads:

@@ -25,6 +25,7 @@ from adfunnel.auth.keys import Principal, Role
 from adfunnel.auth.ratelimit import RateLimiter, retry_after
 from adfunnel.auth.service import ApiKeys
 from adfunnel.http_errors import ApiError, error_response
+from adfunnel.internal_auth import bearer_key
 
 #: Paths anyone may call: the ad decision, the beacons, probes, the API's documents.
 OPEN_PATHS = frozenset({
@@ -40,15 +41,6 @@ SHARED_AREAS = ("/v1/advertisers", "/v1/campaigns", "/v1/ads/", "/v1/review/")
 
 _ASGI = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]],
                   Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
-
-
-def bearer_key(authorization: str | None) -> str | None:
-    """The key of an ``Authorization: Bearer <key>`` header value; None otherwise."""
-    if not authorization:
-        return None
-    scheme, _, key = authorization.strip().partition(" ")
-    key = key.strip()
-    return key if scheme.lower() == "bearer" and key else None
 
 
 def is_open(path: str) -> bool:
