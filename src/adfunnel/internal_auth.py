@@ -11,8 +11,8 @@ budget days. Each sends ``Authorization: Bearer <ADFUNNEL_INTERNAL_TOKEN>``;
 
 Both answers are JSON ``{"error", "fields": [{"field": "authorization", ...}]}``.
 The comparison is constant-time (``hmac.compare_digest``). Paths in ``open_paths``
-(the service's liveness probe ``/healthz`` and Prometheus ``/metrics``, which change
-nothing and show the series the ad servers' own ``/metrics`` shows) stay open.
+(the budget service's liveness probe ``/healthz``) stay open; Prometheus scrapes
+``/metrics`` with the token (``authorization`` credentials in its scrape config).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ shard (``adfunnel budget-service`` runs it under uvicorn):
   on its domain-time ticker, ``adfunnel.budget.process``);
 - ``GET /healthz``: ``{"ok": true, "shard": n}``.
 
-Who may call: every route but ``/healthz`` (and ``/metrics``, added by
-``adfunnel.budget.process``) needs the deployment's internal token
+Who may call: every route but ``/healthz`` (``/metrics`` and the other routes
+``adfunnel.budget.process`` adds included) needs the deployment's internal token
 (``Authorization: Bearer <ADFUNNEL_INTERNAL_TOKEN>``, :mod:`adfunnel.internal_auth`:
 401 without, 403 with another); bodies over ``max_body_bytes`` answer 413 JSON before
 they are parsed (:mod:`adfunnel.body_limit`).
@@ -52,8 +52,9 @@ BULK_BILLED = 64
 #: Largest request body a shard reads, bytes: a report of ~100,000 campaign entries
 #: (a fleet's busiest second) fits; past it 413 before any parsing.
 MAX_BODY_BYTES = 16 << 20
-#: Paths open without the internal token: the liveness probe and Prometheus.
-OPEN_PATHS = ("/healthz", "/metrics")
+#: Paths open without the internal token: the liveness probe only (``/metrics`` needs
+#: it, as an ad server's ``/metrics`` needs an admin key: it shows spend per campaign).
+OPEN_PATHS = ("/healthz",)
 
 
 def billed_columns(updates: Sequence[BilledUpdate]) -> BilledColumns:

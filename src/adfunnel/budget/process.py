@@ -174,7 +174,7 @@ class BudgetServiceProcess:
         per-campaign series of :mod:`adfunnel.observability.metrics`) and the
         dashboard's ``GET /v1/days`` (:mod:`adfunnel.budget.days`). The control step
         runs on the process's ticker (domain time), not in the app. Every route but
-        ``/healthz`` and ``/metrics`` needs the internal ``token``
+        ``/healthz`` needs the internal ``token``
         (:func:`adfunnel.budget.http.create_app`)."""
         app = create_app(self.service, token=token, lock=self.lock,
                          max_body_bytes=max_body_bytes)
