@@ -374,7 +374,7 @@ def build_app(rt: Runtime) -> RequestLog:
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
     app.include_router(make_api_key_router(rt.keys, rt.store))
-    install_ui(app, rt, rt.keys.resolve)  # the dashboard at /ui (its own cookie login)
+    install_ui(app, rt, rt.keys)  # the dashboard at /ui (its own server-side sessions)
     install_openapi(app)  # the whole server's document, the lean routes included
     serving = ServingEndpoints(rt.queue, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,

@@ -57,8 +57,9 @@ def test_a_fleet_servers_dashboard_reads_the_budget_service(pg_schema_url: str,
                                  log_path=tmp_path / "budget.log", port=port,
                                  extra_env={"ADFUNNEL_INTERNAL_TOKEN": INTERNAL_TOKEN})
         ui = httpx.Client(base_url=server.url, timeout=10)
-        assert ui.post("/ui/login", data={"api_key": server.admin_key}).status_code == 303
-        ui.cookies.set(COOKIE, server.admin_key, path="/ui")
+        login = ui.post("/ui/login", data={"api_key": server.admin_key})
+        assert login.status_code == 303
+        ui.cookies.set(COOKIE, login.cookies[COOKIE], path="/ui")
         deadline = time.monotonic() + 30
         while True:  # the service reads the campaign from the change log, then answers
             page = ui.get(f"/ui/campaigns/{camp['id']}")

@@ -39,6 +39,12 @@ OPEN_PREFIXES = ("/ui", "/static/", "/docs/", "/redoc/")
 #: and the advertiser. Every other protected path is the admin's.
 SHARED_AREAS = ("/v1/advertisers", "/v1/campaigns", "/v1/ads/", "/v1/review/")
 
+#: ASGI scope key of a principal already resolved in this process: the dashboard's
+#: in-process API calls act as the viewer of a server-side session without holding the
+#: viewer's key. A server never puts keys of its own in a scope, so no request from the
+#: network can carry one.
+IN_PROCESS_PRINCIPAL = "adfunnel.principal"
+
 _ASGI = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]],
                   Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
 
@@ -86,7 +92,9 @@ class Authenticate:
         header = next((v.decode("latin-1") for k, v in scope["headers"]
                        if k == b"authorization"), None)
         key = bearer_key(header)
-        principal = self.keys.resolve(key) if key else None
+        principal = scope.get(IN_PROCESS_PRINCIPAL)  # set in this process only
+        if not isinstance(principal, Principal):
+            principal = self.keys.resolve(key) if key else None
         if principal is None:
             problem = ("send Authorization: Bearer <API key>" if key is None
                        else "unknown or revoked API key")
