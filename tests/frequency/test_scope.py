@@ -7,6 +7,7 @@ import pytest
 
 from adfunnel.frequency.scope import cap_policy_warning, caps_refused, fleet_signals
 from adfunnel.settings import load_settings
+from tests.internal_token import INTERNAL_TOKEN
 
 SECRET = "k" * 32
 
@@ -14,7 +15,8 @@ SECRET = "k" * 32
 @pytest.mark.parametrize(("given", "several"), [
     ({}, False),
     ({"workers": 2}, True),
-    ({"budget_service_url": "http://127.0.0.1:8090"}, True),  # a fleet's single worker
+    # a fleet's single worker
+    ({"budget_service_url": "http://127.0.0.1:8090", "internal_token": INTERNAL_TOKEN}, True),
     ({"event_log_url": "nats://127.0.0.1:4222", "aggregate": False}, True),
     ({"event_log_url": "nats://127.0.0.1:4222"}, False),  # aggregates its own log
 ])
@@ -26,7 +28,8 @@ def test_one_of_several_serving_processes(given: dict, several: bool) -> None:
 
 
 def test_redis_or_per_process_lets_capped_campaigns_serve() -> None:
-    fleet = {"token_secret": SECRET, "budget_service_url": "http://b:8090", "workers": 4}
+    fleet = {"token_secret": SECRET, "budget_service_url": "http://b:8090", "workers": 4,
+             "internal_token": INTERNAL_TOKEN}
     assert not caps_refused(load_settings(redis_url="redis://127.0.0.1:6379", **fleet))
     assert cap_policy_warning(load_settings(redis_url="redis://127.0.0.1:6379", **fleet)) is None
     per_process = load_settings(caps="per-process", **fleet)
