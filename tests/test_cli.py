@@ -5,6 +5,7 @@ access log (JSON with ``--log-format json``)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from adfunnel.cli import hide_password
 from adfunnel.sim.server_proc import ManagedProcess
+from tests.internal_token import INTERNAL_TOKEN
 
 
 def closed_port() -> int:
@@ -24,10 +26,13 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def adfunnel(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m adfunnel ARGS`` the way a user would, in an empty directory."""
+def adfunnel(*args: str, tmp_path: Path, env: dict[str, str] | None = None,
+             ) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m adfunnel ARGS`` the way a user would, in an empty directory
+    (``env``: variables added to this process's environment)."""
     return subprocess.run([sys.executable, "-m", "adfunnel", *args],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, **(env or {})})
 
 
 def one_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -72,8 +77,25 @@ def test_unreachable_event_log_is_one_line(tmp_path: Path, command: list[str]) -
 def test_budget_service_with_unreachable_postgres(tmp_path: Path) -> None:
     port = closed_port()
     line = one_line(adfunnel("budget-service", "--port", "0", "--database-url",
-                             f"postgresql://postgres@127.0.0.1:{port}/x", tmp_path=tmp_path))
+                             f"postgresql://postgres@127.0.0.1:{port}/x", tmp_path=tmp_path,
+                             env={"ADFUNNEL_INTERNAL_TOKEN": INTERNAL_TOKEN}))
     assert "cannot use the database" in line and "Connection refused" in line
+
+
+def test_a_budget_service_needs_the_internal_token(tmp_path: Path) -> None:
+    """Without ``ADFUNNEL_INTERNAL_TOKEN`` (or with a short one) the budget service does
+    not start; the settings problem is named with the others, before any connection."""
+    env = {k: v for k, v in os.environ.items() if k != "ADFUNNEL_INTERNAL_TOKEN"}
+    for token, problem in ((None, "required"), ("short", "at least 32 characters")):
+        extra = {"ADFUNNEL_INTERNAL_TOKEN": token} if token else {}
+        done = subprocess.run([sys.executable, "-m", "adfunnel", "budget-service", "--port",
+                               "0", "--database-url", "sqlite://"],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                              env={**env, **extra, "ADFUNNEL_TOKEN_TTL_S": "0"})
+        assert done.returncode == 2, done.stdout + done.stderr
+        out = " ".join(done.stdout.split())
+        assert "internal_token: " in out and problem in out, out
+        assert "token_ttl_s" in out  # every problem at once
 
 
 @pytest.mark.e2e

@@ -63,6 +63,7 @@ from adfunnel.event_plane import EventPlane, make_event_plane
 from adfunnel.events.compactor import compact
 from adfunnel.events.served_log import ServedLog
 from adfunnel.frequency.redis_store import RedisFrequencyStore
+from adfunnel.frequency.scope import NO_SHARED_STORE, caps_refused
 from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, MemoryFrequencyStore
 from adfunnel.heap import freeze_heap
 from adfunnel.index import ScanIndex
@@ -150,7 +151,8 @@ def make_catalog(settings: Settings) -> Catalog:
 
 def make_cap_store(settings: Settings, clock: Clock) -> FrequencyStore:
     """Frequency-cap records: on the Redis at ``redis_url`` (shared by every ad-server
-    process), else in this process's memory (the embedded default: one process)."""
+    process), else in this process's memory (the embedded default: one process; with
+    several serving processes see :mod:`adfunnel.frequency.scope`)."""
     if settings.redis_url:
         return RedisFrequencyStore(settings.redis_url)
     return MemoryFrequencyStore(clock)
@@ -194,7 +196,9 @@ def build_runtime(
                                    settings.traffic_flush_s, "eligible-flush", clock).start())
     caps = make_cap_store(settings, clock)
     decider = ColumnarDecider(
-        catalog, gate, ctr, clock, key, caps=CapGate(caps, catalog.caps),
+        catalog, gate, ctr, clock, key,
+        caps=CapGate(caps, catalog.caps,
+                     refused=NO_SHARED_STORE if caps_refused(settings) else None),
         token_ttl_s=settings.token_ttl_s, pcvr=settings.pcvr_prior,
         retrieval_limit=settings.retrieval_limit, prerank_keep=settings.prerank_keep,
         candidate_limit=settings.candidate_limit, first_limit=settings.first_candidates,
@@ -304,7 +308,9 @@ def make_gate(settings: Settings, store: SqlCampaignStore, ledger: Ledger, clock
     process (fleet, ``budget_service_url``) or in this process (embedded default) — or,
     with ``budget="local"``, committed spend held in this process without pacing."""
     if settings.budget_service_url:
-        client = ReportingBudgetClient(clock, settings.budget_service_url.split(","))
+        assert settings.internal_token is not None  # required with budget_service_url
+        client = ReportingBudgetClient(clock, settings.budget_service_url.split(","),
+                                       token=settings.internal_token)
         client.start()
         return client
     if settings.budget == "service":
@@ -368,7 +374,7 @@ def build_app(rt: Runtime) -> RequestLog:
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
     app.include_router(make_api_key_router(rt.keys, rt.store))
-    install_ui(app, rt, rt.keys.resolve)  # the dashboard at /ui (its own cookie login)
+    install_ui(app, rt, rt.keys)  # the dashboard at /ui (its own server-side sessions)
     install_openapi(app)  # the whole server's document, the lean routes included
     serving = ServingEndpoints(rt.queue, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,

@@ -68,7 +68,8 @@ def serve(
     spool_dir: Annotated[str | None, typer.Option(help="Where beacons are spooled while the event log is down.", show_default="none (503), or ADFUNNEL_SPOOL_DIR")] = None,
     model: Annotated[str | None, typer.Option(help="A click model artifact (adfunnel model train --out DIR) that scores the pre-rank's survivors.", show_default="none: the smoothed per-ad rate, or ADFUNNEL_MODEL_DIR")] = None,
     cvr_model: Annotated[str | None, typer.Option(help="A conversion model artifact (model train --target conversion): the pCVR of CPA candidates, with --model.", show_default="none: the pcvr prior, or ADFUNNEL_CVR_MODEL_DIR")] = None,
-    workers: Annotated[int, typer.Option(help="Ad-server processes sharing the port.")] = 1,
+    workers: Annotated[int | None, typer.Option(help="Ad-server processes sharing the port.", show_default=_setting("workers"))] = None,
+    caps: Annotated[str | None, typer.Option(help="Frequency caps without --redis-url on one of several serving processes: strict (capped campaigns are not served) or per-process (each counts its own: up to N x cap).", show_default=_setting("caps"))] = None,
     log_format: Annotated[str | None, typer.Option(help="Log lines on stderr: text or json.", show_default=_setting("log_format"))] = None,
     access_log: Annotated[bool | None, typer.Option("--access-log/--no-access-log", help="One log line per HTTP request.", show_default=_setting("access_log"))] = None,
 ) -> None:
@@ -89,13 +90,15 @@ def serve(
     )
     from adfunnel.auth import bootstrap_admin_key
     from adfunnel.campaigns.migrate import upgrade
+    from adfunnel.frequency.scope import cap_policy_warning
     from adfunnel.observability.logs import log_start
 
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
              "token_secret": token_secret, "budget_service_url": budget_service,
              "redis_url": redis_url, "served_log_dir": served_log,
              "event_log_url": event_log, "spool_dir": spool_dir, "model_dir": model,
-             "cvr_model_dir": cvr_model, "log_format": log_format, "access_log": access_log}
+             "cvr_model_dir": cvr_model, "log_format": log_format, "access_log": access_log,
+             "workers": workers, "caps": caps}
     settings = _settings_or_exit(**flags)
     _configure_logging(settings)
     with _reachable_or_exit(settings):  # before the admin key is printed: one line
@@ -116,6 +119,10 @@ def serve(
             typer.echo(f"adfunnel: {path} is a {loaded.target} model, not a {target} model",
                        err=True)
             raise typer.Exit(1)
+    cap_warning = cap_policy_warning(settings)
+    if cap_warning is not None:
+        console.print(f"[yellow]{cap_warning}[/yellow]")
+    workers = settings.workers
     if workers <= 1:
         with _reachable_or_exit(settings):
             runtime = build_runtime(settings)
@@ -129,10 +136,6 @@ def serve(
     if not settings.budget_service_url:
         console.print("[yellow]several workers without --budget-service: each holds its own "
                       "committed spend, so more overspend is absorbed (never billed)[/yellow]")
-    if not settings.redis_url:
-        console.print("[yellow]several workers without --redis-url: each counts frequency caps "
-                      "on its own, so a user may see a capped ad up to once per worker more "
-                      "than the cap[/yellow]")
     # N processes: each worker builds its own runtime from the environment; they must
     # share one token secret and admin key (the schema was migrated once, above).
     for key, value in flags.items():
@@ -397,11 +400,13 @@ def budget_service(
     billed_every_s: Annotated[float, typer.Option(help="Seconds between ledger reads (<= 10).")] = 5.0,
     token_ttl_s: Annotated[float | None, typer.Option(help="Life of the ad servers' tracking tokens, s (a serve's estimate is kept until its events can no longer bill; default: ADFUNNEL_TOKEN_TTL_S or 3600).", show_default=_setting("token_ttl_s"))] = None,
     warmup_s: Annotated[float, typer.Option(help="Seconds after start before the first slice is granted (every server reports and re-sends first).")] = 3.0,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body, bytes (413 past it).")] = 16 << 20,
 ) -> None:
     """Run one shard of the budget & pacing service as its own process.
 
     At start it reads the campaigns and today's billed spend, and grants nothing until
-    every ad server has reported to it (a restart or a standby taking over is safe)."""
+    every ad server has reported to it (a restart or a standby taking over is safe).
+    Callers send ADFUNNEL_INTERNAL_TOKEN (required, >= 32 characters) as a bearer."""
     import uvicorn
 
     from adfunnel.billing.sql_ledger import SqlLedger
@@ -411,7 +416,8 @@ def budget_service(
     from adfunnel.clock import SystemClock
     from adfunnel.db import make_engine
 
-    settings = _settings_or_exit(database_url=database_url)
+    settings = _settings_or_exit(database_url=database_url, required=("internal_token",))
+    assert settings.internal_token is not None  # required above
     _configure_logging(settings)
     ttl = token_ttl_s if token_ttl_s is not None else float(settings.token_ttl_s)
     engine = make_engine(settings.database_url)
@@ -425,7 +431,8 @@ def budget_service(
     )
     proc.start()
     try:
-        uvicorn.run(proc.app(), host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.run(proc.app(settings.internal_token, max_body_bytes=max_body_bytes),
+                    host=host, port=port, log_level="warning", access_log=False)
     finally:
         proc.stop()
 
@@ -433,6 +440,7 @@ def budget_service(
 @app.command()
 def fleet(
     database_url: Annotated[str, typer.Option(help="PostgreSQL; each run uses a fresh schema in it.")] = "postgresql://postgres@127.0.0.1:5432/test",
+    redis_url: Annotated[str, typer.Option(help="The Redis every ad server keeps frequency caps in.")] = "redis://127.0.0.1:6379",
     servers: Annotated[int, typer.Option(help="Ad-server processes.")] = 3,
     duration_s: Annotated[float, typer.Option(help="Seconds of load.")] = 120.0,
     rate: Annotated[float, typer.Option(help="Ad requests per second (all servers).")] = 150.0,
@@ -446,7 +454,8 @@ def fleet(
     """
     from adfunnel.sim.fleet import FleetConfig, run_fleet
 
-    result = run_fleet(FleetConfig(database_url=database_url, servers=servers,
+    result = run_fleet(FleetConfig(database_url=database_url, redis_url=redis_url,
+                                   servers=servers,
                                    duration_s=duration_s, rate=rate,
                                    control_interval_s=control_interval_s))
     if report is not None:

@@ -7,9 +7,11 @@ Every key can be overridden by an environment variable ``ADFUNNEL_<KEY>`` (for e
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -21,6 +23,11 @@ class SettingsError(ValueError):
         self.problems = problems
 
 
+#: Keys the process being configured needs even where their own rule would not (the
+#: ``required`` of :func:`load_settings`), read by the validators.
+_REQUIRED: ContextVar[frozenset[str]] = ContextVar("required_settings", default=frozenset())
+
+
 class Settings(BaseSettings):
     """Process settings. Units are in the names (``_s`` seconds, ``_ms`` milliseconds)."""
 
@@ -28,6 +35,13 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///adfunnel.sqlite3"
     redis_url: str | None = None
+    #: frequency caps without ``redis_url`` on one of several serving processes
+    #: (adfunnel.frequency.scope): "strict" does not serve capped campaigns
+    #: (``cap_unavailable``); "per-process" counts in each process, so a user may see a
+    #: capped ad up to N x cap times over N processes
+    caps: Literal["strict", "per-process"] = "strict"
+    #: ad-server processes sharing the port (``serve --workers``)
+    workers: int = Field(default=1, ge=1, le=1_024)
     budget_service_url: str | None = None
     #: without ``budget_service_url``: run the budget & pacing service in this process
     #: ("service"), or hold committed spend here without pacing ("local")
@@ -39,6 +53,12 @@ class Settings(BaseSettings):
     admin_key: str | None = Field(default=None, min_length=32, repr=False)
     #: requests a second one advertiser or reviewer key may send on average (429 with
     #: Retry-After past it; admin keys and the open routes are not limited)
+    #: the deployment's shared internal secret (``Authorization: Bearer``) between the
+    #: budget service and its clients (ad servers, the dashboard); required, >= 32
+    #: characters, wherever a budget service is used (``budget_service_url``) or served
+    #: (``adfunnel budget-service``)
+    internal_token: str | None = Field(default=None, min_length=32, repr=False,
+                                       validate_default=True)
     api_rate_per_s: float = Field(default=50.0, gt=0)
     #: requests such a key may send at once before the rate applies
     api_burst: int = Field(default=100, ge=1)
@@ -134,6 +154,15 @@ class Settings(BaseSettings):
             raise ValueError("must be a sqlite:// or postgresql:// URL")
         return v
 
+    @field_validator("internal_token")
+    @classmethod
+    def _internal_token_needed(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None and (info.data.get("budget_service_url")
+                          or "internal_token" in _REQUIRED.get()):
+            raise ValueError("required (>= 32 characters) where a budget service is used "
+                             "or served: set ADFUNNEL_INTERNAL_TOKEN")
+        return v
+
     @field_validator("trusted_proxies")
     @classmethod
     def _networks(cls, v: list[str]) -> list[str]:
@@ -161,15 +190,18 @@ class Settings(BaseSettings):
         return v
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(*, required: Iterable[str] = (), **overrides: object) -> Settings:
     """Settings from defaults, ``ADFUNNEL_*`` environment variables and ``overrides``.
 
     ``None`` overrides are ignored, so unset CLI flags fall through to the environment.
+    ``required``: keys this process needs whatever else is set (``internal_token`` for
+    ``adfunnel budget-service``), reported with the other problems.
 
     Raises:
         SettingsError: listing every invalid key with its problem.
     """
     given = {k: v for k, v in overrides.items() if v is not None}
+    held = _REQUIRED.set(frozenset(required))
     try:
         return Settings(**given)  # type: ignore[arg-type]
     except ValidationError as exc:
@@ -178,3 +210,5 @@ def load_settings(**overrides: object) -> Settings:
             for err in exc.errors()
         ]
         raise SettingsError(problems) from None
+    finally:
+        _REQUIRED.reset(held)

@@ -21,6 +21,7 @@ from adfunnel.db import make_engine
 from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ManagedProcess, ServerProcess, free_port
 from tests.api_keys import ADMIN_HEADERS
+from tests.internal_token import INTERNAL_TOKEN
 
 #: seconds a process may take to start (four servers start at once on a shared machine)
 START_S = 180.0
@@ -83,7 +84,8 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
     ledger = SqlLedger(engine)
     service_port = free_port()
     env = {"ADFUNNEL_BUDGET_SERVICE_URL": f"http://127.0.0.1:{service_port}",
-           "ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32)}
+           "ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32),
+           "ADFUNNEL_INTERNAL_TOKEN": INTERNAL_TOKEN}
     servers = [ServerProcess(pg_schema_url, clock="system", extra_env=env,
                              log_path=tmp_path / f"ads{i}.log", timeout_s=START_S)
                for i in range(4)]
@@ -116,7 +118,8 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
         assert traffic.served == 0
         service = ManagedProcess(["budget-service", "--database-url", pg_schema_url],
                                  log_path=tmp_path / "budget.log", port=service_port,
-                                 timeout_s=START_S)
+                                 timeout_s=START_S,
+                                 extra_env={"ADFUNNEL_INTERNAL_TOKEN": INTERNAL_TOKEN})
 
         def billed() -> int:
             (day,) = ledger.day_totals(camp["id"], today, today)

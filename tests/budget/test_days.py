@@ -22,6 +22,7 @@ from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
 from adfunnel.observability.metrics import CAMPAIGNS
 from adfunnel.ui.budget_reads import LocalBudgetReads, RemoteBudgetReads
+from tests.internal_token import INTERNAL_HEADERS, INTERNAL_TOKEN
 
 NOW = datetime(2026, 7, 15, 9, 30, tzinfo=UTC)
 
@@ -50,7 +51,7 @@ def proc(tmp_path) -> Iterator[BudgetServiceProcess]:
 
 def test_the_days_route_answers_the_day_view(proc: BudgetServiceProcess) -> None:
     now = proc.clock.now().timestamp()
-    with TestClient(proc.app()) as http:
+    with TestClient(proc.app(INTERNAL_TOKEN), headers=INTERNAL_HEADERS) as http:
         days = http.get("/v1/days", params={"campaign_ids": "1,2,3,99"}).json()["days"]
         assert days == [day_view(proc.service, cid, now) for cid in (1, 2, 3)]
         assert {d["day"] for d in days} == {"2026-07-15"}  # 15:15 in Kathmandu, 05:30 NY
@@ -80,10 +81,10 @@ def test_remote_reads_over_http_equal_the_local_ones(proc: BudgetServiceProcess)
     async def both() -> tuple:
         # the shard's real app over HTTP (ASGI transport), two "shards" of one process:
         # campaign 2 goes to the second (2 % 2 = 0 goes to the first, 1 and 3 the second)
-        app = proc.app()
+        app = proc.app(INTERNAL_TOKEN)
         clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url=f"http://shard{i}") for i in range(2)]
-        remote = RemoteBudgetReads([], clients=clients)
+        remote = RemoteBudgetReads([], token=INTERNAL_TOKEN, clients=clients)
         try:
             return (await remote.days([1, 2, 3, 99]), await local.days([1, 2, 3, 99]),
                     await remote.plan(3, 900), await local.plan(3, 900),
@@ -99,7 +100,8 @@ def test_remote_reads_over_http_equal_the_local_ones(proc: BudgetServiceProcess)
 
 def test_a_shard_that_does_not_answer_leaves_its_campaigns_out() -> None:
     async def read() -> tuple:
-        remote = RemoteBudgetReads(["http://127.0.0.1:9"], timeout_s=0.5)  # nobody there
+        remote = RemoteBudgetReads(["http://127.0.0.1:9"], token=INTERNAL_TOKEN,
+                                   timeout_s=0.5)  # nobody there
         try:
             return await remote.days([1, 2]), await remote.plan(1, 900)
         finally:

@@ -11,6 +11,7 @@ from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.model import BidType, Campaign, Objective
 from adfunnel.clock import ManualClock
 from tests.http_server import serving
+from tests.internal_token import INTERNAL_TOKEN
 
 NOW = datetime(2026, 10, 20, 12, 0, tzinfo=UTC)
 
@@ -21,8 +22,8 @@ def test_report_round_trip_over_http() -> None:
     camp = Campaign(7, 1, "c", Objective.CLICKS, BidType.CPM, 2_000_000, 100_000_000, "UTC",
                     date(2026, 1, 1))
     svc.upsert_campaign(camp)
-    with serving(create_app(svc), lifespan="on") as base:
-        transport = HttpReportTransport([base], timeout_s=2.0)
+    with serving(create_app(svc, token=INTERNAL_TOKEN), lifespan="on") as base:
+        transport = HttpReportTransport([base], token=INTERNAL_TOKEN, timeout_s=2.0)
         client = BudgetClient("s1", clock, transport)
         assert client.admit(camp, NOW, 2000) == "no_slice"  # unknown before the first reply
         client.report()

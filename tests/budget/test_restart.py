@@ -16,6 +16,7 @@ from adfunnel.campaigns.model import BidType, Campaign, Objective, PacingMode
 from adfunnel.clock import ManualClock
 from adfunnel.sim.server_proc import free_port
 from tests.http_server import serving
+from tests.internal_token import INTERNAL_TOKEN
 
 NOW = datetime(2026, 10, 20, 14, 0, tzinfo=UTC)
 DAY = NOW.date()
@@ -143,9 +144,10 @@ def test_a_standby_takes_over_when_the_primary_does_not_answer() -> None:
     clock = ManualClock(NOW)
     standby = _service(clock)
     _billed(standby, 50_000)
-    with serving(create_app(standby)) as base:
+    with serving(create_app(standby, token=INTERNAL_TOKEN)) as base:
         dead = f"http://127.0.0.1:{free_port()}"
-        transport = HttpReportTransport([f"{dead}|{base}"], timeout_s=2.0)
+        transport = HttpReportTransport([f"{dead}|{base}"], token=INTERNAL_TOKEN,
+                                        timeout_s=2.0)
         c = BudgetClient("s", clock, transport)
         c.report()
         assert transport.base_urls == [base]

@@ -18,6 +18,7 @@ from adfunnel.budget.snapshot import STATE_NAMES, BudgetSnapshot
 from adfunnel.campaigns.model import BidType, Campaign, Objective, PacingMode
 from adfunnel.clock import ManualClock
 from adfunnel.observability.metrics import CampaignSeries
+from tests.internal_token import INTERNAL_HEADERS, INTERNAL_TOKEN
 
 START = datetime(2026, 10, 24, 21, 0, tzinfo=UTC)
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kathmandu"]
@@ -150,7 +151,7 @@ def test_a_budget_service_exports_its_campaigns_series(tmp_path) -> None:
     proc.metrics_top = 1
     proc.load()
     try:
-        with TestClient(proc.app()) as client:
+        with TestClient(proc.app(INTERNAL_TOKEN), headers=INTERNAL_HEADERS) as client:
             text = client.get("/metrics").text
     finally:
         CAMPAIGNS.follow(None)

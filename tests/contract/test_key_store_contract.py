@@ -4,7 +4,8 @@ PostgreSQL (a schema of its own, migrated to head).
 Rules under test: a key is found by its digest, revoked or not (the caller decides);
 listing is by prefix and leaves revoked keys out unless asked; a revocation happens
 once; a second key with the same prefix or digest is refused; times and advertiser
-ids round-trip; a second store on the same database sees the same keys.
+ids round-trip; a second store on the same database sees the same keys. Dashboard
+sessions are kept by id digest, end one by one or per key, and drop once expired.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine
 
-from adfunnel.auth.keys import ApiKey, Role, digest, generate_key, prefix
+from adfunnel.auth.keys import ApiKey, Role, UiSession, digest, generate_key, prefix
 from adfunnel.auth.store import DuplicateKey, KeyStore, MemoryKeyStore, SqlKeyStore
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.db import make_engine
@@ -101,3 +102,33 @@ def test_a_duplicate_prefix_or_digest_is_refused(open_store: Callable[[], KeySto
     with pytest.raises(DuplicateKey):
         store.add(ApiKey("other-prefix", record.digest, Role.ADMIN, None, NOW))
     assert [k.prefix for k in store.list()] == [record.prefix]
+
+
+def test_a_key_is_found_by_its_prefix(open_store: Callable[[], KeyStore]) -> None:
+    store = open_store()
+    _, record = _record()
+    store.add(record)
+    assert open_store().by_prefix(record.prefix) == record
+    assert open_store().by_prefix("no-such-key") is None
+
+
+def _session(key_prefix: str, n: int, ttl: timedelta) -> UiSession:
+    return UiSession(digest(f"session-{key_prefix}-{n}"), key_prefix, NOW, NOW + ttl)
+
+
+def test_sessions_round_trip_end_and_expire(open_store: Callable[[], KeyStore]) -> None:
+    """Sessions by id digest; one ends alone, a key's end together, expired ones drop."""
+    store = open_store()
+    a1, a2 = _session("key-a", 1, timedelta(hours=1)), _session("key-a", 2, timedelta(hours=1))
+    b1 = _session("key-b", 1, timedelta(hours=12))
+    for s in (a1, a2, b1):
+        store.add_session(s)
+    assert open_store().session(a1.digest) == a1
+    assert open_store().session(digest("unknown")) is None
+    store.end_session(a1.digest)
+    assert open_store().session(a1.digest) is None and open_store().session(a2.digest) == a2
+    assert store.end_sessions("key-a") == 1
+    assert open_store().session(a2.digest) is None and open_store().session(b1.digest) == b1
+    assert store.drop_expired_sessions(NOW + timedelta(hours=11)) == 0
+    assert store.drop_expired_sessions(NOW + timedelta(hours=12)) == 1
+    assert open_store().session(b1.digest) is None

@@ -7,14 +7,14 @@ import pytest
 
 from adfunnel.sim.fleet import FleetConfig, run_fleet
 
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
 
 @pytest.fixture(scope="module")
-def report(pg_url: str, pg_admin) -> dict:
+def report(pg_url: str, pg_admin, redis_url: str) -> dict:
     url = pg_url.replace("postgresql+psycopg://", "postgresql://")
-    return run_fleet(FleetConfig(database_url=url, servers=2, duration_s=45.0, rate=40.0,
-                                 control_interval_s=2.0))
+    return run_fleet(FleetConfig(database_url=url, redis_url=redis_url, servers=2,
+                                 duration_s=45.0, rate=40.0, control_interval_s=2.0))
 
 
 def _one_charge(c: dict) -> int:

@@ -1,5 +1,5 @@
 """The dashboard's in-process API client over a small real ASGI app: plain lists and
-cursor pages, field errors, the viewer's key on every request."""
+cursor pages, field errors, the viewer's principal (never a key) on every request."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import asyncio
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, Header, Query
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
+from adfunnel.auth.http import IN_PROCESS_PRINCIPAL
+from adfunnel.auth.keys import Principal, Role
 from adfunnel.ui.api_client import ApiClient, ApiFailure
+
+VIEWER = Principal(Role.ADVERTISER, 7, "k-123")
 
 ITEMS = list(range(7))
 
@@ -19,8 +23,9 @@ def app() -> FastAPI:
     api = FastAPI()
 
     @api.get("/plain")
-    def plain(authorization: str = Header()) -> list[str]:
-        return [authorization]
+    def plain(request: Request) -> list[Any]:
+        held = request.scope[IN_PROCESS_PRINCIPAL]
+        return [held.key_prefix, request.headers.get("authorization")]
 
     @api.get("/paged")
     def paged(limit: int = Query(3), cursor: int = Query(0)) -> dict[str, Any]:
@@ -48,16 +53,16 @@ def run(coro: Any) -> Any:
 
 def test_items_follow_cursor_pages_and_plain_lists() -> None:
     async def go() -> tuple[list[Any], list[Any]]:
-        async with ApiClient(app(), "k-123") as api:
+        async with ApiClient(app(), VIEWER) as api:
             return await api.items("/paged"), await api.items("/plain")
     paged, plain = run(go())
     assert paged == ITEMS
-    assert plain == ["Bearer k-123"]
+    assert plain == ["k-123", None]  # the principal rides in the scope; no key is sent
 
 
 def test_field_errors_and_refused_reads() -> None:
     async def go() -> dict[str, str]:
-        async with ApiClient(app(), "k") as api:
+        async with ApiClient(app(), VIEWER) as api:
             answer = await api.call("POST", "/refuse", json={})
             assert not answer.ok and answer.status == 422
             with pytest.raises(ApiFailure) as err:

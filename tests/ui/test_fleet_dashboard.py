@@ -15,6 +15,7 @@ import pytest
 
 from adfunnel.sim.server_proc import ManagedProcess, ServerProcess, free_port
 from adfunnel.ui.session import COOKIE
+from tests.internal_token import INTERNAL_TOKEN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -38,7 +39,8 @@ def test_a_fleet_servers_dashboard_reads_the_budget_service(pg_schema_url: str,
     engine.dispose()
     port = free_port()
     env = {"ADFUNNEL_BUDGET_SERVICE_URL": f"http://127.0.0.1:{port}",
-           "ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32)}
+           "ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32),
+           "ADFUNNEL_INTERNAL_TOKEN": INTERNAL_TOKEN}
     server = ServerProcess(pg_schema_url, clock="system", extra_env=env,
                            log_path=tmp_path / "ads.log")
     service = None
@@ -52,10 +54,12 @@ def test_a_fleet_servers_dashboard_reads_the_budget_service(pg_schema_url: str,
             "time_zone": "UTC", "flight_start": (today - timedelta(days=1)).isoformat()}
                         ).json()
         service = ManagedProcess(["budget-service", "--database-url", pg_schema_url],
-                                 log_path=tmp_path / "budget.log", port=port)
+                                 log_path=tmp_path / "budget.log", port=port,
+                                 extra_env={"ADFUNNEL_INTERNAL_TOKEN": INTERNAL_TOKEN})
         ui = httpx.Client(base_url=server.url, timeout=10)
-        assert ui.post("/ui/login", data={"api_key": server.admin_key}).status_code == 303
-        ui.cookies.set(COOKIE, server.admin_key, path="/ui")
+        login = ui.post("/ui/login", data={"api_key": server.admin_key})
+        assert login.status_code == 303
+        ui.cookies.set(COOKIE, login.cookies[COOKIE], path="/ui")
         deadline = time.monotonic() + 30
         while True:  # the service reads the campaign from the change log, then answers
             page = ui.get(f"/ui/campaigns/{camp['id']}")

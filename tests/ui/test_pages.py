@@ -56,10 +56,13 @@ def world(rt: Runtime) -> dict[str, Any]:
             "reviewer": rt.keys.issue("reviewer").key}
 
 
-def log_in(client: TestClient, key: str) -> None:
+def log_in(client: TestClient, key: str) -> str:
+    """Log in with ``key``; the session id the cookie holds."""
     r = client.post("/ui/login", data={"api_key": key})
     assert r.status_code == 303, r.text
-    client.cookies.set(COOKIE, key, path="/ui")
+    session_id = r.cookies[COOKIE]
+    client.cookies.set(COOKIE, session_id, path="/ui")
+    return session_id
 
 
 def test_login_cookie_and_refused_keys(client: TestClient, world: dict[str, Any]) -> None:
@@ -72,7 +75,8 @@ def test_login_cookie_and_refused_keys(client: TestClient, world: dict[str, Any]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
     assert client.get("/ui/campaigns").status_code == 200  # the client sends the cookie
     r = client.post("/ui/logout")
-    assert r.headers["location"] == "/ui/login" and 'adfunnel_key=""' in r.headers["set-cookie"]
+    assert r.headers["location"] == "/ui/login"
+    assert f'{COOKIE}=""' in r.headers["set-cookie"]
     client.cookies.clear()
     assert client.get("/ui/campaigns").headers["location"] == "/ui/login"
 

@@ -20,14 +20,17 @@ Public interface (what another part of the server, such as ``/ui``, calls):
 - :class:`Principal` — ``role`` (:class:`Role`), ``advertiser_id`` (advertisers only),
   ``key_prefix``; ``principal.owns(advertiser_id)`` (may change it: admin, or that
   advertiser) and ``principal.sees(advertiser_id)`` (may read it: also reviewers).
-- :class:`KeyStore` with :class:`MemoryKeyStore` and :class:`SqlKeyStore` (table
-  ``api_keys``, migration 0012; SQLite and PostgreSQL).
+- :class:`KeyStore` with :class:`MemoryKeyStore` and :class:`SqlKeyStore` (tables
+  ``api_keys``, migration 0012, and ``ui_sessions``, migration 0013; SQLite and
+  PostgreSQL).
 - HTTP (:mod:`adfunnel.auth.http`): :func:`install_auth` puts the
   :class:`Authenticate` middleware on an app (401 without a valid ``Authorization:
   Bearer <key>`` on every path not open, 403 for a role outside its areas);
   :data:`Caller` (a route parameter type) and :func:`require_role` are the FastAPI
-  dependencies. ``/ui`` is an open prefix: its pages resolve their own cookie with
-  ``app.state.api_keys.resolve``.
+  dependencies. ``/ui`` is an open prefix: its pages resolve their own server-side
+  sessions (``keys.open_session(key, ttl_s)``, ``keys.resolve_session(id)``,
+  ``keys.end_session(id)``; revoking a key ends its sessions) and call the API in
+  process as the session's principal (``IN_PROCESS_PRINCIPAL``).
 - :func:`bootstrap_admin_key` — the admin key a server starts with
   (``ADFUNNEL_ADMIN_KEY``, else generated and printed once).
 """

@@ -25,6 +25,7 @@ from adfunnel.auth.keys import Principal, Role
 from adfunnel.auth.ratelimit import RateLimiter, retry_after
 from adfunnel.auth.service import ApiKeys
 from adfunnel.http_errors import ApiError, error_response
+from adfunnel.internal_auth import bearer_key
 
 #: Paths anyone may call: the ad decision, the beacons, probes, the API's documents.
 OPEN_PATHS = frozenset({
@@ -38,17 +39,14 @@ OPEN_PREFIXES = ("/ui", "/static/", "/docs/", "/redoc/")
 #: and the advertiser. Every other protected path is the admin's.
 SHARED_AREAS = ("/v1/advertisers", "/v1/campaigns", "/v1/ads/", "/v1/review/")
 
+#: ASGI scope key of a principal already resolved in this process: the dashboard's
+#: in-process API calls act as the viewer of a server-side session without holding the
+#: viewer's key. A server never puts keys of its own in a scope, so no request from the
+#: network can carry one.
+IN_PROCESS_PRINCIPAL = "adfunnel.principal"
+
 _ASGI = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]],
                   Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
-
-
-def bearer_key(authorization: str | None) -> str | None:
-    """The key of an ``Authorization: Bearer <key>`` header value; None otherwise."""
-    if not authorization:
-        return None
-    scheme, _, key = authorization.strip().partition(" ")
-    key = key.strip()
-    return key if scheme.lower() == "bearer" and key else None
 
 
 def is_open(path: str) -> bool:
@@ -94,7 +92,9 @@ class Authenticate:
         header = next((v.decode("latin-1") for k, v in scope["headers"]
                        if k == b"authorization"), None)
         key = bearer_key(header)
-        principal = self.keys.resolve(key) if key else None
+        principal = scope.get(IN_PROCESS_PRINCIPAL)  # set in this process only
+        if not isinstance(principal, Principal):
+            principal = self.keys.resolve(key) if key else None
         if principal is None:
             problem = ("send Authorization: Bearer <API key>" if key is None
                        else "unknown or revoked API key")

@@ -1,8 +1,9 @@
 """API keys and the principal a key stands for: pure values, no I/O.
 
 A key is 32 random bytes as URL-safe base64 text (43 characters). It is shown once,
-when issued; the server keeps only its SHA-256 hex digest (a key this random needs no
-slow hash: nobody can guess one to compare against the digest) and a short public
+when issued (a dashboard session id, :class:`UiSession`, is made and kept the same
+way); the server keeps only its SHA-256 hex digest (a key this random needs no slow
+hash: nobody can guess one to compare against the digest) and a short public
 :func:`prefix` that lists and revokes it.
 """
 
@@ -67,6 +68,17 @@ class ApiKey:
     @property
     def principal(self) -> Principal:
         return Principal(self.role, self.advertiser_id, self.prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class UiSession:
+    """A dashboard session: the digest of its id (the id itself lives only in the
+    browser's cookie), the public prefix of the API key it acts for, and its life."""
+
+    digest: str
+    key_prefix: str
+    created_at: datetime
+    expires_at: datetime
 
 
 def generate_key() -> str:

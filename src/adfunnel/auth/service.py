@@ -9,8 +9,17 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from datetime import timedelta
 
-from adfunnel.auth.keys import ApiKey, Principal, Role, digest, generate_key, prefix
+from adfunnel.auth.keys import (
+    ApiKey,
+    Principal,
+    Role,
+    UiSession,
+    digest,
+    generate_key,
+    prefix,
+)
 from adfunnel.auth.store import DuplicateKey, KeyStore
 from adfunnel.clock import Clock
 
@@ -94,5 +103,44 @@ class ApiKeys:
         return self.store.list()
 
     def revoke(self, key_prefix: str) -> bool:
-        """Revoke the key named ``key_prefix``; False when no live key has it."""
-        return self.store.revoke(key_prefix, self.clock.now())
+        """Revoke the key named ``key_prefix`` and end its dashboard sessions; False
+        when no live key has it."""
+        done = self.store.revoke(key_prefix, self.clock.now())
+        if done:
+            self.store.end_sessions(key_prefix)
+        return done
+
+    # -- dashboard sessions ---------------------------------------------------------------
+    def open_session(self, key: str | None, ttl_s: float) -> str | None:
+        """A new dashboard session acting for ``key``, for ``ttl_s`` seconds of the
+        clock: its random id (shown only to the browser; the store keeps its digest),
+        or None when ``key`` resolves to no one. Expired sessions are dropped here."""
+        principal = self.resolve(key)
+        if principal is None:
+            return None
+        now = self.clock.now()
+        self.store.drop_expired_sessions(now)
+        session_id = generate_key()
+        self.store.add_session(UiSession(digest(session_id), principal.key_prefix, now,
+                                         now + timedelta(seconds=ttl_s)))
+        return session_id
+
+    def resolve_session(self, session_id: str | None) -> Principal | None:
+        """The principal a live session acts for; None for a missing, unknown or
+        expired session, or one whose key is revoked (checked on every call)."""
+        if not session_id:
+            return None
+        held = self.store.session(digest(session_id))
+        if held is None or held.expires_at <= self.clock.now():
+            return None
+        if held.key_prefix == self._bootstrap_prefix:
+            return Principal(Role.ADMIN, None, held.key_prefix)
+        record = self.store.by_prefix(held.key_prefix)
+        if record is None or record.revoked_at is not None:
+            return None
+        return record.principal
+
+    def end_session(self, session_id: str | None) -> None:
+        """Log a session out (nothing for an unknown one)."""
+        if session_id:
+            self.store.end_session(digest(session_id))

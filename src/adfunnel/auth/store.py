@@ -1,20 +1,34 @@
 """Where API keys are kept: the :class:`KeyStore` interface, in memory and in SQL.
 
 Both hold :class:`~adfunnel.auth.keys.ApiKey` records (digest and prefix, never a
-key). The SQL store's table ``api_keys`` is created by migration 0012 and works on
+key) and the dashboard's :class:`~adfunnel.auth.keys.UiSession` records (the digest of
+a session id, never the id, and the prefix of the key it acts for). The SQL store's
+tables ``api_keys`` (migration 0012) and ``ui_sessions`` (migration 0013) work on
 SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
-from sqlalchemy import BigInteger, Column, DateTime, Engine, String, Table, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Engine,
+    String,
+    Table,
+    delete,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.engine import RowMapping
 
-from adfunnel.auth.keys import ApiKey, Role
+from adfunnel.auth.keys import ApiKey, Role, UiSession
 from adfunnel.db import connection_guard, metadata
 
 api_keys = Table(
@@ -26,6 +40,15 @@ api_keys = Table(
     Column("advertiser_id", BigInteger, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("key_prefix", String(32), nullable=False, index=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
 )
 
 
@@ -53,12 +76,37 @@ class KeyStore(Protocol):
         key of that prefix (unknown, or revoked already)."""
         ...
 
+    def by_prefix(self, prefix: str) -> ApiKey | None:
+        """The key named ``prefix``, revoked or not; None when there is none."""
+        ...
+
+    def add_session(self, session: UiSession) -> None:
+        """Keep a new dashboard session."""
+        ...
+
+    def session(self, digest: str) -> UiSession | None:
+        """The session with this id digest, expired or not; None when there is none."""
+        ...
+
+    def end_session(self, digest: str) -> None:
+        """Forget one session (nothing when there is none)."""
+        ...
+
+    def end_sessions(self, key_prefix: str) -> int:
+        """Forget every session of the key ``key_prefix``; how many there were."""
+        ...
+
+    def drop_expired_sessions(self, now: datetime) -> int:
+        """Forget the sessions that expired at or before ``now``; how many."""
+        ...
+
 
 class MemoryKeyStore:
     """A :class:`KeyStore` in this process's memory (tests, throwaway servers)."""
 
     def __init__(self) -> None:
         self._keys: dict[str, ApiKey] = {}
+        self._sessions: dict[str, UiSession] = {}
         self._lock = threading.Lock()
 
     def add(self, key: ApiKey) -> None:
@@ -83,6 +131,33 @@ class MemoryKeyStore:
             self._keys[prefix] = ApiKey(key.prefix, key.digest, key.role,
                                         key.advertiser_id, key.created_at, at)
             return True
+
+    def by_prefix(self, prefix: str) -> ApiKey | None:
+        return self._keys.get(prefix)
+
+    def add_session(self, session: UiSession) -> None:
+        with self._lock:
+            self._sessions[session.digest] = session
+
+    def session(self, digest: str) -> UiSession | None:
+        return self._sessions.get(digest)
+
+    def end_session(self, digest: str) -> None:
+        with self._lock:
+            self._sessions.pop(digest, None)
+
+    def end_sessions(self, key_prefix: str) -> int:
+        return self._drop(lambda s: s.key_prefix == key_prefix)
+
+    def drop_expired_sessions(self, now: datetime) -> int:
+        return self._drop(lambda s: s.expires_at <= now)
+
+    def _drop(self, gone: Callable[[UiSession], bool]) -> int:
+        with self._lock:
+            doomed = [d for d, s in self._sessions.items() if gone(s)]
+            for d in doomed:
+                del self._sessions[d]
+            return len(doomed)
 
 
 class SqlKeyStore:
@@ -125,6 +200,40 @@ class SqlKeyStore:
                                        api_keys.c.revoked_at.is_(None))
                                 .values(revoked_at=at))
         return done.rowcount == 1
+
+    def by_prefix(self, prefix: str) -> ApiKey | None:
+        with self._guard, self.engine.connect() as conn:
+            row = conn.execute(select(api_keys).where(api_keys.c.prefix == prefix)
+                               ).mappings().first()
+        return None if row is None else _record(row)
+
+    def add_session(self, session: UiSession) -> None:
+        with self._guard, self.engine.begin() as conn:
+            conn.execute(insert(ui_sessions).values(
+                digest=session.digest, key_prefix=session.key_prefix,
+                created_at=session.created_at, expires_at=session.expires_at))
+
+    def session(self, digest: str) -> UiSession | None:
+        with self._guard, self.engine.connect() as conn:
+            row = conn.execute(select(ui_sessions).where(ui_sessions.c.digest == digest)
+                               ).mappings().first()
+        if row is None:
+            return None
+        return UiSession(row["digest"], row["key_prefix"], _aware(row["created_at"]),
+                         _aware(row["expires_at"]))
+
+    def end_session(self, digest: str) -> None:
+        self._delete(ui_sessions.c.digest == digest)
+
+    def end_sessions(self, key_prefix: str) -> int:
+        return self._delete(ui_sessions.c.key_prefix == key_prefix)
+
+    def drop_expired_sessions(self, now: datetime) -> int:
+        return self._delete(ui_sessions.c.expires_at <= now)
+
+    def _delete(self, where: Any) -> int:
+        with self._guard, self.engine.begin() as conn:
+            return conn.execute(delete(ui_sessions).where(where)).rowcount
 
 
 def _record(row: RowMapping) -> ApiKey:

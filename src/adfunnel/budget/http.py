@@ -10,10 +10,16 @@ shard (``adfunnel budget-service`` runs it under uvicorn):
   on its domain-time ticker, ``adfunnel.budget.process``);
 - ``GET /healthz``: ``{"ok": true, "shard": n}``.
 
+Who may call: every route but ``/healthz`` (``/metrics`` and the other routes
+``adfunnel.budget.process`` adds included) needs the deployment's internal token
+(``Authorization: Bearer <ADFUNNEL_INTERNAL_TOKEN>``, :mod:`adfunnel.internal_auth`:
+401 without, 403 with another); bodies over ``max_body_bytes`` answer 413 JSON before
+they are parsed (:mod:`adfunnel.body_limit`).
+
 Client: :class:`HttpReportTransport`, the ``ReportTransport`` of an ad server's
 ``BudgetClient`` over httpx (per shard a primary URL and optional standbys, written
-``primary|standby``). Failures never raise into the caller: the entries stay pending
-and the client fails closed after 60 s.
+``primary|standby``), sending the internal token. Failures never raise into the
+caller: the entries stay pending and the client fails closed after 60 s.
 """
 
 from __future__ import annotations
@@ -26,12 +32,15 @@ import httpx
 import msgspec
 import numpy as np
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from adfunnel.body_limit import BodyLimit
 from adfunnel.budget.protocol import BilledColumns, BilledUpdate, Reply, Report
 from adfunnel.budget.service import BudgetService
+from adfunnel.internal_auth import InternalAuth, internal_headers
 
 _report_decoder = msgspec.json.Decoder(Report)
 _billed_decoder = msgspec.json.Decoder(list[BilledUpdate])
@@ -40,6 +49,12 @@ _reply_decoder = msgspec.json.Decoder(Reply)
 
 #: A billed post of at least this many updates is applied in bulk (columns).
 BULK_BILLED = 64
+#: Largest request body a shard reads, bytes: a report of ~100,000 campaign entries
+#: (a fleet's busiest second) fits; past it 413 before any parsing.
+MAX_BODY_BYTES = 16 << 20
+#: Paths open without the internal token: the liveness probe only (``/metrics`` needs
+#: it, as an ad server's ``/metrics`` needs an admin key: it shows spend per campaign).
+OPEN_PATHS = ("/healthz",)
 
 
 def billed_columns(updates: Sequence[BilledUpdate]) -> BilledColumns:
@@ -65,9 +80,11 @@ def billed_columns(updates: Sequence[BilledUpdate]) -> BilledColumns:
         col(u.lifetime_billed_before_micros for u in updates))
 
 
-def create_app(service: BudgetService, *, lock: threading.Lock | None = None) -> Starlette:
-    """The Starlette app of one shard. ``lock`` serialises every use of ``service``
-    (pass the one other threads of the process use too)."""
+def create_app(service: BudgetService, *, token: str, lock: threading.Lock | None = None,
+               max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
+    """The Starlette app of one shard. ``token``: the internal token every caller sends
+    (module docstring); ``lock`` serialises every use of ``service`` (pass the one other
+    threads of the process use too); ``max_body_bytes``: the body limit, bytes."""
     lock = lock or threading.Lock()
 
     async def report(request: Request) -> Response:
@@ -110,6 +127,9 @@ def create_app(service: BudgetService, *, lock: threading.Lock | None = None) ->
             Route("/v1/step", step, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
         ],
+        # the token before the body: a stranger's body is never read
+        middleware=[Middleware(InternalAuth, token=token, open_paths=OPEN_PATHS),
+                    Middleware(BodyLimit, max_bytes=max_body_bytes)],
     )
 
 
@@ -124,9 +144,11 @@ class HttpReportTransport:
     ``on_reply`` on success; errors are counted in ``failures`` and otherwise ignored.
     """
 
-    def __init__(self, base_urls: Sequence[str], *, timeout_s: float = 0.5,
+    def __init__(self, base_urls: Sequence[str], *, token: str, timeout_s: float = 0.5,
                  client: httpx.Client | None = None) -> None:
+        """``token``: the deployment's internal token, sent with every post."""
         self.candidates = [[u.rstrip("/") for u in entry.split("|") if u] for entry in base_urls]
+        self._headers = {"content-type": "application/json", **internal_headers(token)}
         self._active = [0] * len(self.candidates)
         self._http = client or httpx.Client(timeout=timeout_s)
         self.failures = 0
@@ -143,7 +165,7 @@ class HttpReportTransport:
             i = (self._active[report.shard] + attempt) % len(urls)
             try:
                 r = self._http.post(urls[i] + "/v1/report", content=body,
-                                    headers={"content-type": "application/json"})
+                                    headers=self._headers)
                 r.raise_for_status()
                 reply = _reply_decoder.decode(r.content)
             except (httpx.HTTPError, msgspec.DecodeError):
@@ -157,7 +179,7 @@ class HttpReportTransport:
         """Post billed totals to a shard (the aggregator's side). Raises httpx.HTTPError."""
         r = self._http.post(self.base_urls[shard] + "/v1/billed",
                             content=msgspec.json.encode(list(updates)),
-                            headers={"content-type": "application/json"})
+                            headers=self._headers)
         r.raise_for_status()
 
     def close(self) -> None:

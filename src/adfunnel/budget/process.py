@@ -43,7 +43,7 @@ from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.days import add_day_routes
 from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
 from adfunnel.budget.gate import NO_SLICE, Served
-from adfunnel.budget.http import HttpReportTransport, create_app
+from adfunnel.budget.http import MAX_BODY_BYTES, HttpReportTransport, create_app
 from adfunnel.budget.protocol import Reply, Report
 from adfunnel.budget.service import (
     BID_TYPES,
@@ -168,13 +168,16 @@ class BudgetServiceProcess:
             Job("step", control_interval_s, self.step),
         ], name="budget-service", poll_s=min(0.1, poll_s))
 
-    def app(self) -> Starlette:
+    def app(self, token: str, *, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
         """The shard's HTTP app plus ``GET /v1/status`` (budget state, p and pacing status
         per campaign on its current local day), ``GET /metrics`` (Prometheus, with the
         per-campaign series of :mod:`adfunnel.observability.metrics`) and the
         dashboard's ``GET /v1/days`` (:mod:`adfunnel.budget.days`). The control step
-        runs on the process's ticker (domain time), not in the app."""
-        app = create_app(self.service, lock=self.lock)
+        runs on the process's ticker (domain time), not in the app. Every route but
+        ``/healthz`` needs the internal ``token``
+        (:func:`adfunnel.budget.http.create_app`)."""
+        app = create_app(self.service, token=token, lock=self.lock,
+                         max_body_bytes=max_body_bytes)
         app.router.routes.append(Route("/v1/status", self._status, methods=["GET"]))
         app.router.routes.append(Route("/metrics", _metrics, methods=["GET"]))
         add_day_routes(app.router.routes, self.service, self.lock, self.clock)
@@ -322,10 +325,11 @@ def _status_of(cid: int, cd: CampaignDay, now: float) -> dict[str, object]:
 class ReportingBudgetClient(BudgetClient):
     """A :class:`BudgetClient` over HTTP that reports once a second from a thread."""
 
-    def __init__(self, clock: Clock, service_urls: list[str], *, report_every_s: float = 1.0,
-                 server_id: str | None = None) -> None:
-        """``service_urls[shard]`` serves that shard; reports every ``report_every_s`` s."""
-        self.http_transport = HttpReportTransport(service_urls)
+    def __init__(self, clock: Clock, service_urls: list[str], *, token: str,
+                 report_every_s: float = 1.0, server_id: str | None = None) -> None:
+        """``service_urls[shard]`` serves that shard; reports every ``report_every_s`` s
+        with the internal ``token``."""
+        self.http_transport = HttpReportTransport(service_urls, token=token)
         super().__init__(server_id or f"ads-{uuid.uuid4().hex[:12]}", clock, self.http_transport,
                          shards=len(service_urls))
         self._reporter = Ticker(clock, [Job("report", report_every_s, self.report)],

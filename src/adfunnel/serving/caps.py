@@ -7,7 +7,9 @@ A decision meets caps twice:
    (``capped``, the cap named in the rejection's detail); when the read fails or is late
    every candidate with caps drops out (``cap_unavailable``, counted in
    ``adfunnel_cap_unavailable_total``); a request without a user key is never served
-   a capped ad (``no_user_key``). A cap is never silently ignored.
+   a capped ad (``no_user_key``). A cap is never silently ignored: a process that is one
+   of several serving processes without a shared store refuses every candidate with
+   caps (``cap_unavailable``, :mod:`adfunnel.frequency.scope`).
 2. **Count**, after the auction: the winners' counters are checked and incremented in
    one atomic store call, so parallel requests for one user on many processes never
    pass a cap. A winner refused there loses its slot; the decider runs the auction
@@ -58,7 +60,8 @@ NO_USER_KEY = "no_user_key"
 
 CAP_UNAVAILABLE_TOTAL = Counter(
     "adfunnel_cap_unavailable_total",
-    "Decisions whose cap records could not be read (screen) or counted (count) in time",
+    "Decisions whose cap records could not be read (screen) or counted (count) in time, "
+    "or whose capped candidates had no shared cap store (no_shared_store)",
     ["step"],
 )
 
@@ -222,9 +225,15 @@ def add_counts(held: CapCounts | None, user_key: str, at: datetime,
 class CapGate:
     """The decision's side of frequency caps over a :class:`FrequencyStore`."""
 
-    def __init__(self, store: FrequencyStore, book: CapBook) -> None:
+    def __init__(self, store: FrequencyStore, book: CapBook, *,
+                 refused: str | None = None) -> None:
+        """``refused``: when set, no capped candidate may serve in this process (several
+        serving processes without a shared store, :mod:`adfunnel.frequency.scope`): each
+        drops out as ``cap_unavailable`` with ``refused`` as its detail, and the store
+        is never read."""
         self.store = store
         self.book = book
+        self.refused = refused
 
     def screen(self, user_key: str | None, candidates: Sequence[tuple[int, Campaign]],
                at: datetime) -> Screen:
@@ -233,6 +242,9 @@ class CapGate:
         n = len(candidates)
         if not n:
             return Screen([], [])
+        if self.refused is not None:
+            CAP_UNAVAILABLE_TOTAL.labels("no_shared_store").inc()
+            return Screen([CAP_UNAVAILABLE] * n, [self.refused] * n)
         if not user_key:
             return Screen([NO_USER_KEY] * n, [None] * n)
         plans = [self.book.plan(ad_id, c, at) for ad_id, c in candidates]

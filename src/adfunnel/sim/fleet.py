@@ -27,6 +27,7 @@ from sqlalchemy import create_engine, text
 
 from adfunnel.auth.keys import generate_key
 from adfunnel.campaigns.migrate import upgrade
+from adfunnel.internal_auth import internal_headers
 from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ManagedProcess
 
@@ -38,6 +39,9 @@ class FleetConfig:
     """A fleet run. ``rate`` is ad requests per second over all servers."""
 
     database_url: str = "postgresql://postgres@127.0.0.1:5432/test"
+    #: the frequency-cap store every ad server shares (a fleet without one would not
+    #: serve capped campaigns: adfunnel.frequency.scope)
+    redis_url: str = "redis://127.0.0.1:6379"
     servers: int = 3
     duration_s: float = 120.0
     rate: float = 100.0
@@ -113,14 +117,16 @@ def _log(cfg: FleetConfig, name: str) -> Path | None:
 
 
 def _run(cfg: FleetConfig, url: str, procs: list[ManagedProcess]) -> dict[str, Any]:
-    # one token secret and one admin key for every process of the fleet
-    env = {"ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32), "ADFUNNEL_ADMIN_KEY": generate_key()}
+    # one token secret, one admin key and one internal token for every process of the fleet
+    env = {"ADFUNNEL_TOKEN_SECRET": secrets.token_hex(32), "ADFUNNEL_ADMIN_KEY": generate_key(),
+           "ADFUNNEL_INTERNAL_TOKEN": secrets.token_hex(32)}
     budget = ManagedProcess(
         ["budget-service", "--database-url", url, "--control-interval-s",
          str(cfg.control_interval_s), "--billed-every-s", str(cfg.billed_every_s)],
         extra_env=env, log_path=_log(cfg, "budget-service"))
     procs.append(budget)
     env["ADFUNNEL_BUDGET_SERVICE_URL"] = budget.url
+    env["ADFUNNEL_REDIS_URL"] = cfg.redis_url
     env["ADFUNNEL_PCTR_PRIOR"] = str(cfg.click_rate)
     serve = ["serve", "--database-url", url, "--clock", "system"]
     servers = [ManagedProcess(serve, health_path="/readyz", extra_env=env,
@@ -142,7 +148,8 @@ def _run(cfg: FleetConfig, url: str, procs: list[ManagedProcess]) -> dict[str, A
     threads = [threading.Thread(target=_drive, args=(cfg, i, alive, tracker.url, obs, stop, t0))
                for i in range(cfg.driver_threads)]
     latest: dict[int, dict[str, Any]] = {}
-    threads.append(threading.Thread(target=_monitor, args=(budget.url, states, latest, stop)))
+    threads.append(threading.Thread(target=_monitor, args=(
+        budget.url, env["ADFUNNEL_INTERNAL_TOKEN"], states, latest, stop)))
     for t in threads:
         t.start()
     _at(t0 + cfg.duration_s / 3)
@@ -244,10 +251,11 @@ def _drive(cfg: FleetConfig, n: int, alive: list[ManagedProcess], tracker: str, 
     http.close()
 
 
-def _monitor(budget_url: str, states: list[tuple[float, dict[int, str]]],
+def _monitor(budget_url: str, token: str, states: list[tuple[float, dict[int, str]]],
              latest: dict[int, dict[str, Any]], stop: threading.Event) -> None:
-    """Poll the budget service's per-campaign state twice a second."""
-    http = httpx.Client(timeout=2.0)
+    """Poll the budget service's per-campaign state twice a second (with the fleet's
+    internal ``token``)."""
+    http = httpx.Client(timeout=2.0, headers=internal_headers(token))
     while not stop.wait(0.5):
         try:
             rows = http.get(budget_url + "/v1/status").json()

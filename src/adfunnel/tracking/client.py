@@ -67,10 +67,18 @@ class ClientResolver:
         return facts
 
 
+def trusted_peer(peer: str | None, trusted: Sequence[Network]) -> bool:
+    """True when the socket's ``peer`` may speak for the client (its ``X-Forwarded-*``
+    headers are believed): one of the ``trusted`` proxies, or a local transport (a peer
+    that is not an IP address). The one rule for beacons and the dashboard's cookie."""
+    address = _address(peer)
+    return address is None or _trusted(address, trusted)
+
+
 def _resolve(peer: str | None, forwarded_for: str | None, user_agent: str | None,
              trusted: Sequence[Network]) -> ClientFacts:
     address = _address(peer)
-    if address is not None and not _trusted(address, trusted):
+    if not trusted_peer(peer, trusted):
         return ClientFacts(peer, user_agent)
     if forwarded_for:
         hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]

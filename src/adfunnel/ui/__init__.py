@@ -16,14 +16,15 @@ from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
 from adfunnel.ui.routes import STATIC_URL, make_ui_router
-from adfunnel.ui.session import Resolver
+from adfunnel.ui.session import Sessions
 
 __all__ = ["install_ui"]
 
 
-def install_ui(app: FastAPI, rt: Any, resolve: Resolver) -> None:
+def install_ui(app: FastAPI, rt: Any, sessions: Sessions) -> None:
     """Add the ``/ui`` pages and their static files to ``app`` over the embedded runtime
-    ``rt``; ``resolve`` maps an API key to its principal (None: unknown or revoked)."""
-    app.include_router(make_ui_router(rt, resolve))
+    ``rt``; ``sessions`` opens and resolves the dashboard's server-side sessions
+    (``ApiKeys``)."""
+    app.include_router(make_ui_router(rt, sessions))
     app.mount(STATIC_URL, StaticFiles(directory=Path(__file__).parent / "static"),
               name="ui-static")

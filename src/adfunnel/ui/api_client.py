@@ -1,5 +1,9 @@
-"""The dashboard's way to the advertiser API: the same app, in process, with the
-viewer's own key.
+"""The dashboard's way to the advertiser API: the same app, in process, as the viewer.
+
+The viewer's principal (resolved from the server-side session) rides in the ASGI scope
+(``adfunnel.auth.http.IN_PROCESS_PRINCIPAL``), never a key: the dashboard holds no
+key after login, and the API's own checks (role areas, rate limits, each route's
+ownership rules) apply to it as to a bearer of the key.
 
 Every read and write of a page goes through the API routes (httpx over ASGI, no
 socket), so the dashboard can never see or do more than the viewer's key may through
@@ -14,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from adfunnel.auth.http import IN_PROCESS_PRINCIPAL
 
 #: Host name of in-process requests (never resolved: the transport is the app itself).
 INTERNAL_BASE = "http://adfunnel.internal"
@@ -56,13 +62,15 @@ class ApiFailure(Exception):
 
 
 class ApiClient:
-    """Requests to ``app`` as the holder of ``key`` (``Authorization: Bearer``)."""
+    """Requests to ``app`` as ``principal`` (an :class:`adfunnel.auth.keys.Principal`)."""
 
-    def __init__(self, app: Any, key: str, request_id: str | None = None) -> None:
-        headers = {"Authorization": f"Bearer {key}"}
-        if request_id:
-            headers["x-request-id"] = request_id
-        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+    def __init__(self, app: Any, principal: Any, request_id: str | None = None) -> None:
+        headers = {"x-request-id": request_id} if request_id else {}
+
+        async def as_viewer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            await app({**scope, IN_PROCESS_PRINCIPAL: principal}, receive, send)
+
+        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=as_viewer),
                                          base_url=INTERNAL_BASE, headers=headers)
 
     async def __aenter__(self) -> ApiClient:

@@ -19,6 +19,7 @@ import httpx
 from adfunnel.budget.days import day_view
 from adfunnel.budget.process import BudgetServiceProcess
 from adfunnel.clock import Clock
+from adfunnel.internal_auth import internal_headers
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +64,12 @@ class LocalBudgetReads:
 
 class RemoteBudgetReads:
     """A fleet's budget shards: ``urls[campaign_id % len(urls)]`` holds a campaign (the
-    budget client's routing)."""
+    budget client's routing). Every read sends the internal ``token``."""
 
-    def __init__(self, urls: Sequence[str], *, timeout_s: float = REMOTE_TIMEOUT_S,
+    def __init__(self, urls: Sequence[str], *, token: str,
+                 timeout_s: float = REMOTE_TIMEOUT_S,
                  clients: Sequence[httpx.AsyncClient] | None = None) -> None:
+        self._headers = internal_headers(token)
         self.clients = list(clients) if clients is not None else [
             httpx.AsyncClient(base_url=u.rstrip("/"), timeout=timeout_s) for u in urls]
 
@@ -87,7 +90,7 @@ class RemoteBudgetReads:
                    ) -> dict[str, Any] | None:
         client = self.clients[shard]
         try:
-            r = await client.get(path, params=params)
+            r = await client.get(path, params=params, headers=self._headers)
         except httpx.HTTPError as exc:
             log.warning("budget shard %s did not answer %s: %s", client.base_url, path, exc)
             return None

@@ -57,7 +57,10 @@ class ServerFacts:
         if isinstance(gate, InProcessBudget):
             self.reads, self.client = LocalBudgetReads(gate.process, rt.clock), gate.client
         elif isinstance(gate, BudgetClient) and rt.settings.budget_service_url:
-            self.reads = RemoteBudgetReads(rt.settings.budget_service_url.split(","))
+            token = rt.settings.internal_token
+            assert token is not None  # settings require it with budget_service_url
+            self.reads = RemoteBudgetReads(rt.settings.budget_service_url.split(","),
+                                           token=token)
             self.client = gate
         self.traffic = SqlTrafficLog(rt.engine)
 

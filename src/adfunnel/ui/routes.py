@@ -3,7 +3,8 @@
 Pages::
 
     GET  /ui                         → the viewer's first page (or the login form)
-    GET  /ui/login, POST /ui/login   API key form → session cookie; POST /ui/logout
+    GET  /ui/login, POST /ui/login   API key form → server-side session (cookie: its id)
+    POST /ui/logout                  ends the session
     GET  /ui/campaigns               campaign list (admin: every advertiser, ?advertiser_id=)
     POST /ui/campaigns               new campaign
     GET  /ui/campaigns/{id}          campaign page (chart, hourly table, ads, edit forms)
@@ -34,6 +35,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from adfunnel.money import MICROS_PER_UNIT
+from adfunnel.tracking.client import parse_networks
 from adfunnel.ui import views
 from adfunnel.ui.api_client import ApiAnswer, ApiClient, ApiFailure
 from adfunnel.ui.facts import ServerFacts
@@ -50,7 +52,16 @@ from adfunnel.ui.forms import (
     submitted_rows,
     units_to_micros,
 )
-from adfunnel.ui.session import Resolver, Viewer, current_viewer, log_in, log_out, viewer_for
+from adfunnel.ui.session import (
+    COOKIE,
+    SESSION_TTL_S,
+    Sessions,
+    Viewer,
+    came_over_https,
+    current_viewer,
+    log_in,
+    log_out,
+)
 
 HERE = Path(__file__).parent
 STATIC_URL = "/ui/static"
@@ -77,12 +88,13 @@ def make_templates() -> Jinja2Templates:
     return templates
 
 
-def make_ui_router(rt: Any, resolve: Resolver) -> APIRouter:
+def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
     """The ``/ui`` routes over an embedded runtime (:class:`adfunnel.app.Runtime`);
-    ``resolve`` turns a key into its principal (``ApiKeys.resolve``)."""
+    ``sessions`` opens, resolves and ends the server-side sessions (``ApiKeys``)."""
     router = APIRouter(include_in_schema=False)
     templates = make_templates()
     facts = ServerFacts(rt)
+    proxies = parse_networks(rt.settings.trusted_proxies)  # whose X-Forwarded-Proto counts
 
     def render(request: Request, name: str, viewer: Viewer | None, status: int = 200,
                **context: Any) -> HTMLResponse:
@@ -94,10 +106,10 @@ def make_ui_router(rt: Any, resolve: Resolver) -> APIRouter:
         refused read answers the same status as a page."""
         @wraps(handler)
         async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Response:
-            viewer = current_viewer(request, resolve)
+            viewer = current_viewer(request, sessions)
             if viewer is None:
                 return RedirectResponse("/ui/login", status_code=303)
-            async with ApiClient(request.app, viewer.key) as api:
+            async with ApiClient(request.app, viewer.principal) as api:
                 try:
                     return await handler(request, viewer, api, *args, **kwargs)
                 except ApiFailure as exc:
@@ -119,7 +131,7 @@ def make_ui_router(rt: Any, resolve: Resolver) -> APIRouter:
     @router.get("/ui")
     @router.get("/ui/")
     async def home(request: Request) -> Response:
-        viewer = current_viewer(request, resolve)
+        viewer = current_viewer(request, sessions)
         if viewer is None:
             return RedirectResponse("/ui/login", status_code=303)
         target = "/ui/campaigns" if viewer.sees_campaigns else "/ui/review"
@@ -133,16 +145,17 @@ def make_ui_router(rt: Any, resolve: Resolver) -> APIRouter:
     async def login(request: Request) -> Response:
         form = await request.form()
         key = str(form.get("api_key", "")).strip()
-        viewer = viewer_for(key, resolve)
-        if viewer is None:
+        session_id = sessions.open_session(key, SESSION_TTL_S)
+        if session_id is None:
             return render(request, "login.html", None, status=401,
                           error="This key is unknown or has been revoked.")
         response = RedirectResponse("/ui", status_code=303)
-        log_in(response, request, key)
+        log_in(response, session_id, secure=came_over_https(request, proxies))
         return response
 
     @router.post("/ui/logout")
-    async def logout(_: Request) -> Response:
+    async def logout(request: Request) -> Response:
+        sessions.end_session(request.cookies.get(COOKIE))
         response = RedirectResponse("/ui/login", status_code=303)
         log_out(response)
         return response

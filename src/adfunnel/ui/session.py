@@ -1,33 +1,52 @@
-"""Who is looking: the API key in the session cookie, resolved to a :class:`Viewer`.
+"""Who is looking: a server-side session, named by the id in the session cookie,
+resolved to a :class:`Viewer`.
 
-Logging in puts the key itself in an HttpOnly, SameSite=Strict cookie scoped to
-``/ui`` (Secure over HTTPS): scripts cannot read it and no other site's page can make
-the browser send it, so forms need no separate CSRF token. Each request resolves the
-key again, so a revoked key logs its holder out at the next click.
+Logging in with an API key opens a session in the auth store
+(:meth:`adfunnel.auth.service.ApiKeys.open_session`): a random id, kept there only as
+its digest with the key's public prefix and an expiry (:data:`SESSION_TTL_S` on the
+server's clock). The cookie holds that id, never the key: HttpOnly, SameSite=Strict,
+scoped to ``/ui``, and ``Secure`` whenever the request came over HTTPS — directly, or
+through a trusted proxy (``ADFUNNEL_TRUSTED_PROXIES``) that says so in
+``X-Forwarded-Proto`` (:func:`came_over_https`). Scripts cannot read the cookie and no
+other site's page can make the browser send it, so forms need no separate CSRF token.
+
+Each request resolves the session again: an expired session, one logged out, or one
+whose key was revoked (revoking a key also deletes its sessions) sends its holder to
+the login page at the next click.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-COOKIE = "adfunnel_key"
-COOKIE_PATH = "/ui"
-#: Seconds a login lasts in the browser (the key itself may be revoked sooner).
-COOKIE_MAX_AGE_S = 12 * 3600
+from adfunnel.tracking.client import Network, trusted_peer
 
-#: A key → its principal (``role``, ``advertiser_id``, ``key_prefix``), or None for an
-#: unknown or revoked key: ``adfunnel.auth.service.ApiKeys.resolve``.
-Resolver = Callable[[str], Any]
+COOKIE = "adfunnel_session"
+COOKIE_PATH = "/ui"
+#: Seconds a session lasts (on the server's clock; the cookie's Max-Age matches).
+SESSION_TTL_S = 12 * 3600
+
+
+class Sessions(Protocol):
+    """The auth store's sessions (:class:`adfunnel.auth.service.ApiKeys`)."""
+
+    def open_session(self, key: str | None, ttl_s: float) -> str | None: ...
+
+    def resolve_session(self, session_id: str | None) -> Any: ...
+
+    def end_session(self, session_id: str | None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Viewer:
-    key: str
+    """The principal of a live session (:class:`adfunnel.auth.keys.Principal`)."""
+
+    principal: Any
     role: str
     advertiser_id: int | None
     key_prefix: str
@@ -53,25 +72,32 @@ class Viewer:
         return self.is_admin or self.is_reviewer
 
 
-def viewer_for(key: str | None, resolve: Resolver) -> Viewer | None:
-    """The viewer a key stands for; None for no key or one the server does not know."""
-    if not key:
-        return None
-    principal = resolve(key)
+def current_viewer(request: Request, sessions: Sessions) -> Viewer | None:
+    """The viewer of the request's session cookie; None without a live session."""
+    principal = sessions.resolve_session(request.cookies.get(COOKIE))
     if principal is None:
         return None
     role = str(getattr(principal.role, "value", principal.role))
-    return Viewer(key, role, principal.advertiser_id, principal.key_prefix)
+    return Viewer(principal, role, principal.advertiser_id, principal.key_prefix)
 
 
-def current_viewer(request: Request, resolve: Resolver) -> Viewer | None:
-    return viewer_for(request.cookies.get(COOKIE), resolve)
+def came_over_https(request: Request, trusted: Sequence[Network]) -> bool:
+    """True when the browser's request came over HTTPS: this connection is TLS, or its
+    peer is a trusted proxy (the beacons' rule, :func:`trusted_peer`) whose
+    ``X-Forwarded-Proto`` (the nearest proxy's, right-most, value) is ``https``."""
+    if request.url.scheme == "https":
+        return True
+    forwarded = request.headers.get("x-forwarded-proto")
+    if not forwarded:
+        return False
+    peer = request.client.host if request.client else None
+    nearest = forwarded.split(",")[-1].strip().lower()
+    return nearest == "https" and trusted_peer(peer, trusted)
 
 
-def log_in(response: Response, request: Request, key: str) -> None:
-    response.set_cookie(COOKIE, key, max_age=COOKIE_MAX_AGE_S, path=COOKIE_PATH,
-                        httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
+def log_in(response: Response, session_id: str, *, secure: bool) -> None:
+    response.set_cookie(COOKIE, session_id, max_age=SESSION_TTL_S, path=COOKIE_PATH,
+                        httponly=True, samesite="strict", secure=secure)
 
 
 def log_out(response: Response) -> None:
