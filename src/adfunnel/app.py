@@ -211,7 +211,8 @@ def build_runtime(
     follow_model_releases(catalog, decider, settings, monitor, cvr)
     rollups = make_rollup_store(engine)
     dirty = DirtyHours(rollups)  # hours the aggregator touched, refreshed every few seconds
-    background.append(Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh").start())
+    background.append(Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh", clock,
+                               run_on_move=True).start())
     events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
                               on_lifetime_spent=lambda cid: mark_completed(store, cid),
                               on_hours=dirty.mark,
@@ -228,8 +229,8 @@ def build_runtime(
                    served)
 
 
-#: Real seconds between refreshes of the rollup hours the aggregator touched (an
-#: operational cadence, like a flush: not a domain schedule).
+#: Seconds of the injected clock between refreshes of the rollup hours the aggregator
+#: touched (on a manual clock they follow its moves, so a replay's reports fill in).
 ROLLUP_REFRESH_S = 5.0
 
 
