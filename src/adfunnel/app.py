@@ -61,6 +61,7 @@ from adfunnel.compiled import warm_up
 from adfunnel.db import make_engine
 from adfunnel.event_plane import EventPlane, make_event_plane
 from adfunnel.events.compactor import compact
+from adfunnel.events.served_erasure import erase_user as erase_served
 from adfunnel.events.served_log import ServedLog
 from adfunnel.frequency.redis_store import RedisFrequencyStore
 from adfunnel.frequency.scope import NO_SHARED_STORE, caps_refused
@@ -215,7 +216,8 @@ def build_runtime(
     follow_model_releases(catalog, decider, settings, monitor, cvr)
     rollups = make_rollup_store(engine)
     dirty = DirtyHours(rollups)  # hours the aggregator touched, refreshed every few seconds
-    background.append(Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh").start())
+    background.append(Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh", clock,
+                               run_on_move=True).start())
     events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
                               on_lifetime_spent=lambda cid: mark_completed(store, cid),
                               on_hours=dirty.mark,
@@ -232,8 +234,8 @@ def build_runtime(
                    served)
 
 
-#: Real seconds between refreshes of the rollup hours the aggregator touched (an
-#: operational cadence, like a flush: not a domain schedule).
+#: Seconds of the injected clock between refreshes of the rollup hours the aggregator
+#: touched (on a manual clock they follow its moves, so a replay's reports fill in).
 ROLLUP_REFRESH_S = 5.0
 
 
@@ -432,12 +434,23 @@ def build_app(rt: Runtime) -> RequestLog:
                              "model": model})
 
     def erase_user(request: Request) -> Response:
-        """Erase one user's frequency-cap records (204); 503 when the store fails."""
+        """Erase one user: the frequency-cap records, and every served-log record of
+        the user's key (:mod:`adfunnel.events.served_erasure`) (204); 503 when the cap
+        store or the served log's files fail (a retry is safe)."""
+        key = request.path_params["key"]
         try:
-            rt.caps.erase(request.path_params["key"])
+            rt.caps.erase(key)
         except CapStoreUnavailable:
             return error_response(503, "cap_store_unavailable",
                                   [("key", "the frequency-cap store did not answer")])
+        if rt.served is not None:
+            try:
+                erase_served(rt.served, key)
+            except (OSError, TimeoutError):
+                logging.getLogger("adfunnel.erasure").exception(
+                    "the served log could not be rewritten")
+                return error_response(503, "served_log_unavailable",
+                                      [("key", "the served log could not be rewritten")])
         return Response(status_code=204)
 
     async def budget_pacing(_: Request) -> Response:

@@ -142,7 +142,8 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
             "type": "object", "properties": {"now": {"type": "string"}}}),
             **{str(c): _error(c) for c in (400, 409, 422)}}}},
     "/v1/users/{key}": {"delete": {
-        "tags": ["admin"], "summary": "Erase one user's frequency-cap records",
+        "tags": ["admin"],
+        "summary": "Erase one user: frequency-cap records and served-log records",
         "parameters": [_path("key")],
         "responses": {"204": {"description": "Erased"}, "503": _error(503)}}},
     "/metrics": {"get": {

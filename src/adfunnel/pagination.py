@@ -4,9 +4,12 @@ Every list answers ``{"items": [...], "next_cursor": str | null}``: at most ``li
 items (1 … :data:`MAX_LIMIT`, default :data:`DEFAULT_LIMIT`) in key order, and the
 cursor of the next page (null on the last). A cursor is opaque to clients: URL-safe
 base64 of the list's name and the last key it showed, so the next page is a keyset
-query (``id > key``) that neither skips nor repeats rows when rows are added between
-pages. A cursor of another list, or text that is not a cursor, is refused with 422
-naming ``cursor``.
+query (``key > cursor``). The key must only grow with creation (a numeric id, a
+creation sequence, a creation time): then rows added between pages are neither skipped
+nor repeated. A key new rows can sort before (an id the caller chooses, a random key
+prefix) breaks that: tests/campaigns/test_pagination_growth.py holds every list to it.
+A cursor of another list, or text that is not a cursor, is refused with 422 naming
+``cursor``.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from adfunnel.clock import Clock
 
@@ -123,24 +124,42 @@ class Ticker:
 
 
 class Periodic:
-    """Calls ``fn`` every ``every_s`` seconds of domain time on a daemon thread: a
-    :class:`Ticker` of one job."""
+    """Calls ``fn`` every ``every_s`` seconds of domain time (``clock``, the injected
+    clock: never the machine's behind the domain's back) on a daemon thread: a
+    :class:`Ticker` of one job.
+
+    With ``run_on_move`` and a :class:`~adfunnel.clock.ManualClock`, due work also runs
+    in the mover's thread right after each move (as the embedded budget service's does),
+    so a replay that moves the clock reads what the job made of the time it reached.
+    """
 
     def __init__(self, fn: Callable[[], object], every_s: float, name: str,
-                 clock: Clock | None = None) -> None:
-        from adfunnel.clock import SystemClock
+                 clock: Clock, *, run_on_move: bool = False) -> None:
+        from adfunnel.clock import ManualClock
 
         self.fn = fn
         self.every_s = every_s
-        self._ticker = Ticker(clock or SystemClock(), [Job(name, every_s, fn)], name=name,
+        self._ticker = Ticker(clock, [Job(name, every_s, fn)], name=name,
                               poll_s=min(0.1, every_s))
         # the first run is one period after the start, as a plain timer loop would
         self._ticker._due.due(self._ticker.clock.now().timestamp())
+        self._stopped = False
+        if run_on_move and isinstance(clock, ManualClock):
+            clock.on_move(self._moved)
 
     def start(self) -> Periodic:
         self._ticker.start()
         return self
 
+    def run_due(self, t: float | None = None) -> bool:
+        """Call ``fn`` now if it is due at Unix time ``t`` (default: the clock's now)."""
+        return bool(self._ticker.run_due(t))
+
     def stop(self, *, final: bool = False) -> None:
         """Stop the thread; with ``final`` call ``fn`` once more (a last flush)."""
+        self._stopped = True
         self._ticker.stop(final=final)
+
+    def _moved(self, at: datetime) -> None:
+        if not self._stopped:  # a stopped job's resources (its engine) may be gone
+            self.run_due(at.timestamp())

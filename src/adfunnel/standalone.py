@@ -115,7 +115,8 @@ def run_aggregator(settings: Settings, partitions: Sequence[int] | None,
     ``stop`` is set; the plane, closed, for its statistics."""
     side = CampaignSide.open(settings)
     dirty = DirtyHours(make_rollup_store(side.store.engine))
-    refresh = Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh").start()
+    refresh = Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh", side.clock,
+                       run_on_move=True).start()
     plane = make_event_plane(
         settings, side.clock, SqlLedger(side.store.engine), side.model.campaign,
         LocalSpendGate(), None, aggregate=True, partitions=partitions,

@@ -29,6 +29,7 @@ from adfunnel.billing.rollups import (
     runs,
     total,
     utc_hour,
+    utc_quarter,
 )
 from adfunnel.campaigns.schedule import zone
 
@@ -123,7 +124,7 @@ def test_aggregate_groups_by_ad_campaign_and_placement() -> None:
     assert total([], T0).ctr is None
 
 
-def test_day_buckets_are_local_dates_of_the_hours_start() -> None:
+def test_day_buckets_are_local_dates_of_the_quarters_start() -> None:
     # New York, 2026-11-03: 04:00 UTC is 23:00 on the 2nd, 05:00 UTC midnight of the 3rd
     rows = [_hour(datetime(2026, 11, 3, 4, tzinfo=UTC)),
             _hour(datetime(2026, 11, 3, 5, tzinfo=UTC)),
@@ -132,12 +133,20 @@ def test_day_buckets_are_local_dates_of_the_hours_start() -> None:
     assert [r.period_start.isoformat() for r in days] == [
         "2026-11-02T00:00:00-05:00", "2026-11-03T00:00:00-05:00"]
     assert [r.impressions for r in days] == [10, 20]
-    # Kolkata (+5:30): the hour from 18:00 UTC is 23:30-00:30, counted in the day it starts
-    rows = [_hour(datetime(2026, 11, 3, 18, tzinfo=UTC)),
-            _hour(datetime(2026, 11, 3, 19, tzinfo=UTC))]
+    # Kolkata (+5:30): 18:15 UTC is 23:45 on the 3rd, 18:30 UTC midnight of the 4th
+    rows = [_hour(datetime(2026, 11, 3, 18, 15, tzinfo=UTC)),
+            _hour(datetime(2026, 11, 3, 18, 30, tzinfo=UTC))]
     days = aggregate(rows, "day", "campaign", "Asia/Kolkata")
     assert [(r.period_start.date(), r.impressions) for r in days] == [
         (date(2026, 11, 3), 10), (date(2026, 11, 4), 10)]
+    hours = aggregate(rows, "hour", "campaign", "Asia/Kolkata")
+    assert [r.period_start.isoformat() for r in hours] == [
+        "2026-11-03T23:00:00+05:30", "2026-11-04T00:00:00+05:30"]
+
+
+def test_utc_quarter() -> None:
+    assert utc_quarter(T0 + timedelta(minutes=44, seconds=59)) == T0 + timedelta(minutes=30)
+    assert utc_quarter(T0.astimezone(timezone(timedelta(hours=5, minutes=45)))) == T0
 
 
 def test_aggregate_refuses_bad_shapes() -> None:

@@ -126,8 +126,8 @@ def test_hourly_json_by_ad_and_by_placement(world: World) -> None:
     params = {"from": "2026-11-03", "to": "2026-11-03", "granularity": "hour"}
     rows = world.client.get(url(world), params={**params, "group_by": "ad"}).json()["rows"]
     assert [(r["period_start"], r["ad_id"], r["impressions"]) for r in rows] == [
-        ("2026-11-03T14:00:00Z", 1, 3), ("2026-11-03T15:00:00Z", 1, 0),
-        ("2026-11-03T15:00:00Z", 2, 1)]
+        ("2026-11-03T09:00:00-05:00", 1, 3), ("2026-11-03T10:00:00-05:00", 1, 0),
+        ("2026-11-03T10:00:00-05:00", 2, 1)]  # local hours of the zone the answer names
     assert rows[1]["ivt"] == {"datacenter": 1} and rows[1]["ctr"] is None
     assert rows[1]["ecpm_micros"] is None
     got = world.client.get(url(world), params={**params, "granularity": "day",
@@ -205,3 +205,37 @@ def test_ledger_report_has_conversions(world: World) -> None:
     assert [(d["conversions"], d["cost_per_conversion_micros"]) for d in got["days"]] == [
         (0, None), (1, 18_000)]
     assert (got["impressions"], got["clicks"], got["billed_micros"]) == (5, 1, 19_000)
+
+
+def test_a_half_hour_zone_buckets_each_event_in_its_own_local_day_and_hour(
+    world: World,
+) -> None:
+    """Adelaide (+10:30): 23:50 on 3 March and 00:10 on 4 March are a day apart in the
+    ledger report, the rollups (JSON and CSV) and their local hours alike."""
+    cid = world.store.create_campaign(
+        advertiser_id=world.advertiser_id, name="adl", objective="clicks", bid_type="CPM",
+        bid_micros=2_000_000, daily_budget_micros=BUDGET, time_zone="Australia/Adelaide",
+        flight_start=datetime(2026, 3, 1).date(),
+    ).id
+    times = [datetime(2026, 3, 3, 13, 20, tzinfo=UTC),  # 23:50 on 3 March in Adelaide
+             datetime(2026, 3, 3, 13, 40, tzinfo=UTC)]  # 00:10 on 4 March
+    for i, at in enumerate(times):
+        world.ledger.record(LedgerEvent(f"adl{i}", EventType.IMPRESSION, cid, 1, "feed", "CPM",
+                                        1_000, at, local_day(at, "Australia/Adelaide")), BUDGET)
+    make_rollup_store(world.store.engine).refresh(hours_of(times))
+    span = {"from": "2026-03-03", "to": "2026-03-04"}
+    ledger = world.client.get(f"/v1/campaigns/{cid}/report", params=span).json()
+    assert [(d["day"], d["impressions"]) for d in ledger["days"]] == [
+        ("2026-03-03", 1), ("2026-03-04", 1)]
+    u = f"/v1/campaigns/{cid}/report/rollups"
+    days = world.client.get(u, params=span).json()
+    assert days["time_zone"] == "Australia/Adelaide"
+    assert [(r["period_start"], r["impressions"]) for r in days["rows"]] == [
+        ("2026-03-03T00:00:00+10:30", 1), ("2026-03-04T00:00:00+10:30", 1)]
+    hours = world.client.get(u, params={**span, "granularity": "hour"}).json()
+    assert [(r["period_start"], r["impressions"]) for r in hours["rows"]] == [
+        ("2026-03-03T23:00:00+10:30", 1), ("2026-03-04T00:00:00+10:30", 1)]
+    table = list(csv.reader(io.StringIO(world.client.get(
+        u, params={**span, "granularity": "hour"}, headers={"Accept": "text/csv"}).text)))
+    assert [row[:3] for row in table[1:]] == [
+        ["2026-03-03T23:00:00+10:30", str(cid), "1"], ["2026-03-04T00:00:00+10:30", str(cid), "1"]]

@@ -464,7 +464,7 @@ def test_placement_id_is_unique_and_chosen_by_the_operator(backend: StoreBackend
     assert log_count(store) == 1
     second = new_placement(store, "article.end:2", house_ad=None, allowed_sizes=())
     other = backend.open()  # another process
-    assert other.list_placements() == [second, first]  # by id
+    assert other.list_placements() == [first, second]  # in creation order
     assert other.get_placement("feed-top") == first
 
 

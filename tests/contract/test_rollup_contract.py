@@ -128,12 +128,15 @@ def test_refresh_builds_the_rollups_of_the_ledger(backend: Backend) -> None:
     assert backend.rollups.refresh([T0 + timedelta(minutes=7), T0 + HOUR]) == 2
     c1, c2, c3 = backend.campaigns
     a, b = backend.advertisers
+    q = timedelta(minutes=15)  # one row per UTC quarter-hour (local hours and days exact)
     assert everything(backend) == [
-        HourRollup(T0, a, c1, 10, "feed", 4, 2, 1, 8_000 + 5_000, 0,
+        HourRollup(T0, a, c1, 10, "feed", 2, 2, 1, 4_000 + 5_000, 0,
                    {"crawler": 3, "datacenter": 1}),
         HourRollup(T0, a, c1, 11, "side", 1, 0, 0, 2_000, 0),
-        HourRollup(T0, a, c2, 10, "feed", 1, 0, 0, 2_000, 0),
-        HourRollup(T0, b, c3, 30, "feed", 1, 0, 0, 2_000, 0),
+        HourRollup(T0 + q, a, c1, 10, "feed", 1, 0, 0, 2_000, 0),
+        HourRollup(T0 + 2 * q, a, c1, 10, "feed", 1, 0, 0, 2_000, 0),
+        HourRollup(T0 + 2 * q, b, c3, 30, "feed", 1, 0, 0, 2_000, 0),
+        HourRollup(T0 + 3 * q, a, c2, 10, "feed", 1, 0, 0, 2_000, 0),
         HourRollup(T0 + HOUR, a, c1, 11, "feed", 1, 0, 0, 2_000, 0),
     ]
 
@@ -169,12 +172,12 @@ def test_refresh_replaces_only_the_hours_it_is_given(backend: Backend) -> None:
     assert everything(backend) == before
     backend.rollups.refresh([T0 + HOUR + timedelta(minutes=59)])
     after = everything(backend)
-    assert after[:4] == before[:4]
-    assert (after[4].hour, after[4].impressions) == (T0 + HOUR, 2)
-    assert len(after) == 5
+    assert after[:7] == before
+    assert (after[7].hour, after[7].impressions) == (T0 + HOUR + timedelta(minutes=45), 1)
+    assert len(after) == 8
     assert backend.rollups.refresh([]) == 0
     assert refresh_since(backend.rollups, T0 - 30 * HOUR, T0 + 3 * HOUR) == 34
-    assert len(everything(backend)) == 6
+    assert len(everything(backend)) == 9
 
 
 def test_query_scopes_granularities_and_groups(backend: Backend) -> None:
@@ -230,4 +233,5 @@ def test_concurrent_refreshes_of_the_same_hours(backend: Backend) -> None:
     assert errors == []
     backend.rollups.refresh([T0])
     c2 = [r for r in everything(backend) if r.campaign_id == backend.campaigns[1]]
-    assert [r.impressions for r in c2] == [1 + 20]
+    # minutes 0-19 of T0 (15 + 5 per quarter-hour) and c0 at minute 59
+    assert [r.impressions for r in c2] == [15, 5, 1]

@@ -273,3 +273,28 @@ def test_static_assets_are_served_locally(client: TestClient) -> None:
 def test_pages_stay_out_of_the_openapi_document(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert paths and not [p for p in paths if p.startswith("/ui")]
+
+
+def test_csv_download_puts_each_event_in_its_own_local_hour_and_day(
+        rt: Runtime, client: TestClient, world: dict[str, Any]) -> None:
+    """Adelaide (+10:30): 23:50 on 3 March and 00:10 on 4 March, a day apart in the
+    dashboard's CSV as in the ledger report (issue #22 §8)."""
+    from adfunnel.billing.model import EventType, LedgerEvent
+    from adfunnel.billing.rollups import hours_of
+    from adfunnel.campaigns.schedule import local_day
+
+    c = rt.store.create_campaign(
+        advertiser_id=world["a"], name="Adelaide", objective="clicks", bid_type="CPM",
+        bid_micros=2_000_000, daily_budget_micros=10_000_000, time_zone="Australia/Adelaide",
+        flight_start=date(2026, 3, 1))
+    times = [datetime(2026, 3, 3, 13, 20, tzinfo=UTC), datetime(2026, 3, 3, 13, 40, tzinfo=UTC)]
+    for i, at in enumerate(times):
+        rt.ledger.record(LedgerEvent(f"adl{i}", EventType.IMPRESSION, c.id, 1, "feed", "CPM",
+                                     1_000, at, local_day(at, "Australia/Adelaide")), 10**9)
+    rt.rollups.refresh(hours_of(times))
+    log_in(client, world["key_a"])
+    r = client.get(f"/ui/campaigns/{c.id}/report.csv?from=2026-03-03&to=2026-03-04")
+    assert r.status_code == 200, r.text
+    rows = [line.split(",")[:3] for line in r.text.splitlines()[1:]]
+    assert rows == [["2026-03-03T23:00:00+10:30", str(c.id), "1"],
+                    ["2026-03-04T00:00:00+10:30", str(c.id), "1"]]

@@ -13,7 +13,7 @@ advertiser key needs an existing advertiser; other roles take none).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Response
@@ -88,9 +88,11 @@ def make_api_key_router(keys: ApiKeys, store: CampaignStore) -> APIRouter:
 
     @router.get("/v1/api-keys", response_model=Page[ApiKeyOut])
     def list_keys(limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> Page[ApiKeyOut]:
+        """Live keys in creation order (see :func:`_position`)."""
         start = decode_cursor("api-keys", cursor, str)
-        rows = after([key_out(k) for k in keys.list()], _prefix, start, limit)
-        return page("api-keys", rows, limit, _prefix)
+        listed = sorted((key_out(k) for k in keys.list()), key=_position)
+        rows = after(listed, _position, start, limit)
+        return page("api-keys", rows, limit, _position)
 
     @router.get("/v1/api-keys/{prefix}", response_model=ApiKeyOut)
     def get_key(prefix: str) -> ApiKeyOut:
@@ -108,8 +110,13 @@ def make_api_key_router(keys: ApiKeys, store: CampaignStore) -> APIRouter:
     return router
 
 
-def _prefix(k: ApiKeyOut) -> str:
-    return k.prefix
+def _position(k: ApiKeyOut) -> str:
+    """A key's place in the list, ``created_at`` (UTC, microseconds) then prefix, as text
+    that sorts like the pair: a key created after a page was read sorts after it, unless
+    created in the very microsecond of a key already shown (a manual clock held still)
+    with a lower prefix. (A prefix alone is random: a new key fell on pages already read.)
+    """
+    return f"{k.created_at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%f')}|{k.prefix}"
 
 
 def _no_key(prefix: str) -> ApiError:

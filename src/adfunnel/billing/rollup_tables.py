@@ -1,16 +1,19 @@
-"""SQL tables of the hourly ledger rollups (``adfunnel.billing.sql_rollups``).
+"""SQL tables of the quarter-hour ledger rollups (``adfunnel.billing.sql_rollups``).
 
 Alembic migration 0007 creates them. Both are derived from ``ledger`` and ``ledger_ivt``
 and may be dropped and rebuilt at any time (``refresh`` of every hour):
 
-- ``rollup_hourly``: per UTC hour and (campaign, ad, placement) the valid events and
+- ``rollup_hourly``: per UTC quarter-hour and (campaign, ad, placement) the valid events and
   their billed and absorbed micros; ``advertiser_id`` is the campaign's (0 when the
   campaign row is missing);
-- ``rollup_hourly_ivt``: per UTC hour, (campaign, ad, placement), event type and reason
+- ``rollup_hourly_ivt``: per UTC quarter-hour, (campaign, ad, placement), event type and reason
   code, the number of invalid events (never billed).
 
-``hour`` is the start of the UTC hour (``occurred_at`` of the ledger rows in
-[hour, hour + 1 h)). A key has a row in either table only when it has events of that kind.
+``hour`` is the start of the UTC quarter-hour (``occurred_at`` of the ledger rows in
+[hour, hour + 15 min)); the table and column names date from hourly buckets (migration
+0007), kept because the rows are derived and the reports only sum them (quarters make
+every local hour and day exact: see :mod:`adfunnel.billing.rollups`). A key has a row in
+either table only when it has events of that kind.
 """
 
 from __future__ import annotations

@@ -1,31 +1,39 @@
-"""Hourly rollups of the ledger, the reports read from them, and the in-memory store.
+"""Ledger rollups per UTC quarter-hour, the reports read from them, and the in-memory store.
 
-A rollup holds, for one UTC hour and one (advertiser, campaign, ad, placement), the valid
-events of the ledger — impressions, clicks, conversions, billed and absorbed micros — and
-the invalid traffic of ``ledger_ivt`` counted per reason code (never billed).
+A rollup holds, for one UTC quarter-hour and one (advertiser, campaign, ad, placement),
+the valid events of the ledger — impressions, clicks, conversions, billed and absorbed
+micros — and the invalid traffic of ``ledger_ivt`` counted per reason code (never billed).
 
-Rollups are derived data. :meth:`RollupStore.refresh` recomputes whole hours from the
-ledger (delete + insert of those hours in one transaction), so it is idempotent and
-exact however often events are redelivered: the ledger holds one row per (impression id,
-event type), valid or invalid, and a refresh counts rows, not deliveries. Who refreshes:
+Why quarter-hours: every UTC offset in use is a whole number of quarter-hours (+5:30
+Asia/Kolkata, +5:45 Asia/Kathmandu, +10:30 Australia/Adelaide, +12:45 Pacific/Chatham,
+Lord Howe's half-hour DST shift), so every local hour and every local day in every zone is
+a whole number of UTC quarter-hours. A report in any zone therefore buckets each event by
+its own local hour and day, exactly as the ledger's per-day report (``local_day`` of the
+event's time in the campaign's zone) does; UTC hours would put the half hour after local
+midnight in a :30 zone on the previous day.
 
-- the event aggregator after each batch commit, with the hours its events fell in:
-  ``store.refresh(hours_of(e.occurred_at for e in batch))`` — one or two hours, four
-  indexed statements each; at many batches a second, mark them in :class:`DirtyHours`
-  instead and flush it every few seconds (one refresh reads an hour's rows again);
+Rollups are derived data. :meth:`RollupStore.refresh` recomputes whole UTC hours (their
+four quarters) from the ledger (delete + insert in one transaction), so it is idempotent
+and exact however often events are redelivered: the ledger holds one row per (impression
+id, event type), valid or invalid, and a refresh counts rows, not deliveries. Who
+refreshes:
+
+- the event aggregator after each batch commit marks the hours its events fell in
+  (:class:`DirtyHours`) and a job on the injected clock flushes them every few seconds of
+  domain time (one refresh reads an hour's rows again);
 - a periodic catch-up (a crash between a batch commit and its refresh) and the backfill
-  after migration 0007: :func:`refresh_since`.
+  after migration 0007: :func:`refresh_since`. Rows written before quarter-hours (one per
+  UTC hour, read as that hour's first quarter) keep their old answers until a
+  ``refresh_since`` from the ledger's first event re-buckets them.
 
-An event counts in the hour of its ``occurred_at`` (event time): [hour, hour + 1 h) UTC.
+An event counts in the quarter-hour of its ``occurred_at`` (event time).
 
-Day buckets (``granularity="day"``) are local dates in one IANA time zone, and an hour
-belongs to the local date of its START. Where the offset is a whole number of hours
-this is exact; in the :30 and :45 zones (Asia/Kolkata, Asia/Kathmandu,
-Australia/Adelaide, …) the hour that straddles local midnight counts in the day it
-starts in, so such a day's rollup totals may differ from the ledger's ``day`` totals
-(exact event times) by that half or quarter hour's events. DST days have 23 or 25 hours.
-A span of local days ``first``..``last`` is the hours starting in
-:func:`adfunnel.campaigns.schedule.day_bounds` (``first`` start, ``last`` end).
+Report periods are local to the zone the report names: ``granularity="day"`` buckets by
+the local date, ``granularity="hour"`` by the local wall-clock hour (its ``period_start``
+is that local hour's start, with the zone's offset). DST days have 23 or 25 hours (Lord
+Howe: 23.5 or 24.5). A span of local days ``first``..``last`` is the quarter-hours
+starting in :func:`adfunnel.campaigns.schedule.day_bounds` (``first`` start, ``last``
+end).
 
 Metrics, integer micros rounded down (never above what was billed), each None without
 its denominator: ctr = clicks / impressions; ecpm = billed × 1000 // impressions;
@@ -38,13 +46,15 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Literal, Protocol
 
 from adfunnel.billing.model import EventType, LedgerEvent
 from adfunnel.campaigns.schedule import day_bounds, zone
 
 HOUR = timedelta(hours=1)
+#: The width of a rollup bucket: every UTC offset in use is a multiple of it.
+QUARTER = timedelta(minutes=15)
 
 Granularity = Literal["hour", "day"]
 GroupBy = Literal["ad", "campaign", "placement"]
@@ -65,10 +75,11 @@ GROUP_COLUMNS: dict[GroupBy, tuple[str, ...]] = {
 
 @dataclass(frozen=True, slots=True)
 class HourRollup:
-    """One UTC hour of one (campaign, ad, placement); ``ivt``: reason -> invalid events
-    (of every event type). Money in micros."""
+    """One UTC quarter-hour of one (campaign, ad, placement); ``ivt``: reason -> invalid
+    events (of every event type). Money in micros. (The name and the ``hour`` column date
+    from hourly buckets, migration 0007.)"""
 
-    hour: datetime  # start of the UTC hour, aware
+    hour: datetime  # start of the UTC quarter-hour, aware
     advertiser_id: int
     campaign_id: int
     ad_id: int
@@ -83,9 +94,10 @@ class HourRollup:
 
 @dataclass(frozen=True, slots=True)
 class ReportRow:
-    """One period of one group. ``period_start``: the UTC hour (``hour``) or the local
-    midnight in the report's zone (``day``). Of ``campaign_id``, ``ad_id`` and
-    ``placement`` only the group's columns (:data:`GROUP_COLUMNS`) are set."""
+    """One period of one group. ``period_start``: the start of the local hour (``hour``)
+    or the local midnight (``day``) in the report's zone, with its offset. Of
+    ``campaign_id``, ``ad_id`` and ``placement`` only the group's columns
+    (:data:`GROUP_COLUMNS`) are set."""
 
     period_start: datetime
     campaign_id: int | None
@@ -140,6 +152,27 @@ def utc_hour(t: datetime) -> datetime:
     return t.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
+def utc_quarter(t: datetime) -> datetime:
+    """The start of the UTC quarter-hour holding instant ``t`` (a rollup's bucket).
+
+    Raises:
+        ValueError: for a naive datetime (no time zone).
+    """
+    h = utc_hour(t)
+    return h + QUARTER * ((t.astimezone(UTC) - h) // QUARTER)
+
+
+def quarters(hour: datetime) -> list[datetime]:
+    """The four quarter-hour starts of the UTC hour starting at ``hour``."""
+    return [hour + i * QUARTER for i in range(4)]
+
+
+def local_hour(t: datetime, z: tzinfo) -> datetime:
+    """The start of the wall-clock hour holding instant ``t`` in zone ``z``, as UTC (an
+    hour repeated by a DST fold is two hours, one per offset)."""
+    return t.astimezone(z).replace(minute=0, second=0, microsecond=0).astimezone(UTC)
+
+
 def hours_of(times: Iterable[datetime]) -> set[datetime]:
     """The UTC hours holding ``times`` (e.g. the ``occurred_at`` of a batch's events)."""
     return {utc_hour(t) for t in times}
@@ -185,13 +218,13 @@ def rollup_rows(
     invalid: Iterable[tuple[LedgerEvent, str]],
     advertiser_of: Callable[[int], int | None] = lambda _cid: None,
 ) -> list[HourRollup]:
-    """Hourly rollups of ledger rows: ``valid`` as (event, billed micros, absorbed
+    """Quarter-hour rollups of ledger rows: ``valid`` as (event, billed micros, absorbed
     micros), ``invalid`` as (event, reason). ``advertiser_of``: campaign id → advertiser
-    id (None: unknown, stored as 0). Sorted by (hour, campaign, ad, placement)."""
+    id (None: unknown, stored as 0). Sorted by (quarter, campaign, ad, placement)."""
     sums: dict[tuple[datetime, int, int, str], _Sums] = {}
 
     def cell(e: LedgerEvent) -> _Sums:
-        key = (utc_hour(e.occurred_at), e.campaign_id, e.ad_id, e.placement)
+        key = (utc_quarter(e.occurred_at), e.campaign_id, e.ad_id, e.placement)
         s = sums.get(key)
         if s is None:
             s = sums[key] = _Sums()
@@ -213,10 +246,12 @@ def aggregate(
     group_by: GroupBy = "campaign",
     time_zone: str = "UTC",
 ) -> list[ReportRow]:
-    """Report rows of hourly rollups per period and group, sorted by (period, group).
+    """Report rows of quarter-hour rollups per period and group, sorted by (period,
+    group).
 
-    Only the group's columns of each row are read (:data:`GROUP_COLUMNS`). Day periods
-    are the local dates of the hours' starts in ``time_zone``.
+    Only the group's columns of each row are read (:data:`GROUP_COLUMNS`). Periods are
+    the local hours or local dates in ``time_zone`` of the quarters' starts, which are
+    those of every event in them (offsets are whole quarter-hours).
 
     Raises:
         ValueError: unknown granularity, group or time zone.
@@ -225,13 +260,14 @@ def aggregate(
     z = zone(time_zone)
     days: dict[date, datetime] = {}
 
-    def period(hour: datetime) -> datetime:
+    def period(quarter: datetime) -> datetime:
+        """A UTC instant, so that the two hours of a DST fold stay apart as keys."""
         if granularity == "hour":
-            return hour
-        d = hour.astimezone(z).date()
+            return local_hour(quarter, z)
+        d = quarter.astimezone(z).date()
         start = days.get(d)
         if start is None:
-            start = days[d] = day_bounds(d, time_zone)[0].astimezone(z)
+            start = days[d] = day_bounds(d, time_zone)[0]
         return start
 
     columns = GROUP_COLUMNS[group_by]
@@ -245,7 +281,7 @@ def aggregate(
     out = []
     for (start, key), s in sorted(sums.items(), key=lambda kv: kv[0]):
         named = dict(zip(columns, key, strict=True))
-        out.append(s.report_row(start, named))
+        out.append(s.report_row(start.astimezone(z), named))
     return out
 
 
@@ -330,14 +366,14 @@ class RollupStore(Protocol):
     tests/contract/test_rollup_contract.py.
 
     Scopes: exactly one of ``campaign_ids`` (any number, none → no rows) or
-    ``advertiser_id``. Ranges: the hours whose START is in [``start``, ``end``) (aware
+    ``advertiser_id``. Ranges: the quarter-hours whose START is in [``start``, ``end``) (aware
     datetimes; for local days see :func:`local_days_span`).
     """
 
     def refresh(self, hours: Iterable[datetime]) -> int:
-        """Recompute the UTC hours holding ``hours`` from the ledger, in one transaction:
-        their old rows are replaced by the ledger's current rows. Idempotent. Returns
-        the number of distinct hours refreshed.
+        """Recompute the UTC hours holding ``hours`` (their four quarter-hours each) from
+        the ledger, in one transaction: their old rows are replaced by the ledger's
+        current rows. Idempotent. Returns the number of distinct hours refreshed.
 
         Raises:
             ValueError: for a naive datetime.
@@ -348,7 +384,8 @@ class RollupStore(Protocol):
         self, *, start: datetime, end: datetime,
         campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
     ) -> list[HourRollup]:
-        """The rollups in scope and range, sorted by (hour, campaign, ad, placement)."""
+        """The rollups whose quarter-hour starts in range, in scope, sorted by (quarter,
+        campaign, ad, placement)."""
         ...
 
     def query(
@@ -475,7 +512,8 @@ class MemoryRollupStore:
                 self._advertiser_of,
             )
             for h in wanted:
-                self._by_hour.pop(h, None)
+                for q in quarters(h):
+                    self._by_hour.pop(q, None)
             for r in rows:
                 self._by_hour.setdefault(r.hour, []).append(r)
         return len(wanted)

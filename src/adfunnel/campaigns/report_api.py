@@ -1,5 +1,5 @@
-"""Rollup reports of the advertiser API: per UTC hour or local day, per ad, campaign or
-placement, read from the hourly ledger rollups (:mod:`adfunnel.billing.rollups`), as JSON
+"""Rollup reports of the advertiser API: per local hour or local day, per ad, campaign or
+placement, read from the quarter-hour ledger rollups (:mod:`adfunnel.billing.rollups`), as JSON
 or CSV.
 
 Routes::
@@ -9,10 +9,12 @@ Routes::
 
 - ``from``, ``to``: local dates ``YYYY-MM-DD``, both included, in the campaign's time
   zone (advertiser: ``time_zone``, an IANA name, default ``UTC``); default: today there,
-  and ``from`` = ``to``. A day holds the hours that start in it (in :30/:45 zones the
-  hour across midnight counts in the day it starts in: see the rollups module).
+  and ``from`` = ``to``. Every event counts in its own local day and hour, in every zone
+  (:30 and :45 offsets and DST included), as in ``GET /v1/campaigns/{id}/report``.
 - ``granularity``: ``day`` (default; ``period_start`` is the local midnight) or ``hour``
-  (``period_start`` is the UTC hour; at most :data:`DEFAULT_HOURLY_MAX_DAYS` days).
+  (``period_start`` is the start of the local hour; at most
+  :data:`DEFAULT_HOURLY_MAX_DAYS` days). Every ``period_start`` carries the offset of
+  the zone the response names (``time_zone``).
 - ``group_by``: ``campaign`` (default), ``ad`` or ``placement``.
 - ``Accept: text/csv`` answers CSV (:func:`rollup_csv`): a header row, then one row per
   period and group.

@@ -367,13 +367,15 @@ class _RollupPeriodOut(BaseModel):
 
 
 class RollupRowOut(RollupTotalsOut, _RollupPeriodOut):
-    """One period of one group (its fields first). ``period_start``: the UTC hour, or the
-    local midnight of the day in the report's zone. Only the group's keys are set: ``ad``
-    → campaign_id and ad_id, ``campaign`` → campaign_id, ``placement`` → placement."""
+    """One period of one group (its fields first). ``period_start``: the start of the
+    local hour, or the local midnight of the day, in the report's zone (its offset). Only
+    the group's keys are set: ``ad`` → campaign_id and ad_id, ``campaign`` → campaign_id,
+    ``placement`` → placement."""
 
 
 class RollupReportOut(BaseModel):
-    """Hourly rollups over local days ``from``..``to`` inclusive in ``time_zone``."""
+    """Rollups over local days ``from``..``to`` inclusive in ``time_zone``, per local hour
+    or day there."""
 
     model_config = ConfigDict(populate_by_name=True)
 

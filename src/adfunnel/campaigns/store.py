@@ -238,7 +238,9 @@ class CampaignStore(Protocol):
     def get_placement(self, placement_id: str) -> Placement: ...
 
     def list_placements(self, *, after: str | None = None,
-                        limit: int | None = None) -> list[Placement]: ...
+                        limit: int | None = None) -> list[Placement]:
+        """In creation order, those created after placement ``after``."""
+        ...
 
     def update_placement(
         self, placement_id: str, changes: Mapping[str, Any], expected_version: int | None = None
@@ -459,8 +461,20 @@ class SqlCampaignStore:
 
     def list_placements(self, *, after: str | None = None,
                         limit: int | None = None) -> list[Placement]:
-        """Placements by id (ids above ``after``, at most ``limit``: a keyset page)."""
-        return self._list("placement", after=after, limit=limit)
+        """Placements in creation order (``row_id``, which only grows: placements are
+        never deleted and SQLite's AUTOINCREMENT never reuses one), those created after
+        placement ``after`` (none for an unknown id), at most ``limit``: a keyset page
+        that a placement created between pages joins at its end, whatever its id.
+        """
+        t = placements.c
+        stmt = select(placements).order_by(t.row_id)
+        if after is not None:
+            stmt = stmt.where(t.row_id > select(t.row_id).where(t.id == after)
+                              .scalar_subquery())
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._connect() as conn:
+            return [codec.from_row("placement", r) for r in conn.execute(stmt).mappings()]
 
     def register_model(self, model_version: str, path: str, dataset: str,
                        target: str = "click") -> ModelRelease:

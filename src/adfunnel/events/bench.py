@@ -318,7 +318,7 @@ def _aggregating(settings: Settings) -> Iterator[Aggregator]:
 
     side = CampaignSide.open(settings)
     dirty = DirtyHours(make_rollup_store(side.store.engine))
-    refresh = Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh").start()
+    refresh = Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh", side.clock).start()
     try:
         plane = make_event_plane(
             settings, side.clock, SqlLedger(side.store.engine), side.model.campaign,

@@ -457,6 +457,24 @@ class ServedLog:
         finally:
             self._set_pause(False)
 
+    def user_hash(self, key: str) -> str:
+        """The ``user_hash`` this log writes for user ``key``."""
+        return hash_user_key(key, self._salt) or ""
+
+    @contextlib.contextmanager
+    def released(self, timeout_s: float = 10.0) -> Iterator[None]:
+        """Hold the writer still with every record queued before this call written and
+        its raw files closed, so that the block may rewrite them (an erasure); on exit
+        the writer resumes and reopens its files for appending.
+
+        Raises:
+            TimeoutError: the writer did not flush or park within ``timeout_s`` seconds.
+        """
+        self.flush(timeout_s)
+        with self.paused(timeout_s):
+            self._close_files()  # the writer is parked: its files are ours to close
+            yield
+
     def _set_pause(self, on: bool) -> None:
         with self._pause_cond:
             self._pause = on

@@ -157,7 +157,7 @@ class ServerFacts:
         elsewhere and after now), ``target_micros`` (the budget service's target curve;
         null without one), ``p`` (the pacing probability after the last control step
         at or before each point; null after now or without a service row).
-        ``hourly_billed``: billed micros by UTC hour start (the rollups)."""
+        ``hourly_billed``: billed micros by local hour start (the rollups' rows)."""
         tz = campaign["time_zone"]
         now = self.now()
         today = self.today(tz)

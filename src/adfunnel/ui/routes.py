@@ -9,7 +9,7 @@ Pages::
     POST /ui/campaigns               new campaign
     GET  /ui/campaigns/{id}          campaign page (chart, hourly table, ads, edit forms)
     POST /ui/campaigns/{id}/budget|status|dayparts|targeting|ads   edit forms
-    GET  /ui/campaigns/{id}/report.csv?from=&to=   hourly rollups as CSV
+    GET  /ui/campaigns/{id}/report.csv?from=&to=   rollups per local hour as CSV
     GET  /ui/review                  pending ads (reviewer, admin); POST /ui/review/{ad}/{verdict}
     GET  /ui/explain?request_id=     one decision: winners and every candidate's reason
 
