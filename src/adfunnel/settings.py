@@ -12,6 +12,12 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+#: Default largest bid, micros: 1,000 currency units (a CPM per thousand impressions,
+#: a CPC per click, a CPA per conversion).
+DEFAULT_MAX_BID_MICROS = 1_000 * 1_000_000
+#: Default largest daily or lifetime budget of a campaign, micros: 10,000,000 units.
+DEFAULT_MAX_BUDGET_MICROS = 10_000_000 * 1_000_000
+
 
 class SettingsError(ValueError):
     """Settings that cannot start a process; ``problems`` lists every one of them."""
@@ -43,6 +49,11 @@ class Settings(BaseSettings):
     #: requests such a key may send at once before the rate applies
     api_burst: int = Field(default=100, ge=1)
     token_ttl_s: int = Field(default=3600, gt=0, le=86_400)
+    #: largest bid a campaign may have, micros (422 naming ``bid_micros`` above it, on
+    #: create and edit)
+    max_bid_micros: int = Field(default=DEFAULT_MAX_BID_MICROS, gt=0, le=2**53)
+    #: largest daily or lifetime budget a campaign may have, micros (422 above it)
+    max_budget_micros: int = Field(default=DEFAULT_MAX_BUDGET_MICROS, gt=0, le=2**53)
     clock: Literal["system", "manual"] = "system"
     default_deadline_ms: int = Field(default=100, gt=0, le=10_000)
     max_body_bytes: int = Field(default=65_536, gt=0)
