@@ -74,6 +74,7 @@ from adfunnel.campaigns.schemas import (
     CampaignOut,
     CampaignPatch,
     CampaignWritten,
+    DomainDay,
     FieldProblemOut,
     ReportDay,
     ReportOut,
@@ -417,8 +418,8 @@ def make_advertiser_router(
     def campaign_report(
         campaign_id: int,
         who: Caller,
-        first: Annotated[date | None, Query(alias="from")] = None,
-        last: Annotated[date | None, Query(alias="to")] = None,
+        first: Annotated[DomainDay | None, Query(alias="from")] = None,
+        last: Annotated[DomainDay | None, Query(alias="to")] = None,
     ) -> ReportOut:
         """Defaults: ``to`` = today in the campaign's zone, ``from`` = ``to``."""
         campaign = access.campaign(store, who, campaign_id)
