@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse, Response
 
 from adfunnel.auth import ApiKeys, SqlKeyStore, install_auth
 from adfunnel.auth.api import make_api_key_router
+from adfunnel.auth.http import bearer_key
 from adfunnel.auth.ratelimit import RateLimiter
 from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.rollups import DirtyHours, RollupStore
@@ -381,7 +382,7 @@ def build_app(rt: Runtime) -> RequestLog:
     serving = ServingEndpoints(rt.queue, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready,
-                               served=rt.served)
+                               served=rt.served, is_admin=admin_header(rt.keys))
     tracking = TrackingEndpoints(rt.tracker, parse_networks(s.trusted_proxies))
     for route in (*serving.routes(), *tracking.routes()):
         app.router.routes.append(route)
@@ -496,6 +497,18 @@ def build_app(rt: Runtime) -> RequestLog:
     stamped = ArrivalStamp(app, routes={**serving.hot_routes(), **tracking.hot_routes()})
     return RequestLog(stamped, access_log=s.access_log,
                       quiet_paths=quiet_paths(s.access_log_beacons))
+
+
+def admin_header(keys: ApiKeys) -> Callable[[str | None], bool]:
+    """Whether an ``Authorization`` header value carries an admin key (the select
+    route's ``explain``)."""
+
+    def is_admin(header: str | None) -> bool:
+        key = bearer_key(header)
+        principal = keys.resolve(key) if key else None
+        return principal is not None and principal.is_admin
+
+    return is_admin
 
 
 def watch_metrics(rt: Runtime, serving: ServingEndpoints) -> None:

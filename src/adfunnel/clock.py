@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Protocol
 
 
@@ -101,16 +101,40 @@ class ManualClock:
         return self._moved(now)
 
 
+#: The instants the domain represents: [EARLIEST_INSTANT, LATEST_INSTANT). Events carry
+#: non-negative epoch milliseconds, and the domain adds days, zones and windows (a
+#: campaign's local day, flights, attribution, rollup ranges) to the clock's time:
+#: 9999-12-31 (``datetime.max``) made the next select overflow. Nothing in the domain
+#: adds more than a few years, so a millennium before ``datetime.max`` is headroom.
+EARLIEST_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=UTC)
+#: The calendar days of that range (campaign flights, report ranges), both included.
+EARLIEST_DAY = EARLIEST_INSTANT.date()
+LATEST_DAY = (LATEST_INSTANT - timedelta(days=1)).date()
+#: The problem text of an instant outside the domain's range.
+INSTANT_RANGE = (f"must be from {EARLIEST_INSTANT.isoformat()} to before "
+                 f"{LATEST_INSTANT.isoformat()}")
+#: The problem text of a day outside the domain's range.
+DAY_RANGE = f"must be from {EARLIEST_DAY.isoformat()} to {LATEST_DAY.isoformat()}"
+
+
+def day_problem(day: date) -> str | None:
+    """:data:`DAY_RANGE` when ``day`` is outside the domain's days, else None."""
+    return None if EARLIEST_DAY <= day <= LATEST_DAY else DAY_RANGE
+
+
 #: The problem text of a time that :func:`parse_instant` refuses.
 INSTANT_FORMAT = "must be an ISO 8601 date-time with a UTC offset, e.g. 2026-07-15T12:00:00Z"
 
 
 def parse_instant(value: object) -> datetime:
-    """An ISO 8601 date-time with a UTC offset (``Z`` or ``±HH:MM``), as UTC.
+    """An ISO 8601 date-time with a UTC offset (``Z`` or ``±HH:MM``), as UTC, within
+    the domain's range (:data:`EARLIEST_INSTANT` to :data:`LATEST_INSTANT`).
 
     Raises:
         ValueError: with :data:`INSTANT_FORMAT` (no parser internals) for a non-string,
-            a malformed text or a time without an offset.
+            a malformed text or a time without an offset; :data:`INSTANT_RANGE` for an
+            instant the domain cannot represent.
     """
     if not isinstance(value, str):
         raise ValueError(INSTANT_FORMAT)
@@ -121,9 +145,12 @@ def parse_instant(value: object) -> datetime:
     if at.tzinfo is None:
         raise ValueError(INSTANT_FORMAT)
     try:
-        return at.astimezone(UTC)
+        at = at.astimezone(UTC)
     except OverflowError:  # year 1 or 9999 pushed out of range by the offset
-        raise ValueError("must be between years 1 and 9999 in UTC") from None
+        raise ValueError(INSTANT_RANGE) from None
+    if not EARLIEST_INSTANT <= at < LATEST_INSTANT:
+        raise ValueError(INSTANT_RANGE)
+    return at
 
 
 def _aware(at: datetime) -> datetime:

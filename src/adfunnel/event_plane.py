@@ -119,7 +119,7 @@ def make_scorer(settings: Settings) -> Tier2Scorer | None:
     least human click delay is the tier-1 rule's."""
     if not (settings.ivt and settings.ivt_tier2):
         return None
-    return Tier2Scorer(Tier2Config(min_click_delay_ms=settings.ivt_min_click_delay_ms))
+    return Tier2Scorer(Tier2Config.from_settings(settings))
 
 
 def make_event_plane(

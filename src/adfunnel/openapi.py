@@ -95,13 +95,15 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/ads:select": {"post": {
         "tags": ["serving"], "summary": "Decide the ads of one ad request",
         "description": "200 with one ad per filled slot, or 204 (no fill, shed, late: "
-                       "header x-adfunnel-outcome). The deadline counts from arrival.",
+                       "header x-adfunnel-outcome). The deadline counts from arrival. "
+                       "Open to anyone, except \"explain\": true, which needs an admin "
+                       "key (401/403 naming explain).",
         "requestBody": {"required": True, "content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/ServingSelectRequest"}}}},
         "responses": {"200": _json("The winners",
                                      {"$ref": "#/components/schemas/ServingSelectResponse"}),
                       "204": {"description": "No ad (no fill, shed or late)"},
-                      **{str(c): _error(c) for c in (400, 413, 422)}}}},
+                      **{str(c): _error(c) for c in (400, 403, 413, 422)}}}},
     "/i": {"get": {
         "tags": ["tracking"], "summary": "Impression beacon", "parameters": [_TOKEN],
         "responses": {"204": _NO_CONTENT, **{str(c): _error(c) for c in (400, 503)}}}},

@@ -26,6 +26,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from adfunnel.http_errors import validation_error
+from adfunnel.json_depth import nesting_problem
 
 T = TypeVar("T")
 K = TypeVar("K", int, str)
@@ -61,7 +62,9 @@ def decode_cursor(name: str, cursor: str | None, kind: type[K]) -> K | None:
     if cursor is None:
         return None
     try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        # a cursor is 2 levels deep; a deeper one is not ours (and would recurse)
+        data = json.loads(raw) if nesting_problem(raw, max_depth=2) is None else None
         key = data["k"] if data.get("l") == name else None
     except (ValueError, binascii.Error, TypeError, KeyError, AttributeError):
         key = None

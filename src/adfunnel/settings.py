@@ -11,8 +11,14 @@ from collections.abc import Iterable
 from contextvars import ContextVar
 from typing import Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Default largest bid, micros: 1,000 currency units (a CPM per thousand impressions,
+#: a CPC per click, a CPA per conversion).
+DEFAULT_MAX_BID_MICROS = 1_000 * 1_000_000
+#: Default largest daily or lifetime budget of a campaign, micros: 10,000,000 units.
+DEFAULT_MAX_BUDGET_MICROS = 10_000_000 * 1_000_000
 
 
 class SettingsError(ValueError):
@@ -63,6 +69,11 @@ class Settings(BaseSettings):
     #: requests such a key may send at once before the rate applies
     api_burst: int = Field(default=100, ge=1)
     token_ttl_s: int = Field(default=3600, gt=0, le=86_400)
+    #: largest bid a campaign may have, micros (422 naming ``bid_micros`` above it, on
+    #: create and edit)
+    max_bid_micros: int = Field(default=DEFAULT_MAX_BID_MICROS, gt=0, le=2**53)
+    #: largest daily or lifetime budget a campaign may have, micros (422 above it)
+    max_budget_micros: int = Field(default=DEFAULT_MAX_BUDGET_MICROS, gt=0, le=2**53)
     clock: Literal["system", "manual"] = "system"
     default_deadline_ms: int = Field(default=100, gt=0, le=10_000)
     max_body_bytes: int = Field(default=65_536, gt=0)
@@ -117,6 +128,25 @@ class Settings(BaseSettings):
     #: tier-2 invalid-traffic scoring in the aggregator (click and impression rates, CTR
     #: outliers, click timing over sliding windows); what it finds is reversed
     ivt_tier2: bool = True
+    #: tier-2 thresholds (``adfunnel.ivt.scoring``, whose constants are the defaults);
+    #: the rate rules count per viewer: (client address, user agent, user key).
+    #: Click limits as "COUNT/SECONDS": at most COUNT clicks in any SECONDS
+    ivt_click_rate_limits: list[str] = Field(
+        default=["1/60", "3/600", "10/3600", "25/86400"], min_length=1)
+    #: most impressions per viewer in ``ivt_impression_rate_window_s`` seconds
+    ivt_impression_rate_limit: int = Field(default=60, ge=1)
+    ivt_impression_rate_window_s: int = Field(default=60, ge=1, le=86_400)
+    #: an address's clicks on a placement are reversed while its CTR (percent) over
+    #: ``ivt_ctr_window_s`` is above ``ivt_ctr_max_percent`` on at least
+    #: ``ivt_ctr_min_impressions`` impressions (buckets of ``ivt_ctr_bucket_s``)
+    ivt_ctr_window_s: int = Field(default=3_600, ge=1, le=86_400)
+    ivt_ctr_bucket_s: int = Field(default=300, ge=1)
+    ivt_ctr_min_impressions: int = Field(default=20, ge=1)
+    ivt_ctr_max_percent: int = Field(default=25, ge=0, le=100)
+    #: a viewer's last ``ivt_regular_clicks`` click delays within
+    #: ``ivt_regular_spread_ms`` of each other are a script's timer
+    ivt_regular_clicks: int = Field(default=5, ge=2, le=100)
+    ivt_regular_spread_ms: int = Field(default=20, ge=0)
     #: seconds a billed event stays pending (tier 2 may reverse it) before it is final
     ivt_hold_s: float = Field(default=600.0, gt=0, le=86_400)
     #: proxies (CIDRs) whose X-Forwarded-For names the client of a beacon
@@ -146,6 +176,29 @@ class Settings(BaseSettings):
     #: campaigns (by today's billed spend) with their own per-campaign metric series;
     #: the others are summed under ``campaign="other"``; 0: no per-campaign series
     metrics_top_campaigns: int = Field(default=20, ge=0, le=1_000)
+
+    @model_validator(mode="after")
+    def _ivt_thresholds_fit(self) -> Settings:
+        # the scorer's own checks (one rule): a CTR bucket that divides its window, click
+        # limits as COUNT/SECONDS … (imported here: settings sit below the ivt room)
+        from adfunnel.ivt.scoring import Tier2Config
+
+        if self.ivt_ctr_window_s % self.ivt_ctr_bucket_s:
+            raise ValueError("ivt_ctr_bucket_s must divide ivt_ctr_window_s")
+        try:
+            Tier2Config.from_settings(self)
+        except ValueError as exc:
+            raise ValueError(f"ivt thresholds: {exc}") from None
+        return self
+
+    @field_validator("ivt_click_rate_limits")
+    @classmethod
+    def _click_limits(cls, v: list[str]) -> list[str]:
+        from adfunnel.ivt.scoring import parse_rate_limit  # the scorer's own parser
+
+        for text in v:
+            parse_rate_limit(text)
+        return v
 
     @field_validator("database_url")
     @classmethod

@@ -15,6 +15,7 @@ from adfunnel.ivt.scoring import (
     CLICK_RATE_LIMITS,
     CTR_OUTLIER_MIN_IMPRESSIONS,
     DAY_MS,
+    HOUR_MS,
     IMPRESSION_RATE_LIMIT,
     MINUTE_MS,
     PAIRING_MEMORY_MS,
@@ -290,3 +291,55 @@ def test_config_is_validated() -> None:
         Tier2Config(regular_clicks=1)
     with pytest.raises(ValueError, match="window_ms"):
         RateLimit(1, 0)
+
+
+# --- rate rules count per viewer; thresholds are settings ------------------------------
+
+
+def test_people_behind_one_address_do_not_share_the_impression_rate() -> None:
+    """122 real-looking impressions from one address in a minute (61 people behind a
+    carrier NAT, two impressions each) are all billed: the rule counts per viewer
+    (address, user agent, user key), where it used to reverse 62 of them."""
+    scorer = Tier2Scorer()
+    spacing = MINUTE_MS // 122
+    out = scorer.score(impression(T0 + i * spacing, user=f"person-{i % 61}")
+                       for i in range(122))
+    assert out == []
+    # one viewer past the limit is still reversed, whatever the others do
+    limit = IMPRESSION_RATE_LIMIT.limit
+    own = scorer.score(impression(T0 + i, user="script") for i in range(limit + 1))
+    assert reasons(own) == [Reason.IMPRESSION_RATE]
+
+
+def test_clicks_without_a_user_key_are_told_apart_by_user_agent() -> None:
+    scorer = Tier2Scorer(only_clicks((RateLimit(1, MINUTE_MS),)))
+    first = EventFacts(CLICK, HOME, CHROME_UA, T0 - 60_000, T0, impression_id="a")
+    other = EventFacts(CLICK, HOME, "Mozilla/5.0 (iPhone) Safari/604.1", T0 - 60_000, T0 + 1,
+                       impression_id="b")
+    assert scorer.observe(first) == [] and scorer.observe(other) == []
+    again = EventFacts(CLICK, HOME, CHROME_UA, T0 - 60_000, T0 + 2, impression_id="c")
+    assert reasons(scorer.observe(again)) == [Reason.CLICK_RATE]
+
+
+def test_every_threshold_is_a_setting() -> None:
+    from adfunnel.settings import SettingsError, load_settings
+
+    assert Tier2Config.from_settings(load_settings()) == Tier2Config()  # defaults agree
+    config = Tier2Config.from_settings(load_settings(
+        ivt_impression_rate_limit=200, ivt_impression_rate_window_s=120,
+        ivt_click_rate_limits=["2/60", "5/3600"], ivt_ctr_min_impressions=50,
+        ivt_ctr_max_percent=10, ivt_regular_clicks=8, ivt_regular_spread_ms=5,
+        ivt_min_click_delay_ms=300))
+    assert config.impression_limit == RateLimit(200, 2 * MINUTE_MS)
+    assert config.click_limits == (RateLimit(2, MINUTE_MS), RateLimit(5, HOUR_MS))
+    assert (config.ctr_min_impressions, config.ctr_max_percent, config.regular_clicks,
+            config.regular_spread_ms, config.min_click_delay_ms) == (50, 10, 8, 5, 300)
+    scorer = Tier2Scorer(config)  # a shared address's 150 a minute pass at 200 / 2 min
+    assert scorer.score(impression(T0 + i * 100) for i in range(150)) == []
+    with pytest.raises(SettingsError) as refused:
+        load_settings(ivt_click_rate_limits=["3 per minute"], ivt_ctr_bucket_s=0,
+                      ivt_impression_rate_limit=0)
+    named = {p.split(":")[0] for p in refused.value.problems}
+    assert named == {"ivt_click_rate_limits", "ivt_ctr_bucket_s", "ivt_impression_rate_limit"}
+    with pytest.raises(SettingsError, match="ivt_ctr_bucket_s must divide"):
+        load_settings(ivt_ctr_bucket_s=7 * 60)

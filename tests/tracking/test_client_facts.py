@@ -42,3 +42,16 @@ def test_the_resolver_answers_as_client_facts_and_stays_bounded() -> None:
                     assert resolve(peer, forwarded, agent) == client_facts(
                         peer, forwarded, agent, PROXY), (peer, forwarded, agent)
     assert len(resolve._known) <= 4
+
+
+def test_forwarded_for_from_an_untrusted_peer_warns_once(caplog) -> None:
+    resolve = ClientResolver(PROXY)
+    with caplog.at_level("WARNING", logger="adfunnel.tracking"):
+        resolve("10.1.2.3", "198.51.100.7", "ua")  # a trusted proxy: no warning
+        resolve("203.0.113.9", None, "ua")  # no header: no warning
+        assert not caplog.records
+        for client in ("1.2.3.4", "5.6.7.8", "1.2.3.4"):
+            assert resolve("203.0.113.9", client, "ua").ip == "203.0.113.9"
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert "ADFUNNEL_TRUSTED_PROXIES" in warnings[0] and "203.0.113.9" in warnings[0]

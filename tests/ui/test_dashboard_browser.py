@@ -202,7 +202,8 @@ def test_advertiser_reviewer_walkthrough(server: ServerProcess, tmp_path: Path) 
                        targeting={"attr": "geo.country", "in": ["FR"]})
         explained = httpx.post(f"{server.url}/v1/ads:select",
                                json=ad_request("explained", request_id="ui-explain-1",
-                                               explain=True)).json()
+                                               explain=True),
+                               headers={"authorization": f"Bearer {ADMIN_KEY}"}).json()
         assert explained["ads"][0]["campaign_id"] == rival
         admin.set_clock(START + timedelta(hours=2, minutes=5))  # the serve reaches the service
         page.click("header .who button")

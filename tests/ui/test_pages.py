@@ -247,7 +247,8 @@ def test_explainer_shows_each_candidate(client: TestClient, world: dict[str, Any
     r = client.post("/v1/ads:select", json={
         "user": {"key": "u1"}, "placement": {"id": "feed", "reserve_cpm_micros": 100_000},
         "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}],
-        "request_id": "explain-me", "explain": True})
+        "request_id": "explain-me", "explain": True},
+        headers={"authorization": f"Bearer {ADMIN_KEY}"})  # explain: admin keys only
     assert r.status_code == 200
     log_in(client, ADMIN_KEY)
     page = client.get("/ui/explain?request_id=explain-me").text

@@ -57,7 +57,7 @@ from adfunnel.billing.ledger import Ledger, lifetime_left
 from adfunnel.billing.rollups import RollupStore, cost_per_conversion_micros, ctr, ecpm_micros
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns import access, codec
-from adfunnel.campaigns.checks import campaign_warnings
+from adfunnel.campaigns.checks import campaign_warnings, money_limit_problems
 from adfunnel.campaigns.model import Ad, AdStatus, Advertiser, Campaign, CampaignStatus
 from adfunnel.campaigns.report_api import make_rollup_router
 from adfunnel.campaigns.review_api import make_review_router
@@ -74,6 +74,7 @@ from adfunnel.campaigns.schemas import (
     CampaignOut,
     CampaignPatch,
     CampaignWritten,
+    DomainDay,
     FieldProblemOut,
     ReportDay,
     ReportOut,
@@ -91,6 +92,7 @@ from adfunnel.pagination import (
     known_query_only,
     page,
 )
+from adfunnel.settings import DEFAULT_MAX_BID_MICROS, DEFAULT_MAX_BUDGET_MICROS
 from adfunnel.targeting.expr import TargetingError, dump_expr, parse_expr
 
 try:  # another module of the targeting room; optional until it lands
@@ -229,6 +231,14 @@ def make_advertiser_router(
     """
     router = APIRouter(tags=["advertiser"], dependencies=[Depends(known_query_only)])
     max_days = int(getattr(settings_like, "report_max_days", DEFAULT_REPORT_MAX_DAYS))
+    max_bid = int(getattr(settings_like, "max_bid_micros", DEFAULT_MAX_BID_MICROS))
+    max_budget = int(getattr(settings_like, "max_budget_micros", DEFAULT_MAX_BUDGET_MICROS))
+
+    def check_money(values: dict[str, Any]) -> None:
+        """422 naming each bid or budget above the server's limits."""
+        problems = money_limit_problems(values, max_bid, max_budget)
+        if problems:
+            raise validation_error(*problems)
     engine = getattr(store, "engine", None)
     if rollups is None and isinstance(engine, Engine):
         rollups = make_rollup_store(engine)
@@ -268,6 +278,7 @@ def make_advertiser_router(
         values = body.model_dump(exclude={"targeting"})
         values["dayparts"] = tuple(values["dayparts"])
         values["frequency_caps"] = tuple(values["frequency_caps"])
+        check_money(values)
         if body.targeting is not None:
             values["targeting"] = canonical_targeting(body.targeting)
         try:
@@ -302,6 +313,7 @@ def make_advertiser_router(
     def patch_campaign(campaign_id: int, body: CampaignPatch, who: Writer) -> CampaignWritten:
         access.campaign(store, who, campaign_id, write=True)
         changes = _changes(body, CAMPAIGN_NULLABLE)
+        check_money(changes)
         if changes.get("status") is CampaignStatus.ARCHIVED:
             raise validation_error(("status", "archive with DELETE /v1/campaigns/{id}"))
         if "targeting" in changes and changes["targeting"] is not None:
@@ -352,6 +364,7 @@ def make_advertiser_router(
         changes: dict[str, Any] = {"daily_budget_micros": body.daily_budget_micros}
         if "lifetime_budget_micros" in body.model_fields_set:
             changes["lifetime_budget_micros"] = body.lifetime_budget_micros
+        check_money(changes)
         return written_out(store.update_campaign(campaign_id, changes, body.version),
                            clock.now())
 
@@ -405,8 +418,8 @@ def make_advertiser_router(
     def campaign_report(
         campaign_id: int,
         who: Caller,
-        first: Annotated[date | None, Query(alias="from")] = None,
-        last: Annotated[date | None, Query(alias="to")] = None,
+        first: Annotated[DomainDay | None, Query(alias="from")] = None,
+        last: Annotated[DomainDay | None, Query(alias="to")] = None,
     ) -> ReportOut:
         """Defaults: ``to`` = today in the campaign's zone, ``from`` = ``to``."""
         campaign = access.campaign(store, who, campaign_id)

@@ -1,4 +1,5 @@
-"""Warnings about a valid campaign that cannot deliver as written (pure; no I/O).
+"""Warnings about a valid campaign that cannot deliver as written, and the money limits
+every campaign write must keep (pure; no I/O).
 
 The advertiser API accepts such a campaign (it may be edited later) and answers its
 write with a ``warnings`` list of ``{"field", "problem"}`` items:
@@ -17,6 +18,26 @@ from datetime import datetime
 from adfunnel.campaigns.model import BidType, Campaign
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.money import impression_charge_bound
+
+_BUDGET_FIELDS = ("daily_budget_micros", "lifetime_budget_micros")
+
+
+def money_limit_problems(values: dict[str, object], max_bid_micros: int,
+                         max_budget_micros: int) -> list[tuple[str, str]]:
+    """``(field, problem)`` for each bid or budget in ``values`` (a create's fields or an
+    edit's changes, micros) above its limit: a typo or a forged request must not be
+    able to bill without bound (a bid of 2**63 - 1 micros would)."""
+    problems: list[tuple[str, str]] = []
+    bid = values.get("bid_micros")
+    if isinstance(bid, int) and bid > max_bid_micros:
+        problems.append(("bid_micros", f"must be <= {max_bid_micros} micros (the server's "
+                                       "max_bid_micros)"))
+    for field in _BUDGET_FIELDS:
+        budget = values.get(field)
+        if isinstance(budget, int) and budget > max_budget_micros:
+            problems.append((field, f"must be <= {max_budget_micros} micros (the server's "
+                                    "max_budget_micros)"))
+    return problems
 
 
 def campaign_warnings(campaign: Campaign, now: datetime) -> list[tuple[str, str]]:

@@ -49,7 +49,12 @@ from adfunnel.billing.rollups import (
 )
 from adfunnel.campaigns import access
 from adfunnel.campaigns.schedule import is_valid_zone, local_day
-from adfunnel.campaigns.schemas import RollupReportOut, RollupRowOut, RollupTotalsOut
+from adfunnel.campaigns.schemas import (
+    DomainDay,
+    RollupReportOut,
+    RollupRowOut,
+    RollupTotalsOut,
+)
 from adfunnel.campaigns.store import CampaignStore
 from adfunnel.clock import Clock
 from adfunnel.http_errors import validation_error
@@ -63,8 +68,8 @@ CSV_MEDIA_TYPE = "text/csv"
 _METRICS = ("impressions", "clicks", "conversions", "billed_micros", "absorbed_micros",
             "ctr", "ecpm_micros", "cost_per_conversion_micros")
 
-From = Annotated[date | None, Query(alias="from")]
-To = Annotated[date | None, Query(alias="to")]
+From = Annotated[DomainDay | None, Query(alias="from")]
+To = Annotated[DomainDay | None, Query(alias="to")]
 GranularityQ = Annotated[Granularity, Query()]
 GroupByQ = Annotated[GroupBy, Query()]
 

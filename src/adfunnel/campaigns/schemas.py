@@ -40,6 +40,7 @@ from adfunnel.campaigns.store import (
     SIZE,
     landing_url_problem,
 )
+from adfunnel.clock import day_problem
 from adfunnel.tracking.landing import uri_problem
 
 _MAX_MICROS = 2**63 - 1
@@ -81,7 +82,16 @@ def _not_blank(value: str) -> str:
     return value
 
 
-LocalDate = Annotated[date, BeforeValidator(_iso_date)]
+def _in_domain(value: date) -> date:
+    problem = day_problem(value)  # the domain adds days to it (flights, local days)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+#: A calendar day the domain can represent (also the report ranges' ``from``/``to``).
+DomainDay = Annotated[date, AfterValidator(_in_domain)]
+LocalDate = Annotated[DomainDay, BeforeValidator(_iso_date)]
 TimeZone = Annotated[str, Strict(), AfterValidator(_zone)]
 LandingUrl = Annotated[str, Strict(), AfterValidator(_url)]
 Text = Annotated[str, Strict(), Field(min_length=1, max_length=500), AfterValidator(_not_blank)]

@@ -9,17 +9,20 @@ time advances past them).
 
 Signals, each with its reason code and thresholds (the constants below):
 
-- ``click_rate``: clicks per (client IP, user key) over the EthicalAds limits
-  :data:`CLICK_RATE_LIMITS`. Every click counts toward the windows, flagged or not,
-  and only clicks beyond a limit are reversed (the ones within it stay billed).
-- ``impression_rate``: impressions per client IP per minute over
-  :data:`IMPRESSION_RATE_LIMIT`; impressions beyond it are reversed.
+- ``click_rate``: clicks per viewer (client IP, user agent, user key) over the
+  EthicalAds limits :data:`CLICK_RATE_LIMITS`. Every click counts toward the windows,
+  flagged or not, and only clicks beyond a limit are reversed (the ones within it stay
+  billed).
+- ``impression_rate``: impressions per viewer (client IP, user agent, user key) per
+  minute over :data:`IMPRESSION_RATE_LIMIT`; impressions beyond it are reversed. Not
+  per address alone: people behind one shared address (carrier NAT, an office, a proxy)
+  differ by browser and user key, and must not share one budget of impressions.
 - ``ctr_outlier``: an IP's click-through rate on one placement over
   :data:`CTR_OUTLIER_MAX_PERCENT` across at least :data:`CTR_OUTLIER_MIN_IMPRESSIONS`
   impressions in :data:`CTR_WINDOW_MS`; clicks made while it holds are reversed.
 - ``timing``: a click less than :data:`~adfunnel.ivt.rules.MIN_CLICK_DELAY_MS` after
   its own impression (tier 2 knows the impression's time, the tracker does not), or
-  the last :data:`TIMING_REGULAR_CLICKS` click delays of an IP and user key all within
+  the last :data:`TIMING_REGULAR_CLICKS` click delays of a viewer all within
   :data:`TIMING_REGULAR_SPREAD_MS` of each other (a script's fixed delay). A click
   seen before its impression is judged when the impression arrives.
 
@@ -39,11 +42,15 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from adfunnel.ivt.lists import parse_ip
 from adfunnel.ivt.reasons import Reason
 from adfunnel.ivt.rules import CLICK, IMPRESSION, MIN_CLICK_DELAY_MS, EventFacts, Tier1Rules
 from adfunnel.ivt.windows import BucketCounts, RecentTimes
+
+#: Who a rate rule counts: (client IP as canonical bytes or text, user agent, user key).
+Viewer = tuple[bytes | str, str | None, str | None]
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -81,7 +88,8 @@ CLICK_RATE_LIMITS: tuple[RateLimit, ...] = (
     RateLimit(25, DAY_MS),
 )
 
-#: Impressions per client IP per minute: 60, one a second for a whole minute. House
+#: Impressions per viewer (IP, user agent, user key) per minute: 60, one a second for a
+#: whole minute. House
 #: figure: EthicalAds limits counted views to 5 per 5 minutes per IP with one ad per
 #: page; a page here can carry several slots (3 slots on a page every 6 s is 30 a
 #: minute) and an address can be shared (office or carrier NAT), so the bar is twice
@@ -152,6 +160,37 @@ class Tier2Config:
         if problems:
             raise ValueError("; ".join(problems))
 
+    @classmethod
+    def from_settings(cls, settings: Any) -> Tier2Config:
+        """The thresholds of ``settings`` (``ADFUNNEL_IVT_…``; seconds there, ms here).
+
+        Raises:
+            ValueError: thresholds that do not fit together (checked at start-up).
+        """
+        s = settings
+        return cls(
+            click_limits=tuple(parse_rate_limit(text) for text in s.ivt_click_rate_limits),
+            impression_limit=RateLimit(s.ivt_impression_rate_limit,
+                                       s.ivt_impression_rate_window_s * 1000),
+            ctr_window_ms=s.ivt_ctr_window_s * 1000, ctr_bucket_ms=s.ivt_ctr_bucket_s * 1000,
+            ctr_min_impressions=s.ivt_ctr_min_impressions,
+            ctr_max_percent=s.ivt_ctr_max_percent,
+            min_click_delay_ms=s.ivt_min_click_delay_ms,
+            regular_clicks=s.ivt_regular_clicks, regular_spread_ms=s.ivt_regular_spread_ms)
+
+
+def parse_rate_limit(text: str) -> RateLimit:
+    """``"COUNT/SECONDS"`` (``"3/600"``: at most 3 in any 600 s) as a :class:`RateLimit`.
+
+    Raises:
+        ValueError: another form, a negative count or a window under one second.
+    """
+    count, sep, seconds = text.strip().partition("/")
+    if not (sep and count.strip().isdigit() and seconds.strip().isdigit()
+            and int(seconds) > 0):
+        raise ValueError(f"{text!r} is not COUNT/SECONDS (e.g. 3/600)")
+    return RateLimit(int(count), int(seconds) * 1000)
+
 
 @dataclass(frozen=True, slots=True)
 class Reversal:
@@ -171,7 +210,7 @@ class Reversal:
 @dataclass(slots=True)
 class _PendingClick:
     at_ms: int
-    user: tuple[bytes | str, str | None]
+    user: Viewer
     reversed: bool
 
 
@@ -200,12 +239,12 @@ class Tier2Scorer:
         horizon = max(limit.window_ms for limit in config.click_limits)
         cap = max(limit.limit for limit in config.click_limits) + 1
         self._click_horizon_ms = horizon
-        self._clicks: RecentTimes[tuple[bytes | str, str | None]] = RecentTimes(horizon, cap)
-        self._impressions_by_ip: RecentTimes[bytes | str] = RecentTimes(
+        self._clicks: RecentTimes[Viewer] = RecentTimes(horizon, cap)
+        self._impressions: RecentTimes[Viewer] = RecentTimes(
             config.impression_limit.window_ms, config.impression_limit.limit + 1)
         self._ctr: BucketCounts[tuple[bytes | str, str]] = BucketCounts(
             config.ctr_window_ms, config.ctr_bucket_ms)
-        self._delays: OrderedDict[tuple[bytes | str, str | None], _Delays] = OrderedDict()
+        self._delays: OrderedDict[Viewer, _Delays] = OrderedDict()
         #: impression id -> its time; clicks seen (id -> time); clicks awaiting impression
         self._impression_at: OrderedDict[str, int] = OrderedDict()
         self._click_seen: OrderedDict[str, int] = OrderedDict()
@@ -251,7 +290,7 @@ class Tier2Scorer:
             return
         self.watermark_ms = now_ms
         self._clicks.evict(now_ms)
-        self._impressions_by_ip.evict(now_ms)
+        self._impressions.evict(now_ms)
         self._ctr.evict(now_ms)
         cutoff = now_ms - self._click_horizon_ms
         while self._delays:
@@ -274,14 +313,14 @@ class Tier2Scorer:
 
     def memory(self) -> dict[str, int]:
         """Entries held per structure (keys and times), to watch that memory stays
-        bounded: ``click_keys``, ``click_times``, ``impression_ips``,
+        bounded: ``click_keys``, ``click_times``, ``impression_ips`` (viewers),
         ``impression_times``, ``ctr_keys``, ``ctr_buckets``, ``delay_keys``,
         ``pairing`` (impressions, seen clicks and unpaired clicks remembered)."""
         return {
             "click_keys": len(self._clicks),
             "click_times": self._clicks.entries(),
-            "impression_ips": len(self._impressions_by_ip),
-            "impression_times": self._impressions_by_ip.entries(),
+            "impression_ips": len(self._impressions),
+            "impression_times": self._impressions.entries(),
             "ctr_keys": len(self._ctr),
             "ctr_buckets": self._ctr.entries(),
             "delay_keys": len(self._delays),
@@ -296,13 +335,14 @@ class Tier2Scorer:
         if iid:
             self._impression_at[iid] = at
         ip = _ip_key(event.client_ip)
-        self._impressions_by_ip.add(ip, at)
+        viewer = (ip, event.user_agent, event.user_key)
+        self._impressions.add(viewer, at)
         self._ctr.add((ip, event.placement), at, impressions=1)
         out: list[Reversal] = []
         first = self._tier1(event)
         if first is None:
             limit = config.impression_limit
-            n = self._impressions_by_ip.count(ip, at, limit.window_ms)
+            n = self._impressions.count(viewer, at, limit.window_ms)
             if n > limit.limit:
                 first = Reversal(iid, IMPRESSION, Reason.IMPRESSION_RATE, at,
                                  f"{n} impressions in (t-{limit.window_ms}ms, t] > {limit.limit}")
@@ -321,7 +361,7 @@ class Tier2Scorer:
         if iid:
             self._click_seen[iid] = at
         ip = _ip_key(event.client_ip)
-        user = (ip, event.user_key)
+        user = (ip, event.user_agent, event.user_key)
         self._clicks.add(user, at)
         self._ctr.add((ip, event.placement), at, clicks=1)
 
@@ -352,7 +392,7 @@ class Tier2Scorer:
             self._unpaired[iid] = _PendingClick(at, user, first is not None)
         return [] if first is None else [first]
 
-    def _timing(self, user: tuple[bytes | str, str | None], at: int, delay_ms: int
+    def _timing(self, user: Viewer, at: int, delay_ms: int
                 ) -> str | None:
         """Record a click's delay after its impression; what makes it robotic, or None."""
         config = self.config

@@ -10,6 +10,12 @@
   UTF-8 percent-encoding; :mod:`adfunnel.tracking.landing`);
 - ``GET /v1/decisions/{request_id}`` → the explain record of a recent decision.
 
+Who may call: the select route is open (anyone with a page may ask for an ad), but
+``"explain": true`` is the operator's: it lists every competing ad and its state and
+takes the slow reference path. It needs an admin key (``Authorization: Bearer <key>``);
+without one the request is refused, 401 (no key) or 403 (any other key), naming
+``explain``, before anything is decided.
+
 Errors are JSON ``{"error": ..., "fields": [{"field", "problem"}]}`` with a 4xx status.
 
 A select's deadline runs from its arrival (stamped by :class:`ArrivalStamp`); the
@@ -102,8 +108,12 @@ class ServingEndpoints:
         max_body_bytes: int,
         ready: Callable[[], bool] | None = None,
         served: ServedLog | None = None,
+        is_admin: Callable[[str | None], bool] | None = None,
     ) -> None:
         self.queue = queue
+        # whether an Authorization header value is an admin's (explain needs one); none
+        # given: nobody may explain
+        self.is_admin = is_admin or (lambda _: False)
         self.served = served  # the served log: every committed decision, off the path
         self.decider = queue.decider
         # request ids: a random per-process prefix and a counter (no syscall per request)
@@ -158,6 +168,11 @@ class ServingEndpoints:
             REJECTED_REQUESTS.labels("select").inc()
             error = "malformed_json" if exc.status == 400 else "validation"
             return _error(exc.status, error, exc.fields)
+        if req.explain:
+            refused = self._explain_refused(scope)
+            if refused is not None:
+                REJECTED_REQUESTS.labels("select").inc()
+                return refused
         deadline = start + (req.deadline_ms or self.default_deadline_ms)
         # the decision is named by the request's own id, else by the one its answer
         # carries (x-request-id, from RequestLog), so explain finds it by either
@@ -187,6 +202,18 @@ class ServingEndpoints:
         self._observe(start, "filled")
         out = encode(self._response(decision, req.explain))
         return 200, [_JSON, (b"content-length", b"%d" % len(out))], out
+
+    def _explain_refused(self, scope: dict[str, Any]) -> Answer | None:
+        """401/403 naming ``explain`` unless the request carries an admin key."""
+        header = next((v.decode("latin-1") for k, v in scope["headers"]
+                       if k == b"authorization"), None)
+        if self.is_admin(header):
+            return None
+        if not (header or "").strip():
+            return _error(401, "unauthorized", [
+                ("explain", "needs an admin key: send Authorization: Bearer <admin key>, "
+                            "or leave explain out")])
+        return _error(403, "forbidden", [("explain", "needs an admin key")])
 
     def _no_ad(self, start: float, outcome: str, request_id: str) -> Answer:
         """204 naming why no ad (``x-adfunnel-outcome``: no_fill, shed, late); the

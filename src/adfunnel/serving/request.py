@@ -17,6 +17,7 @@ import re
 
 import msgspec
 
+from adfunnel.json_depth import nesting_problem
 from adfunnel.targeting.attributes import ATTRIBUTES, normalise_value, normalise_values
 
 MAX_SLOTS = 3
@@ -105,8 +106,11 @@ def decode_request(body: bytes) -> SelectRequest:
 
     Raises:
         RequestError: malformed JSON (400) or a field that breaks the schema (422),
-            naming the field.
+            naming the field; a document nested too deep for the decoder (422).
     """
+    too_deep = nesting_problem(body)  # before msgspec recurses into it
+    if too_deep is not None:
+        raise RequestError([too_deep])
     try:
         req = _decoder.decode(body)
     except msgspec.ValidationError as exc:

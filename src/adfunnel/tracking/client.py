@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -43,15 +44,24 @@ def client_facts(peer: str | None, forwarded_for: str | None, user_agent: str | 
     return _resolve(peer, forwarded_for, user_agent, trusted)
 
 
+_log = logging.getLogger("adfunnel.tracking")
+
+
 class ClientResolver:
     """:func:`client_facts` for one set of trusted proxies, remembering the address of
     up to ``size`` (peer, ``X-Forwarded-For``) pairs: a feed's pairs repeat (a proxy, its
-    clients) and the answer is pure. Thread-safe (a lost race recomputes)."""
+    clients) and the answer is pure. Thread-safe (a lost race recomputes).
+
+    The first request that carries ``X-Forwarded-For`` from a peer outside the trusted
+    proxies logs one warning naming ``ADFUNNEL_TRUSTED_PROXIES``: behind a proxy that is
+    not trusted, every viewer has the proxy's address, and the per-address invalid
+    traffic rules would reverse their real impressions."""
 
     def __init__(self, trusted: Sequence[Network], size: int = 65_536) -> None:
         self.trusted = tuple(trusted)
         self._size = size
         self._known: dict[tuple[str | None, str | None], str | None] = {}
+        self.warned = False  # the untrusted X-Forwarded-For warning was logged
 
     def __call__(self, peer: str | None, forwarded_for: str | None,
                  user_agent: str | None) -> ClientFacts:
@@ -61,10 +71,20 @@ class ClientResolver:
         except KeyError:
             pass
         facts = _resolve(peer, forwarded_for, user_agent, self.trusted)
+        if forwarded_for and not self.warned and facts.ip == peer and peer is not None:
+            self._warn_untrusted(peer)
         if len(self._known) >= self._size:
             self._known.clear()
         self._known[key] = facts.ip
         return facts
+
+    def _warn_untrusted(self, peer: str) -> None:
+        self.warned = True
+        _log.warning(
+            "requests arrive with X-Forwarded-For from %s, which is not in "
+            "ADFUNNEL_TRUSTED_PROXIES: the header is ignored and every client behind it "
+            "has the proxy's address (invalid-traffic rate rules count per address). "
+            "Set ADFUNNEL_TRUSTED_PROXIES to the proxy's address or CIDR.", peer)
 
 
 def trusted_peer(peer: str | None, trusted: Sequence[Network]) -> bool:

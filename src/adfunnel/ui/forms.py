@@ -10,6 +10,7 @@ import json
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from adfunnel.json_depth import nesting_problem
 from adfunnel.money import MICROS_PER_UNIT
 
 
@@ -52,12 +53,16 @@ def json_field(text: str, field: str, *, allow_empty: bool = True) -> Any:
     """A JSON editor's text → its value; empty text → None (where allowed).
 
     Raises:
-        FieldProblem: not valid JSON (with the line and column).
+        FieldProblem: not valid JSON (with the line and column), or nested deeper than
+            the decoder may recurse (:mod:`adfunnel.json_depth`).
     """
     if not text.strip():
         if allow_empty:
             return None
         raise FieldProblem(field, "is required")
+    too_deep = nesting_problem(text)
+    if too_deep is not None:
+        raise FieldProblem(field, too_deep[1])
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
