@@ -23,6 +23,7 @@ from adfunnel.clock import ManualClock
 from adfunnel.json_depth import MAX_JSON_DEPTH, nesting_problem
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
+from tests.internal_token import INTERNAL_HEADERS, INTERNAL_TOKEN
 
 START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
 #: arrays nested 1,000 deep: past Python's recursion limit, and msgspec's
@@ -155,8 +156,11 @@ def test_dashboard_json_editor_names_the_field(rt: Runtime, client: TestClient) 
     ("/v1/billed", deep_at([{"unknown": "DEEP"}])),
 ])
 def test_budget_service_routes_refuse_deep_bodies(path: str, body: str) -> None:
-    app = create_app(BudgetService(ManualClock(START), warmup_s=0.0))
+    app = create_app(BudgetService(ManualClock(START), warmup_s=0.0), token=INTERNAL_TOKEN)
     with StarletteClient(app, raise_server_exceptions=False) as c:
-        r = c.post(path, content=body, headers=JSON)
+        r = c.post(path, content=body, headers={**JSON, **INTERNAL_HEADERS})
     assert r.status_code == 422, r.text
-    assert "nested deeper than" in r.json()["error"] and "unknown" in r.json()["error"]
+    # the shard's body limit refuses it first, in the ad server's shape
+    assert r.json()["error"] == "validation"
+    [problem] = r.json()["fields"]
+    assert "unknown" in problem["field"] and "nested deeper than" in problem["problem"]
