@@ -215,7 +215,7 @@ def build_runtime(
     events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
                               on_lifetime_spent=lambda cid: mark_completed(store, cid),
                               on_hours=dirty.mark,
-                              on_billed=monitor.billed)
+                              on_billed=monitor.billed, on_reversed=monitor.reversed)
     tracker = Tracker(events.publisher, catalog, clock, key, ivt=make_ivt_rules(settings))
     served = make_served_log(settings, clock)
     if served is not None and settings.served_log_dir:

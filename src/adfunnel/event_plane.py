@@ -139,6 +139,7 @@ def make_event_plane(
     on_lifetime_spent: Callable[[int], None] | None = None,
     on_hours: Callable[[set[datetime]], None] | None = None,
     on_billed: Callable[[LedgerEvent], None] | None = None,
+    on_reversed: Callable[[LedgerEvent], None] | None = None,
     aggregate: bool | None = None, partitions: Sequence[int] | None = None,
 ) -> EventPlane:
     """The event plane of one process (see the module docstring); the aggregator's
@@ -155,7 +156,7 @@ def make_event_plane(
         aggregator = Aggregator(consumer, ledger, campaign, gate, ctr,
                                 on_lifetime_spent=on_lifetime_spent, on_hours=on_hours,
                                 scorer=make_scorer(settings), hold_s=settings.ivt_hold_s,
-                                on_billed=on_billed)
+                                on_billed=on_billed, on_reversed=on_reversed)
     spool = (Spool(settings.spool_dir, settings.spool_max_bytes)
              if settings.spool_dir and not inline else None)
     return EventPlane(log, EventPublisher(log, spool), aggregator, inline).start()

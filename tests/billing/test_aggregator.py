@@ -620,3 +620,28 @@ def test_tier2_reverses_a_pending_click_over_the_rate_limit_and_refunds_it() -> 
     world.send(event(IMP, "c", CPC, 0, at=700), event(CLICK, "c", CPC, 400_000, at=701),
                event(CLICK, "a", CPC, 400_000, at=702))
     assert world.billed(CPC) == 800_000
+
+
+def test_a_reversed_click_changes_no_model_count() -> None:
+    """Tier 2 reverses the second click of an address within a minute: the click model's
+    counts and the calibration monitor are what they were without it (IVT never reaches
+    the model)."""
+    from adfunnel.ivt.scoring import Tier2Scorer
+    from adfunnel.prediction.calibration import CalibrationMonitor
+
+    world = World([campaign(CPC, BidType.CPC)])
+    monitor = CalibrationMonitor()
+    world.agg.scorer = Tier2Scorer()
+    world.agg.on_billed, world.agg.on_reversed = monitor.billed, monitor.reversed
+    for imp in ("a", "b"):
+        monitor.served(imp, "v1", 0.01)
+    world.send(event(IMP, "a", CPC, 0, at=1), event(IMP, "b", CPC, 0, at=2),
+               event(CLICK, "a", CPC, 400_000, at=10))
+    ad = 100 + CPC
+    before = world.ctr.counts(ad, "feed")
+    assert before == (2, 1)
+    calibration = monitor.status()["v1"]
+    world.send(event(CLICK, "b", CPC, 400_000, at=20))  # over 1 click/min: reversed
+    assert world.agg.stats.reversed == 1
+    assert world.ctr.counts(ad, "feed") == before
+    assert monitor.status()["v1"] == calibration

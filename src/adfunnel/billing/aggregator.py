@@ -34,7 +34,7 @@ from collections import Counter as Tally
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import numpy as np
@@ -127,6 +127,8 @@ class Aggregator:
         hold_s: seconds an event stays pending (reversible) after it occurred.
         on_billed: called with each newly billed ledger row (the click model's
             calibration monitor).
+        on_reversed: called with each billed row tier 2 reversed (the calibration
+            monitor takes back what ``on_billed`` added; ``ctr`` is taken back here).
         unknown_retry_s: see ``campaign``.
     """
 
@@ -137,7 +139,8 @@ class Aggregator:
                  scorer: Tier2Scorer | None = None,
                  hold_s: float = DEFAULT_HOLD_S,
                  on_billed: Callable[[LedgerEvent], None] | None = None,
-                 unknown_retry_s: float = UNKNOWN_CAMPAIGN_RETRY_S) -> None:
+                 unknown_retry_s: float = UNKNOWN_CAMPAIGN_RETRY_S,
+                 on_reversed: Callable[[LedgerEvent], None] | None = None) -> None:
         self.consumer = consumer
         self.ledger = ledger
         self.campaign = campaign
@@ -149,11 +152,12 @@ class Aggregator:
         self.hold_s = hold_s
         self.on_billed = on_billed
         self.unknown_retry_s = unknown_retry_s
+        self.on_reversed = on_reversed
         # unacknowledged deliveries of campaigns not known yet, by sequence, with the
         # monotonic second each was first seen
         self._waiting: OrderedDict[int, tuple[Delivery, float]] = OrderedDict()
-        # recently billed events' (campaign, local day), for refunding a reversal
-        self._billed_where: OrderedDict[tuple[str, str], tuple[int, date]] = OrderedDict()
+        # recently billed scored events' rows, for undoing a reversal (refund, model)
+        self._billed_where: OrderedDict[tuple[str, str], LedgerEvent] = OrderedDict()
         self.stats = AggregatorStats()
         #: distinct events of the log this aggregator has handled (a redelivery of one
         #: it handled is not counted again; one another reader left unacknowledged is)
@@ -310,7 +314,7 @@ class Aggregator:
         event_type = _PLAIN[row.event_type]
         key = (event.impression_id, event_type)
         billed_where = self._billed_where
-        billed_where[key] = (event.campaign_id, row.day)
+        billed_where[key] = row
         while len(billed_where) > PENDING_MEMORY:
             billed_where.popitem(last=False)
         facts = EventFacts(event_type, event.client_ip, event.user_agent or None,
@@ -325,9 +329,23 @@ class Aggregator:
             self.stats.reversed += 1
             self._outcome(r.event_type, f"reversed_{r.reason}")
             where = self._billed_where.pop((r.impression_id, r.event_type), None)
-            if where is not None and taken.billed_micros:
-                self.gate.record_billed(where[0], where[1], -taken.billed_micros,
+            if where is None:
+                continue
+            if taken.billed_micros:
+                self.gate.record_billed(where.campaign_id, where.day, -taken.billed_micros,
                                         r.impression_id, False)
+            self._unfeed(where)
+
+    def _unfeed(self, row: LedgerEvent) -> None:
+        """Take back from the click model and its calibration monitor what billing
+        ``row`` fed them (it was reversed: IVT never reaches the model)."""
+        if self.ctr is not None:
+            if row.event_type is EventType.IMPRESSION:
+                self.ctr.unobserve_impression(row.ad_id, row.placement)
+            elif row.event_type is EventType.CLICK:
+                self.ctr.unobserve_click(row.ad_id, row.placement)
+        if self.on_reversed is not None:
+            self.on_reversed(row)
 
     def _feed(self, row: LedgerEvent, recorded: Recorded, campaign: Campaign | None) -> None:
         """Newly billed: spend to the budget gate, observations to the click model."""
