@@ -222,7 +222,7 @@ def build_runtime(
     events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
                               on_lifetime_spent=lambda cid: mark_completed(store, cid),
                               on_hours=dirty.mark,
-                              on_billed=monitor.billed)
+                              on_billed=monitor.billed, on_reversed=monitor.reversed)
     tracker = Tracker(events.publisher, catalog, clock, key, ivt=make_ivt_rules(settings))
     served = make_served_log(settings, clock)
     if served is not None and settings.served_log_dir:
@@ -485,11 +485,21 @@ def build_app(rt: Runtime) -> RequestLog:
             return error_response(422, "validation", [("now", str(exc))])
         return JSONResponse({"now": at.isoformat()})
 
+    async def settle_events(_: Request) -> Response:
+        """Admin: wait until this process's aggregator has recorded every event stored so
+        far (a replay reads the ledger's effects, budgets and the click model, before its
+        next request); 503 ``events_unsettled`` when it has not within 10 s."""
+        if await asyncio.to_thread(rt.events.settle):
+            return JSONResponse({"settled": True})
+        return error_response(503, "events_unsettled",
+                              [("events", "the aggregator has not caught up within 10 s")])
+
     app.add_route("/healthz", healthz, methods=["GET"])
     app.add_route("/readyz", readyz, methods=["GET"])
     app.add_route("/metrics", metrics, methods=["GET"])
     app.add_route("/v1/ledger/stats", ledger_stats, methods=["GET"])
     app.add_route("/v1/admin/clock", set_clock, methods=["PUT"])
+    app.add_route("/v1/admin/events:settle", settle_events, methods=["POST"])
     app.add_route("/v1/serving/stats", serving_stats, methods=["GET"])
     app.add_route("/v1/budget/pacing", budget_pacing, methods=["GET"])
     app.add_route("/v1/users/{key}", erase_user, methods=["DELETE"])

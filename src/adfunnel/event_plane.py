@@ -1,15 +1,20 @@
 """Wiring of the event plane of one process: event log, publisher (with spool) and
 aggregator (DESIGN.md §The planes, §Events and billing).
 
+A beacon answers once its event is stored in the log (or the spool), never after a
+ledger write: the aggregator reads the log on a thread of its own and acknowledges after
+each ledger commit, so a slow or locked database delays billing, not the beacon.
+
 - **Embedded default** (no ``event_log_url``): the log lives in this process's memory
-  and each event is applied to the ledger right after it is appended, in the beacon's
-  own thread. A memory log does not outlive the process, so applying at once is what
-  keeps an acknowledged beacon from being lost; it also keeps a replay on the manual
-  clock dependent on its seed only.
+  and this process's aggregator thread drains it as events arrive (the memory log wakes
+  a waiting fetch). The memory log does not outlive the process: :meth:`EventPlane.close`
+  lets the aggregator drain it before stopping. A replay on the manual clock stays
+  dependent on its seed only because moving the clock settles the plane first
+  (:meth:`EventPlane.settle`), as does ``POST /v1/admin/events:settle``.
 - **JetStream** (``event_log_url=nats://…``): the tracker only appends; aggregators
   (``adfunnel aggregator``, or a thread of ``adfunnel serve`` with ``aggregate``) read
-  the partitions through the durable consumer :data:`CONSUMER` and acknowledge after
-  each ledger commit. While the log is down the tracker spools to ``spool_dir``.
+  the partitions through the durable consumer :data:`CONSUMER`. While the log is down
+  the tracker spools to ``spool_dir``.
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ _log = logging.getLogger(__name__)
 
 #: The durable consumer name of the ledger aggregators.
 CONSUMER = "ledger"
-#: Most events the embedded memory log keeps (the oldest are dropped past it; each was
-#: applied when appended).
+#: Most events the embedded memory log keeps (the oldest are dropped past it; the
+#: aggregator thread has long applied them).
 MEMORY_LOG_EVENTS = 1_000_000
+#: Network seconds :meth:`EventPlane.close` lets the aggregator drain the memory log.
+CLOSE_DRAIN_S = 30.0
 
 
 @dataclass
@@ -52,14 +59,14 @@ class EventPlane:
     log: EventLog
     publisher: EventPublisher
     aggregator: Aggregator | None
-    inline: bool
+    inline: bool  # the log is this process's memory (the embedded default)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _closed: bool = False
 
     def start(self) -> EventPlane:
-        """Start the aggregator thread (JetStream with ``aggregate``)."""
-        if self.aggregator is not None and not self.inline and self._thread is None:
+        """Start the aggregator thread (where this process aggregates)."""
+        if self.aggregator is not None and self._thread is None:
             agg = self.aggregator
             self._thread = threading.Thread(
                 target=agg.run, args=(self._stop,),
@@ -70,27 +77,31 @@ class EventPlane:
 
     def settle(self, timeout_s: float = 10.0) -> bool:
         """Wait (network seconds) until this process's aggregator has handled every
-        event stored in the log so far and the spool is empty; True when it has.
-        Inline planes are always settled."""
-        if self.inline or self.aggregator is None:
+        event stored in the log so far and the spool is empty; True when it has (at
+        once where this process does not aggregate)."""
+        if self.aggregator is None:
             return True
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self.publisher.spooled() and (
-                    self.aggregator.first_deliveries >= last_seq(self.log)):
-                return True
-            time.sleep(0.005)
-        return False
+        while self.publisher.spooled():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)  # the spool drains on its own thread, polled
+        left = max(0.0, deadline - time.monotonic())
+        return self.aggregator.wait_handled(last_seq(self.log), left)
 
     def close(self) -> None:
-        """Stop the aggregator, drain the spool if the log answers, close the log."""
+        """Store what the tracker submitted, let the aggregator drain a memory log
+        (nothing else keeps it), stop the aggregator, drain the spool if the log
+        answers, close the log."""
         if self._closed:
             return
         self._closed = True
+        self.publisher.close()
+        if self.inline and self._thread is not None and not self.settle(CLOSE_DRAIN_S):
+            _log.warning("events of the memory log left unapplied at shutdown")
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self.publisher.close()
         if self.aggregator is not None:
             self.aggregator.consumer.close()
         self.log.close()
@@ -128,6 +139,7 @@ def make_event_plane(
     on_lifetime_spent: Callable[[int], None] | None = None,
     on_hours: Callable[[set[datetime]], None] | None = None,
     on_billed: Callable[[LedgerEvent], None] | None = None,
+    on_reversed: Callable[[LedgerEvent], None] | None = None,
     aggregate: bool | None = None, partitions: Sequence[int] | None = None,
 ) -> EventPlane:
     """The event plane of one process (see the module docstring); the aggregator's
@@ -144,9 +156,7 @@ def make_event_plane(
         aggregator = Aggregator(consumer, ledger, campaign, gate, ctr,
                                 on_lifetime_spent=on_lifetime_spent, on_hours=on_hours,
                                 scorer=make_scorer(settings), hold_s=settings.ivt_hold_s,
-                                on_billed=on_billed)
+                                on_billed=on_billed, on_reversed=on_reversed)
     spool = (Spool(settings.spool_dir, settings.spool_max_bytes)
              if settings.spool_dir and not inline else None)
-    after = aggregator.pump if inline and aggregator is not None else None
-    publisher = EventPublisher(log, spool, after_append=after)
-    return EventPlane(log, publisher, aggregator, inline).start()
+    return EventPlane(log, EventPublisher(log, spool), aggregator, inline).start()

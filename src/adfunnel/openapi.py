@@ -143,6 +143,13 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "responses": {"200": _json("The clock's new time", {
             "type": "object", "properties": {"now": {"type": "string"}}}),
             **{str(c): _error(c) for c in (400, 409, 422)}}}},
+    "/v1/admin/events:settle": {"post": {
+        "tags": ["admin"], "summary": "Wait until the aggregator has recorded every event",
+        "description": "Returns once this process's aggregator has recorded every event "
+                       "stored in the log so far (and the spool is empty).",
+        "responses": {"200": _json("Settled", {
+            "type": "object", "properties": {"settled": {"type": "boolean"}}}),
+            "503": _error(503)}}},
     "/v1/users/{key}": {"delete": {
         "tags": ["admin"],
         "summary": "Erase one user: frequency-cap records and served-log records",

@@ -333,7 +333,7 @@ def test_a_batch_fetched_by_a_crashed_reader_comes_again_after_ack_wait(
     world.clock.advance(ACK_WAIT_S + 1)
     assert world.agg.pump() == 2
     assert world.totals(CPM) == (2, 0, 0, 4_000, 0)
-    assert world.agg.first_deliveries == 0  # both were second attempts
+    assert world.agg.first_deliveries == 2  # second attempts, first handled here
     world.clock.advance(ACK_WAIT_S + 1)
     assert world.agg.pump() == 0
     # and replaying the whole log changes nothing
@@ -355,7 +355,25 @@ def test_a_duplicate_publish_is_dropped_by_the_log(world: World) -> None:
 # --- unknown campaigns, stats, lag, hours ---------------------------------------------
 
 
-def test_an_unknown_campaign_is_counted_and_acknowledged(world: World) -> None:
+def test_an_event_of_a_campaign_not_known_yet_waits_for_it(world: World) -> None:
+    """The change feed has not applied the campaign yet: the event is neither recorded
+    nor acknowledged, retried with later batches, and billed once the campaign is known."""
+    world.send(event(IMP, "i1", 99, 2_000_000, billing_type="CPM"))
+    assert world.agg.stats.unknown_retried >= 1
+    assert world.agg.stats.unknown_campaign == 0
+    assert world.ledger.stats().rows == 0
+    world.campaigns[99] = campaign(99, BidType.CPM)  # the feed applies it now
+    assert world.agg.pump() == 0  # nothing new in the log: the waiting event is retried
+    assert world.ledger.stats().rows == 1
+    assert world.agg.first_deliveries == 1
+    world.clock.advance(ACK_WAIT_S + 1)
+    assert world.agg.pump() == 0  # acknowledged: not delivered again
+    assert world.ledger.stats().rows == 1
+
+
+def test_an_event_of_a_campaign_still_unknown_after_the_window_is_rejected(
+        world: World) -> None:
+    world.agg.unknown_retry_s = 0.0  # the retry window is over at once
     world.send(event(IMP, "i1", 99, 2_000_000, billing_type="CPM"))
     assert world.agg.stats.unknown_campaign == 1
     assert world.agg.outcomes["unknown_campaign"] == 1
@@ -602,3 +620,28 @@ def test_tier2_reverses_a_pending_click_over_the_rate_limit_and_refunds_it() -> 
     world.send(event(IMP, "c", CPC, 0, at=700), event(CLICK, "c", CPC, 400_000, at=701),
                event(CLICK, "a", CPC, 400_000, at=702))
     assert world.billed(CPC) == 800_000
+
+
+def test_a_reversed_click_changes_no_model_count() -> None:
+    """Tier 2 reverses the second click of an address within a minute: the click model's
+    counts and the calibration monitor are what they were without it (IVT never reaches
+    the model)."""
+    from adfunnel.ivt.scoring import Tier2Scorer
+    from adfunnel.prediction.calibration import CalibrationMonitor
+
+    world = World([campaign(CPC, BidType.CPC)])
+    monitor = CalibrationMonitor()
+    world.agg.scorer = Tier2Scorer()
+    world.agg.on_billed, world.agg.on_reversed = monitor.billed, monitor.reversed
+    for imp in ("a", "b"):
+        monitor.served(imp, "v1", 0.01)
+    world.send(event(IMP, "a", CPC, 0, at=1), event(IMP, "b", CPC, 0, at=2),
+               event(CLICK, "a", CPC, 400_000, at=10))
+    ad = 100 + CPC
+    before = world.ctr.counts(ad, "feed")
+    assert before == (2, 1)
+    calibration = monitor.status()["v1"]
+    world.send(event(CLICK, "b", CPC, 400_000, at=20))  # over 1 click/min: reversed
+    assert world.agg.stats.reversed == 1
+    assert world.ctr.counts(ad, "feed") == before
+    assert monitor.status()["v1"] == calibration

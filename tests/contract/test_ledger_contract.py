@@ -584,8 +584,6 @@ def test_invalid_traffic_is_recorded_once_never_billed(ledger_backend: LedgerBac
     counters = ledger.counters()
     assert counters["ivt_impression"] == 1 and counters["ivt_impression_crawler_ua"] == 1
     assert counters["ivt_click"] == 1 and counters["ivt_click_crawler_ua"] == 1
-    # the click was recorded as invalid traffic: a valid copy of it is a duplicate
-    assert ledger.record(click("imp-bot"), BIG_BUDGET) == Recorded(Outcome.DUPLICATE)
     # the invalid impression has no ledger row: a click of it waits, never bills
     assert ledger.record(click("imp-bot2"), BIG_BUDGET) == Recorded(Outcome.HELD)
     assert ledger.day_totals(1, DAY, DAY) == []
@@ -594,6 +592,41 @@ def test_invalid_traffic_is_recorded_once_never_billed(ledger_backend: LedgerBac
     ledger.record(event("imp-ok"), BIG_BUDGET)
     assert ledger.record_invalid(event("imp-ok"), "datacenter_ip") is False
     assert "ivt_impression_datacenter_ip" not in ledger.counters()
+
+
+def test_a_flagged_event_does_not_take_the_slot_of_the_valid_one(
+        ledger_backend: LedgerBackend) -> None:
+    """A link-preview bot fetches the beacon first (flagged), then the viewer's browser:
+    the viewer's impression bills, once; the bot's stays counted as invalid traffic."""
+    ledger = ledger_backend.open()
+    assert ledger.record_invalid(event("imp-p"), "crawler_ua") is True
+    assert ledger.record(event("imp-p"), BIG_BUDGET).outcome is Outcome.BILLED
+    assert ledger.record(event("imp-p"), BIG_BUDGET) == Recorded(Outcome.DUPLICATE)
+    assert ledger.record_invalid(event("imp-p"), "crawler_ua") is False
+    assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1, 0, 2_000, 0)]
+    assert ledger.counters()["ivt_impression_crawler_ua"] == 1
+    assert ledger.stats().rows == 1
+    # in one batch alike
+    plan = ledger.record_many([LedgerWrite(click("imp-p"), ivt_reason="crawler_ua"),
+                               LedgerWrite(click("imp-p"), BIG_BUDGET),
+                               LedgerWrite(click("imp-p"), BIG_BUDGET)])
+    assert [r.outcome for r in plan.recorded] == [Outcome.INVALID, Outcome.BILLED,
+                                                  Outcome.DUPLICATE]
+    assert ledger.stats().rows == 2
+
+
+def test_a_reversed_event_keeps_its_slot_after_a_flagged_one(
+        ledger_backend: LedgerBackend) -> None:
+    """Flagged, then billed, then reversed by tier 2: it never bills again."""
+    ledger = ledger_backend.open()
+    at = datetime(2026, 3, 14, 12, tzinfo=UTC)
+    ledger.record_invalid(event("imp-f", at=at), "crawler_ua")
+    assert ledger.record(event("imp-f", at=at), BIG_BUDGET).outcome is Outcome.BILLED
+    taken = ledger.reverse("imp-f", EventType.IMPRESSION, "impression_rate",
+                           at + timedelta(seconds=60), 600)
+    assert taken == Recorded(Outcome.INVALID, 2_000, 0)
+    assert ledger.record(event("imp-f", at=at), BIG_BUDGET) == Recorded(Outcome.DUPLICATE)
+    assert ledger.stats().rows == 0
 
 
 def test_a_pending_event_is_reversed_and_never_bills_again(ledger_backend: LedgerBackend) -> None:

@@ -12,6 +12,7 @@ from adfunnel.app import Runtime, build_app, build_runtime
 from adfunnel.clock import ManualClock
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
+from tests.serving.helpers import SettlingClient
 
 START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
 
@@ -33,6 +34,7 @@ def runtime(budget_mode: str) -> Iterator[Runtime]:
 
 @pytest.fixture
 def client(runtime: Runtime) -> Iterator[TestClient]:
-    """The embedded app, as the bootstrap admin (``ADMIN_HEADERS``)."""
-    with TestClient(build_app(runtime), headers=ADMIN_HEADERS) as c:
+    """The embedded app, as the bootstrap admin (``ADMIN_HEADERS``); each beacon's event
+    is recorded before the next request (:class:`SettlingClient`)."""
+    with SettlingClient(build_app(runtime), runtime, headers=ADMIN_HEADERS) as c:
         yield c

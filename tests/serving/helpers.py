@@ -3,8 +3,30 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi.testclient import TestClient
+
+from adfunnel.app import Runtime
+
+#: The tracker's routes: the aggregator records their events after the answer.
+BEACON_PATHS = frozenset({"/i", "/c", "/v"})
+
+
+class SettlingClient(TestClient):
+    """A test client of an embedded app that, after each beacon, waits until the
+    aggregator's thread has recorded it (bounded: :meth:`EventPlane.settle`), so a test
+    reads what the beacon billed without racing the aggregator."""
+
+    def __init__(self, app: Any, runtime: Runtime, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.runtime = runtime
+
+    def request(self, method: str, url: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().request(method, url, *args, **kwargs)
+        if urlsplit(str(url)).path in BEACON_PATHS:
+            assert self.runtime.events.settle(), "the aggregator did not catch up"
+        return response
 
 
 def make_campaign(client: TestClient, **overrides: Any) -> dict[str, Any]:

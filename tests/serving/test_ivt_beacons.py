@@ -62,3 +62,19 @@ def test_a_beacon_without_a_user_agent_is_not_billed(client: TestClient) -> None
     client.get(ad["impression_url"], headers={"user-agent": ""})
     assert _stats(client)["counters"]["ivt_impression_missing_ua"] == 1
     assert _stats(client)["rows"] == 0
+
+
+def test_a_link_preview_bot_does_not_take_the_viewers_impression(client: TestClient) -> None:
+    """One token; its beacon first from a link-preview bot (flagged ``crawler_ua``), then
+    from the viewer's browser: the viewer's impression bills, once."""
+    make_campaign(client)
+    ad = _serve(client)
+    bot = {"user-agent": GOOGLEBOT, "x-forwarded-for": HOME}
+    viewer = {"user-agent": BROWSER, "x-forwarded-for": HOME}
+    assert client.get(ad["impression_url"], headers=bot).status_code == 204
+    for _ in range(2):  # the viewer's, and a re-sent copy of it
+        assert client.get(ad["impression_url"], headers=viewer).status_code == 204
+    stats = _stats(client)
+    assert stats["counters"]["ivt_impression_crawler_ua"] == 1
+    assert stats["rows"] == 1
+    assert stats["duplicates_rejected"] == 1

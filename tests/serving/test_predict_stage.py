@@ -166,6 +166,7 @@ def test_serving_stats_show_the_models_calibration_from_billed_beacons(
             assert client.get(ad["impression_url"]).status_code == 204
             if n < 3:
                 assert client.get(ad["click_url"], follow_redirects=False).status_code == 302
+        assert rt.events.settle()  # the aggregator's thread bills after each answer
         stats = client.get("/v1/serving/stats").json()["model"]
     assert stats["version"] == model.version
     cal = stats["calibration"][model.version]

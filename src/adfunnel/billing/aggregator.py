@@ -34,7 +34,7 @@ from collections import Counter as Tally
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import numpy as np
@@ -61,7 +61,22 @@ DEFAULT_HOLD_S = 600.0
 PENDING_MEMORY = 200_000
 #: Most lag samples kept for the p50/p99 figures.
 LAG_SAMPLES = 100_000
+#: Seconds :meth:`Aggregator.run` waits before recording a failed batch again
+#: (network time: the ledger or the log did not answer).
+RETRY_S = 1.0
 
+#: Network seconds an event of a campaign this process does not know yet (its change
+#: feed has not applied it) is kept unacknowledged and retried before it is rejected.
+UNKNOWN_CAMPAIGN_RETRY_S = 600.0
+#: Most such events kept waiting at once (past it the oldest is left to the log's
+#: redelivery).
+UNKNOWN_CAMPAIGN_WAITING = 100_000
+
+UNKNOWN_CAMPAIGN = Counter(
+    "adfunnel_aggregator_unknown_campaign_total",
+    "Events of a campaign the aggregator did not know yet: retried (each attempt), "
+    "recorded (once the campaign was known) or rejected (still unknown after the retry "
+    "window)", ["outcome"])
 AGGREGATED = Counter("adfunnel_aggregated_events_total",
                      "Events the aggregator recorded, by event type and outcome",
                      ["event", "outcome"])
@@ -86,7 +101,8 @@ class AggregatorStats:
     not_billable: int = 0
     held: int = 0  # waiting for their prerequisite (a click before its impression)
     invalid: int = 0
-    unknown_campaign: int = 0
+    unknown_campaign: int = 0  # rejected: still unknown after the retry window
+    unknown_retried: int = 0  # attempts at an event whose campaign was not known yet
     reversed: int = 0
 
 
@@ -96,8 +112,10 @@ class Aggregator:
     Args:
         consumer: the durable consumer over this aggregator's partitions.
         ledger: where events are recorded.
-        campaign: campaign id → campaign (None: unknown; the event is counted
-            ``unknown_campaign`` and acknowledged).
+        campaign: campaign id → campaign (None: not known yet — the change feed may
+            not have applied a new campaign: the event is kept unacknowledged and
+            retried with every batch for ``unknown_retry_s`` network seconds, then
+            rejected, counted ``unknown_campaign``, and acknowledged).
         gate: receives newly billed spend.
         ctr: receives newly billed impressions and clicks (None: not fed).
         on_lifetime_spent: called with a campaign id whose lifetime budget billing left
@@ -109,6 +127,9 @@ class Aggregator:
         hold_s: seconds an event stays pending (reversible) after it occurred.
         on_billed: called with each newly billed ledger row (the click model's
             calibration monitor).
+        on_reversed: called with each billed row tier 2 reversed (the calibration
+            monitor takes back what ``on_billed`` added; ``ctr`` is taken back here).
+        unknown_retry_s: see ``campaign``.
     """
 
     def __init__(self, consumer: Consumer, ledger: Ledger, campaign: CampaignLookup,
@@ -117,7 +138,9 @@ class Aggregator:
                  on_hours: Callable[[set[datetime]], None] | None = None,
                  scorer: Tier2Scorer | None = None,
                  hold_s: float = DEFAULT_HOLD_S,
-                 on_billed: Callable[[LedgerEvent], None] | None = None) -> None:
+                 on_billed: Callable[[LedgerEvent], None] | None = None,
+                 unknown_retry_s: float = UNKNOWN_CAMPAIGN_RETRY_S,
+                 on_reversed: Callable[[LedgerEvent], None] | None = None) -> None:
         self.consumer = consumer
         self.ledger = ledger
         self.campaign = campaign
@@ -128,15 +151,23 @@ class Aggregator:
         self.scorer = scorer
         self.hold_s = hold_s
         self.on_billed = on_billed
-        # recently billed events' (campaign, local day), for refunding a reversal
-        self._billed_where: OrderedDict[tuple[str, str], tuple[int, date]] = OrderedDict()
+        self.unknown_retry_s = unknown_retry_s
+        self.on_reversed = on_reversed
+        # unacknowledged deliveries of campaigns not known yet, by sequence, with the
+        # monotonic second each was first seen
+        self._waiting: OrderedDict[int, tuple[Delivery, float]] = OrderedDict()
+        # recently billed scored events' rows, for undoing a reversal (refund, model)
+        self._billed_where: OrderedDict[tuple[str, str], LedgerEvent] = OrderedDict()
         self.stats = AggregatorStats()
-        #: deliveries handled on their first attempt (events of the log seen once)
+        #: distinct events of the log this aggregator has handled (a redelivery of one
+        #: it handled is not counted again; one another reader left unacknowledged is)
         self.first_deliveries = 0
         self.outcomes: Tally[str] = Tally()
         self._batch_outcomes: Tally[tuple[str, str]] = Tally()
         self._lags_ms: deque[float] = deque(maxlen=LAG_SAMPLES)
         self._lock = threading.Lock()  # one batch at a time (pump may come from any thread)
+        self._handled = threading.Condition()  # notified after each committed batch
+        self._high: dict[int, int] = {}  # partition -> highest sequence handled
         self._billed_micros = 0  # this batch's, for the metrics
         self._absorbed_micros = 0
 
@@ -150,7 +181,7 @@ class Aggregator:
         """
         with self._lock:
             batch = self.consumer.fetch(max_messages, timeout_s)
-            if batch:
+            if batch or self._waiting:
                 self._apply(batch)
             return len(batch)
 
@@ -164,15 +195,30 @@ class Aggregator:
     def run(self, stop: threading.Event, max_messages: int = 2000,
             timeout_s: float = 0.5, on_error: Callable[[Exception], None] | None = None
             ) -> None:
-        """Run batches until ``stop`` is set; a failing batch is reported to
-        ``on_error`` and retried after a pause (it was not acknowledged)."""
+        """Run batches until ``stop`` is set. A batch that fails (the ledger or the log
+        did not answer) is reported to ``on_error`` and recorded again after
+        :data:`RETRY_S` (it was not acknowledged; the ledger's unique key makes a second
+        pass harmless), without waiting for the log to deliver it again: a memory log
+        on a manual clock would not, before its clock moved."""
+        batch: list[Delivery] = []
         while not stop.is_set():
             try:
-                self.run_once(max_messages, timeout_s)
+                if not batch:
+                    batch = self.consumer.fetch(max_messages, timeout_s)
+                if batch or self._waiting:  # waiting: retried when the log is idle too
+                    with self._lock:
+                        self._apply(batch)
+                batch = []
             except Exception as exc:  # a log or database outage: wait, then retry
                 if on_error is not None:
                     on_error(exc)
-                stop.wait(1.0)
+                stop.wait(RETRY_S)
+
+    def wait_handled(self, count: int, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` (network seconds) until :attr:`first_deliveries`
+        reaches ``count``; True when it has."""
+        with self._handled:
+            return self._handled.wait_for(lambda: self.first_deliveries >= count, timeout_s)
 
     def lag_ms(self) -> dict[str, float | None]:
         """Beacon-to-ledger lag percentiles (``p50``, ``p99``, wall-clock ms) over the
@@ -184,21 +230,34 @@ class Aggregator:
         p50, p99 = np.percentile(lags, [50, 99])
         return {"p50": round(float(p50), 3), "p99": round(float(p99), 3)}
 
-    def _apply(self, batch: Sequence[Delivery]) -> None:
-        """Record a batch in one ledger transaction, then feed what it billed."""
+    def _apply(self, fetched: Sequence[Delivery]) -> None:
+        """Record a batch in one ledger transaction, then feed what it billed, and
+        acknowledge what was recorded or rejected (not the events still waiting for
+        their campaign)."""
+        batch, retried = self._with_waiting(fetched)
         writes: list[LedgerWrite] = []
         events: list[tuple[Event, Campaign]] = []
+        done: list[Delivery] = []
         for delivery in batch:
             event = delivery.event
             campaign = self.campaign(event.campaign_id)
             if campaign is None:
-                self.stats.unknown_campaign += 1
+                if self._wait_for_campaign(delivery):
+                    continue
+                self.stats.unknown_campaign += 1  # still unknown: rejected
                 self._outcome(_PLAIN[event.event_type], "unknown_campaign")
+                UNKNOWN_CAMPAIGN.labels("rejected").inc()
+                done.append(delivery)
                 continue
+            if delivery.seq in retried:
+                UNKNOWN_CAMPAIGN.labels("recorded").inc()
+            done.append(delivery)
             writes.append(LedgerWrite(ledger_event(event, campaign),
                                       campaign.daily_budget_micros,
                                       campaign.lifetime_budget_micros, event.ivt_reason))
             events.append((event, campaign))
+        if not done:
+            return  # every event waits for its campaign
         plan = self.ledger.record_many(writes) if writes else None
         hours = _Hours()
         if plan is not None:
@@ -212,13 +271,16 @@ class Aggregator:
                 self._feed(row, recorded, self.campaign(row.campaign_id))
                 hours.add(row.occurred_at)
         self._count_money()
-        self.consumer.ack(batch)
+        self.consumer.ack(done)
+        for d in done:
+            self._waiting.pop(d.seq, None)
+        batch = done
         for (event_type, outcome), n in self._batch_outcomes.items():
             AGGREGATED.labels(event_type, outcome).inc(n)
         self._batch_outcomes.clear()
         self.stats.batches += 1
         self.stats.events += len(batch)
-        self.first_deliveries += sum(1 for d in batch if d.attempt == 1)
+        self._count_new(batch, retried)
         done_ns = time.time_ns()
         self._lags_ms.extend(_lags_ms(batch, done_ns))
         if hours.hours and self.on_hours is not None:
@@ -252,7 +314,7 @@ class Aggregator:
         event_type = _PLAIN[row.event_type]
         key = (event.impression_id, event_type)
         billed_where = self._billed_where
-        billed_where[key] = (event.campaign_id, row.day)
+        billed_where[key] = row
         while len(billed_where) > PENDING_MEMORY:
             billed_where.popitem(last=False)
         facts = EventFacts(event_type, event.client_ip, event.user_agent or None,
@@ -267,9 +329,23 @@ class Aggregator:
             self.stats.reversed += 1
             self._outcome(r.event_type, f"reversed_{r.reason}")
             where = self._billed_where.pop((r.impression_id, r.event_type), None)
-            if where is not None and taken.billed_micros:
-                self.gate.record_billed(where[0], where[1], -taken.billed_micros,
+            if where is None:
+                continue
+            if taken.billed_micros:
+                self.gate.record_billed(where.campaign_id, where.day, -taken.billed_micros,
                                         r.impression_id, False)
+            self._unfeed(where)
+
+    def _unfeed(self, row: LedgerEvent) -> None:
+        """Take back from the click model and its calibration monitor what billing
+        ``row`` fed them (it was reversed: IVT never reaches the model)."""
+        if self.ctr is not None:
+            if row.event_type is EventType.IMPRESSION:
+                self.ctr.unobserve_impression(row.ad_id, row.placement)
+            elif row.event_type is EventType.CLICK:
+                self.ctr.unobserve_click(row.ad_id, row.placement)
+        if self.on_reversed is not None:
+            self.on_reversed(row)
 
     def _feed(self, row: LedgerEvent, recorded: Recorded, campaign: Campaign | None) -> None:
         """Newly billed: spend to the budget gate, observations to the click model."""
@@ -296,6 +372,48 @@ class Aggregator:
         if self._absorbed_micros:
             ABSORBED_OVERSPEND.inc(self._absorbed_micros)
         self._billed_micros = self._absorbed_micros = 0
+
+    def _with_waiting(self, fetched: Sequence[Delivery]) -> tuple[list[Delivery], set[int]]:
+        """The waiting deliveries and ``fetched`` in sequence order, one per sequence
+        (a redelivery of a waiting one replaces it); the waiting sequences."""
+        if not self._waiting:
+            return list(fetched), set()
+        by_seq = {seq: d for seq, (d, _) in self._waiting.items()}
+        retried = set(by_seq)
+        for d in fetched:
+            by_seq[d.seq] = d
+        return [by_seq[seq] for seq in sorted(by_seq)], retried
+
+    def _wait_for_campaign(self, delivery: Delivery) -> bool:
+        """Keep ``delivery`` (its campaign is not known yet) unacknowledged for a later
+        batch; False when it has waited ``unknown_retry_s`` already (reject it)."""
+        now = time.monotonic()
+        first = self._waiting.get(delivery.seq, (delivery, now))[1]
+        if now - first >= self.unknown_retry_s:
+            return False
+        self._waiting[delivery.seq] = (delivery, first)
+        while len(self._waiting) > UNKNOWN_CAMPAIGN_WAITING:
+            self._waiting.popitem(last=False)  # the oldest: redelivered by the log later
+        self.stats.unknown_retried += 1
+        UNKNOWN_CAMPAIGN.labels("retried").inc()
+        return True
+
+    def _count_new(self, batch: Sequence[Delivery], retried: set[int]) -> None:
+        """Count the batch's events this aggregator had not handled before (a
+        partition's deliveries come in sequence order; a redelivery is at or below the
+        partition's highest handled sequence; one that waited for its campaign was
+        never counted) and wake :meth:`wait_handled`."""
+        high = self._high
+        new = 0
+        for d in batch:
+            if d.seq > high.get(d.partition, 0):
+                high[d.partition] = d.seq
+                new += 1
+            elif d.seq in retried:
+                new += 1
+        with self._handled:
+            self.first_deliveries += new
+            self._handled.notify_all()
 
     def _outcome(self, event_type: str, outcome: str) -> None:
         self.outcomes[outcome] += 1

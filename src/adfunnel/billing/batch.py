@@ -22,6 +22,7 @@ from datetime import date, datetime
 from typing import Protocol
 
 from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.ivt.reasons import TIER2_REASONS
 from adfunnel.money import MILLE, MoneyError, bill_per_mille, micros
 
 _INT64_MAX = 2**63 - 1
@@ -127,7 +128,9 @@ class LedgerView(Protocol):
         """When the valid ledger row ``key`` occurred; None: there is none."""
         ...
 
-    def is_invalid(self, key: Key) -> bool: ...
+    def invalid_reason(self, key: Key) -> str | None:
+        """The reason of the invalid-traffic record ``key``; None: there is none."""
+        ...
 
     def held(self, key: Key) -> Held | None: ...
 
@@ -208,6 +211,11 @@ def plan_batch(view: LedgerView, writes: Sequence[LedgerWrite]) -> BatchPlan:
     return planner.plan
 
 
+def _reversed(reason: str | None) -> bool:
+    """True for the reason of a billed event tier 2 reversed (it keeps its slot)."""
+    return reason is not None and reason in TIER2_REASONS
+
+
 # Outcomes without amounts, shared (Recorded is frozen).
 _DUPLICATE = Recorded(Outcome.DUPLICATE)
 _HELD = Recorded(Outcome.HELD)
@@ -222,13 +230,13 @@ class _Planner:
         self.view = view
         self.plan = BatchPlan()
         self._rows: dict[Key, datetime] = {}
-        self._invalid: set[Key] = set()
+        self._invalid: dict[Key, str] = {}  # key -> reason
         self._held = self.plan.held  # overlay: None = left the held set
         self._days: dict[DayKey, tuple[int, int]] = {}  # billed, carry
         self._life: dict[int, int] = {}
         # the view's lookups, bound once (called a few times per write)
         self._view_row_time = view.row_time
-        self._view_is_invalid = view.is_invalid
+        self._view_invalid_reason = view.invalid_reason
         self._view_held = view.held
 
     def write(self, w: LedgerWrite) -> Recorded:
@@ -236,7 +244,9 @@ class _Planner:
         key = (event.impression_id, EVENT_TYPES[event.event_type])
         if w.ivt_reason is not None:
             return self._invalid_traffic(key, w)
-        if self._row_time(key) is not None or self._is_invalid(key):
+        # a flagged event (a link-preview bot fetching the beacon first) does not take
+        # the slot of the valid one; a reversed one does (it never bills again)
+        if self._row_time(key) is not None or _reversed(self._invalid_reason(key)):
             self.plan.counters[DUPLICATES_REJECTED] += 1
             return _DUPLICATE
         held = self._held_event(key)
@@ -245,9 +255,9 @@ class _Planner:
         return self._valid(key, w)
 
     def _invalid_traffic(self, key: Key, w: LedgerWrite) -> Recorded:
-        if self._row_time(key) is not None or self._is_invalid(key):
+        if self._row_time(key) is not None or self._invalid_reason(key) is not None:
             return _DUPLICATE
-        self._invalid.add(key)
+        self._invalid[key] = str(w.ivt_reason)
         self.plan.invalid.append((w.event, str(w.ivt_reason)))
         self.plan.counters[f"ivt_{key[1].value}"] += 1
         self.plan.counters[f"ivt_{key[1].value}_{w.ivt_reason}"] += 1
@@ -343,8 +353,9 @@ class _Planner:
         at = self._rows.get(key)
         return at if at is not None else self._view_row_time(key)
 
-    def _is_invalid(self, key: Key) -> bool:
-        return key in self._invalid or self._view_is_invalid(key)
+    def _invalid_reason(self, key: Key) -> str | None:
+        found = self._invalid.get(key)
+        return found if found is not None else self._view_invalid_reason(key)
 
     def _held_event(self, key: Key) -> Held | None:
         held = self._held

@@ -7,7 +7,10 @@ Rules (DESIGN.md §Events and billing, §Money and budgets):
   when its prerequisite is recorded (:mod:`adfunnel.billing.batch`);
 - invalid traffic is recorded once per (impression id, event type) with its reason
   (:meth:`Ledger.record_invalid`), never billed: an invalid impression's click and an
-  invalid click's conversion are not billable;
+  invalid click's conversion are not billable. A flagged event does not use up the slot
+  of a valid one that comes after it (a link-preview bot fetches the beacon before the
+  viewer's browser): the valid one still bills, once; an event tier 2 reversed keeps
+  its slot;
 - nothing above a campaign's daily budget is billed: the part of a charge above the
   remaining budget of its local day is recorded as absorbed overspend;
 - nor above its lifetime budget: remaining = min(daily budget − billed today,
@@ -300,8 +303,9 @@ class _MemoryView:
         row = self._l._rows.get(key)
         return None if row is None else row[0].occurred_at
 
-    def is_invalid(self, key: Key) -> bool:
-        return key in self._l._invalid
+    def invalid_reason(self, key: Key) -> str | None:
+        found = self._l._invalid.get(key)
+        return None if found is None else found[1]
 
     def held(self, key: Key) -> Held | None:
         return self._l._held.get(key)

@@ -180,9 +180,10 @@ class SqlLedger:
                 .where(self._in_ids(t.impression_id, ids))):
             view.rows[(iid, EVENT_TYPES[etype])] = _aware(at)
         v = ledger_ivt.c
-        for iid, etype in conn.execute(
-                select(v.impression_id, v.event_type).where(self._in_ids(v.impression_id, ids))):
-            view.invalid.add((iid, EVENT_TYPES[etype]))
+        for iid, etype, reason in conn.execute(
+                select(v.impression_id, v.event_type, v.reason)
+                .where(self._in_ids(v.impression_id, ids))):
+            view.invalid[(iid, EVENT_TYPES[etype])] = reason
         return view
 
     def _lock_campaigns(self, conn: Connection, campaign_ids: set[int]) -> dict[int, int]:
@@ -381,7 +382,10 @@ class SqlLedger:
                 .values(impression_id=impression_id, event_type=event_type.value,
                         reason=reason, campaign_id=row.campaign_id, ad_id=row.ad_id,
                         placement=row.placement, day=row.day, occurred_at=row.occurred_at)
-                .on_conflict_do_nothing(index_elements=["impression_id", "event_type"])
+                # a flagged event of the same slot came first: the record now says
+                # the slot was reversed (it never bills again)
+                .on_conflict_do_update(index_elements=["impression_id", "event_type"],
+                                       set_={"reason": reason})
             )
             for name in (f"ivt_{event_type.value}", f"ivt_{event_type.value}_{reason}",
                          "ivt_reversed"):
@@ -585,7 +589,7 @@ class _LoadedView:
 
     def __init__(self) -> None:
         self.rows: dict[Key, datetime] = {}
-        self.invalid: set[Key] = set()
+        self.invalid: dict[Key, str] = {}  # key -> reason
         self.held_rows: dict[Key, Held] = {}
         self.days: dict[DayKey, tuple[int, int]] = {}
         self.lifetime: dict[int, int] = {}
@@ -596,8 +600,8 @@ class _LoadedView:
     def row_time(self, key: Key) -> datetime | None:
         return self.rows.get(key)
 
-    def is_invalid(self, key: Key) -> bool:
-        return key in self.invalid
+    def invalid_reason(self, key: Key) -> str | None:
+        return self.invalid.get(key)
 
     def day(self, key: DayKey) -> tuple[int, int]:
         return self.days.get(key, (0, 0))

@@ -102,8 +102,10 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
         tracked_ns: wall-clock nanoseconds when the tracker appended it (not a domain
             time: only the beacon-to-ledger lag is measured from it), or None.
 
-    Invariant: :attr:`msg_id` = ``f"{impression_id}:{event_type}"`` is the log's
-    dedupe key and matches the ledger's unique (impression id, event type).
+    Invariant: :attr:`msg_id` = ``f"{impression_id}:{event_type}"`` (with ``:ivt``
+    appended for invalid traffic) is the log's dedupe key and matches the ledger's
+    unique (impression id, event type) of valid events: a flagged event does not use
+    up the slot of a valid one that comes after it.
 
     Field domains are checked twice over, alike: by msgspec's decoder (the annotated
     constraints, in C) in :func:`decode`, by ``__post_init__`` for an event built in
@@ -170,7 +172,11 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
 
     @property
     def msg_id(self) -> str:
-        """The log's dedupe key: ``"<impression_id>:<event_type>"``."""
+        """The log's dedupe key: ``"<impression_id>:<event_type>"``, and
+        ``"<impression_id>:<event_type>:ivt"`` for invalid traffic (a bot's fetch of a
+        beacon must not make the log drop the viewer's own)."""
+        if self.ivt_reason is not None:
+            return f"{self.impression_id}:{self.event_type.value}:ivt"
         return f"{self.impression_id}:{self.event_type.value}"
 
 

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 
 from prometheus_client import Counter, Gauge
@@ -49,18 +49,14 @@ class EventPublisher:
     Args:
         log: the event log.
         spool: the on-disk spool (None: an unavailable log refuses the event).
-        after_append: called with each event once stored in the log (the embedded
-            default applies it at once: see :mod:`adfunnel.billing.aggregator`).
         retry_s: seconds between drain attempts while events are spooled (network
             time, not domain time).
     """
 
     def __init__(self, log: EventLog, spool: Spool | None = None, *,
-                 after_append: Callable[[], None] | None = None,
                  retry_s: float = DEFAULT_RETRY_S) -> None:
         self.log = log
         self.spool = spool
-        self.after_append = after_append
         self.retry_s = retry_s
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -124,8 +120,6 @@ class EventPublisher:
             except EventLogUnavailable:
                 FAST_PATH_FALLBACKS.inc()
             else:
-                if self.after_append is not None:
-                    self.after_append()
                 return
         await self.submit_async(event)
 
@@ -192,8 +186,6 @@ class EventPublisher:
                 if spool is None:
                     raise EventRefused(f"event log unavailable: {exc}") from None
             else:
-                if self.after_append is not None:
-                    self.after_append()
                 return
         try:
             spool.append_many(events)  # a partly published round is deduped by msg id
@@ -224,8 +216,6 @@ class EventPublisher:
         with self._lock:
             n = self.spool.drain(self.log.publish_many)
         SPOOL_DEPTH.set(len(self.spool))
-        if n and self.after_append is not None:
-            self.after_append()
         return n
 
     def close(self) -> None:

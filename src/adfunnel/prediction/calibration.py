@@ -77,6 +77,31 @@ class CalibrationMonitor:
                         self._publish(version, w)
                         break
 
+    def reversed(self, row: LedgerEvent) -> None:
+        """Take back what :meth:`billed` added for ``row`` (tier 2 reversed it as
+        invalid traffic): a click unmarks its impression, an impression leaves its
+        window with its predicted click."""
+        with self._lock:
+            for version, w in self._windows.items():
+                if row.impression_id not in w.index:
+                    continue
+                if row.event_type is EventType.CLICK:
+                    w.clicked.discard(row.impression_id)
+                else:
+                    self._drop(w, row.impression_id)
+                self._publish(version, w)
+                break
+
+    @staticmethod
+    def _drop(w: _Window, impression_id: str) -> None:
+        for item in w.impressions:
+            if item[0] == impression_id:
+                w.impressions.remove(item)
+                w.predicted -= item[1]
+                break
+        w.index.discard(impression_id)
+        w.clicked.discard(impression_id)
+
     def status(self) -> dict[str, dict[str, Any]]:
         """Per model version: ``impressions``, ``predicted_clicks``, ``observed_clicks``,
         ``calibration_ratio`` (None: no click observed yet) and ``status`` (``ok``,

@@ -123,6 +123,29 @@ class SmoothedCtr:
             counts[1] += 1
             self._mirror(ad_id, placement, counts)
 
+    def unobserve_impression(self, ad_id: int, placement: str) -> None:
+        """Take back one :meth:`observe_impression` (its event was reversed as invalid
+        traffic: IVT never trains the model); never below 0."""
+        self._take_back(ad_id, placement, 0)
+
+    def unobserve_click(self, ad_id: int, placement: str) -> None:
+        """Take back one :meth:`observe_click` (see :meth:`unobserve_impression`)."""
+        self._take_back(ad_id, placement, 1)
+
+    def counts(self, ad_id: int, placement: str) -> tuple[int, int]:
+        """(impressions, clicks) observed for ``ad_id`` on ``placement``."""
+        with self._lock:
+            imps, clicks = self._counts.get((ad_id, placement), (0, 0))
+            return imps, clicks
+
+    def _take_back(self, ad_id: int, placement: str, column: int) -> None:
+        with self._lock:
+            counts = self._counts.get((ad_id, placement))
+            if counts is None or counts[column] == 0:
+                return
+            counts[column] -= 1
+            self._mirror(ad_id, placement, counts)
+
     def _mirror(self, ad_id: int, placement: str, counts: list[int]) -> None:
         dense = self._dense.get(placement)
         if dense is None:

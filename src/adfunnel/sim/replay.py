@@ -159,6 +159,7 @@ class Replayer:
         self.capped_serves: dict[tuple[str, int, str], int] = defaultdict(int)
         self.catalogue_ids: set[int] = set()  # --catalogue campaigns
         self.catalogue_slots = 0  # slots those won
+        self._unsettled = False  # beacons sent since the server's events last settled
 
     def close(self) -> None:
         self.http.close()
@@ -235,11 +236,26 @@ class Replayer:
                 if wait > 0:
                     time.sleep(wait)
             if last_clock is None or row.timestamp - last_clock >= timedelta(seconds=1):
+                # moving the clock settles the server's events first
                 self.http.put("/v1/admin/clock", json={"now": row.timestamp.isoformat()})
                 last_clock = row.timestamp
+                self._unsettled = False
+            elif self._unsettled:
+                self.settle()
             self._one(row, ctr_by_campaign)
             if progress is not None:
                 progress(1)
+        self.settle()
+
+    def settle(self) -> None:
+        """Wait until the server's aggregator has recorded every beacon sent (its
+        thread bills, feeds budgets and the click model after the beacon's answer), so
+        the next request, or the report, sees them: the replay then depends on its seed,
+        not on the aggregator's timing. A server without the route is not waited on."""
+        r = self.http.post("/v1/admin/events:settle")
+        if r.status_code not in (200, 404):
+            self.stats.errors[f"settle_{r.status_code}"] += 1
+        self._unsettled = False
 
     def _one(self, row: LogRow, ctr_by_campaign: dict[int, float]) -> None:
         s = self.stats
@@ -314,6 +330,7 @@ class Replayer:
 
     def _get(self, url: str, expect: int, what: str) -> httpx.Response | None:
         r = self.http.get(url, headers=self._headers)
+        self._unsettled = True
         if r.status_code != expect:
             self.stats.errors[f"{what}_{r.status_code}"] += 1
             return None
