@@ -36,7 +36,8 @@ OPEN_PATHS = frozenset({
 OPEN_PREFIXES = ("/ui", "/static/", "/docs/", "/redoc/")
 #: Where advertiser and reviewer keys may go at all; each route there checks the role
 #: and the advertiser. Every other protected path is the admin's.
-SHARED_AREAS = ("/v1/advertisers", "/v1/campaigns", "/v1/ads/", "/v1/review/")
+SHARED_AREAS = ("/v1/advertisers", "/v1/campaigns", "/v1/ads/", "/v1/review/",
+                "/v1/conversions")
 
 _ASGI = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]],
                   Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
