@@ -32,6 +32,8 @@ from adfunnel.tracking.token import MAX_TOKEN_CHARS, InvalidToken
 __all__ = ["ConversionAccepted", "ConversionIn", "make_conversion_router"]
 
 _INT64_MAX = 2**63 - 1
+#: Who may post a conversion: an advertiser (its own clicks) or the admin.
+Poster = Annotated[Principal, Depends(require_role(Role.ADMIN, Role.ADVERTISER))]
 
 
 class ConversionIn(BaseModel):
@@ -56,11 +58,10 @@ def make_conversion_router(tracker: Tracker,
     """The postback route over ``tracker``; ``advertiser_of(campaign id)`` is the
     campaign's advertiser id, or None for an unknown campaign."""
     router = APIRouter(tags=["tracking"])
-    caller = Depends(require_role(Role.ADMIN, Role.ADVERTISER))
 
     @router.post("/v1/conversions", status_code=202, response_model=ConversionAccepted)
     async def post_conversion(body: ConversionIn,
-                              who: Annotated[Principal, caller]) -> ConversionAccepted:
+                              who: Poster) -> ConversionAccepted:
         """Attribute one conversion to the click ``click_id`` names (202)."""
         try:
             claims = tracker.click_claims(body.click_id)
