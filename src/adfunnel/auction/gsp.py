@@ -17,10 +17,11 @@ DESIGN.md §The funnel, step 6:
   exact rational arithmetic). The next total of the last winner is the next eligible
   candidate's, or the reserve: a winner with no one after it pays the reserve in its
   bid's unit (more only with a negative quality: the least bid whose total still
-  reaches the reserve), computed exactly (:func:`last_price`). So a CPA conversion bills at most the target CPA and at
-  least the reserve per conversion, and a CPA campaign that wins alone pays the reserve. The price is what the token carries: a CPM price is
-  billed per impression as price ÷ 1000 with the fraction carried by the ledger, so
-  no charge is rounded against the advertiser.
+  reaches the reserve), computed exactly (:func:`last_price`). So a CPA conversion
+  bills at most the target CPA and at least the reserve per conversion, and a CPA
+  campaign that wins alone pays the reserve. The price is what the token carries: a
+  CPM price is billed per impression as price ÷ 1000 with the fraction carried by the
+  ledger, so no charge is rounded against the advertiser.
 
 Worked example (DESIGN.md): A bids $2.00 CPC at 1.5 % with quality +$0.002, B bids
 $3.00 at 0.8 % with quality −$0.001: totals 0.032 vs 0.023, A wins and pays
