@@ -137,6 +137,14 @@ def test_a_cpa_campaign_alone_pays_the_reserve_per_conversion() -> None:
     assert billable == [2_000_000] * 3 and free == [0] * 6
 
 
+def test_a_lone_winner_pays_the_reserve_not_a_rounding_micro_more() -> None:
+    """Reserve $1.166688 CPM, pCTR 0.003 %, pCVR 30 %: the reserve per conversion is
+    exactly 129,632,000 µ; the float quotient rounded up to 129,632,001 before."""
+    c = Candidate(1, 1, 1, BidType.CPA, 200_000_000, 3e-05, 0.3)
+    [win] = run_auction([c], ["s1"], 1_166_688).wins
+    assert win.price_micros == _reserve_in_unit(1_166_688, c) == 129_632_000
+
+
 def test_reserve_equal_to_bid_is_charged_exactly() -> None:
     """The issue's input: CPM bid 1,500 µ, reserve 1,500 µ; each impression billed 2 µ
     before (eCPM 2,000 > bid). Now 1,000 impressions bill exactly 1,500 µ."""
