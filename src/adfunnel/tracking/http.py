@@ -162,9 +162,17 @@ def with_click_id(location: str, click_id: str | None) -> str:
         return location
     base, hash_, fragment = location.partition("#")
     sep = "&" if "?" in base else "?"
-    if base.endswith(("?", "&")):
-        sep = ""
     return f"{base}{sep}{CLICK_ID_PARAM}={click_id}{hash_}{fragment}"
+
+
+def without_click_id(location: str) -> str:
+    """The landing URL a click's ``location`` was made from by appending the click id
+    (:func:`with_click_id`'s inverse; any other location is returned as it is)."""
+    base, hash_, fragment = location.partition("#")
+    head, found, click_id = base.rpartition(CLICK_ID_PARAM + "=")
+    if not found or not head.endswith(("?", "&")) or "&" in click_id:
+        return location
+    return f"{head[:-1]}{hash_}{fragment}"
 
 
 def query_value(scope: dict[str, Any], name: str) -> str | None:
