@@ -145,7 +145,7 @@ class Settings(BaseSettings):
             self._token_secret_note = "token secret: from the settings"
             return self
         directory = data_dir(self.database_url)
-        if directory is None:
+        if directory is None or not directory.is_dir():  # no store there: its own error
             self._token_secret_note = ("token secret: random for this process only (set "
                                        "ADFUNNEL_TOKEN_SECRET to keep tokens across restarts)")
             return self
