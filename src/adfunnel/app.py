@@ -90,6 +90,7 @@ from adfunnel.settings import Settings
 from adfunnel.tracking.beacons import Tracker
 from adfunnel.tracking.client import parse_networks
 from adfunnel.tracking.http import TrackingEndpoints
+from adfunnel.tracking.postback import make_conversion_router
 from adfunnel.ui import install_ui
 
 
@@ -223,7 +224,8 @@ def build_runtime(
                               on_lifetime_spent=lambda cid: mark_completed(store, cid),
                               on_hours=dirty.mark,
                               on_billed=monitor.billed, on_reversed=monitor.reversed)
-    tracker = Tracker(events.publisher, catalog, clock, key, ivt=make_ivt_rules(settings))
+    tracker = Tracker(events.publisher, catalog, clock, key, ivt=make_ivt_rules(settings),
+                      previous_keys=settings.previous_token_keys())
     served = make_served_log(settings, clock)
     if served is not None and settings.served_log_dir:
         directory = settings.served_log_dir
@@ -346,6 +348,12 @@ def mark_completed(store: SqlCampaignStore, campaign_id: int, attempts: int = 3)
             continue
 
 
+def _advertiser_of(rt: Runtime, campaign_id: int) -> int | None:
+    """The campaign's advertiser id as the ad server knows it, or None."""
+    found = rt.catalog.campaign(campaign_id)
+    return None if found is None else found.advertiser_id
+
+
 def build_app(rt: Runtime) -> RequestLog:
     """The ASGI app of an embedded process: the FastAPI app (advertiser API, operator
     routes, tracking, admin) behind :class:`ArrivalStamp`, behind :class:`RequestLog`
@@ -377,6 +385,7 @@ def build_app(rt: Runtime) -> RequestLog:
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
     app.include_router(make_api_key_router(rt.keys, rt.store))
+    app.include_router(make_conversion_router(rt.tracker, lambda cid: _advertiser_of(rt, cid)))
     install_ui(app, rt, rt.keys)  # the dashboard at /ui (its own server-side sessions)
     install_openapi(app)  # the whole server's document, the lean routes included
     serving = ServingEndpoints(rt.queue, rt.decisions,

@@ -60,7 +60,7 @@ def serve(
     port: Annotated[int | None, typer.Option(help="TCP port.", show_default=_setting("port"))] = None,
     database_url: Annotated[str | None, typer.Option(help="sqlite:///file or postgresql://…", show_default=_setting("database_url"))] = None,
     clock: Annotated[str | None, typer.Option(help="system, or manual (moved by PUT /v1/admin/clock).", show_default=_setting("clock"))] = None,
-    token_secret: Annotated[str | None, typer.Option(help="HMAC key for tracking tokens (>= 32 chars).", show_default="random per process, or ADFUNNEL_TOKEN_SECRET")] = None,
+    token_secret: Annotated[str | None, typer.Option(help="HMAC key for tracking tokens (>= 32 chars).", show_default="ADFUNNEL_TOKEN_SECRET, else kept beside an SQLite store, else random per process")] = None,
     budget_service: Annotated[str | None, typer.Option(help="URL of the budget & pacing service.", show_default="in-process, or ADFUNNEL_BUDGET_SERVICE_URL")] = None,
     redis_url: Annotated[str | None, typer.Option(help="Redis for frequency caps, redis://….", show_default="in-process memory, or ADFUNNEL_REDIS_URL")] = None,
     served_log: Annotated[str | None, typer.Option(help="Directory of the served log (every committed decision; hourly Parquet).", show_default="none, or ADFUNNEL_SERVED_LOG_DIR")] = None,
@@ -79,7 +79,6 @@ def serve(
     their own socket to the port with SO_REUSEPORT, so the kernel spreads connections
     over them; every accepted connection has TCP_NODELAY set."""
     import os
-    import secrets
 
     from adfunnel.app import (
         build_app,
@@ -141,7 +140,8 @@ def serve(
     for key, value in flags.items():
         if value is not None:
             os.environ[f"ADFUNNEL_{key.upper()}"] = str(value)
-    os.environ.setdefault("ADFUNNEL_TOKEN_SECRET", secrets.token_hex(32))
+    # the secret this process resolved (set, or kept in the data directory) for all
+    os.environ.setdefault("ADFUNNEL_TOKEN_SECRET", settings.token_secret)
     os.environ["ADFUNNEL_ADMIN_KEY"] = str(settings.admin_key)  # one bootstrap key for all
     address = f"http://{settings.host}:{settings.port} ({workers} workers)"
     with _listening_or_exit(settings.host, settings.port):
@@ -156,7 +156,7 @@ def tracker(
     host: Annotated[str | None, typer.Option(help="Bind address.", show_default=_setting("host"))] = None,
     port: Annotated[int | None, typer.Option(help="TCP port.", show_default=_setting("port"))] = None,
     database_url: Annotated[str | None, typer.Option(help="The campaign store (landing URLs), sqlite:///file or postgresql://….", show_default=_setting("database_url"))] = None,
-    token_secret: Annotated[str | None, typer.Option(help="The ad servers' HMAC key for tracking tokens.", show_default="random per process, or ADFUNNEL_TOKEN_SECRET")] = None,
+    token_secret: Annotated[str | None, typer.Option(help="The ad servers' HMAC key for tracking tokens.", show_default="ADFUNNEL_TOKEN_SECRET, else kept beside an SQLite store, else random per process")] = None,
     spool_dir: Annotated[str | None, typer.Option(help="Where beacons are spooled while the event log is down.", show_default="none (503), or ADFUNNEL_SPOOL_DIR")] = None,
     log_format: Annotated[str | None, typer.Option(help="Log lines on stderr: text or json.", show_default=_setting("log_format"))] = None,
     access_log: Annotated[bool | None, typer.Option("--access-log/--no-access-log", help="One log line per HTTP request.", show_default=_setting("access_log"))] = None,

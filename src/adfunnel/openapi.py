@@ -114,9 +114,10 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                               "headers": {"Location": {"schema": {"type": "string"}}}},
                       **{str(c): _error(c) for c in (400, 404, 503)}}}},
     "/v": {method: {
-        "tags": ["tracking"], "summary": "Conversion postback",
-        "parameters": [_query("t", "The click's token (or click_id)"),
-                       _query("click_id", "The click id the landing URL received"),
+        "tags": ["tracking"], "summary": "Conversion pixel",
+        "description": "Attributes a conversion only to the click id the click's redirect "
+                       "carried (adf_click_id); a serve token is refused (400).",
+        "parameters": [_query("click_id", "The click id the landing URL received"),
                        _query("value", "Conversion value, integer micros",
                               schema={"type": "integer", "minimum": 0})],
         "responses": {"204": _NO_CONTENT, **{str(c): _error(c) for c in (400, 422, 503)}}}

@@ -11,8 +11,17 @@ from collections.abc import Iterable
 from contextvars import ContextVar
 from typing import Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from adfunnel.secret_file import data_dir, load_or_create
 
 #: Default largest bid, micros: 1,000 currency units (a CPM per thousand impressions,
 #: a CPC per click, a CPA per conversion).
@@ -53,7 +62,13 @@ class Settings(BaseSettings):
     #: ("service"), or hold committed spend here without pacing ("local")
     budget: Literal["service", "local"] = "service"
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
-    token_secret: str = Field(default_factory=lambda: secrets.token_hex(32), min_length=32)
+    #: HMAC key of tracking tokens and click ids; unset: kept in the SQLite database's
+    #: directory (:mod:`adfunnel.secret_file`), else random for this process only
+    token_secret: str = Field(default_factory=lambda: secrets.token_hex(32), min_length=32,
+                              repr=False)
+    #: the secret before the last rotation: what it signed still verifies (new tokens
+    #: use ``token_secret``); drop it once the longest-lived click id has expired
+    token_secret_previous: str | None = Field(default=None, min_length=32, repr=False)
     #: the bootstrap admin API key (``Authorization: Bearer <key>``); None: ``serve``
     #: generates one and prints it once at start
     admin_key: str | None = Field(default=None, min_length=32, repr=False)
@@ -199,6 +214,36 @@ class Settings(BaseSettings):
         for text in v:
             parse_rate_limit(text)
         return v
+
+    #: where ``token_secret`` came from, for the start-up log (never the secret itself)
+    _token_secret_note: str = PrivateAttr(default="")
+
+    @model_validator(mode="after")
+    def _kept_token_secret(self) -> Settings:
+        """Unset ``token_secret`` with an SQLite file: the one kept in its directory."""
+        if "token_secret" in self.model_fields_set:
+            self._token_secret_note = "token secret: from the settings"
+            return self
+        directory = data_dir(self.database_url)
+        if directory is None or not directory.is_dir():  # no store there: its own error
+            self._token_secret_note = ("token secret: random for this process only (set "
+                                       "ADFUNNEL_TOKEN_SECRET to keep tokens across restarts)")
+            return self
+        secret, path, created = load_or_create(directory)
+        self.token_secret = secret
+        self._token_secret_note = (f"token secret: {'generated and ' if created else ''}"
+                                   f"kept in {path} (mode 0600)")
+        return self
+
+    @property
+    def token_secret_note(self) -> str:
+        """Where the token secret came from (for the start-up log; never the secret)."""
+        return self._token_secret_note
+
+    def previous_token_keys(self) -> tuple[bytes, ...]:
+        """The earlier token secrets that still verify (rotation), as keys."""
+        previous = self.token_secret_previous
+        return (previous.encode(),) if previous else ()
 
     @field_validator("database_url")
     @classmethod

@@ -82,7 +82,8 @@ def build_tracker_app(settings: Settings) -> RequestLog:
     plane = make_event_plane(settings, clock, SqlLedger(side.store.engine),
                              side.model.campaign, LocalSpendGate(), None, aggregate=False)
     tracker = Tracker(plane.publisher, side.model, clock, settings.token_secret.encode(),
-                      ivt=make_ivt_rules(settings))
+                      ivt=make_ivt_rules(settings),
+                      previous_keys=settings.previous_token_keys())
     endpoints = TrackingEndpoints(tracker, parse_networks(settings.trusted_proxies))
 
     async def healthz(_: Request) -> Response:

@@ -785,7 +785,9 @@ def _forgeries(real: Sequence[Served], n: int) -> list[tuple[str | None, str]]:
 
 def test_a_flood_of_forged_tokens_is_refused_and_appends_nothing(world: World) -> None:
     """2,000 forged, tampered, wrong-key, expired and malformed tokens on ``/i``,
-    ``/c`` and ``/v`` of ``adfunnel tracker``: every one answers 400 naming ``t``, the
+    ``/c`` and ``/v`` of ``adfunnel tracker``: every one answers 400 naming ``t`` (on
+    ``/v``, sent as ``click_id``: naming ``click_id``; an authentic expired token on
+    ``/c`` lands: 302), the
     tracker counts each by reason, and the stream does not move; one real beacon
     afterwards is stored (the stream was listening)."""
     _campaigns(world, "forged")
@@ -804,16 +806,26 @@ def test_a_flood_of_forged_tokens_is_refused_and_appends_nothing(world: World) -
             def one(c: httpx.Client, item: tuple[int, tuple[str | None, str]]) -> tuple[
                     int, str]:
                 i, (token, _) = item
-                params = {} if token is None else {"t": token}
+                name = "click_id" if routes[i % 3] == "/v" else "t"  # /v takes click ids
+                params = {} if token is None else {name: token}
                 r = c.get(routes[i % 3], params=params, headers=BROWSER)
                 fields = r.json().get("fields", []) if r.status_code == 400 else []
                 return r.status_code, fields[0]["field"] if fields else ""
 
             answers = _parallel(tracker.url, list(enumerate(forged)), one)
-            assert Counter(answers) == {(400, "t"): len(forged)}
+
+            def expected(i: int, reason: str) -> tuple[int, str]:
+                route = routes[i % 3]
+                if route == "/c" and reason == "expired":
+                    return 302, ""  # a late click still lands (never appended)
+                return 400, "click_id" if route == "/v" else "t"
+
+            assert Counter(answers) == Counter(expected(i, r) for i, (_, r) in enumerate(forged))
             assert log.last_seq() == 0  # nothing appended
             counts = httpx.get(tracker.url + "/v1/tracker/stats", timeout=10).json()["counts"]
-            reasons = Counter(reason for _, reason in forged)
+            # an authentic serve token where a click id belongs is refused as one
+            reasons = Counter("serve_token" if i % 3 == 2 and reason == "expired" else reason
+                              for i, (_, reason) in enumerate(forged))
             assert counts == {"invalid_tokens": len(forged),
                               **{f"invalid_tokens_{r}": n for r, n in reasons.items()}}
 

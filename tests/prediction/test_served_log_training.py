@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
@@ -131,10 +132,13 @@ def test_a_conversion_model_learns_from_the_clicks_and_their_conversions(
             for ad in r.json()["ads"]:
                 assert client.get(ad["impression_url"]).status_code == 204
                 if rng.random() < 0.5:  # every ad is clicked alike ...
-                    client.get(ad["click_url"], follow_redirects=False)
+                    clicked = client.get(ad["click_url"], follow_redirects=False)
+                    [click_id] = parse_qs(urlsplit(clicked.headers["location"]).query)[
+                        "adf_click_id"]
                     # ... and one campaign's clicks convert far more often
                     if rng.random() < (0.6 if ad["campaign_id"] == cids[0] else 0.05):
-                        assert client.get("/v", params={"t": ad["token"]}).status_code == 204
+                        r = client.get("/v", params={"click_id": click_id})
+                        assert r.status_code == 204
                         conversions += 1
     compact(served, START + timedelta(hours=2))
     examples = datasets.load("served-log", served, database_url=db, target="conversion")

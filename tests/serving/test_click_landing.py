@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from adfunnel.tracking.http import without_click_id
 from tests.serving.helpers import ad_request, make_campaign
 
 IRI = "https://www.bücher-müller.example/suche/straße?q=größe&x=1%202"
@@ -12,10 +13,13 @@ URI = "https://www.xn--bcher-mller-thbg.example/suche/stra%C3%9Fe?q=gr%C3%B6%C3%
 
 
 def click(client: TestClient) -> str:
+    """The landing URL a click was sent to, without the click id appended to it."""
     ad = client.post("/v1/ads:select", json=ad_request()).json()["ads"][0]
     r = client.get(ad["click_url"], follow_redirects=False)
     assert r.status_code == 302, r.text
-    return r.headers["location"]
+    location = r.headers["location"]
+    assert "adf_click_id=" in location
+    return without_click_id(location)
 
 
 def test_iri_is_stored_as_given_and_redirected_as_uri(client: TestClient) -> None:

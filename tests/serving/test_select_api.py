@@ -6,6 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.app import Runtime
+from adfunnel.tracking.http import without_click_id
 from tests.serving.helpers import ad_request, make_campaign
 
 
@@ -33,7 +34,9 @@ def test_click_redirects_to_own_landing_url_ignoring_query(client: TestClient) -
     client.get(ad["impression_url"])
     r = client.get(ad["click_url"] + "&url=https%3A%2F%2Fevil.test", follow_redirects=False)
     assert r.status_code == 302
-    assert r.headers["location"] == "https://x.test/p?a=1&b=2&c=%20"
+    location = r.headers["location"]  # the landing URL and the click id, nothing else
+    assert location.startswith("https://x.test/p?a=1&b=2&c=%20&adf_click_id=")
+    assert without_click_id(location) == "https://x.test/p?a=1&b=2&c=%20"
 
 
 def test_click_without_billed_impression_is_not_billed(

@@ -16,12 +16,13 @@ from adfunnel.ivt.rules import Tier1Rules
 from adfunnel.tracking.beacons import (
     APPENDED,
     CONVERSION_GRACE_S,
+    EXPIRED,
     HOUSE,
     UNAVAILABLE,
     Tracker,
 )
 from adfunnel.tracking.client import ClientFacts
-from adfunnel.tracking.token import TokenClaims, sign
+from adfunnel.tracking.token import TokenClaims, sign, sign_click_id, verify_click_id
 
 KEY = b"k" * 32
 START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
@@ -57,6 +58,12 @@ def claims(**overrides: object) -> TokenClaims:
 
 def token(**overrides: object) -> str:
     return sign(claims(**overrides), KEY)
+
+
+def click_id(clicked_at_ms: int = T0 * 1000 + 5_000, *, key: bytes = KEY,
+             invalid: bool = False, **overrides: object) -> str:
+    """The click id the tracker hands a click on ``token(**overrides)``."""
+    return sign_click_id(claims(**overrides), clicked_at_ms, key, invalid=invalid)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +136,7 @@ def test_a_click_on_an_unknown_ad_is_appended_without_a_landing_url(world: World
 
 def test_a_conversion_carries_its_value(world: World) -> None:
     world.clock.advance(60)
-    result = world.tracker.conversion(token(billing_type="CPA"), PERSON, value_micros=123)
+    result = world.tracker.conversion(click_id(billing_type="CPA"), PERSON, value_micros=123)
     assert result.outcome == APPENDED
     (event,) = world.appended()
     assert event.event_type is EventType.CONVERSION
@@ -179,6 +186,10 @@ def test_the_same_beacon_twice_is_stored_once_by_the_log(world: World) -> None:
 def test_refused_tokens_are_counted_and_nothing_is_appended(
     world: World, bad: str | None, reason: str, beacon: str
 ) -> None:
+    if beacon == "conversion" and reason == "expired":
+        reason = "serve_token"  # a conversion takes click ids only
+    if beacon == "click" and reason == "expired":
+        pytest.skip("an expired click lands (test_a_click_on_an_expired_token_lands…)")
     result = getattr(world.tracker, beacon)(bad, PERSON)
     assert result.outcome == f"invalid:{reason}"
     assert result.event is None and result.landing_url is None
@@ -192,7 +203,7 @@ def test_a_token_expires_exactly_at_its_expiry(world: World) -> None:
     world.clock.advance(0.001)
     assert world.tracker.impression(token(impression_id="b"), PERSON).outcome == (
         "invalid:expired")
-    assert world.tracker.click(token(impression_id="c"), PERSON).outcome == "invalid:expired"
+    assert world.tracker.click(token(impression_id="c"), PERSON).outcome == EXPIRED
     assert [e.impression_id for e in world.appended()] == ["a"]
 
 
@@ -204,24 +215,55 @@ def test_counts_add_up_by_reason(world: World) -> None:
         "invalid_tokens": 3, "invalid_tokens_malformed": 2, "invalid_tokens_bad_signature": 1}
 
 
-# --- conversions past their token's expiry --------------------------------------------
+# --- conversions: click ids only ------------------------------------------------------
 
 
-def test_a_conversion_is_accepted_past_its_tokens_expiry_within_the_grace(
-    world: World,
-) -> None:
-    t = token(billing_type="CPA")
-    world.clock.advance(TTL_S + CONVERSION_GRACE_S - 0.001)
-    result = world.tracker.conversion(t, PERSON)
+def test_a_stored_click_hands_out_a_click_id_that_names_it(world: World) -> None:
+    world.clock.advance(5)
+    result = world.tracker.click(token(), PERSON)
+    assert result.outcome == APPENDED and result.click_id is not None
+    named = verify_click_id(result.click_id, [KEY], T0 + 5.0, CONVERSION_GRACE_S)
+    assert named.serve == claims() and named.clicked_at_ms == (T0 + 5) * 1000
+    assert result.click_id not in token()  # not the serve token, nor a part of it
+
+
+def test_a_serve_token_never_attributes_a_conversion(world: World) -> None:
+    """The issue's attack: whoever saw the ad has its serve token."""
+    world.clock.advance(60)
+    result = world.tracker.conversion(token(billing_type="CPA"), PERSON)
+    assert result.outcome == "invalid:serve_token" and result.event is None
+    assert world.appended() == []
+    assert world.tracker.counts() == {"invalid_tokens": 1, "invalid_tokens_serve_token": 1}
+
+
+def test_a_click_id_signed_with_another_key_is_forged(world: World) -> None:
+    result = world.tracker.conversion(click_id(key=b"another key entirely"), PERSON)
+    assert result.outcome == "invalid:bad_signature" and world.appended() == []
+
+
+def test_a_flagged_clicks_id_never_attributes(world: World) -> None:
+    world.clock.advance(5)
+    clicked = world.tracker.click(token(), ClientFacts(HOME_IP, GOOGLEBOT))
+    assert clicked.outcome == "ivt:crawler_ua" and clicked.click_id is not None
+    world.appended()
+    result = world.tracker.conversion(clicked.click_id, PERSON)
+    assert result.outcome == "invalid:invalid_traffic" and world.appended() == []
+
+
+def test_a_conversion_is_accepted_within_the_grace_after_its_click(world: World) -> None:
+    cid = click_id(T0 * 1000, billing_type="CPA")
+    world.clock.advance(CONVERSION_GRACE_S - 0.001)  # the serve token expired long ago
+    result = world.tracker.conversion(cid, PERSON)
     assert result.outcome == APPENDED
     (event,) = world.appended()
-    assert event.occurred_at == pytest.approx(T0 + TTL_S + CONVERSION_GRACE_S - 0.001)
+    assert event.occurred_at == pytest.approx(T0 + CONVERSION_GRACE_S - 0.001)
+    assert event.click_id == "imp1" and event.event_type is EventType.CONVERSION
 
 
 def test_a_conversion_after_the_grace_is_refused_as_expired(world: World) -> None:
-    t = token(billing_type="CPA")
-    world.clock.advance(TTL_S + CONVERSION_GRACE_S)
-    assert world.tracker.conversion(t, PERSON).outcome == "invalid:expired"
+    cid = click_id(T0 * 1000, billing_type="CPA")
+    world.clock.advance(CONVERSION_GRACE_S)
+    assert world.tracker.conversion(cid, PERSON).outcome == "invalid:expired"
     assert world.appended() == []
     assert world.tracker.counts() == {"invalid_tokens": 1, "invalid_tokens_expired": 1}
 
@@ -229,8 +271,32 @@ def test_a_conversion_after_the_grace_is_refused_as_expired(world: World) -> Non
 def test_the_grace_is_for_conversions_only(world: World) -> None:
     world.clock.advance(TTL_S + 1)
     assert world.tracker.impression(token(), PERSON).outcome == "invalid:expired"
-    assert world.tracker.click(token(), PERSON).outcome == "invalid:expired"
     assert world.appended() == []
+
+
+def test_a_click_on_an_expired_token_lands_and_is_counted_not_appended(world: World) -> None:
+    world.clock.advance(TTL_S + 1)  # a tab left open past the token's hour
+    result = world.tracker.click(token(), PERSON)
+    assert result.outcome == EXPIRED and result.event is None and result.click_id is None
+    assert result.landing_url == "https://shop.test/p?x=1"
+    assert world.appended() == []
+    assert world.tracker.counts() == {"invalid_tokens": 1, "invalid_tokens_expired": 1}
+
+
+# --- rotation -------------------------------------------------------------------------
+
+
+def test_the_previous_secret_still_verifies_and_new_ids_use_the_current(
+        world: World) -> None:
+    new_key = b"n" * 32
+    tracker = Tracker(world.publisher, Landing(), world.clock, new_key, previous_keys=[KEY])
+    world.clock.advance(5)
+    clicked = tracker.click(token(), PERSON)  # signed with the previous secret
+    assert clicked.outcome == APPENDED and clicked.click_id is not None
+    verify_click_id(clicked.click_id, [new_key], T0 + 5.0, 60)  # the current one signs
+    assert tracker.conversion(click_id(), PERSON).outcome == APPENDED  # an older id
+    alone = Tracker(world.publisher, Landing(), world.clock, new_key)
+    assert alone.impression(token(), PERSON).outcome == "invalid:bad_signature"
 
 
 # --- house ads ------------------------------------------------------------------------

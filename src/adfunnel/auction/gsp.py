@@ -15,9 +15,13 @@ DESIGN.md §The funnel, step 6:
   up to whole micros, capped at the bid and floored at the reserve in the bid's unit
   (CPM: the reserve itself; CPC/CPA: reserve ÷ (1000 × action rate), rounded up in
   exact rational arithmetic). The next total of the last winner is the next eligible
-  candidate's, or the reserve. The price is what the token carries: a CPM price is
-  billed per impression as price ÷ 1000 with the fraction carried by the ledger, so
-  no charge is rounded against the advertiser.
+  candidate's, or the reserve: a winner with no one after it pays the reserve in its
+  bid's unit (more only with a negative quality: the least bid whose total still
+  reaches the reserve), computed exactly (:func:`last_price`). So a CPA conversion
+  bills at most the target CPA and at least the reserve per conversion, and a CPA
+  campaign that wins alone pays the reserve. The price is what the token carries: a
+  CPM price is billed per impression as price ÷ 1000 with the fraction carried by the
+  ledger, so no charge is rounded against the advertiser.
 
 Worked example (DESIGN.md): A bids $2.00 CPC at 1.5 % with quality +$0.002, B bids
 $3.00 at 0.8 % with quality −$0.001: totals 0.032 vs 0.023, A wins and pays
@@ -162,8 +166,11 @@ def run_auction(
         if i >= len(slot_ids):
             rejections.append(Rejection(c.ad_id, c.campaign_id, OUTRANKED))
             continue
-        next_total = ranked[i + 1].total if i + 1 < len(ranked) else reserve_imp
-        wins.append(Win(slot_ids[i], c, gsp_price(c, next_total, reserve_cpm_micros)))
+        if i + 1 < len(ranked):
+            price = gsp_price(c, ranked[i + 1].total, reserve_cpm_micros)
+        else:  # the last winner: its next total is the reserve
+            price = last_price(c, reserve_cpm_micros)
+        wins.append(Win(slot_ids[i], c, price))
     return AuctionResult(wins, rejections)
 
 
@@ -178,6 +185,18 @@ def gsp_price(c: Candidate, next_total: float, reserve_cpm_micros: int) -> int:
     """Price in ``c``'s bid unit: (next total − own quality) ÷ action rate, in [reserve, bid]."""
     raw = max(0.0, (next_total - c.quality_micros) / c.action_rate)
     return min(c.bid_micros, max(ceil_micros(raw), reserve_price(reserve_cpm_micros, c)))
+
+
+def last_price(c: Candidate, reserve_cpm_micros: int) -> int:
+    """The price of a winner with no one after it (alone, or in the last slot filled):
+    (reserve per impression − own quality) ÷ action rate in exact rational arithmetic,
+    in [reserve in the bid's unit, bid]. With no quality (or a positive one) it is
+    exactly the reserve in the bid's unit: a CPA campaign that wins alone pays the
+    reserve per conversion, never a rounding micro more."""
+    raw = (Fraction(reserve_cpm_micros, MILLE) - Fraction(c.quality_micros)) / Fraction(
+        c.action_rate)
+    floor = reserve_price(reserve_cpm_micros, c)
+    return min(c.bid_micros, max(math.ceil(raw), floor))
 
 
 def reserve_price(reserve_cpm_micros: int, c: Candidate) -> int:

@@ -37,7 +37,8 @@ OPEN_PATHS = frozenset({
 OPEN_PREFIXES = ("/ui", "/static/", "/docs/", "/redoc/")
 #: Where advertiser and reviewer keys may go at all; each route there checks the role
 #: and the advertiser. Every other protected path is the admin's.
-SHARED_AREAS = ("/v1/advertisers", "/v1/campaigns", "/v1/ads/", "/v1/review/")
+SHARED_AREAS = ("/v1/advertisers", "/v1/campaigns", "/v1/ads/", "/v1/review/",
+                "/v1/conversions")
 
 #: ASGI scope key of a principal already resolved in this process: the dashboard's
 #: in-process API calls act as the viewer of a server-side session without holding the

@@ -39,6 +39,10 @@ WITHOUT_PREREQUISITE = {EventType.CLICK: "clicks_without_impression",
 DEPENDENTS = {EventType.IMPRESSION: EventType.CLICK, EventType.CLICK: EventType.CONVERSION}
 #: Counter (and held reason) of conversions that came after their click's window.
 OUTSIDE_WINDOW = "conversions_outside_window"
+#: Counter (and held reason) of conversions whose click was invalid traffic: never billed.
+OF_INVALID_CLICK = "conversions_of_invalid_click"
+#: Held reasons that never bill (the others wait for their prerequisite).
+NEVER_BILLED = frozenset({OUTSIDE_WINDOW, OF_INVALID_CLICK})
 #: Counter of held events billed when their prerequisite came.
 RELEASED = "held_released"
 DUPLICATES_REJECTED = "duplicates_rejected"
@@ -65,15 +69,16 @@ class LedgerWrite:
 @dataclass(frozen=True, slots=True)
 class Held:
     """An event recorded but not billed: waiting for its prerequisite (reason
-    ``clicks_without_impression`` / ``conversions_without_click``), or past its
-    attribution window (``conversions_outside_window``, never billed)."""
+    ``clicks_without_impression`` / ``conversions_without_click``), or never billed:
+    past its attribution window (``conversions_outside_window``) or the conversion of
+    an invalid-traffic click (``conversions_of_invalid_click``)."""
 
     write: LedgerWrite
     reason: str
 
     @property
     def waiting(self) -> bool:
-        return self.reason != OUTSIDE_WINDOW
+        return self.reason not in NEVER_BILLED
 
 
 @dataclass(slots=True)
@@ -267,6 +272,10 @@ class _Planner:
         needs = PREREQUISITE.get(key[1])
         before = self._row_time((key[0], needs)) if needs is not None else None
         if needs is not None and before is None:
+            if needs is EventType.CLICK and self._is_invalid((key[0], needs)):
+                # a click found invalid traffic attributes no conversion, ever
+                self._hold(key, Held(w, OF_INVALID_CLICK))
+                return _NOT_BILLABLE
             self._hold(key, Held(w, WITHOUT_PREREQUISITE[key[1]]))
             return _HELD
         if before is not None and outside_window(w.event, before):

@@ -128,5 +128,8 @@ def log_start(settings: Settings, address: str, *, role: str = "serve") -> str:
     message = (f"adfunnel {fields['version']} {role} listening on {address}: "
                f"store {fields['store']}, event log {fields['event_log']}, "
                f"served log {fields['served_log']}, clock {fields['clock']}")
+    if settings.token_secret_note:  # where the secret lives, never the secret
+        message += f"; {settings.token_secret_note}"
+        fields["token_secret"] = settings.token_secret_note
     logging.getLogger("adfunnel.start").info(message, extra=fields)
     return message

@@ -55,6 +55,7 @@ from adfunnel.sim.learn import (
     train_and_register,
 )
 from adfunnel.sim.server_proc import auth_headers
+from adfunnel.tracking.http import without_click_id
 from adfunnel.tracking.token import verify
 
 REPLAY_DEADLINE_MS = 2_000
@@ -325,7 +326,8 @@ class Replayer:
         if rng.random() < p_click:
             r = self._get(ad["click_url"] + "&utm_x=https%3A%2F%2Fevil.example", 302, "click")
             s.clicks_fired += 1
-            if r is not None and r.headers.get("location") != self.landing.get(ad["ad_id"]):
+            landed = without_click_id(r.headers.get("location", "")) if r is not None else None
+            if r is not None and landed != self.landing.get(ad["ad_id"]):
                 s.bad_redirects += 1
 
     def _get(self, url: str, expect: int, what: str) -> httpx.Response | None:

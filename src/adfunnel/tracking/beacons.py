@@ -3,9 +3,12 @@
 DESIGN.md §Events and billing. Each beacon does four things and never waits on the
 database:
 
-1. verify its token (constant-time MAC; expiry — a conversion's token may be up to
-   :data:`CONVERSION_GRACE_S` past it, the aggregator checks the campaign's
-   attribution window);
+1. verify its token (constant-time MAC; expiry). A conversion carries no serve token
+   but the **click id** that only the click's redirect revealed
+   (:func:`~adfunnel.tracking.token.sign_click_id`): a serve token is refused there, so
+   whoever merely saw the ad cannot bill a conversion. A click id is accepted up to
+   :data:`CONVERSION_GRACE_S` after its click (the aggregator checks the campaign's
+   attribution window); the id of a click flagged as invalid traffic is refused;
 2. apply the tier-1 invalid-traffic rules (:mod:`adfunnel.ivt.rules`) to the sender's
    facts (:mod:`adfunnel.tracking.client`);
 3. append one :class:`~adfunnel.events.model.Event` to the event log (through a
@@ -15,8 +18,11 @@ database:
 
 Billing happens later, in the aggregator (:mod:`adfunnel.billing.aggregator`), which
 reads the log. An invalid-traffic event is appended too, carrying its reason, so IVT is
-counted by reason exactly once and never billed; a flagged click is still redirected (a
-bot learns nothing). Forged, malformed and expired tokens are refused, counted here
+counted by reason exactly once and never billed; a flagged click is still redirected,
+with a click id that looks like any other but never attributes (a bot learns nothing).
+A click on an expired but authentic token (a tab left open) is redirected to the ad's
+landing page and counted, never appended. Forged, malformed and expired tokens are
+refused, counted here
 (:attr:`Tracker.counts`, ``invalid_tokens[_<reason>]``) and never appended. A house
 ad's token (campaign ``HOUSE_ID``) is counted (``house_<event>``), never appended.
 
@@ -31,6 +37,7 @@ import functools
 import threading
 import time
 from collections import Counter as Tally
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,12 +50,19 @@ from adfunnel.events.publisher import EventRefused
 from adfunnel.ivt.reasons import Reason
 from adfunnel.ivt.rules import EventFacts, Tier1Rules
 from adfunnel.tracking.client import ClientFacts
-from adfunnel.tracking.token import InvalidToken, TokenClaims, verify
+from adfunnel.tracking.token import (
+    InvalidToken,
+    TokenClaims,
+    sign_click_id,
+    verify,
+    verify_click_id,
+)
 
 #: Tier-1 reasons about the sender's address: not applied when the address is unknown.
 ADDRESS_REASONS = frozenset({Reason.BAD_IP, Reason.CRAWLER_IP, Reason.DATACENTER_IP})
-#: Seconds past its token's expiry a conversion postback is still accepted: the longest
-#: attribution window a campaign may set (the aggregator applies the campaign's own).
+#: Seconds after its click a click id still attributes a conversion at the tracker: the
+#: longest attribution window a campaign may set (the aggregator applies the campaign's
+#: own, from the recorded click).
 CONVERSION_GRACE_S = MAX_ATTRIBUTION_WINDOW_S
 
 BEACONS = Counter(
@@ -64,6 +78,7 @@ def _beacons(event: str, outcome: str) -> Counter:
 #: Outcomes of :class:`BeaconResult`.
 APPENDED = "appended"
 HOUSE = "house"
+EXPIRED = "expired"
 UNAVAILABLE = "unavailable"
 
 
@@ -104,14 +119,17 @@ class BeaconResult:
     """What the tracker did with one beacon.
 
     ``outcome``: ``appended`` (a valid event in the log), ``ivt:<reason>`` (appended as
-    invalid traffic), ``house``, ``invalid:<reason>`` (a refused token: answer 400) or
-    ``unavailable`` (nothing could store it: answer 503, the client retries).
+    invalid traffic), ``house``, ``expired`` (a click on an expired but authentic
+    token: redirected, never appended), ``invalid:<reason>`` (a refused token: answer
+    400) or ``unavailable`` (nothing could store it: answer 503, the client retries).
     ``landing_url``: where a click goes (None for other events or an unknown ad).
     """
 
     outcome: str
     landing_url: str | None = None
     event: Event | None = None
+    #: a stored click's click id (the redirect hands it to the landing page), else None
+    click_id: str | None = None
 
 
 class Tracker:
@@ -121,16 +139,21 @@ class Tracker:
         sink: where events go (the event log, with its spool).
         landing: the creatives read model, for click redirects.
         clock: the injected clock: event times and token expiry.
-        token_key: the token secret (non-empty bytes).
+        token_key: the token secret (non-empty bytes): verifies tokens and click ids,
+            signs click ids.
         ivt: tier-1 invalid-traffic rules (None: none applied).
+        previous_keys: earlier token secrets (rotation): what they signed still verifies.
     """
 
     def __init__(self, sink: EventSink, landing: LandingUrls, clock: Clock, token_key: bytes,
-                 *, ivt: Tier1Rules | None = None) -> None:
+                 *, ivt: Tier1Rules | None = None,
+                 previous_keys: Sequence[bytes] = ()) -> None:
         self.sink = sink
         self.landing = landing
         self.clock = clock
         self.token_key = token_key
+        self.previous_keys = tuple(previous_keys)
+        self._keys = (token_key, *self.previous_keys)
         self.ivt = ivt
         self._lock = threading.Lock()
         self._counts: Tally[str] = Tally()
@@ -143,11 +166,23 @@ class Tracker:
         """A click; ``client``: its sender, for the IVT rules."""
         return self._handle(token, EventType.CLICK, client)
 
-    def conversion(self, token: str | None, client: ClientFacts | None = None,
+    def conversion(self, click_id: str | None, client: ClientFacts | None = None,
                    value_micros: int | None = None) -> BeaconResult:
-        """A conversion postback for the click whose token is ``token``; ``value_micros``:
-        the conversion's reported value (integer micros), if any."""
-        return self._handle(token, EventType.CONVERSION, client, value_micros)
+        """A conversion for the click whose click id (never its serve token) is
+        ``click_id``; ``value_micros``: the conversion's reported value (integer micros),
+        if any. ``client`` None (a server-to-server postback) skips the tier-1 rules."""
+        return self._handle(click_id, EventType.CONVERSION, client, value_micros)
+
+    def click_claims(self, click_id: str) -> TokenClaims:
+        """The serve claims a click id names, verified as :meth:`conversion` verifies it
+        (nothing counted, nothing appended): for a caller that must check whose click it
+        is first (the authenticated postback).
+
+        Raises:
+            InvalidToken: as :func:`~adfunnel.tracking.token.verify_click_id`.
+        """
+        now_s = self.clock.now().timestamp()
+        return verify_click_id(click_id, self._keys, now_s, CONVERSION_GRACE_S).serve
 
     def counts(self) -> dict[str, int]:
         """What this tracker refused or did not append, by name (``invalid_tokens``,
@@ -188,17 +223,23 @@ class Tracker:
 
     def _prepare(self, token: str | None, event_type: EventType, client: ClientFacts | None,
                  value_micros: int | None) -> BeaconResult:
-        """Verify and judge a beacon: a final result (refused token, house ad), or the
-        event to store (``event`` set, ``outcome`` what it will be once stored)."""
+        """Verify and judge a beacon: a final result (refused token, house ad, expired
+        click), or the event to store (``event`` set, ``outcome`` what it will be once
+        stored). A conversion's ``token`` is a click id (:func:`verify_click_id`)."""
         now_s = self.clock.now().timestamp()
-        grace = CONVERSION_GRACE_S if event_type is EventType.CONVERSION else 0
         try:
             if not token:
                 raise InvalidToken("malformed")
-            claims = verify(token, self.token_key, now_s - grace)
+            if event_type is EventType.CONVERSION:
+                claims = verify_click_id(token, self._keys, now_s, CONVERSION_GRACE_S).serve
+            else:
+                claims = verify(token, self.token_key, now_s, self.previous_keys)
         except InvalidToken as exc:
             self._count("invalid_tokens", f"invalid_tokens_{exc.reason}")
             _beacons(event_type.value, f"invalid_{exc.reason}").inc()
+            if exc.claims is not None and event_type is EventType.CLICK:
+                # a late click (a tab left open) still lands, never billed (counted above)
+                return BeaconResult(EXPIRED, self._landing(exc.claims, event_type))
             return BeaconResult(f"invalid:{exc.reason}")
         landing = self._landing(claims, event_type)
         if claims.campaign_id == HOUSE_ID:
@@ -214,11 +255,16 @@ class Tracker:
             occurred_at=now_s, client_ip=(client.ip or "") if client else "",
             user_agent=(client.user_agent or "")[:MAX_USER_AGENT_CHARS] if client else "",
             conversion_value_micros=value_micros, ivt_reason=reason,
-            # a conversion names its click: the impression the click token was issued for
+            # a conversion names its click: the impression the click id was issued for
             click_id=claims.impression_id if event_type is EventType.CONVERSION else None,
             tracked_ns=time.time_ns(),
         )
-        return BeaconResult(APPENDED if reason is None else f"ivt:{reason}", landing, event)
+        click_id = None
+        if event_type is EventType.CLICK:  # what only the click reveals (README, /v)
+            click_id = sign_click_id(claims, round(now_s * 1000), self.token_key,
+                                     invalid=reason is not None)
+        return BeaconResult(APPENDED if reason is None else f"ivt:{reason}", landing, event,
+                            click_id)
 
     def _appended(self, result: BeaconResult) -> BeaconResult:
         assert result.event is not None

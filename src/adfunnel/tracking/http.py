@@ -7,15 +7,21 @@ coroutines: a beacon waits for the store without holding a thread, and concurren
 beacons share the publisher's rounds (group commit).
 
 - ``/i?t=<token>``: impression beacon → 204.
-- ``/c?t=<token>``: click → 302 to the ad's landing URL (404 for an unknown ad). The
-  macro ``{click_id}`` in a landing URL becomes the click id, so the advertiser's page
-  learns what to post back.
-- ``/v?t=<click token>[&value=<micros>]`` or ``/v?click_id=<click id>[&value=…]``:
-  conversion postback → 204. ``value`` is the conversion's value in integer micros. The
-  click id is the click's signed token: opaque to the advertiser, verified like any
-  token, so a made-up id is refused.
+- ``/c?t=<token>``: click → 302 to the ad's landing URL with the click id
+  (:func:`~adfunnel.tracking.token.sign_click_id`) in the query parameter
+  ``adf_click_id``, or in place of the macro ``{click_id}`` where the landing URL has
+  it: what the advertiser's page posts back. A click on an expired but authentic token
+  (a tab left open) still lands, without a click id, never billed; an ad no longer
+  known lands on its placement's house ad, or gets a short HTML page (404). Only a
+  forged or malformed token gets the JSON error.
+- ``/v?click_id=<click id>[&value=<micros>]``: the conversion pixel → 204. ``value`` is
+  the conversion's value in integer micros. It trusts nothing but the click id: signed
+  by this server for a click it stored and did not flag as invalid traffic. A serve
+  token (``t``, or a serve token given as ``click_id``) is refused: anyone who saw the
+  ad has it.
 
-A refused token answers 400 ``invalid_token`` naming ``t``; a bad ``value`` 422; when
+A refused token answers 400 ``invalid_token`` naming ``t`` (or ``click_id``); a bad
+``value`` 422; when
 neither the log nor the spool can store the event, 503 with ``Retry-After`` (the client
 retries; nothing was acknowledged). The sender's address comes from the socket, or from
 ``X-Forwarded-For`` only when the peer is a trusted proxy.
@@ -28,7 +34,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from adfunnel.events.model import EventType
@@ -38,8 +44,12 @@ from adfunnel.tracking.client import ClientFacts, ClientResolver, Network
 from adfunnel.tracking.landing import LandingUrlError, to_uri
 
 _INT64_MAX = 2**63 - 1
-#: Replaced in a landing URL by the click id (the click's token; URL-safe as it is).
+#: Replaced in a landing URL by the click id (URL-safe as it is).
 CLICK_ID_MACRO = "{click_id}"
+#: The query parameter that carries the click id to a landing URL without the macro.
+CLICK_ID_PARAM = "adf_click_id"
+_GONE_PAGE = ("<!doctype html><title>Ad unavailable</title>"
+              "<p>This ad is no longer available.</p>")
 
 
 class TrackingEndpoints:
@@ -99,22 +109,21 @@ class TrackingEndpoints:
     async def click(self, request: Request) -> Response:
         token = request.query_params.get("t")
         result = await self.tracker.beacon(EventType.CLICK, token, self._client(request))
-        return _click_answer(result, token)
+        return _click_answer(result)
 
     async def click_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """:meth:`click` as a bare ASGI handler."""
         token = query_value(scope, "t")
         result = await self.tracker.beacon(EventType.CLICK, token, self._scope_client(scope))
-        await _click_answer(result, token)(scope, receive, send)
+        await _click_answer(result)(scope, receive, send)
 
     async def conversion(self, request: Request) -> Response:
         query = request.query_params
-        token, name = query.get("t"), "t"
-        if "click_id" in query:
-            if "t" in query:
-                return error_response(422, "validation",
-                                      [("click_id", "give t or click_id, not both")])
-            token, name = query["click_id"], "click_id"
+        if "t" in query:  # the serve token is public: whoever saw the ad has it
+            return error_response(400, "invalid_token", [
+                ("t", f"a serve token cannot attribute a conversion; send the click's "
+                      f"{CLICK_ID_PARAM} as click_id")])
+        token, name = query.get("click_id"), "click_id"
         raw = query.get("value")
         value: int | None = None
         if raw is not None:
@@ -127,22 +136,43 @@ class TrackingEndpoints:
         return _refused(result, name) or Response(status_code=204)
 
 
-def _click_answer(result: BeaconResult, token: str | None) -> Response:
-    """A click's answer: 302 to the ad's landing URL (the click id in place of its
-    macro), or the error."""
+def _click_answer(result: BeaconResult) -> Response:
+    """A click's answer: 302 to the ad's landing URL carrying the click id, a short
+    HTML page when there is nowhere to land, or the error for a refused token."""
     refused = _refused(result)
     if refused is not None:
         return refused
-    if result.landing_url is None:
-        return error_response(404, "unknown_ad", [("t", "the ad is no longer served")])
+    if result.landing_url is None:  # a person clicked: a page, not an API error
+        return HTMLResponse(_GONE_PAGE, status_code=404)
     try:
-        location = to_uri(result.landing_url)
-    except LandingUrlError as exc:  # stored before IRIs were checked on create
-        return error_response(404, "unusable_landing_url", [("landing_url", exc.problem)])
-    if CLICK_ID_MACRO in location and token:
-        location = location.replace(CLICK_ID_MACRO, token)
+        location = with_click_id(to_uri(result.landing_url), result.click_id)
+    except LandingUrlError:  # stored before IRIs were checked on create
+        return HTMLResponse(_GONE_PAGE, status_code=404)
     # not RedirectResponse: it percent-encodes an IDN host and re-quotes ASCII bytes
     return Response(status_code=302, headers={"location": location})
+
+
+def with_click_id(location: str, click_id: str | None) -> str:
+    """``location`` with ``click_id`` in place of every ``{click_id}`` macro, or else
+    appended as the query parameter ``adf_click_id`` (before a fragment). Without a
+    click id (an expired click, a house ad) the macro is emptied and nothing appended."""
+    if CLICK_ID_MACRO in location:
+        return location.replace(CLICK_ID_MACRO, click_id or "")
+    if click_id is None:
+        return location
+    base, hash_, fragment = location.partition("#")
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}{CLICK_ID_PARAM}={click_id}{hash_}{fragment}"
+
+
+def without_click_id(location: str) -> str:
+    """The landing URL a click's ``location`` was made from by appending the click id
+    (:func:`with_click_id`'s inverse; any other location is returned as it is)."""
+    base, hash_, fragment = location.partition("#")
+    head, found, click_id = base.rpartition(CLICK_ID_PARAM + "=")
+    if not found or not head.endswith(("?", "&")) or "&" in click_id:
+        return location
+    return f"{head[:-1]}{hash_}{fragment}"
 
 
 def query_value(scope: dict[str, Any], name: str) -> str | None:

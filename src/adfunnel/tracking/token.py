@@ -17,7 +17,18 @@ strings verify as the same token.
 
 ``verify`` checks, in order: shape and size (``malformed``), the MAC in constant
 time (``bad_signature``), the payload's fields (``malformed``), then expiry
-(``expired``). Nothing but :class:`InvalidToken` ever escapes it.
+(``expired``). Nothing but :class:`InvalidToken` ever escapes it. ``verify`` takes
+the current key and, for rotation, earlier ones (``previous``): a token signed with
+any of them verifies; new tokens are signed with the current one.
+
+The **click id** (:func:`sign_click_id`, :func:`verify_click_id`) is what the click
+redirect alone reveals, and the only thing that attributes a conversion. It has the
+same wire form; its payload is ``["click", clicked_at_ms, <the serve token's nine
+claims>]``, and its MAC is keyed with ``HMAC(secret, "adfunnel/click-id/v1")``, a key
+derived for this purpose only: no serve token verifies as a click id, and nobody
+without the secret can derive a click id from a serve token. A click the tracker found
+invalid traffic gets a click id keyed for that purpose (``…/click-id/ivt/v1``): it
+looks the same to the clicker, and it never attributes a conversion.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import hashlib
 import hmac
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -55,16 +67,20 @@ _B64_VALUE = {c: i for i, c in enumerate(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")}
 _IMPRESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-Reason = Literal["malformed", "bad_signature", "expired"]
+Reason = Literal["malformed", "bad_signature", "expired", "serve_token", "invalid_traffic"]
 
 
 class InvalidToken(Exception):
     """A token that must not be trusted; ``reason`` is ``malformed``, ``bad_signature``
-    or ``expired`` (tier-1 invalid traffic counts these)."""
+    or ``expired`` (tier-1 invalid traffic counts these), and for a click id also
+    ``serve_token`` (a serve token where a click id belongs) or ``invalid_traffic``
+    (the id of a click the tracker flagged). ``claims``: for ``expired`` only, the
+    authentic claims of the expired token (a late click still finds its landing page)."""
 
-    def __init__(self, reason: Reason) -> None:
+    def __init__(self, reason: Reason, claims: TokenClaims | None = None) -> None:
         super().__init__(reason)
         self.reason: Reason = reason
+        self.claims = claims
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,20 +156,7 @@ def sign(claims: TokenClaims, key: bytes) -> str:
             :data:`MAX_TOKEN_CHARS` (a very long placement name).
     """
     _check_key(key)
-    payload = msgspec.json.encode(
-        [
-            _VERSION,
-            claims.impression_id,
-            claims.ad_id,
-            claims.campaign_id,
-            claims.price_micros,
-            claims.billing_type,
-            claims.placement,
-            claims.issued_at,
-            claims.expires_at,
-            claims.expected_micros,
-        ]
-    )
+    payload = msgspec.json.encode([_VERSION, *_claim_fields(claims)])
     body = _b64encode(payload)
     token = f"{body}.{_b64encode(_mac(key, body))}"
     if len(token) > MAX_TOKEN_CHARS:
@@ -161,8 +164,10 @@ def sign(claims: TokenClaims, key: bytes) -> str:
     return token
 
 
-def verify(token: str, key: bytes, now_s: float) -> TokenClaims:
-    """The claims of ``token`` if it was signed with ``key`` and is unexpired at ``now_s``.
+def verify(token: str, key: bytes, now_s: float,
+           previous: Sequence[bytes] = ()) -> TokenClaims:
+    """The claims of ``token`` if it was signed with ``key`` (or one of the ``previous``
+    keys, for rotation) and is unexpired at ``now_s``.
 
     ``now_s`` is unix seconds. The MAC is compared in constant time.
 
@@ -170,10 +175,112 @@ def verify(token: str, key: bytes, now_s: float) -> TokenClaims:
         InvalidToken: ``malformed`` (not a string, over 1,024 characters, not two
             canonical base64url parts, a MAC of the wrong size, or a signed payload
             that is not a valid claims array), ``bad_signature`` (the MAC does not
-            match), ``expired`` (``now_s >= expires_at``).
+            match), ``expired`` (``now_s >= expires_at``; the exception carries the
+            claims).
         ValueError: when ``key`` is empty (a configuration error, not a bad token).
     """
     _check_key(key)
+    body, payload, mac = _open(token)
+    if not hmac.compare_digest(mac, _mac(key, body)) and not any(
+            hmac.compare_digest(mac, _mac(k, body)) for k in previous):
+        raise InvalidToken("bad_signature")
+    claims = _decode_claims(payload)
+    if now_s >= claims.expires_at:
+        raise InvalidToken("expired", claims)
+    return claims
+
+
+@dataclass(frozen=True, slots=True)
+class ClickClaims:
+    """What a click id vouches for: the serve's claims and when the click happened
+    (``clicked_at_ms``, unix milliseconds, the tracker's clock)."""
+
+    serve: TokenClaims
+    clicked_at_ms: int
+
+
+def sign_click_id(claims: TokenClaims, clicked_at_ms: int, key: bytes, *,
+                  invalid: bool = False) -> str:
+    """The click id of a click on the ad ``claims`` describes, at ``clicked_at_ms``
+    (unix ms), keyed for click ids (``invalid``: for the ids of invalid-traffic clicks).
+
+    Raises:
+        ValueError: when ``key`` is empty or ``clicked_at_ms`` is not an int ≥ 0.
+    """
+    _check_key(key)
+    if type(clicked_at_ms) is not int or not 0 <= clicked_at_ms <= _INT64_MAX:
+        raise ValueError(f"clicked_at_ms: an int in [0, 2**63 - 1], got {clicked_at_ms!r}")
+    payload = msgspec.json.encode([_CLICK, clicked_at_ms, *_claim_fields(claims)])
+    body = _b64encode(payload)
+    purpose = _IVT_CLICK_PURPOSE if invalid else _CLICK_PURPOSE
+    return f"{body}.{_b64encode(_mac(_derived(key, purpose), body))}"
+
+
+def verify_click_id(click_id: str, keys: Sequence[bytes], now_s: float,
+                    max_age_s: float) -> ClickClaims:
+    """The claims of ``click_id`` if one of ``keys`` (current first, then previous ones)
+    signed it as a valid click's id no more than ``max_age_s`` before ``now_s`` (unix s).
+
+    Raises:
+        InvalidToken: ``malformed``; ``serve_token`` (a serve token, not a click id);
+            ``invalid_traffic`` (the id of a click found invalid traffic);
+            ``bad_signature``; ``expired`` (clicked ``max_age_s`` or more ago).
+        ValueError: when ``keys`` is empty or holds an empty key.
+    """
+    if not keys:
+        raise ValueError("click ids need at least one key")
+    for key in keys:
+        _check_key(key)
+    body, payload, mac = _open(click_id)
+    if not _signed_by(mac, body, [_derived(k, _CLICK_PURPOSE) for k in keys]):
+        if _signed_by(mac, body, [_derived(k, _IVT_CLICK_PURPOSE) for k in keys]):
+            raise InvalidToken("invalid_traffic")
+        if _signed_by(mac, body, keys):
+            raise InvalidToken("serve_token")
+        raise InvalidToken("bad_signature")
+    fields = _decode_fields(payload)
+    if len(fields) != 11 or fields[0] != _CLICK or type(fields[1]) is not int or fields[1] < 0:
+        raise InvalidToken("malformed")
+    claims = _claims(fields[2:])
+    if now_s * 1000 >= fields[1] + max_age_s * 1000:
+        raise InvalidToken("expired")
+    return ClickClaims(claims, fields[1])
+
+
+def _signed_by(mac: bytes, body: str, keys: Sequence[bytes]) -> bool:
+    """True when ``mac`` is ``body``'s MAC under one of ``keys`` (each compared in
+    constant time)."""
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(mac, _mac(key, body))
+    return found
+
+
+def _derived(key: bytes, purpose: bytes) -> bytes:
+    """HMAC-SHA256(``key``, ``purpose``): a key for one purpose only (domain separation)."""
+    key = key if type(key) is bytes else bytes(key)  # a bytearray cannot be a dict key
+    found = _DERIVED.get((key, purpose))
+    if found is None:
+        if len(_DERIVED) >= _KEYED_MAX:
+            _DERIVED.clear()
+        found = _DERIVED[(key, purpose)] = hmac.new(key, purpose, hashlib.sha256).digest()
+    return found
+
+
+#: First field of a click id's payload (a serve token's is its integer version).
+_CLICK = "click"
+_CLICK_PURPOSE = b"adfunnel/click-id/v1"
+_IVT_CLICK_PURPOSE = b"adfunnel/click-id/ivt/v1"
+_DERIVED: dict[tuple[bytes, bytes], bytes] = {}
+
+
+def _open(token: object) -> tuple[str, bytes, bytes]:
+    """(base64url body, payload bytes, MAC bytes) of a token's wire form, unverified.
+
+    Raises:
+        InvalidToken: ``malformed`` (not a string, too long, not two canonical
+            base64url parts, a MAC of the wrong size).
+    """
     if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
         raise InvalidToken("malformed")
     body, sep, mac_text = token.partition(".")
@@ -183,12 +290,14 @@ def verify(token: str, key: bytes, now_s: float) -> TokenClaims:
     mac = _b64decode(mac_text)
     if len(mac) != _MAC_BYTES:
         raise InvalidToken("malformed")
-    if not hmac.compare_digest(mac, _mac(key, body)):
-        raise InvalidToken("bad_signature")
-    claims = _decode_claims(payload)
-    if now_s >= claims.expires_at:
-        raise InvalidToken("expired")
-    return claims
+    return body, payload, mac
+
+
+def _claim_fields(claims: TokenClaims) -> list[object]:
+    """The claims in wire order (after the version)."""
+    return [claims.impression_id, claims.ad_id, claims.campaign_id, claims.price_micros,
+            claims.billing_type, claims.placement, claims.issued_at, claims.expires_at,
+            claims.expected_micros]
 
 
 def _check_key(key: bytes) -> None:
@@ -236,13 +345,27 @@ def _b64decode(text: str) -> bytes:
 _TO_STANDARD = bytes.maketrans(b"-_", b"+/")
 
 
-def _decode_claims(payload: bytes) -> TokenClaims:
+def _decode_fields(payload: bytes) -> list[object]:
+    """The signed payload's JSON array (non-empty), else ``malformed``."""
     try:
         fields = msgspec.json.decode(payload)
     except (msgspec.MsgspecError, ValueError, UnicodeDecodeError):
         raise InvalidToken("malformed") from None
     if not isinstance(fields, list) or not fields:
         raise InvalidToken("malformed")
+    return fields
+
+
+def _claims(fields: Sequence[object]) -> TokenClaims:
+    """Claims from their nine wire fields, else ``malformed``."""
+    try:
+        return TokenClaims(*fields)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        raise InvalidToken("malformed") from None
+
+
+def _decode_claims(payload: bytes) -> TokenClaims:
+    fields = _decode_fields(payload)
     version = fields[0]
     want = {_VERSION: 10, _VERSION_NO_EXPECTED: 9, _VERSION_PER_IMPRESSION: 9}
     if type(version) is not int or want.get(version) != len(fields):
