@@ -9,7 +9,7 @@ from adfunnel.app import make_ivt_rules
 from adfunnel.ivt.lists import IP_SOURCES, held_in
 from adfunnel.ivt.rules import EventFacts
 from adfunnel.settings import SettingsError, load_settings
-from adfunnel.sim.invalid import HELD_OUT_PROVIDERS
+from adfunnel.sim.invalid import HELD_OUT_PROVIDERS, bot_user_agents
 from tests.ivt.conftest import CHROME_UA
 
 #: In lord-alfred's amazon list and in no other list the filter loads.
@@ -46,3 +46,10 @@ def test_a_held_out_list_is_not_loaded_by_the_filter() -> None:
     assert full is not None and held is not None
     assert not full.check(_facts(ONLY_AMAZON)).valid
     assert held.check(_facts(ONLY_AMAZON)).valid
+
+
+def test_the_injected_bots_are_user_agents_a_header_can_carry() -> None:
+    """httpx refuses a header it cannot encode: one such bot stopped a whole replay."""
+    agents = bot_user_agents()
+    assert len(agents) > 1_000
+    assert all(ua.isascii() and ua.isprintable() for ua in agents)
