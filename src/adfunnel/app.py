@@ -69,6 +69,7 @@ from adfunnel.frequency.scope import NO_SHARED_STORE, caps_refused
 from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, MemoryFrequencyStore
 from adfunnel.heap import freeze_heap
 from adfunnel.index import ScanIndex
+from adfunnel.ivt.lists import IpRanges, held_in
 from adfunnel.ivt.rules import Tier1Rules
 from adfunnel.observability.metrics import CAMPAIGNS, watch_change_feed, watch_fill
 from adfunnel.observability.request_log import RequestLog, quiet_paths
@@ -247,7 +248,10 @@ def make_ivt_rules(settings: Settings) -> Tier1Rules | None:
     process) rather than on the first beacon; None when ``ivt`` is off."""
     if not settings.ivt:
         return None
-    return Tier1Rules(min_click_delay_ms=settings.ivt_min_click_delay_ms)
+    # lists held out (a recall measurement) load apart from the process-wide ones
+    ranges = (IpRanges.from_dir(sources=held_in(settings.ivt_held_out_lists))
+              if settings.ivt_held_out_lists else None)
+    return Tier1Rules(ranges=ranges, min_click_delay_ms=settings.ivt_min_click_delay_ms)
 
 
 def follow_model_releases(catalog: Catalog, decider: ColumnarDecider, settings: Settings,

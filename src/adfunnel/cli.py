@@ -364,13 +364,13 @@ def replay(
 def print_replay_summary(result: dict) -> None:
     table = Table(title="adfunnel replay: iPinYou dlf_2259 (CNY)")
     for col in ("campaign", "bid", "daily budget", "billed", "absorbed", "imps", "clicks",
-                "pacing", "bound days ≥98 %"):
+                "pacing", "judged days ≥98 %"):
         table.add_column(col, justify="right")
     for c in result["campaigns"]:
         table.add_row(c["name"].removeprefix("ipinyou-"), f"{c['bid_type']} {format_units(c['bid_micros'])}",
                       format_units(c["daily_budget_micros"]), format_units(c["billed_micros"]),
                       format_units(c["absorbed_overspend_micros"]), str(c["impressions"]),
-                      str(c["clicks"]), c["pacing_mode"], _bound_days(c))
+                      str(c["clicks"]), c["pacing_mode"], _judged_days(c))
     console.print(table)
     lat, led = result["latency_ms"], result["ledger"]
     console.print(
@@ -380,13 +380,18 @@ def print_replay_summary(result: dict) -> None:
         f"ledger rows {led['rows']}  duplicates rejected {led['duplicates_rejected']}  "
         f"invalid tokens {led['invalid_tokens']}  errors {result['errors'] or 'none'}"
     )
+    by_source = result["events"].get("injected_by_source") or {}
+    if by_source:
+        console.print("IVT recall (flagged/injected): " + "  ".join(
+            f"{source} {n['flagged']}/{n['injected']}" for source, n in by_source.items()))
 
 
-def _bound_days(c: dict) -> str:
-    """'k/n': of the n budget-bound days, k billed at least 98 % of the budget."""
-    bound = [d for d in c["days"] if d["budget_bound"]]
-    full = sum(d["billed_micros"] >= 0.98 * d["budget_micros"] for d in bound)
-    return f"{full}/{len(bound)}"
+def _judged_days(c: dict) -> str:
+    """'k/n': of the n days whose potential spend at p = 1 reaches the budget, k billed
+    at least 98 % of it."""
+    judged = [d for d in c["days"] if d.get("judged")]
+    full = sum(d["billed_micros"] >= 0.98 * d["budget_micros"] for d in judged)
+    return f"{full}/{len(judged)}"
 
 
 @app.command("budget-service")

@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     ivt: bool = True
     #: least milliseconds between a serve and its click before it counts as a person's
     ivt_min_click_delay_ms: int = Field(default=500, ge=0)
+    #: IP lists (names of ``adfunnel.ivt.lists.IP_SOURCES``) the filter does NOT load:
+    #: for measuring its recall on lists it has not seen (the replay); never in production
+    ivt_held_out_lists: list[str] = []
     #: tier-2 invalid-traffic scoring in the aggregator (click and impression rates, CTR
     #: outliers, click timing over sliding windows); what it finds is reversed
     ivt_tier2: bool = True
@@ -271,6 +274,14 @@ class Settings(BaseSettings):
                 ipaddress.ip_network(cidr.strip(), strict=False)
             except ValueError:
                 raise ValueError(f"{cidr!r} is not an address or CIDR") from None
+        return v
+
+    @field_validator("ivt_held_out_lists")
+    @classmethod
+    def _known_lists(cls, v: list[str]) -> list[str]:
+        from adfunnel.ivt.lists import held_in
+
+        held_in(v)  # ValueError naming an unknown list
         return v
 
     @field_validator("event_log_url")

@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -104,10 +105,19 @@ def build_tracker_app(settings: Settings) -> RequestLog:
 
     routes = [*endpoints.routes(), Route("/healthz", healthz), Route("/metrics", metrics),
               Route("/v1/tracker/stats", stats)]
-    stamped = ArrivalStamp(Starlette(routes=routes, lifespan=lifespan),
-                           routes=endpoints.hot_routes())
-    return RequestLog(stamped, access_log=settings.access_log,
-                      quiet_paths=quiet_paths(settings.access_log_beacons))
+    return beacon_layers(Starlette(routes=routes, lifespan=lifespan), endpoints.hot_routes(),
+                         settings.access_log, settings.access_log_beacons)
+
+
+def beacon_layers(app: Starlette, hot: dict[tuple[str, str], Any], access_log: bool,
+                  access_log_beacons: bool) -> RequestLog:
+    """How the tracker's app is layered (one place, so that ``bench events`` serves its
+    bare baseline the same way): the ``hot`` routes, bare ASGI callables keyed by
+    (method, path), are answered by :class:`ArrivalStamp` outside ``app``; everything
+    passes the request log (``access_log``; beacon lines only with
+    ``access_log_beacons``)."""
+    return RequestLog(ArrivalStamp(app, routes=hot), access_log=access_log,
+                      quiet_paths=quiet_paths(access_log_beacons))
 
 
 def run_aggregator(settings: Settings, partitions: Sequence[int] | None,

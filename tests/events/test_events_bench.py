@@ -105,3 +105,23 @@ def test_a_tiny_run_measures_every_figure_and_leaves_nothing(
     assert setup["campaigns"] == 4 and setup["partitions"] == 16
     assert _schemas(pg_admin, setup["schema"]) == []
     assert not set(setup["streams"]) & set(_streams(nats_url))
+
+
+def test_the_baseline_is_served_through_the_trackers_own_layers() -> None:
+    """bench events compares the tracker's /i with a baseline served the same way: the
+    request log, the arrival stamp, and /i a bare ASGI hot route that never enters
+    Starlette (a Starlette-routed baseline paid the router the tracker skips)."""
+    from starlette.testclient import TestClient
+
+    from adfunnel.events.bench import baseline_app, no_content_asgi
+    from adfunnel.observability.request_log import RequestLog
+    from adfunnel.serving.deadline import ArrivalStamp
+
+    app = baseline_app(access_log=True, access_log_beacons=False)
+    assert isinstance(app, RequestLog) and isinstance(app.app, ArrivalStamp)
+    assert app.app.hot == {("GET", "/i"): no_content_asgi}
+    assert app.log is not None  # the tracker's access-log setting, passed through
+    assert [r.path for r in app.app.app.routes] == ["/healthz"]  # /i is not routed
+    with TestClient(app) as client:
+        assert client.get("/i?t=x").status_code == 204
+        assert client.get("/healthz").status_code == 204

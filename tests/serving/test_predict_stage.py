@@ -236,6 +236,24 @@ def test_pre_rank_recall_counts_whether_the_models_best_was_kept(
     assert ModelScorer(model_favouring(1)).prerank_recall() == {"checked": 0, "recall": None}
 
 
+def test_pre_rank_recall_gives_an_ad_the_model_never_saw_the_prior_as_serving_does(
+        world: tuple[Runtime, ColumnarDecider, list[int]]) -> None:
+    """The model favours ads[1] but was trained on ads[0] only: serving ranks ads[1] by
+    the prior, so ads[0] is the best by what serving uses, and pre-rank (keeping ads[0])
+    kept it. Scoring ads[1] with the model would call every such decision a miss."""
+    rt, _, ads = world
+    decider = ColumnarDecider(rt.catalog, rt.gate, rt.ctr, rt.clock, b"k" * 32,
+                              rng=random.Random(5), prerank_keep=1)  # keeps the first ad
+    model = dataclasses.replace(model_favouring(ads[1]), seen_ads=frozenset({ads[0]}))
+    scorer = ModelScorer(model, budget_ms=500)
+    scorer.recall_sample = 0.999  # measure (nearly) every decision
+    decider.scorer = scorer
+    for _ in range(10):
+        assert [p.ad.id for p in decide(decider).placed] == [ads[0]]
+    got = scorer.prerank_recall()
+    assert got["checked"] >= 9 and got["recall"] == 1.0
+
+
 def test_a_registered_model_reaches_every_server_without_a_restart(tmp_path: Path) -> None:
     import time
 

@@ -4,6 +4,8 @@ small real run whose every figure is measured (speed itself is never asserted)."
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from adfunnel.serving.request import decode_request
 from adfunnel.sim.http_bench import (
     CAMPAIGNS_PER_ADVERTISER,
     _workload,
+    generator_cpu_seconds,
     populate,
     run_http_bench,
     select_body,
@@ -76,5 +79,19 @@ def test_a_small_run_measures_every_field() -> None:
     assert 0.0 <= r["no_fill_share"] <= 1.0
     assert r["p50_ms"] <= r["p99_ms"]
     assert r["setup_s"] >= r["populate_s"] > 0
+    # the load generator (here: this process) shares the cores; its CPU is reported
+    assert r["load_generator_cpu_s"] > 0 and r["load_generator_busy_cores"] > 0
+    assert r["server_cpu_s"] > 0 and r["window_s"] > 0
+    assert r["busy_cores"] == pytest.approx(r["server_cpu_s"] / r["window_s"], abs=2e-3)
+    assert r["per_core"] == pytest.approx(r["decisions_per_s"] / r["busy_cores"], rel=0.02)
     probe = r["noop_under_load"]
     assert probe["probes"] > 0 and probe["p99_ms"] is not None
+
+
+def test_the_generator_cpu_counts_a_child_generator_once_it_has_exited() -> None:
+    """wrk runs as a child process: its CPU is the generator's once it is reaped."""
+    before = generator_cpu_seconds()
+    subprocess.run([sys.executable, "-c",
+                    "import time\nt = time.process_time()\n"
+                    "while time.process_time() - t < 0.3: pass"], check=True)
+    assert generator_cpu_seconds() - before >= 0.25

@@ -31,9 +31,11 @@ are the tokens (signed with the run's secret, one impression id per beacon).
    were never recorded, and the figures are a lower bound.
 3. **Tracker** — the same closed-loop load (``connections`` keep-alive connections,
    ``client_processes`` processes, ``duration_s`` seconds) first against a bare
-   Starlette app answering ``GET /i`` with 204 (``async``, no work), served exactly as
-   the tracker is (:func:`adfunnel.app.serve_http`: one uvicorn process, uvloop,
-   httptools), then against the tracker (nothing aggregates meanwhile):
+   app answering ``GET /i`` with 204 (no work) and layered as the tracker is
+   (:func:`adfunnel.standalone.beacon_layers`: request log, arrival stamp, ``/i`` a bare
+   ASGI handler outside Starlette, the tracker's access-log settings), served the same
+   way (:func:`adfunnel.app.serve_http`: one uvicorn process, uvloop, httptools), then
+   against the tracker (nothing aggregates meanwhile):
    ``tracker_beacons_per_s`` ÷ ``baseline_204_per_s`` = ``tracker_ratio`` (target ≥
    :data:`TRACKER_TARGET_RATIO`). ``server_busy_cores`` of each is its CPU seconds
    (``/proc``) ÷ wall seconds: about 1.0 means the server, not the load generator, was
@@ -169,7 +171,8 @@ def run_events_bench(
                    "ADFUNNEL_EVENT_PARTITIONS": str(partitions),
                    "ADFUNNEL_TRUSTED_PROXIES": '["127.0.0.1/32"]'}
             # the three start together (imports and start-ups overlap), then wait
-            with BaselineServer() as base, LoadPool(procs) as pool, ManagedProcess(
+            base_args = (trk_side.access_log, trk_side.access_log_beacons)
+            with BaselineServer(*base_args) as base, LoadPool(procs) as pool, ManagedProcess(
                     ["tracker", "--event-log", nats_url], extra_env=env, log_path=log_path,
                     timeout_s=120.0) as tracker:
                 base.wait_ready()
@@ -443,27 +446,45 @@ async def _no_content(_: Request) -> Response:
     return Response(status_code=204)
 
 
-def baseline_app() -> Starlette:
-    """A bare Starlette app: ``GET /i`` and ``GET /healthz`` answer 204, no work."""
-    return Starlette(routes=[Route("/i", _no_content), Route("/healthz", _no_content)])
+_NO_CONTENT = {"type": "http.response.start", "status": 204, "headers": []}
+_EMPTY_BODY = {"type": "http.response.body", "body": b""}
 
 
-def _serve_baseline(port: int) -> None:
+async def no_content_asgi(_scope: dict[str, Any], _receive: Any, send: Any) -> None:
+    """The baseline's ``GET /i``: a bare ASGI 204, no work."""
+    await send(_NO_CONTENT)
+    await send(_EMPTY_BODY)
+
+
+def baseline_app(access_log: bool = True, access_log_beacons: bool = False) -> Any:
+    """The tracker's app with no work in it: the same layers
+    (:func:`adfunnel.standalone.beacon_layers` — request log, arrival stamp, ``GET /i``
+    a bare ASGI hot route outside Starlette) with ``/i`` a bare 204 and ``/healthz`` a
+    Starlette route, as the tracker's are; only the handler differs."""
+    from adfunnel.standalone import beacon_layers
+
+    return beacon_layers(Starlette(routes=[Route("/healthz", _no_content)]),
+                         {("GET", "/i"): no_content_asgi}, access_log, access_log_beacons)
+
+
+def _serve_baseline(port: int, access_log: bool, access_log_beacons: bool) -> None:
     from adfunnel.app import serve_http
 
-    serve_http(baseline_app(), "127.0.0.1", port)
+    serve_http(baseline_app(access_log, access_log_beacons), "127.0.0.1", port)
 
 
 class BaselineServer:
     """:func:`baseline_app` served by :func:`adfunnel.app.serve_http` (as the tracker
     is) in a spawned process, started on construction (:meth:`wait_ready` waits for it),
-    stopped on exit."""
+    stopped on exit. ``access_log`` and ``access_log_beacons``: the tracker's settings,
+    so that both log alike."""
 
-    def __init__(self) -> None:
+    def __init__(self, access_log: bool = True, access_log_beacons: bool = False) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self.proc = mp.get_context("spawn").Process(target=_serve_baseline, args=(port,),
-                                                    name="baseline-204", daemon=True)
+        self.proc = mp.get_context("spawn").Process(
+            target=_serve_baseline, args=(port, access_log, access_log_beacons),
+            name="baseline-204", daemon=True)
         self.proc.start()
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:

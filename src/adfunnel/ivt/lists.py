@@ -215,6 +215,21 @@ IP_SOURCES: tuple[IpSource, ...] = (
 )
 
 
+def held_in(held_out: Iterable[str]) -> tuple[IpSource, ...]:
+    """:data:`IP_SOURCES` less the lists named in ``held_out`` (by :attr:`IpSource.name`):
+    what a filter loads when some lists are held out to measure its recall on them.
+
+    Raises:
+        ValueError: a name that is no list's (the message names it and the known ones).
+    """
+    names = set(held_out)
+    unknown = names - {s.name for s in IP_SOURCES}
+    if unknown:
+        known = ", ".join(sorted({s.name for s in IP_SOURCES}))
+        raise ValueError(f"unknown IP lists {sorted(unknown)}; known: {known}")
+    return tuple(s for s in IP_SOURCES if s.name not in names)
+
+
 @dataclass(frozen=True, slots=True)
 class IpMatch:
     """The range an address fell in: its kind, the list it came from and the prefix."""

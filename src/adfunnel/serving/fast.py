@@ -535,7 +535,6 @@ class ColumnarDecider(Decider):
         if len(top) < len(ids) and unit(seed, 0, RECALL) < scorer.recall_sample:
             self._check_recall(scorer, request, ids, camp, s, top, found[positions[0]],
                                deadline_at_ms)
-        known = scorer.model.knows(ids[top])  # unseen ads keep the prior's pCTR
         pcvr = found.pop(PCVR, None)
         if pcvr is not None:  # CPA candidates the conversion model knows: its pCVR
             cpa = s["bid_type"][top] == 2
@@ -544,7 +543,7 @@ class ColumnarDecider(Decider):
             s["pcvr"][top[cpa]] = pcvr[cpa]
         for k, pctr in found.items():  # whole columns: the capped path filters them
             column = s["pctr"].copy()
-            column[top[known]] = pctr[known]
+            column[top] = serving_pctr(scorer, ids[top], pctr, s["pctr"][top])
             s[f"{AT_POSITION}{k}"] = column
         self._at_position(s, positions[0])
 
@@ -569,8 +568,10 @@ class ColumnarDecider(Decider):
                       camp: np.ndarray, s: dict[str, np.ndarray], top: np.ndarray,
                       top_pctr: np.ndarray, deadline_at_ms: float) -> None:
         """Pre-rank recall, on a sample of decisions: would the best candidate by the
-        model's total over every candidate have been among those pre-rank kept? The
-        others are scored too (a measurement: skipped without the time for it)."""
+        total serving ranks on, over every candidate, have been among those pre-rank
+        kept? The others are scored too (a measurement: skipped without the time for
+        it). Both sides take the pCTR serving uses (:func:`serving_pctr`): the model's
+        for ads it was trained on, the prior's for the others."""
         rest = np.setdiff1d(np.arange(len(ids)), top, assume_unique=True)
         candidates = list(zip(ids[rest].tolist(), camp[rest].tolist(),
                               s["advertiser"][rest].tolist(),
@@ -579,8 +580,10 @@ class ColumnarDecider(Decider):
         rest_pctr, _ = scorer.pctr(request, candidates, deadline_at_ms, measuring=True)
         if rest_pctr is None:
             return
-        best_kept = float(self._totals(s, top, top_pctr)[1].max())
-        best_rest = float(self._totals(s, rest, rest_pctr)[1].max())
+        kept = serving_pctr(scorer, ids[top], top_pctr, s["pctr"][top])
+        others = serving_pctr(scorer, ids[rest], rest_pctr, s["pctr"][rest])
+        best_kept = float(self._totals(s, top, kept)[1].max())
+        best_rest = float(self._totals(s, rest, others)[1].max())
         scorer.record_recall(best_kept >= best_rest)
 
     def _rotate(self, ids: np.ndarray, camp: np.ndarray, shape: np.ndarray,
@@ -713,6 +716,14 @@ class ColumnarDecider(Decider):
             int(s["bid"][i]), float(s["pctr"][i]), float(s["pcvr"][i]),
             quality_micros=int(s["quality"][i]),
         )
+
+
+def serving_pctr(scorer: ModelScorer, ids: np.ndarray, model_pctr: np.ndarray,
+                 prior_pctr: np.ndarray) -> np.ndarray:
+    """The pCTR serving ranks and prices on, per candidate: the model's for the ads it
+    was trained on, the prior's (``prior_pctr``) for the others — a model says nothing
+    of an ad it never saw."""
+    return np.where(scorer.model.knows(ids), model_pctr, prior_pctr)
 
 
 def _above_reserve(s: dict[str, np.ndarray], reserve_imp: float) -> np.ndarray:

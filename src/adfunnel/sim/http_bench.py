@@ -27,7 +27,12 @@ Result fields (latency is client-side, ms; rates per second of the load window):
   shed and late answers (204 with ``x-adfunnel-outcome: shed|late``) are not counted;
 - ``per_core``: ``decisions_per_s`` ÷ busy cores, where busy cores = the CPU seconds
   (user + system, from ``/proc/PID/stat``) of every server process (supervisor and
-  workers) over the load window ÷ the window's wall seconds;
+  workers) over the load window ÷ the window's wall seconds. It is not a rate the server
+  reached: quote it beside ``decisions_per_s`` and ``busy_cores``;
+- ``load_generator_cpu_s`` and ``load_generator_busy_cores``: the load generator's own
+  CPU over the same window (:func:`generator_cpu_seconds`), which shares the machine's
+  cores with the server; ``server_cpu_s`` and ``window_s`` the server's CPU and the
+  window's wall seconds;
 - ``p50_ms``, ``p99_ms``: of every select answer, as the load generator measured;
 - ``no_fill_share``: ``no_fill`` answers ÷ decided answers; ``shed_share`` and
   ``late_share``: of all select answers;
@@ -47,6 +52,7 @@ import http.client
 import json
 import os
 import random
+import resource
 import shutil
 import tempfile
 import threading
@@ -457,9 +463,20 @@ def _measure(server: BenchServer, path: str, bodies: list[bytes] | None, concurr
     return figures
 
 
+def generator_cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its reaped children: the load
+    generator's, whether it ran here (the asyncio client) or as a child that has exited
+    (``wrk``; the server, a child still running, is not counted until it is reaped).
+    Includes the :class:`NoopProbe` thread's few requests."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _window(server: BenchServer, path: str, bodies: list[bytes] | None, concurrency: int,
             duration_s: float, load: str) -> dict[str, Any]:
     pids = server.pids()
+    gen0 = generator_cpu_seconds()
     cpu0, t0 = cpu_seconds(pids), time.monotonic()
     if load == "wrk":
         figures = run_wrk(server.url + path, concurrency, duration_s, bodies, count=True)
@@ -473,6 +490,7 @@ def _window(server: BenchServer, path: str, bodies: list[bytes] | None, concurre
                    "answers_per_s": round(len(tally.latencies_ms) / wall, 1)}
     wall = time.monotonic() - t0
     figures["cpu_s"] = cpu_seconds(pids) - cpu0
+    figures["generator_cpu_s"] = generator_cpu_seconds() - gen0
     figures["wall_s"] = wall
     return figures
 
@@ -493,6 +511,11 @@ def _report(ads: int, workers: int, concurrency: int, duration_s: float, load: s
         "decisions_per_s": round(rate, 1),
         "per_core": round(rate / busy, 1) if busy > 0 else None,
         "busy_cores": round(busy, 3),
+        # the load generator shares the machine's cores: what it used beside the server
+        "load_generator_cpu_s": round(main["generator_cpu_s"], 3),
+        "load_generator_busy_cores": round(main["generator_cpu_s"] / main["wall_s"], 3)
+        if main["wall_s"] > 0 else None,
+        "server_cpu_s": round(main["cpu_s"], 3), "window_s": round(main["wall_s"], 3),
         "p50_ms": main["p50_ms"], "p99_ms": main["p99_ms"],
         "no_fill_share": round(no_fill / decided, 4) if decided else None,
         "shed_share": round(outcomes.get("204:shed", 0) / answers, 4) if answers else None,
@@ -503,6 +526,7 @@ def _report(ads: int, workers: int, concurrency: int, duration_s: float, load: s
         "baseline_route_per_s": base["answers_per_s"],
         "baseline_p50_ms": base["p50_ms"],
         "baseline_busy_cores": round(base["cpu_s"] / base["wall_s"], 3),
+        "baseline_load_generator_busy_cores": round(base["generator_cpu_s"] / base["wall_s"], 3),
         "setup_s": setup_s, "populate_s": populate_s, "start_s": round(setup_s - populate_s, 2),
         "load_generator": load, "workload": source, "deadline_ms": DEADLINE_MS,
         "budget": os.environ.get("ADFUNNEL_BUDGET", "service"),

@@ -20,6 +20,7 @@ few tokens are forged, to show that both are refused without loss.
 
 from __future__ import annotations
 
+import json
 import random
 import secrets
 import time
@@ -36,7 +37,7 @@ import numpy as np
 
 from adfunnel.money import MICROS_PER_FEN, MICROS_PER_UNIT
 from adfunnel.sim.catalogue import CAMPAIGNS_PER_ADVERTISER, catalogue
-from adfunnel.sim.invalid import InvalidTraffic, row_address
+from adfunnel.sim.invalid import HELD_OUT_PROVIDERS, InvalidTraffic, row_address
 from adfunnel.sim.ipinyou import (
     ADVERTISERS,
     LogRow,
@@ -45,6 +46,7 @@ from adfunnel.sim.ipinyou import (
     read_train_info,
     split_useragent,
 )
+from adfunnel.sim.ivt_recall import distinct_events, measure_ivt
 from adfunnel.sim.learn import (
     BASE_CTR,
     MAX_CTR,
@@ -54,11 +56,14 @@ from adfunnel.sim.learn import (
     split_last_day,
     train_and_register,
 )
+from adfunnel.sim.potential import Bidder, judge_delivery, potential_micros
 from adfunnel.sim.server_proc import auth_headers
 from adfunnel.tracking.http import without_click_id
 from adfunnel.tracking.token import verify
 
 REPLAY_DEADLINE_MS = 2_000
+#: Seconds the started server may take to answer /healthz.
+START_TIMEOUT_S = 180.0
 RENDER_RATE = 0.90
 DUPLICATE_RATE = 0.03
 FORGED_RATE = 0.005
@@ -151,7 +156,10 @@ class Replayer:
         self.stats = ReplayStats()
         self.invalid = InvalidTraffic(seed + 1, data_root)
         self.token_key = token_key  # the server's token secret, when the replay knows it
-        self.injected: list[tuple[str | None, str]] = []  # (impression id, event type)
+        # the events sent, by their (impression id, event type): injected ones with their
+        # source (adfunnel.sim.invalid), and the genuine ones
+        self.injected: list[tuple[str | None, str, str]] = []
+        self.genuine: list[tuple[str | None, str]] = []
         #: the --learn click model (None: the advertisers' scaled average CTRs)
         self.clicks: AttributeClicks | None = None
         self._headers: dict[str, str] = {}
@@ -285,8 +293,9 @@ class Replayer:
     def _beacons(self, ad: dict[str, Any], ctr: float, row: LogRow) -> None:
         """The served ad's beacons, from the row's user agent and address (through the
         server's trusted proxy header), or — for an injected share of served ads — from a
-        crawler's user agent or a datacenter's address (:mod:`adfunnel.sim.invalid`)."""
-        kind, value = self.invalid.draw()
+        bot's user agent or a datacenter's address (:mod:`adfunnel.sim.invalid`). Every
+        event sent is labelled genuine or injected (with its source)."""
+        kind, source, value = self.invalid.draw()
         self._headers = {"user-agent": row.useragent, "x-forwarded-for": row_address(row.ip)}
         if kind == "crawler_ua":
             self._headers["user-agent"] = value or ""
@@ -297,12 +306,16 @@ class Replayer:
         p_click = (self.clicks.rate(row) if self.clicks is not None
                    else min(1.0, ctr * self.ctr_scale))
         self._fire(ad, p_click)
-        if kind is not None:
-            impressions = (self.stats.impressions_fired + self.stats.duplicates_fired
-                           - before[0])
-            clicks = self.stats.clicks_fired - before[1]
-            iid = self._impression_id(ad["token"])
-            self.injected.extend([(iid, "impression")] * impressions + [(iid, "click")] * clicks)
+        impressions = self.stats.impressions_fired + self.stats.duplicates_fired - before[0]
+        clicks = self.stats.clicks_fired - before[1]
+        if impressions + clicks == 0:
+            return
+        iid = self._impression_id(ad["token"])
+        sent = [(iid, "impression")] * impressions + [(iid, "click")] * clicks
+        if source is None:
+            self.genuine.extend(sent)
+        else:
+            self.injected.extend((i, e, source) for i, e in sent)
 
     def _impression_id(self, token: str) -> str | None:
         if self.token_key is None:
@@ -339,6 +352,16 @@ class Replayer:
         return r
 
     # -- report -------------------------------------------------------------------
+    def potential(self, rows: list[LogRow], pctr_prior: float) -> dict[int, dict[str, int]]:
+        """Each of the nine campaigns' potential spend per local day at p = 1, by the
+        replay's own model of the rows it could win (:mod:`adfunnel.sim.potential`),
+        with the replay's click model of scaled average CTRs."""
+        bidders = [Bidder(cid, r["bid_type"], r["bid_micros"], r["daily_budget_micros"],
+                          c["plan"].targeting, frozenset(SIZES), r["time_zone"],
+                          min(1.0, c["info"].ctr * self.ctr_scale), pctr_prior)
+                   for cid, c in self.campaigns.items() for r in (c["record"],)]
+        return potential_micros(rows, bidders, RENDER_RATE)
+
     def report(self, first: datetime, last: datetime) -> dict[str, Any]:
         s = self.stats
         lat = np.array(s.latencies_ms) if s.latencies_ms else np.zeros(1)
@@ -421,8 +444,13 @@ class Replayer:
             "ivt_total": counters.get("ivt_impression", 0) + counters.get("ivt_click", 0),
             "ivt_by_event": {"impression": counters.get("ivt_impression", 0),
                              "click": counters.get("ivt_click", 0)},
-            "injected_invalid": len(distinct_events(self.injected)),
-            "injected_invalid_billed": None,  # filled from the ledger by run_replay
+            "injected_invalid": len(distinct_events((i, e) for i, e, _ in self.injected)),
+            # filled from the ledger by run_replay (adfunnel.sim.ivt_recall); null when
+            # not measured (--server: the replay cannot read the impression ids)
+            "injected_by_source": None,
+            "injected_invalid_flagged": None,
+            "injected_invalid_billed": None,
+            "genuine_events": None,
             "ivt_false_positives": None,
             "lag_ms": ledger.get("events", {}).get("lag_ms", {"p50": None, "p99": None}),
         }
@@ -522,7 +550,9 @@ def run_replay(
             recall_env = {"ADFUNNEL_RECALL_SAMPLE": "1.0"} if learn and catalogue else {}
             events_env = ({"ADFUNNEL_EVENT_LOG_URL": event_log, "ADFUNNEL_EVENT_STREAM": stream,
                            "ADFUNNEL_SPOOL_DIR": str(work / "spool")} if event_log else {})
+            # a start-up deadline, not a measurement: a loaded machine starts slowly
             proc = ServerProcess(url, clock="manual", log_path=work / "server.log",
+                                 timeout_s=START_TIMEOUT_S,
                                  extra_env={"ADFUNNEL_PCTR_PRIOR": str(pctr_prior),
                                             "ADFUNNEL_SEED": str(seed),
                                             "ADFUNNEL_SERVED_LOG_DIR": str(served_dir),
@@ -533,6 +563,11 @@ def run_replay(
                                             # the manual clock does not move between a
                                             # serve and its click: no delay to judge
                                             "ADFUNNEL_IVT_MIN_CLICK_DELAY_MS": "0",
+                                            # the lists the injected addresses come
+                                            # from: the filter's recall on lists it
+                                            # has not seen (adfunnel.sim.invalid)
+                                            "ADFUNNEL_IVT_HELD_OUT_LISTS":
+                                                json.dumps(HELD_OUT_PROVIDERS),
                                             **recall_env, **events_env,
                                             **(server_env or {})})
             server = proc.url
@@ -559,6 +594,8 @@ def run_replay(
             else:
                 replayer.replay(rows, progress)
             report = replayer.report(first, last)
+            report["delivery"] = judge_delivery(report["campaigns"],
+                                                replayer.potential(rows, pctr_prior))
         finally:
             replayer.close()
             if proc is not None:
@@ -570,7 +607,7 @@ def run_replay(
         report["model"] = (_model_report(learned, served_dir, url, rows, pctr_prior)
                            if learned is not None else None)
         if proc is not None:
-            injected_in_ledger(report["events"], replayer.injected, url)
+            measure_ivt(report["events"], replayer.injected, replayer.genuine, url)
         return report
 
 
@@ -618,47 +655,6 @@ def _delete_stream(url: str, stream: str) -> None:
         log.delete_stream()
     finally:
         log.close()
-
-
-def distinct_events(events: list[tuple[str | None, str]]) -> list[tuple[str | None, str]]:
-    """Each (impression id, event type) once — the server records an event once, however
-    often its beacon is sent; beacons whose impression id is unknown (None) all count."""
-    seen: set[tuple[str, str]] = set()
-    out: list[tuple[str | None, str]] = []
-    for iid, event in events:
-        if iid is not None:
-            if (iid, event) in seen:
-                continue
-            seen.add((iid, event))
-        out.append((iid, event))
-    return out
-
-
-def injected_in_ledger(events: dict[str, Any], injected: list[tuple[str | None, str]],
-                   database_url: str) -> None:
-    """Fill ``events``' ``injected_invalid_billed`` (injected events the ledger holds a
-    row for: none should) and ``ivt_false_positives`` (events flagged that were not
-    injected: genuine traffic flagged by mistake), from the ledger table."""
-    from sqlalchemy import select
-
-    from adfunnel.billing.tables import ledger
-    from adfunnel.db import make_engine
-
-    injected = distinct_events(injected)
-    ids = sorted({iid for iid, _ in injected if iid is not None})
-    engine = make_engine(database_url)
-    try:
-        with engine.connect() as conn:
-            held: set[tuple[str, str]] = set()
-            for i in range(0, len(ids), 500):
-                q = select(ledger.c.impression_id, ledger.c.event_type).where(
-                    ledger.c.impression_id.in_(ids[i:i + 500]))
-                held.update((r[0], str(r[1])) for r in conn.execute(q))
-    finally:
-        engine.dispose()
-    billed = sum(1 for iid, event in injected if (iid, event) in held)
-    events["injected_invalid_billed"] = billed
-    events["ivt_false_positives"] = events["ivt_total"] - (len(injected) - billed)
 
 
 def served_log_summary(directory: Path, database_url: str, last: datetime,
