@@ -207,6 +207,22 @@ def test_ledger_report_has_conversions(world: World) -> None:
     assert (got["impressions"], got["clicks"], got["billed_micros"]) == (5, 1, 19_000)
 
 
+def test_ledger_report_shows_invalid_traffic_per_reason_beside_billed(world: World) -> None:
+    """Flagged events are never billed, and the report names them per reason and day (the
+    ledger's invalid-traffic table, through the rollups), so billed figures that look
+    low can be explained."""
+    _fill(world)
+    world.invalid("x2", datetime(2026, 11, 3, 4, 40, tzinfo=UTC), "crawler")  # Nov 2 local
+    make_rollup_store(world.store.engine).refresh(
+        hours_of([datetime(2026, 11, 3, 4, 40, tzinfo=UTC)]))
+    got = world.client.get(f"/v1/campaigns/{world.campaign_id}/report",
+                           params={"from": "2026-11-02", "to": "2026-11-03"}).json()
+    assert got["ivt"] == {"crawler": 2, "datacenter": 1}
+    assert [(d["day"], d["ivt"]) for d in got["days"]] == [
+        ("2026-11-02", {"crawler": 1}), ("2026-11-03", {"crawler": 1, "datacenter": 1})]
+    assert got["billed_micros"] == 19_000  # none of them billed
+
+
 def test_a_half_hour_zone_buckets_each_event_in_its_own_local_day_and_hour(
     world: World,
 ) -> None:

@@ -299,3 +299,26 @@ def test_csv_download_puts_each_event_in_its_own_local_hour_and_day(
     rows = [line.split(",")[:3] for line in r.text.splitlines()[1:]]
     assert rows == [["2026-03-03T23:00:00+10:30", str(c.id), "1"],
                     ["2026-03-04T00:00:00+10:30", str(c.id), "1"]]
+
+
+def test_campaign_page_shows_invalid_traffic_per_reason_beside_spend(
+        rt: Runtime, client: TestClient, world: dict[str, Any]) -> None:
+    """Flagged events today: the hourly table counts them beside spend, and the line
+    under it names each reason (issue #22 §9: a dashboard that shows no invalid traffic
+    while billing less than was served leaves the advertiser guessing)."""
+    from adfunnel.billing.model import EventType, LedgerEvent
+    from adfunnel.billing.rollups import hours_of
+
+    at = START.replace(minute=10)
+    for i, reason in enumerate(["crawler_ua", "crawler_ua", "datacenter_ip"]):
+        ev = LedgerEvent(f"bot{i}", EventType.IMPRESSION, world["ca"], 1, "feed", "CPM", 0,
+                         at, at.date())
+        assert rt.ledger.record_invalid(ev, reason)
+    rt.rollups.refresh(hours_of([at]))
+    log_in(client, world["key_a"])
+    r = client.get(f"/ui/campaigns/{world['ca']}")
+    assert r.status_code == 200, r.text
+    line = r.text[r.text.index('id="ivt-reasons"'):]
+    line = line[:line.index("</p>")]
+    assert "<code>crawler_ua</code> 2" in line and "<code>datacenter_ip</code> 1" in line
+    assert 'title="crawler_ua 2, datacenter_ip 1">3</td>' in r.text

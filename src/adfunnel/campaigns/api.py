@@ -45,6 +45,7 @@ JSON, 404 not found, 409 version conflict).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import date, datetime, timedelta
 from typing import Annotated, Any
 
@@ -54,7 +55,13 @@ from sqlalchemy import Engine
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.billing.ledger import Ledger, lifetime_left
-from adfunnel.billing.rollups import RollupStore, cost_per_conversion_micros, ctr, ecpm_micros
+from adfunnel.billing.rollups import (
+    RollupStore,
+    cost_per_conversion_micros,
+    ctr,
+    ecpm_micros,
+    local_days_span,
+)
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns import access, codec
 from adfunnel.campaigns.checks import campaign_warnings, money_limit_problems
@@ -160,10 +167,13 @@ def ad_out(ad: Ad) -> AdOut:
 def report(
     ledger: Ledger, campaign_id: int, first: date, last: date,
     lifetime_budget_micros: int | None = None,
+    ivt: dict[date, dict[str, int]] | None = None,
 ) -> ReportOut:
     """Totals and per-day rows of ``ledger.day_totals`` for local days ``first``..``last``,
-    and the lifetime budget's billed and remaining micros over every day."""
+    and the lifetime budget's billed and remaining micros over every day; ``ivt``: per
+    local day, invalid events per reason (:func:`ivt_by_day`; None: not kept)."""
     rows = ledger.day_totals(campaign_id, first, last)
+    by_day = ivt or {}
     days = [
         ReportDay(
             day=r.day,
@@ -176,9 +186,13 @@ def report(
             conversions=r.conversions,
             cost_per_conversion_micros=cost_per_conversion_micros(r.billed_micros,
                                                                   r.conversions),
+            ivt=by_day.get(r.day, {}),
         )
         for r in rows
     ]
+    total_ivt: Counter[str] = Counter()
+    for reasons in by_day.values():
+        total_ivt.update(reasons)
     imps = sum(r.impressions for r in rows)
     clicks = sum(r.clicks for r in rows)
     billed = sum(r.billed_micros for r in rows)
@@ -198,11 +212,22 @@ def report(
             "conversions": conversions,
             "cost_per_conversion_micros": cost_per_conversion_micros(billed, conversions),
             "days": days,
+            "ivt": None if ivt is None else dict(sorted(total_ivt.items())),
             "lifetime_budget_micros": lifetime_budget_micros,
             "lifetime_billed_micros": lifetime,
             "lifetime_remaining_micros": lifetime_left(lifetime_budget_micros, lifetime),
         }
     )
+
+
+def ivt_by_day(rollups: RollupStore, campaign_id: int, first: date, last: date,
+               time_zone: str) -> dict[date, dict[str, int]]:
+    """Invalid events per reason on each local day ``first``..``last`` of ``time_zone``,
+    from the rollups (days with none are left out)."""
+    start, end = local_days_span(first, last, time_zone)
+    rows = rollups.query(start=start, end=end, campaign_ids=[campaign_id],
+                         granularity="day", group_by="campaign", time_zone=time_zone)
+    return {r.period_start.date(): dict(r.ivt) for r in rows if r.ivt}
 
 
 def _ctr(clicks: int, impressions: int) -> float:
@@ -429,7 +454,9 @@ def make_advertiser_router(
             raise validation_error(("from", "must be on or before to"))
         if last - first >= timedelta(days=max_days):
             raise validation_error(("to", f"a report spans at most {max_days} days"))
-        return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros)
+        ivt = (None if rollups is None else
+               ivt_by_day(rollups, campaign_id, first, last, campaign.time_zone))
+        return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros, ivt)
 
     return router
 

@@ -320,6 +320,8 @@ class ReportDay(BaseModel):
     ecpm_micros: int
     conversions: int = 0
     cost_per_conversion_micros: int | None = None
+    #: reason code -> invalid events that day (never billed), from the rollups
+    ivt: dict[str, int] = Field(default_factory=dict)
 
 
 class ReportOut(BaseModel):
@@ -331,6 +333,9 @@ class ReportOut(BaseModel):
     without conversions).
     ``lifetime_*``: the lifetime budget, what was billed on every day (not only this
     span) and what remains; ``lifetime_remaining_micros`` is null without one.
+    ``ivt`` (here and per day): reason code -> invalid events, never billed, counted
+    beside the billed figures; read from the rollups, which follow the ledger within
+    one refresh (5 s of the server's clock); ``null`` where the server keeps no rollups.
     """
 
     model_config = ConfigDict(populate_by_name=True)
@@ -347,6 +352,7 @@ class ReportOut(BaseModel):
     conversions: int = 0
     cost_per_conversion_micros: int | None = None
     days: list[ReportDay]
+    ivt: dict[str, int] | None = None
     lifetime_budget_micros: int | None = None
     lifetime_billed_micros: int = 0
     lifetime_remaining_micros: int | None = None
