@@ -132,7 +132,7 @@ class Settings(BaseSettings):
     served_log_dir: str | None = None
     #: key of the user-key hash in the served log; None: derived from ``token_secret``
     #: (stable across restarts when the token secret is)
-    served_log_salt: str | None = Field(default=None, min_length=16)
+    served_log_salt: str | None = Field(default=None, min_length=16, repr=False)
     #: seconds between compactions of the served log's closed hours into Parquet
     served_compact_s: float = Field(default=300.0, gt=0)
     #: tier-1 invalid-traffic rules on the beacons (crawler user agents and addresses,
