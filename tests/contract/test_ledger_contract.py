@@ -576,24 +576,38 @@ def test_conversion_bills_once_and_only_after_its_click(ledger_backend: LedgerBa
     assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1, 1, 5_000_000, 0, conversions=1)]
 
 
-def test_a_conversion_of_an_invalid_click_is_never_billed(ledger_backend: LedgerBackend) -> None:
-    """Flagged at the tracker, or reversed by tier 2: the click attributes nothing, once
-    counted, and a redelivery counts nothing again (issue 22 §1)."""
+def test_a_conversion_of_a_reversed_click_is_never_billed(ledger_backend: LedgerBackend) -> None:
+    """Reversed by tier 2: the click attributes nothing, once counted, and a redelivery
+    counts nothing again (issue 22 §1)."""
     ledger = ledger_backend.open()
     at = datetime(2026, 3, 14, 12, tzinfo=UTC)
-    ledger.record(event("imp-f", charge=0, at=at), BIG_BUDGET)
-    assert ledger.record_invalid(click("imp-f", charge=0, at=at), "crawler_ua") is True
-    assert ledger.record(conversion("imp-f"), BIG_BUDGET) == Recorded(Outcome.NOT_BILLABLE)
-    assert ledger.record(conversion("imp-f"), BIG_BUDGET) == Recorded(Outcome.NOT_BILLABLE)
     ledger.record(event("imp-t", charge=0, at=at), BIG_BUDGET)
     ledger.record(click("imp-t", charge=0, at=at), BIG_BUDGET)
     assert ledger.reverse("imp-t", EventType.CLICK, "click_rate",
                           at + timedelta(seconds=60), 600) is not None
     assert ledger.record(conversion("imp-t"), BIG_BUDGET) == Recorded(Outcome.NOT_BILLABLE)
-    assert ledger.counters()["conversions_of_invalid_click"] == 2
+    assert ledger.record(conversion("imp-t"), BIG_BUDGET) == Recorded(Outcome.NOT_BILLABLE)
+    assert ledger.counters()["conversions_of_invalid_click"] == 1
     assert "conversions_without_click" not in ledger.counters()
     assert [t.conversions for t in ledger.day_totals(1, DAY, DAY)] == [0]
     assert ledger.billed_on(DAY).get(1, 0) == 0
+
+
+def test_a_conversion_after_a_flagged_click_waits_for_the_valid_one(
+        ledger_backend: LedgerBackend) -> None:
+    """A bot's flagged click leaves the slot to the viewer's (issue 22 §8): a conversion
+    (its click id came from the valid click's redirect) waits for that click, and bills
+    once it arrives; the flagged click alone bills nothing."""
+    ledger = ledger_backend.open()
+    at = datetime(2026, 3, 14, 12, tzinfo=UTC)
+    ledger.record(event("imp-f", charge=0, at=at), BIG_BUDGET)
+    assert ledger.record_invalid(click("imp-f", charge=0, at=at), "crawler_ua") is True
+    assert ledger.record(conversion("imp-f"), BIG_BUDGET) == Recorded(Outcome.HELD)
+    assert ledger.billed_on(DAY).get(1, 0) == 0
+    assert ledger.record(click("imp-f", charge=0, at=at), BIG_BUDGET).outcome is Outcome.BILLED
+    assert [t.conversions for t in ledger.day_totals(1, DAY, DAY)] == [1]
+    assert ledger.billed_on(DAY).get(1, 0) == 5_000_000
+    assert "conversions_of_invalid_click" not in ledger.counters()
 
 
 def test_invalid_traffic_is_recorded_once_never_billed(ledger_backend: LedgerBackend) -> None:

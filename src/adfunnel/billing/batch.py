@@ -272,8 +272,10 @@ class _Planner:
         needs = PREREQUISITE.get(key[1])
         before = self._row_time((key[0], needs)) if needs is not None else None
         if needs is not None and before is None:
-            if needs is EventType.CLICK and self._is_invalid((key[0], needs)):
-                # a click found invalid traffic attributes no conversion, ever
+            if needs is EventType.CLICK and _reversed(self._invalid_reason((key[0], needs))):
+                # a click tier 2 reversed attributes no conversion, ever; a click only
+                # flagged at tier 1 (a bot fetched /c first) leaves the slot to the valid
+                # click the conversion's click id came from: the conversion waits for it
                 self._hold(key, Held(w, OF_INVALID_CLICK))
                 return _NOT_BILLABLE
             self._hold(key, Held(w, WITHOUT_PREREQUISITE[key[1]]))
