@@ -219,7 +219,7 @@ def build_runtime(
     follow_model_releases(catalog, decider, settings, monitor, cvr)
     rollups = make_rollup_store(engine)
     dirty = DirtyHours(rollups)  # hours the aggregator touched, refreshed every few seconds
-    background.append(Periodic(dirty.flush, ROLLUP_REFRESH_S, "rollup-refresh", clock,
+    background.append(Periodic(dirty.flush, settings.rollup_refresh_s, "rollup-refresh", clock,
                                run_on_move=True).start())
     events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
                               on_lifetime_spent=lambda cid: mark_completed(store, cid),
@@ -240,7 +240,7 @@ def build_runtime(
 
 #: Seconds of the injected clock between refreshes of the rollup hours the aggregator
 #: touched (on a manual clock they follow its moves, so a replay's reports fill in).
-ROLLUP_REFRESH_S = 5.0
+ROLLUP_REFRESH_S = 5.0  # the default of ``Settings.rollup_refresh_s``
 
 
 def make_ivt_rules(settings: Settings) -> Tier1Rules | None:

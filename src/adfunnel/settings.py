@@ -135,6 +135,10 @@ class Settings(BaseSettings):
     served_log_salt: str | None = Field(default=None, min_length=16, repr=False)
     #: seconds between compactions of the served log's closed hours into Parquet
     served_compact_s: float = Field(default=300.0, gt=0)
+    #: seconds of the server's clock between refreshes of the report rollups (the hours
+    #: the aggregator touched); a replay on a manual clock that moves every request
+    #: sets it longer, as each refresh is a database transaction
+    rollup_refresh_s: float = Field(default=5.0, gt=0, le=86_400)
     #: tier-1 invalid-traffic rules on the beacons (crawler user agents and addresses,
     #: datacenter addresses, clicks faster than a person): such beacons are never billed
     ivt: bool = True

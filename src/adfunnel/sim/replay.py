@@ -563,6 +563,10 @@ def run_replay(
                                             # the manual clock does not move between a
                                             # serve and its click: no delay to judge
                                             "ADFUNNEL_IVT_MIN_CLICK_DELAY_MS": "0",
+                                            # rollups once per quarter-hour of the log:
+                                            # the clock moves every request, and the
+                                            # report reads the ledger
+                                            "ADFUNNEL_ROLLUP_REFRESH_S": "900",
                                             # the lists the injected addresses come
                                             # from: the filter's recall on lists it
                                             # has not seen (adfunnel.sim.invalid)
