@@ -215,10 +215,13 @@ class Aggregator:
                 stop.wait(RETRY_S)
 
     def wait_handled(self, count: int, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` (network seconds) until :attr:`first_deliveries`
-        reaches ``count``; True when it has."""
+        """Wait up to ``timeout_s`` (network seconds) until :attr:`first_deliveries`, with
+        the events parked until their campaign is known, reaches ``count``; True when it
+        has. A parked event counts as handled for now: nothing this aggregator can do
+        before its campaign arrives changes the ledger."""
         with self._handled:
-            return self._handled.wait_for(lambda: self.first_deliveries >= count, timeout_s)
+            return self._handled.wait_for(
+                lambda: self.first_deliveries + len(self._waiting) >= count, timeout_s)
 
     def lag_ms(self) -> dict[str, float | None]:
         """Beacon-to-ledger lag percentiles (``p50``, ``p99``, wall-clock ms) over the
@@ -256,8 +259,10 @@ class Aggregator:
                                       campaign.daily_budget_micros,
                                       campaign.lifetime_budget_micros, event.ivt_reason))
             events.append((event, campaign))
-        if not done:
-            return  # every event waits for its campaign
+        if not done:  # every event waits for its campaign: parked, wake the waiters
+            with self._handled:
+                self._handled.notify_all()
+            return
         plan = self.ledger.record_many(writes) if writes else None
         hours = _Hours()
         if plan is not None:
