@@ -341,24 +341,27 @@ class Aggregator:
                                         r.impression_id, False)
             self._unfeed(where)
 
+    def _count_in_model(self, row: LedgerEvent, *, taken_back: bool) -> None:
+        """Count ``row`` (an impression or click) in the click model, or take it back."""
+        ctr = self.ctr
+        if ctr is None:
+            return
+        if row.event_type is EventType.IMPRESSION:
+            (ctr.unobserve_impression if taken_back else ctr.observe_impression)(
+                row.ad_id, row.placement)
+        elif row.event_type is EventType.CLICK:
+            (ctr.unobserve_click if taken_back else ctr.observe_click)(row.ad_id, row.placement)
+
     def _unfeed(self, row: LedgerEvent) -> None:
         """Take back from the click model and its calibration monitor what billing
         ``row`` fed them (it was reversed: IVT never reaches the model)."""
-        if self.ctr is not None:
-            if row.event_type is EventType.IMPRESSION:
-                self.ctr.unobserve_impression(row.ad_id, row.placement)
-            elif row.event_type is EventType.CLICK:
-                self.ctr.unobserve_click(row.ad_id, row.placement)
+        self._count_in_model(row, taken_back=True)
         if self.on_reversed is not None:
             self.on_reversed(row)
 
     def _feed(self, row: LedgerEvent, recorded: Recorded, campaign: Campaign | None) -> None:
         """Newly billed: spend to the budget gate, observations to the click model."""
-        if self.ctr is not None:
-            if row.event_type is EventType.IMPRESSION:
-                self.ctr.observe_impression(row.ad_id, row.placement)
-            elif row.event_type is EventType.CLICK:
-                self.ctr.observe_click(row.ad_id, row.placement)
+        self._count_in_model(row, taken_back=False)
         if self.on_billed is not None:
             self.on_billed(row)
         self._billed_micros += recorded.billed_micros  # to the metrics once per batch

@@ -27,7 +27,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import date
-from typing import Any
 
 import httpx
 import msgspec
@@ -42,7 +41,6 @@ from adfunnel.body_limit import BodyLimit
 from adfunnel.budget.protocol import BilledColumns, BilledUpdate, Reply, Report
 from adfunnel.budget.service import BudgetService
 from adfunnel.internal_auth import InternalAuth, internal_headers
-from adfunnel.json_depth import nesting_problem
 
 _report_decoder = msgspec.json.Decoder(Report)
 _billed_decoder = msgspec.json.Decoder(list[BilledUpdate])
@@ -91,7 +89,7 @@ def create_app(service: BudgetService, *, token: str, lock: threading.Lock | Non
 
     async def report(request: Request) -> Response:
         try:
-            rep = _decode(_report_decoder, await request.body())
+            rep = _report_decoder.decode(await request.body())
         except msgspec.DecodeError as exc:
             return JSONResponse({"error": str(exc)}, status_code=422)
         if rep.shard != service.shard:
@@ -102,7 +100,7 @@ def create_app(service: BudgetService, *, token: str, lock: threading.Lock | Non
 
     async def billed(request: Request) -> Response:
         try:
-            ups = _decode(_billed_decoder, await request.body())
+            ups = _billed_decoder.decode(await request.body())
         except msgspec.DecodeError as exc:
             return JSONResponse({"error": str(exc)}, status_code=422)
         cols = billed_columns(ups) if len(ups) >= BULK_BILLED else None
@@ -133,19 +131,6 @@ def create_app(service: BudgetService, *, token: str, lock: threading.Lock | Non
         middleware=[Middleware(InternalAuth, token=token, open_paths=OPEN_PATHS),
                     Middleware(BodyLimit, max_bytes=max_body_bytes)],
     )
-
-
-def _decode(decoder: msgspec.json.Decoder, body: bytes) -> Any:
-    """``decoder.decode(body)``, a document nested too deep refused first (msgspec
-    recurses into it, unknown fields included, and would raise ``RecursionError``).
-
-    Raises:
-        msgspec.DecodeError: malformed, off the schema, or nested too deep.
-    """
-    too_deep = nesting_problem(body)
-    if too_deep is not None:
-        raise msgspec.DecodeError(f"{too_deep[1]} - at `{too_deep[0]}`")
-    return decoder.decode(body)
 
 
 class HttpReportTransport:
