@@ -1,11 +1,11 @@
-"""Budget & pacing service benchmark (thin entry; the code is adfunnel.budget.bench).
+"""Budget & pacing service benchmark (thin entry; the code is adfunnel.bench.budget).
 
 python -m benchmarks.budget_bench --campaigns 1000000 --json out.json
 
 Start-up (bulk reads of campaigns, billed spend and traffic shapes from a SQLite file),
 the first control step, one control step with spend reported for a share of the
 campaigns, and one report round of 1,000 campaigns' spend; see the module docstring
-of ``adfunnel.budget.bench`` for every figure.
+of ``adfunnel.bench.budget`` for every figure.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from adfunnel.budget.bench import run_budget_bench
+from adfunnel.bench.budget import run_budget_bench
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,11 @@
-"""Frequency-cap benchmark (thin entry; the code is adfunnel.serving.caps_bench).
+"""Frequency-cap benchmark (thin entry; the code is adfunnel.bench.caps).
 
 python -m benchmarks.caps_bench --decisions 5000 --redis-url redis://127.0.0.1:6379 \
     --json out.json
 
 The decision time that caps add (5 capped candidates per request, one Redis read and
 one atomic count per decision) against the same decisions without caps, in one run;
-see the module docstring of ``adfunnel.serving.caps_bench`` for every figure.
+see the module docstring of ``adfunnel.bench.caps`` for every figure.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from adfunnel.serving.caps_bench import DEFAULT_REDIS_URL, run_caps_bench
+from adfunnel.bench.caps import DEFAULT_REDIS_URL, run_caps_bench
 
 
 def main(argv: list[str] | None = None) -> int:

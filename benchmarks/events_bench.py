@@ -1,4 +1,4 @@
-"""Event plane benchmark (thin entry; the code is adfunnel.events.bench).
+"""Event plane benchmark (thin entry; the code is adfunnel.bench.events).
 
 python -m benchmarks.events_bench --events 20000 --duration-s 10 --lag-rate 5000 \
     --json out.json
@@ -6,7 +6,7 @@ python -m benchmarks.events_bench --events 20000 --duration-s 10 --lag-rate 5000
 Needs PostgreSQL (--database-url; the run makes and drops a schema of its own) and NATS
 JetStream (--event-log; the run's own streams, deleted after). Tracker beacons/s
 against a bare 204 route, aggregator events/s, beacon-to-ledger lag p50/p99; see the
-module docstring of ``adfunnel.events.bench`` for every figure.
+module docstring of ``adfunnel.bench.events`` for every figure.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from adfunnel.events.bench import DEFAULT_DATABASE_URL, DEFAULT_NATS_URL, run_events_bench
+from adfunnel.bench.events import DEFAULT_DATABASE_URL, DEFAULT_NATS_URL, run_events_bench
 
 
 def main(argv: list[str] | None = None) -> int:

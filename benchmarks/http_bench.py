@@ -1,4 +1,4 @@
-"""HTTP benchmark (thin entry; the code is adfunnel.sim.http_bench).
+"""HTTP benchmark (thin entry; the code is adfunnel.bench.http).
 
 python -m benchmarks.http_bench --ads 100000 --workers 2 --concurrency 16 --duration-s 10 \
     --json out.json
@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from adfunnel.sim.http_bench import run_http_bench
+from adfunnel.bench.http import run_http_bench
 
 
 def main(argv: list[str] | None = None) -> int:

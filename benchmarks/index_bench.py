@@ -1,4 +1,4 @@
-"""Conjunction index benchmark (thin entry; the code is adfunnel.index.bench).
+"""Conjunction index benchmark (thin entry; the code is adfunnel.bench.index).
 
 python -m benchmarks.index_bench --ads 1000000 --workload real --json out.json
 
@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from adfunnel.index.bench import BRUTEFORCE_ADS, WORKLOADS, run_index_bench
+from adfunnel.bench.index import BRUTEFORCE_ADS, WORKLOADS, run_index_bench
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Click-model inference benchmark (thin entry; the code is adfunnel.prediction.bench).
+"""Click-model inference benchmark (thin entry; the code is adfunnel.bench.model).
 
 python -m benchmarks.model_bench --dataset criteo --candidates 200 --json out.json
 
@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from adfunnel.bench.model import run_model_bench
 from adfunnel.data import data_dir
-from adfunnel.prediction.bench import run_model_bench
 
 
 def main(argv: list[str] | None = None) -> int:

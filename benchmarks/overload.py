@@ -1,4 +1,4 @@
-"""Overload benchmark (thin entry; the code is adfunnel.sim.overload).
+"""Overload benchmark (thin entry; the code is adfunnel.bench.overload).
 
 python -m benchmarks.overload --clients 1000 --duration-s 5 --deadline-ms 100 --json out.json
 """
@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from adfunnel.sim.overload import run_overload
+from adfunnel.bench.overload import run_overload
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _compiled_kernels() -> None:
     """Compile (or load) the numba kernels once, before any test times itself."""
-    from adfunnel.compiled import warm_up
+    from adfunnel.runtime.compiled import warm_up
 
     warm_up()
 

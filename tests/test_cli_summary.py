@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from adfunnel.cli import app
-from adfunnel.cli_summary import flatten, format_value, summary_table, unit_of
+from adfunnel.cli.summary import flatten, format_value, summary_table, unit_of
 from adfunnel.sim.day import _Sim
 from adfunnel.sim.plots import campaign_figures
 from adfunnel.sim.scenarios import scenarios

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from adfunnel.heap import freeze_heap
+from adfunnel.runtime.heap import freeze_heap
 
 
 class Node:

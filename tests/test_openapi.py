@@ -19,8 +19,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from adfunnel.app import build_app, build_runtime
 from adfunnel.clock import ManualClock
+from adfunnel.runtime.app import build_app, build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 from tests.auth.conftest import START

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
 
-from adfunnel.app import ROLLUP_REFRESH_S, build_app, build_runtime
 from adfunnel.clock import ManualClock
 from adfunnel.periodic import Periodic
+from adfunnel.runtime.app import ROLLUP_REFRESH_S, build_app, build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS
 

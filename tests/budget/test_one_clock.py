@@ -17,8 +17,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.app import build_app, build_runtime
 from adfunnel.clock import ManualClock
+from adfunnel.runtime.app import build_app, build_runtime
 from adfunnel.settings import load_settings
 from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ServerProcess

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adfunnel.budget.bench import run_budget_bench
+from adfunnel.bench.budget import run_budget_bench
 from adfunnel.budget.process import read_campaign_columns
 from adfunnel.budget.service import BudgetService, CampaignColumns
 from adfunnel.campaigns.migrate import upgrade

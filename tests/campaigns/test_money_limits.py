@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.app import Runtime, build_app, build_runtime
 from adfunnel.clock import ManualClock
+from adfunnel.runtime.app import Runtime, build_app, build_runtime
 from adfunnel.settings import (
     DEFAULT_MAX_BID_MICROS,
     DEFAULT_MAX_BUDGET_MICROS,

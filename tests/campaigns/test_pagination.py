@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from adfunnel.api.pagination import decode_cursor, encode_cursor
 from adfunnel.http_errors import ApiError
-from adfunnel.pagination import decode_cursor, encode_cursor
 
 CAMPAIGN = {"name": "c", "objective": "impressions", "bid_type": "CPM",
             "bid_micros": 2_000_000, "daily_budget_micros": 100_000_000, "time_zone": "UTC",
@@ -118,7 +118,7 @@ def test_each_route_is_judged_by_its_own_parameters() -> None:
     from fastapi import Query
     from fastapi.routing import APIRoute
 
-    from adfunnel.pagination import _declared
+    from adfunnel.api.pagination import _declared
 
     for i in range(300):
         def endpoint(value: int = Query(0, alias=f"p{i}")) -> None: ...

@@ -13,13 +13,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from adfunnel.api.campaigns import install_error_handlers, make_advertiser_router
+from adfunnel.api.keys import make_api_key_router
+from adfunnel.api.operator import make_operator_router
 from adfunnel.auth import ApiKeys, MemoryKeyStore, install_auth
-from adfunnel.auth.api import make_api_key_router
 from adfunnel.auth.store import KeyStore, SqlKeyStore
 from adfunnel.billing.ledger import MemoryLedger
-from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
 from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.operator_api import make_operator_router
 from adfunnel.campaigns.store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine

@@ -1,4 +1,4 @@
-"""The rollup report routes (adfunnel.campaigns.report_api) on the embedded default: a
+"""The rollup report routes (adfunnel.api.reports) on the embedded default: a
 migrated SQLite database holding the campaigns, a SqlLedger and the SQL rollup store the
 advertiser router makes of the campaign store's database; and the conversion figures of
 the ledger report."""
@@ -16,11 +16,11 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from adfunnel.api.campaigns import install_error_handlers, make_advertiser_router
 from adfunnel.billing.model import EventType, LedgerEvent
 from adfunnel.billing.rollups import hours_of
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
-from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import SqlCampaignStore

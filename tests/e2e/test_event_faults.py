@@ -52,10 +52,10 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 
 from adfunnel.clock import SystemClock
-from adfunnel.event_plane import CONSUMER, make_event_log
 from adfunnel.events.jetstream_log import JetStreamEventLog, consumer_durable
 from adfunnel.events.log import EventLogUnavailable
 from adfunnel.events.model import Event, EventType
+from adfunnel.runtime.event_plane import CONSUMER, make_event_log
 from adfunnel.settings import Settings
 from adfunnel.sim.server_proc import ManagedProcess, free_port
 from adfunnel.tracking.token import TokenClaims, sign, verify

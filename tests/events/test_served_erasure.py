@@ -9,12 +9,12 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from adfunnel.app import build_app, build_runtime
 from adfunnel.clock import ManualClock
 from adfunnel.events.compactor import compact, parquet_path, raw_hours
-from adfunnel.events.query import query
 from adfunnel.events.served_erasure import erase_user
 from adfunnel.events.served_log import decode_record
+from adfunnel.learn.query import query
+from adfunnel.runtime.app import build_app, build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS
 

@@ -46,14 +46,14 @@ from adfunnel.events.compactor import (
     parquet_path,
     raw_hours,
 )
-from adfunnel.events.query import (
+from adfunnel.events.served_log import ServedLog, ServedRecord, decode_record
+from adfunnel.index import ConjunctionIndex
+from adfunnel.learn.query import (
     billed_events,
     join_served_with_billed,
     query,
     query_table,
 )
-from adfunnel.events.served_log import ServedLog, ServedRecord, decode_record
-from adfunnel.index import ConjunctionIndex
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.fast import ColumnarDecider

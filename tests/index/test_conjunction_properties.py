@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adfunnel.index import ConjunctionIndex, ScanIndex, bench, segment
+from adfunnel.bench import index as bench
+from adfunnel.index import ConjunctionIndex, ScanIndex, segment
 from adfunnel.targeting import TargetingError
 from adfunnel.targeting.dnf import compile_dnf
 from tests.strategies import requests as request_strategy

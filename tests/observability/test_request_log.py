@@ -160,9 +160,9 @@ def test_the_tracker_process_carries_the_id_on_its_bare_routes(
     import uuid
 
     from adfunnel.clock import SystemClock
-    from adfunnel.event_plane import make_event_log
+    from adfunnel.runtime.event_plane import make_event_log
+    from adfunnel.runtime.standalone import build_tracker_app
     from adfunnel.settings import load_settings
-    from adfunnel.standalone import build_tracker_app
 
     settings = load_settings(database_url=f"sqlite:///{tmp_path / 't.sqlite3'}",
                              event_log_url=nats_url, token_secret="k" * 32, aggregate=False,

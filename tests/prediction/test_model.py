@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from adfunnel.cli import app
 from adfunnel.data import data_dir
-from adfunnel.prediction import datasets
-from adfunnel.prediction.datasets import DatasetError, Examples
+from adfunnel.learn import datasets
+from adfunnel.learn.datasets import DatasetError, Examples
 from adfunnel.prediction.metrics import evaluate
 from adfunnel.prediction.model import (
     P_MIN,
@@ -180,7 +180,7 @@ def test_the_serving_path_gives_the_library_path_probabilities(trained: Trained,
 
 
 def test_the_inference_benchmark_measures_both_paths() -> None:
-    from adfunnel.prediction.bench import run_model_bench
+    from adfunnel.bench.model import run_model_bench
 
     got = run_model_bench("avazu", AVAZU, candidates=50, calls=20)
     assert got["candidates"] == 50 and got["calls"] == 20

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.app import Runtime, build_app, build_runtime
 from adfunnel.clock import ManualClock
+from adfunnel.runtime.app import Runtime, build_app, build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 from tests.serving.helpers import SettlingClient

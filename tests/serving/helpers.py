@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from fastapi.testclient import TestClient
 
-from adfunnel.app import Runtime
+from adfunnel.runtime.app import Runtime
 
 #: The tracker's routes: the aggregator records their events after the answer.
 BEACON_PATHS = frozenset({"/i", "/c", "/v"})

@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.app import Runtime
 from adfunnel.frequency.store import MemoryFrequencyStore
 from adfunnel.frequency.windows import CapRule
+from adfunnel.runtime.app import Runtime
 from tests.serving.helpers import ad_request, make_campaign
 
 CAP_2_PER_HOUR = [{"level": "campaign", "count": 2, "window": "hour"}]

@@ -8,10 +8,10 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from adfunnel.app import Runtime, build_runtime
 from adfunnel.campaigns.model import BidType, CampaignStatus, ChangeRecord, Objective
 from adfunnel.clock import SystemClock
 from adfunnel.index import ScanIndex
+from adfunnel.runtime.app import Runtime, build_runtime
 from adfunnel.serving.catalog import Catalog
 from adfunnel.settings import load_settings
 

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.app import Runtime, build_app
 from adfunnel.budget.gate import LocalSpendGate
 from adfunnel.clock import monotonic_ms
+from adfunnel.runtime.app import Runtime, build_app
 from adfunnel.serving.deadline import SHED_EXPIRED, SHED_QUEUE, DecisionQueue
 from adfunnel.serving.request import decode_request
 from tests.api_keys import ADMIN_HEADERS

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.app import Runtime, build_app
 from adfunnel.budget.gate import LocalSpendGate
+from adfunnel.runtime.app import Runtime, build_app
 from tests.api_keys import ADMIN_HEADERS
 from tests.http_server import serving
 from tests.serving.conftest import START

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.app import Runtime, build_app, build_runtime
 from adfunnel.budget.gate import LocalSpendGate
 from adfunnel.clock import ManualClock, monotonic_ms
 from adfunnel.events.compactor import compact
-from adfunnel.events.query import query
+from adfunnel.learn.query import query
+from adfunnel.runtime.app import Runtime, build_app, build_runtime
 from adfunnel.serving.deadline import DecisionQueue, Outcome
 from adfunnel.serving.request import SelectRequest
 from adfunnel.settings import load_settings

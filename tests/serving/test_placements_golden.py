@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from adfunnel.app import Runtime, build_runtime
 from adfunnel.campaigns.model import BidType, Objective
 from adfunnel.clock import ManualClock, monotonic_ms
+from adfunnel.runtime.app import Runtime, build_runtime
 from adfunnel.serving.request import decode_request
 from adfunnel.settings import load_settings
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from adfunnel.app import build_app, build_runtime
 from adfunnel.cli import app as cli_app
 from adfunnel.clock import ManualClock
 from adfunnel.events.compactor import compact
-from adfunnel.events.query import query
+from adfunnel.learn.query import query
+from adfunnel.runtime.app import build_app, build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS
 from tests.serving.conftest import START

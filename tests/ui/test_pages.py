@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.app import Runtime, build_app, build_runtime
 from adfunnel.clock import ManualClock
+from adfunnel.runtime.app import Runtime, build_app, build_runtime
 from adfunnel.settings import load_settings
 from adfunnel.ui.session import COOKIE
 

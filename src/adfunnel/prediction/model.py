@@ -1,7 +1,7 @@
 """The click model: logistic regression on hashed features, calibrated, as an artifact.
 
 DESIGN.md §The funnel, step 5. Rows are ``field=value`` tokens
-(:mod:`adfunnel.prediction.datasets`), hashed into ``2**hash_bits`` columns by
+(:mod:`adfunnel.learn.datasets`), hashed into ``2**hash_bits`` columns by
 scikit-learn's ``FeatureHasher`` (MurmurHash3, no alternating sign). scikit-learn's
 ``CalibratedClassifierCV`` (``method="sigmoid"``, 5 folds, ``ensemble=False``) fits a
 ``LogisticRegression`` (L2, liblinear) on every training row and a Platt scaling
@@ -39,7 +39,7 @@ from sklearn.feature_extraction import FeatureHasher
 from sklearn.linear_model import LogisticRegression
 from sklearn.utils import murmurhash3_32
 
-from adfunnel.prediction.datasets import Examples
+from adfunnel.learn.datasets import Examples
 from adfunnel.prediction.metrics import evaluate
 
 FORMAT = 2
@@ -49,7 +49,7 @@ CALIBRATION_FOLDS = 5
 #: Calibrated probabilities are kept inside [P_MIN, 1 − P_MIN]: a pCTR of 0 would
 #: divide a GSP price by zero, and a log loss of a certain miss is infinite.
 P_MIN = 1e-6
-#: The token naming a row's ad (:func:`adfunnel.prediction.datasets.candidate_tokens`).
+#: The token naming a row's ad (:func:`adfunnel.learn.datasets.candidate_tokens`).
 AD_TOKEN = "ad_id="
 #: Share of the rows for training (the calibration's folds included); the rest is held
 #: out for the figures.

@@ -84,7 +84,8 @@ def train_and_register(http: Any, served_dir: Path, database_url: str, out: Path
         RuntimeError: the server refused the registration.
     """
     from adfunnel.events.compactor import compact
-    from adfunnel.prediction import datasets, model
+    from adfunnel.learn import datasets
+    from adfunnel.prediction import model
 
     time.sleep(1.0)  # the server's served-log writer appends off the request path
     compact(served_dir, until, grace_s=0.0)
@@ -109,7 +110,7 @@ def last_day_figures(served_dir: Path, database_url: str, version: str, day_star
     """
     from adfunnel.db import make_engine
     from adfunnel.events.compactor import compact
-    from adfunnel.events.query import billed_events, join_served_with_billed
+    from adfunnel.learn.query import billed_events, join_served_with_billed
     from adfunnel.prediction.metrics import evaluate
 
     compact(served_dir, day_start + timedelta(days=30), grace_s=0.0)

@@ -669,7 +669,7 @@ def served_log_summary(directory: Path, database_url: str, last: datetime,
     a billed impression and with a click."""
     from adfunnel.db import make_engine
     from adfunnel.events.compactor import compact
-    from adfunnel.events.query import billed_events, join_served_with_billed, query
+    from adfunnel.learn.query import billed_events, join_served_with_billed, query
 
     compact(directory, last + timedelta(days=1))
     [(records, winners)] = query(directory, "select count(*), coalesce(sum(len(winners)), 0) "

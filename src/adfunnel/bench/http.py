@@ -7,7 +7,7 @@
    ``change_log`` row carrying the same payload the store writes
    (:func:`populate`). Targeting is drawn from the iPinYou log's attribute
    distributions exactly as ``adfunnel bench index --workload real`` draws it
-   (:func:`adfunnel.index.bench._real`: at most 200,000 distinct expressions, ads
+   (:func:`adfunnel.bench.index._real`: at most 200,000 distinct expressions, ads
    share them); every ad is CPM, sized like the log's slots;
 2. starts ``adfunnel serve --workers W`` (embedded default: that SQLite file, the
    in-process budget & pacing service, the system clock) as a subprocess and waits
@@ -18,7 +18,7 @@
    city, slot size, exchange, domain, OS, browser, user tags; some moved to other
    provinces and given audiences, as the index benchmark does) from a separate load
    generator process — ``wrk`` (C, one thread) when installed, else the asyncio
-   client of :mod:`adfunnel.sim.overload` — on ``concurrency`` keep-alive
+   client of :mod:`adfunnel.bench.overload` — on ``concurrency`` keep-alive
    connections for ``duration_s`` seconds (closed loop).
 
 Result fields (latency is client-side, ms; rates per second of the load window):
@@ -66,14 +66,14 @@ import numpy as np
 import uvloop
 from sqlalchemy import Engine
 
+from adfunnel.bench.index import MAX_TEMPLATES, _real
+from adfunnel.bench.overload import Tally, drive_requests, encode_request, run_wrk
 from adfunnel.campaigns import codec
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import Ad, Advertiser, BidType, Campaign, Objective
 from adfunnel.campaigns.tables import ads as ads_table
 from adfunnel.campaigns.tables import advertisers, campaigns, change_log
 from adfunnel.db import make_engine
-from adfunnel.index.bench import MAX_TEMPLATES, _real
-from adfunnel.sim.overload import Tally, drive_requests, encode_request, run_wrk
 from adfunnel.sim.server_proc import ManagedProcess
 from adfunnel.targeting.expr import All, Any_, Expr, In, Not, NotIn, parse_expr
 

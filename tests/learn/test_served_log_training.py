@@ -12,12 +12,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.app import build_app, build_runtime
 from adfunnel.clock import ManualClock
 from adfunnel.events.compactor import compact
-from adfunnel.prediction import datasets
-from adfunnel.prediction.datasets import candidate_tokens, request_tokens
+from adfunnel.learn import datasets
+from adfunnel.learn.datasets import candidate_tokens, request_tokens
 from adfunnel.prediction.model import train
+from adfunnel.runtime.app import build_app, build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS
 from tests.serving.conftest import START

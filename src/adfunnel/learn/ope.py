@@ -88,7 +88,7 @@ def load_served(directory: Path, database_url: str) -> tuple[Logged, int]:
         OpeError: no row with a propensity.
     """
     from adfunnel.db import make_engine
-    from adfunnel.events.query import billed_events, join_served_with_billed
+    from adfunnel.learn.query import billed_events, join_served_with_billed
 
     engine = make_engine(database_url)
     try:

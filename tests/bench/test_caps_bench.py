@@ -10,8 +10,8 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
+from adfunnel.bench.caps import run_caps_bench
 from adfunnel.cli import app
-from adfunnel.serving.caps_bench import run_caps_bench
 
 pytestmark = pytest.mark.redis
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from adfunnel.prediction import datasets
+from adfunnel.learn import datasets
 from adfunnel.prediction.model import P_MIN, hasher, train
 
 TARGET_P99_US = 1_000.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adfunnel.sim.overload import parse_wrk
+from adfunnel.bench.overload import parse_wrk
 
 WRK_OUTPUT = """Running 5s test @ http://127.0.0.1:8080/v1/ads:select
   1 threads and 1000 connections

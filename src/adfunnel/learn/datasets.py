@@ -11,7 +11,7 @@ model hashes them, :mod:`adfunnel.prediction.model`) and a click label per row.
   header ``id,click,hour,…``; ``hour`` is ``YYMMDDHH`` and gives the hour of day and
   the weekday; ``id`` is left out.
 - ``served-log``: the served log joined with billed events
-  (:func:`adfunnel.events.query.join_served_with_billed`): one row per rendered winner
+  (:func:`adfunnel.learn.query.join_served_with_billed`): one row per rendered winner
   (``impressed``), label ``clicked``, invalid traffic already left out by the join.
   Features: placement, slot position, exchange, domain, ad, campaign, advertiser, bid
   type, hour, the request's attributes, and the crosses placement × ad and placement
@@ -185,7 +185,7 @@ def served_log(directory: Path, database_url: str, target: str = "click") -> Exa
         sqlalchemy.exc.SQLAlchemyError, duckdb.Error: the reads failed.
     """
     from adfunnel.db import make_engine
-    from adfunnel.events.query import billed_events, join_served_with_billed
+    from adfunnel.learn.query import billed_events, join_served_with_billed
 
     engine = make_engine(database_url)
     try:

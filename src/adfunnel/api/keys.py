@@ -19,12 +19,7 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from adfunnel.auth.http import require_role
-from adfunnel.auth.keys import ApiKey, Role
-from adfunnel.auth.service import ApiKeys, KeyProblem
-from adfunnel.campaigns.store import CampaignStore, NotFound
-from adfunnel.http_errors import ApiError, validation_error
-from adfunnel.pagination import (
+from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
     Limit,
@@ -34,6 +29,11 @@ from adfunnel.pagination import (
     known_query_only,
     page,
 )
+from adfunnel.auth.http import require_role
+from adfunnel.auth.keys import ApiKey, Role
+from adfunnel.auth.service import ApiKeys, KeyProblem
+from adfunnel.campaigns.store import CampaignStore, NotFound
+from adfunnel.http_errors import ApiError, validation_error
 
 __all__ = ["ApiKeyIn", "ApiKeyIssued", "ApiKeyOut", "make_api_key_router"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from benchmarks import index_bench
 
-from adfunnel.index.bench import WORKLOADS, run_index_bench
+from adfunnel.bench.index import WORKLOADS, run_index_bench
 
 KEYS = {
     "ads",

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from adfunnel.cli_summary import progress_bar
+from adfunnel.cli.summary import progress_bar
 from adfunnel.money import format_units
 from adfunnel.settings import Settings, SettingsError, load_settings
 
@@ -80,17 +80,17 @@ def serve(
     over them; every accepted connection has TCP_NODELAY set."""
     import os
 
-    from adfunnel.app import (
+    from adfunnel.auth import bootstrap_admin_key
+    from adfunnel.campaigns.migrate import upgrade
+    from adfunnel.frequency.scope import cap_policy_warning
+    from adfunnel.observability.logs import log_start
+    from adfunnel.runtime.app import (
         build_app,
         build_runtime,
         freeze_startup_heap,
         serve_http,
         serve_workers,
     )
-    from adfunnel.auth import bootstrap_admin_key
-    from adfunnel.campaigns.migrate import upgrade
-    from adfunnel.frequency.scope import cap_policy_warning
-    from adfunnel.observability.logs import log_start
 
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
              "token_secret": token_secret, "budget_service_url": budget_service,
@@ -163,9 +163,9 @@ def tracker(
 ) -> None:
     """Run the tracker on its own: /i, /c and /v verify the token, apply tier-1 IVT rules,
     append to the event log and answer without waiting on the database."""
-    from adfunnel.app import serve_http
     from adfunnel.observability.logs import log_start
-    from adfunnel.standalone import build_tracker_app
+    from adfunnel.runtime.app import serve_http
+    from adfunnel.runtime.standalone import build_tracker_app
 
     settings = _settings_or_exit(event_log_url=event_log, host=host, port=port,
                                  database_url=database_url, token_secret=token_secret,
@@ -193,7 +193,7 @@ def aggregator(
     import threading
 
     from adfunnel.observability.logs import log_start
-    from adfunnel.standalone import run_aggregator
+    from adfunnel.runtime.standalone import run_aggregator
 
     settings = _settings_or_exit(event_log_url=event_log, database_url=database_url)
     _configure_logging(settings)
@@ -504,7 +504,7 @@ def bench_index(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.", show_default="none")] = None,
 ) -> None:
     """Conjunction index vs brute-force scan: build time, bytes per ad, query latency."""
-    from adfunnel.index.bench import run_index_bench
+    from adfunnel.bench.index import run_index_bench
 
     with progress_bar(console, f"bench index: {ads:,} ads, {workload}"):
         result = run_index_bench(ads=ads, workload=workload, queries=queries, seed=seed)
@@ -522,7 +522,7 @@ def bench_overload(
 ) -> None:
     """One real server under many concurrent clients: client p50/p99, shed share, fill,
     against a one-client baseline measured in the same run (target: p99 <= 2 x deadline)."""
-    from adfunnel.sim.overload import run_overload
+    from adfunnel.bench.overload import run_overload
 
     if load not in ("python", "wrk"):
         console.print("[red]--load: python or wrk[/red]")
@@ -542,7 +542,7 @@ def bench_decide(
 ) -> None:
     """Whole in-process decisions (columnar path) against the per-candidate reference
     path on the same catalogue and requests: p50/p99, per-stage p50, decisions/s."""
-    from adfunnel.serving.bench import run_decide_bench
+    from adfunnel.bench.decide import run_decide_bench
 
     with progress_bar(console, f"bench decide: {ads:,} ads, {workload}"):
         result = run_decide_bench(ads=ads, workload=workload, queries=queries, seed=seed,
@@ -560,7 +560,7 @@ def bench_http(
 ) -> None:
     """`adfunnel serve` (embedded default) under load from a separate process: decisions/s,
     per busy core, p50/p99, against a bare 204 route of the same process and run."""
-    from adfunnel.sim.http_bench import run_http_bench
+    from adfunnel.bench.http import run_http_bench
 
     with progress_bar(console, f"bench http: {ads:,} ads, {workers} worker(s)"):
         result = run_http_bench(ads=ads, workers=workers, concurrency=concurrency,
@@ -574,7 +574,7 @@ def bench_budget(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.", show_default="none")] = None,
 ) -> None:
     """Budget & pacing service at scale: start-up (bulk state read) and one control step."""
-    from adfunnel.budget.bench import run_budget_bench
+    from adfunnel.bench.budget import run_budget_bench
 
     with progress_bar(console, f"bench budget: {campaigns:,} campaigns"):
         result = run_budget_bench(campaigns=campaigns)
@@ -592,7 +592,7 @@ def bench_caps(
 ) -> None:
     """Decision time added by frequency caps on a real Redis: in-process decisions with
     CAPPED capped candidates, caps enforced vs none, same run (target: p99 <= 1 ms)."""
-    from adfunnel.serving.caps_bench import run_caps_bench
+    from adfunnel.bench.caps import run_caps_bench
 
     try:
         with progress_bar(console, f"bench caps: {decisions:,} decisions"):
@@ -614,8 +614,8 @@ def bench_model(
 ) -> None:
     """Click-model inference per call on the request path against scikit-learn's own
     estimators on the same rows, same run: p50/p99 µs, speedup, largest difference."""
+    from adfunnel.bench.model import run_model_bench
     from adfunnel.data import data_dir
-    from adfunnel.prediction.bench import run_model_bench
 
     if dataset not in ("criteo", "avazu") or candidates < 1 or calls < 1:
         console.print("[red]--dataset criteo|avazu, --candidates and --calls >= 1[/red]")
@@ -648,7 +648,7 @@ def bench_events(
     beacon-to-ledger lag p99 at LAG_RATE beacons/s offered."""
     from sqlalchemy.exc import OperationalError
 
-    from adfunnel.events.bench import run_events_bench
+    from adfunnel.bench.events import run_events_bench
     from adfunnel.events.log import EventLogUnavailable
 
     try:
@@ -676,7 +676,7 @@ def events_query(
     import duckdb
 
     from adfunnel.events.compactor import compact
-    from adfunnel.events.query import query_table
+    from adfunnel.learn.query import query_table
 
     if output not in ("table", "csv", "json"):
         console.print("[red]--output must be table, csv or json[/red]")
@@ -725,7 +725,8 @@ def model_train(
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the held-out figures here.", show_default="none")] = None,
 ) -> None:
     """Train, calibrate and measure a click model; write the artifact to --out."""
-    from adfunnel.prediction import datasets, model
+    from adfunnel.learn import datasets
+    from adfunnel.prediction import model
 
     if not 10 <= hash_bits <= 24 or c <= 0:
         console.print("[red]--hash-bits must be in 10..24 and --c > 0[/red]")
@@ -755,7 +756,8 @@ def model_evaluate(
 ) -> None:
     """Evaluate a model on every row of a dataset: rows, log_loss, normalized_entropy,
     calibration_ratio (Σ predicted / Σ observed), auc."""
-    from adfunnel.prediction import datasets, model
+    from adfunnel.learn import datasets
+    from adfunnel.prediction import model
     from adfunnel.prediction.metrics import evaluate
 
     try:
@@ -778,7 +780,7 @@ def model_ope(
 ) -> None:
     """Estimate a target policy's click rate from logged decisions: IPS, SNIPS and doubly
     robust, each with a 95 % bootstrap interval."""
-    from adfunnel.prediction import ope
+    from adfunnel.learn import ope
 
     if format_ not in ope.FORMATS:
         console.print(f"[red]--format must be one of {', '.join(ope.FORMATS)}[/red]")
@@ -802,9 +804,9 @@ def model_ope(
 
 
 def _bench_summary(title: str, result: dict, json_path: Path | None) -> None:
-    """The figures as a table with units (cli_summary.py); the exact values as JSON at
+    """The figures as a table with units (cli/summary.py); the exact values as JSON at
     ``json_path``."""
-    from adfunnel.cli_summary import summary_table
+    from adfunnel.cli.summary import summary_table
 
     console.print(summary_table(title, result))
     if json_path is not None:

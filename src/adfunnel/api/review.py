@@ -3,7 +3,7 @@
 Routes::
 
     GET  /v1/review/ads           200 {"items": [ad], "next_cursor"}  ads pending
-                                  review, oldest first (``adfunnel.pagination``)
+                                  review, oldest first (``adfunnel.api.pagination``)
     POST /v1/ads/{id}:approve     200 ad     (optional body {"version"}: 409 if stale)
     POST /v1/ads/{id}:reject      200 ad
 
@@ -18,12 +18,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends
 
-from adfunnel.auth.http import require_role
-from adfunnel.auth.keys import Role
-from adfunnel.campaigns.model import ReviewState
-from adfunnel.campaigns.schemas import AdOut, VersionIn
-from adfunnel.campaigns.store import CampaignStore
-from adfunnel.pagination import (
+from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
     Limit,
@@ -32,6 +27,11 @@ from adfunnel.pagination import (
     known_query_only,
     page,
 )
+from adfunnel.api.schemas import AdOut, VersionIn
+from adfunnel.auth.http import require_role
+from adfunnel.auth.keys import Role
+from adfunnel.campaigns.model import ReviewState
+from adfunnel.campaigns.store import CampaignStore
 
 OptionalVersion = Annotated[VersionIn | None, Body()]
 
@@ -39,7 +39,7 @@ OptionalVersion = Annotated[VersionIn | None, Body()]
 def make_review_router(store: CampaignStore) -> APIRouter:
     """The review routes over ``store``; the app must install the error handlers and
     :func:`adfunnel.auth.install_auth`."""
-    from adfunnel.campaigns.api import ad_out  # the one API view of an ad
+    from adfunnel.api.campaigns import ad_out  # the one API view of an ad
 
     router = APIRouter(tags=["review"],
                        dependencies=[Depends(require_role(Role.ADMIN, Role.REVIEWER)),

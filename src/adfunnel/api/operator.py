@@ -27,12 +27,17 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Response
 
-from adfunnel.auth.http import require_role
-from adfunnel.auth.keys import Role
-from adfunnel.campaigns import codec
-from adfunnel.campaigns.api import ad_out
-from adfunnel.campaigns.model import Placement
-from adfunnel.campaigns.schemas import (
+from adfunnel.api.campaigns import ad_out
+from adfunnel.api.pagination import (
+    DEFAULT_LIMIT,
+    Cursor,
+    Limit,
+    Page,
+    decode_cursor,
+    known_query_only,
+    page,
+)
+from adfunnel.api.schemas import (
     PLACEMENT_NULLABLE,
     AdOut,
     ModelIn,
@@ -42,17 +47,12 @@ from adfunnel.campaigns.schemas import (
     PlacementPatch,
     QualityIn,
 )
+from adfunnel.auth.http import require_role
+from adfunnel.auth.keys import Role
+from adfunnel.campaigns import codec
+from adfunnel.campaigns.model import Placement
 from adfunnel.campaigns.store import AlreadyExists, CampaignStore
 from adfunnel.http_errors import ApiError, validation_error
-from adfunnel.pagination import (
-    DEFAULT_LIMIT,
-    Cursor,
-    Limit,
-    Page,
-    decode_cursor,
-    known_query_only,
-    page,
-)
 
 __all__ = ["make_operator_router", "placement_out"]
 

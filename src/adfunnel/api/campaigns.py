@@ -23,15 +23,15 @@ campaign's time zone)::
     PATCH /v1/ads/{id}                      200 ad
     GET   /v1/review/ads                    200 [ad] pending review (reviewer, admin)
     POST  /v1/ads/{id}:approve|:reject      200 ad   (reviewer, admin;
-          adfunnel.campaigns.review_api)
+          adfunnel.api.review)
     GET   /v1/campaigns/{id}/report?from=&to=  200 report
     GET   /v1/campaigns/{id}/report/rollups?…  200 rollup report, JSON or CSV
     GET   /v1/advertisers/{id}/report/rollups?… 200 rollup report, JSON or CSV
-          (adfunnel.campaigns.report_api)
+          (adfunnel.api.reports)
 
 Every route needs an API key (``adfunnel.auth``): admins see everything; an advertiser
 key sees only its own advertiser (other ids answer 404; its new ads start
-``pending_review``, ``adfunnel.campaigns.access``); a reviewer reads, and reviews ads.
+``pending_review``, ``adfunnel.api.access``); a reviewer reads, and reviews ads.
 Creating advertisers is the admin's.
 
 Campaign writes (create, PATCH, budget) also answer ``warnings`` — ``[{"field",
@@ -52,24 +52,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Response
 from sqlalchemy import Engine
 
-from adfunnel.auth.http import Caller, require_role
-from adfunnel.auth.keys import Principal, Role
-from adfunnel.billing.ledger import Ledger, lifetime_left
-from adfunnel.billing.rollups import (
-    RollupStore,
-    cost_per_conversion_micros,
-    ctr,
-    ecpm_micros,
-    local_days_span,
+from adfunnel.api import access
+from adfunnel.api.pagination import (
+    DEFAULT_LIMIT,
+    Cursor,
+    Limit,
+    Page,
+    decode_cursor,
+    known_query_only,
+    page,
 )
-from adfunnel.billing.sql_rollups import make_rollup_store
-from adfunnel.campaigns import access, codec
-from adfunnel.campaigns.checks import campaign_warnings, money_limit_problems
-from adfunnel.campaigns.model import Ad, AdStatus, Advertiser, Campaign, CampaignStatus
-from adfunnel.campaigns.report_api import make_rollup_router
-from adfunnel.campaigns.review_api import make_review_router
-from adfunnel.campaigns.schedule import local_day
-from adfunnel.campaigns.schemas import (
+from adfunnel.api.reports import make_rollup_router
+from adfunnel.api.review import make_review_router
+from adfunnel.api.schemas import (
     CAMPAIGN_NULLABLE,
     AdIn,
     AdOut,
@@ -87,18 +82,24 @@ from adfunnel.campaigns.schemas import (
     ReportOut,
     VersionIn,
 )
+from adfunnel.auth.http import Caller, require_role
+from adfunnel.auth.keys import Principal, Role
+from adfunnel.billing.ledger import Ledger, lifetime_left
+from adfunnel.billing.rollups import (
+    RollupStore,
+    cost_per_conversion_micros,
+    ctr,
+    ecpm_micros,
+    local_days_span,
+)
+from adfunnel.billing.sql_rollups import make_rollup_store
+from adfunnel.campaigns import codec
+from adfunnel.campaigns.checks import campaign_warnings, money_limit_problems
+from adfunnel.campaigns.model import Ad, AdStatus, Advertiser, Campaign, CampaignStatus
+from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import CampaignStore, NotFound
 from adfunnel.clock import Clock
 from adfunnel.http_errors import ApiError, install_error_handlers, validation_error
-from adfunnel.pagination import (
-    DEFAULT_LIMIT,
-    Cursor,
-    Limit,
-    Page,
-    decode_cursor,
-    known_query_only,
-    page,
-)
 from adfunnel.settings import DEFAULT_MAX_BID_MICROS, DEFAULT_MAX_BUDGET_MICROS
 from adfunnel.targeting.expr import TargetingError, dump_expr, parse_expr
 
@@ -245,7 +246,7 @@ def make_advertiser_router(
     rollups: RollupStore | None = None,
 ) -> APIRouter:
     """The advertiser API routes over ``store`` (records), ``ledger`` (reports) and
-    ``rollups`` (rollup reports, :mod:`adfunnel.campaigns.report_api`).
+    ``rollups`` (rollup reports, :mod:`adfunnel.api.reports`).
 
     ``clock`` gives "today" for reports without dates; ``settings_like`` may carry
     ``report_max_days`` (int). ``rollups`` defaults to the SQL rollup store of the

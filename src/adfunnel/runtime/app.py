@@ -34,8 +34,11 @@ from sqlalchemy import Engine
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from adfunnel.api.campaigns import install_error_handlers, make_advertiser_router
+from adfunnel.api.keys import make_api_key_router
+from adfunnel.api.openapi import install_openapi
+from adfunnel.api.operator import make_operator_router
 from adfunnel.auth import ApiKeys, SqlKeyStore, install_auth
-from adfunnel.auth.api import make_api_key_router
 from adfunnel.auth.http import bearer_key
 from adfunnel.auth.ratelimit import RateLimiter
 from adfunnel.billing.ledger import Ledger
@@ -45,10 +48,8 @@ from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.body_limit import BodyLimit
 from adfunnel.budget.gate import LocalSpendGate, SpendGate
 from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
-from adfunnel.campaigns.api import install_error_handlers, make_advertiser_router
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import CampaignStatus, ModelRelease
-from adfunnel.campaigns.operator_api import make_operator_router
 from adfunnel.campaigns.store import SqlCampaignStore, VersionConflict
 from adfunnel.clock import (
     INSTANT_FORMAT,
@@ -58,28 +59,27 @@ from adfunnel.clock import (
     SystemClock,
     parse_instant,
 )
-from adfunnel.compiled import warm_up
 from adfunnel.db import make_engine
-from adfunnel.event_plane import EventPlane, make_event_plane
 from adfunnel.events.compactor import compact
 from adfunnel.events.served_erasure import erase_user as erase_served
 from adfunnel.events.served_log import ServedLog
 from adfunnel.frequency.redis_store import RedisFrequencyStore
 from adfunnel.frequency.scope import NO_SHARED_STORE, caps_refused
 from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, MemoryFrequencyStore
-from adfunnel.heap import freeze_heap
 from adfunnel.index import ScanIndex
 from adfunnel.ivt.lists import IpRanges, held_in
 from adfunnel.ivt.rules import Tier1Rules
 from adfunnel.observability.metrics import CAMPAIGNS, watch_change_feed, watch_fill
 from adfunnel.observability.request_log import RequestLog, quiet_paths
-from adfunnel.openapi import install_openapi
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
 from adfunnel.prediction.calibration import CalibrationMonitor
 from adfunnel.prediction.model import ClickModel, ModelError
 from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.prediction.smoothed import SmoothedCtr
+from adfunnel.runtime.compiled import warm_up
+from adfunnel.runtime.event_plane import EventPlane, make_event_plane
+from adfunnel.runtime.heap import freeze_heap
 from adfunnel.serving.caps import CapGate
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from adfunnel.cli import app
 from adfunnel.data import data_dir
-from adfunnel.prediction import ope
+from adfunnel.learn import ope
 
 OBD = data_dir("open_bandit") / "open_bandit" / "random"
 

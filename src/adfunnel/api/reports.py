@@ -36,6 +36,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
+from adfunnel.api import access
+from adfunnel.api.schemas import (
+    DomainDay,
+    RollupReportOut,
+    RollupRowOut,
+    RollupTotalsOut,
+)
 from adfunnel.auth.http import Caller
 from adfunnel.billing.rollups import (
     GROUP_COLUMNS,
@@ -47,14 +54,7 @@ from adfunnel.billing.rollups import (
     local_days_span,
     total,
 )
-from adfunnel.campaigns import access
 from adfunnel.campaigns.schedule import is_valid_zone, local_day
-from adfunnel.campaigns.schemas import (
-    DomainDay,
-    RollupReportOut,
-    RollupRowOut,
-    RollupTotalsOut,
-)
 from adfunnel.campaigns.store import CampaignStore
 from adfunnel.clock import Clock
 from adfunnel.http_errors import validation_error

@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from adfunnel.campaigns.store import SqlCampaignStore
-from adfunnel.db import make_engine
-from adfunnel.serving.request import decode_request
-from adfunnel.sim.http_bench import (
+from adfunnel.bench.http import (
     CAMPAIGNS_PER_ADVERTISER,
     _workload,
     generator_cpu_seconds,
@@ -21,7 +18,10 @@ from adfunnel.sim.http_bench import (
     run_http_bench,
     select_body,
 )
-from adfunnel.sim.overload import parse_wrk_outcomes, wrk_script
+from adfunnel.bench.overload import parse_wrk_outcomes, wrk_script
+from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.db import make_engine
+from adfunnel.serving.request import decode_request
 from adfunnel.targeting import parse_expr
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from adfunnel.bench.decide import run_decide_bench
 from adfunnel.prediction.model import ClickModel
-from adfunnel.serving.bench import run_decide_bench
 from adfunnel.serving.fast import STAGES
 
 

@@ -15,7 +15,7 @@ import gc
 
 def freeze_heap() -> None:
     """Collect once, then freeze everything alive: call at the end of a server process's
-    start-up (:func:`adfunnel.app.serve_http` does, for ``serve``, its workers and
+    start-up (:func:`adfunnel.runtime.app.serve_http` does, for ``serve``, its workers and
     ``tracker``; ``adfunnel aggregator`` too), never in a process that builds many apps
     (a test run: what is frozen is never collected as a cycle)."""
     gc.collect()

@@ -3,7 +3,7 @@ per-candidate reference path, on one catalogue and the same requests, in the sam
 
 ``run_decide_bench(ads, workload, queries, seed)`` builds a catalogue of ``ads`` ads
 (one campaign per ``ADS_PER_CAMPAIGN`` ads, sharing its targeting as an ad group does;
-targeting from :mod:`adfunnel.index.bench`'s workloads: ``real`` = iPinYou
+targeting from :mod:`adfunnel.bench.index`'s workloads: ``real`` = iPinYou
 attribute distributions, requests = the log's rows), loads it into a
 :class:`~adfunnel.serving.catalog.Catalog` with the conjunction index, freezes it out of
 the collector's reach (as the server does), and decides ``queries`` requests with the
@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from adfunnel.bench.index import WORKLOADS, _go, _paper, _real
 from adfunnel.budget.gate import LocalSpendGate
 from adfunnel.campaigns.model import (
     Ad,
@@ -53,7 +54,6 @@ from adfunnel.campaigns.model import (
     Placement,
 )
 from adfunnel.clock import FixedClock, monotonic_ms
-from adfunnel.index.bench import WORKLOADS, _go, _paper, _real
 from adfunnel.prediction.model import ClickModel
 from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.prediction.smoothed import SmoothedCtr

@@ -10,7 +10,7 @@ are the tokens (signed with the run's secret, one impression id per beacon).
    campaigns (impressions, and every :data:`CLICK_EVERY`-th a click on the impression
    before it, as the tracker would append them; ``prefill_events_per_s`` is how fast
    the log took them), then ONE aggregator — the pieces of ``adfunnel aggregator``
-   (:func:`adfunnel.standalone.run_aggregator`) in this process: its thread reads every
+   (:func:`adfunnel.runtime.standalone.run_aggregator`) in this process: its thread reads every
    partition through the durable consumer ``ledger`` into PostgreSQL — runs until it
    has recorded them all, or for ``aggregator_max_s`` seconds:
    ``aggregator_events_per_s`` = events recorded ÷ wall seconds (target ≥
@@ -19,7 +19,7 @@ are the tokens (signed with the run's secret, one impression id per beacon).
    trusting 127.0.0.1 as its proxy: each beacon names its client address in
    ``X-Forwarded-For``, a few beacons per address, as real traffic would pass tier-2
    scoring) and an aggregator run together while the load generator offers ``lag_rate_per_s``
-   impression beacons per second, paced (:mod:`adfunnel.sim.beacon_load`), for
+   impression beacons per second, paced (:mod:`adfunnel.bench.beacon_load`), for
    ``lag_duration_s`` seconds; then the aggregator drains what is left (at most
    ``drain_timeout_s``). ``lag_p50_ms`` / ``lag_p99_ms``: the aggregator's
    beacon-to-ledger lag, from the tracker's append (``Event.tracked_ns``) to the
@@ -32,16 +32,16 @@ are the tokens (signed with the run's secret, one impression id per beacon).
 3. **Tracker** — the same closed-loop load (``connections`` keep-alive connections,
    ``client_processes`` processes, ``duration_s`` seconds) first against a bare
    app answering ``GET /i`` with 204 (no work) and layered as the tracker is
-   (:func:`adfunnel.standalone.beacon_layers`: request log, arrival stamp, ``/i`` a bare
+   (:func:`adfunnel.runtime.standalone.beacon_layers`: request log, arrival stamp, ``/i`` a bare
    ASGI handler outside Starlette, the tracker's access-log settings), served the same
-   way (:func:`adfunnel.app.serve_http`: one uvicorn process, uvloop, httptools), then
+   way (:func:`adfunnel.runtime.app.serve_http`: one uvicorn process, uvloop, httptools), then
    against the tracker (nothing aggregates meanwhile):
    ``tracker_beacons_per_s`` ÷ ``baseline_204_per_s`` = ``tracker_ratio`` (target ≥
    :data:`TRACKER_TARGET_RATIO`). ``server_busy_cores`` of each is its CPU seconds
    (``/proc``) ÷ wall seconds: about 1.0 means the server, not the load generator, was
    the limit (``client_busy_cores``: the load generator's).
 
-4. **Floors** — between 1 and 2, on stream A (:mod:`adfunnel.events.floors`): the CPU
+4. **Floors** — between 1 and 2, on stream A (:mod:`adfunnel.bench.floors`): the CPU
    nats-py alone spends receiving the pre-filled events (``nats_receive_cpu_us``) and
    publishing as many new ones the tracker's way (``nats_publish_cpu_us``), beside what
    the aggregator and the tracker cost per event in all (``aggregator_cpu_us_per_event``,
@@ -73,17 +73,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from adfunnel.billing.aggregator import Aggregator
-from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.model import BidType, Objective
-from adfunnel.campaigns.store import SqlCampaignStore
-from adfunnel.clock import SystemClock
-from adfunnel.db import make_engine
-from adfunnel.event_plane import last_seq, make_event_log
-from adfunnel.events.log import EventLogError
-from adfunnel.events.model import Event, EventType
-from adfunnel.settings import Settings, load_settings
-from adfunnel.sim.beacon_load import (
+from adfunnel.bench.beacon_load import (
     BEACONS_PER_ADDRESS,
     USER_AGENT,
     BeaconLoad,
@@ -91,7 +81,17 @@ from adfunnel.sim.beacon_load import (
     Target,
     client_address,
 )
-from adfunnel.sim.http_bench import cpu_seconds, process_tree
+from adfunnel.bench.http import cpu_seconds, process_tree
+from adfunnel.billing.aggregator import Aggregator
+from adfunnel.campaigns.migrate import upgrade
+from adfunnel.campaigns.model import BidType, Objective
+from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.clock import SystemClock
+from adfunnel.db import make_engine
+from adfunnel.events.log import EventLogError
+from adfunnel.events.model import Event, EventType
+from adfunnel.runtime.event_plane import last_seq, make_event_log
+from adfunnel.settings import Settings, load_settings
 from adfunnel.sim.server_proc import ManagedProcess, free_port
 
 _log = logging.getLogger(__name__)
@@ -282,7 +282,7 @@ def bench_events(targets: tuple[Target, ...], n: int, prefix: str) -> list[Event
     """``n`` valid events as the tracker appends them: impressions over ``targets`` in
     turn, every :data:`CLICK_EVERY`-th a click (a second later) on the impression
     before it, from a browser at a private address (a few impressions per address:
-    :func:`~adfunnel.sim.beacon_load.client_address`)."""
+    :func:`~adfunnel.bench.beacon_load.client_address`)."""
     now = time.time()
     out: list[Event] = []
     for i in range(n):
@@ -307,17 +307,17 @@ def bench_events(targets: tuple[Target, ...], n: int, prefix: str) -> list[Event
 @contextlib.contextmanager
 def _aggregating(settings: Settings) -> Iterator[Aggregator]:
     """One aggregator over every partition, wired as ``adfunnel aggregator`` wires it
-    (:func:`adfunnel.standalone.run_aggregator`: campaign read model, SQL ledger, rollup
+    (:func:`adfunnel.runtime.standalone.run_aggregator`: campaign read model, SQL ledger, rollup
     refresh of the hours it touched), its thread running."""
-    from adfunnel.app import ROLLUP_REFRESH_S, mark_completed
     from adfunnel.billing.rollups import DirtyHours
     from adfunnel.billing.sql_ledger import SqlLedger
     from adfunnel.billing.sql_rollups import make_rollup_store
     from adfunnel.budget.gate import LocalSpendGate
-    from adfunnel.event_plane import make_event_plane
-    from adfunnel.heap import freeze_heap
     from adfunnel.periodic import Periodic
-    from adfunnel.standalone import CampaignSide
+    from adfunnel.runtime.app import ROLLUP_REFRESH_S, mark_completed
+    from adfunnel.runtime.event_plane import make_event_plane
+    from adfunnel.runtime.heap import freeze_heap
+    from adfunnel.runtime.standalone import CampaignSide
 
     side = CampaignSide.open(settings)
     dirty = DirtyHours(make_rollup_store(side.store.engine))
@@ -397,9 +397,9 @@ def _aggregator_phase(settings: Settings, targets: tuple[Target, ...], n: int, r
 
 def _floors(settings: Settings, targets: tuple[Target, ...], n: int, run: str
             ) -> dict[str, Any]:
-    """nats-py's own cost per event (:mod:`adfunnel.events.floors`) on the aggregator's
+    """nats-py's own cost per event (:mod:`adfunnel.bench.floors`) on the aggregator's
     stream: receiving its ``n`` pre-filled events, then publishing ``n`` new ones."""
-    from adfunnel.events.floors import publish_floor, receive_floor
+    from adfunnel.bench.floors import publish_floor, receive_floor
     from adfunnel.events.jetstream_log import JetStreamEventLog
 
     log = make_event_log(settings, SystemClock())
@@ -458,23 +458,23 @@ async def no_content_asgi(_scope: dict[str, Any], _receive: Any, send: Any) -> N
 
 def baseline_app(access_log: bool = True, access_log_beacons: bool = False) -> Any:
     """The tracker's app with no work in it: the same layers
-    (:func:`adfunnel.standalone.beacon_layers` — request log, arrival stamp, ``GET /i``
+    (:func:`adfunnel.runtime.standalone.beacon_layers` — request log, arrival stamp, ``GET /i``
     a bare ASGI hot route outside Starlette) with ``/i`` a bare 204 and ``/healthz`` a
     Starlette route, as the tracker's are; only the handler differs."""
-    from adfunnel.standalone import beacon_layers
+    from adfunnel.runtime.standalone import beacon_layers
 
     return beacon_layers(Starlette(routes=[Route("/healthz", _no_content)]),
                          {("GET", "/i"): no_content_asgi}, access_log, access_log_beacons)
 
 
 def _serve_baseline(port: int, access_log: bool, access_log_beacons: bool) -> None:
-    from adfunnel.app import serve_http
+    from adfunnel.runtime.app import serve_http
 
     serve_http(baseline_app(access_log, access_log_beacons), "127.0.0.1", port)
 
 
 class BaselineServer:
-    """:func:`baseline_app` served by :func:`adfunnel.app.serve_http` (as the tracker
+    """:func:`baseline_app` served by :func:`adfunnel.runtime.app.serve_http` (as the tracker
     is) in a spawned process, started on construction (:meth:`wait_ready` waits for it),
     stopped on exit. ``access_log`` and ``access_log_beacons``: the tracker's settings,
     so that both log alike."""

@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import Engine, text
 from typer.testing import CliRunner
 
+from adfunnel.bench.beacon_load import BeaconLoad, Target, share
+from adfunnel.bench.events import CLICK_EVERY, bench_events
 from adfunnel.cli import app
-from adfunnel.events.bench import CLICK_EVERY, bench_events
 from adfunnel.events.model import EventType, decode, encode
-from adfunnel.sim.beacon_load import BeaconLoad, Target, share
 
 pytestmark = [pytest.mark.postgres, pytest.mark.nats, pytest.mark.e2e]
 
@@ -113,7 +113,7 @@ def test_the_baseline_is_served_through_the_trackers_own_layers() -> None:
     Starlette (a Starlette-routed baseline paid the router the tracker skips)."""
     from starlette.testclient import TestClient
 
-    from adfunnel.events.bench import baseline_app, no_content_asgi
+    from adfunnel.bench.events import baseline_app, no_content_asgi
     from adfunnel.observability.request_log import RequestLog
     from adfunnel.serving.deadline import ArrivalStamp
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from adfunnel.api.schemas import AdIn, AdPatch
 from adfunnel.auth.http import forbidden
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.campaigns.model import Ad, AdStatus, Advertiser, Campaign, CampaignStatus, ReviewState
-from adfunnel.campaigns.schemas import AdIn, AdPatch
 from adfunnel.campaigns.store import CampaignStore, NotFound
 from adfunnel.http_errors import ApiError
 

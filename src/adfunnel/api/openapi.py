@@ -35,7 +35,7 @@ from adfunnel.serving.request import SelectRequest, SelectResponse
 
 #: Swagger UI (swagger-ui-dist 5.35.0) and ReDoc (redoc 2.5.4), from the npm registry,
 #: with their licences: served at :data:`ASSETS_URL`.
-ASSETS_DIR = Path(__file__).resolve().parent / "static" / "docs"
+ASSETS_DIR = Path(__file__).resolve().parent.parent / "static" / "docs"
 ASSETS_URL = "/static/docs"
 OAUTH2_REDIRECT = "/docs/oauth2-redirect"
 
