@@ -59,7 +59,6 @@ from adfunnel.billing.tables import campaign_day_spend, campaign_spend
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.process import BudgetServiceProcess, InProcessBudget
 from adfunnel.budget.protocol import CampaignSpend, Reply, Report, ReportEntry
-from adfunnel.budget.service import charge_micros
 from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import DEFAULT_ATTRIBUTION_WINDOW_S, CampaignStatus
@@ -293,7 +292,7 @@ def _embedded(engine: Engine, out: dict[str, Any]) -> None:
     out["embedded_start_s"] = _r(s)
     camp = next(c for c in map(store.get_campaign, range(1, 100))
                 if c.status is CampaignStatus.ACTIVE)
-    reason, s = _timed(lambda: gate.admit(camp, clock.now(), charge_micros(camp)))
+    reason, s = _timed(lambda: gate.admit(camp, clock.now(), camp.max_charge_micros))
     out["embedded_first_admit_ms"] = round(s * 1e3, 3)
     out["embedded_first_admit"] = reason or "admitted"
     _, s = _timed(lambda: clock.advance(10))  # report, billed feed, control step

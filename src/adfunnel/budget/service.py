@@ -88,7 +88,6 @@ from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, PacingMode
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.clock import Clock
-from adfunnel.money import impression_charge_bound
 from adfunnel.pacing import controller
 from adfunnel.pacing.curve import TargetCurve, TargetPlan
 from adfunnel.pacing.curve_bank import MAX_MINUTES, CurveBank, share_from
@@ -130,14 +129,6 @@ STATES = (BudgetState.OPEN, BudgetState.METERED, BudgetState.EXHAUSTED, BudgetSt
 STATE_VALUES = tuple(s.value for s in STATES)
 STATUSES = tuple(PacingStatus)
 S_PACING, S_BUDGET, S_BID, S_EXHAUSTED, S_STOPPED, S_COLD = range(6)
-
-
-def charge_micros(campaign: Campaign) -> int:
-    """The largest single charge of a campaign, micros: one impression of a CPM bid,
-    one click (CPC) or conversion (CPA) at the bid."""
-    if campaign.bid_type is BidType.CPM:
-        return max(1, impression_charge_bound(campaign.bid_micros))
-    return max(1, campaign.bid_micros)
 
 
 def day_budget(cd: CampaignDay) -> int:
@@ -695,7 +686,7 @@ class BudgetService:
         before = (s.owned[slot], s.tz[slot], s.bid[slot], s.lifetime[slot] >= 0)
         s.version[slot] = c.version
         s.bid[slot] = _BID_CODE[c.bid_type]
-        s.charge[slot] = charge_micros(c)
+        s.charge[slot] = c.max_charge_micros
         s.daily[slot] = c.daily_budget_micros
         s.lifetime[slot] = -1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros
         s.even[slot] = c.pacing_mode is PacingMode.EVEN

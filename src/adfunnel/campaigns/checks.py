@@ -17,7 +17,6 @@ from datetime import datetime
 
 from adfunnel.campaigns.model import BidType, Campaign
 from adfunnel.campaigns.schedule import local_day
-from adfunnel.money import impression_charge_bound
 
 _BUDGET_FIELDS = ("daily_budget_micros", "lifetime_budget_micros")
 
@@ -45,13 +44,6 @@ def campaign_warnings(campaign: Campaign, now: datetime) -> list[tuple[str, str]
     return [*_flight_over(campaign, now), *_charge_over_budget(campaign)]
 
 
-def max_charge_micros(campaign: Campaign) -> int:
-    """The most one billable event of ``campaign`` can charge, micros."""
-    if campaign.bid_type is BidType.CPM:
-        return impression_charge_bound(campaign.bid_micros)
-    return campaign.bid_micros
-
-
 def _flight_over(campaign: Campaign, now: datetime) -> list[tuple[str, str]]:
     today = local_day(now, campaign.time_zone)
     end = campaign.flight_end
@@ -62,7 +54,7 @@ def _flight_over(campaign: Campaign, now: datetime) -> list[tuple[str, str]]:
 
 
 def _charge_over_budget(campaign: Campaign) -> list[tuple[str, str]]:
-    charge = max_charge_micros(campaign)
+    charge = campaign.max_charge_micros
     if charge <= campaign.daily_budget_micros:
         return []
     unit = "impression" if campaign.bid_type is BidType.CPM else (

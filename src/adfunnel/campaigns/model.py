@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from enum import StrEnum
 
+from adfunnel.money import impression_charge_bound
+
 
 class Objective(StrEnum):
     IMPRESSIONS = "impressions"
@@ -165,6 +167,15 @@ class Campaign:
     attribution_window_s: int = DEFAULT_ATTRIBUTION_WINDOW_S
     targeting: str | None = None
     version: int = 1
+
+    @property
+    def max_charge_micros(self) -> int:
+        """The most one billable event can charge, micros: one impression of a CPM bid rounded
+        up (a bound for budgets, never what is billed), else the bid per click or conversion.
+        At least 1, as bids are positive."""
+        if self.bid_type is BidType.CPM:
+            return impression_charge_bound(self.bid_micros)
+        return self.bid_micros
 
 
 @dataclass(frozen=True, slots=True)

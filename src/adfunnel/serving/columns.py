@@ -8,8 +8,8 @@ columns (they are decided by the per-candidate reference path; see ``fast.py``).
 
 Per ad: campaign id (−1: no ad), active, shape code (format, width, height), quality.
 Per campaign: advertiser, status code, bid type code, bid, the most one event can cost
-(:func:`adfunnel.serving.funnel.max_charge`), min(daily, lifetime) budget, time-zone
-code, flight as local date ordinals, daypart code. A daypart code indexes a table of
+(:attr:`~adfunnel.campaigns.model.Campaign.max_charge_micros`), min(daily, lifetime) budget,
+time-zone code, flight as local date ordinals, daypart code. A daypart code indexes a table of
 168-hour week masks (0 = every hour), read at the hour of week of the campaign's time
 zone now; local dates and hours of week are computed once per time zone and minute
 (:class:`ZoneClock`), so no time-zone conversion runs per candidate.
@@ -31,7 +31,6 @@ import numpy as np
 
 from adfunnel.campaigns.model import Ad, AdStatus, BidType, Campaign, CampaignStatus, Daypart
 from adfunnel.campaigns.schedule import zone
-from adfunnel.money import impression_charge_bound
 
 #: Ids at or above this are not held in columns (arrays would be too large).
 MAX_DENSE_ID = 1 << 26
@@ -223,7 +222,7 @@ class CatalogColumns:
         rows["status"] = [STATUS_CODES[c.status] for c in cs]
         rows["bid_type"] = [BID_CODES[c.bid_type] for c in cs]
         rows["bid"] = [c.bid_micros for c in cs]
-        rows["charge"] = [_max_charge(c) for c in cs]
+        rows["charge"] = [c.max_charge_micros for c in cs]
         rows["daily"] = [c.daily_budget_micros for c in cs]
         rows["lifetime"] = [_lifetime(c) for c in cs]
         rows["zone"] = [self.zones.code(c.time_zone) for c in cs]
@@ -277,10 +276,6 @@ def _write(table: np.ndarray, ids: np.ndarray, rows: np.ndarray, versions: list[
         if name != "version":
             table[name][ids] = rows[name]
     table["version"][ids] = versions
-
-
-def _max_charge(c: Campaign) -> int:
-    return impression_charge_bound(c.bid_micros) if c.bid_type is BidType.CPM else c.bid_micros
 
 
 def _lifetime(c: Campaign) -> int:

@@ -310,7 +310,7 @@ class Decider:
             return OUTSIDE_DAYPART
         if self.eligible is not None:  # traffic it could reach: the pacing curve's shape
             self.eligible.add(c.id, now)
-        reason = self.gate.admit(c, now, max_charge(c))
+        reason = self.gate.admit(c, now, c.max_charge_micros)
         if reason is not None:
             return reason
         if unit(seed, c.id, PACING_COIN) >= self.gate.pacing_rate(c.id):
@@ -406,12 +406,6 @@ def expected_cost(cand: Candidate, charge: int) -> int:
     if cand.bid_type is BidType.CPM:
         return charge
     return round_micros(charge * cand.action_rate)
-
-
-def max_charge(c: Campaign) -> int:
-    """The most one billable event of ``c`` can cost, micros (its bid per event; a CPM
-    impression rounded up — a bound for budgets, never what is billed)."""
-    return impression_charge_bound(c.bid_micros) if c.bid_type is BidType.CPM else c.bid_micros
 
 
 def _reserve(req: SelectRequest, slot: SlotIn, placement: Placement | None) -> int:

@@ -48,7 +48,7 @@ from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
 from adfunnel.budget.gate import Served
 from adfunnel.budget.protocol import Reply, Report
-from adfunnel.budget.service import BudgetService, CampaignDay, charge_micros
+from adfunnel.budget.service import BudgetService, CampaignDay
 from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, Objective, PacingMode
 from adfunnel.campaigns.schedule import day_bounds, local_day, zone
@@ -263,7 +263,7 @@ class _Sim:
     def _try_serve(self, server: int, tr: _Track, at: datetime, day: date) -> None:
         client = self.clients[server]
         c, sc = tr.campaign, tr.sc
-        if client.admit(c, at, charge_micros(c)) is not None:
+        if client.admit(c, at, c.max_charge_micros) is not None:
             return
         self._note_admit(tr)
         lo, hi = sc.price_frac
@@ -625,8 +625,8 @@ def _campaign_result(sim: _Sim, tr: _Track) -> dict[str, Any]:
         "bid_type": c.bid_type.value,
         "pacing_mode": c.pacing_mode.value,
         "daily_budget_micros": budget,
-        "charge_micros": charge_micros(c),
-        "budget_charges": budget // charge_micros(c),
+        "charge_micros": c.max_charge_micros,
+        "budget_charges": budget // c.max_charge_micros,
         "billed_micros": billed,
         # the simulation's own sum of the charges it sent (the ledger caps billing at the
         # budget, so billed beyond it is 0 by construction; this is the uncapped amount)
