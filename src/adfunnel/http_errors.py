@@ -26,7 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from adfunnel.campaigns.store import InvalidChange, NotFound, VersionConflict
+from adfunnel.campaigns.errors import InvalidChange, NotFound, VersionConflict
 from adfunnel.targeting.expr import TargetingError
 
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})

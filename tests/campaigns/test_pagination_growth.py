@@ -20,7 +20,7 @@ from adfunnel.auth import ApiKeys, MemoryKeyStore, install_auth
 from adfunnel.auth.store import KeyStore, SqlKeyStore
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY

@@ -23,7 +23,7 @@ from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.schedule import local_day
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import FixedClock
 from adfunnel.db import make_engine
 from tests.api_keys import ADMIN_HEADERS, install_test_auth

@@ -10,7 +10,7 @@ import pytest
 
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, ChangeRecord, HouseAd, Objective, Placement
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import FixedClock
 from adfunnel.db import make_engine
 from adfunnel.index import ScanIndex

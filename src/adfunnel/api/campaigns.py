@@ -95,9 +95,10 @@ from adfunnel.billing.rollups import (
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns import codec
 from adfunnel.campaigns.checks import campaign_warnings, money_limit_problems
+from adfunnel.campaigns.errors import NotFound
 from adfunnel.campaigns.model import Ad, AdStatus, Advertiser, Campaign, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
-from adfunnel.campaigns.store import CampaignStore, NotFound
+from adfunnel.campaigns.store import CampaignStore
 from adfunnel.clock import Clock
 from adfunnel.http_errors import ApiError, install_error_handlers, validation_error
 from adfunnel.settings import DEFAULT_MAX_BID_MICROS, DEFAULT_MAX_BUDGET_MICROS

@@ -50,8 +50,9 @@ from adfunnel.api.schemas import (
 from adfunnel.auth.http import require_role
 from adfunnel.auth.keys import Role
 from adfunnel.campaigns import codec
+from adfunnel.campaigns.errors import AlreadyExists
 from adfunnel.campaigns.model import Placement
-from adfunnel.campaigns.store import AlreadyExists, CampaignStore
+from adfunnel.campaigns.store import CampaignStore
 from adfunnel.http_errors import ApiError, validation_error
 
 __all__ = ["make_operator_router", "placement_out"]

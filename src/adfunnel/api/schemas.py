@@ -4,7 +4,7 @@ Input models forbid unknown fields. Money fields are strict integers of micros: 
 float (``1.0``, ``NaN``), a bool or a string is refused, never coerced. Dates are
 ``YYYY-MM-DD`` strings. ``landing_url`` is validated as a plain string and never
 normalised: an IRI (non-ASCII host, path or query) is stored as given and must have a
-URI form (:func:`adfunnel.tracking.landing.to_uri`, used by the click redirect).
+URI form (:func:`adfunnel.campaigns.landing.to_uri`, used by the click redirect).
 ``targeting`` is the raw JSON tree; the route validates it with
 ``adfunnel.targeting.parse_expr`` so errors can name the offending node.
 """
@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import pycountry
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
+from adfunnel.campaigns.landing import landing_url_problem, uri_problem
 from adfunnel.campaigns.model import (
     DEFAULT_ATTRIBUTION_WINDOW_S,
     MAX_ATTRIBUTION_WINDOW_S,
@@ -32,16 +33,14 @@ from adfunnel.campaigns.model import (
     ReviewState,
 )
 from adfunnel.campaigns.schedule import is_valid_zone
-from adfunnel.campaigns.store import (
+from adfunnel.campaigns.validate import (
     MAX_ALLOWED,
     MAX_QUALITY_MICROS,
     MAX_RESERVE_CPM_MICROS,
     PLACEMENT_ID,
     SIZE,
-    landing_url_problem,
 )
 from adfunnel.clock import day_problem
-from adfunnel.tracking.landing import uri_problem
 
 _MAX_MICROS = 2**63 - 1
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -134,7 +133,7 @@ class FrequencyCapIn(_In):
     between two impressions (``{"level": "campaign", "cooldown_s": 1800}``).
 
     Types and ranges are checked here; the store refuses a cap that is both kinds or
-    neither (``adfunnel.campaigns.store``, HTTP 422 naming ``count``, ``window`` or
+    neither (``adfunnel.campaigns.validate``, HTTP 422 naming ``count``, ``window`` or
     ``cooldown_s``), so the rule holds for PATCH and direct store writes alike.
     """
 

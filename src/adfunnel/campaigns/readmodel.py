@@ -22,7 +22,7 @@ from adfunnel.campaigns.model import (
     ModelRelease,
     Placement,
 )
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 
 
 class CampaignReadModel:

@@ -48,9 +48,10 @@ from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.body_limit import BodyLimit
 from adfunnel.budget.gate import LocalSpendGate, SpendGate
 from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
+from adfunnel.campaigns.errors import VersionConflict
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import CampaignStatus, ModelRelease
-from adfunnel.campaigns.store import SqlCampaignStore, VersionConflict
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import (
     INSTANT_FORMAT,
     Clock,

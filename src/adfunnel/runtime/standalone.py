@@ -33,7 +33,7 @@ from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.budget.gate import LocalSpendGate
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.readmodel import CampaignReadModel
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import Clock
 from adfunnel.db import make_engine
 from adfunnel.observability.request_log import RequestLog, quiet_paths

@@ -27,7 +27,7 @@ from adfunnel.campaigns.model import (
     ReviewState,
 )
 from adfunnel.campaigns.readmodel import house_landing_url, landing_url
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.index.base import AdIndex
 from adfunnel.index.conjunction import ConjunctionIndex
 from adfunnel.index.shaped import ShapedIndex

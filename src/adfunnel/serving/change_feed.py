@@ -20,7 +20,7 @@ import time
 from prometheus_client import Gauge, Histogram
 
 from adfunnel.campaigns.readmodel import CampaignReadModel
-from adfunnel.campaigns.store import CHANGE_CHANNEL, SqlCampaignStore
+from adfunnel.campaigns.sql_store import CHANGE_CHANNEL, SqlCampaignStore
 from adfunnel.clock import Clock, SystemClock
 from adfunnel.serving.catalog import Catalog
 
