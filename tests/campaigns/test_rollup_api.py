@@ -16,7 +16,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from adfunnel.api.campaigns import install_error_handlers, make_advertiser_router
+from adfunnel.api.campaigns import make_advertiser_router
+from adfunnel.api.errors import install_error_handlers
 from adfunnel.billing.model import EventType, LedgerEvent
 from adfunnel.billing.rollups import hours_of
 from adfunnel.billing.sql_ledger import SqlLedger

@@ -27,7 +27,6 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Response
 
-from adfunnel.api.campaigns import ad_out
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
@@ -37,6 +36,7 @@ from adfunnel.api.pagination import (
     known_query_only,
     page,
 )
+from adfunnel.api.render import ad_out
 from adfunnel.api.schemas import (
     PLACEMENT_NULLABLE,
     AdOut,

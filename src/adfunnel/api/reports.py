@@ -80,7 +80,7 @@ def make_rollup_router(
 ) -> APIRouter:
     """The rollup report routes over ``store`` (campaigns, advertisers, time zones) and
     ``rollups``; ``clock`` gives "today" for reports without dates. The app must call
-    :func:`adfunnel.http_errors.install_error_handlers`."""
+    :func:`adfunnel.api.errors.install_error_handlers`."""
     router = APIRouter(tags=["advertiser"])
     csv_doc: dict[int | str, dict[str, Any]] = {
         200: {"content": {CSV_MEDIA_TYPE: {}}, "description": "JSON, or CSV on Accept: text/csv"}
