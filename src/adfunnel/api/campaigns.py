@@ -62,6 +62,7 @@ from adfunnel.api.pagination import (
     page,
 )
 from adfunnel.api.render import ad_out, advertiser_out, campaign_out, written_out
+from adfunnel.api.report_schemas import ReportDay, ReportOut
 from adfunnel.api.reports import make_rollup_router
 from adfunnel.api.review import make_review_router
 from adfunnel.api.schemas import (
@@ -77,8 +78,6 @@ from adfunnel.api.schemas import (
     CampaignPatch,
     CampaignWritten,
     DomainDay,
-    ReportDay,
-    ReportOut,
     VersionIn,
 )
 from adfunnel.auth.http import Caller, require_role

@@ -27,6 +27,15 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Response
 
+from adfunnel.api.operator_schemas import (
+    PLACEMENT_NULLABLE,
+    ModelIn,
+    ModelOut,
+    PlacementIn,
+    PlacementOut,
+    PlacementPatch,
+    QualityIn,
+)
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
@@ -37,16 +46,7 @@ from adfunnel.api.pagination import (
     page,
 )
 from adfunnel.api.render import ad_out
-from adfunnel.api.schemas import (
-    PLACEMENT_NULLABLE,
-    AdOut,
-    ModelIn,
-    ModelOut,
-    PlacementIn,
-    PlacementOut,
-    PlacementPatch,
-    QualityIn,
-)
+from adfunnel.api.schemas import AdOut
 from adfunnel.auth.http import require_role
 from adfunnel.auth.keys import Role
 from adfunnel.campaigns import codec

@@ -37,12 +37,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from adfunnel.api import access
-from adfunnel.api.schemas import (
-    DomainDay,
-    RollupReportOut,
-    RollupRowOut,
-    RollupTotalsOut,
-)
+from adfunnel.api.report_schemas import RollupReportOut, RollupRowOut, RollupTotalsOut
+from adfunnel.api.schemas import DomainDay
 from adfunnel.auth.http import Caller
 from adfunnel.billing.rollups import (
     GROUP_COLUMNS,
