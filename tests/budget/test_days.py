@@ -17,7 +17,7 @@ from adfunnel.budget.days import DAY_S, MAX_DAYS, day_view
 from adfunnel.budget.process import BudgetServiceProcess
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, Objective
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
 from adfunnel.observability.metrics import CAMPAIGNS

@@ -12,7 +12,7 @@ from adfunnel.budget.gate import Served
 from adfunnel.budget.process import InProcessBudget
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, Campaign, Objective, PacingMode
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import Clock, ManualClock
 from adfunnel.db import make_engine
 

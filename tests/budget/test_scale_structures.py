@@ -22,7 +22,7 @@ from adfunnel.budget.protocol import BilledUpdate, CampaignSpend, Report, Report
 from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, Campaign, Objective, PacingMode
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
 

@@ -133,7 +133,7 @@ def test_a_budget_service_exports_its_campaigns_series(tmp_path) -> None:
     from adfunnel.billing.sql_ledger import SqlLedger
     from adfunnel.budget.process import BudgetServiceProcess
     from adfunnel.campaigns.migrate import upgrade
-    from adfunnel.campaigns.store import SqlCampaignStore
+    from adfunnel.campaigns.sql_store import SqlCampaignStore
     from adfunnel.db import make_engine
     from adfunnel.observability.metrics import CAMPAIGNS, OTHER
 

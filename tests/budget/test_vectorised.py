@@ -17,7 +17,7 @@ from adfunnel.budget.process import read_campaign_columns
 from adfunnel.budget.service import BudgetService, CampaignColumns
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, Objective, PacingMode
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
 from adfunnel.pacing import controller

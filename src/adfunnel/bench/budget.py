@@ -63,7 +63,7 @@ from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import DEFAULT_ATTRIBUTION_WINDOW_S, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.campaigns.tables import advertisers, campaigns
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine

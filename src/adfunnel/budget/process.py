@@ -56,7 +56,7 @@ from adfunnel.budget.service import (
 from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.campaigns.model import Campaign, CampaignStatus, ChangeRecord, PacingMode
 from adfunnel.campaigns.schedule import local_day
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.campaigns.tables import campaigns as campaigns_table
 from adfunnel.clock import Clock, ManualClock
 from adfunnel.db import connection_guard

@@ -417,7 +417,7 @@ def budget_service(
     from adfunnel.billing.sql_ledger import SqlLedger
     from adfunnel.budget.process import BudgetServiceProcess
     from adfunnel.campaigns.migrate import upgrade
-    from adfunnel.campaigns.store import SqlCampaignStore
+    from adfunnel.campaigns.sql_store import SqlCampaignStore
     from adfunnel.clock import SystemClock
     from adfunnel.db import make_engine
 

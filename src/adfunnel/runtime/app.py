@@ -34,7 +34,8 @@ from sqlalchemy import Engine
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from adfunnel.api.campaigns import install_error_handlers, make_advertiser_router
+from adfunnel.api.campaigns import make_advertiser_router
+from adfunnel.api.errors import install_error_handlers
 from adfunnel.api.keys import make_api_key_router
 from adfunnel.api.openapi import install_openapi
 from adfunnel.api.operator import make_operator_router
@@ -48,9 +49,11 @@ from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.body_limit import BodyLimit
 from adfunnel.budget.gate import LocalSpendGate, SpendGate
 from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
+from adfunnel.campaigns.change_feed import ChangeFeed, libpq_dsn
+from adfunnel.campaigns.errors import VersionConflict
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import CampaignStatus, ModelRelease
-from adfunnel.campaigns.store import SqlCampaignStore, VersionConflict
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import (
     INSTANT_FORMAT,
     Clock,
@@ -82,7 +85,6 @@ from adfunnel.runtime.event_plane import EventPlane, make_event_plane
 from adfunnel.runtime.heap import freeze_heap
 from adfunnel.serving.caps import CapGate
 from adfunnel.serving.catalog import Catalog, Snapshot
-from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
 from adfunnel.serving.deadline import ArrivalStamp, DecisionQueue
 from adfunnel.serving.decision_log import DecisionLog
 from adfunnel.serving.fast import ColumnarDecider
