@@ -46,8 +46,10 @@ from adfunnel.billing.rollups import DirtyHours, RollupStore
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.body_limit import BodyLimit
+from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.budget.gate import LocalSpendGate, SpendGate
-from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
+from adfunnel.budget.metrics import CAMPAIGNS
+from adfunnel.budget.remote import ReportingBudgetClient
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import CampaignStatus, ModelRelease
 from adfunnel.campaigns.store import SqlCampaignStore, VersionConflict
@@ -69,7 +71,7 @@ from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, Memory
 from adfunnel.index import ScanIndex
 from adfunnel.ivt.lists import IpRanges, held_in
 from adfunnel.ivt.rules import Tier1Rules
-from adfunnel.observability.metrics import CAMPAIGNS, watch_change_feed, watch_fill
+from adfunnel.observability.metrics import watch_change_feed, watch_fill
 from adfunnel.observability.request_log import RequestLog, quiet_paths
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
