@@ -41,7 +41,6 @@ def hold_bands(spent_since_plan: np.ndarray, charge: np.ndarray,
     return np.maximum(HOLD_BAND_CHARGES * charge, np.minimum(sigma3, 0.01 * budget))
 
 
-
 class Control:
     """The control loop of a :class:`~adfunnel.budget.service.BudgetService`."""
 

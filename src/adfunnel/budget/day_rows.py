@@ -32,7 +32,6 @@ def day_budget(cd: CampaignDay) -> int:
     return cd.day_budget()
 
 
-
 class CampaignDay:
     """A live view of one campaign-day row of a
     :class:`~adfunnel.budget.service.BudgetService` (rebuildable from the ledger and the
@@ -153,7 +152,6 @@ class CampaignDay:
 
     def committed(self, now: float) -> int:
         return self._int("billed") + self.in_flight() + self.outstanding(now)
-
 
 
 class DayRows:
