@@ -16,8 +16,9 @@ import pytest
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.budget import service as service_module
 from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.budget.gate import Served
-from adfunnel.budget.process import BudgetServiceProcess, InProcessBudget
+from adfunnel.budget.process import BudgetServiceProcess
 from adfunnel.budget.protocol import BilledUpdate, CampaignSpend, Report, ReportEntry, SliceUse
 from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.migrate import upgrade

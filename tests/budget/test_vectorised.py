@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adfunnel.bench.budget import run_budget_bench
-from adfunnel.budget.process import read_campaign_columns
-from adfunnel.budget.service import BudgetService, CampaignColumns
+from adfunnel.budget.campaign_table import read_campaign_columns
+from adfunnel.budget.columns import CampaignColumns
+from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, Objective, PacingMode
 from adfunnel.campaigns.sql_store import SqlCampaignStore

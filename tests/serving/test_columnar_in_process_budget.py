@@ -13,7 +13,7 @@ import json
 import random
 from datetime import UTC, date, datetime, timedelta
 
-from adfunnel.budget.process import InProcessBudget
+from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.campaigns.model import BidType, Objective
 from adfunnel.clock import ManualClock, monotonic_ms
 from adfunnel.runtime.app import Runtime, build_runtime

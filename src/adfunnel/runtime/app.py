@@ -47,8 +47,10 @@ from adfunnel.billing.rollups import DirtyHours, RollupStore
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.body_limit import BodyLimit
+from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.budget.gate import LocalSpendGate, SpendGate
-from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
+from adfunnel.budget.metrics import CAMPAIGNS
+from adfunnel.budget.remote import ReportingBudgetClient
 from adfunnel.campaigns.change_feed import ChangeFeed, libpq_dsn
 from adfunnel.campaigns.errors import VersionConflict
 from adfunnel.campaigns.migrate import upgrade
@@ -72,7 +74,7 @@ from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, Memory
 from adfunnel.index import ScanIndex
 from adfunnel.ivt.lists import IpRanges, held_in
 from adfunnel.ivt.rules import Tier1Rules
-from adfunnel.observability.metrics import CAMPAIGNS, watch_change_feed, watch_fill
+from adfunnel.observability.metrics import watch_change_feed, watch_fill
 from adfunnel.observability.request_log import RequestLog, quiet_paths
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
