@@ -15,7 +15,7 @@ import pytest
 
 from adfunnel.campaigns.model import BidType, Objective
 from adfunnel.clock import ManualClock, monotonic_ms
-from adfunnel.learn.datasets import candidate_tokens, request_tokens
+from adfunnel.prediction.features import candidate_tokens, request_tokens
 from adfunnel.prediction.model import ClickModel, column_of
 from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.runtime.app import Runtime, build_runtime

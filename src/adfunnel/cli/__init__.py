@@ -726,6 +726,7 @@ def model_train(
 ) -> None:
     """Train, calibrate and measure a click model; write the artifact to --out."""
     from adfunnel.learn import datasets
+    from adfunnel.learn.train import check_not_worse, train
     from adfunnel.prediction import model
 
     if not 10 <= hash_bits <= 24 or c <= 0:
@@ -734,10 +735,10 @@ def model_train(
     try:
         examples = datasets.load(dataset, input_path, database_url=database_url,
                                  target=target)
-        trained = model.train(examples, dataset, hash_bits=hash_bits, c=c, seed=seed,
-                              target=target)
+        trained = train(examples, dataset, hash_bits=hash_bits, c=c, seed=seed,
+                        target=target)
         if current is not None:
-            model.check_not_worse(trained, model.ClickModel.load(current))
+            check_not_worse(trained, model.ClickModel.load(current))
     except (datasets.DatasetError, model.ModelError, OSError) as exc:
         console.print(f"[red]{_first_line(exc)}[/red]")
         raise typer.Exit(1) from None
@@ -757,8 +758,8 @@ def model_evaluate(
     """Evaluate a model on every row of a dataset: rows, log_loss, normalized_entropy,
     calibration_ratio (Σ predicted / Σ observed), auc."""
     from adfunnel.learn import datasets
+    from adfunnel.learn.metrics import evaluate
     from adfunnel.prediction import model
-    from adfunnel.prediction.metrics import evaluate
 
     try:
         loaded = model.ClickModel.load(model_dir)

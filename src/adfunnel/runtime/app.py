@@ -228,7 +228,9 @@ def build_runtime(
     events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
                               on_lifetime_spent=lambda cid: mark_completed(store, cid),
                               on_hours=dirty.mark,
-                              on_billed=monitor.billed, on_reversed=monitor.reversed)
+                              on_billed=lambda r: monitor.billed(r.impression_id, r.event_type),
+                              on_reversed=lambda r: monitor.reversed(r.impression_id,
+                                                                     r.event_type))
     tracker = Tracker(events.publisher, catalog, clock, key, ivt=make_ivt_rules(settings),
                       previous_keys=settings.previous_token_keys())
     served = make_served_log(settings, clock)
