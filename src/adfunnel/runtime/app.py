@@ -88,8 +88,8 @@ from adfunnel.runtime.heap import freeze_heap
 from adfunnel.serving.caps import CapGate
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.deadline import ArrivalStamp, DecisionQueue
+from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.decision_log import DecisionLog
-from adfunnel.serving.fast import ColumnarDecider
 from adfunnel.serving.http import ServingEndpoints, error_response
 from adfunnel.settings import Settings
 from adfunnel.tracking.beacons import Tracker

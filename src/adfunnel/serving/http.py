@@ -50,8 +50,8 @@ from adfunnel.serving.deadline import (
     DecisionQueue,
     arrival_ms,
 )
+from adfunnel.serving.decision import Decision
 from adfunnel.serving.decision_log import DecisionLog
-from adfunnel.serving.funnel import Decision
 from adfunnel.serving.request import (
     AdOut,
     RejectionOut,
