@@ -169,7 +169,7 @@ def parse_rate_limit(text: str) -> RateLimit:
 
 
 class IpKind(StrEnum):
-    """What a range says about the traffic from it (see the module docstring)."""
+    """What a range says about the traffic from it (see :mod:`adfunnel.ivt.lists`)."""
 
     CRAWLER = "crawler"
     RELAY = "relay"
