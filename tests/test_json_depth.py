@@ -20,7 +20,8 @@ from adfunnel.budget.http import create_app
 from adfunnel.budget.service import BudgetService
 from adfunnel.clock import ManualClock
 from adfunnel.json_depth import MAX_JSON_DEPTH, nesting_problem
-from adfunnel.runtime.app import Runtime, build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 from tests.internal_token import INTERNAL_HEADERS, INTERNAL_TOKEN

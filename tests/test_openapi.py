@@ -20,7 +20,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from adfunnel.clock import ManualClock
-from adfunnel.runtime.app import build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 from tests.auth.conftest import START

@@ -8,7 +8,7 @@ import base64
 from fastapi.testclient import TestClient
 
 from adfunnel.auth.keys import digest
-from adfunnel.runtime.app import Runtime
+from adfunnel.runtime.embedded import Runtime
 from tests.api_keys import ADMIN_HEADERS
 
 

@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 
 from adfunnel.clock import ManualClock
 from adfunnel.periodic import Periodic
-from adfunnel.runtime.app import ROLLUP_REFRESH_S, build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import ROLLUP_REFRESH_S, build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS
 

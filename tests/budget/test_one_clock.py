@@ -18,7 +18,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.clock import ManualClock
-from adfunnel.runtime.app import build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import build_runtime
 from adfunnel.settings import load_settings
 from adfunnel.sim.invalid import PERSON_UA
 from adfunnel.sim.server_proc import ServerProcess

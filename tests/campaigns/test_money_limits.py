@@ -13,7 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.clock import ManualClock
-from adfunnel.runtime.app import Runtime, build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.settings import (
     DEFAULT_MAX_BID_MICROS,
     DEFAULT_MAX_BUDGET_MICROS,

@@ -14,7 +14,8 @@ from adfunnel.events.compactor import compact, parquet_path, raw_hours
 from adfunnel.events.served_erasure import erase_user
 from adfunnel.events.served_log import decode_record
 from adfunnel.learn.query import query
-from adfunnel.runtime.app import build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from adfunnel.ivt.lists import IP_SOURCES, held_in
 from adfunnel.ivt.rules import EventFacts
-from adfunnel.runtime.app import make_ivt_rules
+from adfunnel.runtime.embedded import make_ivt_rules
 from adfunnel.settings import SettingsError, load_settings
+from adfunnel.settings.ivt import IP_SOURCES, held_in
 from adfunnel.sim.invalid import HELD_OUT_PROVIDERS, bot_user_agents
 from tests.ivt.conftest import CHROME_UA
 

@@ -13,14 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adfunnel.ivt import lists
-from adfunnel.ivt.lists import (
-    IP_SOURCES,
-    CrawlerUserAgents,
-    IpKind,
-    IpRanges,
-    IpSource,
-    parse_ip,
-)
+from adfunnel.ivt.lists import CrawlerUserAgents, IpRanges, parse_ip
+from adfunnel.settings.ivt import IP_SOURCES, IpKind, IpSource
 from tests.ivt.conftest import BROWSER_UAS, GOOGLEBOT_UA
 
 # --- user agents -------------------------------------------------------------------

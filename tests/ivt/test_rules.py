@@ -15,12 +15,12 @@ from adfunnel.ivt.rules import (
     CLICK,
     IMPRESSION,
     INVALID,
-    MIN_CLICK_DELAY_MS,
     VALID,
     EventFacts,
     Tier1Rules,
     Verdict,
 )
+from adfunnel.settings.ivt import MIN_CLICK_DELAY_MS
 from tests.ivt.conftest import CHROME_UA, GOOGLEBOT_UA
 
 T0 = 1_760_000_000_000  # epoch ms

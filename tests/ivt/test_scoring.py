@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from adfunnel.ivt.lists import CrawlerUserAgents, IpRanges
 from adfunnel.ivt.reasons import Reason
 from adfunnel.ivt.rules import CLICK, IMPRESSION, EventFacts, Tier1Rules
-from adfunnel.ivt.scoring import (
+from adfunnel.ivt.scoring import Reversal, Tier2Scorer
+from adfunnel.settings.ivt import (
     CLICK_RATE_LIMITS,
     CTR_OUTLIER_MIN_IMPRESSIONS,
     DAY_MS,
@@ -20,9 +21,7 @@ from adfunnel.ivt.scoring import (
     MINUTE_MS,
     PAIRING_MEMORY_MS,
     RateLimit,
-    Reversal,
     Tier2Config,
-    Tier2Scorer,
 )
 from tests.ivt.conftest import CHROME_UA
 

@@ -17,7 +17,8 @@ from adfunnel.events.compactor import compact
 from adfunnel.learn import datasets
 from adfunnel.learn.train import train
 from adfunnel.prediction.features import candidate_tokens, request_tokens
-from adfunnel.runtime.app import build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS
 from tests.serving.conftest import START

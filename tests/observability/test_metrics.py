@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.budget.metrics import OTHER, CampaignSeries
 from adfunnel.budget.snapshot import BudgetSnapshot
-from adfunnel.runtime.app import Runtime
+from adfunnel.runtime.embedded import Runtime
 from adfunnel.sim.server_proc import ServerProcess
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 from tests.serving.helpers import ad_request, make_campaign
@@ -162,7 +162,8 @@ def test_no_per_campaign_series_when_the_top_is_zero() -> None:
     """``metrics_top_campaigns=0``: the budget service's state is not read at all."""
     from adfunnel.budget.metrics import CAMPAIGNS
     from adfunnel.clock import ManualClock
-    from adfunnel.runtime.app import build_app, build_runtime
+    from adfunnel.runtime.asgi import build_app
+    from adfunnel.runtime.embedded import build_runtime
     from adfunnel.settings import load_settings
     from tests.serving.conftest import START
 

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from fastapi.testclient import TestClient
 
-from adfunnel.runtime.app import Runtime
+from adfunnel.runtime.embedded import Runtime
 
 #: The tracker's routes: the aggregator records their events after the answer.
 BEACON_PATHS = frozenset({"/i", "/c", "/v"})

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.runtime.app import Runtime
+from adfunnel.runtime.embedded import Runtime
 from tests.serving.conftest import START
 
 

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from adfunnel.frequency.store import MemoryFrequencyStore
 from adfunnel.frequency.windows import CapRule
-from adfunnel.runtime.app import Runtime
+from adfunnel.runtime.embedded import Runtime
 from tests.serving.helpers import ad_request, make_campaign
 
 CAP_2_PER_HOUR = [{"level": "campaign", "count": 2, "window": "hour"}]

@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 
 from adfunnel.clock import ManualClock
 from adfunnel.frequency.scope import NO_SHARED_STORE
-from adfunnel.runtime.app import build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 from tests.serving.conftest import START

@@ -11,7 +11,7 @@ import pytest
 from adfunnel.campaigns.model import BidType, CampaignStatus, ChangeRecord, Objective
 from adfunnel.clock import SystemClock
 from adfunnel.index import ScanIndex
-from adfunnel.runtime.app import Runtime, build_runtime
+from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.serving.catalog import Catalog
 from adfunnel.settings import load_settings
 

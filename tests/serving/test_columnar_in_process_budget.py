@@ -16,7 +16,7 @@ from datetime import UTC, date, datetime, timedelta
 from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.campaigns.model import BidType, Objective
 from adfunnel.clock import ManualClock, monotonic_ms
-from adfunnel.runtime.app import Runtime, build_runtime
+from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.decision import Decides, Decision
 from adfunnel.serving.reference import ReferenceDecider

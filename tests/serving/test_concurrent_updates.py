@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime
 
 from adfunnel.campaigns.model import BidType, CampaignStatus, Objective
 from adfunnel.clock import FixedClock, monotonic_ms
-from adfunnel.runtime.app import build_runtime
+from adfunnel.runtime.embedded import build_runtime
 from adfunnel.serving.request import decode_request
 from adfunnel.settings import load_settings
 from adfunnel.targeting import matches, parse_expr

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.runtime.app import Runtime
+from adfunnel.runtime.embedded import Runtime
 from tests.serving.test_conversions_api import (
     UA,
     click_id_of,

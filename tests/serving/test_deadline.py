@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from adfunnel.budget.gate import LocalSpendGate
 from adfunnel.clock import monotonic_ms
-from adfunnel.runtime.app import Runtime, build_app
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import Runtime
 from adfunnel.serving.deadline import SHED_EXPIRED, SHED_QUEUE, DecisionQueue
 from adfunnel.serving.request import decode_request
 from tests.api_keys import ADMIN_HEADERS

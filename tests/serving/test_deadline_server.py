@@ -14,7 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.budget.gate import LocalSpendGate
-from adfunnel.runtime.app import Runtime, build_app
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import Runtime
 from tests.api_keys import ADMIN_HEADERS
 from tests.http_server import serving
 from tests.serving.conftest import START

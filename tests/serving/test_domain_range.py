@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.clock import EARLIEST_DAY, LATEST_DAY, LATEST_INSTANT
-from adfunnel.runtime.app import Runtime
+from adfunnel.runtime.embedded import Runtime
 from tests.serving.helpers import ad_request, make_campaign
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from adfunnel.runtime.app import Runtime
+from adfunnel.runtime.embedded import Runtime
 from tests.api_keys import ADMIN_HEADERS
 from tests.serving.helpers import ad_request, make_campaign
 

@@ -17,7 +17,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from adfunnel.bench.http import process_tree, wait_workers
-from adfunnel.runtime.app import listening_socket, serve_workers, server_config
+from adfunnel.runtime.server import listening_socket, serve_workers, server_config
 from adfunnel.sim.server_proc import ManagedProcess, free_port
 from tests.api_keys import ADMIN_HEADERS
 
@@ -154,7 +154,7 @@ class _Loop:
 
 
 def test_a_response_goes_out_in_one_write() -> None:
-    from adfunnel.runtime.app import CoalescingTransport
+    from adfunnel.runtime.server import CoalescingTransport
 
     raw, loop = _Recorder(), _Loop()
     t = CoalescingTransport(raw, loop)

@@ -21,7 +21,8 @@ from adfunnel.budget.gate import LocalSpendGate
 from adfunnel.clock import ManualClock, monotonic_ms
 from adfunnel.events.compactor import compact
 from adfunnel.learn.query import query
-from adfunnel.runtime.app import Runtime, build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.serving.deadline import DecisionQueue, Outcome
 from adfunnel.serving.request import SelectRequest
 from adfunnel.settings import load_settings

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.clock import monotonic_ms
-from adfunnel.runtime.app import Runtime
+from adfunnel.runtime.embedded import Runtime
 from adfunnel.serving.request import decode_request
 from tests.serving.conftest import START
 from tests.serving.helpers import ad_request, make_campaign

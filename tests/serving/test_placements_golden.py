@@ -28,7 +28,7 @@ import pytest
 
 from adfunnel.campaigns.model import BidType, Objective
 from adfunnel.clock import ManualClock, monotonic_ms
-from adfunnel.runtime.app import Runtime, build_runtime
+from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.serving.request import decode_request
 from adfunnel.settings import load_settings
 

@@ -18,7 +18,7 @@ from adfunnel.clock import ManualClock, monotonic_ms
 from adfunnel.prediction.features import candidate_tokens, request_tokens
 from adfunnel.prediction.model import ClickModel, column_of
 from adfunnel.prediction.scorer import ModelScorer
-from adfunnel.runtime.app import Runtime, build_runtime
+from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.request import decode_request
 from adfunnel.settings import load_settings
@@ -109,7 +109,7 @@ def test_serve_loads_the_model_and_the_served_log_records_its_version(
 
     from adfunnel.events.compactor import compact
     from adfunnel.learn.query import query
-    from adfunnel.runtime.app import build_app
+    from adfunnel.runtime.asgi import build_app
 
     model = model_favouring(1)
     model.save(tmp_path / "model")
@@ -140,7 +140,7 @@ def test_serving_stats_show_the_models_calibration_from_billed_beacons(
         tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from adfunnel.runtime.app import build_app
+    from adfunnel.runtime.asgi import build_app
 
     model = model_favouring(1)
     model.save(tmp_path / "model")
@@ -259,7 +259,7 @@ def test_a_registered_model_reaches_every_server_without_a_restart(tmp_path: Pat
 
     from fastapi.testclient import TestClient
 
-    from adfunnel.runtime.app import build_app
+    from adfunnel.runtime.asgi import build_app
 
     first, second = model_favouring(1), model_favouring(2)
     first.save(tmp_path / "m1")
@@ -386,7 +386,7 @@ def test_a_registered_conversion_model_joins_the_click_model_everywhere(
         tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from adfunnel.runtime.app import build_app
+    from adfunnel.runtime.asgi import build_app
 
     click = model_favouring(1)
     cvr = dataclasses.replace(model_favouring(2), target="conversion")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.runtime.app import Runtime
+from adfunnel.runtime.embedded import Runtime
 from adfunnel.tracking.http import without_click_id
 from tests.serving.helpers import ad_request, make_campaign
 

@@ -13,7 +13,8 @@ from adfunnel.cli import app as cli_app
 from adfunnel.clock import ManualClock
 from adfunnel.events.compactor import compact
 from adfunnel.learn.query import query
-from adfunnel.runtime.app import build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS
 from tests.serving.conftest import START

@@ -11,7 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.clock import ManualClock, monotonic_ms
-from adfunnel.runtime.app import Runtime, build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.serving.request import decode_request
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS

@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from adfunnel.campaigns.model import CapLevel, CapWindow, FrequencyCap
 from adfunnel.clock import ManualClock
-from adfunnel.runtime.app import Runtime, build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.settings import load_settings
 from adfunnel.ui.delivery import DeliveryStatus, delivery_status
 from adfunnel.ui.facts import CHART_STEP_S, ServerFacts, _cumulative_spend, _p_steps

@@ -12,7 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.clock import ManualClock
-from adfunnel.runtime.app import Runtime, build_app, build_runtime
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.settings import load_settings
 from adfunnel.ui.session import COOKIE
 

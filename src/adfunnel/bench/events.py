@@ -34,7 +34,7 @@ are the tokens (signed with the run's secret, one impression id per beacon).
    app answering ``GET /i`` with 204 (no work) and layered as the tracker is
    (:func:`adfunnel.runtime.standalone.beacon_layers`: request log, arrival stamp, ``/i`` a bare
    ASGI handler outside Starlette, the tracker's access-log settings), served the same
-   way (:func:`adfunnel.runtime.app.serve_http`: one uvicorn process, uvloop, httptools), then
+   way (:func:`adfunnel.runtime.server.serve_http`: one uvicorn process, uvloop, httptools), then
    against the tracker (nothing aggregates meanwhile):
    ``tracker_beacons_per_s`` ÷ ``baseline_204_per_s`` = ``tracker_ratio`` (target ≥
    :data:`TRACKER_TARGET_RATIO`). ``server_busy_cores`` of each is its CPU seconds
@@ -314,7 +314,7 @@ def _aggregating(settings: Settings) -> Iterator[Aggregator]:
     from adfunnel.billing.sql_rollups import make_rollup_store
     from adfunnel.budget.gate import LocalSpendGate
     from adfunnel.periodic import Periodic
-    from adfunnel.runtime.app import ROLLUP_REFRESH_S, mark_completed
+    from adfunnel.runtime.embedded import ROLLUP_REFRESH_S, mark_completed
     from adfunnel.runtime.event_plane import make_event_plane
     from adfunnel.runtime.heap import freeze_heap
     from adfunnel.runtime.standalone import CampaignSide
@@ -468,13 +468,13 @@ def baseline_app(access_log: bool = True, access_log_beacons: bool = False) -> A
 
 
 def _serve_baseline(port: int, access_log: bool, access_log_beacons: bool) -> None:
-    from adfunnel.runtime.app import serve_http
+    from adfunnel.runtime.server import serve_http
 
     serve_http(baseline_app(access_log, access_log_beacons), "127.0.0.1", port)
 
 
 class BaselineServer:
-    """:func:`baseline_app` served by :func:`adfunnel.runtime.app.serve_http` (as the tracker
+    """:func:`baseline_app` served by :func:`adfunnel.runtime.server.serve_http` (as the tracker
     is) in a spawned process, started on construction (:meth:`wait_ready` waits for it),
     stopped on exit. ``access_log`` and ``access_log_beacons``: the tracker's settings,
     so that both log alike."""

@@ -54,13 +54,10 @@ def serve(
     from adfunnel.campaigns.migrate import upgrade
     from adfunnel.frequency.scope import cap_policy_warning
     from adfunnel.observability.logs import log_start
-    from adfunnel.runtime.app import (
-        build_app,
-        build_runtime,
-        freeze_startup_heap,
-        serve_http,
-        serve_workers,
-    )
+    from adfunnel.runtime.asgi import build_app
+    from adfunnel.runtime.embedded import build_runtime
+    from adfunnel.runtime.heap import freeze_startup_heap
+    from adfunnel.runtime.server import serve_http, serve_workers
 
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
              "token_secret": token_secret, "budget_service_url": budget_service,
@@ -133,7 +130,7 @@ def tracker(
     """Run the tracker on its own: /i, /c and /v verify the token, apply tier-1 IVT rules,
     append to the event log and answer without waiting on the database."""
     from adfunnel.observability.logs import log_start
-    from adfunnel.runtime.app import serve_http
+    from adfunnel.runtime.server import serve_http
     from adfunnel.runtime.standalone import build_tracker_app
 
     settings = _settings_or_exit(event_log_url=event_log, host=host, port=port,

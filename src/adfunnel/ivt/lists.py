@@ -35,15 +35,15 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Generic, Literal, TypeVar
+from typing import Generic, TypeVar
 
 import radix
 import re2
 
 from adfunnel.data import DATA_DIR_ENV, data_dir
+from adfunnel.settings.ivt import IP_SOURCES, IpKind, IpSource
 
 #: RE2's memory budget for the compiled crawler alternation (bytes). The default 8 MiB
 #: can make the DFA give up and fall back to the slower NFA on long user agents.
@@ -135,87 +135,6 @@ def _compiles(pattern: str) -> bool:
         return False
     return True
 
-
-# --- IP ranges ---------------------------------------------------------------------
-
-
-class IpKind(StrEnum):
-    """What a range says about the traffic from it (see the module docstring)."""
-
-    CRAWLER = "crawler"
-    RELAY = "relay"
-    DATACENTER = "datacenter"
-
-
-@dataclass(frozen=True, slots=True)
-class IpSource:
-    """One reference file under ``<data>/ivt/datacenter_ips``.
-
-    ``fmt`` is ``cidr`` (one CIDR per line, ``#`` comments) or ``ipcat`` (CSV rows
-    ``first,last,provider,url``, inclusive dotted IPv4 bounds).
-    """
-
-    path: str
-    kind: IpKind
-    name: str
-    fmt: Literal["cidr", "ipcat"] = "cidr"
-
-
-def _lord_alfred(kind: IpKind, provider: str, *versions: int) -> tuple[IpSource, ...]:
-    return tuple(
-        IpSource(f"lord-alfred-ipranges/{provider}/ipv{v}_merged.txt", kind, provider)
-        for v in versions
-    )
-
-
-#: The files loaded, and what each says. lord-alfred's ``all/`` union is not loaded: it
-#: mixes the relay and crawler lists into the datacenter one.
-IP_SOURCES: tuple[IpSource, ...] = (
-    # declared bots' published ranges
-    *_lord_alfred(IpKind.CRAWLER, "googlebot", 4, 6),
-    *_lord_alfred(IpKind.CRAWLER, "bing", 4),
-    *_lord_alfred(IpKind.CRAWLER, "duckduckbot", 4),
-    *_lord_alfred(IpKind.CRAWLER, "duckassistbot", 4),
-    *_lord_alfred(IpKind.CRAWLER, "openai", 4),
-    *_lord_alfred(IpKind.CRAWLER, "perplexity", 4),
-    *_lord_alfred(IpKind.CRAWLER, "pingdom", 4, 6),
-    *_lord_alfred(IpKind.CRAWLER, "statuscake", 4),
-    # privacy relays people browse through
-    *_lord_alfred(IpKind.RELAY, "apple-proxy", 4, 6),
-    # hosting, cloud and VPN
-    IpSource("x4bnet-datacenter-ipv4.txt", IpKind.DATACENTER, "x4bnet-datacenter"),
-    IpSource("x4bnet-datacenter-ipv6.txt", IpKind.DATACENTER, "x4bnet-datacenter"),
-    IpSource("x4bnet-vpn-ipv4.txt", IpKind.DATACENTER, "x4bnet-vpn"),
-    IpSource("ipcat-datacenters.csv", IpKind.DATACENTER, "ipcat", "ipcat"),
-    *_lord_alfred(IpKind.DATACENTER, "amazon", 4, 6),
-    *_lord_alfred(IpKind.DATACENTER, "google", 4, 6),
-    *_lord_alfred(IpKind.DATACENTER, "microsoft", 4, 6),
-    *_lord_alfred(IpKind.DATACENTER, "oracle", 4),
-    *_lord_alfred(IpKind.DATACENTER, "digitalocean", 4, 6),
-    *_lord_alfred(IpKind.DATACENTER, "linode", 4, 6),
-    *_lord_alfred(IpKind.DATACENTER, "vultr", 4, 6),
-    *_lord_alfred(IpKind.DATACENTER, "cloudflare", 4, 6),
-    *_lord_alfred(IpKind.DATACENTER, "github", 4, 6),
-    *_lord_alfred(IpKind.DATACENTER, "facebook", 4, 6),
-    *_lord_alfred(IpKind.DATACENTER, "twitter", 4, 6),
-    *_lord_alfred(IpKind.DATACENTER, "telegram", 4, 6),
-    *_lord_alfred(IpKind.DATACENTER, "protonvpn", 4),
-)
-
-
-def held_in(held_out: Iterable[str]) -> tuple[IpSource, ...]:
-    """:data:`IP_SOURCES` less the lists named in ``held_out`` (by :attr:`IpSource.name`):
-    what a filter loads when some lists are held out to measure its recall on them.
-
-    Raises:
-        ValueError: a name that is no list's (the message names it and the known ones).
-    """
-    names = set(held_out)
-    unknown = names - {s.name for s in IP_SOURCES}
-    if unknown:
-        known = ", ".join(sorted({s.name for s in IP_SOURCES}))
-        raise ValueError(f"unknown IP lists {sorted(unknown)}; known: {known}")
-    return tuple(s for s in IP_SOURCES if s.name not in names)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ The checks run in this order and the first that fails names the verdict:
 4. ``crawler_ip``: the address is in a declared bot's published range;
 5. ``datacenter_ip``: the address is in a hosting/cloud/VPN range and not in a
    privacy relay's;
-6. ``impossible_timing``: a click less than :data:`MIN_CLICK_DELAY_MS` after its
+6. ``impossible_timing``: a click less than
+   :data:`~adfunnel.settings.ivt.MIN_CLICK_DELAY_MS` after its
    impression (or, the impression time unknown, after its serve).
 
 Apply them to what a browser sends (impression and click beacons, a conversion
@@ -27,28 +28,19 @@ from dataclasses import dataclass
 
 from adfunnel.ivt.lists import (
     CrawlerUserAgents,
-    IpKind,
     IpRanges,
     crawler_user_agents,
     ip_ranges,
     parse_ip,
 )
 from adfunnel.ivt.reasons import Reason
+from adfunnel.settings.ivt import MIN_CLICK_DELAY_MS, IpKind
 
 #: Event types, the values of :class:`adfunnel.billing.model.EventType` (a ``StrEnum``
 #: member compares equal to its value, so either may be passed).
 IMPRESSION = "impression"
 CLICK = "click"
 
-#: A click sooner than this after its impression (or serve) is not a person's, in
-#: milliseconds. A person's fastest response to something seen is a simple reaction
-#: time of about 200–250 ms (perceive, decide, press: Card, Moran & Newell's Model
-#: Human Processor puts the cycle near 240 ms); clicking an ad also needs the ad to be
-#: seen and the pointer moved onto it (Fitts's law: a few hundred ms more), so a
-#: genuine click takes well over 500 ms. The margin covers the serve time's
-#: truncation to whole seconds in the token (which only lengthens the measured delay)
-#: but not clock skew between the ad server and tracker hosts: keep them NTP-synced.
-MIN_CLICK_DELAY_MS = 500
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ the scorer reads only the events' own times, so the same sequence of events alwa
 gives the same reversals, and memory is bounded by time (windows are evicted as event
 time advances past them).
 
-Signals, each with its reason code and thresholds (the constants below):
+Signals, each with its reason code and thresholds (a
+:class:`~adfunnel.settings.ivt.Tier2Config`, whose defaults are the constants of
+:mod:`adfunnel.settings.ivt` named here):
 
 - ``click_rate``: clicks per viewer (client IP, user agent, user key) over the
   EthicalAds limits :data:`CLICK_RATE_LIMITS`. Every click counts toward the windows,
@@ -20,7 +22,7 @@ Signals, each with its reason code and thresholds (the constants below):
 - ``ctr_outlier``: an IP's click-through rate on one placement over
   :data:`CTR_OUTLIER_MAX_PERCENT` across at least :data:`CTR_OUTLIER_MIN_IMPRESSIONS`
   impressions in :data:`CTR_WINDOW_MS`; clicks made while it holds are reversed.
-- ``timing``: a click less than :data:`~adfunnel.ivt.rules.MIN_CLICK_DELAY_MS` after
+- ``timing``: a click less than :data:`~adfunnel.settings.ivt.MIN_CLICK_DELAY_MS` after
   its own impression (tier 2 knows the impression's time, the tracker does not), or
   the last :data:`TIMING_REGULAR_CLICKS` click delays of a viewer all within
   :data:`TIMING_REGULAR_SPREAD_MS` of each other (a script's fixed delay). A click
@@ -42,154 +44,15 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from adfunnel.ivt.lists import parse_ip
 from adfunnel.ivt.reasons import Reason
-from adfunnel.ivt.rules import CLICK, IMPRESSION, MIN_CLICK_DELAY_MS, EventFacts, Tier1Rules
+from adfunnel.ivt.rules import CLICK, IMPRESSION, EventFacts, Tier1Rules
 from adfunnel.ivt.windows import BucketCounts, RecentTimes
+from adfunnel.settings.ivt import Tier2Config
 
 #: Who a rate rule counts: (client IP as canonical bytes or text, user agent, user key).
 Viewer = tuple[bytes | str, str | None, str | None]
-
-MINUTE_MS = 60_000
-HOUR_MS = 60 * MINUTE_MS
-DAY_MS = 24 * HOUR_MS
-
-
-@dataclass(frozen=True, slots=True)
-class RateLimit:
-    """At most ``limit`` events in any ``window_ms`` milliseconds (window ``(t - w, t]``).
-
-    Raises:
-        ValueError: ``limit`` < 0 or ``window_ms`` ≤ 0.
-    """
-
-    limit: int
-    window_ms: int
-
-    def __post_init__(self) -> None:
-        if self.limit < 0 or self.window_ms <= 0:
-            raise ValueError(f"need limit >= 0 and window_ms > 0, got {self}")
-
-    def __str__(self) -> str:
-        return f"{self.limit}/{self.window_ms}ms"
-
-
-#: Clicks per (client IP, user key): 1 a minute, 3 in 10 minutes, 10 an hour, 25 a day.
-#: The defaults of EthicalAds (readthedocs/ethical-ad-server, setting
-#: ``ADSERVER_CLICK_RATELIMITS = ["1/m", "3/10m", "10/h", "25/d"]``), which keys them
-#: per IP over fixed windows; here the windows slide and the key adds the user key, so
-#: people behind one shared address do not share one budget of clicks.
-CLICK_RATE_LIMITS: tuple[RateLimit, ...] = (
-    RateLimit(1, MINUTE_MS),
-    RateLimit(3, 10 * MINUTE_MS),
-    RateLimit(10, HOUR_MS),
-    RateLimit(25, DAY_MS),
-)
-
-#: Impressions per viewer (IP, user agent, user key) per minute: 60, one a second for a
-#: whole minute. House
-#: figure: EthicalAds limits counted views to 5 per 5 minutes per IP with one ad per
-#: page; a page here can carry several slots (3 slots on a page every 6 s is 30 a
-#: minute) and an address can be shared (office or carrier NAT), so the bar is twice
-#: that busy reader, and traffic over it is a script reloading pages.
-IMPRESSION_RATE_LIMIT = RateLimit(60, MINUTE_MS)
-
-#: The CTR window per (client IP, placement), in ms, and its bucket width (ms).
-CTR_WINDOW_MS = HOUR_MS
-CTR_BUCKET_MS = 5 * MINUTE_MS
-#: Fewest impressions of an IP on a placement within the window before its CTR is
-#: judged (house figure, see :data:`CTR_OUTLIER_MAX_PERCENT`).
-CTR_OUTLIER_MIN_IMPRESSIONS = 20
-#: The CTR (percent, clicks / impressions) above which an IP's clicks on a placement are
-#: reversed. Display CTRs are typically well under 1 %; at 20 impressions this bar
-#: needs 6 clicks, which a person with a true CTR of 5 % (a generous one) reaches with
-#: probability about 3·10⁻⁴ (binomial tail), one with 1 % about 4·10⁻⁸.
-CTR_OUTLIER_MAX_PERCENT = 25
-
-#: How many of an (IP, user key)'s consecutive click delays (click − impression) are
-#: compared for robotic regularity, and the spread (ms, max − min) at or under which
-#: they are called regular. People's delays vary by seconds; 5 delays within 20 ms of
-#: each other are a script's timer (house figures).
-TIMING_REGULAR_CLICKS = 5
-TIMING_REGULAR_SPREAD_MS = 20
-
-#: How long (ms) the scorer remembers an impression's time to pair it with its click
-#: (and a click waiting for its impression, and events seen, to drop repeats): it only
-#: needs to exceed MIN_CLICK_DELAY_MS plus the gap between the two events' arrival on
-#: the log. At 5,000 events/s it holds about 600,000 entries.
-PAIRING_MEMORY_MS = 2 * MINUTE_MS
-
-
-@dataclass(frozen=True, slots=True)
-class Tier2Config:
-    """Tier-2 thresholds; every default is the module constant of the same name.
-
-    Raises:
-        ValueError: a threshold out of range (negative, empty limits, CTR bucket not
-            dividing its window, fewer than 2 regular clicks).
-    """
-
-    click_limits: tuple[RateLimit, ...] = CLICK_RATE_LIMITS
-    impression_limit: RateLimit = IMPRESSION_RATE_LIMIT
-    ctr_window_ms: int = CTR_WINDOW_MS
-    ctr_bucket_ms: int = CTR_BUCKET_MS
-    ctr_min_impressions: int = CTR_OUTLIER_MIN_IMPRESSIONS
-    ctr_max_percent: int = CTR_OUTLIER_MAX_PERCENT
-    min_click_delay_ms: int = MIN_CLICK_DELAY_MS
-    regular_clicks: int = TIMING_REGULAR_CLICKS
-    regular_spread_ms: int = TIMING_REGULAR_SPREAD_MS
-    pairing_memory_ms: int = PAIRING_MEMORY_MS
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not self.click_limits:
-            problems.append("click_limits is empty")
-        if self.ctr_bucket_ms <= 0 or self.ctr_window_ms <= 0 or (
-                self.ctr_window_ms % self.ctr_bucket_ms):
-            problems.append("ctr_bucket_ms must be > 0 and divide ctr_window_ms")
-        if self.ctr_min_impressions < 1 or not 0 <= self.ctr_max_percent <= 100:
-            problems.append("ctr_min_impressions >= 1, 0 <= ctr_max_percent <= 100")
-        if self.min_click_delay_ms < 0 or self.regular_spread_ms < 0:
-            problems.append("delays must be >= 0")
-        if self.regular_clicks < 2:
-            problems.append("regular_clicks must be >= 2")
-        if self.pairing_memory_ms <= self.min_click_delay_ms:
-            problems.append("pairing_memory_ms must exceed min_click_delay_ms")
-        if problems:
-            raise ValueError("; ".join(problems))
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> Tier2Config:
-        """The thresholds of ``settings`` (``ADFUNNEL_IVT_…``; seconds there, ms here).
-
-        Raises:
-            ValueError: thresholds that do not fit together (checked at start-up).
-        """
-        s = settings
-        return cls(
-            click_limits=tuple(parse_rate_limit(text) for text in s.ivt_click_rate_limits),
-            impression_limit=RateLimit(s.ivt_impression_rate_limit,
-                                       s.ivt_impression_rate_window_s * 1000),
-            ctr_window_ms=s.ivt_ctr_window_s * 1000, ctr_bucket_ms=s.ivt_ctr_bucket_s * 1000,
-            ctr_min_impressions=s.ivt_ctr_min_impressions,
-            ctr_max_percent=s.ivt_ctr_max_percent,
-            min_click_delay_ms=s.ivt_min_click_delay_ms,
-            regular_clicks=s.ivt_regular_clicks, regular_spread_ms=s.ivt_regular_spread_ms)
-
-
-def parse_rate_limit(text: str) -> RateLimit:
-    """``"COUNT/SECONDS"`` (``"3/600"``: at most 3 in any 600 s) as a :class:`RateLimit`.
-
-    Raises:
-        ValueError: another form, a negative count or a window under one second.
-    """
-    count, sep, seconds = text.strip().partition("/")
-    if not (sep and count.strip().isdigit() and seconds.strip().isdigit()
-            and int(seconds) > 0):
-        raise ValueError(f"{text!r} is not COUNT/SECONDS (e.g. 3/600)")
-    return RateLimit(int(count), int(seconds) * 1000)
 
 
 @dataclass(frozen=True, slots=True)

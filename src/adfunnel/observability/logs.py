@@ -3,7 +3,7 @@
 ``configure_logging`` is called once by each process's entry point (``adfunnel serve``,
 ``tracker``, ``aggregator``, ``budget-service`` and the workers of ``serve --workers``);
 libraries and tests never configure logging. uvicorn is started without its own
-logging configuration (:func:`adfunnel.runtime.app.server_config`), so its lines go through
+logging configuration (:func:`adfunnel.runtime.server.server_config`), so its lines go through
 the same handler.
 
 JSON lines carry ``time`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger``,

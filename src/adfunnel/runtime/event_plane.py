@@ -36,9 +36,10 @@ from adfunnel.events.log import EventLog
 from adfunnel.events.memory_log import MemoryEventLog
 from adfunnel.events.publisher import EventPublisher
 from adfunnel.events.spool import Spool
-from adfunnel.ivt.scoring import Tier2Config, Tier2Scorer
+from adfunnel.ivt.scoring import Tier2Scorer
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.settings import Settings
+from adfunnel.settings.ivt import Tier2Config
 
 _log = logging.getLogger(__name__)
 

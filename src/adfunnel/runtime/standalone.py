@@ -39,7 +39,7 @@ from adfunnel.clock import Clock
 from adfunnel.db import make_engine
 from adfunnel.observability.request_log import RequestLog, quiet_paths
 from adfunnel.periodic import Periodic
-from adfunnel.runtime.app import ROLLUP_REFRESH_S, make_clock, make_ivt_rules, mark_completed
+from adfunnel.runtime.embedded import ROLLUP_REFRESH_S, make_clock, make_ivt_rules, mark_completed
 from adfunnel.runtime.event_plane import EventPlane, make_event_plane
 from adfunnel.runtime.heap import freeze_heap
 from adfunnel.serving.deadline import ArrivalStamp

@@ -36,7 +36,7 @@ class ArrivalStamp:
     Measured in process (CPU per request, ASGI called directly): a bare 204 costs ~3 µs
     from here and ~14 µs when it first passes FastAPI's own layers (``FastAPI.__call__``,
     error middleware); a route reached through FastAPI's router, like ``/healthz``,
-    ~100-150 µs. So this layer sits outside the FastAPI app (:func:`adfunnel.runtime.app.
+    ~100-150 µs. So this layer sits outside the FastAPI app (:func:`adfunnel.runtime.asgi.
     build_app`), and the hot routes never enter it. ``select`` is the older spelling of
     ``routes={("POST", SELECT_PATH): select}``.
     """

@@ -46,7 +46,7 @@ def local_midnight(day: date, time_zone: str) -> datetime:
 
 
 class ServerFacts:
-    """Reads of one embedded runtime (:class:`adfunnel.runtime.app.Runtime`) for the pages."""
+    """Reads of one embedded runtime (:class:`adfunnel.runtime.embedded.Runtime`) for the pages."""
 
     def __init__(self, rt: Any) -> None:
         self.rt = rt

@@ -89,7 +89,7 @@ def make_templates() -> Jinja2Templates:
 
 
 def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
-    """The ``/ui`` routes over an embedded runtime (:class:`adfunnel.runtime.app.Runtime`);
+    """The ``/ui`` routes over an embedded runtime (:class:`adfunnel.runtime.embedded.Runtime`);
     ``sessions`` opens, resolves and ends the server-side sessions (``ApiKeys``)."""
     router = APIRouter(include_in_schema=False)
     templates = make_templates()

@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adfunnel.secret_file import data_dir, load_or_create
+from adfunnel.settings.ivt import Tier2Config, held_in, parse_rate_limit
 
 #: Default largest bid, micros: 1,000 currency units (a CPM per thousand impressions,
 #: a CPC per click, a CPA per conversion).
@@ -144,13 +145,13 @@ class Settings(BaseSettings):
     ivt: bool = True
     #: least milliseconds between a serve and its click before it counts as a person's
     ivt_min_click_delay_ms: int = Field(default=500, ge=0)
-    #: IP lists (names of ``adfunnel.ivt.lists.IP_SOURCES``) the filter does NOT load:
+    #: IP lists (names of ``adfunnel.settings.ivt.IP_SOURCES``) the filter does NOT load:
     #: for measuring its recall on lists it has not seen (the replay); never in production
     ivt_held_out_lists: list[str] = []
     #: tier-2 invalid-traffic scoring in the aggregator (click and impression rates, CTR
     #: outliers, click timing over sliding windows); what it finds is reversed
     ivt_tier2: bool = True
-    #: tier-2 thresholds (``adfunnel.ivt.scoring``, whose constants are the defaults);
+    #: tier-2 thresholds (``adfunnel.settings.ivt``, whose constants are the defaults);
     #: the rate rules count per viewer: (client address, user agent, user key).
     #: Click limits as "COUNT/SECONDS": at most COUNT clicks in any SECONDS
     ivt_click_rate_limits: list[str] = Field(
@@ -202,9 +203,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _ivt_thresholds_fit(self) -> Settings:
         # the scorer's own checks (one rule): a CTR bucket that divides its window, click
-        # limits as COUNT/SECONDS … (imported here: settings sit below the ivt room)
-        from adfunnel.ivt.scoring import Tier2Config
-
+        # limits as COUNT/SECONDS …
         if self.ivt_ctr_window_s % self.ivt_ctr_bucket_s:
             raise ValueError("ivt_ctr_bucket_s must divide ivt_ctr_window_s")
         try:
@@ -216,10 +215,8 @@ class Settings(BaseSettings):
     @field_validator("ivt_click_rate_limits")
     @classmethod
     def _click_limits(cls, v: list[str]) -> list[str]:
-        from adfunnel.ivt.scoring import parse_rate_limit  # the scorer's own parser
-
         for text in v:
-            parse_rate_limit(text)
+            parse_rate_limit(text)  # the scorer's own parser
         return v
 
     #: where ``token_secret`` came from, for the start-up log (never the secret itself)
@@ -283,8 +280,6 @@ class Settings(BaseSettings):
     @field_validator("ivt_held_out_lists")
     @classmethod
     def _known_lists(cls, v: list[str]) -> list[str]:
-        from adfunnel.ivt.lists import held_in
-
         held_in(v)  # ValueError naming an unknown list
         return v
 
