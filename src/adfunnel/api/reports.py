@@ -44,12 +44,12 @@ from adfunnel.api.schemas import (
     RollupTotalsOut,
 )
 from adfunnel.auth.http import Caller
+from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.rollups import (
     GROUP_COLUMNS,
     Granularity,
     GroupBy,
     ReportRow,
-    RollupStore,
     ivt_reasons,
     local_days_span,
     total,

@@ -42,7 +42,7 @@ from adfunnel.auth import ApiKeys, SqlKeyStore, install_auth
 from adfunnel.auth.http import bearer_key
 from adfunnel.auth.ratelimit import RateLimiter
 from adfunnel.billing.ledger import Ledger
-from adfunnel.billing.rollups import DirtyHours, RollupStore
+from adfunnel.billing.rollup_store import DirtyHours, RollupStore
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.body_limit import BodyLimit
