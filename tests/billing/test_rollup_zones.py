@@ -15,13 +15,8 @@ from hypothesis import strategies as st
 
 from adfunnel.billing.ledger import Ledger, MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent
-from adfunnel.billing.rollups import (
-    MemoryRollupStore,
-    RollupStore,
-    hours_of,
-    local_days_span,
-    local_hour,
-)
+from adfunnel.billing.rollup_store import MemoryRollupStore, RollupStore
+from adfunnel.billing.rollups import hours_of, local_days_span, local_hour
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.migrate import upgrade

@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent
+from adfunnel.billing.rollup_store import DirtyHours, MemoryRollupStore
 from adfunnel.billing.rollups import (
     HOUR,
-    DirtyHours,
     HourRollup,
-    MemoryRollupStore,
     aggregate,
     cost_per_conversion_micros,
     ctr,

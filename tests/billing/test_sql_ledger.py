@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from adfunnel.billing.batch import LedgerWrite
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome
-from adfunnel.billing.sql_ledger import LedgerConflict, SqlLedger, _LoadedView
+from adfunnel.billing.sql_ledger import SqlLedger
+from adfunnel.billing.sql_ledger_rows import LedgerConflict, LoadedView
 from adfunnel.billing.tables import (
     campaign_day_spend,
     campaign_spend,
@@ -145,7 +146,7 @@ def test_a_row_recorded_behind_the_ledgers_back_rolls_the_whole_batch_back(
     metadata.create_all(engine, tables=TABLES)
     sql = SqlLedger(engine)
     sql.record(event("imp-1"), 1_000_000)
-    monkeypatch.setattr(_LoadedView, "row_time", lambda self, key: None)
+    monkeypatch.setattr(LoadedView, "row_time", lambda self, key: None)
     with pytest.raises(LedgerConflict):
         sql.record_many([LedgerWrite(event("imp-2"), 1_000_000),
                          LedgerWrite(event("imp-1"), 1_000_000)])

@@ -18,13 +18,8 @@ from sqlalchemy import Engine
 
 from adfunnel.billing.ledger import Ledger, MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome
-from adfunnel.billing.rollups import (
-    HOUR,
-    HourRollup,
-    MemoryRollupStore,
-    RollupStore,
-    refresh_since,
-)
+from adfunnel.billing.rollup_store import MemoryRollupStore, RollupStore, refresh_since
+from adfunnel.billing.rollups import HOUR, HourRollup
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.migrate import upgrade

@@ -52,7 +52,8 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 
 from adfunnel.clock import SystemClock
-from adfunnel.events.jetstream_log import JetStreamEventLog, consumer_durable
+from adfunnel.events.jetstream_consumer import consumer_durable
+from adfunnel.events.jetstream_log import JetStreamEventLog
 from adfunnel.events.log import EventLogUnavailable
 from adfunnel.events.model import Event, EventType
 from adfunnel.runtime.event_plane import CONSUMER, make_event_log

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from nats.js.api import AckPolicy, StorageType
 
-from adfunnel.events.jetstream_log import JetStreamEventLog, consumer_durable
+from adfunnel.events.jetstream_consumer import consumer_durable
+from adfunnel.events.jetstream_log import JetStreamEventLog
 from adfunnel.events.log import EventLogError, EventLogUnavailable
 from adfunnel.events.model import Event, EventType
 

@@ -12,10 +12,11 @@ from fastapi.testclient import TestClient
 from adfunnel.clock import ManualClock
 from adfunnel.events.compactor import compact, parquet_path, raw_hours
 from adfunnel.events.served_erasure import erase_user
-from adfunnel.events.served_log import decode_record
+from adfunnel.events.served_schema import decode_record
 from adfunnel.learn.query import query
 from adfunnel.runtime.asgi import build_app
 from adfunnel.runtime.embedded import build_runtime
+from adfunnel.serving.served_record import decision_source
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS
 
@@ -48,7 +49,7 @@ def test_an_erased_user_leaves_no_raw_line_and_no_parquet_row(
     # the writer reopens its file and goes on appending
     world.clock.set(START + timedelta(minutes=80))
     d, req = world.decide(1)
-    log.record(d, req)
+    log.record(decision_source(d, req))
     assert erase_user(log, f"{USER}-0").records == 0  # again: nothing left to erase
     log.close()
     assert _raw_hashes(tmp_path).count(kept) == 7 + 1

@@ -46,7 +46,8 @@ from adfunnel.events.compactor import (
     parquet_path,
     raw_hours,
 )
-from adfunnel.events.served_log import ServedLog, ServedRecord, decode_record
+from adfunnel.events.served_log import ServedLog
+from adfunnel.events.served_schema import ServedRecord, decode_record
 from adfunnel.index import ConjunctionIndex
 from adfunnel.learn.query import (
     billed_events,
@@ -60,6 +61,7 @@ from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.decision import Decision, Placed
 from adfunnel.serving.reference import ReferenceDecider
 from adfunnel.serving.request import SelectRequest, decode_request
+from adfunnel.serving.served_record import decision_source
 
 SALT = b"served-log-test-salt"
 START = datetime(2026, 3, 8, 9, 10, tzinfo=UTC)
@@ -137,7 +139,7 @@ def _record_hours(world: World, log: ServedLog) -> list[tuple[Decision, SelectRe
     for i in range(20):
         world.clock.set(START + timedelta(minutes=4 * i))  # 09:10 … 10:26
         d, req = world.decide(i, explain=i in (3, 15), golf=i in (4, 16))
-        assert log.record(d, req, pacing_rate=world.gate.pacing_rate)
+        assert log.record(decision_source(d, req, pacing_rate=world.gate.pacing_rate))
         made.append((d, req))
     return made
 
@@ -193,7 +195,8 @@ def test_records_round_trip_through_hourly_parquet(tmp_path: Path, world: World)
 def test_raw_lines_decode_into_the_record_type(tmp_path: Path, world: World) -> None:
     log = _served_log(tmp_path, world, max_rejections=1)
     d, req = world.decide(1, explain=True)
-    log.record(d, req, exploration=True, propensities={"top": 0.25}, model_version="m7")
+    log.record(decision_source(d, req, exploration=True, propensities={"top": 0.25},
+                               model_version="m7"))
     log.flush()
     (path,) = next(iter(raw_hours(tmp_path).values()))
     rec = decode_record(path.read_bytes().splitlines()[0])
@@ -222,7 +225,7 @@ def test_the_user_key_is_never_stored_in_clear(tmp_path: Path, world: World) -> 
     assert hashes == expected
     assert len(set(hashes)) == 3  # three users: the same key hashes alike
     other = ServedLog(tmp_path / "other", world.clock, salt=b"another salt")
-    other.record(*made[0])
+    other.record(decision_source(*made[0]))
     other.close()
     (line,) = next(iter(raw_hours(tmp_path / "other").values()))[0].read_bytes().splitlines()
     assert decode_record(line).user_hash != hashes[0]  # keyed by the salt
@@ -250,7 +253,7 @@ def test_compaction_is_idempotent_and_leaves_open_hours(tmp_path: Path, world: W
     late = ServedLog(tmp_path, ManualClock(START.replace(minute=59)), salt=SALT,
                      writer_id="w2")  # records at 09:59, into a file of its own
     d, req = world.decide(99)
-    late.record(d, req)
+    late.record(decision_source(d, req))
     late.close()
     assert compact(tmp_path, START.replace(hour=13)).written == [("2026-03-08", "09")]
     assert query(tmp_path, "SELECT count(*) FROM served WHERE hour = 9") == [(14,)]
@@ -261,14 +264,14 @@ def test_torn_lines_are_skipped_and_the_writer_starts_a_new_line(
         tmp_path: Path, world: World) -> None:
     log = _served_log(tmp_path, world)
     d, req = world.decide(1)
-    log.record(d, req)
+    log.record(decision_source(d, req))
     log.close()
     (path,) = next(iter(raw_hours(tmp_path).values()))
     with open(path, "ab") as f:
         f.write(b'{"request_id": "torn", "ti')  # a crash in the middle of a line
     again = _served_log(tmp_path, world)  # the same writer id, after a restart
     d2, req2 = world.decide(2)
-    again.record(d2, req2)
+    again.record(decision_source(d2, req2))
     again.close()
     report = compact(tmp_path, START + timedelta(hours=2))
     assert (report.rows, report.bad_lines) == (2, 1)
@@ -285,7 +288,7 @@ def test_a_full_queue_drops_and_counts_without_blocking(tmp_path: Path, world: W
     made = [world.decide(i) for i in range(10)]
     metric_before = _dropped_metric("queue_full")
     with log.paused():  # the test hook: the writer parks, the queue only fills
-        accepted = [log.record(d, req) for d, req in made]
+        accepted = [log.record(decision_source(d, req)) for d, req in made]
         with pytest.raises(TimeoutError):
             log.flush(timeout_s=0.2)  # nothing can be written while parked
     assert accepted == [True] * 3 + [False] * 7
@@ -294,7 +297,8 @@ def test_a_full_queue_drops_and_counts_without_blocking(tmp_path: Path, world: W
     log.flush()
     assert log.written == 3
     log.close()
-    assert log.record(*made[0]) is False and log.dropped == 8  # closed: dropped, counted
+    assert log.record(decision_source(*made[0])) is False  # closed: dropped, counted
+    assert log.dropped == 8
     compact(tmp_path, START + timedelta(hours=2))
     assert query(tmp_path, "SELECT request_id FROM served ORDER BY 1") == [
         ("r000",), ("r001",), ("r002",)]
@@ -308,7 +312,7 @@ def test_threads_record_at_once(tmp_path: Path, world: World) -> None:
     def worker(part: list[tuple[Decision, SelectRequest]]) -> None:
         go.wait()
         for d, req in part:
-            assert log.record(d, req)
+            assert log.record(decision_source(d, req))
 
     threads = [threading.Thread(target=worker, args=(made[k::4],)) for k in range(4)]
     for t in threads:
@@ -331,7 +335,7 @@ def test_served_log_joined_with_billed_events_from_the_ledger(
     log = _served_log(tmp_path, world)
     made = [world.decide(i) for i in range(3)]
     for d, req in made:
-        log.record(d, req, pacing_rate=world.gate.pacing_rate)
+        log.record(decision_source(d, req, pacing_rate=world.gate.pacing_rate))
     log.close()
     compact(tmp_path, START + timedelta(hours=2))
 

@@ -83,13 +83,8 @@ from adfunnel.api.schemas import (
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.billing.ledger import Ledger, lifetime_left
-from adfunnel.billing.rollups import (
-    RollupStore,
-    cost_per_conversion_micros,
-    ctr,
-    ecpm_micros,
-    local_days_span,
-)
+from adfunnel.billing.rollup_store import RollupStore
+from adfunnel.billing.rollups import cost_per_conversion_micros, ctr, ecpm_micros, local_days_span
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.checks import money_limit_problems
 from adfunnel.campaigns.errors import NotFound

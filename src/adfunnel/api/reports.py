@@ -40,12 +40,12 @@ from adfunnel.api import access
 from adfunnel.api.report_schemas import RollupReportOut, RollupRowOut, RollupTotalsOut
 from adfunnel.api.schemas import DomainDay
 from adfunnel.auth.http import Caller
+from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.rollups import (
     GROUP_COLUMNS,
     Granularity,
     GroupBy,
     ReportRow,
-    RollupStore,
     ivt_reasons,
     local_days_span,
     total,

@@ -309,7 +309,7 @@ def _aggregating(settings: Settings) -> Iterator[Aggregator]:
     """One aggregator over every partition, wired as ``adfunnel aggregator`` wires it
     (:func:`adfunnel.runtime.standalone.run_aggregator`: campaign read model, SQL ledger, rollup
     refresh of the hours it touched), its thread running."""
-    from adfunnel.billing.rollups import DirtyHours
+    from adfunnel.billing.rollup_store import DirtyHours
     from adfunnel.billing.sql_ledger import SqlLedger
     from adfunnel.billing.sql_rollups import make_rollup_store
     from adfunnel.budget.gate import LocalSpendGate

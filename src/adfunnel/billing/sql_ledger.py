@@ -21,22 +21,22 @@ Invariants: billed + absorbed == the whole micros the event made due for every r
 (its charge; for a per-mille charge floor((carry + price) / 1000), never rounded up);
 a campaign-day's billed total never exceeds the daily budget passed with each charge
 (when the same budget is passed; a lowered budget bills nothing more, it never un-bills).
+
+The rows and statements it reads and writes: :mod:`adfunnel.billing.sql_ledger_rows`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import Any
 
-import psycopg.errors
 from sqlalchemy import (
     Column,
     ColumnElement,
     Connection,
     Engine,
-    Row,
     Table,
     Text,
     and_,
@@ -44,7 +44,6 @@ from sqlalchemy import (
     bindparam,
     func,
     select,
-    text,
     tuple_,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -53,10 +52,7 @@ from adfunnel.billing.batch import (
     DUPLICATES_REJECTED,
     BatchPlan,
     DayKey,
-    Held,
-    Key,
     LedgerWrite,
-    NewRow,
     plan_batch,
     validate,
 )
@@ -68,6 +64,19 @@ from adfunnel.billing.model import (
     LedgerStats,
     Outcome,
     Recorded,
+)
+from adfunnel.billing.sql_ledger_rows import (
+    PG_LOCK_DAYS,
+    PG_UNHOLD,
+    LedgerConflict,
+    LoadedView,
+    aware,
+    held_of,
+    held_row,
+    ivt_row,
+    ledger_row,
+    pg_copy_ledger,
+    write_totals,
 )
 from adfunnel.billing.tables import (
     campaign_day_spend,
@@ -156,17 +165,17 @@ class SqlLedger:
             self._write(conn, plan)
             return plan
 
-    def _load(self, conn: Connection, writes: Sequence[LedgerWrite]) -> _LoadedView:
+    def _load(self, conn: Connection, writes: Sequence[LedgerWrite]) -> LoadedView:
         """Lock the batch's campaign rows (in id order) and then its campaign-day rows,
         and read what it touches: with every writer of a campaign queued on its row,
         what this reads stays true until the commit."""
-        view = _LoadedView()
+        view = LoadedView()
         campaigns = {w.event.campaign_id for w in writes}
         view.lifetime = self._lock_campaigns(conn, campaigns)
         ids = sorted({w.event.impression_id for w in writes})
         h = ledger_held.c
         for row in conn.execute(select(ledger_held).where(self._in_ids(h.impression_id, ids))):
-            view.held_rows[(row.impression_id, EVENT_TYPES[row.event_type])] = _held(row)
+            view.held_rows[(row.impression_id, EVENT_TYPES[row.event_type])] = held_of(row)
         extra = {held.write.event.campaign_id for held in view.held_rows.values()} - campaigns
         if extra:  # (never for signed tokens: one impression id, one campaign)
             view.lifetime.update(self._lock_campaigns(conn, extra))
@@ -178,7 +187,7 @@ class SqlLedger:
         for iid, etype, at in conn.execute(
                 select(t.impression_id, t.event_type, t.occurred_at)
                 .where(self._in_ids(t.impression_id, ids))):
-            view.rows[(iid, EVENT_TYPES[etype])] = _aware(at)
+            view.rows[(iid, EVENT_TYPES[etype])] = aware(at)
         v = ledger_ivt.c
         for iid, etype, reason in conn.execute(
                 select(v.impression_id, v.event_type, v.reason)
@@ -213,7 +222,7 @@ class SqlLedger:
               "carry_millimicros": 0} for cid, day in ordered],
             conflict=("campaign_id", "day"))
         if self._pg:
-            found = conn.execute(_PG_LOCK_DAYS, {"cids": [k[0] for k in ordered],
+            found = conn.execute(PG_LOCK_DAYS, {"cids": [k[0] for k in ordered],
                                                  "days": [k[1] for k in ordered]})
         else:
             d = campaign_day_spend.c
@@ -231,26 +240,26 @@ class SqlLedger:
         """
         key = ("impression_id", "event_type")
         if self._pg:
-            _pg_copy_ledger(conn, plan.rows)
+            pg_copy_ledger(conn, plan.rows)
         else:
-            inserted = self._insert_rows(conn, ledger, [_ledger_row(r) for r in plan.rows],
+            inserted = self._insert_rows(conn, ledger, [ledger_row(r) for r in plan.rows],
                                          conflict=key, returning="id")
             if len(inserted) != len(plan.rows):
                 raise LedgerConflict("a ledger row of this batch was recorded concurrently")
-        self._insert_rows(conn, ledger_ivt, [_ivt_row(e, why) for e, why in plan.invalid],
+        self._insert_rows(conn, ledger_ivt, [ivt_row(e, why) for e, why in plan.invalid],
                           conflict=key)
         if plan.held:
             keys = [(iid, etype.value) for iid, etype in plan.held]
             if self._pg:
-                conn.execute(_PG_UNHOLD, {"ids": [k[0] for k in keys],
+                conn.execute(PG_UNHOLD, {"ids": [k[0] for k in keys],
                                           "types": [k[1] for k in keys]})
             else:
                 h = ledger_held.c
                 conn.execute(ledger_held.delete().where(
                     tuple_(h.impression_id, h.event_type).in_(keys)))
             self._insert_rows(conn, ledger_held, [
-                _held_row(held) for held in plan.held.values() if held is not None])
-        self._write_totals(conn, plan)
+                held_row(held) for held in plan.held.values() if held is not None])
+        write_totals(conn, plan, pg=self._pg)
         if plan.counters:
             stmt = self._insert(ledger_counters)
             conn.execute(
@@ -296,50 +305,6 @@ class SqlLedger:
                                             type_=postgresql.ARRAY(column.type)))
         return column.in_(values)
 
-    def _write_totals(self, conn: Connection, plan: BatchPlan) -> None:
-        """Add the plan's totals to its campaign-days' and campaigns' rows (locked by
-        :meth:`_load`); on PostgreSQL one ``UPDATE … FROM unnest(…)`` each."""
-        if self._pg:
-            self._pg_write_totals(conn, plan)
-            return
-        d = campaign_day_spend.c
-        if plan.days:
-            conn.execute(
-                campaign_day_spend.update()
-                .where(d.campaign_id == bindparam("k_cid"), d.day == bindparam("k_day"))
-                .values(impressions=d.impressions + bindparam("k_imp"),
-                        clicks=d.clicks + bindparam("k_clk"),
-                        conversions=d.conversions + bindparam("k_conv"),
-                        billed_micros=d.billed_micros + bindparam("k_billed"),
-                        absorbed_micros=d.absorbed_micros + bindparam("k_absorbed"),
-                        carry_millimicros=bindparam("k_carry")),
-                [{"k_cid": cid, "k_day": day, "k_imp": c.impressions, "k_clk": c.clicks,
-                  "k_conv": c.conversions, "k_billed": c.billed, "k_absorbed": c.absorbed,
-                  "k_carry": c.carry} for (cid, day), c in sorted(plan.days.items())])
-        c = campaign_spend.c
-        if plan.lifetime:
-            conn.execute(
-                campaign_spend.update()
-                .where(c.campaign_id == bindparam("k_cid"))
-                .values(billed_micros=c.billed_micros + bindparam("k_billed"),
-                        absorbed_micros=c.absorbed_micros + bindparam("k_absorbed")),
-                [{"k_cid": cid, "k_billed": b, "k_absorbed": a}
-                 for cid, (b, a) in sorted(plan.lifetime.items())])
-
-    def _pg_write_totals(self, conn: Connection, plan: BatchPlan) -> None:
-        if plan.days:
-            days = sorted(plan.days.items())
-            conn.execute(_PG_ADD_DAYS, {
-                "cids": [cid for (cid, _), _ in days], "days": [day for (_, day), _ in days],
-                "imp": [c.impressions for _, c in days], "clk": [c.clicks for _, c in days],
-                "conv": [c.conversions for _, c in days], "billed": [c.billed for _, c in days],
-                "absorbed": [c.absorbed for _, c in days], "carry": [c.carry for _, c in days]})
-        if plan.lifetime:
-            life = sorted(plan.lifetime.items())
-            conn.execute(_PG_ADD_LIFETIME, {
-                "cids": [cid for cid, _ in life], "billed": [b for _, (b, _) in life],
-                "absorbed": [a for _, (_, a) in life]})
-
     def reverse(self, impression_id: str, event_type: EventType, reason: str,
                 now: datetime, hold_s: float) -> Recorded | None:
         """See :meth:`adfunnel.billing.ledger.Ledger.reverse`.
@@ -356,7 +321,7 @@ class SqlLedger:
                 return None
             self._lock_campaigns(conn, {found[0]})  # the same lock order as record()
             row = conn.execute(select(ledger).where(key)).first()
-            if row is None or (now - _aware(row.occurred_at)).total_seconds() >= hold_s:
+            if row is None or (now - aware(row.occurred_at)).total_seconds() >= hold_s:
                 return None
             conn.execute(ledger.delete().where(ledger.c.id == row.id))
             d = campaign_day_spend.c
@@ -466,145 +431,3 @@ class SqlLedger:
                 set_={"value": ledger_counters.c.value + stmt.excluded.value},
             )
         )
-
-
-def _ledger_row(row: NewRow) -> dict[str, object]:
-    e = row.event
-    return {"impression_id": e.impression_id, "event_type": EVENT_TYPES[e.event_type].value,
-            "campaign_id": e.campaign_id, "ad_id": e.ad_id, "placement": e.placement,
-            "billing_type": e.billing_type, "charge_micros": row.charge,
-            "charge_millimicros": row.exact, "billed_micros": row.billed,
-            "absorbed_micros": row.absorbed, "day": e.day, "occurred_at": e.occurred_at,
-            "served_at": e.served_at, "settles_micros": e.expected_micros}
-
-
-def _pg_copy_ledger(conn: Connection, rows: Sequence[NewRow]) -> None:
-    """Insert the new ledger rows with one binary ``COPY`` (PostgreSQL), values dumped
-    by the driver's C code, column by column as :func:`_ledger_row` names them.
-
-    Raises:
-        LedgerConflict: one of them exists already (a writer that did not queue on the
-            campaign's row): the unique (impression id, event type) refused the COPY,
-            and the transaction is rolled back.
-    """
-    if not rows:
-        return
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    names = _EVENT_TYPE_TEXT
-    try:
-        with driver.cursor() as cursor, cursor.copy(_PG_COPY_LEDGER) as copy:
-            copy.set_types(_PG_COPY_LEDGER_TYPES)
-            write = copy.write_row
-            for r in rows:
-                e = r.event
-                write((e.impression_id, names[e.event_type], e.campaign_id, e.ad_id,
-                       e.placement, e.billing_type, r.charge, r.exact, r.billed, r.absorbed,
-                       e.day, e.occurred_at, e.served_at, e.expected_micros))
-    except psycopg.errors.UniqueViolation as exc:
-        raise LedgerConflict("a ledger row of this batch was recorded concurrently") from exc
-
-
-#: event type (member or value) -> its column text
-_EVENT_TYPE_TEXT: dict[str, str] = {t.value: t.value for t in EventType}
-_PG_COPY_LEDGER = (
-    "COPY ledger (impression_id, event_type, campaign_id, ad_id, placement, billing_type,"
-    " charge_micros, charge_millimicros, billed_micros, absorbed_micros, day, occurred_at,"
-    " served_at, settles_micros) FROM STDIN (FORMAT BINARY)")
-_PG_COPY_LEDGER_TYPES = ("text", "text", "int8", "int8", "text", "text", "int8", "int8",
-                         "int8", "int8", "date", "timestamptz", "timestamptz", "int8")
-
-
-def _ivt_row(e: LedgerEvent, reason: str) -> dict[str, object]:
-    return {"impression_id": e.impression_id, "event_type": EVENT_TYPES[e.event_type].value,
-            "reason": reason, "campaign_id": e.campaign_id, "ad_id": e.ad_id,
-            "placement": e.placement, "day": e.day, "occurred_at": e.occurred_at}
-
-
-def _held_row(held: Held) -> dict[str, object]:
-    e = held.write.event
-    return {"impression_id": e.impression_id, "event_type": EVENT_TYPES[e.event_type].value,
-            "reason": held.reason, "campaign_id": e.campaign_id, "ad_id": e.ad_id,
-            "placement": e.placement, "billing_type": e.billing_type,
-            "charge_micros": e.charge_micros, "charge_per_mille": e.charge_per_mille,
-            "day": e.day, "occurred_at": e.occurred_at, "served_at": e.served_at,
-            "expected_micros": e.expected_micros,
-            "attribution_window_s": e.attribution_window_s}
-
-
-def _held(row: Row[Any]) -> Held:
-    """A ``ledger_held`` row back as the event it holds (budgets come with its release)."""
-    event = LedgerEvent(
-        impression_id=row.impression_id, event_type=EventType(row.event_type),
-        campaign_id=row.campaign_id, ad_id=row.ad_id, placement=row.placement,
-        billing_type=row.billing_type, charge_micros=row.charge_micros,
-        occurred_at=_aware(row.occurred_at), day=row.day,
-        charge_per_mille=bool(row.charge_per_mille),
-        served_at=None if row.served_at is None else _aware(row.served_at),
-        expected_micros=row.expected_micros, attribution_window_s=row.attribution_window_s)
-    return Held(LedgerWrite(event), row.reason)
-
-
-def _aware(at: datetime) -> datetime:
-    """SQLite hands back naive datetimes for timezone-aware columns: they are UTC."""
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-
-
-# Lock campaign-day rows given as two arrays, in key order (PostgreSQL).
-_PG_LOCK_DAYS = text(
-    "SELECT d.campaign_id, d.day, d.billed_micros, d.carry_millimicros"
-    " FROM campaign_day_spend d"
-    " JOIN unnest(CAST(:cids AS bigint[]), CAST(:days AS date[])) AS k(campaign_id, day)"
-    " ON d.campaign_id = k.campaign_id AND d.day = k.day"
-    " ORDER BY d.campaign_id, d.day FOR UPDATE OF d")
-# Add a batch's totals to its (locked) campaign-day and campaign rows, given as arrays.
-_PG_ADD_DAYS = text(
-    "UPDATE campaign_day_spend AS d SET impressions = d.impressions + k.imp,"
-    " clicks = d.clicks + k.clk, conversions = d.conversions + k.conv,"
-    " billed_micros = d.billed_micros + k.billed,"
-    " absorbed_micros = d.absorbed_micros + k.absorbed, carry_millimicros = k.carry"
-    " FROM unnest(CAST(:cids AS bigint[]), CAST(:days AS date[]), CAST(:imp AS bigint[]),"
-    " CAST(:clk AS bigint[]), CAST(:conv AS bigint[]), CAST(:billed AS bigint[]),"
-    " CAST(:absorbed AS bigint[]), CAST(:carry AS bigint[]))"
-    " AS k(campaign_id, day, imp, clk, conv, billed, absorbed, carry)"
-    " WHERE d.campaign_id = k.campaign_id AND d.day = k.day")
-_PG_ADD_LIFETIME = text(
-    "UPDATE campaign_spend AS c SET billed_micros = c.billed_micros + k.billed,"
-    " absorbed_micros = c.absorbed_micros + k.absorbed"
-    " FROM unnest(CAST(:cids AS bigint[]), CAST(:billed AS bigint[]),"
-    " CAST(:absorbed AS bigint[])) AS k(campaign_id, billed, absorbed)"
-    " WHERE c.campaign_id = k.campaign_id")
-_PG_UNHOLD = text(
-    "DELETE FROM ledger_held WHERE (impression_id, event_type) IN"
-    " (SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:types AS text[])))")
-
-
-class LedgerConflict(RuntimeError):
-    """A ledger row a batch planned to insert was recorded meanwhile by a writer that
-    did not lock its campaign first; the batch was rolled back (retrying is safe)."""
-
-
-class _LoadedView:
-    """What :meth:`SqlLedger._load` read, as a :class:`~adfunnel.billing.batch.LedgerView`."""
-
-    def __init__(self) -> None:
-        self.rows: dict[Key, datetime] = {}
-        self.invalid: dict[Key, str] = {}  # key -> reason
-        self.held_rows: dict[Key, Held] = {}
-        self.days: dict[DayKey, tuple[int, int]] = {}
-        self.lifetime: dict[int, int] = {}
-
-    def held(self, key: Key) -> Held | None:
-        return self.held_rows.get(key)
-
-    def row_time(self, key: Key) -> datetime | None:
-        return self.rows.get(key)
-
-    def invalid_reason(self, key: Key) -> str | None:
-        return self.invalid.get(key)
-
-    def day(self, key: DayKey) -> tuple[int, int]:
-        return self.days.get(key, (0, 0))
-
-    def lifetime_billed(self, campaign_id: int) -> int:
-        return self.lifetime.get(campaign_id, 0)

@@ -1,6 +1,6 @@
 """Quarter-hour ledger rollups on SQL (SQLite or PostgreSQL), SQLAlchemy 2 Core.
 
-Same rules as :class:`adfunnel.billing.rollups.MemoryRollupStore`, over the tables of
+Same rules as :class:`adfunnel.billing.rollup_store.MemoryRollupStore`, over the tables of
 :mod:`adfunnel.billing.rollup_tables`, read from ``ledger`` and ``ledger_ivt`` of the same
 database (joined to ``campaigns`` for the advertiser). :meth:`SqlRollupStore.refresh`
 runs in ONE transaction:
@@ -87,7 +87,7 @@ class SqlRollupStore:
         self._guard = connection_guard(engine)
 
     def refresh(self, hours: Iterable[datetime]) -> int:
-        """See :meth:`adfunnel.billing.rollups.RollupStore.refresh`.
+        """See :meth:`adfunnel.billing.rollup_store.RollupStore.refresh`.
 
         Raises:
             ValueError: for a naive datetime.
@@ -113,7 +113,7 @@ class SqlRollupStore:
         self, *, start: datetime, end: datetime,
         campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
     ) -> list[HourRollup]:
-        """See :meth:`adfunnel.billing.rollups.RollupStore.hours`."""
+        """See :meth:`adfunnel.billing.rollup_store.RollupStore.hours`."""
         return self._read(start, end, campaign_ids, advertiser_id, None)
 
     def query(
@@ -122,7 +122,7 @@ class SqlRollupStore:
         granularity: Granularity = "hour", group_by: GroupBy = "campaign",
         time_zone: str = "UTC",
     ) -> list[ReportRow]:
-        """See :meth:`adfunnel.billing.rollups.RollupStore.query`; the rollups are summed
+        """See :meth:`adfunnel.billing.rollup_store.RollupStore.query`; the rollups are summed
         per (quarter-hour, group) in SQL first."""
         check_shape(granularity, group_by, time_zone)
         rows = self._read(start, end, campaign_ids, advertiser_id, group_by)

@@ -242,7 +242,7 @@ def _event_log_or_raise(settings: Settings) -> None:
         EventLogUnavailable: it does not answer.
     """
     if settings.event_log_url is not None:
-        from adfunnel.events.jetstream_log import probe
+        from adfunnel.events.jetstream_connection import probe
 
         probe(settings.event_log_url)
 

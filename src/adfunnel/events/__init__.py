@@ -3,8 +3,10 @@ the tracker's on-disk spool.
 
 DESIGN.md §Events and billing. ``model`` (the :class:`Event` record, its wire form and
 partitioning), ``log`` (the :class:`EventLog` / :class:`Consumer` interface and its
-errors), ``memory_log`` (the embedded default), ``jetstream_log`` (NATS JetStream; import
-it directly), ``spool`` (events kept on disk while the log is unreachable).
+errors, and the reader's shared part), ``memory_log`` (the embedded default),
+``jetstream_log`` (NATS JetStream; import it directly) over ``jetstream_connection`` (the
+loop, the bridge, the stream) and ``jetstream_consumer`` (the durable pull consumers),
+``spool`` (events kept on disk while the log is unreachable).
 """
 
 from adfunnel.events.log import (

@@ -20,7 +20,7 @@ all of them, so the result is always a function of the raw files. Raw files are 
 (they are the source of truth); deleting them is retention's business, after
 compaction.
 
-Schema (:data:`SCHEMA`): one row per :class:`~adfunnel.events.served_log.ServedRecord`,
+Schema (:data:`SCHEMA`): one row per :class:`~adfunnel.events.served_schema.ServedRecord`,
 same field names; nested fields as Arrow types, not JSON strings — ``attributes``
 ``map<string, list<string>>``, ``reason_counts`` ``map<string, int64>``, ``slots`` /
 ``winners`` / ``rejections`` lists of structs, ``house_slots`` ``list<string>``.
@@ -45,12 +45,8 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from adfunnel.events.served_log import (
-    RAW_SUFFIX,
-    SCHEMA_VERSION,
-    ServedRecord,
-    decode_record,
-)
+from adfunnel.events.served_log import RAW_SUFFIX
+from adfunnel.events.served_schema import SCHEMA_VERSION, ServedRecord, decode_record
 
 #: Metadata key of the Parquet file: JSON list of [raw file name, size in bytes].
 SOURCES_KEY = b"adfunnel.sources"

@@ -142,6 +142,56 @@ class Consumer(Protocol):
         ...
 
 
+class ConsumerBase:
+    """What every log's reader shares: its name and partitions, the partition a fetch asks
+    first (rotated by each fetch, so none starves), one-delivery acks and the closed check.
+
+    A reader subclasses it and implements ``fetch`` (starting with :meth:`_next_fetch`),
+    ``ack`` and ``close`` (setting ``_closed``).
+    """
+
+    def __init__(self, name: str, partitions: tuple[int, ...]) -> None:
+        self._name = name
+        self._partitions = partitions
+        self._turn = 0
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        """The durable consumer's name."""
+        return self._name
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        """The partitions it reads, ascending."""
+        return self._partitions
+
+    def ack(self, deliveries: Iterable[Delivery]) -> None:
+        """See :meth:`Consumer.ack`."""
+        raise NotImplementedError
+
+    def ack_one(self, delivery: Delivery) -> None:
+        """Acknowledge one delivery (what :meth:`Delivery.ack` calls)."""
+        self.ack((delivery,))
+
+    def _next_fetch(self, max_messages: int, timeout_s: float) -> int:
+        """Check a fetch's arguments and that this reader is open, and turn to the next
+        first partition; its index in :attr:`partitions`.
+
+        Raises:
+            ValueError: as :func:`check_fetch_args`.
+            EventLogUnavailable: the reader is closed.
+        """
+        check_fetch_args(max_messages, timeout_s)
+        self._check_open()
+        self._turn = (self._turn + 1) % len(self._partitions)
+        return self._turn
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EventLogUnavailable(f"consumer {self._name!r} is closed")
+
+
 class EventLog(Protocol):
     """An append-only, partitioned, replayable event log (see the module docstring).
 

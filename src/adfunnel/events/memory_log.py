@@ -20,10 +20,10 @@ from adfunnel.events.log import (
     DEFAULT_ACK_WAIT_S,
     DEFAULT_DEDUPE_WINDOW_S,
     DEFAULT_PARTITIONS,
+    ConsumerBase,
     Delivery,
     EventLogUnavailable,
     check_consumer_args,
-    check_fetch_args,
 )
 from adfunnel.events.model import Event, decode, encode, partition_of
 
@@ -254,33 +254,18 @@ class MemoryEventLog:
             raise EventLogUnavailable("the in-memory event log is closed")
 
 
-class MemoryConsumer:
+class MemoryConsumer(ConsumerBase):
     """A reader of a durable consumer of a :class:`MemoryEventLog`; see
     :class:`adfunnel.events.log.Consumer`."""
 
     def __init__(self, log: MemoryEventLog, name: str, partitions: tuple[int, ...]) -> None:
+        super().__init__(name, partitions)
         self._log = log
-        self._name = name
-        self._partitions = partitions
-        self._turn = 0
-        self._closed = False
-
-    @property
-    def name(self) -> str:
-        """The durable consumer's name."""
-        return self._name
-
-    @property
-    def partitions(self) -> tuple[int, ...]:
-        """The partitions it reads, ascending."""
-        return self._partitions
 
     def fetch(self, max_messages: int, timeout_s: float) -> list[Delivery]:
         """See :meth:`adfunnel.events.log.Consumer.fetch`."""
-        check_fetch_args(max_messages, timeout_s)
-        self._check_open()
-        self._turn = (self._turn + 1) % len(self._partitions)
-        return self._log._fetch(self._name, self._partitions, self._turn, max_messages,
+        start = self._next_fetch(max_messages, timeout_s)
+        return self._log._fetch(self._name, self._partitions, start, max_messages,
                                 timeout_s, self)
 
     def ack(self, deliveries: Iterable[Delivery]) -> None:
@@ -288,14 +273,6 @@ class MemoryConsumer:
         self._check_open()
         self._log._ack(self._name, deliveries)
 
-    def ack_one(self, delivery: Delivery) -> None:
-        """Acknowledge one delivery (what :meth:`Delivery.ack` calls)."""
-        self.ack((delivery,))
-
     def close(self) -> None:
         """See :meth:`adfunnel.events.log.Consumer.close`."""
         self._closed = True
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise EventLogUnavailable(f"consumer {self._name!r} is closed")

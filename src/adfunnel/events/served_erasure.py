@@ -27,7 +27,8 @@ from pathlib import Path
 import msgspec
 
 from adfunnel.events.compactor import Hour, compact_hour, parquet_path, raw_hours
-from adfunnel.events.served_log import ServedLog, decode_record
+from adfunnel.events.served_log import ServedLog
+from adfunnel.events.served_schema import decode_record
 
 #: An hour accepts late records this long after its end (the compactor's default).
 GRACE_S = 300.0

@@ -3,14 +3,14 @@ from (DESIGN.md §Events and billing; issue 8, "Served log").
 
 Shape of the plane::
 
-    ServedLog.record(decision, request)   # request path: O(1), never blocks, may drop
+    ServedLog.record(source)              # request path: O(1), never blocks, may drop
         └─ bounded queue ─▶ writer thread ─▶ raw/YYYY-MM-DD/HH.<writer>.jsonl (append-only)
     compactor.compact(...)                # closed hours ─▶ parquet/date=…/hour=…/part-0.parquet
     query.query(...) / query.join_served_with_billed(...)   # DuckDB over the Parquet files
 
-``record`` takes the time from the injected clock, reads the winners' pacing rates and
-puts one tuple on a bounded queue; everything else (hashing the user key, building the
-:class:`ServedRecord`, JSON encoding, file I/O) happens on the writer thread. When the
+``record`` takes the time from the injected clock and puts one tuple on a bounded queue;
+everything else (building the :class:`ServedRecord` from its :class:`RecordSource`, which
+hashes the user key, JSON encoding, file I/O) happens on the writer thread. When the
 queue is full the record is dropped and counted (:attr:`ServedLog.dropped` and the
 Prometheus counter ``adfunnel_served_log_dropped_total{reason}``): the answer is never
 delayed for the log.
@@ -23,16 +23,14 @@ reopens a file ending in a torn line starts a new line first.
 
 The user key is never stored: only ``HMAC-SHA256(salt, key)`` in hex (``user_hash``).
 
-This module does not import :mod:`adfunnel.serving` at run time (the serving plane
-imports the event plane, not the reverse); the decision and request types appear in
-type hints only.
+This module knows records, not decisions: the serving plane builds a record from its
+decision (:mod:`adfunnel.serving.served_record`), and imports the event plane, not the
+reverse.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import logging
 import os
 import queue
@@ -40,24 +38,19 @@ import re
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NamedTuple
+from typing import IO, Any, NamedTuple, Protocol
 
 import msgspec
 from prometheus_client import Counter
 
 from adfunnel.clock import Clock
-
-if TYPE_CHECKING:
-    from adfunnel.serving.decision import Decision
-    from adfunnel.serving.request import SelectRequest
+from adfunnel.events.served_schema import ServedRecord, hash_user_key
 
 log = logging.getLogger(__name__)
 
-#: Version of the record layout; bumped when a field changes meaning or type.
-SCHEMA_VERSION = 1
 #: Suffix of raw hour files (``raw/YYYY-MM-DD/HH.<writer>.jsonl``).
 RAW_SUFFIX = ".jsonl"
 #: Default bound of the record queue (records waiting for the writer thread).
@@ -82,179 +75,7 @@ DROPPED = Counter(
 _WRITER_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
 
-class SlotRecord(msgspec.Struct, forbid_unknown_fields=False):
-    """One requested slot as the request gave it (sizes in pixels, reserve in micros per
-    thousand impressions; None: the placement's)."""
-
-    id: str
-    position: int
-    width: int
-    height: int
-    format: str
-    reserve_cpm_micros: int | None = None
-
-
-class RejectionRecord(msgspec.Struct, forbid_unknown_fields=False):
-    """One rejected candidate with its reason code (``detail``: e.g. the cap that bound)."""
-
-    ad_id: int
-    campaign_id: int
-    reason: str
-    detail: str | None = None
-
-
-class WinnerRecord(msgspec.Struct, forbid_unknown_fields=False):
-    """One filled slot (a paid ad; house fills are in ``ServedRecord.house_slots``).
-
-    Money is integer micros: ``bid_micros`` and ``price_micros`` in the bid's unit (per
-    mille for CPM, per click for CPC, per conversion for CPA), ``charge_micros`` the
-    most its billable event can bill, ``expected_micros`` the serve's expected cost;
-    ``quality_micros`` and ``total_micros`` are micros per impression (floats, as the
-    auction ranks them). ``pctr``/``pcvr`` are probabilities. ``pacing_p`` is the
-    campaign's participation probability when it was served (None: not given);
-    ``propensity`` the probability that this ad was shown in this slot (None until the
-    model issue adds exploration). ``impression_id`` is the id in the ad's token: the
-    key of its ledger rows.
-    """
-
-    slot_id: str
-    position: int
-    impression_id: str
-    ad_id: int
-    campaign_id: int
-    advertiser_id: int
-    bid_type: str
-    bid_micros: int
-    price_micros: int
-    charge_micros: int
-    expected_micros: int
-    pctr: float
-    pcvr: float
-    quality_micros: float
-    total_micros: float
-    pacing_p: float | None = None
-    propensity: float | None = None
-
-
-class ServedRecord(msgspec.Struct, forbid_unknown_fields=False):
-    """One committed decision as the served log keeps it.
-
-    ``time``: Unix seconds from the injected clock when the decision was recorded.
-    ``user_hash``: hex HMAC-SHA256 of the user key under the log's salt (None: the
-    request had no key). ``attributes``: the request's user attributes, each value a
-    list of strings (a single string becomes a one-item list). ``reason_counts``:
-    rejected candidates per reason code (always; the columnar path keeps only these).
-    ``rejections``: the first ``max_rejections`` per-candidate rejections where the
-    decision kept them (explain requests, the reference path), ``rejections_total`` how
-    many it had. The decision keeps no score for a rejected candidate, so scores are
-    the winners' (:class:`WinnerRecord`). ``truncated``: retrieval stopped at its limit.
-    ``exploration``/``model_version``: None until the model issue fills them;
-    ``index_version``: the targeting index version the decision read.
-    """
-
-    request_id: str
-    time: float
-    user_hash: str | None
-    attributes: dict[str, list[str]]
-    placement: str
-    exchange: str | None
-    domain: str | None
-    placement_reserve_cpm_micros: int
-    slots: list[SlotRecord]
-    winners: list[WinnerRecord]
-    house_slots: list[str]
-    reason_counts: dict[str, int]
-    rejections: list[RejectionRecord]
-    rejections_total: int
-    truncated: bool
-    index_version: int
-    exploration: bool | None = None
-    model_version: str | None = None
-    schema_version: int = SCHEMA_VERSION
-
-
 _encoder = msgspec.json.Encoder()
-#: Decodes one raw line (``msgspec.DecodeError`` / ``ValidationError`` on a bad one).
-decode_record = msgspec.json.Decoder(ServedRecord).decode
-
-
-def hash_user_key(key: str | None, salt: bytes) -> str | None:
-    """Hex HMAC-SHA256 of ``key`` under ``salt`` (64 characters); None for no key."""
-    if key is None:
-        return None
-    return hmac.new(salt, key.encode("utf-8"), hashlib.sha256).hexdigest()
-
-
-def build_record(
-    decision: Decision,
-    request: SelectRequest,
-    time_s: float,
-    salt: bytes,
-    *,
-    pacing: Mapping[int, float] | None = None,
-    exploration: bool | None = None,
-    propensities: Mapping[str, float] | None = None,
-    model_version: str | None = None,
-    max_rejections: int = DEFAULT_MAX_REJECTIONS,
-) -> ServedRecord:
-    """The :class:`ServedRecord` of ``decision`` made for ``request`` at ``time_s``.
-
-    ``pacing``: campaign id -> pacing probability at decision time; ``propensities``:
-    slot id -> propensity of the ad shown there. Pure: reads its arguments only.
-    """
-    positions = {s.id: s.position for s in request.slots}
-    pacing = pacing or {}
-    propensities = propensities or {}
-    winners = []
-    for p in decision.placed:
-        cand = p.win.candidate
-        winners.append(WinnerRecord(
-            slot_id=p.win.slot_id,
-            position=positions.get(p.win.slot_id, 0),
-            impression_id=p.served.impression_id,
-            ad_id=p.ad.id,
-            campaign_id=p.campaign.id,
-            advertiser_id=p.campaign.advertiser_id,
-            bid_type=p.campaign.bid_type.value,
-            bid_micros=cand.bid_micros,
-            price_micros=p.win.price_micros,
-            charge_micros=p.charge_micros,
-            expected_micros=p.served.expected_micros,
-            pctr=float(cand.pctr),
-            pcvr=float(cand.pcvr),
-            quality_micros=float(cand.quality_micros),
-            total_micros=float(cand.total),
-            pacing_p=pacing.get(p.campaign.id),
-            propensity=propensities.get(p.win.slot_id),
-        ))
-    kept = decision.rejections[:max_rejections]
-    return ServedRecord(
-        request_id=decision.request_id,
-        time=time_s,
-        user_hash=hash_user_key(request.user.key, salt),
-        attributes={k: _as_list(v) for k, v in request.user.attributes.items()},
-        placement=request.placement.id,
-        exchange=request.placement.exchange,
-        domain=request.placement.domain,
-        placement_reserve_cpm_micros=request.placement.reserve_cpm_micros,
-        slots=[SlotRecord(s.id, s.position, s.width, s.height, s.format, s.reserve_cpm_micros)
-               for s in request.slots],
-        winners=winners,
-        house_slots=[h.slot_id for h in decision.house],
-        reason_counts=decision.rejection_counts(),
-        rejections=[RejectionRecord(r.ad_id, r.campaign_id, r.reason, r.detail) for r in kept],
-        rejections_total=len(decision.rejections),
-        truncated=decision.truncated,
-        index_version=decision.index_version,
-        exploration=exploration,
-        model_version=model_version,
-    )
-
-
-def _as_list(value: object) -> list[str]:
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    return [str(value)]
 
 
 def hour_of(time_s: float) -> tuple[str, str]:
@@ -264,14 +85,24 @@ def hour_of(time_s: float) -> tuple[str, str]:
     return at.strftime("%Y-%m-%d"), at.strftime("%H")
 
 
+class RecordSource(Protocol):
+    """What the request path queues: a record to build later, on the writer thread (the
+    serving plane's :class:`~adfunnel.serving.served_record.DecisionSource`)."""
+
+    @property
+    def request_id(self) -> str:
+        """The request id (named in the log when the record cannot be built)."""
+        ...
+
+    def build(self, time_s: float, salt: bytes, max_rejections: int) -> ServedRecord:
+        """The record at ``time_s``: the user key hashed under ``salt``
+        (:func:`hash_user_key`), at most ``max_rejections`` per-candidate rejections."""
+        ...
+
+
 class _Pending(NamedTuple):
     time_s: float
-    decision: Decision
-    request: SelectRequest
-    pacing: dict[int, float] | None
-    exploration: bool | None
-    propensities: Mapping[str, float] | None
-    model_version: str | None
+    source: RecordSource
 
 
 class _Flush(NamedTuple):
@@ -339,35 +170,17 @@ class ServedLog:
 
     # -- request path -------------------------------------------------------------
 
-    def record(
-        self,
-        decision: Decision,
-        request: SelectRequest,
-        *,
-        pacing_rate: Callable[[int], float] | None = None,
-        exploration: bool | None = None,
-        propensities: Mapping[str, float] | None = None,
-        model_version: str | None = None,
-    ) -> bool:
-        """Queue ``decision`` (made for ``request``) for the log; never blocks or raises
-        for a full queue.
-
-        Call it for a committed decision only, and do not mutate the decision or the
-        request afterwards: the writer thread reads them later. ``pacing_rate``:
-        campaign id -> participation probability now (e.g. the spend gate's
-        ``pacing_rate``), read here for each winner; ``propensities``: slot id ->
-        propensity; ``exploration``, ``model_version``: stored as given.
+    def record(self, source: RecordSource) -> bool:
+        """Queue the record of ``source`` (a committed decision) for the log, at the
+        clock's time now; never blocks or raises for a full queue. The record is built
+        later, on the writer thread.
 
         Returns True when queued, False when dropped (queue full, or the log closed).
         """
         if self._closed:
             self._drop(CLOSED)
             return False
-        time_s = self.clock.now().timestamp()
-        pacing = ({p.campaign.id: float(pacing_rate(p.campaign.id)) for p in decision.placed}
-                  if pacing_rate is not None else None)
-        item = _Pending(time_s, decision, request, pacing, exploration, propensities,
-                        model_version)
+        item = _Pending(self.clock.now().timestamp(), source)
         try:
             self._queue.put_nowait(item)
         except queue.Full:
@@ -541,13 +354,10 @@ class ServedLog:
         lines: dict[Path, list[bytes]] = {}
         for it in items:
             try:
-                rec = build_record(
-                    it.decision, it.request, it.time_s, self._salt, pacing=it.pacing,
-                    exploration=it.exploration, propensities=it.propensities,
-                    model_version=it.model_version, max_rejections=self.max_rejections)
+                rec = it.source.build(it.time_s, self._salt, self.max_rejections)
                 line = _encoder.encode(rec) + b"\n"
             except Exception:  # a record that cannot be built must not stop the writer
-                log.exception("served log: record %r not encodable", it.decision.request_id)
+                log.exception("served log: record %r not encodable", it.source.request_id)
                 self._write_errors += 1
                 self._drop(WRITE_ERROR)
                 continue

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from adfunnel.auth import ApiKeys, SqlKeyStore
 from adfunnel.billing.ledger import Ledger
-from adfunnel.billing.rollups import DirtyHours, RollupStore
+from adfunnel.billing.rollup_store import DirtyHours, RollupStore
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.budget.embedded import InProcessBudget

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from adfunnel.billing.rollups import DirtyHours
+from adfunnel.billing.rollup_store import DirtyHours
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.budget.gate import LocalSpendGate

@@ -60,6 +60,7 @@ from adfunnel.serving.request import (
     decode_request,
     encode,
 )
+from adfunnel.serving.served_record import decision_source
 
 SELECT_LATENCY = Histogram(
     "adfunnel_select_seconds", "Ad request latency inside the server, from arrival",
@@ -193,10 +194,10 @@ class ServingEndpoints:
         self.decider.commit(decision)
         self.log.append(decision)
         if self.served is not None:  # queued (never waits; dropped and counted when full)
-            self.served.record(decision, req, pacing_rate=self.decider.gate.pacing_rate,
-                               model_version=decision.model_version,
-                               exploration=decision.exploration,
-                               propensities=decision.propensities or None)
+            self.served.record(decision_source(
+                decision, req, pacing_rate=self.decider.gate.pacing_rate,
+                model_version=decision.model_version, exploration=decision.exploration,
+                propensities=decision.propensities or None))
         if not decision.placed and not decision.house:
             return self._no_ad(start, "no_fill", request_id)
         self._observe(start, "filled")

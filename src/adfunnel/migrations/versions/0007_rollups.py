@@ -1,7 +1,7 @@
 """Hourly rollups of the ledger (valid events and IVT per reason), derived from ``ledger``
 and ``ledger_ivt`` (``adfunnel.billing.sql_rollups``); the ledger gets an index on
 ``occurred_at`` for the refresh. The new tables start empty: refresh the ledger's hours
-once (``adfunnel.billing.rollups.refresh_since``) to fill them.
+once (``adfunnel.billing.rollup_store.refresh_since``) to fill them.
 
 Revision ID: 0007
 Revises: 0006
