@@ -43,6 +43,7 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_unreachable_postgres_is_one_line_without_password(tmp_path: Path, workers: str) -> None:
     port = closed_port()
@@ -55,6 +56,7 @@ def test_unreachable_postgres_is_one_line_without_password(tmp_path: Path, worke
     assert "Connection refused" in line
 
 
+@pytest.mark.slow
 def test_unopenable_sqlite_file_is_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/no/such/dir/db.sqlite3"
     done = adfunnel("serve", "--port", "0", "--database-url", url, tmp_path=tmp_path)
@@ -62,6 +64,7 @@ def test_unopenable_sqlite_file_is_one_line(tmp_path: Path) -> None:
         "unable to open database file"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [
     ["serve", "--port", "0"], ["serve", "--port", "0", "--workers", "2"],
     ["tracker", "--port", "0"], ["aggregator"]])
@@ -74,6 +77,7 @@ def test_unreachable_event_log_is_one_line(tmp_path: Path, command: list[str]) -
     assert "ConnectionRefusedError" in line
 
 
+@pytest.mark.slow
 def test_budget_service_with_unreachable_postgres(tmp_path: Path) -> None:
     port = closed_port()
     line = one_line(adfunnel("budget-service", "--port", "0", "--database-url",
@@ -82,6 +86,7 @@ def test_budget_service_with_unreachable_postgres(tmp_path: Path) -> None:
     assert "cannot use the database" in line and "Connection refused" in line
 
 
+@pytest.mark.slow
 def test_a_budget_service_needs_the_internal_token(tmp_path: Path) -> None:
     """Without ``ADFUNNEL_INTERNAL_TOKEN`` (or with a short one) the budget service does
     not start; the settings problem is named with the others, before any connection."""

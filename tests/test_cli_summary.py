@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from adfunnel.cli import app
@@ -33,6 +34,7 @@ def test_a_summary_table_has_a_unit_column() -> None:
     assert list(table.columns[2].cells) == ["ms", ""]
 
 
+@pytest.mark.slow
 def test_simulate_shows_progress_a_summary_with_units_and_writes_plots(tmp_path: Path) -> None:
     report, plots = tmp_path / "r.json", tmp_path / "plots"
     done = CliRunner().invoke(app, ["simulate", "--scenario", "midnight", "--short",
@@ -46,6 +48,7 @@ def test_simulate_shows_progress_a_summary_with_units_and_writes_plots(tmp_path:
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
 
+@pytest.mark.slow
 def test_every_plot_axis_is_labelled() -> None:
     sim = _Sim(scenarios()["midnight"], 0, True)
     sim.run()
@@ -60,6 +63,7 @@ def test_every_plot_axis_is_labelled() -> None:
         assert top.get_title() and top.get_legend() is not None
 
 
+@pytest.mark.slow
 def test_bench_shows_a_summary_with_units(tmp_path: Path) -> None:
     out = tmp_path / "index.json"
     done = CliRunner().invoke(app, ["bench", "index", "--ads", "2000", "--workload", "go",

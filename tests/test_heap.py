@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
+
 from adfunnel.runtime.heap import freeze_heap
 
 
@@ -13,6 +15,7 @@ class Node:
         self.me = self  # a cycle: only the cyclic collector frees it
 
 
+@pytest.mark.slow
 def test_garbage_is_collected_first_and_the_live_heap_is_frozen() -> None:
     garbage = Node()
     gone = weakref.ref(garbage)

@@ -55,6 +55,7 @@ def document(server_url: str) -> dict:
     return httpx.get(server_url + "/openapi.json").json()
 
 
+@pytest.mark.slow
 def test_the_document_covers_every_route(document: dict) -> None:
     paths = document["paths"]
     for path, method in [("/v1/ads:select", "post"), ("/i", "get"), ("/c", "get"),
@@ -104,6 +105,7 @@ def api_schema(server_url: str) -> schemathesis.BaseSchema:
 EXAMPLES = 8
 
 
+@pytest.mark.slow
 def test_the_running_server_keeps_to_its_document(api_schema: schemathesis.BaseSchema) -> None:
     """Every operation, as the admin: no 5xx, no undocumented status, content type or
     body. (Driven through hypothesis directly: schemathesis' pytest plugin does not

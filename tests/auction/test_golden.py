@@ -22,6 +22,7 @@ def _candidate(raw: dict) -> Candidate:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_golden_auction(path: Path) -> None:
     case = json.loads(path.read_text())

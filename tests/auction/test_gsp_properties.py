@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,7 @@ candidate = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(
     cands=st.lists(candidate, max_size=25, unique_by=lambda c: c.ad_id),
@@ -36,6 +38,7 @@ def test_price_between_reserve_and_bid(cands: list[Candidate], slots: int, reser
         assert w.price_micros >= reserve_in_unit(reserve / 1000, w.candidate) - 1e-6
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(cands=st.lists(candidate, max_size=25, unique_by=lambda c: c.ad_id), slots=st.integers(1, 3))
 def test_one_ad_per_campaign_and_order(cands: list[Candidate], slots: int) -> None:
@@ -49,6 +52,7 @@ def test_one_ad_per_campaign_and_order(cands: list[Candidate], slots: int) -> No
     assert len(result.wins) + len(result.rejections) == len(cands)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(cands=st.lists(candidate, min_size=2, max_size=10, unique_by=lambda c: c.ad_id))
 def test_winner_keeps_rank_at_its_price(cands: list[Candidate]) -> None:

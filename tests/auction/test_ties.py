@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
+
 from adfunnel.auction import Candidate, run_auction
 from adfunnel.campaigns.model import BidType
 
@@ -23,6 +25,7 @@ def _winners(cands: list[Candidate], draws: int, seed: int) -> Counter[int]:
     return wins
 
 
+@pytest.mark.slow
 def test_two_tied_ads_each_win_half_of_100k_draws() -> None:
     """50 % ± 0.5 % each (the sd of a fair coin over 100k draws is 0.16 %)."""
     n = 100_000
@@ -32,6 +35,7 @@ def test_two_tied_ads_each_win_half_of_100k_draws() -> None:
         assert abs(wins[ad] / n - 0.5) <= 0.005, wins
 
 
+@pytest.mark.slow
 def test_three_way_tie_is_uniform_and_second_slot_too() -> None:
     n = 30_000
     cands = [_cpm(1), _cpm(2), _cpm(3)]

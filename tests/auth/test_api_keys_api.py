@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 
+import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.auth.keys import digest
@@ -12,6 +13,7 @@ from adfunnel.runtime.embedded import Runtime
 from tests.api_keys import ADMIN_HEADERS
 
 
+@pytest.mark.slow
 def test_a_new_key_is_shown_once_and_stored_as_its_digest(
         http: TestClient, runtime: Runtime) -> None:
     adv = http.post("/v1/advertisers", json={"name": "a"}, headers=ADMIN_HEADERS).json()

@@ -62,6 +62,7 @@ def slow_runtime() -> Iterator[Runtime]:
     rt.close()
 
 
+@pytest.mark.slow
 def test_an_advertiser_key_over_its_rate_gets_429_with_retry_after(
         slow_runtime: Runtime) -> None:
     with TestClient(build_app(slow_runtime)) as http:

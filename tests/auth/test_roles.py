@@ -116,6 +116,7 @@ def test_an_advertiser_creates_campaigns_only_for_itself(
     assert r.status_code == 403 and r.json()["fields"][0]["field"] == "authorization"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "path"), [
     ("GET", "/metrics"), ("PUT", "/v1/admin/clock"), ("GET", "/v1/admin/models"),
     ("GET", "/v1/ledger/stats"), ("GET", "/v1/serving/stats"), ("GET", "/v1/budget/pacing"),
@@ -131,6 +132,7 @@ def test_admin_routes_refuse_an_advertiser_key_with_403(
     assert r.json()["fields"][0]["field"] == "authorization"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "path"), [
     ("GET", "/metrics"), ("PUT", "/v1/admin/clock"), ("GET", "/v1/ledger/stats"),
     ("GET", "/v1/decisions/r1"), ("GET", "/v1/advertisers"), ("POST", "/v1/campaigns"),
@@ -155,6 +157,7 @@ def test_serving_tracking_and_health_stay_open(http: TestClient) -> None:
     assert http.get("/v", params={"t": "forged", "value": 1}).status_code == 400
 
 
+@pytest.mark.slow
 def test_a_revoked_key_stops_working_at_once(
         http: TestClient, sides: tuple[Side, Side]) -> None:
     mine, _ = sides
@@ -235,6 +238,7 @@ def test_an_advertiser_cannot_set_the_review_state(
     assert pending.status_code == 201 and pending.json()["review_state"] == "pending_review"
 
 
+@pytest.mark.slow
 def test_an_admin_creates_ads_approved_or_pending(
         http: TestClient, sides: tuple[Side, Side]) -> None:
     mine, _ = sides

@@ -27,6 +27,7 @@ def _left(redis_url: str, prefix: str) -> list[bytes]:
         client.close()
 
 
+@pytest.mark.slow
 def test_a_short_run_measures_the_added_time(redis_url: str) -> None:
     r = run_caps_bench(decisions=40, redis_url=redis_url, users=7)
     assert r["decisions"] == 40 and r["capped_candidates"] == 5 and r["fields_read"] == 10
@@ -43,6 +44,7 @@ def test_a_short_run_measures_the_added_time(redis_url: str) -> None:
     assert _left(redis_url, r["key_prefix"]) == []
 
 
+@pytest.mark.slow
 def test_the_cli_writes_the_figures(redis_url: str, tmp_path: Path) -> None:
     out = tmp_path / "caps.json"
     res = CliRunner().invoke(app, ["bench", "caps", "--decisions", "10", "--users", "3",

@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from adfunnel.bench.decide import run_decide_bench
 from adfunnel.prediction.model import ClickModel
 from adfunnel.serving.decider import STAGES
 
 
+@pytest.mark.slow
 def test_the_stages_with_and_without_the_predict_stage(tmp_path: Path) -> None:
     plain = run_decide_bench(ads=2_000, queries=40, reference_queries=40)
     assert plain["stage_us"]["predict"] is None and plain["model_version"] is None

@@ -25,6 +25,7 @@ from adfunnel.serving.request import decode_request
 from adfunnel.targeting import parse_expr
 
 
+@pytest.mark.slow
 def test_populate_writes_what_the_store_would(tmp_path: Path) -> None:
     """Rows and change-log rows of 57 campaigns: the snapshot and the log agree record
     for record, and every targeting parses."""
@@ -47,6 +48,7 @@ def test_populate_writes_what_the_store_would(tmp_path: Path) -> None:
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_request_bodies_are_valid_ad_requests() -> None:
     _, reqs, _ = _workload(10, seed=1)
     for n, r in enumerate(reqs[:200]):
@@ -88,6 +90,7 @@ def test_a_small_run_measures_every_field() -> None:
     assert probe["probes"] > 0 and probe["p99_ms"] is not None
 
 
+@pytest.mark.slow
 def test_the_generator_cpu_counts_a_child_generator_once_it_has_exited() -> None:
     """wrk runs as a child process: its CPU is the generator's once it is reaped."""
     before = generator_cpu_seconds()

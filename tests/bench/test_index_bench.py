@@ -28,6 +28,7 @@ KEYS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_run_index_bench_shape(workload: str) -> None:
     out = run_index_bench(ads=300, workload=workload, queries=20, seed=3)

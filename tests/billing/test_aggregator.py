@@ -490,6 +490,7 @@ def all_days(ledger: MemoryLedger, cid: int) -> list[tuple[date, int, int, int, 
             for t in ledger.day_totals(cid, date(2026, 1, 1), date(2027, 1, 1))]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories())
 def test_any_interleaving_duplication_and_redelivery_bills_as_each_event_once(
@@ -537,6 +538,7 @@ def test_any_interleaving_duplication_and_redelivery_bills_as_each_event_once(
     assert [all_days(w.ledger, cid) for cid in (CPM, CPC, CPA)] == snapshot
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([IMP, CLICK, CONV]), st.integers(0, 5),
                           st.integers(0, 2_000_000)), max_size=40),

@@ -17,6 +17,7 @@ import math
 from datetime import UTC, date, datetime
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -100,6 +101,7 @@ def _candidate(ad_id: int, bid_min: int) -> st.SearchStrategy[Candidate]:
         quality_micros=st.integers(-2_000, 2_000).map(float) | st.just(0.0))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(c=_candidate(1, 1), others=st.lists(_candidate(2, 0), max_size=1),
        reserve=st.integers(0, 5_000_000), n=st.integers(1, 12))
@@ -145,6 +147,7 @@ def test_a_lone_winner_pays_the_reserve_not_a_rounding_micro_more() -> None:
     assert win.price_micros == _reserve_in_unit(1_166_688, c) == 129_632_000
 
 
+@pytest.mark.slow
 def test_reserve_equal_to_bid_is_charged_exactly() -> None:
     """The issue's input: CPM bid 1,500 µ, reserve 1,500 µ; each impression billed 2 µ
     before (eCPM 2,000 > bid). Now 1,000 impressions bill exactly 1,500 µ."""

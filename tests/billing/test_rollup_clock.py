@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.clock import ManualClock
@@ -58,6 +59,7 @@ def _ledger_impressions(http: TestClient, cid: int) -> int:
     return sum(d["impressions"] for d in days)
 
 
+@pytest.mark.slow
 def test_a_replay_reads_in_the_rollups_what_the_ledger_report_has() -> None:
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
                              ivt=False)  # the filter's lists: seconds to load, not needed

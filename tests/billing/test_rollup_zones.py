@@ -94,6 +94,7 @@ def sql() -> Iterator[tuple[SqlLedger, RollupStore]]:
     engine.dispose()
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(tz=st.sampled_from(ZONES), times=st.lists(instants, min_size=1, max_size=12))
 @example(tz="Australia/Lord_Howe", times=[datetime(2026, 10, 3, 15, 40, tzinfo=UTC)])

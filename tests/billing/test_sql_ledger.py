@@ -59,6 +59,7 @@ _WORKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_processes_sharing_a_sqlite_file_bill_each_beacon_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     engine = make_engine(url)
@@ -80,6 +81,7 @@ def test_processes_sharing_a_sqlite_file_bill_each_beacon_once(tmp_path: Path) -
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_in_memory_sqlite_shared_by_threads() -> None:
     engine = make_engine("sqlite://")  # one connection (StaticPool) for every thread
     metadata.create_all(engine, tables=TABLES)
@@ -101,6 +103,7 @@ def test_in_memory_sqlite_shared_by_threads() -> None:
     engine.dispose()
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     steps=st.lists(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -33,6 +34,7 @@ def _arrays(cs: list[Campaign], charges: list[int]) -> tuple[np.ndarray, ...]:
     return ids, days, np.array(charges, dtype=np.int64), budgets
 
 
+@pytest.mark.slow
 @given(st.lists(st.tuples(amounts, st.one_of(st.none(), amounts), st.sampled_from(ZONES),
                           st.lists(st.tuples(amounts, st.booleans(), st.booleans()), max_size=3),
                           amounts), min_size=1, max_size=12))

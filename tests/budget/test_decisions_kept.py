@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
+import pytest
 
 from adfunnel.budget.protocol import BilledUpdate, CampaignSpend, Report, ReportEntry
 from adfunnel.budget.service import BudgetService
@@ -36,6 +37,7 @@ def _warm(clock: ManualClock, camps: list[Campaign]) -> BudgetService:
     return svc
 
 
+@pytest.mark.slow
 def test_the_next_days_first_p_is_yesterdays_at_the_nearest_minute() -> None:
     clock = ManualClock(DAY0)
     camps = [_camp(1, 20_000_000), _camp(2, 30_000_000), _camp(3, 10**12)]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from adfunnel.billing.model import EventType, LedgerEvent
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.budget.embedded import InProcessBudget
@@ -19,6 +21,7 @@ from adfunnel.db import make_engine
 T0 = datetime(2026, 7, 15, 0, 0, tzinfo=UTC)
 
 
+@pytest.mark.slow
 def test_spends_up_to_the_budget_and_stops(tmp_path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'b.sqlite3'}")
     upgrade(engine)
@@ -66,6 +69,7 @@ def _metered_gate(tmp_path: Path, clock: Clock) -> tuple[InProcessBudget, Campai
                            background=False), camp
 
 
+@pytest.mark.slow
 def test_a_slice_ask_waits_for_a_busy_service_only_on_a_manual_clock(tmp_path) -> None:
     """On the system clock a decision's ask gives up after ``ASK_WAIT_S`` while a control
     step holds the service (the want goes with the next report); on a manual clock it

@@ -108,6 +108,7 @@ def test_the_middleware_refuses_a_short_token() -> None:
         InternalAuth(lambda *a: None, "short")
 
 
+@pytest.mark.slow
 def test_the_ad_servers_transport_sends_the_token(proc: BudgetServiceProcess) -> None:
     with serving(proc.app(INTERNAL_TOKEN)) as base:
         for token, failures in ((INTERNAL_TOKEN, 0), ("y" * 32, 1)):

@@ -62,6 +62,7 @@ def _day_of_requests(http: Any, start: datetime, day: int) -> int:
     return filled
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start", [
     datetime(2013, 10, 19, 10, 0, tzinfo=UTC),  # the replay's week
     datetime(2019, 6, 3, 10, 0, tzinfo=UTC),  # the issue's input
@@ -95,6 +96,7 @@ def test_a_real_server_on_a_2019_manual_clock_refills_each_day(tmp_path) -> None
         assert [_day_of_requests(http, start, d) for d in range(2)] == [3, 3]
 
 
+@pytest.mark.slow
 def test_select_answers_while_the_budget_service_is_blocked_on_the_store() -> None:
     """The embedded service's periodic work (change log, ledger, traffic log) runs on
     its own thread: a store that hangs holds that thread, never a decision."""

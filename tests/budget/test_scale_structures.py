@@ -167,6 +167,7 @@ def test_days_long_over_are_forgotten_with_their_index_entries() -> None:
     assert svc._rows.n == 10 * 4  # the fifth day reused the first day's rows
 
 
+@pytest.mark.slow
 def test_shapes_table_stays_bounded_and_days_keep_their_curves() -> None:
     clock = ManualClock(NOW)
     svc = _warm(clock, 300)

@@ -32,6 +32,7 @@ DAYS = [date(2026, 3, 29), date(2026, 10, 25), date(2026, 11, 1), date(2026, 3, 
         date(2026, 7, 1), date(2026, 4, 5), date(2026, 10, 4), date(2026, 9, 27)]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     hourly=st.lists(st.one_of(st.just(0.0), st.floats(0.0, 100.0)), min_size=24, max_size=24)
@@ -82,6 +83,7 @@ def test_a_service_follows_its_curves_with_cursors_bit_for_bit() -> None:
             assert got.tolist() == want
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     p=st.floats(controller.P_FLOOR, 1.0), integral=st.floats(-0.03, 0.03),
@@ -145,6 +147,7 @@ def test_bulk_shapes_equal_the_per_campaign_shapes(traffic_log: SqlTrafficLog) -
     assert np.allclose(average, ref[9])
 
 
+@pytest.mark.slow
 def test_the_benchmark_reports_its_figures(tmp_path) -> None:
     got = run_budget_bench(300, workdir=str(tmp_path))
     for key in ("campaigns", "setup_s", "start_s", "load_s", "billed_s", "shapes_s",
@@ -162,6 +165,7 @@ def engine_url(request: pytest.FixtureRequest, tmp_path) -> str:
             else request.getfixturevalue("pg_schema_url"))
 
 
+@pytest.mark.slow
 def test_campaign_columns_read_in_sql_equal_those_of_the_records(engine_url: str) -> None:
     engine = make_engine(engine_url)
     upgrade(engine)

@@ -143,6 +143,7 @@ def test_unknown_advertiser_is_named(client: TestClient) -> None:
     assert_invalid(client.post("/v1/campaigns", json=campaign_body(999)), "advertiser_id")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -176,6 +177,7 @@ def test_bad_campaign_fields_are_named(
     assert r.json()["error"] == "validation"
 
 
+@pytest.mark.slow
 def test_money_problem_texts(client: TestClient, advertiser: dict[str, Any]) -> None:
     neg = client.post("/v1/campaigns", json=campaign_body(advertiser["id"], daily_budget_micros=-1))
     assert fields_of(neg)["daily_budget_micros"] == "must be >= 0"
@@ -215,6 +217,7 @@ def test_flight_and_daypart_rules(client: TestClient, advertiser: dict[str, Any]
     assert_invalid(r, "frequency_caps[0].window")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("targeting", "field"),
     [
@@ -295,6 +298,7 @@ def test_patch_with_version_and_conflict(client: TestClient, campaign: dict[str,
     assert client.patch("/v1/campaigns/999", json={"name": "x"}).status_code == 404
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("style", [":{}", "/{}"])
 def test_pause_and_resume(client: TestClient, campaign: dict[str, Any], style: str) -> None:
     cid = campaign["id"]
@@ -367,6 +371,7 @@ def test_ads_create_list_get_patch(
     assert client.post("/v1/campaigns/999/ads", json=ad_body()).status_code == 404
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "url",
     [
@@ -399,6 +404,7 @@ def test_urls_are_kept_byte_identical(client: TestClient, campaign: dict[str, An
         assert client.get(f"/v1/ads/{r.json()['id']}").json()["landing_url"] == url
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -446,6 +452,7 @@ def _bill(ledger: MemoryLedger, campaign_id: int, day: date, imps: int, clicks: 
             )
 
 
+@pytest.mark.slow
 def test_report(client: TestClient, campaign: dict[str, Any], ledger: MemoryLedger) -> None:
     cid = campaign["id"]
     _bill(ledger, cid, date(2026, 11, 1), imps=3, clicks=1)
@@ -469,6 +476,7 @@ def test_report(client: TestClient, campaign: dict[str, Any], ledger: MemoryLedg
     assert got["days"][1]["absorbed_overspend_micros"] == 5_000
 
 
+@pytest.mark.slow
 def test_report_defaults_and_errors(client: TestClient, campaign: dict[str, Any]) -> None:
     cid = campaign["id"]
     r = client.get(f"/v1/campaigns/{cid}/report")  # today in New York per the fixed clock
@@ -512,6 +520,7 @@ def warnings_of(r: Any) -> dict[str, str]:
     return {w["field"]: w["problem"] for w in r.json().get("warnings", [])}
 
 
+@pytest.mark.slow
 def test_a_campaign_that_can_deliver_has_no_warnings_key(
     client: TestClient, campaign: dict[str, Any]
 ) -> None:
@@ -519,6 +528,7 @@ def test_a_campaign_that_can_deliver_has_no_warnings_key(
     assert client.get(f"/v1/campaigns/{campaign['id']}").json() == campaign
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("zone", "flight_end", "warned"),
     [
@@ -542,6 +552,7 @@ def test_flight_already_over_is_a_warning(
         assert client.get(f"/v1/campaigns/{r.json()['id']}").json()["flight_end"] == flight_end
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("bid_type", "bid", "daily", "warned"),
     [

@@ -3,6 +3,7 @@ leave it out unless ``include_archived=true``, it takes no more edits (409)."""
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 CAMPAIGN = {"name": "c", "objective": "impressions", "bid_type": "CPM",
@@ -33,6 +34,7 @@ def test_an_archived_campaign_is_kept_but_not_listed_by_default(client: TestClie
     assert client.get(f"/v1/campaigns/{cid}").json()["version"] == 2
 
 
+@pytest.mark.slow
 def test_an_archived_campaign_takes_no_more_edits(client: TestClient) -> None:
     cid, ad = _campaign(client)
     client.delete(f"/v1/campaigns/{cid}")

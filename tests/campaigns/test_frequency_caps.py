@@ -74,6 +74,7 @@ def test_explicit_nulls_of_the_other_kind_are_accepted(client: TestClient, aid: 
                                           {"count": 2, "window": "hour", "level": "ad"}]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("cap", "field"),
     [
@@ -102,6 +103,7 @@ def test_a_cap_is_a_counter_or_a_cooldown(
     assert_invalid(r, f"frequency_caps[1].{field}")
 
 
+@pytest.mark.slow
 def test_patch_caps_follows_the_same_rules(client: TestClient, aid: int) -> None:
     created = client.post("/v1/campaigns", json=campaign_body(aid)).json()
     url = f"/v1/campaigns/{created['id']}"

@@ -33,6 +33,7 @@ def test_sqlite_schema_matches_metadata(tmp_path: Path) -> None:
     assert _diff(f"sqlite:///{tmp_path / 'm.db'}") == []
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_postgres_schema_matches_metadata(pg_schema_url: str) -> None:
     assert _diff(pg_schema_url) == []

@@ -58,6 +58,7 @@ def _fields(r: Any) -> set[str]:
     return {f["field"] for f in r.json()["fields"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("field", "limit"), [
     ("bid_micros", DEFAULT_MAX_BID_MICROS), ("daily_budget_micros", DEFAULT_MAX_BUDGET_MICROS),
     ("lifetime_budget_micros", DEFAULT_MAX_BUDGET_MICROS)])
@@ -83,6 +84,7 @@ def test_every_edit_refuses_values_above_the_limit(rt: Runtime, client: TestClie
     assert (kept.bid_micros, kept.daily_budget_micros, kept.version) == (400_000, 10_000_000, 1)
 
 
+@pytest.mark.slow
 def test_the_limits_are_settings() -> None:
     runtime = _runtime(max_bid_micros=1_000_000, max_budget_micros=50_000_000)
     try:

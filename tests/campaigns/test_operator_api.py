@@ -52,6 +52,7 @@ def ad(client: TestClient) -> dict[str, Any]:
 # --- placements --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_placement_create_read_list(
     client: TestClient, placement: dict[str, Any], store: SqlCampaignStore
 ) -> None:
@@ -74,6 +75,7 @@ def test_minimal_placement_allows_everything(client: TestClient) -> None:
     assert body["allowed_sizes"] == body["allowed_formats"] == [] and body["house_ad"] is None
 
 
+@pytest.mark.slow
 def test_duplicate_placement_id_is_409(client: TestClient, placement: dict[str, Any]) -> None:
     r = client.post("/v1/placements", json=placement_body(name="again"))
     assert_invalid(r, "id", status=409)
@@ -104,6 +106,7 @@ def test_patch_with_version_and_conflict(client: TestClient, placement: dict[str
     assert client.get("/v1/placements/feed-top").json()["name"] == "Feed, top"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("over", "field"),
     [
@@ -159,6 +162,7 @@ def test_quality_is_an_operator_setting(
     assert client.put("/v1/ads/999/quality", json={"quality_micros": 1}).status_code == 404
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", [0.5, "7", True, None, 10**9 + 1, -(10**9) - 1])
 def test_bad_quality_is_named(client: TestClient, ad: dict[str, Any], bad: Any) -> None:
     assert_invalid(client.put(f"/v1/ads/{ad['id']}/quality", json={"quality_micros": bad}),

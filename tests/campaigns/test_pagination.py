@@ -30,6 +30,7 @@ def _walk(client: TestClient, path: str, limit: int, **params: Any) -> list[list
                                         "cursor": body["next_cursor"]}).json()
 
 
+@pytest.mark.slow
 def test_every_list_pages_by_id_without_gaps_or_repeats(client: TestClient) -> None:
     adv = [client.post("/v1/advertisers", json={"name": f"a{i}"}).json()["id"]
            for i in range(5)]
@@ -49,6 +50,7 @@ def test_every_list_pages_by_id_without_gaps_or_repeats(client: TestClient) -> N
         assert _walk(client, path, 500) == [ids], path
 
 
+@pytest.mark.slow
 def test_a_page_after_new_rows_neither_skips_nor_repeats(client: TestClient) -> None:
     ids = [client.post("/v1/advertisers", json={"name": f"a{i}"}).json()["id"]
            for i in range(3)]
@@ -59,6 +61,7 @@ def test_a_page_after_new_rows_neither_skips_nor_repeats(client: TestClient) -> 
     assert [a["id"] for a in first["items"] + rest["items"]] == ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", ["0", "501", "-1", "ten"])
 def test_limit_out_of_bounds_is_refused_naming_it(client: TestClient, limit: str) -> None:
     r = client.get("/v1/campaigns", params={"limit": limit})
@@ -66,6 +69,7 @@ def test_limit_out_of_bounds_is_refused_naming_it(client: TestClient, limit: str
     assert [f["field"] for f in r.json()["fields"]] == ["limit"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cursor", ["garbage", "", "eyJ4IjoxfQ",
                                     encode_cursor("placements", "feed"),
                                     encode_cursor("campaigns", "1")])
@@ -96,6 +100,7 @@ def test_an_unknown_query_parameter_gets_422_naming_it(client: TestClient, path:
                                   {"field": "sort", "problem": "unknown query parameter"}]
 
 
+@pytest.mark.slow
 def test_every_201_carries_a_location_that_answers(client: TestClient) -> None:
     created = [
         client.post("/v1/advertisers", json={"name": "a"}),

@@ -80,6 +80,7 @@ def _created(r: Any) -> Any:
     return _key_of(r.json())
 
 
+@pytest.mark.slow
 def test_a_placement_created_between_pages_is_listed_once_at_the_end(
     client: TestClient,
 ) -> None:
@@ -91,6 +92,7 @@ def test_a_placement_created_between_pages_is_listed_once_at_the_end(
     assert listed == [*before, added]
 
 
+@pytest.mark.slow
 def test_every_other_list_lists_a_row_added_between_pages_once_at_the_end(
     client: TestClient,
 ) -> None:
@@ -127,6 +129,7 @@ def test_every_other_list_lists_a_row_added_between_pages_once_at_the_end(
     assert listed == [*queue, added]
 
 
+@pytest.mark.slow
 def test_api_keys_of_one_instant_still_page_without_repeats(client: TestClient) -> None:
     """A manual clock held still: keys of one instant are listed by prefix, each once."""
     keys = sorted(_created(client.post("/v1/api-keys", json={"role": "admin"}))

@@ -166,6 +166,7 @@ def _fields(r: Any) -> dict[str, str]:
     return {f["field"]: f["problem"] for f in body["fields"]}
 
 
+@pytest.mark.slow
 def test_bad_values_answer_422_naming_the_field(world: World) -> None:
     u = url(world)
     assert "hour" in _fields(world.client.get(u, params={"granularity": "week"}))["granularity"]
@@ -196,6 +197,7 @@ def test_defaults_and_the_advertiser_scope(world: World) -> None:
         ("2026-11-03T00:00:00Z", 5)]  # 04:30 UTC is Nov 3 in UTC
 
 
+@pytest.mark.slow
 def test_ledger_report_has_conversions(world: World) -> None:
     _fill(world)
     r = world.client.get(f"/v1/campaigns/{world.campaign_id}/report",

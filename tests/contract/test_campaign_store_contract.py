@@ -146,6 +146,7 @@ def log_count(store: SqlCampaignStore) -> int:
 # --- schema --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_migration_is_at_head_and_idempotent(backend: StoreBackend) -> None:
     store = backend.open()
     upgrade(store.engine)  # a second upgrade is a no-op
@@ -156,6 +157,7 @@ def test_migration_is_at_head_and_idempotent(backend: StoreBackend) -> None:
 # --- versions and the change log --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_write_bumps_version_and_appends_one_change(store: SqlCampaignStore) -> None:
     adv = store.create_advertiser("Acme")
     assert adv.version == 1
@@ -188,6 +190,7 @@ def test_every_write_bumps_version_and_appends_one_change(store: SqlCampaignStor
     assert all(c.committed_at == NOW for c in changes)
 
 
+@pytest.mark.slow
 def test_stale_version_conflicts_and_changes_nothing(store: SqlCampaignStore) -> None:
     camp = new_campaign(store, store.create_advertiser("Acme").id)
     store.update_campaign(camp.id, {"name": "first"}, expected_version=1)
@@ -205,6 +208,7 @@ def test_stale_version_conflicts_and_changes_nothing(store: SqlCampaignStore) ->
     assert store.get_ad(ad.id) == ad
 
 
+@pytest.mark.slow
 def test_missing_records_raise_not_found(store: SqlCampaignStore) -> None:
     for call in (
         lambda: store.get_advertiser(99),
@@ -220,6 +224,7 @@ def test_missing_records_raise_not_found(store: SqlCampaignStore) -> None:
     assert log_count(store) == 0
 
 
+@pytest.mark.slow
 def test_invalid_values_are_refused_without_a_write(store: SqlCampaignStore) -> None:
     adv = store.create_advertiser("Acme")
     camp = new_campaign(store, adv.id)
@@ -249,6 +254,7 @@ def test_invalid_values_are_refused_without_a_write(store: SqlCampaignStore) -> 
 # --- round trips ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_targeting_and_url_round_trip_byte_identical(backend: StoreBackend) -> None:
     store = backend.open()
     camp = new_campaign(store, store.create_advertiser("Acme").id)
@@ -265,6 +271,7 @@ def test_targeting_and_url_round_trip_byte_identical(backend: StoreBackend) -> N
     assert store.changes_since(0)[-1].record.landing_url == URL  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_flight_dates_are_local_dates(store: SqlCampaignStore) -> None:
     camp = new_campaign(
         store,
@@ -279,6 +286,7 @@ def test_flight_dates_are_local_dates(store: SqlCampaignStore) -> None:
     assert store.changes_since(0)[-1].record.flight_start == date(2026, 11, 1)  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_every_field_round_trips(store: SqlCampaignStore) -> None:
     adv = store.create_advertiser("Ünïcode Ads")
     camp = new_campaign(
@@ -300,6 +308,7 @@ def test_every_field_round_trips(store: SqlCampaignStore) -> None:
 # --- reading the log -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_changes_since_orders_pages_and_rebuilds(store: SqlCampaignStore) -> None:
     adv = store.create_advertiser("Acme")
     camps = [new_campaign(store, adv.id, name=f"c{i}") for i in range(5)]
@@ -333,6 +342,7 @@ def test_changes_since_orders_pages_and_rebuilds(store: SqlCampaignStore) -> Non
         store.changes_since(0, limit=0)
 
 
+@pytest.mark.slow
 def test_snapshot_then_replay_reaches_the_present(store: SqlCampaignStore) -> None:
     adv = store.create_advertiser("Acme")
     c1 = new_campaign(store, adv.id)
@@ -347,6 +357,7 @@ def test_snapshot_then_replay_reaches_the_present(store: SqlCampaignStore) -> No
     assert [c.record for c in later] == [c2]
 
 
+@pytest.mark.slow
 def test_lists_filter_and_order(store: SqlCampaignStore) -> None:
     a, b = store.create_advertiser("A"), store.create_advertiser("B")
     ca = [new_campaign(store, a.id, name=f"a{i}") for i in range(3)]
@@ -359,6 +370,7 @@ def test_lists_filter_and_order(store: SqlCampaignStore) -> None:
     assert store.list_ads(cb.id) == []
 
 
+@pytest.mark.slow
 def test_subscribers_get_each_commit_and_not_failures(store: SqlCampaignStore) -> None:
     seen: list[ChangeRecord] = []
     unsubscribe = store.subscribe(seen.append)
@@ -379,6 +391,7 @@ def test_subscribers_get_each_commit_and_not_failures(store: SqlCampaignStore) -
     assert len(seen) == 3
 
 
+@pytest.mark.slow
 def test_concurrent_writers_lose_no_update(backend: StoreBackend) -> None:
     first = backend.open()
     camp = new_campaign(first, first.create_advertiser("Acme").id)
@@ -429,6 +442,7 @@ def new_placement(
     return store.create_placement(**values)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_placement_writes_bump_version_and_log_the_whole_record(store: SqlCampaignStore) -> None:
     p1 = new_placement(store)
     assert p1.version == 1 and p1.country_reserves_cpm_micros == {"DE": 1_000_000, "US": 2_000_000}
@@ -451,6 +465,7 @@ def test_placement_writes_bump_version_and_log_the_whole_record(store: SqlCampai
     assert store.get_placement("feed-top") == p3 and log_count(store) == before
 
 
+@pytest.mark.slow
 def test_placement_id_is_unique_and_chosen_by_the_operator(backend: StoreBackend) -> None:
     store = backend.open()
     first = new_placement(store, "feed-top")
@@ -463,6 +478,7 @@ def test_placement_id_is_unique_and_chosen_by_the_operator(backend: StoreBackend
     assert other.get_placement("feed-top") == first
 
 
+@pytest.mark.slow
 def test_missing_placements_raise_not_found(store: SqlCampaignStore) -> None:
     for call in (
         lambda: store.get_placement("nope"),
@@ -474,6 +490,7 @@ def test_missing_placements_raise_not_found(store: SqlCampaignStore) -> None:
     assert log_count(store) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("over", "field_name"),
     [
@@ -509,6 +526,7 @@ def test_invalid_placements_are_refused_without_a_write(
     assert log_count(store) == 0
 
 
+@pytest.mark.slow
 def test_invalid_placement_updates_change_nothing(store: SqlCampaignStore) -> None:
     p = new_placement(store)
     for changes, field_name in [
@@ -523,6 +541,7 @@ def test_invalid_placement_updates_change_nothing(store: SqlCampaignStore) -> No
     assert store.get_placement(p.id) == p and log_count(store) == 1
 
 
+@pytest.mark.slow
 def test_placement_round_trips_through_payload_and_snapshot(store: SqlCampaignStore) -> None:
     p = new_placement(store, name="Ünïcode feed", house_ad=HouseAd(
         "h/ü.png", "https://bücher.example/straße?q=größe", "banner", 728, 90))
@@ -533,6 +552,7 @@ def test_placement_round_trips_through_payload_and_snapshot(store: SqlCampaignSt
     assert store.list_placements() == [p]
 
 
+@pytest.mark.slow
 def test_ad_quality_is_stored_signed_and_bounded(store: SqlCampaignStore) -> None:
     camp = new_campaign(store, store.create_advertiser("Acme").id)
     ad = new_ad(store, camp.id)

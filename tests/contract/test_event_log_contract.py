@@ -216,6 +216,7 @@ def test_a_waiting_fetch_returns_when_an_event_arrives(log: EventLog) -> None:
     assert time.monotonic() - started < 5.0
 
 
+@pytest.mark.slow
 def test_delivery_ack_acknowledges_one(backend: LogBackend, log: EventLog) -> None:
     log.publish_many([event(1), event(2)])
     consumer = log.consumer("agg", ack_wait_s=ACK_WAIT_S)
@@ -258,6 +259,7 @@ def test_a_msg_id_published_again_is_dropped(log: EventLog) -> None:
     assert sorted(d.seq for d in got) == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_msg_id_is_stored_again_after_the_dedupe_window(
     backend: LogBackend, log: EventLog
 ) -> None:
@@ -300,6 +302,7 @@ def test_each_consumer_name_reads_every_event(log: EventLog) -> None:
 # --- at least once: redelivery, restarts, replay -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unacknowledged_deliveries_come_again_after_ack_wait(
     backend: LogBackend, log: EventLog
 ) -> None:
@@ -318,6 +321,7 @@ def test_unacknowledged_deliveries_come_again_after_ack_wait(
     assert consumer.fetch(10, NONE_S) == []
 
 
+@pytest.mark.slow
 def test_acknowledging_twice_or_a_stale_delivery_is_harmless(
     backend: LogBackend, log: EventLog
 ) -> None:
@@ -333,6 +337,7 @@ def test_acknowledging_twice_or_a_stale_delivery_is_harmless(
     assert consumer.fetch(10, NONE_S) == []
 
 
+@pytest.mark.slow
 def test_a_restarted_reader_continues_where_the_last_one_stopped(
     backend: LogBackend, log: EventLog
 ) -> None:
@@ -362,6 +367,7 @@ def test_a_restarted_reader_continues_where_the_last_one_stopped(
     assert successor.fetch(10, NONE_S) == []
 
 
+@pytest.mark.slow
 def test_repositioning_to_sequence_zero_reads_the_whole_log_again(log: EventLog) -> None:
     sent = [event(n, campaign_id=n % 5) for n in range(10)]
     log.publish_many(sent)

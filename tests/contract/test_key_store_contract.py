@@ -54,6 +54,7 @@ def open_store(request: pytest.FixtureRequest,
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_key_is_found_by_its_digest_only(open_store: Callable[[], KeyStore]) -> None:
     store = open_store()
     key, record = _record()
@@ -65,6 +66,7 @@ def test_a_key_is_found_by_its_digest_only(open_store: Callable[[], KeyStore]) -
     assert store.by_digest(key) is None  # the clear key is not what is stored
 
 
+@pytest.mark.slow
 def test_listing_is_by_prefix_and_skips_revoked_keys(open_store: Callable[[], KeyStore]) -> None:
     store = open_store()
     records = [_record(Role.ADMIN, None)[1], _record()[1], _record(Role.REVIEWER, None)[1]]
@@ -82,6 +84,7 @@ def test_listing_is_by_prefix_and_skips_revoked_keys(open_store: Callable[[], Ke
     assert revoked is not None and revoked.revoked_at == later
 
 
+@pytest.mark.slow
 def test_a_revocation_happens_once(open_store: Callable[[], KeyStore]) -> None:
     store = open_store()
     _, record = _record()
@@ -93,6 +96,7 @@ def test_a_revocation_happens_once(open_store: Callable[[], KeyStore]) -> None:
     assert found is not None and found.revoked_at == NOW
 
 
+@pytest.mark.slow
 def test_a_duplicate_prefix_or_digest_is_refused(open_store: Callable[[], KeyStore]) -> None:
     store = open_store()
     _, record = _record()
@@ -104,6 +108,7 @@ def test_a_duplicate_prefix_or_digest_is_refused(open_store: Callable[[], KeySto
     assert [k.prefix for k in store.list()] == [record.prefix]
 
 
+@pytest.mark.slow
 def test_a_key_is_found_by_its_prefix(open_store: Callable[[], KeyStore]) -> None:
     store = open_store()
     _, record = _record()
@@ -116,6 +121,7 @@ def _session(key_prefix: str, n: int, ttl: timedelta) -> UiSession:
     return UiSession(digest(f"session-{key_prefix}-{n}"), key_prefix, NOW, NOW + ttl)
 
 
+@pytest.mark.slow
 def test_sessions_round_trip_end_and_expire(open_store: Callable[[], KeyStore]) -> None:
     """Sessions by id digest; one ends alone, a key's end together, expired ones drop."""
     store = open_store()

@@ -86,6 +86,7 @@ def test_same_beacon_twice_bills_once(ledger_backend: LedgerBackend) -> None:
     assert ledger.counters().get("duplicates_rejected") == 2
 
 
+@pytest.mark.slow
 def test_racing_threads_bill_each_beacon_once(ledger_backend: LedgerBackend) -> None:
     n_threads, n_impressions = 8, 10
     ledgers = [ledger_backend.open() for _ in range(n_threads)]  # as separate processes would
@@ -137,6 +138,7 @@ def test_a_batch_bills_a_click_that_comes_before_its_impression_in_it(
     assert ledger.stats().rows == 2
 
 
+@pytest.mark.slow
 def test_a_batch_equals_the_same_writes_one_by_one(ledger_backend: LedgerBackend) -> None:
     """Random impressions, clicks, conversions, invalid traffic and redeliveries over two
     campaigns and two days, recorded in batches of random sizes on this backend and one
@@ -184,6 +186,7 @@ def test_click_after_impression_bills_once(ledger_backend: LedgerBackend) -> Non
     assert ledger.stats().rows == 2
 
 
+@pytest.mark.slow
 def test_clicks_racing_their_impression_bill_at_most_once(ledger_backend: LedgerBackend) -> None:
     ledgers = [ledger_backend.open() for _ in range(8)]
 
@@ -230,6 +233,7 @@ def test_negative_or_fractional_money_is_refused(ledger_backend: LedgerBackend) 
     assert ledger.record(event("imp-1"), BIG_BUDGET).outcome is Outcome.BILLED
 
 
+@pytest.mark.slow
 def test_concurrent_burst_never_bills_above_budget(ledger_backend: LedgerBackend) -> None:
     n_threads, per_thread, charge, budget = 8, 26, 7_000, 1_000_000
     ledgers = [ledger_backend.open() for _ in range(n_threads)]
@@ -336,6 +340,7 @@ def test_settled_since_is_each_serves_expected_cost_by_serve_time(
     assert ledger.settled_since(DAY, noon) == {1: 28_000 + 28_000 + 9_000}
 
 
+@pytest.mark.slow
 def test_counters_survive_a_new_ledger_on_the_same_storage(ledger_backend: LedgerBackend) -> None:
     ledger = ledger_backend.open()
     assert ledger.counters() == {}
@@ -355,6 +360,7 @@ def test_counters_survive_a_new_ledger_on_the_same_storage(ledger_backend: Ledge
     assert reopened.day_totals(1, DAY, DAY) == [DayTotals(DAY, 1, 0, 2_000, 0)]
 
 
+@pytest.mark.slow
 def test_concurrent_counts_are_not_lost(ledger_backend: LedgerBackend) -> None:
     ledgers = [ledger_backend.open() for _ in range(8)]
 
@@ -367,6 +373,7 @@ def test_concurrent_counts_are_not_lost(ledger_backend: LedgerBackend) -> None:
     assert ledger_backend.open().counters() == {"invalid_tokens": 160}
 
 
+@pytest.mark.slow
 def test_cpm_price_is_billed_exactly_with_the_fraction_carried(
     ledger_backend: LedgerBackend,
 ) -> None:
@@ -420,6 +427,7 @@ def test_carried_charges_above_the_budget_are_absorbed(ledger_backend: LedgerBac
     assert ledger.day_totals(1, DAY, DAY) == [DayTotals(DAY, 4, 0, 4, 2)]
 
 
+@pytest.mark.slow
 def test_lifetime_budget_caps_billing_across_days(ledger_backend: LedgerBackend) -> None:
     """Issue 7 §10: lifetime 10,000 µ, daily 100,000 µ, 2,000 µ per impression over
     three days billed 60,000 µ. Now 10,000 µ are billed and the rest is absorbed."""
@@ -449,6 +457,7 @@ def test_lifetime_budget_caps_billing_across_days(ledger_backend: LedgerBackend)
     assert raised == Recorded(Outcome.BILLED, 2_000, 1_000, 0)
 
 
+@pytest.mark.slow
 def test_two_days_racing_at_midnight_never_bill_above_the_lifetime_budget(
     ledger_backend: LedgerBackend,
 ) -> None:
@@ -476,6 +485,7 @@ def test_two_days_racing_at_midnight_never_bill_above_the_lifetime_budget(
 charges = st.lists(st.integers(0, 5_000_000), max_size=60)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(charges=charges, budget=st.integers(0, 20_000_000))
 def test_billed_never_exceeds_budget_and_charges_are_conserved(
@@ -495,6 +505,7 @@ def test_billed_never_exceeds_budget_and_charges_are_conserved(
     assert ledger.billed_on(DAY) == ({1: billed_total} if charges else {})
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(
     steps=st.lists(
@@ -546,6 +557,7 @@ def test_memory_ledger_totals_match_its_recorded_outcomes(
         assert ledger.billed_on(day) == {1: billed}
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(prices=st.lists(st.integers(0, 3_000_000), max_size=80))
 def test_per_mille_billing_stays_within_one_micro_of_exact(prices: list[int]) -> None:

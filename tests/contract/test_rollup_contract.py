@@ -117,6 +117,7 @@ def everything(b: Backend) -> list[HourRollup]:
                            campaign_ids=b.campaigns)
 
 
+@pytest.mark.slow
 def test_refresh_builds_the_rollups_of_the_ledger(backend: Backend) -> None:
     scenario(backend)
     assert everything(backend) == []  # nothing before a refresh
@@ -136,6 +137,7 @@ def test_refresh_builds_the_rollups_of_the_ledger(backend: Backend) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_refresh_twice_and_redelivered_events_change_nothing(backend: Backend) -> None:
     scenario(backend)
     hours = [T0, T0 + HOUR]
@@ -157,6 +159,7 @@ def test_refresh_twice_and_redelivered_events_change_nothing(backend: Backend) -
     assert everything(backend) == first
 
 
+@pytest.mark.slow
 def test_refresh_replaces_only_the_hours_it_is_given(backend: Backend) -> None:
     scenario(backend)
     backend.rollups.refresh([T0, T0 + HOUR])
@@ -175,6 +178,7 @@ def test_refresh_replaces_only_the_hours_it_is_given(backend: Backend) -> None:
     assert len(everything(backend)) == 9
 
 
+@pytest.mark.slow
 def test_query_scopes_granularities_and_groups(backend: Backend) -> None:
     scenario(backend)
     refresh_since(backend.rollups, T0, T0 + HOUR)
@@ -208,6 +212,7 @@ def test_query_scopes_granularities_and_groups(backend: Backend) -> None:
         backend.rollups.query(**span, campaign_ids=[c1], group_by="country")  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_concurrent_refreshes_of_the_same_hours(backend: Backend) -> None:
     scenario(backend)
     errors: list[BaseException] = []

@@ -59,6 +59,7 @@ def _wait_for(condition: object, timeout_s: float) -> float | None:
     return None
 
 
+@pytest.mark.slow
 def test_a_locked_database_delays_billing_not_the_beacon(
         client: TestClient, runtime: Runtime, sqlite_file_url: str) -> None:
     make_campaign(client)

@@ -55,6 +55,7 @@ async def ready(fast: LoopPublisher) -> LoopPublisher:
     raise AssertionError("the loop publisher did not connect")
 
 
+@pytest.mark.slow
 def test_events_published_on_the_loop_are_in_the_stream_once(log: JetStreamEventLog) -> None:
     async def run() -> int:
         fast = await ready(log.loop_publisher())
@@ -69,6 +70,7 @@ def test_events_published_on_the_loop_are_in_the_stream_once(log: JetStreamEvent
     assert stored(log) == sorted(f"imp{n:04d}" for n in range(50))
 
 
+@pytest.mark.slow
 def test_before_connecting_and_after_closing_it_promises_nothing(
         log: JetStreamEventLog) -> None:
     async def run() -> None:
@@ -84,6 +86,7 @@ def test_before_connecting_and_after_closing_it_promises_nothing(
     assert stored(log) == []
 
 
+@pytest.mark.slow
 def test_a_refused_fast_publish_is_stored_by_the_thread_path(log: JetStreamEventLog) -> None:
     """A fast path whose subjects no stream listens on (the answer is a 503 status):
     every event falls back and is stored all the same, on the right subject."""
@@ -107,6 +110,7 @@ def test_a_refused_fast_publish_is_stored_by_the_thread_path(log: JetStreamEvent
     assert stored(log) == sorted(f"imp{n:04d}" for n in range(10))
 
 
+@pytest.mark.slow
 def test_the_publisher_takes_the_fast_path_while_nothing_is_spooled(
         log: JetStreamEventLog, tmp_path: Path) -> None:
     pub = EventPublisher(log, Spool(tmp_path / "spool", 1 << 20))
@@ -129,6 +133,7 @@ def test_the_publisher_takes_the_fast_path_while_nothing_is_spooled(
     assert stored(log) == sorted(f"imp{n:04d}" for n in range(20))
 
 
+@pytest.mark.slow
 def test_an_unanswered_publish_gives_up_after_its_timeout(log: JetStreamEventLog) -> None:
     """A subject whose only listener never replies (no stream, and no "no responders"
     status either, since someone listens): the publish times out."""

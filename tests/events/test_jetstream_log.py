@@ -92,6 +92,7 @@ def test_the_stream_is_laid_out_as_documented(log: JetStreamEventLog) -> None:
     assert consumer.config.ack_wait == 7
 
 
+@pytest.mark.slow
 def test_an_undecodable_message_is_terminated_and_counted(log: JetStreamEventLog) -> None:
     async def put_junk(nc: Any, js: Any) -> None:
         await js.publish(log.subject(1), b"not an event", stream=log.stream)
@@ -227,6 +228,7 @@ def until(call: Any, seconds: float) -> Any:
             time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_stopped_server_fails_calls_at_once_and_a_restarted_one_serves_again(
     private_server: PrivateServer,
 ) -> None:

@@ -147,6 +147,7 @@ events = st.builds(
 )
 
 
+@pytest.mark.slow
 @given(events)
 def test_every_valid_event_survives_the_wire(e: Event) -> None:
     assert decode(encode(e)) == e

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.clock import ManualClock
@@ -29,6 +30,7 @@ def _raw_hashes(directory: Path) -> list[str | None]:
             for line in f.read_bytes().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_an_erased_user_leaves_no_raw_line_and_no_parquet_row(
     tmp_path: Path, world: World,  # noqa: F811
 ) -> None:
@@ -58,6 +60,7 @@ def test_an_erased_user_leaves_no_raw_line_and_no_parquet_row(
     assert query(tmp_path, "SELECT count(*) FROM served") == [(14,)]
 
 
+@pytest.mark.slow
 def test_delete_user_erases_the_served_log_too(tmp_path: Path) -> None:
     at = datetime(2026, 3, 8, 9, 0, tzinfo=UTC)
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,

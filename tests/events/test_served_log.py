@@ -144,6 +144,7 @@ def _record_hours(world: World, log: ServedLog) -> list[tuple[Decision, SelectRe
     return made
 
 
+@pytest.mark.slow
 def test_records_round_trip_through_hourly_parquet(tmp_path: Path, world: World) -> None:
     log = _served_log(tmp_path, world)
     made = _record_hours(world, log)
@@ -231,6 +232,7 @@ def test_the_user_key_is_never_stored_in_clear(tmp_path: Path, world: World) -> 
     assert decode_record(line).user_hash != hashes[0]  # keyed by the salt
 
 
+@pytest.mark.slow
 def test_compaction_is_idempotent_and_leaves_open_hours(tmp_path: Path, world: World) -> None:
     log = _served_log(tmp_path, world)
     _record_hours(world, log)
@@ -283,6 +285,7 @@ def _dropped_metric(reason: str) -> float:
     return value or 0.0
 
 
+@pytest.mark.slow
 def test_a_full_queue_drops_and_counts_without_blocking(tmp_path: Path, world: World) -> None:
     log = _served_log(tmp_path, world, max_queue=3)
     made = [world.decide(i) for i in range(10)]
@@ -330,6 +333,7 @@ def test_an_empty_directory_has_an_empty_served_view(tmp_path: Path) -> None:
     assert join_served_with_billed(tmp_path, []).num_rows == 0
 
 
+@pytest.mark.slow
 def test_served_log_joined_with_billed_events_from_the_ledger(
         tmp_path: Path, world: World) -> None:
     log = _served_log(tmp_path, world)

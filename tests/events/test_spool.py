@@ -65,6 +65,7 @@ def segments(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.seg"))
 
 
+@pytest.mark.slow
 def test_drain_publishes_in_append_order_and_empties_the_spool(spool_dir: Path) -> None:
     spool = Spool(spool_dir, MiB)
     sent = [event(n) for n in range(1_200)]
@@ -119,6 +120,7 @@ def test_events_survive_a_reopen_with_the_drained_part_gone(spool_dir: Path) -> 
     reopened.close()
 
 
+@pytest.mark.slow
 def test_appended_events_survive_a_killed_process(spool_dir: Path) -> None:
     """A child process appends and dies without closing (os._exit): every append that
     returned is there when the spool is reopened."""
@@ -250,6 +252,7 @@ def test_a_failing_publisher_keeps_everything_in_order(spool_dir: Path) -> None:
     spool.close()
 
 
+@pytest.mark.slow
 def test_appends_during_a_drain_are_neither_lost_nor_reordered(spool_dir: Path) -> None:
     spool = Spool(spool_dir, 4 * MiB, segment_bytes=20_000)
     spool.append_many([event(n) for n in range(200)])

@@ -50,6 +50,7 @@ def impression(campaign_id: int, imp: str) -> Event:
                  client_ip="81.2.69.142", user_agent="Mozilla/5.0")
 
 
+@pytest.mark.slow
 def test_a_beacon_before_the_feed_applies_its_campaign_is_not_lost(
         log: JetStreamEventLog, sqlite_file_url: str) -> None:
     engine = make_engine(sqlite_file_url)

@@ -63,6 +63,7 @@ def _hammer(url: str, prefix: str, calls: int, start: Any, out: Any) -> None:
     out.put(answers)
 
 
+@pytest.mark.slow
 @pytest.mark.redis
 def test_a_cap_holds_across_processes(redis_url: str, prefix: str) -> None:
     """6 processes × 50 calls on one user with a cap of 2: exactly two serves in all."""

@@ -129,6 +129,7 @@ def test_a_dst_day_is_one_day_bucket(
     assert field_at(CapWindow.DAY, next_midnight) != f"c:12:d:{day}"
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(offset=st.integers(0, 25 * 3600 - 1))
 def test_every_instant_of_the_25_hour_day_is_in_its_bucket(offset: int) -> None:
@@ -136,6 +137,7 @@ def test_every_instant_of_the_25_hour_day_is_in_its_bucket(offset: int) -> None:
     assert field_at(CapWindow.DAY, at) == "c:12:d:2026-11-01"
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(offset=st.integers(0, 23 * 3600 - 1))
 def test_every_instant_of_the_23_hour_day_is_in_its_bucket(offset: int) -> None:
@@ -143,6 +145,7 @@ def test_every_instant_of_the_23_hour_day_is_in_its_bucket(offset: int) -> None:
     assert field_at(CapWindow.DAY, at) == "c:12:d:2026-03-08"
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(t=YEAR_2026, tz=st.sampled_from([NY, "Europe/Berlin", "Australia/Lord_Howe", "UTC"]))
 def test_day_and_week_buckets_change_only_at_local_midnight(t: int, tz: str) -> None:
@@ -156,6 +159,7 @@ def test_day_and_week_buckets_change_only_at_local_midnight(t: int, tz: str) -> 
     assert week_changed == (midnight and local.weekday() == 0)
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(t=YEAR_2026, dt=st.integers(0, 8 * 86_400))
 def test_new_york_hour_buckets_are_the_utc_hours(t: int, dt: int) -> None:
@@ -186,6 +190,7 @@ def test_week_buckets_change_monday_midnight_local() -> None:
     assert field_at(CapWindow.WEEK, datetime(2027, 1, 1, 12, tzinfo=UTC)) == "c:12:w:2026-W53"
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(t=YEAR_2026)
 def test_lifetime_bucket_is_constant(t: int) -> None:

@@ -40,6 +40,7 @@ def _compiles(e) -> bool:
 ads_lists = st.lists(st.tuples(exprs.filter(_compiles), scores), min_size=0, max_size=25)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(ads_lists, st.lists(requests, min_size=1, max_size=6), st.integers(1, 30))
 def test_bulk_build_equals_scan(ads, reqs, limit) -> None:
@@ -66,6 +67,7 @@ def test_bulk_build_equals_scan(ads, reqs, limit) -> None:
                     assert got.truncated == want.truncated
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(
     ads_lists,
@@ -102,6 +104,7 @@ def _updates_equal_scan(ads, edits, reqs) -> None:
         assert index.query(request).ad_ids == scan.query(request).ad_ids
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     ads_lists,
@@ -133,6 +136,7 @@ def test_bitmap_and_list_postings_equal_scan(ads, edits, reqs, dense, sort_ratio
                 assert (got.ad_ids, got.truncated) == (want.ad_ids, want.truncated)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload", ["go", "paper", "real"])
 def test_benchmark_workloads_equal_scan(workload: str, tmp_path) -> None:
     """A few thousand ads of each benchmark workload: bitmaps many words wide, several windows."""

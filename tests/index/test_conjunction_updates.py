@@ -34,6 +34,7 @@ def _random_request(rng: random.Random) -> dict[str, frozenset[str]]:
     return req
 
 
+@pytest.mark.slow
 def test_concurrent_decisions_while_campaigns_change() -> None:
     """At least 1,000 queries on 4 threads while 50 campaigns are created, edited, removed.
 
@@ -141,6 +142,7 @@ REQUEST = {
 }
 
 
+@pytest.mark.slow
 def test_narrow_ad_is_not_crowded_out_by_broad_ones() -> None:
     index, scan = _broad_and_narrow(50_000)
     r = index.query(REQUEST, limit=1000)

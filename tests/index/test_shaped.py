@@ -3,6 +3,7 @@ as one over only the asked shapes' ads would (``query_shapes``), through updates
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,7 @@ edits = st.lists(st.tuples(st.integers(0, 40), st.sampled_from(SHAPES), st.boole
                  max_size=10)
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(ads, edits, st.lists(request_strategy(ATTRS, VALUES), min_size=1, max_size=5),
        st.integers(1, 12), st.sets(st.sampled_from(SHAPES)))

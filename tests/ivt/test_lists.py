@@ -28,6 +28,7 @@ def test_googlebot_is_a_crawler_and_browsers_are_not(user_agents: CrawlerUserAge
         assert user_agents.match(ua) is None
 
 
+@pytest.mark.slow
 def test_every_example_of_the_list_is_matched(user_agents: CrawlerUserAgents) -> None:
     """The one RE2 alternation agrees with the list: each entry's own examples match."""
     import crawleruseragents
@@ -39,6 +40,7 @@ def test_every_example_of_the_list_is_matched(user_agents: CrawlerUserAgents) ->
     assert missed == []
 
 
+@pytest.mark.slow
 def test_the_shared_json_loads_and_agrees(crawler_json: list[dict[str, Any]],
                                           shared_data: Path,
                                           user_agents: CrawlerUserAgents) -> None:
@@ -51,6 +53,7 @@ def test_the_shared_json_loads_and_agrees(crawler_json: list[dict[str, Any]],
     assert not any(from_file.is_crawler(ua) for ua in BROWSER_UAS)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=300))
 def test_matching_never_raises(user_agents: CrawlerUserAgents, ua: str) -> None:
@@ -90,6 +93,7 @@ def test_parse_ip_refuses(ip: str) -> None:
 
 
 # Real examples, each from the file named.
+@pytest.mark.slow
 @pytest.mark.parametrize(("ip", "kind"), [
     ("3.5.140.1", IpKind.DATACENTER),  # lord-alfred amazon 3.5.128.0/19 (AWS)
     ("34.2.10.20", IpKind.DATACENTER),  # lord-alfred google 34.2.0.0/16 (GCP)
@@ -154,6 +158,7 @@ _PREFIXES = st.builds(
     st.integers(0, 2**32 - 1), st.integers(8, 32))
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(_PREFIXES, st.sampled_from(list(IpKind))), max_size=30),
        st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=30))
@@ -239,6 +244,7 @@ def test_process_wide_lists_load_once_under_racing_threads(
     assert once.get() is not seen[0] and len(calls) == 2
 
 
+@pytest.mark.slow
 def test_process_wide_accessors(monkeypatch: pytest.MonkeyPatch, shared_data: Path) -> None:
     lists.reset()
     try:

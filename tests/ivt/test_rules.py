@@ -117,6 +117,7 @@ def test_verdict_invariant_and_arguments(rules: Tier1Rules) -> None:
         "click_rate", "impression_rate", "ctr_outlier", "timing"}
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from([CLICK, IMPRESSION, "conversion"]),
        st.one_of(st.none(), st.text(max_size=80), st.sampled_from([CHROME_UA, GOOGLEBOT_UA])),

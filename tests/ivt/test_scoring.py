@@ -68,6 +68,7 @@ def test_ethicalads_limits_by_default() -> None:
     assert reasons(scorer.observe(click(T0 + 60_000))) == [Reason.CLICK_RATE]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 10 * MINUTE_MS), st.integers(2, 20), st.data())
 def test_more_than_limit_clicks_in_a_window_are_flagged(limit: int, window: int, n: int,
@@ -79,6 +80,7 @@ def test_more_than_limit_clicks_in_a_window_are_flagged(limit: int, window: int,
     assert flagged == [i >= limit for i in range(n)]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 10 * MINUTE_MS), st.integers(2, 30), st.data())
 def test_clicks_spaced_beyond_the_window_are_not(limit: int, window: int, n: int,
@@ -96,6 +98,7 @@ def test_default_limits_allow_one_click_a_day_forever() -> None:
     assert scorer.score(click(T0 + d * DAY_MS) for d in range(40)) == []
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 2 * DAY_MS), min_size=1, max_size=60))
 def test_default_limits_match_a_brute_force_count(offsets: list[int]) -> None:
@@ -189,6 +192,7 @@ def test_a_scripts_fixed_delay_is_caught() -> None:
     assert out[4][0].detail == "last 5 click delays within 12ms <= 20ms"
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(600, 60_000), min_size=5, max_size=12, unique=True))
 def test_human_delays_are_not_regular(delays: list[int]) -> None:
@@ -243,6 +247,7 @@ def _facts(rows: list[tuple[str, int, str, str | None, str, int]]) -> list[Event
             for kind, at, ip, user, placement, iid in rows]
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(EVENTS)
 def test_deterministic(rows: list[tuple[str, int, str, str | None, str, int]]) -> None:
@@ -260,6 +265,7 @@ def test_memory_is_released_once_time_moves_past_every_window(
     assert set(scorer.memory().values()) == {0}
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_under_a_flood() -> None:
     """A week of one click and three impressions a second from 50 addresses: memory
     tracks only the live windows, never the event count."""

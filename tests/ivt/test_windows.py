@@ -11,6 +11,7 @@ from adfunnel.ivt.windows import BucketCounts, RecentTimes
 TIMES = st.lists(st.integers(0, 10_000), max_size=60)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(TIMES, st.integers(1, 3_000), st.integers(0, 8))
 def test_in_order_rate_decisions_are_exact_with_cap_limit_plus_one(
@@ -26,6 +27,7 @@ def test_in_order_rate_decisions_are_exact_with_cap_limit_plus_one(
         assert len(recent.times("k")) <= limit + 1
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(TIMES, st.integers(1, 3_000))
 def test_counts_match_a_scan_in_any_order(times: list[int], window: int) -> None:
@@ -57,6 +59,7 @@ def test_window_edges() -> None:
         BucketCounts(1_000, 300)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 50_000)), max_size=200),
        st.integers(1, 20_000))
@@ -77,6 +80,7 @@ def test_eviction_keeps_only_keys_live_within_the_horizon(
         assert len(recent) == 0 and recent.entries() == 0
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 30_000), st.booleans()), max_size=80))
 def test_bucket_totals_match_a_scan(events: list[tuple[int, bool]]) -> None:

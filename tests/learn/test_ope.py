@@ -46,6 +46,7 @@ def policies(items: list[int]) -> dict[str, dict[int, dict[int, float]]]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("campaign", ["all", "men", "women"])
 def test_intervals_contain_the_logged_truth(campaign: str) -> None:
     logged = ope.load_obd(OBD / campaign / f"{campaign}.csv")
@@ -73,6 +74,7 @@ def test_a_policy_must_sum_to_one_per_position_and_cover_the_logged_ones(
         ope.estimate(logged, ope.load_policy(partial))
 
 
+@pytest.mark.slow
 def test_the_ope_command_writes_the_estimates(tmp_path: Path) -> None:
     logged = OBD / "all" / "all.csv"
     items = sorted(set(ope.load_obd(logged).items.tolist()))

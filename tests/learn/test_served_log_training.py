@@ -29,6 +29,7 @@ SLOTS = [{"id": "s1", "position": 1, "width": 300, "height": 250},
          {"id": "s2", "position": 2, "width": 300, "height": 250}]
 
 
+@pytest.mark.slow
 def test_a_served_log_and_its_ledger_train_a_model(tmp_path: Path) -> None:
     served, db = tmp_path / "served", f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
     settings = load_settings(database_url=db, clock="manual", token_secret="k" * 32,
@@ -69,6 +70,7 @@ def test_a_served_log_and_its_ledger_train_a_model(tmp_path: Path) -> None:
     assert often > 3 * rarely
 
 
+@pytest.mark.slow
 def test_ope_reads_the_served_logs_propensities_and_the_ledgers_clicks(tmp_path: Path) -> None:
     import csv
     import json
@@ -116,6 +118,7 @@ def test_ope_reads_the_served_logs_propensities_and_the_ledgers_clicks(tmp_path:
     assert got["logged_value"] < ips["value"]
 
 
+@pytest.mark.slow
 def test_a_conversion_model_learns_from_the_clicks_and_their_conversions(
         tmp_path: Path) -> None:
     served, db = tmp_path / "served", f"sqlite:///{tmp_path / 'ledger.sqlite3'}"

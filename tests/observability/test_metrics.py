@@ -85,6 +85,7 @@ def test_the_top_campaigns_by_spend_keep_their_label_and_the_rest_is_summed() ->
     assert all(not fam.samples for fam in series.collect())
 
 
+@pytest.mark.slow
 def test_a_runtime_exports_the_design_metrics(client: TestClient, runtime: Runtime) -> None:
     made = make_campaign(client)
     before = samples(client.get("/metrics").text)["adfunnel_billed_micros_total"][0][1]
@@ -117,6 +118,7 @@ def test_a_runtime_exports_the_design_metrics(client: TestClient, runtime: Runti
     assert got["adfunnel_billed_micros_total"][0][1] - before == 500
 
 
+@pytest.mark.slow
 def test_metrics_need_a_key(client: TestClient) -> None:
     assert client.get("/metrics", headers={"Authorization": ""}).status_code == 401
 
@@ -158,6 +160,7 @@ def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path) -> None:
     assert set(DESIGN) <= set(samples(text))  # the design's own series carry samples
 
 
+@pytest.mark.slow
 def test_no_per_campaign_series_when_the_top_is_zero() -> None:
     """``metrics_top_campaigns=0``: the budget service's state is not read at all."""
     from adfunnel.budget.metrics import CAMPAIGNS

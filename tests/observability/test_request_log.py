@@ -122,6 +122,7 @@ def test_a_client_gone_and_a_failure_are_logged(access_lines: io.StringIO) -> No
     assert [x["status"] for x in lines(access_lines)] == [499, 500]
 
 
+@pytest.mark.slow
 def test_every_route_of_the_server_carries_the_id(client: TestClient,
                                                    access_lines: io.StringIO) -> None:
     """The advertiser API, the bare select and beacon routes; a decision is explained by

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import date
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +14,7 @@ from adfunnel.pacing.curve import TargetPlan, build_curve, curve_for_day
 BUDGET = 10_000_000_000
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     p=st.floats(P_FLOOR, 1.0),
@@ -32,6 +34,7 @@ def test_p_stays_in_range_and_moves_at_most_25_percent(p, integral, spend, targe
     assert abs(new.integral) <= 0.03 + 1e-12
 
 
+@pytest.mark.slow
 @given(st.floats(0, 1), st.floats(0, 10))
 def test_clamp_step_range(p_old, p_new) -> None:
     assert P_FLOOR <= clamp_step(p_old, p_new) <= 1.0
@@ -82,6 +85,7 @@ def test_budget_edit_rescales_the_rest_of_the_curve() -> None:
     assert cut.target_micros(20 * 3600) == spent
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     p=st.floats(P_FLOOR, 1.0),

@@ -61,6 +61,7 @@ def traffic_log(request: pytest.FixtureRequest, tmp_path):
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_writes_from_many_servers_add_up(traffic_log: SqlTrafficLog) -> None:
     traffic_log.add({(1, T0): 3, (2, T0): 1})
     traffic_log.add({(1, T0): 4})

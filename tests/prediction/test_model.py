@@ -35,6 +35,7 @@ def trained(criteo: Examples) -> Trained:
     return train(criteo, "criteo", hash_bits=16)
 
 
+@pytest.mark.slow
 def test_numpy_inference_equals_the_librarys(trained: Trained) -> None:
     """Contract: the exported weights and Platt curve give the fitted library
     estimator's own probabilities, and its logistic regression's raw ones."""
@@ -47,6 +48,7 @@ def test_numpy_inference_equals_the_librarys(trained: Trained) -> None:
     np.testing.assert_allclose(model.raw(x), lr.predict_proba(x)[:, 1], rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_held_out_figures_beat_the_base_rate_on_both_datasets(trained: Trained) -> None:
     """The issue's targets on held-out real rows: NE ≤ 0.92, calibration 0.9-1.1."""
     for m in (train(datasets.load("criteo", CRITEO), "criteo").model.metrics,
@@ -74,6 +76,7 @@ def test_an_artifact_round_trips_and_refuses_tampering(trained: Trained,
         ClickModel.load(tmp_path / "nothing")
 
 
+@pytest.mark.slow
 def test_a_model_worse_on_the_same_held_out_rows_is_refused(criteo: Examples,
                                                             trained: Trained) -> None:
     worse = train(criteo, "criteo", hash_bits=16, c=1e-4)  # regularised to the base rate
@@ -82,6 +85,7 @@ def test_a_model_worse_on_the_same_held_out_rows_is_refused(criteo: Examples,
     check_not_worse(trained, worse.model)  # the better one replaces the worse
 
 
+@pytest.mark.slow
 def test_the_same_training_gives_the_same_version(criteo: Examples, trained: Trained) -> None:
     assert train(criteo, "criteo", hash_bits=16).model.version == trained.model.version
     assert train(criteo, "criteo", hash_bits=16, seed=8).model.version != trained.model.version
@@ -135,6 +139,7 @@ def test_served_log_rows_become_examples_with_crosses() -> None:
             "attr.interests=golf", "attr.geo.country=US", "hour=14"} <= set(got.tokens[0])
 
 
+@pytest.mark.slow
 def test_train_and_evaluate_commands(tmp_path: Path) -> None:
     runner = CliRunner()
     out, figures = tmp_path / "model", tmp_path / "eval.json"
@@ -172,6 +177,7 @@ def test_the_serving_path_gives_the_library_path_probabilities(trained: Trained,
                                trained.model.predict(odd), rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_the_inference_benchmark_measures_both_paths() -> None:
     from adfunnel.bench.model import run_model_bench
 

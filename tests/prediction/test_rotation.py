@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,7 @@ def test_clear_evidence_stops_rotating_the_worse_creative() -> None:
     assert rotation_pool([(5_000, 100), (5_000, 5), (5_000, 90)], PRIOR, STRENGTH) == [0, 2]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(counts=st.lists(
     st.integers(0, 20_000).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n // 10))),

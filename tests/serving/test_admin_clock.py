@@ -15,6 +15,7 @@ def fields(r: Any) -> dict[str, str]:
     return {f["field"]: f["problem"] for f in r.json()["fields"]}
 
 
+@pytest.mark.slow
 def test_forward_and_same_time_moves(client: TestClient, runtime: Runtime) -> None:
     r = client.put("/v1/admin/clock", json={"now": "2026-07-15T14:30:00+02:00"})
     assert r.status_code == 200, r.text
@@ -23,6 +24,7 @@ def test_forward_and_same_time_moves(client: TestClient, runtime: Runtime) -> No
     assert runtime.clock.now().isoformat() == "2026-07-15T12:30:00+00:00"
 
 
+@pytest.mark.slow
 def test_moving_backwards_is_refused_with_409(client: TestClient, runtime: Runtime) -> None:
     r = client.put("/v1/admin/clock", json={"now": "2026-07-15T11:59:59Z"})
     assert r.status_code == 409, r.text
@@ -32,6 +34,7 @@ def test_moving_backwards_is_refused_with_409(client: TestClient, runtime: Runti
     assert runtime.clock.now() == START  # unchanged
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "now",
     ["not a time", "2026-07-15T12:00:00", "2026-07-15", "2026-13-01T00:00:00Z", 1752580800,
@@ -45,6 +48,7 @@ def test_malformed_times_are_422_naming_now(client: TestClient, now: object) -> 
     assert "ISO 8601" in problem or "must be from" in problem
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "status", "field"),
     [(b"{", 400, "body"), (b"[]", 422, "now"), (b"{}", 422, "now"),

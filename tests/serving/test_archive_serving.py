@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.serving.helpers import ad_request, make_campaign
 
 
+@pytest.mark.slow
 def test_an_archived_campaign_is_not_served_and_keeps_its_report(client: TestClient) -> None:
     made = make_campaign(client)
     cid = made["campaign"]["id"]

@@ -54,6 +54,7 @@ def test_clock_is_only_settable_in_manual_mode(client: TestClient) -> None:
     assert r.status_code == 422 and _fields(r) == ["now"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("change", "field"),
     [

@@ -14,6 +14,7 @@ def budget_mode() -> str:
     return "local"  # no pacing: every request is served
 
 
+@pytest.mark.slow
 def test_cpm_charges_never_exceed_the_bid(client: TestClient) -> None:
     made = make_campaign(client, bid_micros=1_500)
     slots = [{"id": "s1", "position": 1, "width": 300, "height": 250,

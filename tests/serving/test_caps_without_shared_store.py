@@ -67,6 +67,7 @@ def test_a_worker_of_several_without_redis_does_not_serve_capped_campaigns(
     assert 'adfunnel_cap_unavailable_total{step="no_shared_store"}' in metrics
 
 
+@pytest.mark.slow
 def test_per_process_caps_are_the_operators_explicit_choice() -> None:
     """``--caps per-process``: each process counts on its own (bound N x cap)."""
     for client in _client(workers=2, caps="per-process"):
@@ -75,6 +76,7 @@ def test_per_process_caps_are_the_operators_explicit_choice() -> None:
         assert got == [1, 0]  # this process's count holds its own cap
 
 
+@pytest.mark.slow
 def test_the_sole_process_counts_caps_in_memory_exactly() -> None:
     for client in _client():
         make_campaign(client, frequency_caps=CAP_1_PER_DAY)

@@ -51,6 +51,7 @@ def two_processes(request: pytest.FixtureRequest, tmp_path):
     b.close()
 
 
+@pytest.mark.slow
 def test_write_in_one_process_reaches_the_other_within_a_second(two_processes) -> None:
     a, b = two_processes
     cid = _campaign(a)
@@ -61,6 +62,7 @@ def test_write_in_one_process_reaches_the_other_within_a_second(two_processes) -
     assert b.ready()
 
 
+@pytest.mark.slow
 def test_readiness_fails_when_behind(two_processes) -> None:
     _, b = two_processes
     b.feed.stop()
@@ -91,6 +93,7 @@ def test_local_apply_does_not_advance_position() -> None:
     assert catalog.position == 0 and 1 in catalog.campaigns
 
 
+@pytest.mark.slow
 def test_a_new_process_boots_from_the_snapshot(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'boot.sqlite3'}"
     first = _runtime(url)

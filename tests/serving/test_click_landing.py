@@ -22,6 +22,7 @@ def click(client: TestClient) -> str:
     return without_click_id(location)
 
 
+@pytest.mark.slow
 def test_iri_is_stored_as_given_and_redirected_as_uri(client: TestClient) -> None:
     made = make_campaign(client, ad={"landing_url": IRI})
     assert made["ad"]["landing_url"] == IRI
@@ -31,6 +32,7 @@ def test_iri_is_stored_as_given_and_redirected_as_uri(client: TestClient) -> Non
     assert click(client) == URI
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "url",
     [

@@ -212,6 +212,7 @@ def _split(counts: dict[str, int]) -> tuple[dict[str, int], int]:
     return own, sum(n for r, n in counts.items() if r in AUCTION_REASONS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gate_kind", ["local", "client"])
 @pytest.mark.parametrize(("keep", "limit"), [(1, 10_000), (3, 10_000), (200, 10_000), (2, 7)])
 def test_columnar_path_equals_reference(gate_kind: str, keep: int, limit: int) -> None:

@@ -13,6 +13,8 @@ import json
 import random
 from datetime import UTC, date, datetime, timedelta
 
+import pytest
+
 from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.campaigns.model import BidType, Objective
 from adfunnel.clock import ManualClock, monotonic_ms
@@ -57,6 +59,7 @@ def _outcome(d: Decision) -> list[tuple[object, ...]]:
              p.served.expected_micros) for p in d.placed]
 
 
+@pytest.mark.slow
 def test_same_decisions_with_the_embedded_budget_service() -> None:
     (ref_rt, ref), (col_rt, col) = _runtime(False), _runtime(True)
     body = {"user": {"key": "u"}, "placement": {"id": "feed"},

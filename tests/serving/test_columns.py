@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ instants = st.datetimes(min_value=datetime(2025, 1, 1), max_value=datetime(2027,
                         timezones=st.just(UTC))
 
 
+@pytest.mark.slow
 @given(st.lists(dayparts, min_size=1, max_size=3), instants, st.sampled_from(ZONES))
 def test_week_mask_at_the_zone_clock_equals_in_daypart(
         parts: list[Daypart], now: datetime, tz: str) -> None:

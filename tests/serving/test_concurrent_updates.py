@@ -10,6 +10,8 @@ import random
 import threading
 from datetime import UTC, date, datetime
 
+import pytest
+
 from adfunnel.campaigns.model import BidType, CampaignStatus, Objective
 from adfunnel.clock import FixedClock, monotonic_ms
 from adfunnel.runtime.embedded import build_runtime
@@ -30,6 +32,7 @@ def _request(rng: random.Random) -> bytes:
     }).encode()
 
 
+@pytest.mark.slow
 def test_decisions_during_campaign_writes(tmp_path) -> None:
     settings = load_settings(database_url=f"sqlite:///{tmp_path / 'c.sqlite3'}",
                              token_secret="k" * 32)

@@ -49,6 +49,7 @@ def test_the_serve_token_never_bills_a_conversion(client: TestClient,
     assert (got["clicks"], got["conversions"], got["billed_micros"]) == (1, 0, 0)
 
 
+@pytest.mark.slow
 def test_a_forged_click_id_bills_nothing(client: TestClient, runtime: Runtime) -> None:
     cid = cpa_campaign(client)
     ad = serve(client)
@@ -63,6 +64,7 @@ def test_a_forged_click_id_bills_nothing(client: TestClient, runtime: Runtime) -
     assert report(client, cid)["conversions"] == 0
 
 
+@pytest.mark.slow
 def test_the_click_id_of_a_flagged_click_bills_nothing(client: TestClient,
                                                        runtime: Runtime) -> None:
     """A crawler's click is redirected with a click id like any other; it never
@@ -78,6 +80,7 @@ def test_the_click_id_of_a_flagged_click_bills_nothing(client: TestClient,
     assert runtime.ledger.counters()["ivt_click_crawler_ua"] == 1
 
 
+@pytest.mark.slow
 def test_the_click_id_is_appended_to_the_landing_url(client: TestClient,
                                                      runtime: Runtime) -> None:
     cpa_campaign(client, ad={"landing_url": "https://shop.test/p?a=1#top"})
@@ -104,6 +107,7 @@ def advertiser_key(client: TestClient, advertiser_id: int, role: str = "advertis
     return {"Authorization": f"Bearer {r.json()['key']}"}
 
 
+@pytest.mark.slow
 def test_a_postback_with_the_advertisers_key_bills_once(client: TestClient,
                                                         runtime: Runtime) -> None:
     cid = cpa_campaign(client)
@@ -172,6 +176,7 @@ def test_a_click_on_an_expired_token_still_lands_unbilled(client: TestClient,
     assert r.status_code == 400 and r.json()["error"] == "invalid_token"
 
 
+@pytest.mark.slow
 def test_a_click_on_an_unknown_ad_gets_a_page_not_json(client: TestClient,
                                                        runtime: Runtime) -> None:
     from adfunnel.tracking.token import TokenClaims, sign
@@ -184,6 +189,7 @@ def test_a_click_on_an_unknown_ad_gets_a_page_not_json(client: TestClient,
     assert r.headers["content-type"].startswith("text/html")
 
 
+@pytest.mark.slow
 def test_click_ids_are_distinct_per_click(client: TestClient, runtime: Runtime) -> None:
     cpa_campaign(client)
     first = show_and_click(client, runtime, serve(client))

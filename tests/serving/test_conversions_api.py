@@ -113,6 +113,7 @@ def test_a_conversion_bills_the_cpa_price_once(client: TestClient, runtime: Runt
     assert later["conversions"] == 1 and later["billed_micros"] == price
 
 
+@pytest.mark.slow
 def test_a_conversion_postback_may_be_a_post(client: TestClient, runtime: Runtime) -> None:
     cid = cpa_campaign(client)
     ad = serve(client)
@@ -122,6 +123,7 @@ def test_a_conversion_postback_may_be_a_post(client: TestClient, runtime: Runtim
     assert report(client, cid)["conversions"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["abc", "-1", "1.5", "", "9223372036854775808", "١٢"])
 def test_a_bad_value_is_422_naming_value(client: TestClient, runtime: Runtime,
                                         value: str) -> None:
@@ -136,6 +138,7 @@ def test_a_bad_value_is_422_naming_value(client: TestClient, runtime: Runtime,
     assert report(client, cid)["conversions"] == 0  # nothing was appended
 
 
+@pytest.mark.slow
 def test_a_refused_click_id_is_400_naming_click_id(client: TestClient,
                                                   runtime: Runtime) -> None:
     cpa_campaign(client)
@@ -173,6 +176,7 @@ def test_the_click_id_handed_to_the_landing_page_posts_the_conversion_back(
     assert report(client, cid)["conversions"] == 1
 
 
+@pytest.mark.slow
 def test_a_made_up_click_id_is_400(client: TestClient, runtime: Runtime) -> None:
     cid = cpa_campaign(client)
     ad = serve(client)
@@ -241,6 +245,7 @@ def test_a_crawler_conversion_is_counted_as_ivt_and_not_billed(
     assert runtime.ledger.counters()["ivt_conversion_crawler_ua"] == 1
 
 
+@pytest.mark.slow
 def test_with_nowhere_to_store_the_event_the_answer_is_503_and_nothing_is_billed(
     client: TestClient, runtime: Runtime
 ) -> None:

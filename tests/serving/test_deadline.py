@@ -42,6 +42,7 @@ def _charges(client: TestClient, request_ids: list[str]) -> int:
     return total
 
 
+@pytest.mark.slow
 def test_decide_records_nothing_commit_records_expected_spend(
         client: TestClient, runtime: Runtime) -> None:
     cid = make_campaign(client, bid_micros=3_000_000)["campaign"]["id"]
@@ -81,6 +82,7 @@ async def _burst(runtime: Runtime, slow: dict[str, Any], quick: list[dict[str, A
     return answers[0], list(answers[1:]), metrics
 
 
+@pytest.mark.slow
 def test_requests_queued_behind_a_slow_decision_are_shed(
         client: TestClient, runtime: Runtime) -> None:
     """They arrived in time but waited past their deadline: the deadline counts queueing.

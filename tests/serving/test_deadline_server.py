@@ -47,6 +47,7 @@ async def _burst(url: str) -> list[tuple[str, int]]:
         return list(await asyncio.gather(*(one(i) for i in range(BURST))))
 
 
+@pytest.mark.slow
 def test_burst_commits_exactly_what_was_answered(
         client: TestClient, runtime: Runtime, server_url: str) -> None:
     campaigns = [make_campaign(client, bid_micros=2_000_000 + k)["campaign"]["id"]

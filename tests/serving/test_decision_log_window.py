@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ def test_miss_rate_is_the_share_missed_in_the_window(outcomes: list[str], window
         len(outcomes), outcomes.count("late"), outcomes.count("shed"))
 
 
+@pytest.mark.slow
 @given(st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=60),
        st.integers(min_value=1, max_value=8), st.integers(min_value=1, max_value=100))
 def test_memory_is_bounded_by_decisions_and_rejections(

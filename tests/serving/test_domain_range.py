@@ -17,6 +17,7 @@ def _fields(r) -> dict[str, str]:
     return {f["field"]: f["problem"] for f in r.json()["fields"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("now", ["9999-12-31T00:00:00Z", "9000-01-01T00:00:00Z",
                                  "9999-12-31T23:59:59-01:00", "1969-12-31T23:59:59Z"])
 def test_clock_refuses_instants_outside_the_domain(client: TestClient, runtime: Runtime,
@@ -38,6 +39,7 @@ def test_the_last_instant_serves_campaigns_of_every_zone(client: TestClient) -> 
     assert r.status_code == 200, r.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("field", ["flight_start", "flight_end"])
 def test_flights_outside_the_domain_are_refused(client: TestClient, field: str) -> None:
     for day in ("9999-12-31", "0001-01-01", "1969-12-31", "9000-01-01"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.clock import monotonic_ms
@@ -24,6 +25,7 @@ def test_past_deadline_returns_nothing_and_is_flagged(client: TestClient, runtim
     assert not d.late and len(d.placed) == 1
 
 
+@pytest.mark.slow
 def test_out_of_flight_and_daypart(client: TestClient, runtime: Runtime) -> None:
     make_campaign(client, flight_start="2026-07-16")
     make_campaign(client, dayparts=[{"weekdays": [0, 1, 2, 3, 4, 5, 6], "start_hour": 0,

@@ -30,6 +30,7 @@ def _stats(client: TestClient) -> dict:
     return client.get("/v1/ledger/stats").json()
 
 
+@pytest.mark.slow
 def test_fifty_crawler_clicks_bill_nothing(client: TestClient) -> None:
     make_campaign(client, bid_type="CPC", objective="clicks", bid_micros=500_000)
     for _ in range(50):
@@ -45,6 +46,7 @@ def test_fifty_crawler_clicks_bill_nothing(client: TestClient) -> None:
     assert stats["counters"]["ivt_impression_crawler_ua"] == 50
 
 
+@pytest.mark.slow
 def test_a_datacenter_address_is_flagged_and_a_home_one_billed(client: TestClient) -> None:
     make_campaign(client)
     ad = _serve(client)

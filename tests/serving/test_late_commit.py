@@ -79,6 +79,7 @@ def _committed(rt: Runtime, campaign_id: int) -> int:
     return rt.gate.committed(campaign_id, START.date())
 
 
+@pytest.mark.slow
 def test_winners_found_late_at_the_http_layer_commit_nothing(
         runtime: Runtime, served_dir: Path) -> None:
     body = ad_request(placement={"id": "feed", "reserve_cpm_micros": 1_000_000})
@@ -107,6 +108,7 @@ def test_winners_found_late_at_the_http_layer_commit_nothing(
     assert rows == [("ok",)]  # no served-log record of the late one
 
 
+@pytest.mark.slow
 def test_winners_found_late_at_the_http_layer_count_no_cap(runtime: Runtime) -> None:
     late_queue = LateHandBack(runtime.queue)
     runtime.queue = late_queue  # type: ignore[assignment]

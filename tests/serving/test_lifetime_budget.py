@@ -76,6 +76,7 @@ def test_charges_above_a_lowered_lifetime_budget_are_absorbed(
     assert client.get(f"/v1/campaigns/{cid}").json()["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_report_without_lifetime_budget_has_null_remaining(client: TestClient) -> None:
     made = make_campaign(client)
     report = client.get(f"/v1/campaigns/{made['campaign']['id']}/report").json()

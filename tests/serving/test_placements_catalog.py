@@ -35,6 +35,7 @@ def _store(url: str) -> SqlCampaignStore:
     return SqlCampaignStore(make_engine(url), FixedClock(NOW))
 
 
+@pytest.mark.slow
 def test_boot_snapshot_and_feed_carry_placements(url: str) -> None:
     writer = _store(url)
     booted = writer.create_placement(id="feed", name="Feed", reserve_cpm_micros=100)

@@ -63,6 +63,7 @@ def _setup(rt: Runtime, case: dict[str, Any]) -> dict[int, str]:
     return keys
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_golden_funnel(runtime: Runtime, path: Path) -> None:
     case = json.loads(path.read_text())

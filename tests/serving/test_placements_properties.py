@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ RESERVES = st.integers(0, MAX_RESERVE_CPM_MICROS)
 COUNTRIES = st.sampled_from(["US", "DE", "FR", "JP", "BR"])
 
 
+@pytest.mark.slow
 @given(
     request_reserve=RESERVES,
     slot_reserve=st.none() | RESERVES,

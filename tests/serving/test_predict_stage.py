@@ -101,6 +101,7 @@ def test_out_of_time_the_pre_rank_scores_decide(
     assert d.fallback and d.model_version == decider.scorer.version
 
 
+@pytest.mark.slow
 def test_serve_loads_the_model_and_the_served_log_records_its_version(
         tmp_path: Path) -> None:
     from datetime import timedelta
@@ -136,6 +137,7 @@ def test_serve_loads_the_model_and_the_served_log_records_its_version(
     assert rows == [("r1", model.version, False, 1.0)]
 
 
+@pytest.mark.slow
 def test_serving_stats_show_the_models_calibration_from_billed_beacons(
         tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
@@ -220,6 +222,7 @@ def test_outside_the_slice_the_auctions_winner_has_nearly_certain_propensity(
     assert d.propensities == {"s1": pytest.approx(0.99 + 0.01 / 2)}
 
 
+@pytest.mark.slow
 def test_pre_rank_recall_counts_whether_the_models_best_was_kept(
         world: tuple[Runtime, ColumnarDecider, list[int]]) -> None:
     rt, _, ads = world
@@ -236,6 +239,7 @@ def test_pre_rank_recall_counts_whether_the_models_best_was_kept(
     assert ModelScorer(model_favouring(1)).prerank_recall() == {"checked": 0, "recall": None}
 
 
+@pytest.mark.slow
 def test_pre_rank_recall_gives_an_ad_the_model_never_saw_the_prior_as_serving_does(
         world: tuple[Runtime, ColumnarDecider, list[int]]) -> None:
     """The model favours ads[1] but was trained on ads[0] only: serving ranks ads[1] by
@@ -254,6 +258,7 @@ def test_pre_rank_recall_gives_an_ad_the_model_never_saw_the_prior_as_serving_do
     assert got["checked"] >= 9 and got["recall"] == 1.0
 
 
+@pytest.mark.slow
 def test_a_registered_model_reaches_every_server_without_a_restart(tmp_path: Path) -> None:
     import time
 
@@ -343,6 +348,7 @@ def test_an_ad_the_model_never_saw_keeps_the_smoothed_rate(
     assert [p.ad.id for p in d.placed] == [ads[0]] and not d.fallback
 
 
+@pytest.mark.slow
 def test_a_conversion_model_sets_the_pcvr_of_cpa_candidates(tmp_path: Path) -> None:
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
                              budget="local")
@@ -382,6 +388,7 @@ def test_a_conversion_model_sets_the_pcvr_of_cpa_candidates(tmp_path: Path) -> N
         rt.close()
 
 
+@pytest.mark.slow
 def test_a_registered_conversion_model_joins_the_click_model_everywhere(
         tmp_path: Path) -> None:
     from fastapi.testclient import TestClient

@@ -10,6 +10,7 @@ from adfunnel.tracking.http import without_click_id
 from tests.serving.helpers import ad_request, make_campaign
 
 
+@pytest.mark.slow
 def test_serves_ad_with_signed_token_and_bills_once(client: TestClient) -> None:
     made = make_campaign(client)
     r = client.post("/v1/ads:select", json=ad_request())
@@ -28,6 +29,7 @@ def test_serves_ad_with_signed_token_and_bills_once(client: TestClient) -> None:
     assert report["billed_micros"] == 0
 
 
+@pytest.mark.slow
 def test_click_redirects_to_own_landing_url_ignoring_query(client: TestClient) -> None:
     make_campaign(client)
     ad = client.post("/v1/ads:select", json=ad_request()).json()["ads"][0]
@@ -39,6 +41,7 @@ def test_click_redirects_to_own_landing_url_ignoring_query(client: TestClient) -
     assert without_click_id(location) == "https://x.test/p?a=1&b=2&c=%20"
 
 
+@pytest.mark.slow
 def test_click_without_billed_impression_is_not_billed(
     client: TestClient, runtime: Runtime
 ) -> None:
@@ -49,6 +52,7 @@ def test_click_without_billed_impression_is_not_billed(
     assert runtime.ledger.counters()["clicks_without_impression"] == 1
 
 
+@pytest.mark.slow
 def test_forged_and_missing_tokens_are_refused_and_counted(client: TestClient) -> None:
     make_campaign(client)
     ad = client.post("/v1/ads:select", json=ad_request()).json()["ads"][0]
@@ -62,6 +66,7 @@ def test_forged_and_missing_tokens_are_refused_and_counted(client: TestClient) -
     assert stats["invalid_tokens"] == 3 and stats["rows"] == 0
 
 
+@pytest.mark.slow
 def test_expired_token_is_not_billed(client: TestClient, runtime: Runtime) -> None:
     make_campaign(client)
     ad = client.post("/v1/ads:select", json=ad_request()).json()["ads"][0]
@@ -70,11 +75,13 @@ def test_expired_token_is_not_billed(client: TestClient, runtime: Runtime) -> No
     assert runtime.ledger.stats().rows == 0
 
 
+@pytest.mark.slow
 def test_no_fill_is_204(client: TestClient) -> None:
     make_campaign(client, targeting={"attr": "geo.country", "in": ["CA"]})
     assert client.post("/v1/ads:select", json=ad_request()).status_code == 204
 
 
+@pytest.mark.slow
 def test_paused_campaign_is_rejected_with_reason(client: TestClient) -> None:
     made = make_campaign(client)
     cid = made["campaign"]["id"]
@@ -92,6 +99,7 @@ def test_paused_campaign_is_rejected_with_reason(client: TestClient) -> None:
     assert client.post("/v1/ads:select", json=ad_request()).status_code == 200
 
 
+@pytest.mark.slow
 def test_reserve_and_explain_in_response(client: TestClient) -> None:
     make_campaign(client)
     body = ad_request(explain=True, placement={"id": "feed", "reserve_cpm_micros": 3_000_000})
@@ -102,6 +110,7 @@ def test_reserve_and_explain_in_response(client: TestClient) -> None:
     assert r["rejections"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget_mode", ["local", "service"])
 def test_budget_never_billed_above_daily_budget(
     client: TestClient, runtime: Runtime, budget_mode: str
@@ -135,6 +144,7 @@ def test_budget_never_billed_above_daily_budget(
     assert report["absorbed_overspend_micros"] == 0
 
 
+@pytest.mark.slow
 def test_multi_slot_one_ad_per_campaign(client: TestClient) -> None:
     a = make_campaign(client, bid_micros=3_000_000)
     # a second ad of the same campaign must not fill the second slot

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -21,6 +22,7 @@ from tests.serving.conftest import START
 from tests.serving.helpers import ad_request, make_campaign
 
 
+@pytest.mark.slow
 def test_committed_decisions_reach_the_served_log(tmp_path: Path) -> None:
     directory = tmp_path / "served"
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
@@ -46,6 +48,7 @@ def test_committed_decisions_reach_the_served_log(tmp_path: Path) -> None:
     assert '"n": 2' in result.output
 
 
+@pytest.mark.slow
 def test_events_query_reports_bad_sql_and_a_missing_directory(tmp_path: Path) -> None:
     runner = CliRunner()
     missing = runner.invoke(cli_app, ["events", "query", "select 1", "--dir",

@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from tests.serving.helpers import ad_request, make_campaign
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("campaign", "request_value"), [("us", "US"), ("US", "us")])
 def test_country_matches_in_any_case(client: TestClient, campaign: str, request_value: str) -> None:
     targeting = {"all": [{"attr": "geo.country", "in": [campaign]},

@@ -43,6 +43,7 @@ def _add_ad(client: TestClient, campaign_id: int) -> dict[str, Any]:
     return r.json()
 
 
+@pytest.mark.slow
 def test_two_advertisers_with_equal_bids_share_the_wins(
     client: TestClient, runtime: Runtime
 ) -> None:
@@ -54,6 +55,7 @@ def test_two_advertisers_with_equal_bids_share_the_wins(
     assert all(abs(wins[ad] / 2_000 - 0.5) < 0.05 for ad in (a, b)), wins
 
 
+@pytest.mark.slow
 def test_identical_creatives_of_a_campaign_rotate_evenly(
     client: TestClient, runtime: Runtime
 ) -> None:
@@ -69,6 +71,7 @@ def test_identical_creatives_of_a_campaign_rotate_evenly(
     assert all(abs(wins[ad] / 3_000 - 1 / 3) < 0.05 for ad in ads), wins
 
 
+@pytest.mark.slow
 def test_a_replay_with_the_same_seed_makes_the_same_choices() -> None:
     def run(seed: int) -> list[int]:
         settings = load_settings(database_url="sqlite://", clock="manual",

@@ -17,6 +17,7 @@ def rows() -> list:
     return read_log(default_logs())[:3_000]
 
 
+@pytest.mark.slow
 def test_the_catalogue_follows_the_logs_sizes_and_regions(rows: list) -> None:
     plans = catalogue(2_000, rows, 1_000_000, seed=7)
     assert plans == catalogue(2_000, rows, 1_000_000, seed=7)  # deterministic
@@ -44,6 +45,7 @@ def test_no_rows_no_catalogue() -> None:
         catalogue(5, [], 1, seed=1)
 
 
+@pytest.mark.slow
 def test_no_catalogue_leaves_the_replays_draws_alone() -> None:
     from datetime import UTC, datetime
 

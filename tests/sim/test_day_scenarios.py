@@ -44,6 +44,7 @@ def _local_ts(name: str, cid: int, hm: tuple[int, int]) -> float:
     return datetime.combine(sc.day, dtime(*hm), tzinfo=zone(tz)).timestamp()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(scenarios()))
 def test_short_scenario_overspend_and_stops_within_targets(name: str) -> None:
     r = _short(name)
@@ -160,6 +161,7 @@ def test_service_restart_absorbs_at_most_one_charge() -> None:
         assert camps[cid]["absorbed_overspend_micros"] <= _charge(camps[cid]), cid
 
 
+@pytest.mark.slow
 def test_report_and_plots_are_written(tmp_path: Path) -> None:
     r = run_simulation("midnight", report_path=tmp_path / "r.json", plots_dir=tmp_path / "p",
                        short=True)

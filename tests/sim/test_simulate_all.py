@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 from benchmarks.simulate_all import campaign_table, scenario_row, scenario_table
 
 from adfunnel.sim.day import run_simulation
 
 
+@pytest.mark.slow
 def test_restart_target_counts_absorbed_charges_of_the_restarted_shard() -> None:
     r = run_simulation("service-restart", short=True)
     row = scenario_row(r)
@@ -21,6 +23,7 @@ def test_restart_target_counts_absorbed_charges_of_the_restarted_shard() -> None
     assert worse["restart_absorbed_charges_max"] == 2.0 and not worse["met"]["restart"]
 
 
+@pytest.mark.slow
 def test_unmeasured_figures_print_as_n_a_and_are_not_judged() -> None:
     r = run_simulation("baseline", short=True)  # no whole local hour: no curve error
     row = scenario_row(r)

@@ -22,6 +22,7 @@ def _eval(conjs: list[Conjunction], request: dict[str, frozenset[str]]) -> bool:
     return any(c.matches(request) for c in conjs)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(exprs, st.lists(requests, min_size=1, max_size=8))
 def test_dnf_equals_evaluator(expr, reqs) -> None:

@@ -132,6 +132,7 @@ def requests(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     return plain, cased
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(leaves(), min_size=1, max_size=3), st.sampled_from(["all", "any"]), requests())
 def test_case_never_changes_a_match(leaf_pairs, op: str, req_pair) -> None:

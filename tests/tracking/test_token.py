@@ -215,6 +215,7 @@ def test_arbitrary_strings_only_raise_invalid_token(text: str) -> None:
     assert info.value.reason in ("malformed", "bad_signature", "expired")
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     st.builds(

@@ -277,6 +277,7 @@ def test_pages_stay_out_of_the_openapi_document(client: TestClient) -> None:
     assert paths and not [p for p in paths if p.startswith("/ui")]
 
 
+@pytest.mark.slow
 def test_csv_download_puts_each_event_in_its_own_local_hour_and_day(
         rt: Runtime, client: TestClient, world: dict[str, Any]) -> None:
     """Adelaide (+10:30): 23:50 on 3 March and 00:10 on 4 March, a day apart in the

@@ -55,6 +55,7 @@ def _page(c: TestClient, session_id: str) -> int:
     return c.get("/ui/campaigns").status_code
 
 
+@pytest.mark.slow
 def test_the_cookie_never_holds_the_key(rt: Runtime) -> None:
     adv = rt.store.create_advertiser("a")
     key = rt.keys.issue("advertiser", adv.id).key
@@ -70,6 +71,7 @@ def test_the_cookie_never_holds_the_key(rt: Runtime) -> None:
             assert _page(c, k) == 303  # the key itself is no session
 
 
+@pytest.mark.slow
 def test_revoking_the_key_ends_its_sessions(rt: Runtime) -> None:
     adv = rt.store.create_advertiser("a")
     issued = rt.keys.issue("advertiser", adv.id)
@@ -86,6 +88,7 @@ def test_revoking_the_key_ends_its_sessions(rt: Runtime) -> None:
         assert _page(c, other) == 200  # another key's session lives on
 
 
+@pytest.mark.slow
 def test_a_session_expires_on_the_servers_clock(rt: Runtime) -> None:
     with _client(rt) as c:
         session_id = _log_in(c, ADMIN_KEY).cookies[COOKIE]
@@ -97,6 +100,7 @@ def test_a_session_expires_on_the_servers_clock(rt: Runtime) -> None:
         assert rt.keys.store.session(digest(session_id)) is None
 
 
+@pytest.mark.slow
 def test_logout_ends_the_session_on_the_server(rt: Runtime) -> None:
     with _client(rt) as c:
         session_id = _log_in(c, ADMIN_KEY).cookies[COOKIE]
@@ -105,6 +109,7 @@ def test_logout_ends_the_session_on_the_server(rt: Runtime) -> None:
         assert _page(c, session_id) == 303  # a copy of the cookie is worth nothing
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("base", "peer", "proto", "secure"), [
     ("http://testserver", STRANGER, None, False),
     ("https://testserver", STRANGER, None, True),  # TLS to this server itself
@@ -124,6 +129,7 @@ def test_secure_over_https_and_via_a_trusted_proxy_only(
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie
 
 
+@pytest.mark.slow
 def test_sessions_live_in_the_sql_store(tmp_path) -> None:
     """Kept in the database: a second process on it knows the session (and its end)."""
     db = f"sqlite:///{tmp_path / 's.sqlite3'}"
