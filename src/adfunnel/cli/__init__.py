@@ -338,7 +338,8 @@ def replay(
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
     from rich.progress import Progress
 
-    from adfunnel.sim.replay import load_rows, run_replay
+    from adfunnel.sim.ipinyou import load_rows
+    from adfunnel.sim.replay import run_replay
 
     try:
         rows = load_rows(limit)[::every]
