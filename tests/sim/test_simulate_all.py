@@ -6,7 +6,7 @@ import copy
 
 from benchmarks.simulate_all import campaign_table, scenario_row, scenario_table
 
-from adfunnel.sim.day import run_simulation
+from adfunnel.sim.day_report import run_simulation
 
 
 def test_restart_target_counts_absorbed_charges_of_the_restarted_shard() -> None:

@@ -478,7 +478,7 @@ def simulate(
     short: Annotated[bool, typer.Option(help="The short form used by tests.")] = False,
 ) -> None:
     """Simulate a day of the budget & pacing service on a virtual clock."""
-    from adfunnel.sim.day import SUMMARY_UNITS, run_simulation, summary_lines
+    from adfunnel.sim.day_report import SUMMARY_UNITS, run_simulation, summary_lines
 
     try:
         with progress_bar(console, f"simulating {scenario} (simulated time)") as update:
