@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from adfunnel.cli import hide_password
+from adfunnel.cli.processes import hide_password
 from adfunnel.sim.server_proc import ManagedProcess
 from tests.internal_token import INTERNAL_TOKEN
 

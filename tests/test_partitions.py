@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adfunnel.cli import parse_partitions
+from adfunnel.cli.processes import parse_partitions
 
 
 def test_none_means_every_partition() -> None:

@@ -1,4 +1,8 @@
-"""Where the shared real data lives (``shared/data``: iPinYou logs, IVT lists, …)."""
+"""Where the shared real data lives (``shared/data``: iPinYou logs, IVT lists, …).
+
+The one lookup of the data directory: every reader (the iPinYou reader, the traffic curve,
+the IVT lists, the benchmarks, the tests) calls :func:`data_dir` with the folder it needs.
+"""
 
 from __future__ import annotations
 

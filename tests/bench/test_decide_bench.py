@@ -9,7 +9,7 @@ import numpy as np
 
 from adfunnel.bench.decide import run_decide_bench
 from adfunnel.prediction.model import ClickModel
-from adfunnel.serving.fast import STAGES
+from adfunnel.serving.decider import STAGES
 
 
 def test_the_stages_with_and_without_the_predict_stage(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from adfunnel.bench.http import (
     select_body,
 )
 from adfunnel.bench.overload import parse_wrk_outcomes, wrk_script
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.db import make_engine
 from adfunnel.serving.request import decode_request
 from adfunnel.targeting import parse_expr

@@ -632,7 +632,8 @@ def test_a_reversed_click_changes_no_model_count() -> None:
     world = World([campaign(CPC, BidType.CPC)])
     monitor = CalibrationMonitor()
     world.agg.scorer = Tier2Scorer()
-    world.agg.on_billed, world.agg.on_reversed = monitor.billed, monitor.reversed
+    world.agg.on_billed = lambda r: monitor.billed(r.impression_id, r.event_type)
+    world.agg.on_reversed = lambda r: monitor.reversed(r.impression_id, r.event_type)
     for imp in ("a", "b"):
         monitor.served(imp, "v1", 0.01)
     world.send(event(IMP, "a", CPC, 0, at=1), event(IMP, "b", CPC, 0, at=2),

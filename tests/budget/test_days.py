@@ -14,13 +14,13 @@ from fastapi.testclient import TestClient
 
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.budget.days import DAY_S, MAX_DAYS, day_view
+from adfunnel.budget.metrics import CAMPAIGNS
 from adfunnel.budget.process import BudgetServiceProcess
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, Objective
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
-from adfunnel.observability.metrics import CAMPAIGNS
 from adfunnel.ui.budget_reads import LocalBudgetReads, RemoteBudgetReads
 from tests.internal_token import INTERNAL_HEADERS, INTERNAL_TOKEN
 

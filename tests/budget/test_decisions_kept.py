@@ -110,7 +110,7 @@ def test_a_new_campaign_takes_the_placement_average_at_the_next_poll(tmp_path,
     from adfunnel.billing.sql_ledger import SqlLedger
     from adfunnel.budget.process import BudgetServiceProcess
     from adfunnel.campaigns.migrate import upgrade
-    from adfunnel.campaigns.store import SqlCampaignStore
+    from adfunnel.campaigns.sql_store import SqlCampaignStore
     from adfunnel.db import make_engine
     from adfunnel.pacing.traffic_log import SqlTrafficLog
 

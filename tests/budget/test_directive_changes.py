@@ -10,7 +10,8 @@ from datetime import UTC, date, datetime
 
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.protocol import BilledUpdate, CampaignSpend, Reply, Report, ReportEntry
-from adfunnel.budget.service import ACK_KEPT_S, BudgetService
+from adfunnel.budget.reports import ACK_KEPT_S
+from adfunnel.budget.service import BudgetService
 from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import BidType, Campaign, Objective
 from adfunnel.clock import ManualClock

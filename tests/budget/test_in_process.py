@@ -8,11 +8,11 @@ from pathlib import Path
 
 from adfunnel.billing.model import EventType, LedgerEvent
 from adfunnel.billing.sql_ledger import SqlLedger
+from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.budget.gate import Served
-from adfunnel.budget.process import InProcessBudget
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, Campaign, Objective, PacingMode
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import Clock, ManualClock
 from adfunnel.db import make_engine
 
@@ -73,7 +73,7 @@ def test_a_slice_ask_waits_for_a_busy_service_only_on_a_manual_clock(tmp_path) -
     import threading
     import time
 
-    from adfunnel.budget.process import ASK_WAIT_S
+    from adfunnel.budget.embedded import ASK_WAIT_S
     from adfunnel.clock import FixedClock
 
     gate, camp = _metered_gate(tmp_path, FixedClock(datetime.now(UTC)))

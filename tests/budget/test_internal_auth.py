@@ -15,14 +15,14 @@ from fastapi.testclient import TestClient
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.http import HttpReportTransport
+from adfunnel.budget.metrics import CAMPAIGNS
 from adfunnel.budget.process import BudgetServiceProcess
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, Objective
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
 from adfunnel.internal_auth import InternalAuth
-from adfunnel.observability.metrics import CAMPAIGNS
 from adfunnel.settings import SettingsError, load_settings
 from adfunnel.ui.budget_reads import RemoteBudgetReads
 from tests.http_server import serving

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
+from adfunnel.budget.day_rows import day_budget
 from adfunnel.budget.gate import (
     BUDGET_EXHAUSTED,
     LocalSpendGate,
@@ -13,7 +14,7 @@ from adfunnel.budget.gate import (
     effective_daily_budget,
 )
 from adfunnel.budget.protocol import BilledUpdate, Report
-from adfunnel.budget.service import BudgetService, day_budget
+from adfunnel.budget.service import BudgetService
 from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import BidType, Campaign, Objective
 from adfunnel.clock import ManualClock

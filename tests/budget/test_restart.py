@@ -11,7 +11,8 @@ from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.gate import Served
 from adfunnel.budget.http import HttpReportTransport, create_app
 from adfunnel.budget.protocol import BilledUpdate, Reply, Report
-from adfunnel.budget.service import BudgetService, PacingStatus
+from adfunnel.budget.rows import PacingStatus
+from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.model import BidType, Campaign, Objective, PacingMode
 from adfunnel.clock import ManualClock
 from adfunnel.sim.server_proc import free_port

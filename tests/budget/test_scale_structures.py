@@ -16,13 +16,14 @@ import pytest
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.budget import service as service_module
 from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.budget.gate import Served
-from adfunnel.budget.process import BudgetServiceProcess, InProcessBudget
+from adfunnel.budget.process import BudgetServiceProcess
 from adfunnel.budget.protocol import BilledUpdate, CampaignSpend, Report, ReportEntry, SliceUse
 from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, Campaign, Objective, PacingMode
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
 

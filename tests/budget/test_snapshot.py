@@ -12,12 +12,12 @@ import pytest
 
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.gate import Served
+from adfunnel.budget.metrics import CampaignSeries
 from adfunnel.budget.protocol import BilledUpdate, Reply, Report
 from adfunnel.budget.service import BudgetService
 from adfunnel.budget.snapshot import STATE_NAMES, BudgetSnapshot
 from adfunnel.campaigns.model import BidType, Campaign, Objective, PacingMode
 from adfunnel.clock import ManualClock
-from adfunnel.observability.metrics import CampaignSeries
 from tests.internal_token import INTERNAL_HEADERS, INTERNAL_TOKEN
 
 START = datetime(2026, 10, 24, 21, 0, tzinfo=UTC)
@@ -119,7 +119,7 @@ def test_the_collector_folds_a_snapshot_like_the_status_records() -> None:
 
 
 def test_the_state_codes_are_the_services() -> None:
-    from adfunnel.budget.service import STATE_VALUES
+    from adfunnel.budget.rows import STATE_VALUES
 
     assert STATE_VALUES == STATE_NAMES
 
@@ -131,11 +131,11 @@ def test_a_budget_service_exports_its_campaigns_series(tmp_path) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     from adfunnel.billing.sql_ledger import SqlLedger
+    from adfunnel.budget.metrics import CAMPAIGNS, OTHER
     from adfunnel.budget.process import BudgetServiceProcess
     from adfunnel.campaigns.migrate import upgrade
-    from adfunnel.campaigns.store import SqlCampaignStore
+    from adfunnel.campaigns.sql_store import SqlCampaignStore
     from adfunnel.db import make_engine
-    from adfunnel.observability.metrics import CAMPAIGNS, OTHER
 
     engine = make_engine(f"sqlite:///{tmp_path / 's.sqlite3'}")
     upgrade(engine)

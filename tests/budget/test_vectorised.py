@@ -13,11 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adfunnel.bench.budget import run_budget_bench
-from adfunnel.budget.process import read_campaign_columns
-from adfunnel.budget.service import BudgetService, CampaignColumns
+from adfunnel.budget.campaign_table import read_campaign_columns
+from adfunnel.budget.columns import CampaignColumns
+from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, Objective, PacingMode
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
 from adfunnel.pacing import controller

@@ -10,12 +10,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from adfunnel.api.campaigns import install_error_handlers, make_advertiser_router
+from adfunnel.api.campaigns import make_advertiser_router
+from adfunnel.api.errors import install_error_handlers
 from adfunnel.api.operator import make_operator_router
 from adfunnel.auth import ApiKeys, MemoryKeyStore, install_auth
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import FixedClock
 from adfunnel.db import make_engine
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 
 URL = "https://x.test/p?a=1&b=2&c=%20"
 TARGETING: dict[str, Any] = {

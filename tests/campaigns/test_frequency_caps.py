@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from adfunnel.campaigns import codec
+from adfunnel.campaigns.errors import InvalidChange
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import (
     MAX_COOLDOWN_S,
@@ -21,7 +22,7 @@ from adfunnel.campaigns.model import (
     FrequencyCap,
     Objective,
 )
-from adfunnel.campaigns.store import InvalidChange, SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.campaigns.tables import campaigns
 from adfunnel.clock import FixedClock
 from adfunnel.db import make_engine

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from tests.campaigns.test_api import ad_body, assert_invalid, campaign_body
 
 HOUSE: dict[str, Any] = {

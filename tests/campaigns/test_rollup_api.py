@@ -16,14 +16,15 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from adfunnel.api.campaigns import install_error_handlers, make_advertiser_router
+from adfunnel.api.campaigns import make_advertiser_router
+from adfunnel.api.errors import install_error_handlers
 from adfunnel.billing.model import EventType, LedgerEvent
 from adfunnel.billing.rollups import hours_of
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.schedule import local_day
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import FixedClock
 from adfunnel.db import make_engine
 from tests.api_keys import ADMIN_HEADERS, install_test_auth

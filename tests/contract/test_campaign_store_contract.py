@@ -19,6 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, func, select
 
 from adfunnel.campaigns import codec
+from adfunnel.campaigns.errors import AlreadyExists, InvalidChange, NotFound, VersionConflict
 from adfunnel.campaigns.migrate import alembic_config, current_revision, upgrade
 from adfunnel.campaigns.model import (
     Ad,
@@ -36,13 +37,7 @@ from adfunnel.campaigns.model import (
     Placement,
     ReviewState,
 )
-from adfunnel.campaigns.store import (
-    AlreadyExists,
-    InvalidChange,
-    NotFound,
-    SqlCampaignStore,
-    VersionConflict,
-)
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.campaigns.tables import change_log
 from adfunnel.clock import FixedClock
 from adfunnel.db import make_engine

@@ -28,7 +28,7 @@ from adfunnel.billing.rollups import (
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import FixedClock
 from adfunnel.db import make_engine
 

@@ -56,8 +56,9 @@ from adfunnel.learn.query import (
 )
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
-from adfunnel.serving.fast import ColumnarDecider
-from adfunnel.serving.funnel import Decider, Decision, Placed
+from adfunnel.serving.decider import ColumnarDecider
+from adfunnel.serving.decision import Decision, Placed
+from adfunnel.serving.reference import ReferenceDecider
 from adfunnel.serving.request import SelectRequest, decode_request
 
 SALT = b"served-log-test-salt"
@@ -99,7 +100,7 @@ class World:
         self.gate = LocalSpendGate()
         key = b"k" * 32
         self.columnar = ColumnarDecider(self.catalog, self.gate, self.ctr, self.clock, key)
-        self.reference = Decider(self.catalog, self.gate, self.ctr, self.clock, key)
+        self.reference = ReferenceDecider(self.catalog, self.gate, self.ctr, self.clock, key)
 
     def decide(self, i: int, *, explain: bool = False, golf: bool = False) -> tuple[
             Decision, SelectRequest]:

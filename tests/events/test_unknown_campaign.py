@@ -17,14 +17,14 @@ import pytest
 from adfunnel.billing.aggregator import Aggregator
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.budget.gate import LocalSpendGate
+from adfunnel.campaigns.change_feed import ChangeFeed
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.readmodel import CampaignReadModel
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
 from adfunnel.events.jetstream_log import JetStreamEventLog
 from adfunnel.events.model import Event, EventType
-from adfunnel.serving.change_feed import ChangeFeed
 
 pytestmark = pytest.mark.nats
 

@@ -1,16 +1,21 @@
-"""The conjunction index returns exactly what the brute-force ScanIndex returns."""
+"""The conjunction index returns exactly what the brute-force ScanIndex returns, and a
+segment's compiled query what its numpy reference returns."""
 
 from __future__ import annotations
 
 import random
 from unittest import mock
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adfunnel.bench import index as bench
 from adfunnel.index import ConjunctionIndex, ScanIndex, segment
+from adfunnel.index.numpy_query import match_numpy
+from adfunnel.index.segment import Segment
+from adfunnel.index.table import TableBuilder
 from adfunnel.targeting import TargetingError
 from adfunnel.targeting.dnf import compile_dnf
 from tests.strategies import requests as request_strategy
@@ -159,3 +164,34 @@ def test_benchmark_workloads_equal_scan(workload: str, tmp_path) -> None:
         scan.remove(a)
     for request in reqs[:10]:
         assert index.query(request, 100).ad_ids == scan.query(request, 100).ad_ids
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ads_lists,
+    st.lists(requests, min_size=1, max_size=4),
+    st.integers(1, 30),
+    st.sampled_from([1, 4, 1 << 30]),
+    st.sampled_from([0, 1 << 30]),
+)
+def test_the_numpy_query_equals_the_compiled_one(ads, reqs, want, dense, sort_ratio) -> None:
+    """The numpy reference (:mod:`adfunnel.index.numpy_query`) and the compiled matcher
+    read the same windows (one schedule) and answer the same ranks, with and without
+    an alive mask, on both paths and both posting forms."""
+    with (
+        mock.patch.object(segment, "DENSE_RATIO", dense),
+        mock.patch.object(segment, "SORT_PATH_RATIO", sort_ratio),
+        mock.patch.object(segment, "FIRST_WINDOW", 2),
+        mock.patch.object(segment, "WINDOW_GROWTH", 2),
+        mock.patch.object(segment, "MAX_SCRATCH", 256),
+    ):
+        builder = TableBuilder()
+        for i, (e, s) in enumerate(ads):
+            builder.add(i, builder.template(compile_dnf(e)), s)
+        seg = Segment.from_builder(builder)
+        alive = np.arange(len(ads)) % 3 != 0
+        for request in reqs:
+            kids = seg.key_ids_of(request)
+            for live in (None, alive):
+                np.testing.assert_array_equal(match_numpy(seg, kids, live, want),
+                                              seg.match(kids, live, want))

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from adfunnel.ivt.lists import CrawlerUserAgents, IpRanges, data_dir
+from adfunnel.data import data_dir
+from adfunnel.ivt.lists import CrawlerUserAgents, IpRanges
 
 #: Real browser user agents (current Chrome on Windows, Safari on iPhone, Firefox on
 #: Linux, Edge): not crawlers.
@@ -32,7 +33,7 @@ GOOGLEBOT_UA = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/b
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    return data_dir()
+    return data_dir("ivt")
 
 
 @pytest.fixture(scope="session")

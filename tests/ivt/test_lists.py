@@ -19,7 +19,6 @@ from adfunnel.ivt.lists import (
     IpKind,
     IpRanges,
     IpSource,
-    data_dir,
     parse_ip,
 )
 from tests.ivt.conftest import BROWSER_UAS, GOOGLEBOT_UA
@@ -218,14 +217,6 @@ def test_from_dir_reads_both_formats_and_names_a_missing_file(tmp_path: Path) ->
     assert ranges.lookup("198.51.100.10") is None
     with pytest.raises(FileNotFoundError, match="ADFUNNEL_DATA_DIR"):
         IpRanges.from_dir(tmp_path, (IpSource("absent.txt", IpKind.DATACENTER, "x"),))
-
-
-def test_data_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
-                                          tmp_path: Path) -> None:
-    monkeypatch.setenv("ADFUNNEL_DATA_DIR", str(tmp_path))
-    assert data_dir() == tmp_path
-    monkeypatch.delenv("ADFUNNEL_DATA_DIR")
-    assert (data_dir() / "ivt" / "datacenter_ips").is_dir()
 
 
 def test_process_wide_lists_load_once_under_racing_threads(

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from adfunnel.clock import ManualClock
 from adfunnel.events.compactor import compact
 from adfunnel.learn import datasets
-from adfunnel.learn.datasets import candidate_tokens, request_tokens
-from adfunnel.prediction.model import train
+from adfunnel.learn.train import train
+from adfunnel.prediction.features import candidate_tokens, request_tokens
 from adfunnel.runtime.app import build_app, build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS

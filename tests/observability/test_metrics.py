@@ -13,9 +13,9 @@ import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from adfunnel.budget.process import InProcessBudget
+from adfunnel.budget.embedded import InProcessBudget
+from adfunnel.budget.metrics import OTHER, CampaignSeries
 from adfunnel.budget.snapshot import BudgetSnapshot
-from adfunnel.observability.metrics import OTHER, CampaignSeries
 from adfunnel.runtime.app import Runtime
 from adfunnel.sim.server_proc import ServerProcess
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
@@ -160,8 +160,8 @@ def test_every_metric_the_dashboard_queries_is_exported(tmp_path: Path) -> None:
 
 def test_no_per_campaign_series_when_the_top_is_zero() -> None:
     """``metrics_top_campaigns=0``: the budget service's state is not read at all."""
+    from adfunnel.budget.metrics import CAMPAIGNS
     from adfunnel.clock import ManualClock
-    from adfunnel.observability.metrics import CAMPAIGNS
     from adfunnel.runtime.app import build_app, build_runtime
     from adfunnel.settings import load_settings
     from tests.serving.conftest import START

@@ -3,18 +3,15 @@ impressions, unmeasured before any click, out of range outside 0.95-1.05."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
-
 import pytest
 
-from adfunnel.billing.model import EventType, LedgerEvent
+from adfunnel.billing.model import EventType
 from adfunnel.prediction.calibration import CalibrationMonitor
 
-AT = datetime(2026, 7, 15, 12, tzinfo=UTC)
 
-
-def row(impression_id: str, event_type: EventType = EventType.IMPRESSION) -> LedgerEvent:
-    return LedgerEvent(impression_id, event_type, 1, 2, "feed", "CPC", 0, AT, date(2026, 7, 15))
+def row(impression_id: str, event_type: EventType = EventType.IMPRESSION) -> tuple[str, str]:
+    """A billed ledger row's plain values, as the wiring passes them to the monitor."""
+    return impression_id, event_type
 
 
 def test_predicted_over_observed_for_each_model() -> None:
@@ -23,15 +20,15 @@ def test_predicted_over_observed_for_each_model() -> None:
         m.served(f"a{k}", "v1", 0.2)  # 10 × 0.2 = 2 predicted clicks
         m.served(f"b{k}", "v2", 0.5)
     for k in range(10):
-        m.billed(row(f"a{k}"))
-        m.billed(row(f"b{k}"))
+        m.billed(*row(f"a{k}"))
+        m.billed(*row(f"b{k}"))
     assert m.status()["v1"]["status"] == "unmeasured"
     assert m.status()["v1"]["calibration_ratio"] is None  # no click yet: not 0
-    m.billed(row("a0", EventType.CLICK))
-    m.billed(row("a1", EventType.CLICK))
-    m.billed(row("a1", EventType.CLICK))  # the same click again counts once
+    m.billed(*row("a0", EventType.CLICK))
+    m.billed(*row("a1", EventType.CLICK))
+    m.billed(*row("a1", EventType.CLICK))  # the same click again counts once
     for k in range(4):
-        m.billed(row(f"b{k}", EventType.CLICK))
+        m.billed(*row(f"b{k}", EventType.CLICK))
     got = m.status()
     assert got["v1"] == {"impressions": 10, "predicted_clicks": 2.0, "observed_clicks": 2,
                          "calibration_ratio": 1.0, "status": "ok"}
@@ -43,11 +40,11 @@ def test_only_the_recent_window_counts_and_unscored_events_are_ignored() -> None
     m = CalibrationMonitor(window=3)
     for k in range(5):
         m.served(f"i{k}", "v", 0.5)
-        m.billed(row(f"i{k}"))
-    m.billed(row("i0", EventType.CLICK))  # left the window: not counted
-    m.billed(row("i4", EventType.CLICK))
-    m.billed(row("stranger"))  # an impression no model scored
-    m.billed(row("stranger", EventType.CLICK))
+        m.billed(*row(f"i{k}"))
+    m.billed(*row("i0", EventType.CLICK))  # left the window: not counted
+    m.billed(*row("i4", EventType.CLICK))
+    m.billed(*row("stranger"))  # an impression no model scored
+    m.billed(*row("stranger", EventType.CLICK))
     got = m.status()["v"]
     assert (got["impressions"], got["predicted_clicks"], got["observed_clicks"]) == (3, 1.5, 1)
 

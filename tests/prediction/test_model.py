@@ -15,16 +15,9 @@ from adfunnel.cli import app
 from adfunnel.data import data_dir
 from adfunnel.learn import datasets
 from adfunnel.learn.datasets import DatasetError, Examples
-from adfunnel.prediction.metrics import evaluate
-from adfunnel.prediction.model import (
-    P_MIN,
-    ClickModel,
-    ModelError,
-    ModelRefused,
-    Trained,
-    check_not_worse,
-    train,
-)
+from adfunnel.learn.metrics import evaluate
+from adfunnel.learn.train import ModelRefused, Trained, check_not_worse, train
+from adfunnel.prediction.model import P_MIN, ClickModel, ModelError
 
 CRITEO = data_dir("criteo") / "criteo" / "wideresdnn_train.csv"
 CRITEO_CSV = data_dir("criteo") / "criteo" / "deepctr_criteo_sample.txt"

@@ -39,8 +39,9 @@ from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.columns import MAX_DENSE_ID
-from adfunnel.serving.fast import PRERANK_CUT, ColumnarDecider
-from adfunnel.serving.funnel import Decider, Decision
+from adfunnel.serving.decider import ColumnarDecider
+from adfunnel.serving.decision import PRERANK_CUT, Decides, Decision
+from adfunnel.serving.reference import ReferenceDecider
 from adfunnel.serving.request import SelectRequest, decode_request
 
 ZONES = ["UTC", "America/New_York", "Asia/Kolkata", "Asia/Tokyo", "Pacific/Chatham"]
@@ -182,14 +183,14 @@ class World:
         return client
 
     def decider(self, columnar: bool, decision_seed: int, keep: int,
-                limit: int = 10_000) -> Decider:
+                limit: int = 10_000) -> Decides:
         kwargs = {"pcvr": 0.05, "rng": random.Random(decision_seed), "eligible": self.eligible,
                   "retrieval_limit": limit}
         if columnar:
             return ColumnarDecider(self.catalog, self.gate, self.ctr, self.clock, b"k" * 32,
                                    prerank_keep=keep, candidate_limit=limit, **kwargs)
-        return Decider(self.catalog, self.gate, self.ctr, self.clock, b"k" * 32,
-                       same_retrieval=True, **kwargs)
+        return ReferenceDecider(self.catalog, self.gate, self.ctr, self.clock, b"k" * 32,
+                                same_retrieval=True, **kwargs)
 
 
 def _outcome(d: Decision) -> list[tuple[object, ...]]:
@@ -264,8 +265,8 @@ def test_ids_beyond_the_columns_are_decided_by_the_reference_path() -> None:
                quality_micros=-5)], 0))
         worlds.append(catalog)
     now = ManualClock(datetime(2026, 7, 1, tzinfo=UTC))
-    ref = Decider(worlds[0], LocalSpendGate(), SmoothedCtr(), now, b"k" * 32,
-                  rng=random.Random(3))
+    ref = ReferenceDecider(worlds[0], LocalSpendGate(), SmoothedCtr(), now, b"k" * 32,
+                           rng=random.Random(3))
     col = ColumnarDecider(worlds[1], LocalSpendGate(), SmoothedCtr(), now, b"k" * 32,
                           rng=random.Random(3))
     req = _request(random.Random(1), 0)

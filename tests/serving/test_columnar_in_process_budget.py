@@ -13,12 +13,13 @@ import json
 import random
 from datetime import UTC, date, datetime, timedelta
 
-from adfunnel.budget.process import InProcessBudget
+from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.campaigns.model import BidType, Objective
 from adfunnel.clock import ManualClock, monotonic_ms
 from adfunnel.runtime.app import Runtime, build_runtime
-from adfunnel.serving.fast import ColumnarDecider
-from adfunnel.serving.funnel import Decider, Decision
+from adfunnel.serving.decider import ColumnarDecider
+from adfunnel.serving.decision import Decides, Decision
+from adfunnel.serving.reference import ReferenceDecider
 from adfunnel.serving.request import decode_request
 from adfunnel.settings import load_settings
 
@@ -26,7 +27,7 @@ START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
 KEY = b"k" * 32
 
 
-def _runtime(columnar: bool) -> tuple[Runtime, Decider]:
+def _runtime(columnar: bool) -> tuple[Runtime, Decides]:
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
                              budget="service")
     rt = build_runtime(settings, ManualClock(START), seed=1, feed=False)
@@ -45,7 +46,7 @@ def _runtime(columnar: bool) -> tuple[Runtime, Decider]:
                                creative_ref="c", format="banner", width=300, height=250)
     gate = rt.gate
     assert isinstance(gate, InProcessBudget)
-    cls = ColumnarDecider if columnar else Decider
+    cls = ColumnarDecider if columnar else ReferenceDecider
     decider = cls(rt.catalog, gate, rt.ctr, rt.clock, KEY, rng=random.Random(5),
                   eligible=gate.eligible)
     return rt, decider

@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adfunnel.auction.gsp import Rejection
+from adfunnel.serving.decision import Decision
 from adfunnel.serving.decision_log import DecisionLog
-from adfunnel.serving.funnel import Decision
 
 
 @given(st.lists(st.sampled_from(["sent", "late", "shed"]), max_size=300),

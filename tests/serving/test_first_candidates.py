@@ -23,8 +23,8 @@ from adfunnel.campaigns.model import (
 from adfunnel.clock import FixedClock, monotonic_ms
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
-from adfunnel.serving.fast import ColumnarDecider
-from adfunnel.serving.funnel import Decision
+from adfunnel.serving.decider import ColumnarDecider
+from adfunnel.serving.decision import Decision
 from adfunnel.serving.request import PlacementIn, SelectRequest, SlotIn, UserIn
 
 NOW = datetime(2026, 6, 10, 14, 30, tzinfo=UTC)

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from adfunnel.campaigns.change_feed import ChangeFeed
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, ChangeRecord, HouseAd, Objective, Placement
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import FixedClock
 from adfunnel.db import make_engine
 from adfunnel.index import ScanIndex
 from adfunnel.serving.catalog import Catalog, Snapshot
-from adfunnel.serving.change_feed import ChangeFeed
 
 NOW = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
 HOUSE = HouseAd("house.png", "https://operator.test/", "banner", 300, 250)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adfunnel.campaigns.model import Placement
-from adfunnel.serving.funnel import _reserve
+from adfunnel.serving.decision import applied_reserve
 from adfunnel.serving.request import MAX_RESERVE_CPM_MICROS, decode_request
 
 RESERVES = st.integers(0, MAX_RESERVE_CPM_MICROS)
@@ -40,7 +40,7 @@ def test_applied_reserve_is_the_higher_of_request_and_configured(
     asked = request_reserve if slot_reserve is None else slot_reserve
     configured = by_country.get(country, default) if country else default
 
-    applied = _reserve(req, req.slots[0], placement)
+    applied = applied_reserve(req, req.slots[0], placement)
     assert applied >= asked and applied >= configured
     assert applied in (asked, configured)  # the higher of the two, never a blend
-    assert _reserve(req, req.slots[0], None) == asked  # unconfigured: the request's only
+    assert applied_reserve(req, req.slots[0], None) == asked  # unconfigured: the request's only

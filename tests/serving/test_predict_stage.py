@@ -15,11 +15,11 @@ import pytest
 
 from adfunnel.campaigns.model import BidType, Objective
 from adfunnel.clock import ManualClock, monotonic_ms
-from adfunnel.learn.datasets import candidate_tokens, request_tokens
+from adfunnel.prediction.features import candidate_tokens, request_tokens
 from adfunnel.prediction.model import ClickModel, column_of
 from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.runtime.app import Runtime, build_runtime
-from adfunnel.serving.fast import ColumnarDecider
+from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.request import decode_request
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS

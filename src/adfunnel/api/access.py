@@ -14,8 +14,9 @@ from typing import Any
 from adfunnel.api.schemas import AdIn, AdPatch
 from adfunnel.auth.http import forbidden
 from adfunnel.auth.keys import Principal, Role
+from adfunnel.campaigns.errors import NotFound
 from adfunnel.campaigns.model import Ad, AdStatus, Advertiser, Campaign, CampaignStatus, ReviewState
-from adfunnel.campaigns.store import CampaignStore, NotFound
+from adfunnel.campaigns.store import CampaignStore
 from adfunnel.http_errors import ApiError
 
 #: Ad fields whose change by an advertiser needs a new review.

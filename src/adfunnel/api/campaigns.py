@@ -1,8 +1,8 @@
 """The advertiser API: REST routes over the campaign store and the billing ledger.
 
 Build the routes with :func:`make_advertiser_router` and install the JSON error
-handlers with :func:`install_error_handlers` on the app (re-exported from
-``adfunnel.http_errors``). Nothing is created at import time.
+handlers with :func:`adfunnel.api.errors.install_error_handlers` on the app. Nothing is
+created at import time.
 
 Routes (JSON bodies; money in integer micros; dates ``YYYY-MM-DD``, local to the
 campaign's time zone)::
@@ -44,9 +44,8 @@ JSON, 404 not found, 409 version conflict).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Response
@@ -62,6 +61,8 @@ from adfunnel.api.pagination import (
     known_query_only,
     page,
 )
+from adfunnel.api.render import ad_out, advertiser_out, campaign_out, written_out
+from adfunnel.api.report_schemas import ReportDay, ReportOut
 from adfunnel.api.reports import make_rollup_router
 from adfunnel.api.review import make_review_router
 from adfunnel.api.schemas import (
@@ -77,9 +78,6 @@ from adfunnel.api.schemas import (
     CampaignPatch,
     CampaignWritten,
     DomainDay,
-    FieldProblemOut,
-    ReportDay,
-    ReportOut,
     VersionIn,
 )
 from adfunnel.auth.http import Caller, require_role
@@ -93,13 +91,13 @@ from adfunnel.billing.rollups import (
     local_days_span,
 )
 from adfunnel.billing.sql_rollups import make_rollup_store
-from adfunnel.campaigns import codec
-from adfunnel.campaigns.checks import campaign_warnings, money_limit_problems
-from adfunnel.campaigns.model import Ad, AdStatus, Advertiser, Campaign, CampaignStatus
+from adfunnel.campaigns.checks import money_limit_problems
+from adfunnel.campaigns.errors import NotFound
+from adfunnel.campaigns.model import AdStatus, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
-from adfunnel.campaigns.store import CampaignStore, NotFound
+from adfunnel.campaigns.store import CampaignStore
 from adfunnel.clock import Clock
-from adfunnel.http_errors import ApiError, install_error_handlers, validation_error
+from adfunnel.http_errors import ApiError, validation_error
 from adfunnel.settings import DEFAULT_MAX_BID_MICROS, DEFAULT_MAX_BUDGET_MICROS
 from adfunnel.targeting.expr import TargetingError, dump_expr, parse_expr
 
@@ -108,7 +106,7 @@ try:  # another module of the targeting room; optional until it lands
 except ImportError:  # pragma: no cover - depends on the tree
     _compile_dnf = None
 
-__all__ = ["canonical_targeting", "install_error_handlers", "make_advertiser_router"]
+__all__ = ["canonical_targeting", "make_advertiser_router"]
 
 #: A caller that may change advertiser records: an admin or an advertiser (403 else).
 Writer = Annotated[Principal, Depends(require_role(Role.ADMIN, Role.ADVERTISER))]
@@ -138,31 +136,6 @@ def canonical_targeting(raw: Any) -> str:
         except (ValueError, RecursionError) as exc:
             raise TargetingError("targeting", str(exc)) from exc
     return dump_expr(raw)
-
-
-def advertiser_out(a: Advertiser) -> AdvertiserOut:
-    return AdvertiserOut(id=a.id, name=a.name, version=a.version)
-
-
-def campaign_out(c: Campaign) -> CampaignOut:
-    """The API view of a campaign; targeting is returned as the JSON tree it was given."""
-    payload = codec.to_payload(c)
-    payload["targeting"] = json.loads(c.targeting) if c.targeting else None
-    return CampaignOut.model_validate(payload)
-
-
-def written_out(c: Campaign, now: datetime) -> CampaignWritten:
-    """:func:`campaign_out` plus ``warnings`` (``adfunnel.campaigns.checks``), which is
-    set only when there are some: routes answer with ``response_model_exclude_unset``."""
-    out = CampaignWritten.model_validate(campaign_out(c).model_dump())
-    warnings = campaign_warnings(c, now)
-    if warnings:
-        out.warnings = [FieldProblemOut(field=f, problem=p) for f, p in warnings]
-    return out
-
-
-def ad_out(ad: Ad) -> AdOut:
-    return AdOut.model_validate(codec.to_payload(ad))
 
 
 def report(
@@ -253,7 +226,7 @@ def make_advertiser_router(
     campaign store's database when it has one (``SqlCampaignStore.engine``: the
     embedded runtime's database, where the rollups also join ``campaigns``); without
     either there are no rollup routes. The app must also call
-    :func:`install_error_handlers`.
+    :func:`adfunnel.api.errors.install_error_handlers`.
     """
     router = APIRouter(tags=["advertiser"], dependencies=[Depends(known_query_only)])
     max_days = int(getattr(settings_like, "report_max_days", DEFAULT_REPORT_MAX_DAYS))

@@ -32,7 +32,8 @@ from adfunnel.api.pagination import (
 from adfunnel.auth.http import require_role
 from adfunnel.auth.keys import ApiKey, Role
 from adfunnel.auth.service import ApiKeys, KeyProblem
-from adfunnel.campaigns.store import CampaignStore, NotFound
+from adfunnel.campaigns.errors import NotFound
+from adfunnel.campaigns.store import CampaignStore
 from adfunnel.http_errors import ApiError, validation_error
 
 __all__ = ["ApiKeyIn", "ApiKeyIssued", "ApiKeyOut", "make_api_key_router"]

@@ -27,7 +27,15 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Response
 
-from adfunnel.api.campaigns import ad_out
+from adfunnel.api.operator_schemas import (
+    PLACEMENT_NULLABLE,
+    ModelIn,
+    ModelOut,
+    PlacementIn,
+    PlacementOut,
+    PlacementPatch,
+    QualityIn,
+)
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
@@ -37,21 +45,14 @@ from adfunnel.api.pagination import (
     known_query_only,
     page,
 )
-from adfunnel.api.schemas import (
-    PLACEMENT_NULLABLE,
-    AdOut,
-    ModelIn,
-    ModelOut,
-    PlacementIn,
-    PlacementOut,
-    PlacementPatch,
-    QualityIn,
-)
+from adfunnel.api.render import ad_out
+from adfunnel.api.schemas import AdOut
 from adfunnel.auth.http import require_role
 from adfunnel.auth.keys import Role
 from adfunnel.campaigns import codec
+from adfunnel.campaigns.errors import AlreadyExists
 from adfunnel.campaigns.model import Placement
-from adfunnel.campaigns.store import AlreadyExists, CampaignStore
+from adfunnel.campaigns.store import CampaignStore
 from adfunnel.http_errors import ApiError, validation_error
 
 __all__ = ["make_operator_router", "placement_out"]

@@ -37,12 +37,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from adfunnel.api import access
-from adfunnel.api.schemas import (
-    DomainDay,
-    RollupReportOut,
-    RollupRowOut,
-    RollupTotalsOut,
-)
+from adfunnel.api.report_schemas import RollupReportOut, RollupRowOut, RollupTotalsOut
+from adfunnel.api.schemas import DomainDay
 from adfunnel.auth.http import Caller
 from adfunnel.billing.rollups import (
     GROUP_COLUMNS,
@@ -80,7 +76,7 @@ def make_rollup_router(
 ) -> APIRouter:
     """The rollup report routes over ``store`` (campaigns, advertisers, time zones) and
     ``rollups``; ``clock`` gives "today" for reports without dates. The app must call
-    :func:`adfunnel.http_errors.install_error_handlers`."""
+    :func:`adfunnel.api.errors.install_error_handlers`."""
     router = APIRouter(tags=["advertiser"])
     csv_doc: dict[int | str, dict[str, Any]] = {
         200: {"content": {CSV_MEDIA_TYPE: {}}, "description": "JSON, or CSV on Accept: text/csv"}

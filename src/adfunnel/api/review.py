@@ -27,6 +27,7 @@ from adfunnel.api.pagination import (
     known_query_only,
     page,
 )
+from adfunnel.api.render import ad_out
 from adfunnel.api.schemas import AdOut, VersionIn
 from adfunnel.auth.http import require_role
 from adfunnel.auth.keys import Role
@@ -39,8 +40,6 @@ OptionalVersion = Annotated[VersionIn | None, Body()]
 def make_review_router(store: CampaignStore) -> APIRouter:
     """The review routes over ``store``; the app must install the error handlers and
     :func:`adfunnel.auth.install_auth`."""
-    from adfunnel.api.campaigns import ad_out  # the one API view of an ad
-
     router = APIRouter(tags=["review"],
                        dependencies=[Depends(require_role(Role.ADMIN, Role.REVIEWER)),
                                      Depends(known_query_only)])

@@ -25,7 +25,7 @@ runs :func:`run_budget_bench`:
    ``report_per_campaign_us``; ``step_per_campaign_us`` likewise.
 6. the ad server's side: a :class:`~adfunnel.budget.client.BudgetClient` applying a
    first (full) reply of ``N`` directives (``client_first_reply_s``).
-7. the embedded default on the same file: :class:`~adfunnel.budget.process.InProcessBudget`
+7. the embedded default on the same file: :class:`~adfunnel.budget.embedded.InProcessBudget`
    from nothing to serving (``embedded_start_s``: the shard's start plus its client
    taking every directive), the first admit of a metered campaign after it (it asks
    the in-process service for a slice: ``embedded_first_admit_ms``), and ten seconds of
@@ -57,17 +57,18 @@ from sqlalchemy import Engine, Table
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.tables import campaign_day_spend, campaign_spend
 from adfunnel.budget.client import BudgetClient
-from adfunnel.budget.process import BudgetServiceProcess, InProcessBudget
+from adfunnel.budget.embedded import InProcessBudget
+from adfunnel.budget.metrics import CampaignSeries
+from adfunnel.budget.process import BudgetServiceProcess
 from adfunnel.budget.protocol import CampaignSpend, Reply, Report, ReportEntry
 from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import DEFAULT_ATTRIBUTION_WINDOW_S, CampaignStatus
 from adfunnel.campaigns.schedule import local_day
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.campaigns.tables import advertisers, campaigns
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
-from adfunnel.observability.metrics import CampaignSeries
 from adfunnel.pacing.traffic_tables import eligible_traffic
 
 #: The bench's domain time: a Wednesday afternoon (UTC).

@@ -4,7 +4,7 @@
 campaigns of one 300x250 ad each, everyone targeted, one advertiser each); the
 ``capped`` highest bidders carry two caps each (campaign: ``cap_count`` per day; ad:
 ``cap_count`` per hour), so every request has ``capped`` candidates with caps. Two
-:class:`~adfunnel.serving.fast.ColumnarDecider` s decide the same requests with the
+:class:`~adfunnel.serving.decider.ColumnarDecider` s decide the same requests with the
 same seeds: one enforces the caps through a
 :class:`~adfunnel.frequency.redis_store.RedisFrequencyStore` at ``redis_url`` (one
 ``HMGET`` of ``2 × capped`` fields screens the candidates, one script call counts the
@@ -73,8 +73,8 @@ from adfunnel.frequency.windows import CapPlan
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.caps import CAP_UNAVAILABLE, CapBook, CapGate, Screen
 from adfunnel.serving.catalog import Catalog, Snapshot
-from adfunnel.serving.fast import ColumnarDecider
-from adfunnel.serving.funnel import Decision
+from adfunnel.serving.decider import ColumnarDecider
+from adfunnel.serving.decision import Decision
 from adfunnel.serving.request import PlacementIn, SelectRequest, SlotIn, UserIn
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"

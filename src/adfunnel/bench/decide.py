@@ -17,16 +17,16 @@ local spend gate, committing each answer::
 
 - ``p50_us``/``p99_us``: wall-clock µs of ``decide`` (retrieval included);
   ``decisions_per_s``: queries ÷ the thread's CPU seconds over them (one core).
-- ``stage_us``: p50 of each stage (:data:`adfunnel.serving.fast.STAGES`);
+- ``stage_us``: p50 of each stage (:data:`adfunnel.serving.decider.STAGES`);
   ``stage_p99_us`` their p99.
 - ``candidates_mean``: ads retrieved per request — the first ``first_limit``, or up to
   ``candidate_limit`` when too few of those could serve: only ads of the slots' shapes
   (the catalogue's index is partitioned by shape).
-- ``reference``: the per-candidate path (:class:`~adfunnel.serving.funnel.Decider`)
-  on the same retrieval, on the first ``reference_queries`` requests (it is slow at
-  scale), with its own gate from the same seed; ``agreement`` is the share of those
-  decisions whose winners and prices equal the columnar path's (both paths draw the
-  same seeds, so it must be 1.0).
+- ``reference``: the per-candidate path
+  (:class:`~adfunnel.serving.reference.ReferenceDecider`) on the same retrieval, on the
+  first ``reference_queries`` requests (it is slow at scale), with its own gate from the
+  same seed; ``agreement`` is the share of those decisions whose winners and prices
+  equal the columnar path's (both paths draw the same seeds, so it must be 1.0).
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ from adfunnel.prediction.model import ClickModel
 from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.catalog import Catalog, Snapshot
-from adfunnel.serving.fast import CANDIDATE_LIMIT, STAGES, ColumnarDecider
-from adfunnel.serving.funnel import Decider, Decision
+from adfunnel.serving.decider import CANDIDATE_LIMIT, STAGES, ColumnarDecider
+from adfunnel.serving.decision import Decides, Decision
+from adfunnel.serving.reference import ReferenceDecider
 from adfunnel.serving.request import SelectRequest, SlotIn
 from adfunnel.targeting.attributes import ATTRIBUTES
 from adfunnel.targeting.expr import All, Any_, Expr, In, Not, NotIn
@@ -154,7 +155,8 @@ def _request(attrs: dict[str, frozenset[str]], i: int) -> SelectRequest:
                          slots or [SlotIn("s1", 1, 300, 250)])
 
 
-def _decider(cls: type[Decider], catalog: Catalog, seed: int) -> Decider:
+def _decider(cls: type[ColumnarDecider | ReferenceDecider], catalog: Catalog,
+             seed: int) -> Decides:
     ctr = SmoothedCtr(0.001, 1_000.0)
     # the reference retrieves as the columnar path does: the same candidates
     extra = {} if cls is ColumnarDecider else {"same_retrieval": True,
@@ -163,7 +165,7 @@ def _decider(cls: type[Decider], catalog: Catalog, seed: int) -> Decider:
                rng=random.Random(seed), **extra)
 
 
-def _run(decider: Decider, reqs: list[SelectRequest]) -> tuple[np.ndarray, float, list[Decision]]:
+def _run(decider: Decides, reqs: list[SelectRequest]) -> tuple[np.ndarray, float, list[Decision]]:
     """Wall µs per decision, CPU seconds in all, and the decisions (each committed)."""
     wall, out = [], []
     cpu0 = time.thread_time()
@@ -213,7 +215,7 @@ def run_decide_bench(ads: int, workload: str = "real", queries: int = 1_000, see
     fast.timings = []
     lat, cpu, decisions = _run(fast, reqs)
     n_ref = min(reference_queries, len(reqs))
-    ref_lat, ref_cpu, ref_decisions = _run(_decider(Decider, catalog, seed), reqs[:n_ref])
+    ref_lat, ref_cpu, ref_decisions = _run(_decider(ReferenceDecider, catalog, seed), reqs[:n_ref])
     agree = sum(_wins(a) == _wins(b) for a, b in zip(decisions, ref_decisions, strict=False))
     stage: dict[str, float | None] = {
         s: round(float(np.percentile([t.get(s, 0.0) for t in fast.timings], 50)), 1)

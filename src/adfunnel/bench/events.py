@@ -85,7 +85,7 @@ from adfunnel.bench.http import cpu_seconds, process_tree
 from adfunnel.billing.aggregator import Aggregator
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import BidType, Objective
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import SystemClock
 from adfunnel.db import make_engine
 from adfunnel.events.log import EventLogError

@@ -36,7 +36,7 @@ Workloads (attribute names need not be in ``ATTRIBUTES``: the index accepts any)
   agent, exchange, domain) with ~10–50 term values per ad, a few broad ads and
   some OR-ed audience alternatives; requests are the log's rows. The data folder is
   ``data_dir``, else found as the rest of the code finds it
-  (:func:`adfunnel.sim.ipinyou.data_dir`: ``$ADFUNNEL_DATA_DIR``, else ``shared/data``
+  (:func:`adfunnel.data.data_dir`: ``$ADFUNNEL_DATA_DIR``, else ``shared/data``
   beside the checkout); without the log a uniform stand-in is used and reported as
   ``"source": "fallback"``.
 
@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from adfunnel.data import data_dir as shared_data_dir
 from adfunnel.index.conjunction import ConjunctionIndex
 from adfunnel.index.scan import ScanIndex
 from adfunnel.sim.ipinyou import default_logs, iter_log, split_useragent
@@ -130,13 +131,6 @@ def _paper(
 # ---- real ------------------------------------------------------------------------
 
 
-def _data_dir(data_dir: str | None) -> Path:
-    """The shared data folder (raises FileNotFoundError when there is none)."""
-    from adfunnel.sim.ipinyou import data_dir as shared_data_dir
-
-    return Path(data_dir) if data_dir else shared_data_dir()
-
-
 def _log_rows(data_dir: Path) -> list[Request]:
     """Requests from the rows of the iPinYou training log, in file order (the only file
     read by this module, through :mod:`adfunnel.sim.ipinyou`)."""
@@ -184,7 +178,9 @@ def _real(
     rng: random.Random, n_templates: int, n_queries: int, data_dir: str | None
 ) -> tuple[list[Expr], list[Request], str]:
     try:
-        rows, source = _log_rows(_data_dir(data_dir)), "ipinyou/dlf_2259"
+        # the shared data folder raises FileNotFoundError (an OSError) when there is none
+        root = Path(data_dir) if data_dir else shared_data_dir("ipinyou")
+        rows, source = _log_rows(root), "ipinyou/dlf_2259"
     except OSError:
         rows, source = _fallback_rows(rng), "fallback"
     tallies: dict[str, Tally[str]] = {}

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from adfunnel.learn import datasets
-from adfunnel.prediction.model import P_MIN, hasher, train
+from adfunnel.learn.train import train
+from adfunnel.prediction.model import P_MIN, hasher
 
 TARGET_P99_US = 1_000.0
 

@@ -1,7 +1,8 @@
 """The billed-spend feed: ledger totals → ``BilledUpdate`` s for the budget service.
 
 One feeder for production (``adfunnel.budget.process``) and the day simulation
-(``adfunnel.sim.day``): both read a :class:`~adfunnel.billing.ledger.Ledger`.
+(``adfunnel.sim.day``): both read a ledger through
+:class:`~adfunnel.budget.billed.BilledTotals`.
 
 Billing windows (DESIGN.md §Events and billing): the expected cost of a serve stays in
 the service's committed spend until its billable event is billed or can no longer
@@ -22,9 +23,9 @@ from datetime import date, datetime, timedelta
 
 import numpy as np
 
-from adfunnel.billing.ledger import Ledger
+from adfunnel.budget.billed import BilledTotals
+from adfunnel.budget.columns import BID_TYPES, OwnedCampaigns
 from adfunnel.budget.protocol import BilledColumns, BilledUpdate
-from adfunnel.budget.service import BID_TYPES, OwnedCampaigns
 from adfunnel.campaigns.model import BidType, Campaign
 from adfunnel.campaigns.schedule import local_day
 
@@ -51,7 +52,7 @@ class BilledFeeder:
     """Builds the billed updates of a set of campaigns from a ledger.
 
     Args:
-        ledger: the billing ledger (any implementation).
+        ledger: the billing ledger (any implementation: its billed totals).
         token_ttl_s: the tracking token's life in seconds (the impression/click window).
         conversion_window_s: the conversion attribution window in seconds.
         click_window_s: seconds after a serve in which its click can bill, where the
@@ -59,7 +60,7 @@ class BilledFeeder:
             life; a click needs a valid token).
     """
 
-    def __init__(self, ledger: Ledger, *, token_ttl_s: float = TOKEN_TTL_S,
+    def __init__(self, ledger: BilledTotals, *, token_ttl_s: float = TOKEN_TTL_S,
                  conversion_window_s: float = CONVERSION_WINDOW_S,
                  click_window_s: float | None = None) -> None:
         self.ledger = ledger

@@ -28,7 +28,7 @@ class BudgetSnapshot:
         budget_micros: daily budget (int64, micros).
         billed_micros: billed on the day (int64, micros).
         committed_micros: billed + in flight + live slices (int64, micros), as
-            :meth:`adfunnel.budget.service.CampaignDay.committed` counts it.
+            :meth:`adfunnel.budget.day_rows.CampaignDay.committed` counts it.
     """
 
     campaign_id: np.ndarray

@@ -97,7 +97,7 @@ class FrequencyCap:
       (``count`` and ``window`` are None).
 
     Build them with :meth:`counter` and :meth:`cooldown`; the store refuses a cap
-    that is both or neither (``adfunnel.campaigns.store``). All caps of a campaign
+    that is both or neither (``adfunnel.campaigns.validate``). All caps of a campaign
     hold together (AND).
     """
 

@@ -1,12 +1,13 @@
-"""A small read model of the campaign side for processes that do not serve ads.
+"""The read model of the campaign side: campaigns, ads and placements by id, newest
+version wins.
 
 The tracker needs each ad's landing URL and each placement's house ad (click
 redirects); the aggregator needs each campaign's budgets and time zone (billing). This
 holds just those records, booted from the store and kept current by the change feed
-(:class:`adfunnel.serving.change_feed.ChangeFeed` applies records to anything with
-``position`` and ``apply``), without the targeting index or the serving columns.
-The serving :class:`~adfunnel.serving.catalog.Catalog` answers the same questions for
-the embedded default.
+(:class:`adfunnel.campaigns.change_feed.ChangeFeed`), without the targeting index or the
+serving columns. The ad server's :class:`~adfunnel.serving.catalog.Catalog` extends it
+with those (it overrides :meth:`CampaignReadModel._put`), so the rules of applying a
+record and the lookups live here once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from adfunnel.campaigns.model import (
     ModelRelease,
     Placement,
 )
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.store import CampaignStore
 
 
 class CampaignReadModel:
@@ -36,7 +37,7 @@ class CampaignReadModel:
         self._lock = threading.Lock()
 
     @classmethod
-    def read(cls, store: SqlCampaignStore) -> CampaignReadModel:
+    def read(cls, store: CampaignStore) -> CampaignReadModel:
         """Every campaign, ad and placement of ``store`` now."""
         model = cls()
         _, campaigns, ads, last_seq = store.snapshot()
@@ -69,15 +70,22 @@ class CampaignReadModel:
         return self.apply(change, advance=False)
 
     def _put(self, rec: Advertiser | Campaign | Ad | Placement | ModelRelease) -> bool:
+        """Hold ``rec`` when it is newer than the held version (called under the lock)."""
         if isinstance(rec, Advertiser | ModelRelease):
             return False  # nothing here needs advertisers or models
         held: dict = (self.campaigns if isinstance(rec, Campaign) else
                       self.placements if isinstance(rec, Placement) else self.ads)
-        old = held.get(rec.id)
-        if old is not None and old.version >= rec.version:
-            return False
-        held[rec.id] = rec
-        return True
+        return keep_newer(held, rec)
+
+
+def keep_newer(held: dict, rec: Advertiser | Campaign | Ad | Placement | ModelRelease) -> bool:
+    """Put ``rec`` into ``held`` (by id) unless a version at least as new is there; True
+    when it was put. Duplicate and out-of-order change records are harmless so."""
+    old = held.get(rec.id)
+    if old is not None and old.version >= rec.version:
+        return False
+    held[rec.id] = rec
+    return True
 
 
 def landing_url(ads: Mapping[int, Ad], ad_id: int) -> str | None:

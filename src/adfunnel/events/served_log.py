@@ -51,7 +51,7 @@ from prometheus_client import Counter
 from adfunnel.clock import Clock
 
 if TYPE_CHECKING:
-    from adfunnel.serving.funnel import Decision
+    from adfunnel.serving.decision import Decision
     from adfunnel.serving.request import SelectRequest
 
 log = logging.getLogger(__name__)

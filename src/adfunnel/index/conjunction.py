@@ -65,7 +65,8 @@ import numpy as np
 from prometheus_client import Counter
 
 from adfunnel.index.base import DEFAULT_LIMIT, ArrayRetrieval, Retrieval
-from adfunnel.index.segment import ConjTable, Segment, TableBuilder, concat_tables
+from adfunnel.index.segment import Segment
+from adfunnel.index.table import ConjTable, TableBuilder, concat_tables
 from adfunnel.targeting.dnf import Conjunction, compile_dnf
 from adfunnel.targeting.evaluate import RequestAttributes
 from adfunnel.targeting.expr import Expr

@@ -1,6 +1,7 @@
 """One segment's query as one compiled loop (numba): the windows of
 :meth:`adfunnel.index.segment.Segment.match`, without a numpy call per posting list,
-bitmap row and window.
+bitmap row and window; and the window schedule (:func:`window_end`, :func:`next_width`)
+that it and the numpy reference (:mod:`adfunnel.index.numpy_query`) share.
 
 The algorithm is the one :mod:`adfunnel.index.segment` documents: conjunction ids are
 read in windows, best first; a window's matches are ``~(OR_s (has[s] & ~hit[s]) |
@@ -82,11 +83,7 @@ def match_segment(kids: np.ndarray, in_off: np.ndarray, in_enc: np.ndarray,
     w0 = 0
     width = first_window
     while w0 < n_conj:
-        w1 = min(n_conj, w0 + min(width, widest))
-        if w1 - w0 >= 64:
-            w1 = min(n_conj, (w1 + 63) & ~63)
-        if n_conj - w1 < min(width, widest) // 2:
-            w1 = n_conj
+        w1 = window_end(w0, width, widest, n_conj)
         # the sparse entries below w1 not read yet
         m = 0
         e1 = np.uint32(w1 << _SLOT_BITS)
@@ -129,11 +126,35 @@ def match_segment(kids: np.ndarray, in_off: np.ndarray, in_enc: np.ndarray,
             last = rank
         if found > want:
             break
-        rate = found / w1
-        need = (want + 1 - found) / rate * 1.1 if rate > 0 else np.inf
-        width = int(max(first_window, min(need, width * window_growth)))
+        width = next_width(found, w1, want, width, first_window, window_growth)
         w0 = w1
     return out[:found]
+
+
+@njit(cache=True, nogil=True)
+def window_end(w0: int, width: int, widest: int, n_conj: int) -> int:
+    """The end of the window that starts at conjunction ``w0``: ``width`` ids (at most
+    ``widest``), rounded up to a whole 64-bit word, and the rest of the segment when
+    less than half a window would be left after it. The one window schedule: the
+    compiled matcher and the numpy reference (:mod:`adfunnel.index.numpy_query`)
+    both read it."""
+    w1 = min(n_conj, w0 + min(width, widest))
+    if w1 - w0 >= 64:
+        w1 = min(n_conj, (w1 + 63) & ~63)
+    if n_conj - w1 < min(width, widest) // 2:
+        w1 = n_conj
+    return w1
+
+
+@njit(cache=True, nogil=True)
+def next_width(found: int, w1: int, want: int, width: int, first_window: int,
+               window_growth: int) -> int:
+    """The next window's width after ``found`` ads matched in the first ``w1``
+    conjunctions: enough for the missing ads at the rate seen so far (10 % spare), at
+    least ``first_window``, at most ``window_growth`` times the last one."""
+    rate = found / w1
+    need = (want + 1 - found) / rate * 1.1 if rate > 0 else np.inf
+    return int(max(first_window, min(need, width * window_growth)))
 
 
 @njit(cache=True, nogil=True)

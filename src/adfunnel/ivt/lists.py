@@ -43,8 +43,7 @@ from typing import Generic, Literal, TypeVar
 import radix
 import re2
 
-from adfunnel.data import DATA_DIR_ENV
-from adfunnel.data import data_dir as shared_data_dir
+from adfunnel.data import DATA_DIR_ENV, data_dir
 
 #: RE2's memory budget for the compiled crawler alternation (bytes). The default 8 MiB
 #: can make the DFA give up and fall back to the slower NFA on long user agents.
@@ -54,17 +53,6 @@ UA_REGEX_MAX_MEM = 64 << 20
 UA_CACHE_SIZE = 8192
 
 _V4_MAPPED_PREFIX = b"\x00" * 10 + b"\xff\xff"
-
-
-def data_dir() -> Path:
-    """``$ADFUNNEL_DATA_DIR``, else the ``shared/data`` holding ``ivt``
-    (:func:`adfunnel.data.data_dir`).
-
-    Raises:
-        FileNotFoundError: no ``shared/data/ivt`` beside the working directory or this
-            file's checkout, and ``$ADFUNNEL_DATA_DIR`` is unset.
-    """
-    return shared_data_dir("ivt")
 
 
 # --- user agents -------------------------------------------------------------------
@@ -274,7 +262,8 @@ class IpRanges:
     @classmethod
     def from_dir(cls, root: Path | None = None, sources: Iterable[IpSource] = IP_SOURCES
                  ) -> IpRanges:
-        """Load ``sources`` from ``root/ivt/datacenter_ips`` (``root``: :func:`data_dir`).
+        """Load ``sources`` from ``root/ivt/datacenter_ips`` (``root``:
+        :func:`adfunnel.data.data_dir`).
 
         Raises:
             FileNotFoundError: a listed file is missing (the message names it and the
@@ -282,7 +271,7 @@ class IpRanges:
                 through unnoticed.
             ValueError: a line is not a CIDR or an ipcat row.
         """
-        base = (root or data_dir()) / "ivt" / "datacenter_ips"
+        base = (root or data_dir("ivt")) / "ivt" / "datacenter_ips"
         ranges = cls()
         for source in sources:
             path = base / source.path
@@ -390,7 +379,7 @@ def crawler_user_agents() -> CrawlerUserAgents:
 
 
 def ip_ranges() -> IpRanges:
-    """The process-wide IP ranges from :func:`data_dir`, loaded on first call.
+    """The process-wide IP ranges from :func:`adfunnel.data.data_dir`, loaded on first call.
 
     Raises:
         FileNotFoundError: the data directory or a listed file is missing.

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from adfunnel.prediction.features import candidate_tokens, request_tokens
+
 DATASETS = ("served-log", "criteo", "avazu")
 
 
@@ -220,25 +222,6 @@ def served_tokens(r: Mapping[str, Any]) -> list[str]:
                            r.get("domain"), r.get("hour"), attributes)
             + candidate_tokens(r.get("placement"), r.get("ad_id"), r.get("campaign_id"),
                                r.get("advertiser_id"), r.get("bid_type")))
-
-
-def request_tokens(placement: object, position: object, exchange: object, domain: object,
-                   hour: object, attributes: Mapping[str, Any]) -> list[str]:
-    """The tokens every candidate of a request (and slot position) shares: placement,
-    position, exchange, domain, UTC hour, the user's attributes, placement × position."""
-    row = [f"placement={placement}", f"position={position}", f"exchange={exchange}",
-           f"domain={domain}", f"hour={hour}", f"placement_x_position={placement}|{position}"]
-    for name, value in sorted(attributes.items()):
-        values = value if isinstance(value, list | tuple) else [value]
-        row += [f"attr.{name}={v}" for v in values]
-    return row
-
-
-def candidate_tokens(placement: object, ad_id: object, campaign_id: object,
-                     advertiser_id: object, bid_type: object) -> list[str]:
-    """A candidate's own tokens: ad, campaign, advertiser, bid type, placement × ad."""
-    return [f"ad_id={ad_id}", f"campaign_id={campaign_id}", f"advertiser_id={advertiser_id}",
-            f"bid_type={bid_type}", f"placement_x_ad={placement}|{ad_id}"]
 
 
 def _label(text: str) -> int:

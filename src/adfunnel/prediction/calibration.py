@@ -11,8 +11,9 @@ the ratio is unmeasured (None, status ``unmeasured``), never 0.
 
 Fed from two sides: :meth:`served` when a decision the model scored is committed (the
 impression id and the winner's pCTR), :meth:`billed` when the aggregator bills an
-impression or a click (invalid traffic never reaches it). Impressions never rendered
-are forgotten after ``pending`` newer serves. Counts are this process's.
+impression or a click (invalid traffic never reaches it), with the ledger row's plain
+values (impression id, event type) so the monitor knows nothing of billing. Impressions
+never rendered are forgotten after ``pending`` newer serves. Counts are this process's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from typing import Any
 
 from prometheus_client import Gauge
 
-from adfunnel.billing.model import EventType, LedgerEvent
+#: The billed event types the monitor counts (the ledger's ``event_type`` values).
+IMPRESSION = "impression"
+CLICK = "click"
 
 RATIO = Gauge("adfunnel_model_calibration_ratio",
               "Predicted / observed clicks over the model's recent billed impressions",
@@ -64,31 +67,31 @@ class CalibrationMonitor:
             while len(self._served) > self.pending:
                 self._served.popitem(last=False)
 
-    def billed(self, row: LedgerEvent) -> None:
-        """A newly billed ledger row: an impression enters its model's window, a click
-        marks its impression clicked."""
+    def billed(self, impression_id: str, event_type: str) -> None:
+        """A newly billed ledger row (its impression id and event type): an impression
+        enters its model's window, a click marks its impression clicked."""
         with self._lock:
-            if row.event_type is EventType.IMPRESSION:
-                self._impression(row.impression_id)
-            elif row.event_type is EventType.CLICK:
+            if event_type == IMPRESSION:
+                self._impression(impression_id)
+            elif event_type == CLICK:
                 for version, w in self._windows.items():
-                    if row.impression_id in w.index and row.impression_id not in w.clicked:
-                        w.clicked.add(row.impression_id)
+                    if impression_id in w.index and impression_id not in w.clicked:
+                        w.clicked.add(impression_id)
                         self._publish(version, w)
                         break
 
-    def reversed(self, row: LedgerEvent) -> None:
-        """Take back what :meth:`billed` added for ``row`` (tier 2 reversed it as
+    def reversed(self, impression_id: str, event_type: str) -> None:
+        """Take back what :meth:`billed` added for a ledger row (tier 2 reversed it as
         invalid traffic): a click unmarks its impression, an impression leaves its
         window with its predicted click."""
         with self._lock:
             for version, w in self._windows.items():
-                if row.impression_id not in w.index:
+                if impression_id not in w.index:
                     continue
-                if row.event_type is EventType.CLICK:
-                    w.clicked.discard(row.impression_id)
+                if event_type == CLICK:
+                    w.clicked.discard(impression_id)
                 else:
-                    self._drop(w, row.impression_id)
+                    self._drop(w, impression_id)
                 self._publish(version, w)
                 break
 

@@ -1,15 +1,9 @@
-"""The click model: logistic regression on hashed features, calibrated, as an artifact.
+"""The click model as serving uses it: hashed features, a logit, a Platt curve, an artifact.
 
 DESIGN.md §The funnel, step 5. Rows are ``field=value`` tokens
-(:mod:`adfunnel.learn.datasets`), hashed into ``2**hash_bits`` columns by
-scikit-learn's ``FeatureHasher`` (MurmurHash3, no alternating sign). scikit-learn's
-``CalibratedClassifierCV`` (``method="sigmoid"``, 5 folds, ``ensemble=False``) fits a
-``LogisticRegression`` (L2, liblinear) on every training row and a Platt scaling
-(Platt 1999; Niculescu-Mizil & Caruana, ICML 2005) on the folds' out-of-fold scores, so
-the calibration never sees a score of a row the weights were fitted on. Rows are split
-by a seeded permutation: 80 % training, 20 % held out for the figures. (Isotonic steps
-fitted on a separate 20 % slice were tried first: on these samples they cost 2-6 points
-of normalised entropy.)
+(:mod:`adfunnel.prediction.features`), hashed into ``2**hash_bits`` columns by
+scikit-learn's ``FeatureHasher`` (MurmurHash3, no alternating sign). The weights, bias
+and Platt scaling are fitted by :mod:`adfunnel.learn.train`.
 
 Serving does not call scikit-learn per candidate: :meth:`ClickModel.predict` is numpy —
 the weights of a row's hashed columns summed, the bias added (the logit ``z``), then
@@ -23,7 +17,6 @@ version is a content hash, so the same training gives the same version.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -34,34 +27,17 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.calibration import CalibratedClassifierCV
 from sklearn.feature_extraction import FeatureHasher
-from sklearn.linear_model import LogisticRegression
 from sklearn.utils import murmurhash3_32
 
-from adfunnel.learn.datasets import Examples
-from adfunnel.prediction.metrics import evaluate
-
 FORMAT = 2
-DEFAULT_HASH_BITS = 18
-DEFAULT_C = 0.1
-CALIBRATION_FOLDS = 5
 #: Calibrated probabilities are kept inside [P_MIN, 1 − P_MIN]: a pCTR of 0 would
 #: divide a GSP price by zero, and a log loss of a certain miss is infinite.
 P_MIN = 1e-6
-#: The token naming a row's ad (:func:`adfunnel.learn.datasets.candidate_tokens`).
-AD_TOKEN = "ad_id="
-#: Share of the rows for training (the calibration's folds included); the rest is held
-#: out for the figures.
-TRAIN_SHARE = 0.8
 
 
 class ModelError(ValueError):
     """An artifact that cannot be read, or training data that cannot train a model."""
-
-
-class ModelRefused(ModelError):
-    """A new model that is worse than the current one on the same held-out slice."""
 
 
 @dataclass(frozen=True)
@@ -218,16 +194,6 @@ class ClickModel:
         return model
 
 
-@dataclass(frozen=True)
-class Trained:
-    """A model, the held-out rows its figures were measured on, and the fitted library
-    estimator it was exported from (for contract tests and the benchmark's baseline)."""
-
-    model: ClickModel
-    held_out: Examples
-    library: CalibratedClassifierCV
-
-
 def hasher(hash_bits: int) -> FeatureHasher:
     """The feature hasher of a model with ``2**hash_bits`` columns."""
     return FeatureHasher(n_features=2**hash_bits, input_type="string", alternate_sign=False)
@@ -237,65 +203,6 @@ def column_of(token: str, hash_bits: int) -> int:
     """The column ``FeatureHasher`` gives ``token``: |MurmurHash3_32(token, seed 0)| mod
     2**hash_bits."""
     return abs(murmurhash3_32(token, seed=0)) % (1 << hash_bits)
-
-
-def split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices for training and held out (80/20, seeded)."""
-    order = np.random.default_rng(seed).permutation(n)
-    cut = int(n * TRAIN_SHARE)
-    return order[:cut], order[cut:]
-
-
-def train(examples: Examples, dataset: str, *, hash_bits: int = DEFAULT_HASH_BITS,
-          c: float = DEFAULT_C, seed: int = 7, target: str = "click") -> Trained:
-    """Fit, calibrate and measure a model on ``examples`` (``target``: what their labels
-    are, ``click`` or ``conversion``).
-
-    Raises:
-        ModelError: a slice without both clicked and unclicked rows, or too few rows of
-            either for the calibration's folds.
-    """
-    fit_rows, test_rows = split(len(examples), seed)
-    fit, test = examples.take(fit_rows), examples.take(test_rows)
-    for name, part in (("training", fit), ("held-out", test)):
-        if len(np.unique(part.labels)) < 2:
-            raise ModelError(f"the {name} slice ({len(part)} rows) needs both clicked and "
-                             "unclicked rows")
-    if min(np.bincount(fit.labels, minlength=2)) < CALIBRATION_FOLDS:
-        raise ModelError(f"the training slice needs at least {CALIBRATION_FOLDS} clicked "
-                         f"and {CALIBRATION_FOLDS} unclicked rows")
-    lr = LogisticRegression(C=c, solver="liblinear", max_iter=1_000)
-    library = CalibratedClassifierCV(lr, method="sigmoid", cv=CALIBRATION_FOLDS,
-                                     ensemble=False)
-    library.fit(hasher(hash_bits).transform(fit.tokens), fit.labels)
-    fitted = library.calibrated_classifiers_[0]
-    platt = fitted.calibrators[0]
-    model = ClickModel(dataset, hash_bits, fitted.estimator.coef_.ravel().astype(np.float64),
-                       float(fitted.estimator.intercept_[0]), float(platt.a_),
-                       float(platt.b_))
-    figures = evaluate(test.labels, model.predict(test.tokens))
-    figures["slices"] = {"training": len(fit), "held_out": len(test)}
-    seen = frozenset(int(t[len(AD_TOKEN):]) for row in fit.tokens for t in row
-                     if t.startswith(AD_TOKEN) and t[len(AD_TOKEN):].isdigit())
-    return Trained(dataclasses.replace(model, metrics=figures, seen_ads=seen, target=target),
-                   test, library)
-
-
-def check_not_worse(new: Trained, current: ClickModel) -> None:
-    """Refuse ``new`` when its normalised entropy on its held-out slice is worse than
-    ``current``'s on the same rows (DESIGN.md §The funnel: models roll forward only).
-
-    Raises:
-        ModelRefused: with both figures and the current version.
-    """
-    mine = new.model.metrics.get("normalized_entropy")
-    theirs = evaluate(new.held_out.labels,
-                      current.predict(new.held_out.tokens))["normalized_entropy"]
-    if mine is not None and theirs is not None and mine > theirs:
-        raise ModelRefused(
-            f"refused: normalised entropy {mine:.6f} on the held-out slice "
-            f"({len(new.held_out)} rows) is worse than the current model's {theirs:.6f} "
-            f"(version {current.version}) on the same rows")
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:

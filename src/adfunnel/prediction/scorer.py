@@ -2,8 +2,8 @@
 
 DESIGN.md §The funnel, steps 4 and 5. Pre-rank keeps the best ``prerank_keep``
 candidates by the prior's scores; the model then scores those with the request's
-tokens (:func:`adfunnel.learn.datasets.request_tokens`) and each candidate's own
-(:func:`~adfunnel.learn.datasets.candidate_tokens`), exactly as it was trained on
+tokens (:func:`adfunnel.prediction.features.request_tokens`) and each candidate's own
+(:func:`~adfunnel.prediction.features.candidate_tokens`), exactly as it was trained on
 the served log. The stage has a share of the request's deadline (``budget_ms``): when
 it cannot start with that much left, takes longer, or fails, the decision keeps the
 pre-rank scores and is flagged ``fallback`` (counted in
@@ -21,8 +21,8 @@ import numpy as np
 from prometheus_client import Counter
 
 from adfunnel.clock import monotonic_ms
-from adfunnel.learn.datasets import candidate_tokens, request_tokens
 from adfunnel.prediction.calibration import CalibrationMonitor
+from adfunnel.prediction.features import candidate_tokens, request_tokens
 from adfunnel.prediction.model import ClickModel
 
 _log = logging.getLogger(__name__)

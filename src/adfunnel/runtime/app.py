@@ -34,7 +34,8 @@ from sqlalchemy import Engine
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from adfunnel.api.campaigns import install_error_handlers, make_advertiser_router
+from adfunnel.api.campaigns import make_advertiser_router
+from adfunnel.api.errors import install_error_handlers
 from adfunnel.api.keys import make_api_key_router
 from adfunnel.api.openapi import install_openapi
 from adfunnel.api.operator import make_operator_router
@@ -46,11 +47,15 @@ from adfunnel.billing.rollups import DirtyHours, RollupStore
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.body_limit import BodyLimit
+from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.budget.gate import LocalSpendGate, SpendGate
-from adfunnel.budget.process import InProcessBudget, ReportingBudgetClient
+from adfunnel.budget.metrics import CAMPAIGNS
+from adfunnel.budget.remote import ReportingBudgetClient
+from adfunnel.campaigns.change_feed import ChangeFeed, libpq_dsn
+from adfunnel.campaigns.errors import VersionConflict
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.model import CampaignStatus, ModelRelease
-from adfunnel.campaigns.store import SqlCampaignStore, VersionConflict
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import (
     INSTANT_FORMAT,
     Clock,
@@ -69,7 +74,7 @@ from adfunnel.frequency.store import CapStoreUnavailable, FrequencyStore, Memory
 from adfunnel.index import ScanIndex
 from adfunnel.ivt.lists import IpRanges, held_in
 from adfunnel.ivt.rules import Tier1Rules
-from adfunnel.observability.metrics import CAMPAIGNS, watch_change_feed, watch_fill
+from adfunnel.observability.metrics import watch_change_feed, watch_fill
 from adfunnel.observability.request_log import RequestLog, quiet_paths
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
@@ -82,10 +87,9 @@ from adfunnel.runtime.event_plane import EventPlane, make_event_plane
 from adfunnel.runtime.heap import freeze_heap
 from adfunnel.serving.caps import CapGate
 from adfunnel.serving.catalog import Catalog, Snapshot
-from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
 from adfunnel.serving.deadline import ArrivalStamp, DecisionQueue
+from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.decision_log import DecisionLog
-from adfunnel.serving.fast import ColumnarDecider
 from adfunnel.serving.http import ServingEndpoints, error_response
 from adfunnel.settings import Settings
 from adfunnel.tracking.beacons import Tracker
@@ -224,7 +228,9 @@ def build_runtime(
     events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
                               on_lifetime_spent=lambda cid: mark_completed(store, cid),
                               on_hours=dirty.mark,
-                              on_billed=monitor.billed, on_reversed=monitor.reversed)
+                              on_billed=lambda r: monitor.billed(r.impression_id, r.event_type),
+                              on_reversed=lambda r: monitor.reversed(r.impression_id,
+                                                                     r.event_type))
     tracker = Tracker(events.publisher, catalog, clock, key, ivt=make_ivt_rules(settings),
                       previous_keys=settings.previous_token_keys())
     served = make_served_log(settings, clock)

@@ -31,9 +31,10 @@ from adfunnel.billing.rollups import DirtyHours
 from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.budget.gate import LocalSpendGate
+from adfunnel.campaigns.change_feed import ChangeFeed, libpq_dsn
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.campaigns.readmodel import CampaignReadModel
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import Clock
 from adfunnel.db import make_engine
 from adfunnel.observability.request_log import RequestLog, quiet_paths
@@ -41,7 +42,6 @@ from adfunnel.periodic import Periodic
 from adfunnel.runtime.app import ROLLUP_REFRESH_S, make_clock, make_ivt_rules, mark_completed
 from adfunnel.runtime.event_plane import EventPlane, make_event_plane
 from adfunnel.runtime.heap import freeze_heap
-from adfunnel.serving.change_feed import ChangeFeed, libpq_dsn
 from adfunnel.serving.deadline import ArrivalStamp
 from adfunnel.settings import Settings
 from adfunnel.tracking.beacons import Tracker

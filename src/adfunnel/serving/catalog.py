@@ -5,14 +5,15 @@ A record is applied only when its version is newer than the one held, so duplica
 and out-of-order change records are harmless. Each approved ad is indexed under
 its campaign's targeting, with a static score that includes its quality; status,
 schedule and budget are checked later by the funnel so that rejections carry a reason.
-Placements (reserves, allowed sizes and formats, house ad) are held by id.
+Placements (reserves, allowed sizes and formats, house ad) are held by id. The records
+themselves, the lookups and the newest-version rule are the campaigns room's read model
+(:class:`~adfunnel.campaigns.readmodel.CampaignReadModel`), which :class:`Catalog` extends.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -26,8 +27,8 @@ from adfunnel.campaigns.model import (
     Placement,
     ReviewState,
 )
-from adfunnel.campaigns.readmodel import house_landing_url, landing_url
-from adfunnel.campaigns.store import SqlCampaignStore
+from adfunnel.campaigns.readmodel import CampaignReadModel, keep_newer
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.index.base import AdIndex
 from adfunnel.index.conjunction import ConjunctionIndex
 from adfunnel.index.shaped import ShapedIndex
@@ -62,7 +63,7 @@ class Snapshot:
                    models=store.list_models())
 
 
-class Catalog:
+class Catalog(CampaignReadModel):
     """Campaign records, ads and their targeting index for one ad-server process.
 
     ``prior_pctr`` and ``prior_pcvr`` (probabilities) set the static score of CPC and
@@ -72,16 +73,13 @@ class Catalog:
 
     def __init__(self, index: AdIndex, prior_pctr: float = 0.001,
                  prior_pcvr: float = 0.01) -> None:
+        super().__init__()  # campaigns, ads, placements, position and the lock
         self.index = index
         self.prior_pctr = prior_pctr
         self.prior_pcvr = prior_pcvr
         self.advertisers: dict[int, Advertiser] = {}
-        self.campaigns: dict[int, Campaign] = {}
-        self.ads: dict[int, Ad] = {}
-        self.placements: dict[str, Placement] = {}
         self._ads_by_campaign: dict[int, set[int]] = {}
         self._targeting: dict[int, Expr] = {}
-        self.position = 0  # last change-log seq applied
         # serving fields as arrays (the columnar decider); written before the index
         # makes an ad retrievable
         self.columns = CatalogColumns()
@@ -90,7 +88,6 @@ class Catalog:
         #: called with a target's new active model release whenever it changes
         self.model_listeners: list[Callable[[ModelRelease], None]] = []
         self._active_models: dict[str, ModelRelease] = {}  # target -> as last notified
-        self._lock = threading.Lock()
 
     @classmethod
     def shaped(cls, prior_pctr: float = 0.001,
@@ -138,10 +135,7 @@ class Catalog:
         (the change feed) may advance it, so a record applied out of order (a local
         write's callback) never makes the feed skip an earlier one.
         """
-        with self._lock:
-            if advance:
-                self.position = max(self.position, change.seq)
-            applied = self._apply_record(change.record)
+        applied = super().apply(change, advance=advance)
         if applied and isinstance(change.record, ModelRelease):
             self._model_changed()  # outside the lock: a listener loads an artifact
         return applied
@@ -166,37 +160,12 @@ class Catalog:
                     log.exception("a model listener failed on release %r", active)
 
     def _apply_model(self, m: ModelRelease) -> bool:
-        held = self.models.get(m.id)
-        if held is not None and held.version >= m.version:
-            return False
-        self.models[m.id] = m
-        return True
+        return keep_newer(self.models, m)
 
-    def apply_local(self, change: ChangeRecord) -> bool:
-        """Apply a change this process just committed, ahead of the feed."""
-        return self.apply(change, advance=False)
-
-    def campaign(self, campaign_id: int) -> Campaign | None:
-        """The campaign, or None (what the event aggregator bills against)."""
-        return self.campaigns.get(campaign_id)
-
-    def landing_url(self, ad_id: int) -> str | None:
-        """The ad's landing URL, or None for an unknown ad (the tracker's redirect)."""
-        return landing_url(self.ads, ad_id)
-
-    def house_landing_url(self, placement: str) -> str | None:
-        """The landing URL of the placement's house ad, or None."""
-        return house_landing_url(self.placements, placement)
-
-
-    def _apply_record(self, rec: Advertiser | Campaign | Ad | Placement | ModelRelease
-                      ) -> bool:
+    def _put(self, rec: Advertiser | Campaign | Ad | Placement | ModelRelease) -> bool:
+        """The read model's record rule, plus advertisers, models, columns and index."""
         if isinstance(rec, Advertiser):
-            held = self.advertisers.get(rec.id)
-            if held is not None and held.version >= rec.version:
-                return False
-            self.advertisers[rec.id] = rec
-            return True
+            return keep_newer(self.advertisers, rec)
         if isinstance(rec, Campaign):
             return self._apply_campaign(rec)
         if isinstance(rec, Placement):
@@ -206,11 +175,7 @@ class Catalog:
         return self._apply_ad(rec)
 
     def _apply_placement(self, p: Placement) -> bool:
-        held = self.placements.get(p.id)
-        if held is not None and held.version >= p.version:
-            return False
-        self.placements[p.id] = p
-        return True
+        return keep_newer(self.placements, p)
 
     def _apply_campaign(self, c: Campaign) -> bool:
         held = self.campaigns.get(c.id)

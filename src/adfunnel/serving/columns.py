@@ -1,10 +1,10 @@
 """The serving catalogue as columns: every ad's and campaign's serving fields in numpy
-arrays indexed by id, for the columnar decider (``adfunnel.serving.fast``).
+arrays indexed by id, for the columnar decider (``adfunnel.serving.decider``).
 
 Ids are dense in practice (database sequences), so an array indexed by the id itself
 is the ad slot number: no id-to-row map to keep consistent. Ids at or above
 ``MAX_DENSE_ID`` are not held here, and the decider treats them as unknown to the
-columns (they are decided by the per-candidate reference path; see ``fast.py``).
+columns (they are decided by the per-candidate reference path; see ``decider.py``).
 
 Per ad: campaign id (−1: no ad), active, shape code (format, width, height), quality.
 Per campaign: advertiser, status code, bid type code, bid, the most one event can cost

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adfunnel.clock import monotonic_ms
-from adfunnel.serving.funnel import Decider, Decision
+from adfunnel.serving.decision import Decides, Decision
 from adfunnel.serving.request import SelectRequest
 
 #: Scope key of the arrival instant (monotonic ms), set by :class:`ArrivalStamp`.
@@ -100,7 +100,7 @@ class DecisionQueue:
     measured durations as an exponentially weighted mean (weight ``alpha``).
     """
 
-    def __init__(self, decider: Decider, *, service_ms: float = 0.5, alpha: float = 0.05,
+    def __init__(self, decider: Decides, *, service_ms: float = 0.5, alpha: float = 0.05,
                  turn_ms: float = 2.0) -> None:
         self.decider = decider
         self.service_ms = service_ms

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 
-from adfunnel.serving.funnel import Decision
+from adfunnel.serving.decision import Decision
 
 #: Most per-candidate rejections held in all (explain requests keep every candidate's
 #: reason; at catalogue scale one holds thousands): older decisions leave first.

@@ -7,7 +7,7 @@
   ``adfunnel bench http`` (always on; it reads nothing and changes nothing);
 - ``GET /i?t=TOKEN`` → 204 (impression beacon);
 - ``GET /c?t=TOKEN`` → 302 to the URI form of the ad's own landing URL (IDNA host,
-  UTF-8 percent-encoding; :mod:`adfunnel.tracking.landing`);
+  UTF-8 percent-encoding; :mod:`adfunnel.campaigns.landing`);
 - ``GET /v1/decisions/{request_id}`` → the explain record of a recent decision.
 
 Who may call: the select route is open (anyone with a page may ask for an ad), but
@@ -50,8 +50,8 @@ from adfunnel.serving.deadline import (
     DecisionQueue,
     arrival_ms,
 )
+from adfunnel.serving.decision import Decision
 from adfunnel.serving.decision_log import DecisionLog
-from adfunnel.serving.funnel import Decision
 from adfunnel.serving.request import (
     AdOut,
     RejectionOut,

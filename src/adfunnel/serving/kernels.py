@@ -3,7 +3,7 @@ candidates instead of a dozen numpy expressions (issue "The decision at catalogu
 scale": at 100,000 campaigns a decision's per-candidate work was a few hundred numpy
 calls, each a random gather through megabytes of columns).
 
-Every kernel is the loop form of what :mod:`adfunnel.serving.fast` computed with
+Every kernel is the loop form of what :mod:`adfunnel.serving.decider` computed with
 numpy before, to the same values: the differential test (columnar path against the
 per-candidate reference path) and the decision benchmark's ``agreement`` hold it to
 that. Pure: arrays in, arrays out; no I/O, no clock.
@@ -22,7 +22,7 @@ from adfunnel.auction.draws import unit_base, unit_of
 __all__ = ["campaign_checks", "candidate_fields", "decisive_prefix", "gate_inputs",
            "mask_ads", "paced_out", "totals", "warm_up"]
 
-#: reason codes the kernels write (the indices of :data:`adfunnel.serving.fast.REASONS`)
+#: reason codes the kernels write (the indices of :data:`adfunnel.serving.stages.filter.REASONS`)
 R_AD_PAUSED, R_NO_FITTING_SLOT = 1, 2
 #: Extractions of the best remaining candidate before the rest is sorted at once.
 _EXTRACT = 24

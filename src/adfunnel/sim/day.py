@@ -34,10 +34,11 @@ from adfunnel.billing.batch import LedgerWrite
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.day_rows import CampaignDay
 from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
 from adfunnel.budget.gate import Served
 from adfunnel.budget.protocol import Reply, Report
-from adfunnel.budget.service import BudgetService, CampaignDay
+from adfunnel.budget.service import BudgetService
 from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, Objective, PacingMode
 from adfunnel.campaigns.schedule import day_bounds, local_day, zone

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml_rs
 
-from adfunnel.sim.ipinyou import data_dir
+from adfunnel.data import data_dir
 
 #: The user agent of simulated people's browsers (genuine beacons of the simulations).
 PERSON_UA = ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -67,7 +67,7 @@ class InvalidTraffic:
 
     def __init__(self, seed: int, root: Path | None = None) -> None:
         self.user_agents = bot_user_agents()
-        ranges = (root or data_dir()) / "ivt" / "datacenter_ips" / "lord-alfred-ipranges"
+        ranges = (root or data_dir("ivt")) / "ivt" / "datacenter_ips" / "lord-alfred-ipranges"
         self.networks = {
             provider: [ipaddress.ip_network(line.strip())
                        for line in (ranges / provider / "ipv4_merged.txt").read_text()

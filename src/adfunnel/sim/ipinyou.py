@@ -21,16 +21,10 @@ from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from adfunnel.data import data_dir as shared_data_dir
+from adfunnel.data import data_dir
 
 CHINA = ZoneInfo("Asia/Shanghai")
 ADVERTISERS = ("1458", "2259", "2261", "2821", "2997", "3358", "3386", "3427", "3476")
-
-
-def data_dir() -> Path:
-    """``shared/data`` beside the checkout, or ``$ADFUNNEL_DATA_DIR``
-    (:func:`adfunnel.data.data_dir`)."""
-    return shared_data_dir("ipinyou")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from N(0, ``SIGMA``²) by a seeded hash of (attribute, value). Clicks depend on 
 row, never on any model's prediction.
 
 The replay serves the days before the last one, compacts their served log, trains a
-model on it joined with the ledger (:mod:`adfunnel.prediction`), registers it through
+model on it joined with the ledger (:mod:`adfunnel.learn.train`), registers it through
 ``POST /v1/admin/models`` and serves the last day with it. :func:`last_day_figures`
 then measures the model on the last day's rendered winners it decided, next to the
 smoothed per-ad rate (the server's prior, updated by the days before) on the same rows.
@@ -85,12 +85,12 @@ def train_and_register(http: Any, served_dir: Path, database_url: str, out: Path
     """
     from adfunnel.events.compactor import compact
     from adfunnel.learn import datasets
-    from adfunnel.prediction import model
+    from adfunnel.learn.train import train
 
     time.sleep(1.0)  # the server's served-log writer appends off the request path
     compact(served_dir, until, grace_s=0.0)
     examples = datasets.load("served-log", served_dir, database_url=database_url)
-    trained = model.train(examples, "served-log")
+    trained = train(examples, "served-log")
     trained.model.save(out)
     r = http.post("/v1/admin/models", json={"path": str(out)})
     if r.status_code != 201:
@@ -110,8 +110,8 @@ def last_day_figures(served_dir: Path, database_url: str, version: str, day_star
     """
     from adfunnel.db import make_engine
     from adfunnel.events.compactor import compact
+    from adfunnel.learn.metrics import evaluate
     from adfunnel.learn.query import billed_events, join_served_with_billed
-    from adfunnel.prediction.metrics import evaluate
 
     compact(served_dir, day_start + timedelta(days=30), grace_s=0.0)
     engine = make_engine(database_url)

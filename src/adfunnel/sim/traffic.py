@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from adfunnel.data import data_dir as shared_data_dir
+from adfunnel.data import data_dir
 from adfunnel.sim.ipinyou import default_logs, iter_log
 
 #: Rows per hour 00..23 in train.log.txt + test.log.txt (12,526 rows).
@@ -22,19 +22,13 @@ IPINYOU_2259_HOURLY_COUNTS: tuple[int, ...] = (
 )
 
 
-def data_dir() -> Path:
-    """Where the shared real data lives (:func:`adfunnel.data.data_dir`); when it is not
-    found, the path beside the checkout (the callers fall back to built-in copies)."""
-    try:
-        return shared_data_dir("ipinyou")
-    except FileNotFoundError:
-        return Path(__file__).resolve().parents[3].parent / "shared" / "data"
-
-
 @lru_cache(maxsize=4)
 def ipinyou_hourly(root: Path | None = None) -> tuple[float, ...]:
     """24 request counts by hour of day from the iPinYou 2259 logs (or the built-in copy)."""
-    files = default_logs(root or data_dir())
+    try:
+        files = default_logs(root or data_dir("ipinyou"))
+    except FileNotFoundError:  # no shared data: the built-in copy
+        return tuple(float(c) for c in IPINYOU_2259_HOURLY_COUNTS)
     if not all(f.exists() for f in files):
         return tuple(float(c) for c in IPINYOU_2259_HOURLY_COUNTS)
     counts = [0] * 24

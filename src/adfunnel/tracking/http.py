@@ -37,11 +37,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from adfunnel.campaigns.landing import LandingUrlError, to_uri
 from adfunnel.events.model import EventType
 from adfunnel.http_errors import error_response
 from adfunnel.tracking.beacons import UNAVAILABLE, BeaconResult, Tracker
 from adfunnel.tracking.client import ClientFacts, ClientResolver, Network
-from adfunnel.tracking.landing import LandingUrlError, to_uri
 
 _INT64_MAX = 2**63 - 1
 #: Replaced in a landing URL by the click id (URL-safe as it is).

@@ -69,7 +69,7 @@ class DeliveryFacts:
     ``completed``, ``archived``). ``flight_over`` / ``flight_not_started``: today
     (local) is after the flight's end / before its start. ``servable_ads``: approved and active ads.
     ``budget_state`` (``open``, ``metered``, ``exhausted``, ``stopped``) and
-    ``pacing_status`` (:class:`adfunnel.budget.service.PacingStatus` values) come from
+    ``pacing_status`` (:class:`adfunnel.budget.rows.PacingStatus` values) come from
     the budget service, None where it holds no row for the day. ``budget_refusals``:
     decisions today that refused the campaign for budget. ``matched_requests``: ad
     requests today in which it passed targeting, flight and daypart (the eligible

@@ -18,7 +18,7 @@ from typing import Any
 
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.days import DAY_S
-from adfunnel.budget.process import InProcessBudget
+from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.campaigns.schedule import local_day, zone
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.ui.budget_reads import BudgetReads, LocalBudgetReads, RemoteBudgetReads

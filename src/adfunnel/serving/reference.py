@@ -1,4 +1,9 @@
-"""One ad decision: retrieve → filter → score → auction → respond (DESIGN.md §The funnel).
+"""The per-candidate reference path: retrieve → filter → score → auction → respond, one
+candidate at a time (DESIGN.md §The funnel).
+
+Production decides on :class:`~adfunnel.serving.decider.ColumnarDecider`, which composes
+this path in for ``explain`` requests (every candidate's reason) and for ids beyond its
+columns; the differential test holds the two to the same winners, prices and side effects.
 
 The decider is synchronous and does no I/O: campaign state, budget state and pCTR
 are all in memory. Every candidate that drops out carries a reason code, and the
@@ -9,108 +14,57 @@ what it has (or nothing).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 
 from adfunnel.auction.draws import PACING_COIN, unit
-from adfunnel.auction.gsp import Candidate, Rejection, Win, run_auction
-from adfunnel.budget.gate import PACED_OUT, Served, SpendGate
-from adfunnel.campaigns.model import (
-    Ad,
-    AdStatus,
-    BidType,
-    Campaign,
-    CampaignStatus,
-    Placement,
-)
-from adfunnel.campaigns.schedule import in_daypart, in_flight, local_day
+from adfunnel.auction.gsp import Candidate, Rejection, run_auction
+from adfunnel.budget.gate import PACED_OUT, SpendGate
+from adfunnel.campaigns.model import Ad, AdStatus, Campaign, CampaignStatus
+from adfunnel.campaigns.schedule import in_daypart, in_flight
 from adfunnel.clock import Clock, monotonic_ms
 from adfunnel.frequency.windows import CapPlan
 from adfunnel.index.base import Retrieval
 from adfunnel.index.shaped import ShapedIndex
-from adfunnel.money import impression_charge_bound, round_micros
 from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.smoothed import SmoothedCtr
-from adfunnel.serving.caps import CAPPED, CapCounts, CapGate, add_counts
+from adfunnel.serving.caps import CAPPED, CapGate, add_counts
 from adfunnel.serving.catalog import Catalog
-from adfunnel.serving.house import HouseFill, house_fills
-from adfunnel.serving.request import SelectRequest, SlotIn, request_attributes
-from adfunnel.tracking.token import TokenClaims, new_impression_id, sign
-
-# Reason codes of the filter stage (the auction adds its own).
-AD_PAUSED = "ad_paused"
-CAMPAIGN_PAUSED = "paused"
-CAMPAIGN_ENDED = "ended"
-CAMPAIGN_COMPLETED = "completed"  # lifetime budget spent
-OUT_OF_FLIGHT = "out_of_flight"
-OUTSIDE_DAYPART = "outside_daypart"
-NO_FITTING_SLOT = "no_fitting_slot"
-SIZE_NOT_ALLOWED = "size_not_allowed"  # the placement's operator does not allow the size
-FORMAT_NOT_ALLOWED = "format_not_allowed"
-DEADLINE = "deadline"
+from adfunnel.serving.decision import (
+    AD_PAUSED,
+    CAMPAIGN_COMPLETED,
+    CAMPAIGN_ENDED,
+    CAMPAIGN_PAUSED,
+    COUNTED_FIRST,
+    MAX_CAP_ROUNDS,
+    NO_FITTING_SLOT,
+    OUT_OF_FLIGHT,
+    OUTSIDE_DAYPART,
+    Decision,
+    applied_reserve,
+    commit_served,
+    give_back_caps,
+    place,
+    placement_rejection,
+    slot_runs,
+)
+from adfunnel.serving.house import house_fills
+from adfunnel.serving.request import SelectRequest, request_attributes
 
 #: How many candidates the filter stage processes between deadline checks.
 _CHECK_EVERY = 256
-#: Most auctions per decision when winners lose their slot to a frequency cap counted
-#: by a parallel request (each round refills the slots they leave).
-MAX_CAP_ROUNDS = 3
-_COUNTED_FIRST = {CAPPED: "reached at count: a parallel serve came first"}
 
 
-@dataclass(frozen=True, slots=True)
-class Placed:
-    """A filled slot ready to answer: the auction's win plus what the response needs."""
-
-    win: Win
-    ad: Ad
-    campaign: Campaign
-    charge_micros: int  # most the billable event can bill (CPM impression: price/1000 rounded up)
-    token: str
-    served: Served  # the expected spend :meth:`Decider.commit` records once the answer is sent
-
-
-@dataclass(slots=True)
-class Decision:
-    request_id: str
-    placed: list[Placed]
-    rejections: list[Rejection]
-    index_version: int
-    late: bool = False
-    truncated: bool = False
-    house: list[HouseFill] = field(default_factory=list)  # empty slots given the house ad
-    #: rejections counted per reason (the columnar path); None where ``rejections``
-    #: holds every candidate's (the reference path, explain requests)
-    reason_counts: dict[str, int] | None = None
-    #: the click model that scored the pre-rank's survivors (None: the prior's pCTR)
-    model_version: str | None = None
-    #: the model was configured but the prior's scores decided (late, no time, error)
-    fallback: bool = False
-    #: in the exploration slice (None: no exploration configured)
-    exploration: bool | None = None
-    #: slot id -> probability that the ad shown there was shown (exploration configured)
-    propensities: dict[str, float] = field(default_factory=dict)
-    #: what the decision counted in the frequency-cap store (None: nothing); given back
-    #: by :meth:`Decider.abandon` when the answer is not sent
-    cap_counts: CapCounts | None = None
-
-    def rejection_counts(self) -> dict[str, int]:
-        """Rejected candidates per reason code, whichever path decided."""
-        if self.reason_counts is not None:
-            return dict(self.reason_counts)
-        out: dict[str, int] = {}
-        for r in self.rejections:
-            out[r.reason] = out.get(r.reason, 0) + 1
-        return out
-
-
-class Decider:
-    """Makes ad decisions from a :class:`Catalog`, a :class:`SpendGate` and a pCTR source.
+class ReferenceDecider:
+    """Makes ad decisions, one candidate at a time, from a :class:`Catalog`, a
+    :class:`SpendGate` and a pCTR source.
 
     ``token_key`` signs tracking tokens; ``token_ttl_s`` is their lifetime in seconds;
     ``pcvr`` is the conversion probability used for CPA bids until a model exists.
     ``same_retrieval``: retrieve as the columnar path does (only the slots' shapes from
     a shape-partitioned index), for comparisons of the two paths. ``caps``: frequency
     caps (:mod:`adfunnel.serving.caps`); None: no campaign's caps are enforced.
+    ``capped``: the counter of capped decisions to add to (one of its own when None).
     """
 
     def __init__(
@@ -128,6 +82,7 @@ class Decider:
         eligible: EligibleCounter | None = None,
         same_retrieval: bool = False,
         caps: CapGate | None = None,
+        capped: EligibleCounter | None = None,
     ) -> None:
         self.catalog = catalog
         self.gate = gate
@@ -143,7 +98,7 @@ class Decider:
         self.caps = caps
         #: per campaign and UTC hour, the decisions whose frequency caps refused it (the
         #: dashboard's delivery status); never drained, read with ``peek``
-        self.capped = EligibleCounter()
+        self.capped = capped if capped is not None else EligibleCounter()
 
     def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
         """Decide ``req`` before ``deadline_at_ms`` (a :func:`monotonic_ms` instant).
@@ -194,16 +149,13 @@ class Decider:
         This is the single place where everything owed to a sent answer is recorded:
         frequency-cap increments and the served-log record hook in here too.
         """
-        for p in decision.placed:
-            self.gate.record_served(p.served)
+        commit_served(decision, self.gate)
 
     def abandon(self, decision: Decision) -> None:
         """The answer to ``decision`` is not sent (found late after the decision): give
         back the frequency-cap counts it made, the one thing :meth:`decide` writes
         (DESIGN.md §The funnel: only answers sent in time commit spend, caps or logs)."""
-        counts, decision.cap_counts = decision.cap_counts, None
-        if counts is not None and self.caps is not None:
-            self.caps.release(counts)
+        give_back_caps(decision, self.caps)
 
     def _filter(
         self,
@@ -231,7 +183,7 @@ class Decider:
             if reason is None and (ad.format, ad.width, ad.height) not in sizes:
                 reason = NO_FITTING_SLOT
             if reason is None and placement is not None:
-                reason = _placement_rejection(placement, ad)
+                reason = placement_rejection(placement, ad.format, ad.width, ad.height)
             if reason is None:
                 if campaign.id not in verdicts:
                     verdicts[campaign.id] = self._campaign_verdict(campaign, now, seed)
@@ -288,7 +240,7 @@ class Decider:
             decision.cap_counts = add_counts(decision.cap_counts, req.user.key, now,
                                            [plans[p.ad.id] for p, a
                                             in zip(todo, answers, strict=True) if a is None])
-            refused += [Rejection(p.ad.id, p.campaign.id, a, _COUNTED_FIRST.get(a))
+            refused += [Rejection(p.ad.id, p.campaign.id, a, COUNTED_FIRST.get(a))
                         for p, a in zip(todo, answers, strict=True) if a is not None]
             if not lost:
                 break
@@ -335,43 +287,22 @@ class Decider:
         by_ad = {cand.ad_id: (ad, c) for cand, ad, c in candidates}
         placed_campaigns: set[int] = set()
         placed_advertisers: set[int] = set()
-        for run in _slot_runs(req.slots):
+        for run in slot_runs(req.slots):
             shape = (run[0].format, run[0].width, run[0].height)
             pool = [
                 cand for cand, ad, c in candidates
                 if (ad.format, ad.width, ad.height) == shape
                 and c.id not in placed_campaigns and c.advertiser_id not in placed_advertisers
             ]
-            reserve = _reserve(req, run[0], self.catalog.placements.get(req.placement.id))
+            reserve = applied_reserve(req, run[0], self.catalog.placements.get(req.placement.id))
             result = run_auction(pool, [s.id for s in run], reserve, tie_seed=seed)
             for win in result.wins:
                 ad, c = by_ad[win.candidate.ad_id]
                 placed_campaigns.add(c.id)
                 placed_advertisers.add(c.advertiser_id)
-                decision.placed.append(self._place(win, ad, c, req.placement.id, now))
+                decision.placed.append(place(win, ad, c, req.placement.id, now, self.token_key,
+                                             self.token_ttl_s))
             decision.rejections.extend(result.rejections)
-
-    def _place(self, win: Win, ad: Ad, c: Campaign, placement: str, now: datetime) -> Placed:
-        price = win.price_micros
-        # the most this serve can bill per event (budget side: a bound, rounded up);
-        # the token carries the exact price in the bid's unit for the ledger
-        charge = impression_charge_bound(price) if c.bid_type is BidType.CPM else price
-        issued = int(now.timestamp())
-        expected = expected_cost(win.candidate, charge)
-        claims = TokenClaims(
-            impression_id=new_impression_id(),
-            ad_id=ad.id,
-            campaign_id=c.id,
-            price_micros=price,
-            billing_type=c.bid_type.value,
-            placement=placement,
-            issued_at=issued,
-            expires_at=issued + self.token_ttl_s,
-            expected_micros=expected,  # what its billable event settles in the budget
-        )
-        served = Served(c.id, local_day(now, c.time_zone), claims.impression_id,
-                        expected, float(claims.expires_at), max_charge_micros=charge)
-        return Placed(win, ad, c, charge, sign(claims, self.token_key), served)
 
 
 def rotate_creatives(
@@ -396,49 +327,3 @@ def rotate_creatives(
             if cand.pctr != pctr:
                 out[i] = (replace(cand, pctr=pctr), ad, c)
     return out
-
-
-def expected_cost(cand: Candidate, charge: int) -> int:
-    """Expected cost of one served impression, micros (DESIGN.md §The funnel, step 7).
-
-    CPM: the impression's charge; CPC: charge × pCTR; CPA: charge × pCTR × pCVR.
-    """
-    if cand.bid_type is BidType.CPM:
-        return charge
-    return round_micros(charge * cand.action_rate)
-
-
-def _reserve(req: SelectRequest, slot: SlotIn, placement: Placement | None) -> int:
-    """The reserve applied to ``slot``, micros per mille: the higher of the request's (the
-    slot's own, else the placement's in the request) and the operator's configured one
-    for the request's ``geo.country`` (else the placement's default)."""
-    asked = slot.reserve_cpm_micros
-    if asked is None:
-        asked = req.placement.reserve_cpm_micros
-    if placement is None:
-        return asked
-    country = req.user.attributes.get("geo.country")
-    given = country if isinstance(country, list) else [country] if country else []
-    return max(asked, placement.reserve_for(str(c).upper() for c in given))
-
-
-def _placement_rejection(placement: Placement, ad: Ad) -> str | None:
-    if not placement.size_allowed(ad.width, ad.height):
-        return SIZE_NOT_ALLOWED
-    if not placement.format_allowed(ad.format):
-        return FORMAT_NOT_ALLOWED
-    return None
-
-
-def _slot_runs(slots: list[SlotIn]) -> list[list[SlotIn]]:
-    """Slots in position order, grouped into runs of one shape (one GSP auction each)."""
-    runs: list[list[SlotIn]] = []
-    for s in sorted(slots, key=lambda s: (s.position, s.id)):
-        key = (s.format, s.width, s.height, s.reserve_cpm_micros)
-        if runs and (runs[-1][0].format, runs[-1][0].width, runs[-1][0].height,
-                     runs[-1][0].reserve_cpm_micros) == key:
-            runs[-1].append(s)
-        else:
-            runs.append([s])
-    return runs
-

@@ -1,4 +1,10 @@
-"""The URI form of a landing URL (RFC 3987 §3.1), sent as the click redirect's ``Location``.
+"""The landing-URL rule: what a landing URL may be, and its URI form for the click redirect.
+
+:func:`landing_url_problem` is the rule the store and the API apply to every landing URL
+(an absolute http/https URL with a host, no whitespace or control characters, at most
+2048 characters; never rewritten). :func:`to_uri` gives its URI form (RFC 3987 §3.1),
+sent as the click redirect's ``Location``; the API also refuses a URL that has none
+(:func:`uri_problem`).
 
 Advertisers may give an IRI (``https://www.bücher-müller.example/suche/straße``); it is
 stored exactly as given and converted here when a click is redirected:
@@ -11,21 +17,49 @@ stored exactly as given and converted here when a click is redirected:
   and even unusual characters (``|``, ``^``) are not touched, an ASCII host is not
   re-cased, the port and an IPv6 literal (``[::1]``) stay as written.
 
-So a pure-ASCII URL is returned unchanged, and the function is idempotent.
+So a pure-ASCII URL is returned unchanged by :func:`to_uri`, which is idempotent.
 """
 
 from __future__ import annotations
 
 import re
 from functools import lru_cache
+from urllib.parse import urlsplit
 
 import idna
 
-__all__ = ["LandingUrlError", "to_uri", "uri_problem"]
+__all__ = ["MAX_URL_LENGTH", "LandingUrlError", "landing_url_problem", "to_uri", "uri_problem"]
+
+MAX_URL_LENGTH = 2048
 
 #: ``scheme://`` at the start of an absolute URL with an authority.
 _AUTHORITY_START = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _AUTHORITY_END = re.compile(r"[/?#]")
+
+
+def landing_url_problem(url: object) -> str | None:
+    """Why ``url`` is not an acceptable landing URL, or ``None`` when it is.
+
+    Accepted: an absolute ``http``/``https`` URL with a host, at most 2048 characters,
+    without whitespace or control characters. The string itself is never rewritten.
+    """
+    if not isinstance(url, str):
+        return "must be a string"
+    if not url:
+        return "must not be empty"
+    if len(url) > MAX_URL_LENGTH:
+        return f"longer than {MAX_URL_LENGTH} characters"
+    if any(ch <= " " or ch == "\x7f" for ch in url):
+        return "must not contain whitespace or control characters"
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "scheme must be http or https"
+    if not parts.netloc or not parts.hostname:
+        return "must include a host"
+    return None
 
 
 class LandingUrlError(ValueError):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adfunnel.tracking.landing import LandingUrlError, to_uri, uri_problem
+from adfunnel.campaigns.landing import LandingUrlError, to_uri, uri_problem
 
 ISSUE_URL = "https://www.bücher-müller.example/suche/straße?q=größe&x=1%202"
 

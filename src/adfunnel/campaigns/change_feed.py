@@ -1,4 +1,5 @@
-"""Keeps an ad server's catalog current by tailing the campaign change log.
+"""The change feed: keeps a read model of the campaigns (an ad server's catalog, the
+tracker's read model) current by tailing the campaign change log.
 
 DESIGN.md §Processes: each ad server boots from a snapshot and replays the change
 log from its position. Records arrive in ``seq`` order from ``changes_since``; the
@@ -20,9 +21,8 @@ import time
 from prometheus_client import Gauge, Histogram
 
 from adfunnel.campaigns.readmodel import CampaignReadModel
-from adfunnel.campaigns.store import CHANGE_CHANNEL, SqlCampaignStore
+from adfunnel.campaigns.sql_store import CHANGE_CHANNEL, SqlCampaignStore
 from adfunnel.clock import Clock, SystemClock
-from adfunnel.serving.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class ChangeFeed:
     def __init__(
         self,
         store: SqlCampaignStore,
-        catalog: Catalog | CampaignReadModel,
+        catalog: CampaignReadModel,
         *,
         clock: Clock | None = None,
         poll_s: float = 0.25,

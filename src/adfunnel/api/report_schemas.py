@@ -1,0 +1,107 @@
+"""Response bodies of the advertiser reports (pydantic v2): the ledger report of a
+campaign and the rollup reports (``adfunnel.api.campaigns``, ``adfunnel.api.reports``).
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# --- report ------------------------------------------------------------------------------
+
+
+class ReportDay(BaseModel):
+    day: date
+    impressions: int
+    clicks: int
+    billed_micros: int
+    absorbed_overspend_micros: int
+    ctr: float
+    ecpm_micros: int
+    conversions: int = 0
+    cost_per_conversion_micros: int | None = None
+    #: reason code -> invalid events that day (never billed), from the rollups
+    ivt: dict[str, int] = Field(default_factory=dict)
+
+
+class ReportOut(BaseModel):
+    """Ledger totals of one campaign over local days ``from``..``to`` inclusive.
+
+    ``ctr`` = clicks / impressions (0 without impressions); ``ecpm_micros`` = billed
+    micros per 1000 impressions, rounded down (0 without impressions);
+    ``cost_per_conversion_micros`` = billed micros per conversion, rounded down (null
+    without conversions).
+    ``lifetime_*``: the lifetime budget, what was billed on every day (not only this
+    span) and what remains; ``lifetime_remaining_micros`` is null without one.
+    ``ivt`` (here and per day): reason code -> invalid events, never billed, counted
+    beside the billed figures; read from the rollups, which follow the ledger within
+    one refresh (5 s of the server's clock); ``null`` where the server keeps no rollups.
+    """
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    campaign_id: int
+    from_: date = Field(alias="from")
+    to: date
+    impressions: int
+    clicks: int
+    billed_micros: int
+    absorbed_overspend_micros: int
+    ctr: float
+    ecpm_micros: int
+    conversions: int = 0
+    cost_per_conversion_micros: int | None = None
+    days: list[ReportDay]
+    ivt: dict[str, int] | None = None
+    lifetime_budget_micros: int | None = None
+    lifetime_billed_micros: int = 0
+    lifetime_remaining_micros: int | None = None
+
+
+class RollupTotalsOut(BaseModel):
+    """Counts and money (micros) of rollups; ``ivt``: reason code -> invalid events (never
+    billed). Metrics are null without their denominator: ``ctr`` = clicks / impressions,
+    ``ecpm_micros`` = billed × 1000 // impressions, ``cost_per_conversion_micros`` =
+    billed // conversions."""
+
+    impressions: int
+    clicks: int
+    conversions: int
+    billed_micros: int
+    absorbed_micros: int
+    ivt: dict[str, int]
+    ctr: float | None
+    ecpm_micros: int | None
+    cost_per_conversion_micros: int | None
+
+
+class _RollupPeriodOut(BaseModel):
+    period_start: datetime
+    campaign_id: int | None
+    ad_id: int | None
+    placement: str | None
+
+
+class RollupRowOut(RollupTotalsOut, _RollupPeriodOut):
+    """One period of one group (its fields first). ``period_start``: the start of the
+    local hour, or the local midnight of the day, in the report's zone (its offset). Only
+    the group's keys are set: ``ad`` → campaign_id and ad_id, ``campaign`` → campaign_id,
+    ``placement`` → placement."""
+
+
+class RollupReportOut(BaseModel):
+    """Rollups over local days ``from``..``to`` inclusive in ``time_zone``, per local hour
+    or day there."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    campaign_id: int | None = None
+    advertiser_id: int | None = None
+    from_: date = Field(alias="from")
+    to: date
+    time_zone: str
+    granularity: str
+    group_by: str
+    totals: RollupTotalsOut
+    rows: list[RollupRowOut]

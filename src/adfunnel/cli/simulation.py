@@ -1,0 +1,116 @@
+"""The product's runs: ``adfunnel replay`` (the real iPinYou log through a real server)
+and ``adfunnel simulate`` (a day of the budget & pacing service on a virtual clock)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from adfunnel.cli.console import console
+from adfunnel.cli.summary import progress_bar
+from adfunnel.money import format_units
+
+
+def replay(
+    report: Annotated[Path, typer.Option(help="Write the JSON report here.")] = Path("replay-report.json"),
+    server: Annotated[str | None, typer.Option(help="Use a running server (started with --clock manual).", show_default="none: start one")] = None,
+    speed: Annotated[float | None, typer.Option(help="Pace at X times the log's real time.", show_default="as fast as the server answers")] = None,
+    limit: Annotated[int | None, typer.Option(help="Replay only the first N rows.", show_default="every row")] = None,
+    every: Annotated[int, typer.Option(min=1, help="Replay every K-th row (of the first --limit rows): the same days, K times fewer requests.")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of the render and click draws.")] = 7,
+    ctr_scale: Annotated[float, typer.Option(help="Click model: P(click) = scale × advertiser CTR.")] = 3.0,
+    pctr_prior: Annotated[float, typer.Option(help="Prior click rate of the started server's pCTR.")] = 0.0005,
+    database_url: Annotated[str | None, typer.Option(help="Database of the started server.", show_default="a temporary SQLite file")] = None,
+    event_log: Annotated[str | None, typer.Option(help="Event log of the started server: nats://… for JetStream.", show_default="in memory")] = None,
+    learn: Annotated[bool, typer.Option(help="Click by an attribute click model, train a click model on the served log of the days before the last, roll it out, serve the last day with it, and report `model`.")] = False,
+    catalogue: Annotated[int, typer.Option(min=0, help="Add N run-of-network CPC campaigns (one banner each) so requests have more candidates than the pre-rank keeps; with --learn the report's model.prerank_recall is measured on every model decision.")] = 0,
+    api_key: Annotated[str | None, typer.Option(envvar="ADFUNNEL_API_KEY", help="Admin API key of the --server (the started server gets one of its own).", show_default="none, or ADFUNNEL_API_KEY")] = None,
+) -> None:
+    """Replay the real iPinYou log (12,526 rows) through a real server and report."""
+    from rich.progress import Progress
+
+    from adfunnel.sim.ipinyou import load_rows
+    from adfunnel.sim.replay import run_replay
+
+    try:
+        rows = load_rows(limit)[::every]
+    except FileNotFoundError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    if learn and server is not None:
+        console.print("[red]--learn needs the replay's own server: leave out --server[/red]")
+        raise typer.Exit(2)
+    if server is None:
+        console.print("starting a server (embedded SQLite, manual clock) …")
+    with Progress(console=console) as progress:
+        task = progress.add_task("replaying", total=len(rows))
+        result = run_replay(rows, server=server, database_url=database_url, seed=seed,
+                            ctr_scale=ctr_scale, pctr_prior=pctr_prior, speed=speed,
+                            progress=lambda n: progress.advance(task, n), event_log=event_log,
+                            learn=learn, catalogue=catalogue, api_key=api_key)
+    report.write_text(json.dumps(result, indent=2))
+    print_replay_summary(result)
+    console.print(f"report written to {report}")
+
+
+def print_replay_summary(result: dict) -> None:
+    table = Table(title="adfunnel replay: iPinYou dlf_2259 (CNY)")
+    for col in ("campaign", "bid", "daily budget", "billed", "absorbed", "imps", "clicks",
+                "pacing", "judged days ≥98 %"):
+        table.add_column(col, justify="right")
+    for c in result["campaigns"]:
+        table.add_row(c["name"].removeprefix("ipinyou-"), f"{c['bid_type']} {format_units(c['bid_micros'])}",
+                      format_units(c["daily_budget_micros"]), format_units(c["billed_micros"]),
+                      format_units(c["absorbed_overspend_micros"]), str(c["impressions"]),
+                      str(c["clicks"]), c["pacing_mode"], _judged_days(c))
+    console.print(table)
+    lat, led = result["latency_ms"], result["ledger"]
+    console.print(
+        f"requests {result['requests']}  filled {result['filled_slots']}  "
+        f"fill rate {result['fill_rate']:.1%}  latency p50 {lat['p50']} ms p99 {lat['p99']} ms  "
+        f"late decisions {result['late_decisions']}\n"
+        f"ledger rows {led['rows']}  duplicates rejected {led['duplicates_rejected']}  "
+        f"invalid tokens {led['invalid_tokens']}  errors {result['errors'] or 'none'}"
+    )
+    by_source = result["events"].get("injected_by_source") or {}
+    if by_source:
+        console.print("IVT recall (flagged/injected): " + "  ".join(
+            f"{source} {n['flagged']}/{n['injected']}" for source, n in by_source.items()))
+
+
+def _judged_days(c: dict) -> str:
+    """'k/n': of the n days whose potential spend at p = 1 reaches the budget, k billed
+    at least 98 % of it."""
+    judged = [d for d in c["days"] if d.get("judged")]
+    full = sum(d["billed_micros"] >= 0.98 * d["budget_micros"] for d in judged)
+    return f"{full}/{len(judged)}"
+
+
+def simulate(
+    scenario: Annotated[str, typer.Option(help="Scenario name.")] = "baseline",
+    report: Annotated[Path | None, typer.Option(help="Write the JSON report here.", show_default="none")] = None,
+    plots: Annotated[Path | None, typer.Option(help="Directory for one PNG per campaign.", show_default="none")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    short: Annotated[bool, typer.Option(help="The short form used by tests.")] = False,
+) -> None:
+    """Simulate a day of the budget & pacing service on a virtual clock."""
+    from adfunnel.sim.day_report import SUMMARY_UNITS, run_simulation, summary_lines
+
+    try:
+        with progress_bar(console, f"simulating {scenario} (simulated time)") as update:
+            result = run_simulation(scenario, report, plots, seed=seed, short=short,
+                                    progress=update)
+    except KeyError as exc:
+        console.print(f"[red]{exc.args[0]}[/red]")
+        raise typer.Exit(2) from None
+    for line in summary_lines(result):
+        typer.echo(line)
+    typer.echo(SUMMARY_UNITS)
+    if report is not None:
+        console.print(f"report written to {report}")
+    if plots is not None:
+        console.print(f"plots (PNG) written to {plots}/")

@@ -1,0 +1,217 @@
+"""Step 5 of the columnar decision, fill: per slot run, the reference auction over the
+decisive prefix of the pre-ranked candidates, the exploration slice, and the rounds that
+refill the slots of winners refused at their frequency caps' count.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from datetime import datetime
+
+import numpy as np
+
+from adfunnel.auction.draws import EXPLORE, TIE_BREAK, unit, unit_base
+from adfunnel.auction.gsp import OUTRANKED, AuctionResult, Candidate, Win, run_auction
+from adfunnel.budget.gate import NO_SLICE
+from adfunnel.frequency.windows import CapPlan
+from adfunnel.money import MILLE
+from adfunnel.serving.caps import CapGate, add_counts
+from adfunnel.serving.catalog import Catalog
+from adfunnel.serving.columns import BID_TYPES, ColumnsView
+from adfunnel.serving.decision import (
+    CHANGED,
+    MAX_CAP_ROUNDS,
+    PRERANK_CUT,
+    Decision,
+    applied_reserve,
+    place,
+    slot_runs,
+)
+from adfunnel.serving.kernels import decisive_prefix
+from adfunnel.serving.request import SelectRequest, SlotIn
+from adfunnel.serving.stages.filter import Versions, add_reason
+from adfunnel.serving.stages.gating import LAZY_PENDING, LAZY_REFUSED, MAX_SETTLE_ROUNDS
+from adfunnel.serving.stages.prerank import at_position
+
+
+class FillStage:
+    """The auction stage of :class:`~adfunnel.serving.decider.ColumnarDecider` (a part of
+    it: the decider holds what is read below, and the gating stage's
+    ``_settle_pending``, which asks the gate for pending campaigns that can win)."""
+
+    catalog: Catalog
+    caps: CapGate | None
+    prerank_keep: int
+    exploration_share: float
+    token_key: bytes
+    token_ttl_s: int
+
+    def _auction_columns(self, req: SelectRequest, ids: np.ndarray, camp: np.ndarray,
+                         s: dict[str, np.ndarray], versions: Versions, view: ColumnsView,
+                         now: datetime, decision: Decision, seed: int) -> None:
+        counts = decision.reason_counts
+        assert counts is not None
+        placement = self.catalog.placements.get(req.placement.id)
+        in_page = np.zeros(len(ids), dtype=bool)  # campaign or advertiser placed already
+        cols = self.catalog.columns
+        for run in slot_runs(req.slots):
+            at_position(s, run[0].position)  # the model's pCTR at this run's position
+            pool = (s["shape"] == cols.shape_code(run[0].format, run[0].width, run[0].height))
+            pool &= ~in_page
+            reserve = applied_reserve(req, run[0], placement)
+            lazy = s["lazy"]
+            pool &= lazy != LAZY_REFUSED  # turned away by the gate in an earlier run
+            eligible = pool & _above_reserve(s, reserve / MILLE)
+            add_reason(counts, "below_reserve", int(pool.sum() - eligible.sum()))
+            if decision.exploration and (lazy[eligible] == LAZY_PENDING).any():
+                # an exploration pick may be any eligible candidate: every one answered
+                self._settle_pending(np.flatnonzero(eligible), camp, s, view, now, seed, counts)
+                eligible &= lazy != LAZY_REFUSED
+            slot_ids = [x.id for x in run]
+            for round_ in itertools.count():
+                result, prefix, kept = self._auction_prefix(
+                    ids, camp, s, np.flatnonzero(eligible), slot_ids, reserve, seed)
+                waiting = lazy[prefix] == LAZY_PENDING
+                if not waiting.any():
+                    break
+                if round_ >= MAX_SETTLE_ROUNDS:  # answers keep changing: no slice for now
+                    gone = np.isin(camp, camp[prefix[waiting]]) & (lazy == LAZY_PENDING)
+                    add_reason(counts, NO_SLICE, int(np.count_nonzero(gone & eligible)))
+                    lazy[gone] = LAZY_REFUSED
+                else:
+                    self._settle_pending(prefix, camp, s, view, now, seed, counts)
+                eligible &= lazy != LAZY_REFUSED
+            add_reason(counts, PRERANK_CUT, int(eligible.sum()) - kept)
+            add_reason(counts, OUTRANKED, kept - len(prefix))  # ranked below the decisive prefix
+            for reason, n in Counter(r.reason for r in result.rejections).items():
+                add_reason(counts, reason, n)
+            wins = result.wins
+            if decision.exploration is not None:
+                wins = self._explore(ids, camp, s, eligible, run, reserve, seed, wins,
+                                     decision)
+            for win in wins:
+                c = self.catalog.campaigns[win.candidate.campaign_id]
+                ad = self.catalog.ads[win.candidate.ad_id]
+                in_page |= (camp == c.id) | (s["advertiser"] == c.advertiser_id)
+                if (ad.version, c.version) != versions.read(ad.id, c.id):
+                    # edited while this decision read its columns: not served on a
+                    # mix of two versions (the slot stays empty)
+                    add_reason(counts, CHANGED, 1)
+                    continue
+                decision.placed.append(place(win, ad, c, req.placement.id, now,
+                                             self.token_key, self.token_ttl_s))
+
+    def _explore(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
+                 eligible: np.ndarray, run: list[SlotIn], reserve: int, seed: int,
+                 greedy: list[Win], decision: Decision) -> list[Win]:
+        """The slot run's winners with exploration configured, and their propensities.
+
+        Slot by slot, the exploration pick is uniform among the eligible candidates
+        (above the reserve, budget, pacing and caps passed) whose campaign and
+        advertiser have no ad on the page yet; it pays the reserve (a lone bidder's
+        GSP price), so it never bids above its bid or below the reserve. The
+        propensity of what a slot shows is (1 − ε)·[the auction's winner] + ε / n, n
+        the candidates it was picked among (given the slots before it).
+        """
+        share = self.exploration_share
+        by_slot = {w.slot_id: w for w in greedy}
+        open_ = eligible.copy()
+        out: list[Win] = []
+        for k, slot in enumerate(run):
+            pool = np.flatnonzero(open_)
+            if not len(pool):
+                break
+            greedy_win = by_slot.get(slot.id)
+            if decision.exploration:
+                i = int(pool[int(unit(seed, k + 1, EXPLORE) * len(pool))])
+                single = run_auction([self._candidate_at(i, ids, camp, s)], [slot.id],
+                                     reserve, tie_seed=seed)
+                if not single.wins:
+                    continue
+                win = single.wins[0]
+            elif greedy_win is None:
+                continue
+            else:
+                win = greedy_win
+            chosen = win.candidate
+            shown_by_auction = (greedy_win is not None
+                                and greedy_win.candidate.ad_id == chosen.ad_id)
+            decision.propensities[slot.id] = (1 - share) * shown_by_auction + share / len(pool)
+            out.append(win)
+            open_ &= (camp != chosen.campaign_id) & (s["advertiser"] != chosen.advertiser_id)
+        return out
+
+    def _auction_prefix(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
+                        eligible: np.ndarray, slot_ids: list[str], reserve: int,
+                        seed: int) -> tuple[AuctionResult, np.ndarray, int]:
+        """The reference auction over the shortest prefix of the ranking that decides it.
+
+        Pre-rank keeps the best ``prerank_keep`` of ``eligible`` (ties at the cut kept);
+        they are ranked as the auction ranks (total, then the tie key) and walked with
+        its one-per-campaign and one-per-advertiser rule until one ranked candidate
+        beyond the slots is found (it sets the last winner's price). Returns the result
+        over that prefix, the prefix (candidate indices) and the number kept by pre-rank; widens
+        the pre-rank cut when the kept ones run out first.
+        """
+        prefix, kept = decisive_prefix(eligible, s["total"], ids, camp, s["advertiser"],
+                                       self.prerank_keep, len(slot_ids) + 1,
+                                       unit_base(seed, TIE_BREAK))
+        cands = [self._candidate_at(i, ids, camp, s) for i in prefix.tolist()]
+        return run_auction(cands, slot_ids, reserve, tie_seed=seed), prefix, kept
+
+    def _candidate_at(self, i: int, ids: np.ndarray, camp: np.ndarray,
+                      s: dict[str, np.ndarray]) -> Candidate:
+        return Candidate(
+            int(ids[i]), int(camp[i]), int(s["advertiser"][i]), BID_TYPES[s["bid_type"][i]],
+            int(s["bid"][i]), float(s["pctr"][i]), float(s["pcvr"][i]),
+            quality_micros=int(s["quality"][i]),
+        )
+
+    def _auction_columns_capped(self, req: SelectRequest, ids: np.ndarray, camp: np.ndarray,
+                                s: dict[str, np.ndarray], versions: Versions,
+                                view: ColumnsView, now: datetime, decision: Decision, seed: int,
+                                plans: dict[int, CapPlan]) -> None:
+        """The reference path's capped auction
+        (:meth:`~adfunnel.serving.reference.ReferenceDecider._auction_capped`) on the
+        arrays: winners refused at count leave the arrays and the auction runs again
+        (reason counts of the last round)."""
+        gate = self.caps
+        assert gate is not None and req.user.key and decision.reason_counts is not None
+        before = dict(decision.reason_counts)
+        counted: set[int] = set()
+        refused: dict[str, int] = {}
+        for round_ in range(MAX_CAP_ROUNDS):
+            decision.placed = []
+            decision.reason_counts = dict(before)
+            self._auction_columns(req, ids, camp, s, versions, view, now, decision, seed)
+            todo = [p for p in decision.placed if p.ad.id in plans and p.ad.id not in counted]
+            answers = gate.count(req.user.key, [plans[p.ad.id] for p in todo], now)
+            lost = {p.ad.id for p, a in zip(todo, answers, strict=True) if a is not None}
+            for p, a in zip(todo, answers, strict=True):
+                if a is None:
+                    counted.add(p.ad.id)
+                else:
+                    refused[a] = refused.get(a, 0) + 1
+            decision.cap_counts = add_counts(decision.cap_counts, req.user.key, now,
+                                           [plans[p.ad.id] for p, a
+                                            in zip(todo, answers, strict=True) if a is None])
+            if not lost:
+                break
+            decision.placed = [p for p in decision.placed if p.ad.id not in lost]
+            if round_ + 1 < MAX_CAP_ROUNDS:
+                keep = ~np.isin(ids, np.array(sorted(lost), dtype=np.int64))
+                ids, camp = ids[keep], camp[keep]
+                s = {k: v[keep] for k, v in s.items()}
+        for reason, n in refused.items():
+            add_reason(decision.reason_counts, reason, n)
+
+
+def _above_reserve(s: dict[str, np.ndarray], reserve_imp: float) -> np.ndarray:
+    """:func:`~adfunnel.auction.gsp.run_auction`'s reserve test, vectorised: action rate
+    > 0, bid ≥ reserve in the bid's unit, total ≥ reserve per impression."""
+    rate = s["rate"]
+    positive = rate > 0
+    in_unit = np.full(len(rate), np.inf)
+    np.divide(reserve_imp, rate, out=in_unit, where=positive)
+    return positive & (s["bid"] >= in_unit) & (s["total"] >= reserve_imp)
