@@ -48,7 +48,7 @@ MIN_CHARGES_FOR_CURVE = 100
 
 
 def _run(args: tuple[str, int, str | None]) -> dict[str, Any]:
-    from adfunnel.sim.day import run_simulation
+    from adfunnel.sim.day_report import run_simulation
 
     name, seed, plots = args
     r = run_simulation(name, None, Path(plots) if plots else None, seed=seed)

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from adfunnel.cli import app
 from adfunnel.cli.summary import flatten, format_value, summary_table, unit_of
-from adfunnel.sim.day import _Sim
+from adfunnel.sim.day import DaySim
 from adfunnel.sim.plots import campaign_figures
 from adfunnel.sim.scenarios import scenarios
 
@@ -50,7 +50,7 @@ def test_simulate_shows_progress_a_summary_with_units_and_writes_plots(tmp_path:
 
 @pytest.mark.slow
 def test_every_plot_axis_is_labelled() -> None:
-    sim = _Sim(scenarios()["midnight"], 0, True)
+    sim = DaySim(scenarios()["midnight"], 0, True)
     sim.run()
     figures = list(campaign_figures(sim))
     assert figures

@@ -74,6 +74,7 @@ def _fake_log(root: Path) -> None:
     d = root / "ipinyou" / "dlf_2259"
     d.mkdir(parents=True)
     row = ["0"] * 27
+    row[4] = "20130606000104828"  # yyyyMMddHHmmssSSS, China time
     row[7], row[9], row[10], row[11], row[12] = "windows_chrome", "80", "85", "2", "dom1"
     row[16], row[17], row[26] = "300", "250", "10006,13866"
     (d / "train.log.txt").write_text("\t".join(row) + "\n" + "\t".join(row) + "\n")

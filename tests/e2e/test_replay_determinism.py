@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from adfunnel.sim.replay import load_rows, run_replay
+from adfunnel.sim.ipinyou import load_rows
+from adfunnel.sim.replay import run_replay
 
 pytestmark = pytest.mark.e2e
 

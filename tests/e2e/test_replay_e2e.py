@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from adfunnel.sim import replay
+from adfunnel.sim import replay_plans, replayer
 from adfunnel.sim.invalid import CRAWLER_SOURCE, HELD_OUT_PROVIDERS
-from adfunnel.sim.replay import load_rows, run_replay
+from adfunnel.sim.ipinyou import load_rows
+from adfunnel.sim.replay import run_replay
 from adfunnel.sim.server_proc import ServerProcess
 
 pytestmark = pytest.mark.e2e
@@ -144,8 +145,8 @@ def cap_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert len(banner) == CAP_SLICE_ROWS
     repeated = [replace(r, user=f"repeat-{i % CAP_SLICE_USERS}") for i, r in enumerate(banner)]
     work = tmp_path_factory.mktemp("replay-caps")
-    nine = replay.plans()
-    capped = [replace(p, frequency_caps=replay.CAP_3_PER_DAY) for p in nine]
+    nine = replay_plans.plans()
+    capped = [replace(p, frequency_caps=replay_plans.CAP_3_PER_DAY) for p in nine]
     # a server of the test's own (given time to start on a loaded machine), with the
     # prior click rate of the server run_replay starts (at the default prior, the CPC
     # campaigns outbid the CPM ones on every row)
@@ -153,7 +154,7 @@ def cap_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     with pytest.MonkeyPatch.context() as mp, ServerProcess(
             f"sqlite:///{work / 'caps.sqlite3'}", log_path=work / "server.log",
             timeout_s=300.0, extra_env={"ADFUNNEL_PCTR_PRIOR": str(prior)}) as server:
-        mp.setattr(replay, "plans", lambda: capped)
+        mp.setattr(replayer, "plans", lambda: capped)  # where the replayer reads them
         return run_replay(repeated, server=server.url, api_key=server.admin_key)
 
 

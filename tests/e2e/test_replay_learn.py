@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from adfunnel.sim.ipinyou import load_rows
 from adfunnel.sim.learn import AttributeClicks, split_last_day
-from adfunnel.sim.replay import load_rows, run_replay
+from adfunnel.sim.replay import run_replay
 
 pytestmark = pytest.mark.e2e
 

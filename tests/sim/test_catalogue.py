@@ -49,7 +49,7 @@ def test_no_rows_no_catalogue() -> None:
 def test_no_catalogue_leaves_the_replays_draws_alone() -> None:
     from datetime import UTC, datetime
 
-    from adfunnel.sim.replay import Replayer
+    from adfunnel.sim.replayer import Replayer
 
     replayer, fresh = Replayer("http://127.0.0.1:9", seed=7), Replayer("http://127.0.0.1:9", seed=7)
     try:

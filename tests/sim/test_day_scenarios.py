@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from adfunnel.campaigns.schedule import zone
-from adfunnel.sim.day import TRAFFIC_ALLOWS_MARGIN, run_simulation, summary_lines
+from adfunnel.sim.day_report import TRAFFIC_ALLOWS_MARGIN, run_simulation, summary_lines
 from adfunnel.sim.scenarios import scenarios
 
 USD = 1_000_000

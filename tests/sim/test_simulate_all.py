@@ -7,7 +7,7 @@ import copy
 import pytest
 from benchmarks.simulate_all import campaign_table, scenario_row, scenario_table
 
-from adfunnel.sim.day import run_simulation
+from adfunnel.sim.day_report import run_simulation
 
 
 @pytest.mark.slow

@@ -61,6 +61,7 @@ import numpy as np
 from adfunnel.data import data_dir as shared_data_dir
 from adfunnel.index.conjunction import ConjunctionIndex
 from adfunnel.index.scan import ScanIndex
+from adfunnel.sim.ipinyou import default_logs, iter_log, split_useragent
 from adfunnel.targeting.evaluate import RequestAttributes
 from adfunnel.targeting.expr import All, Any_, Expr, In, NotIn
 
@@ -131,28 +132,25 @@ def _paper(
 
 
 def _log_rows(data_dir: Path) -> list[Request]:
-    """Requests from the iPinYou log rows (the only file read by this module)."""
-    path = data_dir / "ipinyou" / "dlf_2259" / "train.log.txt"
+    """Requests from the rows of the iPinYou training log, in file order (the only file
+    read by this module, through :mod:`adfunnel.sim.ipinyou`)."""
+    train, _test = default_logs(data_dir)
     rows: list[Request] = []
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for line in f:
-            c = line.rstrip("\n").split("\t")
-            if len(c) < 27:
-                continue
-            os_name, _, browser = c[7].partition("_")
-            req: Request = {
-                "geo.country": frozenset({"CN"}),
-                "geo.region": frozenset({c[9]}),
-                "geo.city": frozenset({c[10]}),
-                "exchange": frozenset({c[11]}),
-                "domain": frozenset({c[12]}),
-                "slot_size": frozenset({f"{c[16]}x{c[17]}"}),
-                "os": frozenset({os_name}),
-                "browser": frozenset({browser or "other"}),
-            }
-            if c[26] and c[26] != "null":
-                req["interests"] = frozenset(c[26].split(","))
-            rows.append(req)
+    for row in iter_log(train):
+        _device, os_name, browser = split_useragent(row.useragent)
+        req: Request = {
+            "geo.country": frozenset({"CN"}),
+            "geo.region": frozenset({row.region}),
+            "geo.city": frozenset({row.city}),
+            "exchange": frozenset({row.exchange}),
+            "domain": frozenset({row.domain}),
+            "slot_size": frozenset({f"{row.width}x{row.height}"}),
+            "os": frozenset({os_name}),
+            "browser": frozenset({browser}),
+        }
+        if row.usertags:
+            req["interests"] = frozenset(row.usertags)
+        rows.append(req)
     return rows
 
 

@@ -33,7 +33,8 @@ def replay(
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
     from rich.progress import Progress
 
-    from adfunnel.sim.replay import load_rows, run_replay
+    from adfunnel.sim.ipinyou import load_rows
+    from adfunnel.sim.replay import run_replay
 
     try:
         rows = load_rows(limit)[::every]
@@ -97,7 +98,7 @@ def simulate(
     short: Annotated[bool, typer.Option(help="The short form used by tests.")] = False,
 ) -> None:
     """Simulate a day of the budget & pacing service on a virtual clock."""
-    from adfunnel.sim.day import SUMMARY_UNITS, run_simulation, summary_lines
+    from adfunnel.sim.day_report import SUMMARY_UNITS, run_simulation, summary_lines
 
     try:
         with progress_bar(console, f"simulating {scenario} (simulated time)") as update:

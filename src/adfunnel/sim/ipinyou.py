@@ -1,4 +1,7 @@
-"""Reading the real iPinYou logs in ``shared/data/ipinyou`` (see its README).
+"""The one reader of the real iPinYou logs in ``shared/data/ipinyou`` (see its README).
+
+Every user of the logs (the replay, the day simulation's traffic curve, the index
+benchmark's real workload) reads them here, as typed :class:`LogRow` values.
 
 Impression log columns (tab-separated, no header; the test log has two extra
 trailing columns that are ignored)::
@@ -12,6 +15,7 @@ trailing columns that are ignored)::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -67,14 +71,33 @@ def parse_line(line: str) -> LogRow:
     )
 
 
+def iter_log(path: Path) -> Iterator[LogRow]:
+    """The rows of one log file in file order (blank lines skipped).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: a malformed line (:func:`parse_line`).
+    """
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield parse_line(line)
+
+
 def read_log(paths: list[Path]) -> list[LogRow]:
     """Every row of ``paths`` in timestamp order (stable for equal timestamps)."""
     rows: list[LogRow] = []
     for p in paths:
-        with p.open(encoding="utf-8") as fh:
-            rows.extend(parse_line(line) for line in fh if line.strip())
+        rows.extend(iter_log(p))
     rows.sort(key=lambda r: r.timestamp)
     return rows
+
+
+def load_rows(limit: int | None = None, data_root: Path | None = None) -> list[LogRow]:
+    """The rows of :func:`default_logs` in timestamp order, the first ``limit`` of them
+    when given (what ``adfunnel replay`` replays)."""
+    rows = read_log(default_logs(data_root))
+    return rows[:limit] if limit else rows
 
 
 def default_logs(root: Path | None = None) -> list[Path]:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from adfunnel.sim.day import _Sim
+    from adfunnel.sim.day import DaySim
 
 
-def plot_campaigns(sim: _Sim, out_dir: Path) -> list[Path]:
+def plot_campaigns(sim: DaySim, out_dir: Path) -> list[Path]:
     """One PNG per campaign (``<scenario>_c<id>.png``): cumulative billed spend and the
     target (both as a share of the budget in force) over local hours, p below."""
     import matplotlib.pyplot as plt
@@ -27,7 +27,7 @@ def plot_campaigns(sim: _Sim, out_dir: Path) -> list[Path]:
     return paths
 
 
-def campaign_figures(sim: _Sim) -> Iterator[tuple[str, Figure]]:
+def campaign_figures(sim: DaySim) -> Iterator[tuple[str, Figure]]:
     """(file name, figure) per campaign with control steps on the scenario's day. Every
     axis is labelled with its quantity and unit: the top panel's share of budget, the
     bottom panel's p and the local hours they share."""

@@ -1,6 +1,7 @@
 """The diurnal traffic curve of the iPinYou log (advertiser 2259), by hour of day.
 
-Source: ``shared/data/ipinyou/dlf_2259/{train,test}.log.txt``, column 3 (``hour``,
+Source: ``shared/data/ipinyou/dlf_2259/{train,test}.log.txt`` read by
+:mod:`adfunnel.sim.ipinyou`: the hour of each row's timestamp (the ``hour`` column,
 China time); see ``shared/data/README.md``. Counted at import of the day simulation
 when the files are there (``ADFUNNEL_DATA_DIR`` or ``../shared/data`` next to the
 repository); otherwise the counts below, taken from the same two files, are used.
@@ -12,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from adfunnel.data import data_dir
+from adfunnel.sim.ipinyou import default_logs, iter_log
 
 #: Rows per hour 00..23 in train.log.txt + test.log.txt (12,526 rows).
 IPINYOU_2259_HOURLY_COUNTS: tuple[int, ...] = (
@@ -24,21 +26,16 @@ IPINYOU_2259_HOURLY_COUNTS: tuple[int, ...] = (
 def ipinyou_hourly(root: Path | None = None) -> tuple[float, ...]:
     """24 request counts by hour of day from the iPinYou 2259 logs (or the built-in copy)."""
     try:
-        base = (root or data_dir("ipinyou")) / "ipinyou" / "dlf_2259"
+        files = default_logs(root or data_dir("ipinyou"))
     except FileNotFoundError:  # no shared data: the built-in copy
         return tuple(float(c) for c in IPINYOU_2259_HOURLY_COUNTS)
-    files = [base / "train.log.txt", base / "test.log.txt"]
     if not all(f.exists() for f in files):
         return tuple(float(c) for c in IPINYOU_2259_HOURLY_COUNTS)
     counts = [0] * 24
     for f in files:
-        with f.open(encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                parts = line.split("\t", 3)
-                if len(parts) > 2 and parts[2].isdigit():
-                    h = int(parts[2])
-                    if 0 <= h < 24:
-                        counts[h] += 1
+        # the hour of the row's China-time timestamp: the log's own ``hour`` column
+        for row in iter_log(f):
+            counts[row.timestamp.hour] += 1
     return tuple(float(c) for c in counts)
 
 
