@@ -88,6 +88,7 @@ def test_ids_beyond_64_bits_are_not_found(client: TestClient, path: str) -> None
     assert client.get("/healthz").status_code == 200
 
 
+@pytest.mark.slow
 def test_advertiser_api_bodies_are_limited_too(client: TestClient) -> None:
     r = client.post("/v1/advertisers", content=b'{"name": "' + b"x" * 70_000 + b'"}',
                     headers={"content-type": "application/json"})

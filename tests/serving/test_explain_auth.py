@@ -4,6 +4,7 @@ Without one the request is refused naming ``explain``, and nothing is decided.""
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.runtime.embedded import Runtime
@@ -15,6 +16,7 @@ def _fields(r) -> list[str]:
     return [f["field"] for f in r.json()["fields"]]
 
 
+@pytest.mark.slow
 def test_explain_without_an_admin_key_is_refused(client: TestClient, runtime: Runtime) -> None:
     made = make_campaign(client)
     anonymous = {"authorization": ""}  # the fixture's client sends the admin key otherwise

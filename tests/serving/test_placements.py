@@ -89,6 +89,7 @@ def test_the_higher_of_request_and_configured_reserve_prices_the_win(
     assert r.json()["ads"][0]["price_micros"] == price
 
 
+@pytest.mark.slow
 def test_a_placement_edit_applies_to_the_next_request(client: TestClient) -> None:
     make_campaign(client)
     placement(client, reserve_cpm_micros=1_000_000)

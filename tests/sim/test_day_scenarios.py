@@ -68,6 +68,7 @@ def test_short_scenario_overspend_and_stops_within_targets(name: str) -> None:
             assert c["max_hourly_curve_error"] is None  # follows no curve
 
 
+@pytest.mark.slow
 def test_controllers_start_as_production_does_at_p_1() -> None:
     # a fresh service has no yesterday: the first step moves p from 1 by at most 25 %
     for c in _short("baseline")["campaigns"]:
@@ -89,6 +90,7 @@ def test_traffic_allows_follows_the_potential_counted_from_generated_traffic() -
     assert camps[6]["traffic_allows"]  # accelerated: judged on its potential too
 
 
+@pytest.mark.slow
 def test_curve_error_is_null_where_no_hour_was_measured() -> None:
     # baseline's short window (12:00-12:30 Berlin) holds no whole local hour after its start
     r = _short("baseline")
@@ -102,6 +104,7 @@ def test_curve_error_is_null_where_no_hour_was_measured() -> None:
             assert c["max_hourly_curve_error"] is not None, c["campaign_id"]
 
 
+@pytest.mark.slow
 def test_viral_traffic_drives_p_down() -> None:
     assert _by_id(_short("viral"))[1]["p_min"] < 0.05  # x30 traffic: p follows it down
 
@@ -112,6 +115,7 @@ def _mean_p(c: dict, t0: float, t1: float) -> float:
     return sum(ps) / len(ps)
 
 
+@pytest.mark.slow
 def test_budget_cut_lowers_p_and_raise_lifts_it() -> None:
     cut = _by_id(_short("budget-cut"))[1]
     t = _local_ts("budget-cut", 1, (13, 0))
@@ -121,11 +125,13 @@ def test_budget_cut_lowers_p_and_raise_lifts_it() -> None:
     assert _mean_p(raised, t + 300, t + 1200) > 1.3 * _mean_p(raised, t - 600, t)
 
 
+@pytest.mark.slow
 def test_server_crash_happens_while_holding_slices() -> None:
     r = _short("server-crash")
     assert r["crash"] is not None and r["crash"]["slices_held"] >= 1
 
 
+@pytest.mark.slow
 def test_accelerated_campaigns_run_out_and_stop_serving() -> None:
     camps = _by_id(_short("exhaustion"))
     for cid in (60, 61):  # the stop after exhaustion is measured, not vacuous
@@ -136,12 +142,14 @@ def test_accelerated_campaigns_run_out_and_stop_serving() -> None:
         assert c["last_serve_rel_exhausted_s"] <= 30.0
 
 
+@pytest.mark.slow
 def test_paused_campaign_serves_around_its_pause_and_resumes() -> None:
     c = _by_id(_short("pause"))[5]
     assert c["serves"] > 0
     assert c["final_status"] != "stopped"  # resumed at 15:30 Berlin
 
 
+@pytest.mark.slow
 def test_small_budget_is_spent_without_overspend() -> None:
     c = _by_id(_short("small-budget"))[20]
     assert c["serves"] > 0
@@ -179,6 +187,7 @@ def test_unknown_scenario() -> None:
         run_simulation("nope", short=True)
 
 
+@pytest.mark.slow
 def test_late_clicks_keep_their_expected_cost_committed_until_they_bill() -> None:
     """Clicks 10-50 min after the serve: at every control step the service's committed
     spend was at least billed + the expected cost of every serve that could still bill

@@ -124,6 +124,7 @@ def test_exhausted_budget_is_limited_by_budget(rt: Runtime, client: TestClient) 
     assert status_of(rt, cid) is DeliveryStatus.LIMITED_BY_BUDGET
 
 
+@pytest.mark.slow
 def test_pacing_chart_has_spend_target_and_p(rt: Runtime, client: TestClient) -> None:
     cid = make_campaign(rt, daily_budget_micros=1_000_000)
     for i in range(30):

@@ -303,6 +303,7 @@ def test_csv_download_puts_each_event_in_its_own_local_hour_and_day(
                     ["2026-03-04T00:00:00+10:30", str(c.id), "1"]]
 
 
+@pytest.mark.slow
 def test_campaign_page_shows_invalid_traffic_per_reason_beside_spend(
         rt: Runtime, client: TestClient, world: dict[str, Any]) -> None:
     """Flagged events today: the hourly table counts them beside spend, and the line
