@@ -17,11 +17,12 @@ setup: $(BIN)/adfunnel
 replay: setup
 	$(BIN)/adfunnel replay --report replay-report.json
 
-## The whole test suite (needs PostgreSQL on 127.0.0.1:5432, Redis on 127.0.0.1:6379 and
-## NATS with JetStream on 127.0.0.1:4222).
+## The whole test suite, on two worker processes (one test file each at a time). Needs
+## PostgreSQL on 127.0.0.1:5432, Redis on 127.0.0.1:6379 and
+## NATS with JetStream on 127.0.0.1:4222.
 test: setup
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 serve: setup
 	$(BIN)/adfunnel serve

@@ -92,8 +92,8 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
     service = None
     stop = threading.Event()
     traffic = _Traffic()
+    http = httpx.Client(base_url=servers[0].url, timeout=10, headers=ADMIN_HEADERS)
     try:
-        http = httpx.Client(base_url=servers[0].url, timeout=10, headers=ADMIN_HEADERS)
         today = datetime.now(UTC).date()
         adv = http.post("/v1/advertisers", json={"name": "a"}).json()
         camp = http.post("/v1/campaigns", json={
@@ -139,6 +139,7 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
                                   - 90_000) // CHARGE
     finally:
         stop.set()
+        http.close()
         for s in servers:
             s.stop()
         if service is not None:

@@ -68,6 +68,14 @@ class Admin:
         return str(r.json()["key"])
 
 
+@pytest.fixture
+def admin(server: ServerProcess) -> Iterator[Admin]:
+    """The operator's client, closed after the test (its sockets with it)."""
+    a = Admin(server.url)
+    yield a
+    a.http.close()
+
+
 def ad_request(user: str, **extra: object) -> dict[str, object]:
     return {"user": {"key": user, "attributes": {"geo.country": "US"}},
             "placement": {"id": "feed-top", "reserve_cpm_micros": 2_000_000},
@@ -95,12 +103,12 @@ def send_traffic(url: str, admin: Admin, campaign_id: int, *, requests: int,
     return sent
 
 
-def test_advertiser_reviewer_walkthrough(server: ServerProcess, tmp_path: Path) -> None:
+def test_advertiser_reviewer_walkthrough(server: ServerProcess, admin: Admin,
+                                        tmp_path: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     chromium = _chromium()
     shots = os.environ.get("ADFUNNEL_SCREENSHOT_DIR")
-    admin = Admin(server.url)
     admin.set_clock(START)
     advertiser = admin.http.post("/v1/advertisers", json={"name": "Northwind"}).json()
     advertiser_key = admin.key("advertiser", advertiser["id"])

@@ -44,8 +44,9 @@ def test_a_fleet_servers_dashboard_reads_the_budget_service(pg_schema_url: str,
     server = ServerProcess(pg_schema_url, clock="system", extra_env=env,
                            log_path=tmp_path / "ads.log")
     service = None
+    api = httpx.Client(base_url=server.url, timeout=10, headers=server.headers)
+    ui = httpx.Client(base_url=server.url, timeout=10)
     try:
-        api = httpx.Client(base_url=server.url, timeout=10, headers=server.headers)
         today = datetime.now(UTC).date()
         adv = api.post("/v1/advertisers", json={"name": "a"}).json()
         camp = api.post("/v1/campaigns", json={
@@ -56,7 +57,6 @@ def test_a_fleet_servers_dashboard_reads_the_budget_service(pg_schema_url: str,
         service = ManagedProcess(["budget-service", "--database-url", pg_schema_url],
                                  log_path=tmp_path / "budget.log", port=port,
                                  extra_env={"ADFUNNEL_INTERNAL_TOKEN": INTERNAL_TOKEN})
-        ui = httpx.Client(base_url=server.url, timeout=10)
         login = ui.post("/ui/login", data={"api_key": server.admin_key})
         assert login.status_code == 303
         ui.cookies.set(COOKIE, login.cookies[COOKIE], path="/ui")
@@ -71,6 +71,8 @@ def test_a_fleet_servers_dashboard_reads_the_budget_service(pg_schema_url: str,
         assert chart["target_micros"][-1] == pytest.approx(BUDGET)
         assert any(p is not None for p in chart["p"])
     finally:
+        api.close()
+        ui.close()
         server.stop()
         if service is not None:
             service.stop()
