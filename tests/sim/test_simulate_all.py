@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from benchmarks.simulate_all import campaign_table, scenario_row, scenario_table
 
+from adfunnel.sim.all_scenarios import campaign_table, scenario_row, scenario_table
 from adfunnel.sim.day_report import run_simulation
 
 
