@@ -56,7 +56,7 @@ def serve(
     from adfunnel.observability.logs import log_start
     from adfunnel.runtime.asgi import build_app
     from adfunnel.runtime.embedded import build_runtime
-    from adfunnel.runtime.heap import freeze_startup_heap
+    from adfunnel.runtime.heap import freeze_heap
     from adfunnel.runtime.server import serve_http, serve_workers
 
     flags = {"host": host, "port": port, "database_url": database_url, "clock": clock,
@@ -93,7 +93,7 @@ def serve(
         with _reachable_or_exit(settings):
             runtime = build_runtime(settings)
         asgi = build_app(runtime)
-        freeze_startup_heap()
+        freeze_heap()
         with _listening_or_exit(settings.host, settings.port):
             if not serve_http(asgi, settings.host, settings.port,
                               on_bound=lambda address: log_start(settings, address)):

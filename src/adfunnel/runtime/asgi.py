@@ -38,7 +38,7 @@ from adfunnel.frequency.store import CapStoreUnavailable
 from adfunnel.observability.metrics import watch_change_feed, watch_fill
 from adfunnel.observability.request_log import RequestLog, quiet_paths
 from adfunnel.runtime.embedded import Runtime, build_runtime
-from adfunnel.runtime.heap import freeze_startup_heap
+from adfunnel.runtime.heap import freeze_heap
 from adfunnel.serving.deadline import ArrivalStamp
 from adfunnel.serving.http import ServingEndpoints, error_response
 from adfunnel.tracking.client import parse_networks
@@ -244,7 +244,7 @@ def create_app() -> RequestLog:
     """App factory of a worker process (and of ``uvicorn --factory``): settings from
     ``ADFUNNEL_*`` (without ``ADFUNNEL_ADMIN_KEY``, an admin key is generated and
     printed once); the start-up heap is frozen out of the collector's reach
-    (:func:`freeze_startup_heap`)."""
+    (:func:`freeze_heap`)."""
     from adfunnel.auth import bootstrap_admin_key
     from adfunnel.observability.logs import configure_logging
     from adfunnel.settings import load_settings
@@ -252,5 +252,5 @@ def create_app() -> RequestLog:
     settings = load_settings()
     configure_logging(settings.log_format)
     app = build_app(build_runtime(bootstrap_admin_key(settings)))
-    freeze_startup_heap()
+    freeze_heap()
     return app

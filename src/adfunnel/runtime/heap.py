@@ -14,30 +14,16 @@ import gc
 
 
 def freeze_heap() -> None:
-    """Collect once, then freeze everything alive: call at the end of a server process's
-    start-up (:func:`adfunnel.runtime.server.serve_http` does, for ``serve``, its workers and
-    ``tracker``; ``adfunnel aggregator`` too), never in a process that builds many apps
-    (a test run: what is frozen is never collected as a cycle)."""
-    gc.collect()
-    gc.freeze()
-
-
-def freeze_startup_heap(gen0_threshold: int | None = None) -> None:
-    """After start-up: collect once and move every object alive now (the catalogue, its
-    index, the runtime) into the permanent generation, which collections never scan.
-    ``gen0_threshold`` (net allocations between two collections of the youngest
-    generation) is left at Python's 700 unless given.
+    """Collect once, then move every object alive now (modules, the catalogue, its index,
+    the runtime) into the permanent generation, which collections never scan. A server
+    process calls it once at the end of its start-up (``serve`` and its workers,
+    ``tracker``, ``aggregator``); later changes (the change feed) are ordinary objects
+    again. Never in a process that builds many apps (a test run): frozen objects in
+    reference cycles are never freed.
 
     Measured at 100,000 ads (1.37 M objects after start-up): a full collection took
     650-750 ms before the freeze and under 0.1 ms after. Raising the gen-0 threshold to
     20,000 cut young collections under load from ~85 to 2 per 10 s but made each up to
-    ~9 ms (≤ 0.8 ms at 700): a worse tail, so it is not raised.
-
-    A server process calls it once, when its catalogue is loaded; later changes (the
-    change feed) are ordinary objects again. Not for test processes building many
-    runtimes: frozen objects in reference cycles are never freed."""
+    ~9 ms (≤ 0.8 ms at Python's 700): a worse tail, so it stays at 700."""
     gc.collect()
     gc.freeze()
-    if gen0_threshold is not None:
-        _, gen1, gen2 = gc.get_threshold()
-        gc.set_threshold(gen0_threshold, gen1, gen2)
