@@ -40,6 +40,7 @@ from adfunnel.observability.request_log import RequestLog, quiet_paths
 from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.runtime.heap import freeze_heap
 from adfunnel.serving.deadline import ArrivalStamp
+from adfunnel.serving.derived import client_derivation
 from adfunnel.serving.http import ServingEndpoints, error_response
 from adfunnel.tracking.client import parse_networks
 from adfunnel.tracking.http import TrackingEndpoints
@@ -90,7 +91,10 @@ def build_app(rt: Runtime) -> RequestLog:
     serving = ServingEndpoints(rt.queue, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready,
-                               served=rt.served, is_admin=admin_header(rt.keys))
+                               served=rt.served, is_admin=admin_header(rt.keys),
+                               max_slots=s.max_slots, public_base_url=s.public_base_url,
+                               derive=client_derivation(s.derive_client_facts,
+                                                        parse_networks(s.trusted_proxies)))
     tracking = TrackingEndpoints(rt.tracker, parse_networks(s.trusted_proxies))
     for route in (*serving.routes(), *tracking.routes()):
         app.router.routes.append(route)

@@ -53,9 +53,11 @@ from adfunnel.serving.deadline import (
 from adfunnel.serving.decision import Decision
 from adfunnel.serving.decision_log import DecisionLog
 from adfunnel.serving.request import (
+    MAX_SLOTS,
     AdOut,
     RejectionOut,
     RequestError,
+    SelectRequest,
     SelectResponse,
     decode_request,
     encode,
@@ -110,7 +112,15 @@ class ServingEndpoints:
         ready: Callable[[], bool] | None = None,
         served: ServedLog | None = None,
         is_admin: Callable[[str | None], bool] | None = None,
+        max_slots: int = MAX_SLOTS,
+        derive: Callable[[SelectRequest, dict[str, Any]], None] | None = None,
+        public_base_url: str | None = None,
     ) -> None:
+        # page facts: the request's limits, what is derived from its HTTP scope (country,
+        # device: serving/derived.py), and the prefix that makes tracking URLs absolute
+        self.max_slots = max_slots
+        self.derive = derive
+        self.url_prefix = public_base_url or ""
         self.queue = queue
         # whether an Authorization header value is an admin's (explain needs one); none
         # given: nobody may explain
@@ -164,7 +174,7 @@ class ServingEndpoints:
             REJECTED_REQUESTS.labels("select").inc()
             return _error(413, "too_large", [("body", f"over {self.max_body_bytes} bytes")])
         try:
-            req = decode_request(body)
+            req = decode_request(body, self.max_slots)
         except RequestError as exc:
             REJECTED_REQUESTS.labels("select").inc()
             error = "malformed_json" if exc.status == 400 else "validation"
@@ -174,6 +184,8 @@ class ServingEndpoints:
             if refused is not None:
                 REJECTED_REQUESTS.labels("select").inc()
                 return refused
+        if self.derive is not None:
+            self.derive(req, scope)
         deadline = start + (req.deadline_ms or self.default_deadline_ms)
         # the decision is named by the request's own id, else by the one its answer
         # carries (x-request-id, from RequestLog), so explain finds it by either
@@ -246,6 +258,10 @@ class ServingEndpoints:
             )
             for p in d.placed
         ] + [h.ad_out() for h in d.house]  # house ads: price 0, never billed
+        if self.url_prefix:  # public_base_url: absolute, for a tag on another origin
+            for ad in ads:
+                ad.impression_url = self.url_prefix + ad.impression_url
+                ad.click_url = self.url_prefix + ad.click_url
         rejections = (
             [RejectionOut(r.ad_id, r.campaign_id, r.reason, r.detail) for r in d.rejections]
             if explain else None

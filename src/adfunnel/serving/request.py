@@ -20,7 +20,10 @@ import msgspec
 from adfunnel.json_depth import nesting_problem
 from adfunnel.targeting.attributes import ATTRIBUTES, normalise_value, normalise_values
 
-MAX_SLOTS = 3
+#: Default of the most slots one request may carry (the ``max_slots`` setting).
+MAX_SLOTS = 10
+#: Slot positions run 1..max(this, 10 × the slot limit).
+MIN_MAX_POSITION = 30
 #: Attributes the server derives from the placement and slots, not from the user.
 DERIVED = frozenset({"placement", "slot_size", "exchange", "domain"})
 
@@ -101,8 +104,8 @@ _decoder = msgspec.json.Decoder(SelectRequest)
 encode = msgspec.json.Encoder().encode
 
 
-def decode_request(body: bytes) -> SelectRequest:
-    """Decode and validate a request body.
+def decode_request(body: bytes, max_slots: int = MAX_SLOTS) -> SelectRequest:
+    """Decode and validate a request body (at most ``max_slots`` slots).
 
     Raises:
         RequestError: malformed JSON (400) or a field that breaks the schema (422),
@@ -118,7 +121,7 @@ def decode_request(body: bytes) -> SelectRequest:
         raise RequestError([(field, problem)]) from None
     except msgspec.DecodeError as exc:
         raise RequestError([("body", f"malformed JSON: {exc}")], status=400) from None
-    problems = _check(req)
+    problems = _check(req, max_slots)
     if problems:
         raise RequestError(problems)
     return req
@@ -149,17 +152,18 @@ MAX_ID_CHARS = {"request_id": 128, "user.key": 256, "placement.id": 200, "placem
 MAX_VALUES = 1_000
 
 
-def _check(req: SelectRequest) -> list[tuple[str, str]]:
+def _check(req: SelectRequest, max_slots: int) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
-    if not 1 <= len(req.slots) <= MAX_SLOTS:
-        problems.append(("slots", f"must hold 1 to {MAX_SLOTS} slots, got {len(req.slots)}"))
+    if not 1 <= len(req.slots) <= max_slots:
+        problems.append(("slots", f"must hold 1 to {max_slots} slots, got {len(req.slots)}"))
+    max_position = max(MIN_MAX_POSITION, 10 * max_slots)
     if len({s.id for s in req.slots}) != len(req.slots):
         problems.append(("slots", "slot ids must be unique"))
     for i, s in enumerate(req.slots):
         if not 0 < s.width <= MAX_SLOT_PIXELS or not 0 < s.height <= MAX_SLOT_PIXELS:
             problems.append((f"slots[{i}]", f"width and height must be in 1..{MAX_SLOT_PIXELS}"))
-        if s.position < 1 or s.position > MAX_SLOTS * 10:
-            problems.append((f"slots[{i}].position", "must be in 1..30"))
+        if s.position < 1 or s.position > max_position:
+            problems.append((f"slots[{i}].position", f"must be in 1..{max_position}"))
         if not s.id or len(s.id) > 64:
             problems.append((f"slots[{i}].id", "must be 1 to 64 characters"))
         if s.reserve_cpm_micros is not None:

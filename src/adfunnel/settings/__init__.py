@@ -172,8 +172,18 @@ class Settings(BaseSettings):
     ivt_regular_spread_ms: int = Field(default=20, ge=0)
     #: seconds a billed event stays pending (tier 2 may reverse it) before it is final
     ivt_hold_s: float = Field(default=600.0, gt=0, le=86_400)
-    #: proxies (CIDRs) whose X-Forwarded-For names the client of a beacon
+    #: proxies (CIDRs) whose X-Forwarded-For names the client of a beacon or an ad request
     trusted_proxies: list[str] = []
+    #: the server's public origin (``https://ads.example.com``, maybe with a path prefix):
+    #: when set, a select answer's ``impression_url`` and ``click_url`` are absolute URLs
+    #: under it (a page's tag fires them from the page's own origin); unset: relative
+    public_base_url: str | None = None
+    #: most slots one ad request may carry (a feed page sends one per placeholder)
+    max_slots: int = Field(default=10, ge=1, le=100)
+    #: derive what a browser cannot send, where the request does not give it: the
+    #: country (``geo.country``) from the client address (DB-IP country lite data in
+    #: ``<data dir>/geo``), ``device_type``, ``os`` and ``browser`` from the User-Agent
+    derive_client_facts: bool = True
     #: the event log: None keeps it in this process's memory (the embedded default,
     #: each event applied to the ledger as it is appended); a ``nats://`` URL uses NATS
     #: JetStream, read by aggregators (``adfunnel aggregator``, or ``aggregate``)
@@ -276,6 +286,20 @@ class Settings(BaseSettings):
             except ValueError:
                 raise ValueError(f"{cidr!r} is not an address or CIDR") from None
         return v
+
+    @field_validator("public_base_url")
+    @classmethod
+    def _base_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        if parts.query or parts.fragment:
+            raise ValueError("must have no query or fragment")
+        return v.rstrip("/")
 
     @field_validator("ivt_held_out_lists")
     @classmethod
