@@ -14,10 +14,12 @@ from pydantic import AfterValidator, BaseModel, Field, Strict
 from adfunnel.api.schemas import LandingUrl, Name, Size, Text, Version, _In, _not_blank
 from adfunnel.campaigns.validate import (
     MAX_ALLOWED,
+    MAX_ORIGIN_CHARS,
     MAX_QUALITY_MICROS,
     MAX_RESERVE_CPM_MICROS,
     PLACEMENT_ID,
     SIZE,
+    normalise_origin,
 )
 
 # --- operator settings: placements, ad quality ----------------------------------------------
@@ -68,6 +70,11 @@ Sizes = Annotated[
     Field(max_length=MAX_ALLOWED), AfterValidator(_unique),
 ]
 Formats = Annotated[list[FormatName], Field(max_length=MAX_ALLOWED), AfterValidator(_unique)]
+#: A web origin (``https://news.example``), stored as browsers send it (lower case, no
+#: default port): ``HTTPS://News.Example:443`` is kept as ``https://news.example``.
+Origin = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_ORIGIN_CHARS),
+                   AfterValidator(normalise_origin)]
+Origins = Annotated[list[Origin], Field(max_length=MAX_ALLOWED), AfterValidator(_unique)]
 
 
 class HouseAdIn(_In):
@@ -83,7 +90,9 @@ class HouseAdIn(_In):
 class PlacementIn(_In):
     """A new placement. ``id`` is what ad requests send as ``placement.id``; reserves are
     micros per mille; country codes ISO 3166-1 alpha-2 (any case, stored upper case);
-    empty ``allowed_sizes``/``allowed_formats`` allow everything."""
+    empty ``allowed_sizes``/``allowed_formats`` allow everything. ``allowed_origins``:
+    the web origins whose pages may ask for this placement's ads from a browser (CORS);
+    empty: a browser on another origin gets none (apps and servers are not concerned)."""
 
     id: PlacementId
     name: Annotated[Name, AfterValidator(_not_blank)]
@@ -93,6 +102,7 @@ class PlacementIn(_In):
     allowed_sizes: Sizes = []  # noqa: RUF012
     allowed_formats: Formats = []  # noqa: RUF012
     house_ad: HouseAdIn | None = None
+    allowed_origins: Origins = []  # noqa: RUF012
 
 
 class PlacementPatch(_In):
@@ -106,6 +116,7 @@ class PlacementPatch(_In):
     allowed_sizes: Sizes | None = None
     allowed_formats: Formats | None = None
     house_ad: HouseAdIn | None = None
+    allowed_origins: Origins | None = None
 
 
 #: Placement patch fields that may be set to ``null``.
@@ -129,6 +140,7 @@ class PlacementOut(BaseModel):
     allowed_formats: list[str]
     house_ad: HouseAdOut | None
     version: int
+    allowed_origins: list[str]
 
 
 class QualityIn(_In):

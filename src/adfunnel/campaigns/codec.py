@@ -71,6 +71,7 @@ _DATES = ("flight_start", "flight_end")
 _JSON_COLUMNS = frozenset({
     "dayparts", "frequency_caps",
     "country_reserves_cpm_micros", "allowed_sizes", "allowed_formats", "house_ad",
+    "allowed_origins",
 })
 
 
@@ -201,7 +202,7 @@ def _cap(c: Mapping[str, Any]) -> FrequencyCap:
 
 
 def _coerce_placement(kwargs: dict[str, Any]) -> dict[str, Any]:
-    for name in ("allowed_sizes", "allowed_formats"):
+    for name in ("allowed_sizes", "allowed_formats", "allowed_origins"):
         if name in kwargs:
             kwargs[name] = tuple(kwargs[name] or ())
     if "country_reserves_cpm_micros" in kwargs:  # a copy, in code order

@@ -251,6 +251,11 @@ class Placement:
     any other the default ``reserve_cpm_micros``; the auction applies the higher of it
     and the request's own. Empty ``allowed_sizes`` (``"WIDTHxHEIGHT"``) or
     ``allowed_formats`` allow every size or format. The mapping is never mutated.
+
+    ``allowed_origins``: the web origins (``https://news.example``, as browsers send them
+    in ``Origin``) whose pages may ask for this placement's ads and fire its beacons from
+    a browser; empty: none but the server's own (requests without ``Origin``, from apps
+    and servers, are not concerned).
     """
 
     id: str
@@ -261,6 +266,7 @@ class Placement:
     allowed_formats: tuple[str, ...] = ()
     house_ad: HouseAd | None = None
     version: int = 1
+    allowed_origins: tuple[str, ...] = ()
 
     def reserve_for(self, countries: Iterable[str]) -> int:
         """The configured reserve (micros per mille) for a request from ``countries``

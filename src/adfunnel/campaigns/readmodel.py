@@ -58,6 +58,16 @@ class CampaignReadModel:
         """The landing URL of the placement's house ad, or None."""
         return house_landing_url(self.placements, placement)
 
+    def allowed_origins(self, placement: str) -> tuple[str, ...]:
+        """The web origins whose pages may use ``placement`` from a browser (none for
+        an unknown placement)."""
+        held = self.placements.get(placement)
+        return () if held is None else held.allowed_origins
+
+    def any_allowed_origins(self) -> frozenset[str]:
+        """The origins some placement allows (a CORS preflight names no placement)."""
+        return frozenset(o for p in list(self.placements.values()) for o in p.allowed_origins)
+
     def apply(self, change: ChangeRecord, *, advance: bool = True) -> bool:
         """Apply one change record; False when it was not newer than what is held."""
         with self._lock:

@@ -261,6 +261,7 @@ class SqlCampaignStore:
         allowed_sizes: tuple[str, ...] = (),
         allowed_formats: tuple[str, ...] = (),
         house_ad: HouseAd | None = None,
+        allowed_origins: tuple[str, ...] = (),
     ) -> Placement:
         """Create a placement (version 1). Reserves are micros per mille; country codes
         ISO 3166-1 alpha-2 in upper case; sizes ``WIDTHxHEIGHT``.

@@ -124,6 +124,7 @@ class CampaignStore(Protocol):
         allowed_sizes: tuple[str, ...] = (),
         allowed_formats: tuple[str, ...] = (),
         house_ad: HouseAd | None = None,
+        allowed_origins: tuple[str, ...] = (),
     ) -> Placement: ...
 
     def get_placement(self, placement_id: str) -> Placement: ...

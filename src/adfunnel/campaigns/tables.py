@@ -105,6 +105,7 @@ placements = Table(
     Column("house_ad", Text, nullable=True),  # JSON object, or NULL without a house ad
     Column("version", Integer, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("allowed_origins", Text, nullable=False, server_default="[]"),  # JSON list
     UniqueConstraint("id", name="uq_placements_id"),
     sqlite_autoincrement=True,
 )

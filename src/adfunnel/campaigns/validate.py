@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from datetime import date, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import pycountry
 
@@ -36,6 +37,8 @@ from adfunnel.campaigns.schedule import is_valid_zone
 
 #: Largest |quality| of an ad, micros per impression (1,000 units of money).
 MAX_QUALITY_MICROS = 10**9
+#: Longest web origin a placement may allow (a DNS name is at most 253 characters).
+MAX_ORIGIN_CHARS = 300
 #: Largest reserve, micros per mille (the bound ad requests have too).
 MAX_RESERVE_CPM_MICROS = 10**12
 #: A placement id: what ad requests send as ``placement.id``, safe in a URL path.
@@ -172,8 +175,44 @@ def _check_placement(p: Placement) -> None:
                 and SIZE.fullmatch(v) is not None, "WIDTHxHEIGHT in pixels, e.g. 300x250")
     _check_list(p.allowed_formats, "allowed_formats", lambda v: isinstance(v, str)
                 and 0 < len(v) <= 64 and v.strip() == v, "a format name of 1-64 characters")
+    _check_list(p.allowed_origins, "allowed_origins", _is_origin,
+                "an origin as browsers send it: scheme://host[:port], lower case, "
+                "no default port, no path")
     if p.house_ad is not None:
         _check_house_ad(p, p.house_ad)
+
+
+def normalise_origin(text: str) -> str:
+    """A web origin as browsers send it in ``Origin`` (RFC 6454): ``scheme://host[:port]``
+    of http or https, scheme and host lower-case, the scheme's default port left out.
+
+    Raises:
+        ValueError: not such an origin (a path, query, user info or another scheme).
+    """
+    parts = urlsplit(text.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("port must be a number in 0..65535") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be http:// or https:// with a host")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:
+        raise ValueError("an origin has no path, query, fragment or user info")
+    scheme = parts.scheme.lower()
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal keeps its brackets
+    default = {"http": 80, "https": 443}[scheme]
+    return f"{scheme}://{host}" if port in (None, default) else f"{scheme}://{host}:{port}"
+
+
+def _is_origin(value: object) -> bool:
+    if not isinstance(value, str) or len(value) > MAX_ORIGIN_CHARS:
+        return False
+    try:
+        return normalise_origin(value) == value
+    except ValueError:
+        return False
 
 
 def _check_house_ad(p: Placement, house: HouseAd) -> None:

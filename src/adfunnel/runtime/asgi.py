@@ -43,6 +43,7 @@ from adfunnel.serving.deadline import ArrivalStamp
 from adfunnel.serving.derived import client_derivation
 from adfunnel.serving.http import ServingEndpoints, error_response
 from adfunnel.tracking.client import parse_networks
+from adfunnel.tracking.cors import PlacementCors
 from adfunnel.tracking.http import TrackingEndpoints
 from adfunnel.tracking.postback import make_conversion_router
 from adfunnel.ui.mount import install_ui
@@ -94,7 +95,8 @@ def build_app(rt: Runtime) -> RequestLog:
                                served=rt.served, is_admin=admin_header(rt.keys),
                                max_slots=s.max_slots, public_base_url=s.public_base_url,
                                derive=client_derivation(s.derive_client_facts,
-                                                        parse_networks(s.trusted_proxies)))
+                                                        parse_networks(s.trusted_proxies)),
+                               origins=rt.catalog.allowed_origins)
     tracking = TrackingEndpoints(rt.tracker, parse_networks(s.trusted_proxies))
     for route in (*serving.routes(), *tracking.routes()):
         app.router.routes.append(route)
@@ -217,7 +219,9 @@ def build_app(rt: Runtime) -> RequestLog:
     app.add_route("/v1/users/{key}", erase_user, methods=["DELETE"])
     # outside the framework: a select's deadline starts as early as we see it
     stamped = ArrivalStamp(app, routes={**serving.hot_routes(), **tracking.hot_routes()})
-    return RequestLog(stamped, access_log=s.access_log,
+    # CORS preflights of the select and beacon routes, for the origins placements allow
+    cors = PlacementCors(stamped, rt.catalog.any_allowed_origins)
+    return RequestLog(cors, access_log=s.access_log,
                       quiet_paths=quiet_paths(s.access_log_beacons))
 
 

@@ -191,7 +191,8 @@ def build_runtime(
                               on_reversed=lambda r: monitor.reversed(r.impression_id,
                                                                      r.event_type))
     tracker = Tracker(events.publisher, catalog, clock, key, ivt=make_ivt_rules(settings),
-                      previous_keys=settings.previous_token_keys())
+                      previous_keys=settings.previous_token_keys(),
+                      origins=catalog.allowed_origins)
     served = make_served_log(settings, clock)
     if served is not None and settings.served_log_dir:
         directory = settings.served_log_dir

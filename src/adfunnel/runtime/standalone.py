@@ -84,7 +84,8 @@ def build_tracker_app(settings: Settings) -> RequestLog:
                              side.model.campaign, LocalSpendGate(), None, aggregate=False)
     tracker = Tracker(plane.publisher, side.model, clock, settings.token_secret.encode(),
                       ivt=make_ivt_rules(settings),
-                      previous_keys=settings.previous_token_keys())
+                      previous_keys=settings.previous_token_keys(),
+                      origins=side.model.allowed_origins)
     endpoints = TrackingEndpoints(tracker, parse_networks(settings.trusted_proxies))
 
     async def healthz(_: Request) -> Response:

@@ -18,6 +18,13 @@ without one the request is refused, 401 (no key) or 403 (any other key), naming
 
 Errors are JSON ``{"error": ..., "fields": [{"field", "problem"}]}`` with a 4xx status.
 
+From a page (:mod:`adfunnel.tracking.cors`): a browser's cross-origin select is served
+only for an ``Origin`` among its placement's ``allowed_origins`` — its answer then
+carries ``Access-Control-Allow-Origin`` — and is otherwise refused, 403
+``origin_not_allowed`` naming ``Origin``, before anything is decided. The server
+derives the country and device facts a browser cannot send (:mod:`.derived`); with
+``public_base_url`` the tracking URLs are absolute.
+
 A select's deadline runs from its arrival (stamped by :class:`ArrivalStamp`); the
 decision waits its turn in the :class:`DecisionQueue`, and only an answer that is still
 in time when it is about to be sent commits spend and the decision log. Late or shed → 204.
@@ -31,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -63,6 +70,7 @@ from adfunnel.serving.request import (
     encode,
 )
 from adfunnel.serving.served_record import decision_source
+from adfunnel.tracking.cors import allow_origin_headers, cross_origin, origin_refused
 
 SELECT_LATENCY = Histogram(
     "adfunnel_select_seconds", "Ad request latency inside the server, from arrival",
@@ -94,6 +102,8 @@ _JSON = (b"content-type", b"application/json")
 _NOOP_START = {"type": "http.response.start", "status": 204, "headers": []}
 _EMPTY_BODY = {"type": "http.response.body", "body": b""}
 
+#: Scope key of an allowed cross-origin select's ``Origin`` (its answer's CORS headers).
+CORS_ORIGIN_KEY = "adfunnel.cors_origin"
 #: A select's answer: HTTP status, raw header pairs, body.
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 
@@ -115,7 +125,10 @@ class ServingEndpoints:
         max_slots: int = MAX_SLOTS,
         derive: Callable[[SelectRequest, dict[str, Any]], None] | None = None,
         public_base_url: str | None = None,
+        origins: Callable[[str], Collection[str]] | None = None,
     ) -> None:
+        # a placement's allowed_origins (None: cross-origin selects are not checked)
+        self.origins = origins
         # page facts: the request's limits, what is derived from its HTTP scope (country,
         # device: serving/derived.py), and the prefix that makes tracking URLs absolute
         self.max_slots = max_slots
@@ -151,12 +164,17 @@ class ServingEndpoints:
             status, headers, body = await self._select(scope, receive)
         except ClientGone:
             return
+        if CORS_ORIGIN_KEY in scope:
+            headers = headers + allow_origin_headers(scope[CORS_ORIGIN_KEY])
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
     async def select(self, request: Request) -> Response:
         """``select`` as a Starlette endpoint (when no :class:`ArrivalStamp` is in front)."""
-        return RawResponse(*await self._select(request.scope, request.receive))
+        status, headers, body = await self._select(request.scope, request.receive)
+        if CORS_ORIGIN_KEY in request.scope:
+            headers = headers + allow_origin_headers(request.scope[CORS_ORIGIN_KEY])
+        return RawResponse(status, headers, body)
 
     async def noop_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """``GET /v1/bench/noop``: 204 at once — the bare-route baseline of ``adfunnel bench
@@ -184,6 +202,14 @@ class ServingEndpoints:
             if refused is not None:
                 REJECTED_REQUESTS.labels("select").inc()
                 return refused
+        origins = self.origins
+        origin = cross_origin(scope) if origins is not None else None
+        if origins is not None and origin is not None:
+            if origin not in origins(req.placement.id):
+                REJECTED_REQUESTS.labels("select").inc()
+                r = origin_refused(origin, req.placement.id)
+                return r.status_code, r.raw_headers, bytes(r.body)
+            scope[CORS_ORIGIN_KEY] = origin  # the answer carries the CORS headers
         if self.derive is not None:
             self.derive(req, scope)
         deadline = start + (req.deadline_ms or self.default_deadline_ms)

@@ -37,7 +37,7 @@ import functools
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -80,6 +80,8 @@ APPENDED = "appended"
 HOUSE = "house"
 EXPIRED = "expired"
 UNAVAILABLE = "unavailable"
+#: A beacon from a browser on an origin its placement does not allow (tracking/cors.py).
+ORIGIN_REFUSED = "origin_refused"
 
 
 class LandingUrls(Protocol):
@@ -130,6 +132,8 @@ class BeaconResult:
     event: Event | None = None
     #: a stored click's click id (the redirect hands it to the landing page), else None
     click_id: str | None = None
+    #: the token's placement, when the beacon was refused for its ``Origin``
+    placement: str | None = None
 
 
 class Tracker:
@@ -143,11 +147,15 @@ class Tracker:
             signs click ids.
         ivt: tier-1 invalid-traffic rules (None: none applied).
         previous_keys: earlier token secrets (rotation): what they signed still verifies.
+        origins: a placement's ``allowed_origins`` (None: beacons are not checked for
+            their ``Origin``, as a tracker without the placements' read model).
     """
 
     def __init__(self, sink: EventSink, landing: LandingUrls, clock: Clock, token_key: bytes,
                  *, ivt: Tier1Rules | None = None,
-                 previous_keys: Sequence[bytes] = ()) -> None:
+                 previous_keys: Sequence[bytes] = (),
+                 origins: Callable[[str], Collection[str]] | None = None) -> None:
+        self.origins = origins
         self.sink = sink
         self.landing = landing
         self.clock = clock
@@ -196,12 +204,14 @@ class Tracker:
                 self._counts[name] += 1
 
     async def beacon(self, event_type: EventType, token: str | None,
-                     client: ClientFacts | None = None, value_micros: int | None = None
-                     ) -> BeaconResult:
+                     client: ClientFacts | None = None, value_micros: int | None = None,
+                     origin: str | None = None) -> BeaconResult:
         """Any beacon, for an asyncio server: the same as :meth:`impression`,
         :meth:`click` and :meth:`conversion`, waiting for the store without holding a
-        thread (many beacons share one round trip to the log)."""
-        result = self._prepare(token, event_type, client, value_micros)
+        thread (many beacons share one round trip to the log). ``origin``: a browser's
+        cross-origin ``Origin`` (:func:`~adfunnel.tracking.cors.cross_origin`): refused
+        (:data:`ORIGIN_REFUSED`, nothing stored) unless the token's placement allows it."""
+        result = self._prepare(token, event_type, client, value_micros, origin)
         if result.event is None:
             return result
         try:
@@ -222,7 +232,7 @@ class Tracker:
         return self._appended(result)
 
     def _prepare(self, token: str | None, event_type: EventType, client: ClientFacts | None,
-                 value_micros: int | None) -> BeaconResult:
+                 value_micros: int | None, origin: str | None = None) -> BeaconResult:
         """Verify and judge a beacon: a final result (refused token, house ad, expired
         click), or the event to store (``event`` set, ``outcome`` what it will be once
         stored). A conversion's ``token`` is a click id (:func:`verify_click_id`)."""
@@ -241,6 +251,11 @@ class Tracker:
                 # a late click (a tab left open) still lands, never billed (counted above)
                 return BeaconResult(EXPIRED, self._landing(exc.claims, event_type))
             return BeaconResult(f"invalid:{exc.reason}")
+        if (origin is not None and self.origins is not None
+                and origin not in self.origins(claims.placement)):
+            self._count(ORIGIN_REFUSED)
+            _beacons(event_type.value, ORIGIN_REFUSED).inc()
+            return BeaconResult(ORIGIN_REFUSED, placement=claims.placement)
         landing = self._landing(claims, event_type)
         if claims.campaign_id == HOUSE_ID:
             self._count(f"house_{event_type.value}")

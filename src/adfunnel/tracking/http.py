@@ -6,7 +6,9 @@ database: the event is in the log (or the spool) when the answer leaves. The rou
 coroutines: a beacon waits for the store without holding a thread, and concurrent
 beacons share the publisher's rounds (group commit).
 
-- ``/i?t=<token>``: impression beacon → 204.
+- ``/i?t=<token>``: impression beacon → 204; or, when the request's ``Accept`` names an
+  image type first (what ``<img>`` sends: ``image/avif,image/webp,…``), 200 with a 1×1
+  transparent GIF (``image/gif``, not cached), recorded exactly the same.
 - ``/c?t=<token>``: click → 302 to the ad's landing URL with the click id
   (:func:`~adfunnel.tracking.token.sign_click_id`) in the query parameter
   ``adf_click_id``, or in place of the macro ``{click_id}`` where the landing URL has
@@ -25,6 +27,11 @@ A refused token answers 400 ``invalid_token`` naming ``t`` (or ``click_id``); a 
 neither the log nor the spool can store the event, 503 with ``Retry-After`` (the client
 retries; nothing was acknowledged). The sender's address comes from the socket, or from
 ``X-Forwarded-For`` only when the peer is a trusted proxy.
+
+A browser's cross-origin ``/i`` or ``/v`` (an ``Origin`` other than the server's own) is
+checked against the token's placement's ``allowed_origins`` first: refused with 403
+``origin_not_allowed`` naming ``Origin`` (nothing recorded), or answered with
+``Access-Control-Allow-Origin`` (:mod:`adfunnel.tracking.cors`).
 """
 
 from __future__ import annotations
@@ -40,8 +47,9 @@ from starlette.routing import Route
 from adfunnel.campaigns.landing import LandingUrlError, to_uri
 from adfunnel.events.model import EventType
 from adfunnel.http_errors import error_response
-from adfunnel.tracking.beacons import UNAVAILABLE, BeaconResult, Tracker
+from adfunnel.tracking.beacons import ORIGIN_REFUSED, UNAVAILABLE, BeaconResult, Tracker
 from adfunnel.tracking.client import ClientFacts, ClientResolver, Network
+from adfunnel.tracking.cors import allow_origin_headers, cross_origin, origin_refused
 
 _INT64_MAX = 2**63 - 1
 #: Replaced in a landing URL by the click id (URL-safe as it is).
@@ -91,20 +99,25 @@ class TrackingEndpoints:
         return self._resolve(client[0] if client else None, forwarded, agent)
 
     async def impression(self, request: Request) -> Response:
+        origin = cross_origin(request.scope)
         result = await self.tracker.beacon(EventType.IMPRESSION, request.query_params.get("t"),
-                                           self._client(request))
-        return _refused(result) or Response(status_code=204)
+                                           self._client(request), origin=origin)
+        return _refused(result, origin=origin) or _pixel_answer(request.scope, origin)
 
     async def impression_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """:meth:`impression` as a bare ASGI handler."""
+        origin = cross_origin(scope)
         result = await self.tracker.beacon(EventType.IMPRESSION, query_value(scope, "t"),
-                                           self._scope_client(scope))
-        refused = _refused(result)
+                                           self._scope_client(scope), origin=origin)
+        refused = _refused(result, origin=origin)
         if refused is not None:
             await refused(scope, receive, send)
             return
-        await send(_NO_CONTENT)
-        await send(_EMPTY_BODY)
+        if origin is None and not wants_image(scope):  # the common case: nothing to add
+            await send(_NO_CONTENT)
+            await send(_EMPTY_BODY)
+            return
+        await _pixel_answer(scope, origin)(scope, receive, send)
 
     async def click(self, request: Request) -> Response:
         token = request.query_params.get("t")
@@ -131,9 +144,10 @@ class TrackingEndpoints:
                 return error_response(422, "validation",
                                       [("value", "integer micros in [0, 2**63 - 1]")])
             value = int(raw)
+        origin = cross_origin(request.scope)
         result = await self.tracker.beacon(EventType.CONVERSION, token, self._client(request),
-                                           value)
-        return _refused(result, name) or Response(status_code=204)
+                                           value, origin=origin)
+        return _refused(result, name, origin) or _with_origin(Response(status_code=204), origin)
 
 
 def _click_answer(result: BeaconResult) -> Response:
@@ -198,9 +212,43 @@ _NO_CONTENT = {"type": "http.response.start", "status": 204, "headers": []}
 _EMPTY_BODY = {"type": "http.response.body", "body": b""}
 
 
-def _refused(result: BeaconResult, name: str = "t") -> Response | None:
+#: A 1×1 transparent GIF (GIF89a, one-colour palette, transparency extension): 43 bytes.
+PIXEL_GIF = (b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01"
+             b"\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;")
+_PIXEL_HEADERS = {"cache-control": "no-store"}
+
+
+def wants_image(scope: dict[str, Any]) -> bool:
+    """Whether the request's ``Accept`` names an image type first (an ``<img>`` pixel:
+    browsers send ``image/avif,image/webp,…,image/*,*/*;q=0.8``); ``*/*`` alone, or no
+    ``Accept`` (``fetch``, ``sendBeacon``, servers), is not."""
+    for name, value in scope["headers"]:
+        if name == b"accept":
+            return value.lstrip().lower().startswith(b"image/")
+    return False
+
+
+def _pixel_answer(scope: dict[str, Any], origin: str | None) -> Response:
+    """A stored impression's answer: the GIF for an ``<img>``, else 204."""
+    if wants_image(scope):
+        answer = Response(PIXEL_GIF, media_type="image/gif", headers=_PIXEL_HEADERS)
+    else:
+        answer = Response(status_code=204)
+    return _with_origin(answer, origin)
+
+
+def _with_origin(answer: Response, origin: str | None) -> Response:
+    if origin is not None:  # allowed: the tracker refused it otherwise
+        answer.raw_headers.extend(allow_origin_headers(origin))
+    return answer
+
+
+def _refused(result: BeaconResult, name: str = "t",
+             origin: str | None = None) -> Response | None:
     """The error answer for a refused or unstored beacon (its token sent as ``name``),
     else None."""
+    if result.outcome == ORIGIN_REFUSED:
+        return origin_refused(origin or "", result.placement or "")
     if result.outcome.startswith("invalid:"):
         return error_response(400, "invalid_token", [(name, result.outcome.split(":", 1)[1])])
     if result.outcome == UNAVAILABLE:

@@ -1,0 +1,30 @@
+"""Placements gain ``allowed_origins``: the web origins whose pages may ask for the
+placement's ads from a browser (CORS). Existing placements allow none (``[]``).
+
+Revision ID: 0014
+Revises: 0013
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0014"
+down_revision: str | None = "0013"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("placements") as batch:
+        batch.add_column(sa.Column("allowed_origins", sa.Text(), nullable=False,
+                                   server_default="[]"))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("placements") as batch:
+        batch.drop_column("allowed_origins")
