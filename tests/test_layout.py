@@ -21,7 +21,7 @@ PACKAGE = SRC / "adfunnel"
 # database, the data directory, the API error body, logs and metrics, API keys).
 LADDER: list[set[str]] = [
     {"money", "clock", "settings", "db", "data", "json_depth", "secret_file", "periodic", "dense",
-     "http_errors", "body_limit", "internal_auth", "observability", "auth"},
+     "http_errors", "body_limit", "internal_auth", "observability", "auth", "geo"},
     {"targeting"},
     {"campaigns"},
     {"index", "auction", "pacing", "frequency", "prediction", "ivt"},

@@ -7,6 +7,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+from adfunnel.serving.request import MAX_SLOTS
 from tests.serving.helpers import ad_request, make_campaign
 
 
@@ -20,7 +21,8 @@ def _fields(r) -> list[str]:
         (b"{not json", 400, "body"),
         (json.dumps(ad_request(slots=[])).encode(), 422, "slots"),
         (json.dumps(ad_request(slots=[{"id": f"s{i}", "position": i + 1, "width": 1,
-                                        "height": 1} for i in range(4)])).encode(), 422, "slots"),
+                                        "height": 1} for i in range(MAX_SLOTS + 1)])).encode(),
+         422, "slots"),
         (json.dumps(ad_request(deadline_ms=0)).encode(), 422, "deadline_ms"),
         (json.dumps(ad_request(deadline_ms=-5)).encode(), 422, "deadline_ms"),
         (json.dumps(ad_request(slots=[{"id": "s", "position": 1, "width": "wide",
