@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from adfunnel.campaigns.errors import InvalidChange
 from adfunnel.campaigns.sql_store import SqlCampaignStore
 from tests.campaigns.test_api import ad_body, assert_invalid, campaign_body
 
@@ -60,11 +61,30 @@ def test_placement_create_read_list(
         "id": "feed-top", "name": "Feed, top", "reserve_cpm_micros": 500_000,
         "country_reserves_cpm_micros": {"DE": 1_000_000, "US": 2_000_000},  # codes upper-cased
         "allowed_sizes": ["300x250", "728x90"], "allowed_formats": ["banner"],
-        "house_ad": HOUSE, "version": 1,
+        "house_ad": HOUSE, "version": 1, "allowed_origins": [],
     }
     assert client.get("/v1/placements/feed-top").json() == placement
     assert client.get("/v1/placements").json()["items"] == [placement]
     assert store.get_placement("feed-top").reserve_for(["US"]) == 2_000_000
+
+
+def test_placement_allowed_origins_are_stored_and_patched(
+    client: TestClient, store: SqlCampaignStore
+) -> None:
+    r = client.post("/v1/placements", json={"id": "p", "name": "P", "allowed_origins": [
+        "https://News.Example", "http://localhost:8080", "https://[::1]:443"]})
+    assert r.status_code == 201, r.text
+    assert r.json()["allowed_origins"] == ["https://news.example", "http://localhost:8080",
+                                           "https://[::1]"]
+    assert store.get_placement("p").allowed_origins == (
+        "https://news.example", "http://localhost:8080", "https://[::1]")
+    r = client.patch("/v1/placements/p", json={"allowed_origins": ["https://b.example"]})
+    assert r.json()["allowed_origins"] == ["https://b.example"], r.text
+    assert store.get_placement("p").allowed_origins == ("https://b.example",)
+    r = client.patch("/v1/placements/p", json={"allowed_origins": ["https://b.example"] * 2})
+    assert r.status_code == 422
+    with pytest.raises(InvalidChange, match="allowed_origins"):  # the store checks too
+        store.update_placement("p", {"allowed_origins": ("https://B.example/",)})
 
 
 def test_minimal_placement_allows_everything(client: TestClient) -> None:

@@ -97,7 +97,8 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "description": "200 with one ad per filled slot, or 204 (no fill, shed, late: "
                        "header x-adfunnel-outcome). The deadline counts from arrival. "
                        "Open to anyone, except \"explain\": true, which needs an admin "
-                       "key (401/403 naming explain).",
+                       "key (401/403 naming explain). A browser on an Origin the "
+                       "placement's allowed_origins do not list: 403 naming Origin.",
         "requestBody": {"required": True, "content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/ServingSelectRequest"}}}},
         "responses": {"200": _json("The winners",
@@ -106,7 +107,13 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                       **{str(c): _error(c) for c in (400, 403, 413, 422)}}}},
     "/i": {"get": {
         "tags": ["tracking"], "summary": "Impression beacon", "parameters": [_TOKEN],
-        "responses": {"204": _NO_CONTENT, **{str(c): _error(c) for c in (400, 503)}}}},
+        "description": "204; 200 with a 1x1 transparent GIF when Accept names an image "
+                       "type first (an <img> pixel). 403 naming Origin for a browser on "
+                       "an origin the token's placement does not allow.",
+        "responses": {"200": {"description": "Recorded; the 1x1 GIF",
+                              "content": {"image/gif": {"schema": {"type": "string",
+                                                                   "format": "binary"}}}},
+                      "204": _NO_CONTENT, **{str(c): _error(c) for c in (400, 403, 503)}}}},
     "/c": {"get": {
         "tags": ["tracking"], "summary": "Click: redirect to the ad's landing URL",
         "parameters": [_TOKEN],
@@ -120,7 +127,8 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "parameters": [_query("click_id", "The click id the landing URL received"),
                        _query("value", "Conversion value, integer micros",
                               schema={"type": "integer", "minimum": 0})],
-        "responses": {"204": _NO_CONTENT, **{str(c): _error(c) for c in (400, 422, 503)}}}
+        "responses": {"204": _NO_CONTENT,
+                      **{str(c): _error(c) for c in (400, 403, 422, 503)}}}
         for method in ("get", "post")},
     "/v1/decisions/{request_id}": {"get": {
         "tags": ["explain"], "summary": "Explain a recent decision",
