@@ -33,8 +33,8 @@ from sqlalchemy import Connection, Engine, func, insert, select, text, true, upd
 from sqlalchemy.exc import IntegrityError
 
 from adfunnel.campaigns import codec
-from adfunnel.campaigns.errors import AlreadyExists, InvalidChange, NotFound, VersionConflict
 from adfunnel.campaigns.creative import Creative
+from adfunnel.campaigns.errors import AlreadyExists, InvalidChange, NotFound, VersionConflict
 from adfunnel.campaigns.model import (
     DEFAULT_ATTRIBUTION_WINDOW_S,
     Ad,
