@@ -20,7 +20,8 @@ from adfunnel.campaigns.store import CampaignStore
 from adfunnel.http_errors import ApiError
 
 #: Ad fields whose change by an advertiser needs a new review.
-REVIEWED_FIELDS = frozenset({"landing_url", "creative_ref", "format", "width", "height"})
+REVIEWED_FIELDS = frozenset({"landing_url", "creative_ref", "creative", "format", "width",
+                             "height"})
 
 
 def _allowed(who: Principal, advertiser_id: int, write: bool) -> bool:

@@ -52,6 +52,7 @@ from fastapi import APIRouter, Body, Depends, Query, Response
 from sqlalchemy import Engine
 
 from adfunnel.api import access
+from adfunnel.api.creatives import UploadUrl, creative_of
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
@@ -211,7 +212,7 @@ def _ecpm(billed_micros: int, impressions: int) -> int:
 
 def make_advertiser_router(
     store: CampaignStore, ledger: Ledger, clock: Clock, settings_like: object = None,
-    rollups: RollupStore | None = None,
+    rollups: RollupStore | None = None, upload_url: UploadUrl | None = None,
 ) -> APIRouter:
     """The advertiser API routes over ``store`` (records), ``ledger`` (reports) and
     ``rollups`` (rollup reports, :mod:`adfunnel.api.reports`).
@@ -220,7 +221,8 @@ def make_advertiser_router(
     ``report_max_days`` (int). ``rollups`` defaults to the SQL rollup store of the
     campaign store's database when it has one (``SqlCampaignStore.engine``: the
     embedded runtime's database, where the rollups also join ``campaigns``); without
-    either there are no rollup routes. The app must also call
+    either there are no rollup routes. ``upload_url`` gives an uploaded image's public URL
+    (an image creative's ``upload_id``; none: uploads are refused). The app must also call
     :func:`adfunnel.api.errors.install_error_handlers`.
     """
     router = APIRouter(tags=["advertiser"], dependencies=[Depends(known_query_only)])
@@ -369,7 +371,12 @@ def make_advertiser_router(
         access.campaign(store, who, campaign_id, write=True)
         if body.status is AdStatus.ARCHIVED:
             raise validation_error(("status", "must be active or paused"))
-        values = body.model_dump()
+        values = body.model_dump(exclude={"creative"})
+        if body.creative is None and body.creative_ref is None:
+            raise validation_error(("creative_ref", "is required (or give creative)"))
+        values["creative_ref"] = body.creative_ref or ""
+        if body.creative is not None:
+            values["creative"] = creative_of(body.creative, upload_url)
         values["review_state"] = access.new_review_state(who, body)
         created = store.create_ad(campaign_id=campaign_id, **values)
         response.headers["Location"] = f"/v1/ads/{created.id}"
@@ -392,7 +399,9 @@ def make_advertiser_router(
     @router.patch("/v1/ads/{ad_id}", response_model=AdOut)
     def patch_ad(ad_id: int, body: AdPatch, who: Writer) -> AdOut:
         access.ad(store, who, ad_id, write=True)
-        changes = access.ad_changes(who, body, _changes(body, frozenset()))
+        changes = access.ad_changes(who, body, _changes(body, frozenset({"creative"})))
+        if body.creative is not None:
+            changes["creative"] = creative_of(body.creative, upload_url)
         if changes.get("status") is AdStatus.ARCHIVED:
             raise validation_error(("status", "archive with DELETE /v1/ads/{id}"))
         return ad_out(store.update_ad(ad_id, changes, body.version))

@@ -7,10 +7,12 @@ Three forms of one record (:class:`Advertiser`, :class:`Campaign`, :class:`Ad`,
 - a *payload*: a JSON-safe dict (dates as ``YYYY-MM-DD``, enums as their values,
   dayparts and caps as lists of objects (a counter cap ``{"count", "window", "level"}``,
   a cooldown cap ``{"level", "cooldown_s"}``), targeting as its canonical *text*, a
-  placement's country reserves as an object and its house ad as an object or null), which
+  placement's country reserves as an object and its house ad as an object or null, an
+  ad's creative as its object with ``type`` or null), which
   the change log stores as JSON text and ad servers decode with :func:`from_payload`;
 - a *row*: the column values of ``adfunnel.campaigns.tables`` (dates as ``date``;
-  dayparts, caps and a placement's reserves, sizes, formats and house ad as JSON text).
+  dayparts, caps, an ad's creative and a placement's reserves, sizes, formats and house
+  ad as JSON text).
 
 Money stays integer micros in every form. Targeting and landing URLs are strings
 carried unchanged, so every form round-trips byte-identically.
@@ -24,6 +26,8 @@ from dataclasses import fields
 from datetime import date
 from typing import Any
 
+from adfunnel.campaigns.creative import KINDS as CREATIVE_KINDS
+from adfunnel.campaigns.creative import creative_from_plain, creative_to_plain
 from adfunnel.campaigns.model import (
     Ad,
     AdStatus,
@@ -72,6 +76,7 @@ _JSON_COLUMNS = frozenset({
     "dayparts", "frequency_caps",
     "country_reserves_cpm_micros", "allowed_sizes", "allowed_formats", "house_ad",
     "allowed_origins",
+    "creative",
 })
 
 
@@ -181,6 +186,9 @@ def coerce_fields(entity: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["frequency_caps"] = tuple(
             c if isinstance(c, FrequencyCap) else _cap(c) for c in kwargs["frequency_caps"] or ()
         )
+    creative = kwargs.get("creative")
+    if creative is not None and not isinstance(creative, tuple(CREATIVE_KINDS.values())):
+        kwargs["creative"] = creative_from_plain(creative)
     return _coerce_placement(kwargs)
 
 
@@ -233,6 +241,8 @@ def _plain(value: Any) -> Any:
         if value.cooldown_s is not None:
             cap["cooldown_s"] = value.cooldown_s
         return cap
+    if isinstance(value, tuple(CREATIVE_KINDS.values())):
+        return creative_to_plain(value)
     if isinstance(value, HouseAd):
         return {name: getattr(value, name) for name in HouseAd.__dataclass_fields__}
     if isinstance(value, dict):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from enum import StrEnum
 
+from adfunnel.campaigns.creative import Creative
 from adfunnel.money import impression_charge_bound
 
 
@@ -185,6 +186,9 @@ class Ad:
     ``landing_url`` is http(s) and stored byte-for-byte as given. ``quality_micros``
     is the operator's adjustment of the ad's total value, micros per impression
     (positive or negative, DESIGN.md §The funnel step 6); advertisers cannot set it.
+    ``creative`` is what the ad shows (``adfunnel.campaigns.creative``); an ad made
+    before creatives had content has only ``creative_ref`` (which is "" for an ad given
+    only a creative).
     """
 
     id: int
@@ -198,6 +202,7 @@ class Ad:
     status: AdStatus = AdStatus.ACTIVE
     quality_micros: int = 0
     version: int = 1
+    creative: Creative | None = None
 
 
 #: Campaign and ad id carried by a house ad's token: no stored record has id 0, and the

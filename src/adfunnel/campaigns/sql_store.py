@@ -33,6 +33,7 @@ from sqlalchemy import Connection, Engine, func, insert, select, text, true, upd
 from sqlalchemy.exc import IntegrityError
 
 from adfunnel.campaigns import codec
+from adfunnel.campaigns.creative import Creative
 from adfunnel.campaigns.errors import AlreadyExists, InvalidChange, NotFound, VersionConflict
 from adfunnel.campaigns.model import (
     DEFAULT_ATTRIBUTION_WINDOW_S,
@@ -198,22 +199,25 @@ class SqlCampaignStore:
         *,
         campaign_id: int,
         landing_url: str,
-        creative_ref: str,
+        creative_ref: str = "",
         format: str,
         width: int,
         height: int,
         review_state: ReviewState | str = ReviewState.APPROVED,
         status: AdStatus | str = AdStatus.ACTIVE,
         quality_micros: int = 0,
+        creative: Creative | None = None,
     ) -> Ad:
         """Create an ad of a campaign (version 1); ``landing_url`` is kept byte-for-byte.
 
         ``quality_micros`` is the operator's quality, micros per impression (may be < 0).
+        ``creative`` is what it shows (``adfunnel.campaigns.creative``); with one,
+        ``creative_ref`` may be left empty.
 
         Raises:
             NotFound: no such campaign.
             InvalidChange: a non-http(s) URL, a size <= 0, an unknown state, a quality
-                beyond ±MAX_QUALITY_MICROS.
+                beyond ±MAX_QUALITY_MICROS, an invalid creative (``creative.<field>``).
         """
         values = {k: v for k, v in locals().items() if k != "self"}
         return self._create("ad", values, parent=("campaign", campaign_id))

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from datetime import date
 from typing import Any, Protocol
 
+from adfunnel.campaigns.creative import Creative
 from adfunnel.campaigns.model import (
     DEFAULT_ATTRIBUTION_WINDOW_S,
     Ad,
@@ -94,12 +95,13 @@ class CampaignStore(Protocol):
         *,
         campaign_id: int,
         landing_url: str,
-        creative_ref: str,
+        creative_ref: str = "",
         format: str,
         width: int,
         height: int,
         review_state: ReviewState | str = ReviewState.APPROVED,
         status: AdStatus | str = AdStatus.ACTIVE,
+        creative: Creative | None = None,
     ) -> Ad: ...
 
     def get_ad(self, ad_id: int) -> Ad: ...

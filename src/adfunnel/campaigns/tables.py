@@ -86,6 +86,8 @@ ads = Table(
     Column("quality_micros", BigInteger, nullable=False, server_default="0"),
     Column("version", Integer, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # last, as migration 0015 added it: JSON of the creative with content, or NULL
+    Column("creative", Text, nullable=True),
     Index("ix_ads_campaign", "campaign_id"),
     sqlite_autoincrement=True,
 )

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import pycountry
 
 from adfunnel.campaigns import codec
+from adfunnel.campaigns.creative import check_creative
 from adfunnel.campaigns.errors import InvalidChange
 from adfunnel.campaigns.landing import landing_url_problem
 from adfunnel.campaigns.model import (
@@ -53,6 +54,8 @@ def coerce_values(entity: str, values: dict[str, Any]) -> dict[str, Any]:
     for name, value in list(values.items()):
         try:
             codec.coerce_fields(entity, {name: value})
+        except InvalidChange:
+            raise  # already names its field (creative.title)
         except (ValueError, KeyError, TypeError) as exc:
             raise InvalidChange(name, f"invalid value {value!r}") from exc
     return codec.coerce_fields(entity, values)
@@ -143,6 +146,8 @@ def _check_ad(ad: Ad) -> None:
     if problem:
         raise InvalidChange("landing_url", problem)
     _check_creative(ad, "")
+    if ad.creative is not None:
+        check_creative(ad.creative, ad.format)
     if not _int(ad.quality_micros) or abs(ad.quality_micros) > MAX_QUALITY_MICROS:
         raise InvalidChange(
             "quality_micros", f"must be an integer of micros within ±{MAX_QUALITY_MICROS}"
@@ -150,7 +155,9 @@ def _check_ad(ad: Ad) -> None:
 
 
 def _check_creative(ad: Ad | HouseAd, where: str) -> None:
-    _text(ad.creative_ref, f"{where}creative_ref", 500)
+    # an ad with a creative of content may leave creative_ref empty
+    if not (isinstance(ad, Ad) and ad.creative is not None and ad.creative_ref == ""):
+        _text(ad.creative_ref, f"{where}creative_ref", 500)
     _text(ad.format, f"{where}format", 64)
     for name in ("width", "height"):
         value = getattr(ad, name)

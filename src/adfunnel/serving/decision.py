@@ -14,6 +14,7 @@ from typing import Protocol
 
 from adfunnel.auction.gsp import Candidate, Rejection, Win
 from adfunnel.budget.gate import Served, SpendGate
+from adfunnel.campaigns.creative import HTML_FORMAT
 from adfunnel.campaigns.model import Ad, BidType, Campaign, Placement
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.money import impression_charge_bound, round_micros
@@ -32,6 +33,9 @@ OUTSIDE_DAYPART = "outside_daypart"
 NO_FITTING_SLOT = "no_fitting_slot"
 SIZE_NOT_ALLOWED = "size_not_allowed"  # the placement's operator does not allow the size
 FORMAT_NOT_ALLOWED = "format_not_allowed"
+#: an html ad (format ``html``) on a placement that does not list ``html`` among its
+#: allowed formats, or on one the operator has not configured: markup is opt-in
+HTML_NOT_ALLOWED = "html_not_allowed"
 DEADLINE = "deadline"
 #: Reason carried (in counts) by eligible candidates beyond the pre-rank cut.
 PRERANK_CUT = "prerank_cut"
@@ -167,8 +171,15 @@ def applied_reserve(req: SelectRequest, slot: SlotIn, placement: Placement | Non
     return max(asked, placement.reserve_for(str(c).upper() for c in given))
 
 
-def placement_rejection(placement: Placement, fmt: str, width: int, height: int) -> str | None:
-    """Why ``placement`` refuses an ad of this shape (its size first), or None."""
+def placement_rejection(placement: Placement | None, fmt: str, width: int,
+                        height: int) -> str | None:
+    """Why ``placement`` (None: not configured) refuses an ad of this shape (html first,
+    then its size), or None. An empty ``allowed_formats`` allows every format but
+    ``html``, which a placement must list."""
+    if fmt == HTML_FORMAT and (placement is None or HTML_FORMAT not in placement.allowed_formats):
+        return HTML_NOT_ALLOWED
+    if placement is None:
+        return None
     if not placement.size_allowed(width, height):
         return SIZE_NOT_ALLOWED
     if not placement.format_allowed(fmt):

@@ -50,6 +50,7 @@ from adfunnel.clock import monotonic_ms
 from adfunnel.events.served_log import ServedLog
 from adfunnel.http_errors import error_response as error_response
 from adfunnel.observability.request_log import REQUEST_ID_KEY, name_request
+from adfunnel.serving.answer import with_creative
 from adfunnel.serving.deadline import (
     SELECT_PATH,
     SHED_EXPIRED,
@@ -284,6 +285,9 @@ class ServingEndpoints:
             )
             for p in d.placed
         ] + [h.ad_out() for h in d.house]  # house ads: price 0, never billed
+        # winners with a creative of content carry its fields (adfunnel.serving.answer)
+        ads[: len(d.placed)] = [with_creative(a, p.ad) for a, p in zip(ads, d.placed,
+                                                                    strict=False)]
         if self.url_prefix:  # public_base_url: absolute, for a tag on another origin
             for ad in ads:
                 ad.impression_url = self.url_prefix + ad.impression_url

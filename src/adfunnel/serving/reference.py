@@ -182,7 +182,7 @@ class ReferenceDecider:
             reason = AD_PAUSED if ad.status is not AdStatus.ACTIVE else None
             if reason is None and (ad.format, ad.width, ad.height) not in sizes:
                 reason = NO_FITTING_SLOT
-            if reason is None and placement is not None:
+            if reason is None:
                 reason = placement_rejection(placement, ad.format, ad.width, ad.height)
             if reason is None:
                 if campaign.id not in verdicts:

@@ -1,7 +1,7 @@
 """Step 1 of the columnar decision, the filter: boolean masks over the retrieved ads'
-columns (ad status, slot shape, the placement's allowed sizes and formats), then once per
-distinct campaign, in first-retrieved order, status, flight and daypart; and the reason
-codes the columnar stages count rejections by.
+columns (ad status, slot shape, the placement's allowed sizes and formats, html only where
+listed), then once per distinct campaign, in first-retrieved order, status, flight and
+daypart; and the reason codes the columnar stages count rejections by.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from adfunnel.serving.decision import (
     CAMPAIGN_ENDED,
     CAMPAIGN_PAUSED,
     FORMAT_NOT_ALLOWED,
+    HTML_NOT_ALLOWED,
     NO_FITTING_SLOT,
     OUT_OF_FLIGHT,
     OUTSIDE_DAYPART,
@@ -35,7 +36,7 @@ from adfunnel.serving.request import SelectRequest
 REASONS: tuple[str | None, ...] = (
     None, AD_PAUSED, NO_FITTING_SLOT, SIZE_NOT_ALLOWED, FORMAT_NOT_ALLOWED,
     CAMPAIGN_PAUSED, CAMPAIGN_ENDED, CAMPAIGN_COMPLETED, OUT_OF_FLIGHT, OUTSIDE_DAYPART,
-    PACED_OUT, BUDGET_EXHAUSTED,
+    PACED_OUT, BUDGET_EXHAUSTED, HTML_NOT_ALLOWED,
 )
 #: reason -> its code (its index in :data:`REASONS`)
 CODE = {r: i for i, r in enumerate(REASONS) if r is not None}
@@ -99,24 +100,25 @@ class FilterStage:
             code = cols.shape_code(s.format, s.width, s.height)
             if code >= 0:
                 table[code] = 0
-        if placement is not None:
-            rules = self._placement_table(placement)
-            fits = table == 0
-            table[fits] = rules[: len(table)][fits]
+        rules = self._placement_table(placement)  # None: html is refused all the same
+        fits = table == 0
+        table[fits] = rules[: len(table)][fits]
         return table
 
-    def _placement_table(self, p: Placement) -> np.ndarray:
-        """Reason code per shape code for placement ``p`` (0: allowed)."""
+    def _placement_table(self, p: Placement | None) -> np.ndarray:
+        """Reason code per shape code for placement ``p`` (0: allowed; None: a placement
+        the operator has not configured, keyed "" as no configured id is empty)."""
         shapes = self.catalog.columns.shape_list
-        held = self._placement_reasons.get(p.id)
-        if held is not None and held[0] == p.version and held[1] == len(shapes):
+        key, version = ("", 0) if p is None else (p.id, p.version)
+        held = self._placement_reasons.get(key)
+        if held is not None and held[0] == version and held[1] == len(shapes):
             return held[2]
         table = np.zeros(max(len(shapes), 1), dtype=np.int8)
         for code, (fmt, w, h) in enumerate(list(shapes)):
             reason = placement_rejection(p, fmt, w, h)  # the reference path's rule
             if reason is not None:
                 table[code] = CODE[reason]
-        self._placement_reasons[p.id] = (p.version, len(shapes), table)
+        self._placement_reasons[key] = (version, len(shapes), table)
         return table
 
 
