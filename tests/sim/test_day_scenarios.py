@@ -76,6 +76,7 @@ def test_controllers_start_as_production_does_at_p_1() -> None:
         assert c["p_over_time"][0][1] >= 0.75, c["campaign_id"]
 
 
+@pytest.mark.slow
 def test_traffic_allows_follows_the_potential_counted_from_generated_traffic() -> None:
     sc = {c.id: c for c in scenarios()["baseline"].campaigns}
     for c in _short("baseline")["campaigns"]:
@@ -156,6 +157,7 @@ def test_small_budget_is_spent_without_overspend() -> None:
     assert c["absorbed_overspend_micros"] == 0
 
 
+@pytest.mark.slow
 def test_service_restart_absorbs_at_most_one_charge() -> None:
     r = _short("service-restart")
     rs = r["restart"]
