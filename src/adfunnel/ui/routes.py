@@ -65,6 +65,8 @@ from adfunnel.ui.session import (
 
 HERE = Path(__file__).parent
 STATIC_URL = "/ui/static"
+#: Where a visitor without a live session is sent (a route of this router, not a file).
+LOGIN_URL = "/ui/login"
 
 #: Where the review queue and verdicts live in the API (auth's review routes).
 REVIEW_QUEUE = "/v1/review/ads"
@@ -108,7 +110,7 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
         async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Response:
             viewer = current_viewer(request, sessions)
             if viewer is None:
-                return RedirectResponse("/ui/login", status_code=303)
+                return RedirectResponse(LOGIN_URL, status_code=303)
             async with ApiClient(request.app, viewer.principal) as api:
                 try:
                     return await handler(request, viewer, api, *args, **kwargs)
@@ -122,7 +124,7 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
 
     def _refused(request: Request, viewer: Viewer, answer: ApiAnswer) -> Response:
         if answer.status == 401:
-            return RedirectResponse("/ui/login", status_code=303)
+            return RedirectResponse(LOGIN_URL, status_code=303)
         message = "; ".join(f"{f} {p}".strip() for f, p in answer.field_errors().items())
         return render(request, "error.html", viewer, status=answer.status,
                       code=answer.status, message=message)
@@ -133,15 +135,15 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
     async def home(request: Request) -> Response:
         viewer = current_viewer(request, sessions)
         if viewer is None:
-            return RedirectResponse("/ui/login", status_code=303)
+            return RedirectResponse(LOGIN_URL, status_code=303)
         target = "/ui/campaigns" if viewer.sees_campaigns else "/ui/review"
         return RedirectResponse(target, status_code=303)
 
-    @router.get("/ui/login")
+    @router.get(LOGIN_URL)
     async def login_form(request: Request) -> Response:
         return render(request, "login.html", None, error=None)
 
-    @router.post("/ui/login")
+    @router.post(LOGIN_URL)
     async def login(request: Request) -> Response:
         form = await request.form()
         key = str(form.get("api_key", "")).strip()
@@ -156,7 +158,7 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
     @router.post("/ui/logout")
     async def logout(request: Request) -> Response:
         sessions.end_session(request.cookies.get(COOKIE))
-        response = RedirectResponse("/ui/login", status_code=303)
+        response = RedirectResponse(LOGIN_URL, status_code=303)
         log_out(response)
         return response
 
