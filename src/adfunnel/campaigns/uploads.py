@@ -36,6 +36,7 @@ from sqlalchemy.exc import IntegrityError
 
 from adfunnel.campaigns.image import EXTENSIONS
 from adfunnel.db import connection_guard, metadata
+from adfunnel.secret_file import data_dir
 
 creative_uploads = Table(
     "creative_uploads",
@@ -186,3 +187,16 @@ class CreativeFiles:
             return None
         path = self.directory / name
         return path if path.is_file() else None
+
+
+#: The folder of uploads beside an SQLite database file (or in the working directory).
+DEFAULT_FOLDER = "creatives"
+
+
+def creative_directory(creative_dir: str | None, database_url: str) -> Path:
+    """Where uploads are stored: ``creative_dir`` when set, else ``creatives`` beside
+    the SQLite database file, else ``creatives`` in the working directory (in-memory
+    SQLite, PostgreSQL: set ``ADFUNNEL_CREATIVE_DIR`` to a volume every server shares)."""
+    if creative_dir:
+        return Path(creative_dir).expanduser().resolve()
+    return (data_dir(database_url) or Path.cwd().resolve()) / DEFAULT_FOLDER
