@@ -10,7 +10,7 @@ import struct
 import zlib
 
 import pytest
-from PIL import Image
+from PIL import Image, ImageCms, PngImagePlugin
 
 from adfunnel.campaigns.image import ImageLimits, ImageRefused, clean_image
 
@@ -89,6 +89,16 @@ def test_exif_and_appended_bytes_are_gone() -> None:
         assert "exif" not in back.info and not back.getexif()
     png = clean_image(make("PNG") + b"<script>alert(1)</script>", LIMITS).data
     assert png.endswith(b"IEND\xaeB`\x82") and b"<script>" not in png
+
+
+def test_png_text_chunks_and_icc_profiles_are_gone() -> None:
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Comment", "SecretNote")
+    icc = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    data = clean_image(make("PNG", pnginfo=info, icc_profile=icc), LIMITS).data
+    with Image.open(io.BytesIO(data)) as back:
+        assert "icc_profile" not in back.info and "Comment" not in back.info
+    assert b"SecretNote" not in data
 
 
 def test_jpeg_orientation_is_applied_before_the_exif_goes() -> None:
