@@ -22,7 +22,7 @@ from adfunnel.body_limit import BodyLimit
 from adfunnel.clock import ManualClock
 from adfunnel.runtime.asgi import build_app
 from adfunnel.runtime.embedded import Runtime, build_runtime
-from adfunnel.settings import load_settings
+from adfunnel.settings import SettingsError, load_settings
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 from tests.serving.conftest import START
 from tests.serving.helpers import SettlingClient, ad_request, make_campaign
@@ -240,3 +240,14 @@ def test_the_url_prefix_names_the_cdn(client: TestClient, advertiser: dict[str, 
     name = r.json()["url"].removeprefix("https://cdn.test/ads/")
     assert r.json()["url"] == f"https://cdn.test/ads/{name}"
     assert (tmp_path / "creatives" / name).is_file()  # the operator syncs this folder
+
+
+def test_upload_settings_are_checked_at_start_all_together() -> None:
+    with pytest.raises(SettingsError) as bad:
+        load_settings(creative_max_bytes=0, creative_max_pixels=10**9,
+                      creative_url_prefix="ftp://cdn.test/", creative_max_frames=0)
+    assert sorted(p.split(":")[0] for p in bad.value.problems) == [
+        "creative_max_bytes", "creative_max_frames", "creative_max_pixels",
+        "creative_url_prefix"]
+    assert load_settings(creative_url_prefix="https://cdn.test/a").creative_url_prefix == \
+        "https://cdn.test/a/"
