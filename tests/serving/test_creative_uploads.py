@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,10 @@ def settings_over() -> dict[str, Any]:
 
 @pytest.fixture
 def runtime(tmp_path: Path, settings_over: dict[str, Any]) -> Iterator[Runtime]:
+    given: dict[str, Any] = {"creative_max_bytes": MAX_BYTES, **settings_over}
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
                              admin_key=ADMIN_KEY, creative_dir=str(tmp_path / "creatives"),
-                             public_base_url=BASE, creative_max_bytes=MAX_BYTES,
-                             creative_max_pixels=1_000_000, **settings_over)
+                             public_base_url=BASE, creative_max_pixels=1_000_000, **given)
     rt = build_runtime(settings, ManualClock(START), seed=1)
     yield rt
     rt.close()
@@ -251,3 +252,14 @@ def test_upload_settings_are_checked_at_start_all_together() -> None:
         "creative_url_prefix"]
     assert load_settings(creative_url_prefix="https://cdn.test/a").creative_url_prefix == \
         "https://cdn.test/a/"
+
+
+@pytest.mark.parametrize("settings_over", [{"creative_max_bytes": 400_000}])
+def test_an_image_over_the_apps_body_limit_fits_the_routes_own(
+        client: TestClient, advertiser: dict[str, Any]) -> None:
+    noise = Image.frombytes("RGB", (200, 200), bytes(random.Random(1).randbytes(120_000)))
+    out = io.BytesIO()
+    noise.save(out, "PNG")
+    assert 65_536 < len(out.getvalue()) < 400_000  # over max_body_bytes, under the route's
+    r = upload(client, out.getvalue(), advertiser["headers"])
+    assert r.status_code == 201, r.text
