@@ -19,7 +19,10 @@ Routes::
 - ``Accept: text/csv`` answers CSV (:func:`rollup_csv`): a header row, then one row per
   period and group.
 
-Money in integer micros; metrics null without their denominator. A report shows the
+Money in integer micros; metrics null without their denominator. Every row has the
+measured ``rendered`` and ``viewable`` events and ``viewability_rate`` = viewable /
+rendered: with ``group_by=ad`` per ad, ``campaign`` per campaign, ``placement`` per
+placement. A report shows the
 rollups as last refreshed (the aggregator refreshes the hours of each batch it commits).
 
 Errors (``adfunnel.http_errors``): 422 naming the field (``from``, ``to``,
@@ -62,7 +65,8 @@ DEFAULT_HOURLY_MAX_DAYS = 31
 
 CSV_MEDIA_TYPE = "text/csv"
 _METRICS = ("impressions", "clicks", "conversions", "billed_micros", "absorbed_micros",
-            "ctr", "ecpm_micros", "cost_per_conversion_micros")
+            "ctr", "ecpm_micros", "cost_per_conversion_micros", "rendered", "viewable",
+            "viewability_rate")
 
 From = Annotated[DomainDay | None, Query(alias="from")]
 To = Annotated[DomainDay | None, Query(alias="to")]
@@ -156,6 +160,7 @@ def _totals_out(r: ReportRow) -> RollupTotalsOut:
         billed_micros=r.billed_micros, absorbed_micros=r.absorbed_micros, ivt=r.ivt,
         ctr=r.ctr, ecpm_micros=r.ecpm_micros,
         cost_per_conversion_micros=r.cost_per_conversion_micros,
+        rendered=r.rendered, viewable=r.viewable, viewability_rate=r.viewability_rate,
     )
 
 

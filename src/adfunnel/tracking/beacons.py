@@ -239,8 +239,9 @@ class Tracker:
         """Any beacon, for an asyncio server: the same as :meth:`impression` (``render``),
         :meth:`viewable`, :meth:`click` and :meth:`conversion`, waiting for the store
         without holding a thread (many beacons share one round trip to the log).
-        ``origin``: a browser's cross-origin ``Origin`` (:func:`~adfunnel.tracking.cors.cross_origin`): refused
-        (:data:`ORIGIN_REFUSED`, nothing stored) unless the token's placement allows it."""
+        ``origin``: a browser's cross-origin ``Origin``
+        (:func:`~adfunnel.tracking.cors.cross_origin`): refused (:data:`ORIGIN_REFUSED`,
+        nothing stored) unless the token's placement allows it."""
         result = self._prepare(token, event_type, client, value_micros, origin)
         if result.event is None:
             return result
