@@ -264,6 +264,11 @@ def test_render_and_viewable_rows_count_once_never_bill_and_ivt_ones_stay_out(
                                     granularity="day", group_by="ad")
     assert (by_ad.ad_id, by_ad.rendered, by_ad.viewable) == (10, 3, 1)
     assert by_ad.viewability_rate == pytest.approx(1 / 3)
+    backend.ledger.record(event("s0", EventType.RENDER, T0 + m, c1, 10, "side"), BUDGET)
+    backend.rollups.refresh([T0])
+    [feed] = backend.rollups.query(start=T0, end=T0 + HOUR, placement="feed",
+                                   granularity="day", group_by="placement")
+    assert (feed.placement, feed.rendered, feed.viewable, feed.impressions) == ("feed", 3, 1, 1)
     totals = backend.ledger.day_totals(c1, T0.date(), T0.date())
     assert [(t.impressions, t.clicks, t.conversions, t.billed_micros) for t in totals] == [
         (1, 0, 0, 2_000)]

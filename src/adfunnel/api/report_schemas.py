@@ -114,6 +114,8 @@ class RollupReportOut(BaseModel):
 
     campaign_id: int | None = None
     advertiser_id: int | None = None
+    #: the placement of an operator's placement report (every campaign's events there)
+    placement: str | None = None
     from_: date = Field(alias="from")
     to: date
     time_zone: str

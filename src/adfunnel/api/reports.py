@@ -6,6 +6,7 @@ Routes::
 
     GET /v1/campaigns/{id}/report/rollups?from=&to=&granularity=&group_by=
     GET /v1/advertisers/{id}/report/rollups?from=&to=&granularity=&group_by=&time_zone=
+    GET /v1/placements/{id}/report?from=&to=&granularity=&group_by=&time_zone=   (admin)
 
 - ``from``, ``to``: local dates ``YYYY-MM-DD``, both included, in the campaign's time
   zone (advertiser: ``time_zone``, an IANA name, default ``UTC``); default: today there,
@@ -15,7 +16,9 @@ Routes::
   (``period_start`` is the start of the local hour; at most
   :data:`DEFAULT_HOURLY_MAX_DAYS` days). Every ``period_start`` carries the offset of
   the zone the response names (``time_zone``).
-- ``group_by``: ``campaign`` (default), ``ad`` or ``placement``.
+- ``group_by``: ``campaign`` (default), ``ad`` or ``placement`` (the placement report:
+  ``placement`` by default — its rendered, viewable and viewability over every
+  campaign; ``ad`` or ``campaign`` break it down).
 - ``Accept: text/csv`` answers CSV (:func:`rollup_csv`): a header row, then one row per
   period and group.
 
@@ -37,12 +40,14 @@ from collections.abc import Sequence
 from datetime import date, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from adfunnel.api import access
+from adfunnel.api.pagination import known_query_only
 from adfunnel.api.report_schemas import RollupReportOut, RollupRowOut, RollupTotalsOut
 from adfunnel.api.schemas import DomainDay
-from adfunnel.auth.http import Caller
+from adfunnel.auth.http import Caller, require_role
+from adfunnel.auth.keys import Role
 from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.rollups import (
     GROUP_COLUMNS,
@@ -133,6 +138,49 @@ def make_rollup_router(
         head = {"advertiser_id": advertiser_id, "from": first, "to": last,
                 "time_zone": time_zone, "granularity": granularity, "group_by": group_by}
         return _answer(request, rows, head, f"advertiser-{advertiser_id}-rollups.csv")
+
+    return router
+
+
+def make_placement_report_router(
+    store: CampaignStore, rollups: RollupStore, clock: Clock, *,
+    max_days: int = DEFAULT_MAX_DAYS, max_hourly_days: int = DEFAULT_HOURLY_MAX_DAYS,
+) -> APIRouter:
+    """The operator's placement report (admin only): one placement's rollups over every
+    campaign, days local to ``time_zone`` (default ``UTC``); 404 for an unknown
+    placement."""
+    router = APIRouter(tags=["operator"], dependencies=[Depends(require_role(Role.ADMIN)),
+                                                        Depends(known_query_only)])
+    csv_doc: dict[int | str, dict[str, Any]] = {
+        200: {"content": {CSV_MEDIA_TYPE: {}}, "description": "JSON, or CSV on Accept: text/csv"}
+    }
+
+    @router.get("/v1/placements/{placement_id}/report", response_model=RollupReportOut,
+                responses=csv_doc)
+    def placement_report(
+        placement_id: str, request: Request, first: From = None, last: To = None,
+        granularity: GranularityQ = "day", group_by: GroupByQ = "placement",
+        time_zone: str = "UTC",
+    ) -> Any:
+        """Rendered, viewable and viewability rate (with impressions, clicks and billed
+        figures) of every campaign's ads in one placement."""
+        if not is_valid_zone(time_zone):
+            raise validation_error(("time_zone", "must be an IANA time zone name"))
+        store.get_placement(placement_id)  # 404: unknown placement
+        last = last or local_day(clock.now(), time_zone)
+        first = first or last
+        if first > last:
+            raise validation_error(("from", "must be on or before to"))
+        limit = max_hourly_days if granularity == "hour" else max_days
+        if last - first >= timedelta(days=limit):
+            raise validation_error(("to", f"a {granularity}ly report spans at most "
+                                          f"{limit} days"))
+        start, end = local_days_span(first, last, time_zone)
+        rows = rollups.query(start=start, end=end, placement=placement_id,
+                             granularity=granularity, group_by=group_by, time_zone=time_zone)
+        head = {"placement": placement_id, "from": first, "to": last, "time_zone": time_zone,
+                "granularity": granularity, "group_by": group_by}
+        return _answer(request, rows, head, "placement-report.csv")
 
     return router
 

@@ -379,11 +379,12 @@ class _Sums:
 def check_scope(
     start: datetime, end: datetime,
     campaign_ids: Collection[int] | None, advertiser_id: int | None,
+    placement: str | None = None,
 ) -> None:
     """Raises ValueError unless exactly one scope is given and ``start``/``end`` are
     aware datetimes."""
-    if (campaign_ids is None) == (advertiser_id is None):
-        raise ValueError("give exactly one of campaign_ids and advertiser_id")
+    if sum(s is not None for s in (campaign_ids, advertiser_id, placement)) != 1:
+        raise ValueError("give exactly one of campaign_ids, advertiser_id and placement")
     for name, t in (("start", start), ("end", end)):
         if t.tzinfo is None:
             raise ValueError(f"{name}: a time zone is required")

@@ -112,30 +112,31 @@ class SqlRollupStore:
     def hours(
         self, *, start: datetime, end: datetime,
         campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
+        placement: str | None = None,
     ) -> list[HourRollup]:
         """See :meth:`adfunnel.billing.rollup_store.RollupStore.hours`."""
-        return self._read(start, end, campaign_ids, advertiser_id, None)
+        return self._read(start, end, campaign_ids, advertiser_id, None, placement)
 
     def query(
         self, *, start: datetime, end: datetime,
         campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
         granularity: Granularity = "hour", group_by: GroupBy = "campaign",
-        time_zone: str = "UTC",
+        time_zone: str = "UTC", placement: str | None = None,
     ) -> list[ReportRow]:
         """See :meth:`adfunnel.billing.rollup_store.RollupStore.query`; the rollups are summed
         per (quarter-hour, group) in SQL first."""
         check_shape(granularity, group_by, time_zone)
-        rows = self._read(start, end, campaign_ids, advertiser_id, group_by)
+        rows = self._read(start, end, campaign_ids, advertiser_id, group_by, placement)
         return aggregate(rows, granularity, group_by, time_zone)
 
     def _read(
         self, start: datetime, end: datetime, campaign_ids: Collection[int] | None,
-        advertiser_id: int | None, group_by: GroupBy | None,
+        advertiser_id: int | None, group_by: GroupBy | None, placement: str | None = None,
     ) -> list[HourRollup]:
         """Rollups in scope and range; with ``group_by``, summed per (quarter, group), the
         columns outside the group left as placeholders (advertiser 0, ad 0, placement "")
         that :func:`adfunnel.billing.rollups.aggregate` does not read."""
-        check_scope(start, end, campaign_ids, advertiser_id)
+        check_scope(start, end, campaign_ids, advertiser_id, placement)
         start, end = start.astimezone(UTC), end.astimezone(UTC)
         keys = (("advertiser_id", "campaign_id", "ad_id", "placement") if group_by is None
                 else GROUP_COLUMNS[group_by])
@@ -144,11 +145,11 @@ class SqlRollupStore:
             select(r.hour, *(r[k] for k in keys), func.sum(r.impressions), func.sum(r.clicks),
                    func.sum(r.conversions), func.sum(r.billed_micros),
                    func.sum(r.absorbed_micros), func.sum(r.rendered), func.sum(r.viewable)),
-            rollup_hourly, start, end, campaign_ids, advertiser_id,
+            rollup_hourly, start, end, campaign_ids, advertiser_id, placement,
         ).group_by(r.hour, *(r[k] for k in keys))
         invalid = _scoped(
             select(i.hour, *(i[k] for k in keys), i.reason, func.sum(i.events)),
-            rollup_hourly_ivt, start, end, campaign_ids, advertiser_id,
+            rollup_hourly_ivt, start, end, campaign_ids, advertiser_id, placement,
         ).group_by(i.hour, *(i[k] for k in keys), i.reason)
         cells: dict[tuple[Any, ...], list[Any]] = {}
         with self._guard, self._engine.connect() as conn:
@@ -226,11 +227,14 @@ def _ivt(quarter: datetime) -> Select[Any]:
 def _scoped(
     query: Select[Any], table: Any, start: datetime, end: datetime,
     campaign_ids: Collection[int] | None, advertiser_id: int | None,
+    placement: str | None = None,
 ) -> Select[Any]:
     c = table.c
     if campaign_ids is not None:
         ids = sorted(set(campaign_ids))
         scope: ColumnElement[bool] = c.campaign_id.in_(ids) if ids else false()
+    elif placement is not None:
+        scope = c.placement == placement
     else:
         scope = c.advertiser_id == advertiser_id
     return query.where(and_(scope, c.hour >= start, c.hour < end))

@@ -26,6 +26,7 @@ from adfunnel.api.errors import install_error_handlers
 from adfunnel.api.keys import make_api_key_router
 from adfunnel.api.openapi import install_openapi
 from adfunnel.api.operator import make_operator_router
+from adfunnel.api.reports import make_placement_report_router
 from adfunnel.auth import ApiKeys, install_auth
 from adfunnel.auth.http import bearer_key
 from adfunnel.auth.ratelimit import RateLimiter
@@ -85,6 +86,7 @@ def build_app(rt: Runtime) -> RequestLog:
     install_auth(app, rt.keys, RateLimiter(s.api_rate_per_s, s.api_burst))
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
+    app.include_router(make_placement_report_router(rt.store, rt.rollups, rt.clock))
     app.include_router(make_api_key_router(rt.keys, rt.store))
     app.include_router(make_conversion_router(rt.tracker, lambda cid: _advertiser_of(rt, cid)))
     install_ui(app, rt, rt.keys)  # the dashboard at /ui (its own server-side sessions)
