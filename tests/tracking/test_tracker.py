@@ -207,7 +207,8 @@ def test_the_same_beacon_twice_is_stored_once_by_the_log(world: World) -> None:
     assert world.tracker.impression(t, PERSON).outcome == APPENDED
     assert world.tracker.impression(t, PERSON).outcome == APPENDED  # acknowledged again
     assert len(world.appended()) == 1
-    assert world.log.duplicates == 2  # the impression and its render event
+    assert world.log.duplicates == 1
+    assert world.log.duplicates_measured == 1  # its render event, counted apart
 
 
 # --- refused tokens -------------------------------------------------------------------

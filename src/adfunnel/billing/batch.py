@@ -54,6 +54,8 @@ NEVER_BILLED = frozenset({OUTSIDE_WINDOW, OF_INVALID_CLICK})
 #: Counter of held events billed when their prerequisite came.
 RELEASED = "held_released"
 DUPLICATES_REJECTED = "duplicates_rejected"
+#: Counter of re-sent render and viewable events (kept apart from the billing duplicates).
+DUPLICATES_MEASURED = "duplicates_measured"
 #: Column of the day totals each event type counts in (impressions, clicks, conversions).
 COUNT_FIELD = {EventType.IMPRESSION: "impressions", EventType.CLICK: "clicks",
                EventType.CONVERSION: "conversions"}
@@ -262,7 +264,8 @@ class _Planner:
         # a flagged event (a link-preview bot fetching the beacon first) does not take
         # the slot of the valid one; a reversed one does (it never bills again)
         if self._row_time(key) is not None or _reversed(self._invalid_reason(key)):
-            self.plan.counters[DUPLICATES_REJECTED] += 1
+            self.plan.counters[DUPLICATES_MEASURED if key[1] in MEASUREMENT
+                               else DUPLICATES_REJECTED] += 1
             return _DUPLICATE
         held = self._held_event(key)
         if held is not None:  # redelivered: it was counted when it was held

@@ -101,5 +101,11 @@ class DayTotals:
 
 @dataclass(frozen=True, slots=True)
 class LedgerStats:
+    """``rows``: ledger rows of impressions, clicks and conversions (the billing rows);
+    ``duplicates_rejected``: re-sent ones of those; ``measured_rows``: render and
+    viewable rows (measurement, never billed; their re-sends are counted apart, as
+    ``duplicates_measured``)."""
+
     rows: int
     duplicates_rejected: int
+    measured_rows: int = 0

@@ -129,7 +129,7 @@ def build_app(rt: Runtime) -> RequestLog:
         agg = rt.events.aggregator
         # a re-sent beacon is dropped by the log's dedupe window, or by the ledger
         dropped = rt.events.publisher.duplicates()
-        return JSONResponse({"rows": stats.rows,
+        return JSONResponse({"rows": stats.rows, "measured_rows": stats.measured_rows,
                              "duplicates_rejected": stats.duplicates_rejected + dropped,
                              "invalid_tokens": tracker.get("invalid_tokens", 0),
                              "counters": counters, "tracker": tracker,
