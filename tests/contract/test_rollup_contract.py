@@ -257,6 +257,9 @@ def test_render_and_viewable_rows_count_once_never_bill_and_ivt_ones_stay_out(
     assert backend.ledger.record_invalid(event("x0", EventType.VIEWABLE, T0 + m, c1),
                                          "crawler")
     backend.rollups.refresh([T0])
+    stats = backend.ledger.stats()  # billing rows and duplicates apart from measurement
+    assert (stats.rows, stats.measured_rows, stats.duplicates_rejected) == (1, 4, 0)
+    assert backend.ledger.counters()["duplicates_measured"] == 1
     [row] = everything(backend)
     assert (row.impressions, row.rendered, row.viewable, row.billed_micros) == (1, 3, 1, 2_000)
     assert row.ivt == {}
