@@ -85,9 +85,9 @@ def ad_request(user: str, **extra: object) -> dict[str, object]:
 
 def send_traffic(url: str, admin: Admin, campaign_id: int, *, requests: int,
                  start: datetime, step: timedelta) -> int:
-    """Ad requests for the 300×250 slot, each won impression's beacon sent (real HTTP,
-    no key: both routes are open; rendered and viewable); the clock moves ``step`` after each request so the
-    budget service runs its control steps. Returns the impressions sent."""
+    """Ad requests for the 300×250 slot, each won impression's beacons sent (real HTTP,
+    no key: the routes are open; rendered and viewable); the clock moves ``step`` after
+    each request so the budget service runs its control steps. Returns the impressions sent."""
     sent = 0
     with httpx.Client(base_url=url, timeout=10.0, headers={"User-Agent": BROWSER_UA}) as http:
         for i in range(requests):

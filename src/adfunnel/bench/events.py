@@ -421,6 +421,10 @@ def _cpu() -> float:
 
 # ---- the lag ----------------------------------------------------------------------------
 
+#: Events one stored ``/i`` appends: the beacon load's tokens bill on render (token
+#: default), so the render event and the impression.
+EVENTS_PER_BEACON = 2
+
 
 def _lag_phase(settings: Settings, pool: LoadPool, load: BeaconLoad, timeout_s: float
                ) -> dict[str, Any]:
@@ -428,7 +432,8 @@ def _lag_phase(settings: Settings, pool: LoadPool, load: BeaconLoad, timeout_s: 
         t0 = time.monotonic()
         figures = pool.run(load)
         load_s = time.monotonic() - t0
-        appended = figures["statuses"].get("204", 0)
+        # each stored /i of a render-billed token is two events: its render, its impression
+        appended = EVENTS_PER_BEACON * figures["statuses"].get("204", 0)
         backlog = max(0, appended - agg.first_deliveries)
         drained = _wait_recorded(agg, appended, timeout_s)
         total_s = time.monotonic() - t0
