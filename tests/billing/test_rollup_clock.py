@@ -43,7 +43,8 @@ def _campaign(http: TestClient) -> int:
     r = http.post("/v1/campaigns", json={
         "advertiser_id": adv["id"], "name": "c", "objective": "impressions",
         "bid_type": "CPM", "bid_micros": 2_000_000, "daily_budget_micros": 10**9,
-        "time_zone": "UTC", "flight_start": "2013-10-18", "pacing_mode": "accelerated"})
+        "time_zone": "UTC", "flight_start": "2013-10-18", "pacing_mode": "accelerated",
+        "billable_event": "rendered"})  # fires /i as the billed impression
     assert r.status_code == 201, r.text
     cid = int(r.json()["id"])
     ad = http.post(f"/v1/campaigns/{cid}/ads", json={

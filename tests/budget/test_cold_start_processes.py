@@ -100,7 +100,8 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
             "advertiser_id": adv["id"], "name": "nine tenths spent", "objective": "impressions",
             "bid_type": "CPM", "bid_micros": 2_000_000, "daily_budget_micros": BUDGET,
             "time_zone": "UTC", "flight_start": (today - timedelta(days=1)).isoformat(),
-            "pacing_mode": "accelerated"}).json()
+            "pacing_mode": "accelerated",
+            "billable_event": "rendered"}).json()  # fires /i as the billed impression
         ad = http.post(f"/v1/campaigns/{camp['id']}/ads", json={
             "landing_url": "https://x.test/", "creative_ref": "c", "format": "banner",
             "width": 300, "height": 250}).json()

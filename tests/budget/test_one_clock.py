@@ -38,7 +38,8 @@ def _campaign(http: Any, flight_start: str) -> int:
     r = http.post("/v1/campaigns", json={
         "advertiser_id": adv["id"], "name": "three a day", "objective": "impressions",
         "bid_type": "CPM", "bid_micros": 2_000_000, "daily_budget_micros": 3 * CHARGE,
-        "time_zone": "UTC", "flight_start": flight_start, "pacing_mode": "accelerated"})
+        "time_zone": "UTC", "flight_start": flight_start, "pacing_mode": "accelerated",
+        "billable_event": "rendered"})  # fires /i as the billed impression
     assert r.status_code == 201, r.text
     ad = http.post(f"/v1/campaigns/{r.json()['id']}/ads", json={
         "landing_url": "https://x.test/", "creative_ref": "c", "format": "banner",

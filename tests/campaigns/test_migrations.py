@@ -63,3 +63,40 @@ def test_migration_files_ship_with_the_package() -> None:
     text = pyproject.read_text()
     for pattern in ("migrations/*.py", "migrations/*.mako", "migrations/versions/*.py"):
         assert f'"{pattern}"' in text
+
+
+def test_campaigns_from_before_0017_bill_on_render_and_new_ones_on_viewable(
+        tmp_path: Path) -> None:
+    """Migration 0017 gives existing campaigns ``billable_event = rendered`` (they keep
+    today's billing); a campaign created afterwards defaults to ``viewable``."""
+    from datetime import date
+
+    from sqlalchemy import text
+
+    from adfunnel.campaigns.model import BillableEvent
+    from adfunnel.campaigns.sql_store import SqlCampaignStore
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'v.db'}")
+    try:
+        upgrade(engine, "0015")
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO advertisers (id, name, version, updated_at) "
+                              "VALUES (1, 'a', 1, '2026-12-01 00:00:00')"))
+            conn.execute(text(
+                "INSERT INTO campaigns (id, advertiser_id, name, objective, bid_type, "
+                "bid_micros, daily_budget_micros, time_zone, flight_start, dayparts, "
+                "status, pacing_mode, frequency_caps, version, updated_at) VALUES "
+                "(1, 1, 'old', 'clicks', 'CPM', 2000000, 10000000, 'UTC', '2026-12-01', "
+                "'[]', 'active', 'even', '[]', 1, '2026-12-01 00:00:00')"))
+        upgrade(engine)
+        store = SqlCampaignStore(engine)
+        assert store.get_campaign(1).billable_event is BillableEvent.RENDERED
+        new = store.create_campaign(
+            advertiser_id=1, name="new", objective="clicks", bid_type="CPM",
+            bid_micros=2_000_000, daily_budget_micros=10_000_000, time_zone="UTC",
+            flight_start=date(2026, 12, 1))
+        assert store.get_campaign(new.id).billable_event is BillableEvent.VIEWABLE
+        changed = store.update_campaign(1, {"billable_event": "viewable"})
+        assert changed.billable_event is BillableEvent.VIEWABLE
+    finally:
+        engine.dispose()

@@ -235,3 +235,43 @@ def test_concurrent_refreshes_of_the_same_hours(backend: Backend) -> None:
     c2 = [r for r in everything(backend) if r.campaign_id == backend.campaigns[1]]
     # minutes 0-19 of T0 (15 + 5 per quarter-hour) and c0 at minute 59
     assert [r.impressions for r in c2] == [15, 5, 1]
+
+
+def test_render_and_viewable_rows_count_once_never_bill_and_ivt_ones_stay_out(
+        backend: Backend) -> None:
+    """Render and viewable ledger rows (measurement): recorded once, never billed, never
+    counted as impressions; counted in ``rendered``/``viewable`` per ad, campaign and
+    placement; invalid ones counted neither as valid nor again in ``ivt`` (their
+    impression is)."""
+    c1, _, _ = backend.campaigns
+    m = timedelta(minutes=1)
+    for i in range(3):
+        rec = backend.ledger.record(event(f"r{i}", EventType.RENDER, T0 + i * m, c1), BUDGET)
+        assert rec.outcome is Outcome.MEASURED and rec.billed_micros == 0
+    assert backend.ledger.record(event("r0", EventType.RENDER, T0 + 5 * m, c1),
+                                 BUDGET).outcome is Outcome.DUPLICATE
+    assert backend.ledger.record(event("r0", EventType.VIEWABLE, T0 + 2 * m, c1, 10, "feed",
+                                       2_000), BUDGET).outcome is Outcome.MEASURED
+    bill(backend, "r0", T0 + 2 * m, c1)
+    assert backend.ledger.record_invalid(event("x0", EventType.RENDER, T0 + m, c1), "crawler")
+    assert backend.ledger.record_invalid(event("x0", EventType.VIEWABLE, T0 + m, c1),
+                                         "crawler")
+    backend.rollups.refresh([T0])
+    stats = backend.ledger.stats()  # billing rows and duplicates apart from measurement
+    assert (stats.rows, stats.measured_rows, stats.duplicates_rejected) == (1, 4, 0)
+    assert backend.ledger.counters()["duplicates_measured"] == 1
+    [row] = everything(backend)
+    assert (row.impressions, row.rendered, row.viewable, row.billed_micros) == (1, 3, 1, 2_000)
+    assert row.ivt == {}
+    [by_ad] = backend.rollups.query(start=T0, end=T0 + HOUR, campaign_ids=[c1],
+                                    granularity="day", group_by="ad")
+    assert (by_ad.ad_id, by_ad.rendered, by_ad.viewable) == (10, 3, 1)
+    assert by_ad.viewability_rate == pytest.approx(1 / 3)
+    backend.ledger.record(event("s0", EventType.RENDER, T0 + m, c1, 10, "side"), BUDGET)
+    backend.rollups.refresh([T0])
+    [feed] = backend.rollups.query(start=T0, end=T0 + HOUR, placement="feed",
+                                   granularity="day", group_by="placement")
+    assert (feed.placement, feed.rendered, feed.viewable, feed.impressions) == ("feed", 3, 1, 1)
+    totals = backend.ledger.day_totals(c1, T0.date(), T0.date())
+    assert [(t.impressions, t.clicks, t.conversions, t.billed_micros) for t in totals] == [
+        (1, 0, 0, 2_000)]

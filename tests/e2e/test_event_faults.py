@@ -168,7 +168,7 @@ def _campaigns(world: World, audience: str) -> tuple[int, int]:
                 "advertiser_id": adv.json()["id"], "name": f"{audience}-{bid_type}",
                 "objective": objective, "bid_type": bid_type, "bid_micros": bid,
                 "daily_budget_micros": 10_000_000_000, "time_zone": "UTC",
-                "flight_start": "2026-01-01",
+                "flight_start": "2026-01-01", "billable_event": "rendered",
                 "targeting": {"attr": "audiences", "in": [audience]}})
             assert r.status_code == 201, r.text
             cid = int(r.json()["id"])
@@ -398,7 +398,8 @@ class Traffic:
     ivt: set[tuple[str, str, str]]
     #: the exact charge of every billable event, thousandths of a micro
     exact_millimicros: int
-    #: beacons sent twice (the log's dedupe window drops the second)
+    #: events sent twice (the log's dedupe window drops the second; a resent ``/i`` of
+    #: these render-billed campaigns is two: its render and its impression)
     resent: int
     #: distinct events in the stream
     stored: int = field(init=False)
@@ -433,9 +434,11 @@ def traffic(world: World) -> Traffic:
                  if s.claims.billing_type == "CPC")
     assert exact > 0
     rows = {(s.claims.impression_id, "impression") for s in valid}
+    rows |= {(s.claims.impression_id, "render") for s in valid}  # measurement, unbilled
     rows |= {(s.claims.impression_id, "click") for s in clicked}
-    ivt = {(s.claims.impression_id, "impression", "crawler_ua") for s in crawled}
-    return Traffic(campaigns, rows, ivt, exact, len(resent))
+    ivt = {(s.claims.impression_id, kind, "crawler_ua") for s in crawled
+           for kind in ("impression", "render")}
+    return Traffic(campaigns, rows, ivt, exact, 2 * len(resent))
 
 
 def _assert_ledger_holds(world: World, t: Traffic) -> list[dict[str, Any]]:
@@ -540,6 +543,9 @@ def test_replaying_the_whole_stream_into_the_ledger_changes_nothing(
     days = _day_totals(world.engine, t.campaigns)
     lifetime = _lifetime(world.engine, t.campaigns)
     dups = _counters(world.engine).get("duplicates_rejected", 0)
+    measured = _counters(world.engine).get("duplicates_measured", 0)
+    billing = [r for r in t.rows if r[1] != "render"]  # render re-sends count apart
+    renders = len(t.rows) - len(billing)
 
     log = _open_log(world.nats_url, world.stream)
     try:
@@ -547,14 +553,17 @@ def test_replaying_the_whole_stream_into_the_ledger_changes_nothing(
         log.consumer(CONSUMER, from_seq=0).close()  # how the API repositions it
         with _aggregator(world, world.nats_url, world.stream, "replay") as agg:
             _wait(lambda: _counters(world.engine).get("duplicates_rejected", 0)
-                  >= dups + len(t.rows), 90, "the replay to reach every valid event")
+                  >= dups + len(billing)
+                  and _counters(world.engine).get("duplicates_measured", 0)
+                  >= measured + renders, 90, "the replay to reach every valid event")
             _wait(lambda: _consumer_drained(log), 30, "the replay to acknowledge all")
             output = agg.stop()
     finally:
         log.close()
 
     assert f"stopped after {last} events (0 billed)" in output, output
-    assert _counters(world.engine).get("duplicates_rejected", 0) == dups + len(t.rows)
+    assert _counters(world.engine).get("duplicates_rejected", 0) == dups + len(billing)
+    assert _counters(world.engine).get("duplicates_measured", 0) == measured + renders
     assert _ledger_rows(world.engine, t.campaigns) == rows
     assert _ivt_rows(world.engine, t.campaigns) == ivt
     assert _day_totals(world.engine, t.campaigns) == days
@@ -728,15 +737,18 @@ def test_beacons_during_a_nats_outage_are_spooled_and_each_delivered_once(
 
     log = _open_log(private_nats.url, stream)
     try:
-        assert log.last_seq() == len(acked)  # each stored once (dedupe drops a retry)
+        # each beacon's render and impression stored once (dedupe drops a retry)
+        assert log.last_seq() == 2 * len(acked)
         # the spool drained in order: the stream holds them as they were acknowledged
-        assert [e.impression_id for _, e in _read_stream(log, len(acked))] == acked
+        stream = _read_stream(log, 2 * len(acked))
+        assert [e.impression_id for _, e in stream if e.event_type == "impression"] == acked
         log.delete_stream()
     finally:
         log.close()
     rows = _ledger_rows(world.engine, campaigns)
-    assert sorted(r["impression_id"] for r in rows) == sorted(acked)
-    assert {r["event_type"] for r in rows} == {"impression"}
+    assert sorted(r["impression_id"] for r in rows
+                  if r["event_type"] == "impression") == sorted(acked)
+    assert {r["event_type"] for r in rows} == {"impression", "render"}
     assert _ivt_rows(world.engine, campaigns) == []
     max_latency = max(latency for _, latency in answers)
     assert max_latency < 10.0, max_latency
@@ -833,7 +845,7 @@ def test_a_flood_of_forged_tokens_is_refused_and_appends_nothing(world: World) -
             ok = httpx.get(tracker.url + "/i", params={"t": real[0].token}, headers=BROWSER,
                            timeout=10)
             assert ok.status_code == 204
-            assert log.last_seq() == 1
+            assert log.last_seq() == 2  # its render event and its impression
         log.delete_stream()
     finally:
         log.close()

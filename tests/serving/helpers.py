@@ -30,12 +30,14 @@ class SettlingClient(TestClient):
 
 
 def make_campaign(client: TestClient, **overrides: Any) -> dict[str, Any]:
-    """An advertiser, an active CPM campaign and one approved 300x250 ad."""
+    """An advertiser, an active CPM campaign and one approved 300x250 ad. The campaign
+    bills on render (``billable_event``: these tests fire ``/i`` as the served
+    impression; pass ``billable_event="viewable"`` to bill on ``/vi``)."""
     adv = client.post("/v1/advertisers", json={"name": "acme"}).json()
     body: dict[str, Any] = {
         "advertiser_id": adv["id"], "name": "c", "objective": "impressions",
         "bid_type": "CPM", "bid_micros": 2_000_000, "daily_budget_micros": 100_000_000,
-        "time_zone": "UTC", "flight_start": "2026-07-01",
+        "time_zone": "UTC", "flight_start": "2026-07-01", "billable_event": "rendered",
     }
     ad_fields = overrides.pop("ad", {})
     body.update(overrides)

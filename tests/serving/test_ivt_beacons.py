@@ -78,5 +78,7 @@ def test_a_link_preview_bot_does_not_take_the_viewers_impression(client: TestCli
         assert client.get(ad["impression_url"], headers=viewer).status_code == 204
     stats = _stats(client)
     assert stats["counters"]["ivt_impression_crawler_ua"] == 1
+    assert stats["counters"]["ivt_render_crawler_ua"] == 1
     assert stats["rows"] == 1
+    assert stats["measured_rows"] == 1  # its render event (never billed)
     assert stats["duplicates_rejected"] == 1

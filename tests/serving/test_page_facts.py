@@ -114,6 +114,7 @@ def test_tracking_urls_are_absolute_under_public_base_url(page_client: TestClien
     [ad] = _select(page_client, tag_request()).json()["ads"]
     token = ad["token"]
     assert ad["impression_url"] == f"https://ads.example.com/i?t={token}"
+    assert ad["viewable_url"] == f"https://ads.example.com/vi?t={token}"
     assert ad["click_url"] == f"https://ads.example.com/c?t={token}"
 
 
@@ -200,6 +201,11 @@ def test_allowed_origin_gets_ad_and_cors_headers(page_client: TestClient) -> Non
     beacon = page_client.get(ad["impression_url"], headers={"origin": PAGE})
     assert beacon.status_code == 204
     assert beacon.headers["access-control-allow-origin"] == PAGE
+    viewed = page_client.get(ad["viewable_url"], headers={"origin": PAGE})
+    assert viewed.status_code == 204
+    assert viewed.headers["access-control-allow-origin"] == PAGE
+    refused = page_client.get(ad["viewable_url"], headers={"origin": "https://evil.example"})
+    assert refused.status_code == 403 and refused.json()["fields"][0]["field"] == "Origin"
 
 
 @pytest.mark.slow
@@ -251,6 +257,10 @@ def test_preflight(page_client: TestClient) -> None:
     r = page_client.options("/i", headers={**ask, "origin": "https://blog.example",
                                            "access-control-request-method": "GET"})
     assert r.status_code == 200
+    r = page_client.options("/vi", headers={**ask, "origin": "https://blog.example",
+                                            "access-control-request-method": "GET"})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == (
+        "https://blog.example")
 
 
 @pytest.mark.parametrize("origin", ["https://news.example/path", "ftp://x.example",

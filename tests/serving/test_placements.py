@@ -154,7 +154,7 @@ def test_house_ad_fills_an_empty_slot_and_is_never_billed(
     assert click.status_code == 302 and click.headers["location"] == HOUSE["landing_url"]
     stats = client.get("/v1/ledger/stats").json()
     assert stats["rows"] == 0  # nothing billable recorded
-    assert stats["tracker"]["house_impression"] == 1 and stats["tracker"]["house_click"] == 1
+    assert stats["tracker"]["house_render"] == 1 and stats["tracker"]["house_click"] == 1
 
 
 def test_house_ad_takes_only_the_slots_left_empty_that_it_fits(client: TestClient) -> None:

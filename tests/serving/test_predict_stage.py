@@ -123,7 +123,7 @@ def test_serve_loads_the_model_and_the_served_log_records_its_version(
         c = client.post("/v1/campaigns", json={
             "advertiser_id": adv["id"], "name": "c", "objective": "clicks", "bid_type": "CPC",
             "bid_micros": 900_000, "daily_budget_micros": 10**9, "time_zone": "UTC",
-            "flight_start": "2026-07-01"}).json()
+            "flight_start": "2026-07-01", "billable_event": "rendered"}).json()
         made = client.post(f"/v1/campaigns/{c['id']}/ads", json={
             "landing_url": "https://x.test/", "creative_ref": "c", "format": "banner",
             "width": 300, "height": 250})
@@ -158,7 +158,7 @@ def test_serving_stats_show_the_models_calibration_from_billed_beacons(
         c = client.post("/v1/campaigns", json={
             "advertiser_id": adv["id"], "name": "c", "objective": "clicks", "bid_type": "CPC",
             "bid_micros": 900_000, "daily_budget_micros": 10**9, "time_zone": "UTC",
-            "flight_start": "2026-07-01"}).json()
+            "flight_start": "2026-07-01", "billable_event": "rendered"}).json()
         client.post(f"/v1/campaigns/{c['id']}/ads", json={
             "landing_url": "https://x.test/", "creative_ref": "c", "format": "banner",
             "width": 300, "height": 250})

@@ -112,8 +112,13 @@ def test_signed_but_invalid_payload_is_malformed() -> None:
     bad_cases = [
         {"not": "a list"},
         good[:-1],
-        [4, *good[1:]],  # unknown version
+        [5, *good[1:], 1, "viewable"],  # unknown version
         [3, *good[1:]],  # version 3 without its expected cost
+        [4, *good[1:], 1],  # version 4 without its billable event
+        [4, *good[1:], 1, "served"],  # an unknown billable event
+        [4, *good[1:], 1, None],
+        [4, *good[1:], 1, ["viewable"]],
+        [3, *good[1:], 1, "viewable"],  # version 3 with an eleventh field
         [3, *good[1:], -1],  # negative expected cost
         [3, *good[1:], 1.5],
         [2, *good[1:], 5],  # version 2 with a tenth field
@@ -228,6 +233,7 @@ def test_arbitrary_strings_only_raise_invalid_token(text: str) -> None:
         placement=st.text(min_size=1, max_size=100),
         issued_at=st.just(NOW),
         expires_at=st.integers(NOW, NOW + 10**9),
+        billable_event=st.sampled_from(["viewable", "rendered"]),
     ),
     st.integers(0, 10_000),
 )
@@ -271,6 +277,30 @@ def test_version_3_carries_the_expected_cost_and_version_2_has_none() -> None:
 
     v2 = verify(forge([2, "abc", 1, 2, 7, "CPC", "p", NOW, NOW + 10]), KEY, NOW)
     assert v2.expected_micros is None and v2.price_micros == 7
+
+
+def test_version_4_carries_the_billable_event_and_version_3_reads_as_rendered() -> None:
+    """A v4 token says which beacon bills its impression; a v3 token (issued when every
+    impression billed on render) reads as ``rendered``."""
+    for event in ("viewable", "rendered"):
+        token = sign(claims(billing_type="CPM", billable_event=event), KEY)
+        assert verify(token, KEY, NOW).billable_event == event
+
+    def forge(fields: list[object]) -> str:
+        body = b64(msgspec.json.encode(fields))
+        return f"{body}.{b64(hmac.new(KEY, body.encode(), hashlib.sha256).digest())}"
+
+    v3 = verify(forge([3, "abc", 1, 2, 7, "CPM", "p", NOW, NOW + 10, 7]), KEY, NOW)
+    assert v3.billable_event == "rendered" and v3.expected_micros == 7
+    with pytest.raises(ValueError, match="billable_event"):
+        claims(billable_event="served")
+
+
+def test_longest_placement_with_the_billable_event_fits_the_limit() -> None:
+    """The 200-character placement of plain characters still signs within 1,024."""
+    token = sign(claims(placement="p" * 200, billable_event="viewable",
+                        expected_micros=2**63 - 1, price_micros=2**63 - 1), KEY)
+    assert len(token) <= MAX_TOKEN_CHARS
 
 
 @given(st.binary(max_size=80), st.integers(0, 63))

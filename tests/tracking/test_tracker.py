@@ -66,6 +66,9 @@ def click_id(clicked_at_ms: int = T0 * 1000 + 5_000, *, key: bytes = KEY,
     return sign_click_id(claims(**overrides), clicked_at_ms, key, invalid=invalid)
 
 
+_MEASUREMENT = (EventType.RENDER, EventType.VIEWABLE)
+
+
 @pytest.fixture(scope="module")
 def rules() -> Tier1Rules:
     """The real tier-1 rules over the real lists (shared/data)."""
@@ -82,11 +85,14 @@ class World:
         self.tracker = Tracker(self.publisher, Landing(), self.clock, KEY, ivt=rules)
         self._reader = self.log.consumer("probe")
 
-    def appended(self) -> list[Event]:
-        """Every event appended since the last call, in log order."""
+    def appended(self, *, measurement: bool = False) -> list[Event]:
+        """Every event appended since the last call, in log order; the render and
+        viewable events (measurement, stored beside every ``/i`` and ``/vi``) only with
+        ``measurement``."""
         batch = self._reader.fetch(1_000, 0.0)
         self._reader.ack(batch)
-        return [d.event for d in batch]
+        return [d.event for d in batch
+                if measurement or d.event.event_type not in _MEASUREMENT]
 
 
 @pytest.fixture
@@ -116,6 +122,45 @@ def test_a_valid_impression_appends_one_event_with_the_tokens_and_clients_facts(
     assert event.ivt_reason is None and event.conversion_value_micros is None
     assert event.tracked_ns is not None and event.tracked_ns > 0
     assert world.tracker.counts() == {}
+
+
+def test_a_render_billed_token_stores_render_and_impression_on_i_and_viewable_alone_on_vi(
+    world: World,
+) -> None:
+    """``billable_event = rendered``: ``/i`` stores the render event and the impression
+    (the event that bills); ``/vi`` stores only the viewable event."""
+    t = token(billable_event="rendered")
+    shown = world.tracker.impression(t, PERSON)
+    assert shown.outcome == APPENDED
+    render, impression = world.appended(measurement=True)
+    assert (render.event_type, impression.event_type) == (EventType.RENDER,
+                                                          EventType.IMPRESSION)
+    assert shown.event == impression and shown.measured == render
+    assert render.msg_id == "imp1:render" and impression.msg_id == "imp1:impression"
+    assert world.tracker.viewable(t, PERSON).outcome == APPENDED
+    assert [e.event_type for e in world.appended(measurement=True)] == [EventType.VIEWABLE]
+
+
+def test_a_viewable_billed_token_stores_the_impression_only_on_vi(world: World) -> None:
+    """``billable_event = viewable``: ``/i`` stores the render event alone; ``/vi`` the
+    viewable event and the impression."""
+    t = token(billable_event="viewable")
+    assert world.tracker.impression(t, PERSON).outcome == APPENDED
+    assert [e.event_type for e in world.appended(measurement=True)] == [EventType.RENDER]
+    assert world.tracker.viewable(t, PERSON).outcome == APPENDED
+    assert [e.event_type for e in world.appended(measurement=True)] == [
+        EventType.VIEWABLE, EventType.IMPRESSION]
+
+
+def test_an_invalid_traffic_render_flags_both_events(world: World) -> None:
+    """A bot's ``/i`` on a render-billed token: render and impression both carry the
+    beacon's IVT reason (neither is valid, neither bills)."""
+    result = world.tracker.impression(token(billable_event="rendered"),
+                                      ClientFacts(HOME_IP, GOOGLEBOT))
+    assert result.outcome.startswith("ivt:")
+    events = world.appended(measurement=True)
+    assert [e.event_type for e in events] == [EventType.RENDER, EventType.IMPRESSION]
+    assert all(e.ivt_reason == "crawler_ua" for e in events)
 
 
 def test_a_click_is_appended_and_redirected_to_the_ads_own_landing_url(world: World) -> None:
@@ -163,6 +208,7 @@ def test_the_same_beacon_twice_is_stored_once_by_the_log(world: World) -> None:
     assert world.tracker.impression(t, PERSON).outcome == APPENDED  # acknowledged again
     assert len(world.appended()) == 1
     assert world.log.duplicates == 1
+    assert world.log.duplicates_measured == 1  # its render event, counted apart
 
 
 # --- refused tokens -------------------------------------------------------------------
@@ -312,7 +358,7 @@ def test_a_house_ads_beacons_are_counted_and_never_appended(world: World) -> Non
     assert clicked.outcome == HOUSE
     assert clicked.landing_url == "https://operator.test/house"
     assert world.appended() == []
-    assert world.tracker.counts() == {"house_impression": 1, "house_click": 1}
+    assert world.tracker.counts() == {"house_render": 1, "house_click": 1}
 
 
 # --- tier-1 invalid traffic -----------------------------------------------------------

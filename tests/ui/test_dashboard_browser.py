@@ -85,9 +85,9 @@ def ad_request(user: str, **extra: object) -> dict[str, object]:
 
 def send_traffic(url: str, admin: Admin, campaign_id: int, *, requests: int,
                  start: datetime, step: timedelta) -> int:
-    """Ad requests for the 300×250 slot, each won impression's beacon sent (real HTTP,
-    no key: both routes are open); the clock moves ``step`` after each request so the
-    budget service runs its control steps. Returns the impressions sent."""
+    """Ad requests for the 300×250 slot, each won impression's beacons sent (real HTTP,
+    no key: the routes are open; rendered and viewable); the clock moves ``step`` after
+    each request so the budget service runs its control steps. Returns the impressions sent."""
     sent = 0
     with httpx.Client(base_url=url, timeout=10.0, headers={"User-Agent": BROWSER_UA}) as http:
         for i in range(requests):
@@ -98,6 +98,8 @@ def send_traffic(url: str, admin: Admin, campaign_id: int, *, requests: int,
             for ad in r.json()["ads"]:
                 assert ad["campaign_id"] == campaign_id
                 assert http.get(ad["impression_url"]).status_code == 204
+                # in view, as the tag reports it: bills whatever the billable event
+                assert http.get(ad["viewable_url"]).status_code == 204
                 sent += 1
     admin.set_clock(start + requests * step)  # settles the events: billed in the ledger
     return sent

@@ -43,7 +43,9 @@ def make_campaign(rt: Runtime, **overrides: Any) -> int:
     values: dict[str, Any] = {
         "advertiser_id": adv.id, "name": "c", "objective": "clicks", "bid_type": "CPM",
         "bid_micros": 3_000_000, "daily_budget_micros": 10_000_000, "time_zone": "UTC",
-        "flight_start": date(2026, 7, 1), **overrides}
+        "flight_start": date(2026, 7, 1),
+        "billable_event": "rendered",  # these tests fire /i as the billed impression
+        **overrides}
     c = rt.store.create_campaign(**values)
     rt.store.create_ad(campaign_id=c.id, landing_url="https://a.example/", creative_ref="x",
                        format="banner", width=300, height=250)

@@ -214,6 +214,15 @@ def test_new_campaign_and_ad_forms(rt: Runtime, client: TestClient,
     cid = int(r.headers["location"].rsplit("/", 1)[1])
     made = rt.store.get_campaign(cid)
     assert made.advertiser_id == world["a"] and made.bid_micros == 400_000
+    assert made.billable_event.value == "viewable"  # the form's default
+    r = client.post("/ui/campaigns", data={**form, "daily_budget": "5",
+                                           "billable_event": "rendered"})
+    assert r.status_code == 303
+    rendered = int(r.headers["location"].rsplit("/", 1)[1])
+    assert rt.store.get_campaign(rendered).billable_event.value == "rendered"
+    r = client.post("/ui/campaigns", data={**form, "daily_budget": "5",
+                                           "billable_event": "sometimes"})
+    assert r.status_code == 422 and 'data-field="billable_event"' in r.text
     r = client.post(f"/ui/campaigns/{cid}/ads", data={
         "landing_url": "https://made.example/", "creative_ref": "made.png", "format": "banner",
         "width": "300", "height": "250"})
@@ -325,3 +334,24 @@ def test_campaign_page_shows_invalid_traffic_per_reason_beside_spend(
     line = line[:line.index("</p>")]
     assert "<code>crawler_ua</code> 2" in line and "<code>datacenter_ip</code> 1" in line
     assert 'title="crawler_ua 2, datacenter_ip 1">3</td>' in r.text
+
+
+def test_campaign_page_shows_rendered_viewable_and_viewability(
+        rt: Runtime, client: TestClient, world: dict[str, Any]) -> None:
+    """Four renders and three viewable today: the hourly table's totals show 4, 3 and
+    75.0 %; the facts say when the campaign bills an impression."""
+    from adfunnel.billing.model import EventType, LedgerEvent
+    from adfunnel.billing.rollups import hours_of
+
+    at = START.replace(minute=10)
+    for i in range(4):
+        for kind in (EventType.RENDER, EventType.VIEWABLE)[: 1 + (i < 3)]:
+            ev = LedgerEvent(f"v{i}", kind, world["ca"], 1, "feed", "CPM", 0, at, at.date())
+            rt.ledger.record(ev, 10**9)
+    rt.rollups.refresh(hours_of([at]))
+    log_in(client, world["key_a"])
+    r = client.get(f"/ui/campaigns/{world['ca']}")
+    assert r.status_code == 200, r.text
+    assert 'id="total-rendered">4<' in r.text and 'id="total-viewable">3<' in r.text
+    assert 'id="total-viewability">75.0%<' in r.text
+    assert 'id="billable-event">viewable<' in r.text

@@ -44,14 +44,14 @@ JSON, 404 not found, 409 version conflict).
 
 from __future__ import annotations
 
-from collections import Counter
-from datetime import date, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from sqlalchemy import Engine
 
 from adfunnel.api import access
+from adfunnel.api.campaign_report import measured_by_day, report, rollup_days
 from adfunnel.api.creatives import UploadLookup, creative_of
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
@@ -63,7 +63,7 @@ from adfunnel.api.pagination import (
     page,
 )
 from adfunnel.api.render import ad_out, advertiser_out, campaign_out, written_out
-from adfunnel.api.report_schemas import ReportDay, ReportOut
+from adfunnel.api.report_schemas import ReportOut
 from adfunnel.api.reports import make_rollup_router
 from adfunnel.api.review import make_review_router
 from adfunnel.api.schemas import (
@@ -83,9 +83,8 @@ from adfunnel.api.schemas import (
 )
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Principal, Role
-from adfunnel.billing.ledger import Ledger, lifetime_left
+from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.rollup_store import RollupStore
-from adfunnel.billing.rollups import cost_per_conversion_micros, ctr, ecpm_micros, local_days_span
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.checks import money_limit_problems
 from adfunnel.campaigns.errors import NotFound
@@ -132,82 +131,6 @@ def canonical_targeting(raw: Any) -> str:
         except (ValueError, RecursionError) as exc:
             raise TargetingError("targeting", str(exc)) from exc
     return dump_expr(raw)
-
-
-def report(
-    ledger: Ledger, campaign_id: int, first: date, last: date,
-    lifetime_budget_micros: int | None = None,
-    ivt: dict[date, dict[str, int]] | None = None,
-) -> ReportOut:
-    """Totals and per-day rows of ``ledger.day_totals`` for local days ``first``..``last``,
-    and the lifetime budget's billed and remaining micros over every day; ``ivt``: per
-    local day, invalid events per reason (:func:`ivt_by_day`; None: not kept)."""
-    rows = ledger.day_totals(campaign_id, first, last)
-    by_day = ivt or {}
-    days = [
-        ReportDay(
-            day=r.day,
-            impressions=r.impressions,
-            clicks=r.clicks,
-            billed_micros=r.billed_micros,
-            absorbed_overspend_micros=r.absorbed_micros,
-            ctr=_ctr(r.clicks, r.impressions),
-            ecpm_micros=_ecpm(r.billed_micros, r.impressions),
-            conversions=r.conversions,
-            cost_per_conversion_micros=cost_per_conversion_micros(r.billed_micros,
-                                                                  r.conversions),
-            ivt=by_day.get(r.day, {}),
-        )
-        for r in rows
-    ]
-    total_ivt: Counter[str] = Counter()
-    for reasons in by_day.values():
-        total_ivt.update(reasons)
-    imps = sum(r.impressions for r in rows)
-    clicks = sum(r.clicks for r in rows)
-    billed = sum(r.billed_micros for r in rows)
-    conversions = sum(r.conversions for r in rows)
-    lifetime = ledger.lifetime_billed(campaign_id).get(campaign_id, 0)
-    return ReportOut.model_validate(
-        {
-            "campaign_id": campaign_id,
-            "from": first,
-            "to": last,
-            "impressions": imps,
-            "clicks": clicks,
-            "billed_micros": billed,
-            "absorbed_overspend_micros": sum(r.absorbed_micros for r in rows),
-            "ctr": _ctr(clicks, imps),
-            "ecpm_micros": _ecpm(billed, imps),
-            "conversions": conversions,
-            "cost_per_conversion_micros": cost_per_conversion_micros(billed, conversions),
-            "days": days,
-            "ivt": None if ivt is None else dict(sorted(total_ivt.items())),
-            "lifetime_budget_micros": lifetime_budget_micros,
-            "lifetime_billed_micros": lifetime,
-            "lifetime_remaining_micros": lifetime_left(lifetime_budget_micros, lifetime),
-        }
-    )
-
-
-def ivt_by_day(rollups: RollupStore, campaign_id: int, first: date, last: date,
-               time_zone: str) -> dict[date, dict[str, int]]:
-    """Invalid events per reason on each local day ``first``..``last`` of ``time_zone``,
-    from the rollups (days with none are left out)."""
-    start, end = local_days_span(first, last, time_zone)
-    rows = rollups.query(start=start, end=end, campaign_ids=[campaign_id],
-                         granularity="day", group_by="campaign", time_zone=time_zone)
-    return {r.period_start.date(): dict(r.ivt) for r in rows if r.ivt}
-
-
-def _ctr(clicks: int, impressions: int) -> float:
-    return ctr(clicks, impressions) or 0.0
-
-
-def _ecpm(billed_micros: int, impressions: int) -> int:
-    """Billed micros per 1000 impressions, rounded down (so never above the CPM price
-    billed, hence the bid); 0 without impressions."""
-    return ecpm_micros(billed_micros, impressions) or 0
 
 
 def make_advertiser_router(
@@ -437,9 +360,12 @@ def make_advertiser_router(
             raise validation_error(("from", "must be on or before to"))
         if last - first >= timedelta(days=max_days):
             raise validation_error(("to", f"a report spans at most {max_days} days"))
-        ivt = (None if rollups is None else
-               ivt_by_day(rollups, campaign_id, first, last, campaign.time_zone))
-        return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros, ivt)
+        if rollups is None:
+            return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros)
+        days = rollup_days(rollups, campaign_id, first, last, campaign.time_zone)
+        ivt = {d: dict(r.ivt) for d, r in days.items() if r.ivt}
+        return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros, ivt,
+                      measured_by_day(days))
 
     return router
 

@@ -90,6 +90,15 @@ def _path(name: str) -> dict[str, Any]:
 _TOKEN = _query("t", "The signed tracking token of the served ad", required=True)
 _NO_CONTENT = {"description": "Recorded (or refused as invalid traffic: never billed)"}
 
+def _pixel_responses() -> dict[str, Any]:
+    """The answers of the pixel beacons ``/i`` and ``/vi`` (a fresh dict each: the
+    document is amended per operation)."""
+    return {
+        "200": {"description": "Recorded; the 1x1 GIF",
+                "content": {"image/gif": {"schema": {"type": "string", "format": "binary"}}}},
+        "204": _NO_CONTENT, **{str(c): _error(c) for c in (400, 403, 503)}}
+
+
 #: The routes outside FastAPI, by path and method: (tag, summary, operation fields).
 LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/ads:select": {"post": {
@@ -106,14 +115,24 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                       "204": {"description": "No ad (no fill, shed or late)"},
                       **{str(c): _error(c) for c in (400, 403, 413, 422)}}}},
     "/i": {"get": {
-        "tags": ["tracking"], "summary": "Impression beacon", "parameters": [_TOKEN],
-        "description": "204; 200 with a 1x1 transparent GIF when Accept names an image "
-                       "type first (an <img> pixel). 403 naming Origin for a browser on "
-                       "an origin the token's placement does not allow.",
-        "responses": {"200": {"description": "Recorded; the 1x1 GIF",
-                              "content": {"image/gif": {"schema": {"type": "string",
-                                                                   "format": "binary"}}}},
-                      "204": _NO_CONTENT, **{str(c): _error(c) for c in (400, 403, 503)}}}},
+        "tags": ["tracking"], "summary": "Rendered beacon: the ad was rendered in the page",
+        "parameters": [_TOKEN],
+        "description": "Records a render event (never billed) and, when the campaign's "
+                       "billable_event was \"rendered\" at serve time (or the token "
+                       "predates the claim), the billed impression. 204; 200 with a 1x1 "
+                       "transparent GIF when Accept names an image type first (an <img> "
+                       "pixel). 403 naming Origin for a browser on an origin the token's "
+                       "placement does not allow.",
+        "responses": _pixel_responses()}},
+    "/vi": {"get": {
+        "tags": ["tracking"],
+        "summary": "Viewable beacon: the ad met the MRC viewable standard",
+        "parameters": [_TOKEN],
+        "description": "Records a viewable event (never billed) and, when the campaign's "
+                       "billable_event was \"viewable\" at serve time, the billed "
+                       "impression (once per served ad). Answers as /i: 204, or the 1x1 "
+                       "GIF for an <img>; 400 naming t for a bad token; 403 naming Origin.",
+        "responses": _pixel_responses()}},
     "/c": {"get": {
         "tags": ["tracking"], "summary": "Click: redirect to the ad's landing URL",
         "parameters": [_TOKEN],

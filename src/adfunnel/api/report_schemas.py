@@ -23,6 +23,11 @@ class ReportDay(BaseModel):
     cost_per_conversion_micros: int | None = None
     #: reason code -> invalid events that day (never billed), from the rollups
     ivt: dict[str, int] = Field(default_factory=dict)
+    #: valid render (/i) and viewable (/vi) events that day, from the rollups
+    rendered: int = 0
+    viewable: int = 0
+    #: viewable / rendered; null without renders
+    viewability_rate: float | None = None
 
 
 class ReportOut(BaseModel):
@@ -37,6 +42,9 @@ class ReportOut(BaseModel):
     ``ivt`` (here and per day): reason code -> invalid events, never billed, counted
     beside the billed figures; read from the rollups, which follow the ledger within
     one refresh (5 s of the server's clock); ``null`` where the server keeps no rollups.
+    ``rendered`` and ``viewable`` (here and per day): valid render (``/i``) and viewable
+    (``/vi``) events, measurement never billed, from the rollups likewise;
+    ``viewability_rate`` = viewable / rendered, null without renders.
     """
 
     model_config = ConfigDict(populate_by_name=True)
@@ -52,6 +60,9 @@ class ReportOut(BaseModel):
     ecpm_micros: int
     conversions: int = 0
     cost_per_conversion_micros: int | None = None
+    rendered: int = 0
+    viewable: int = 0
+    viewability_rate: float | None = None
     days: list[ReportDay]
     ivt: dict[str, int] | None = None
     lifetime_budget_micros: int | None = None
@@ -60,10 +71,12 @@ class ReportOut(BaseModel):
 
 
 class RollupTotalsOut(BaseModel):
-    """Counts and money (micros) of rollups; ``ivt``: reason code -> invalid events (never
-    billed). Metrics are null without their denominator: ``ctr`` = clicks / impressions,
-    ``ecpm_micros`` = billed × 1000 // impressions, ``cost_per_conversion_micros`` =
-    billed // conversions."""
+    """Counts and money (micros) of rollups; ``ivt``: reason code -> invalid impressions,
+    clicks and conversions (never billed); ``rendered``, ``viewable``: valid render
+    (``/i``) and viewable (``/vi``) events (measurement, never billed). Metrics are null
+    without their denominator: ``ctr`` = clicks / impressions, ``ecpm_micros`` = billed ×
+    1000 // impressions, ``cost_per_conversion_micros`` = billed // conversions,
+    ``viewability_rate`` = viewable / rendered."""
 
     impressions: int
     clicks: int
@@ -74,6 +87,9 @@ class RollupTotalsOut(BaseModel):
     ctr: float | None
     ecpm_micros: int | None
     cost_per_conversion_micros: int | None
+    rendered: int = 0
+    viewable: int = 0
+    viewability_rate: float | None = None
 
 
 class _RollupPeriodOut(BaseModel):
@@ -98,6 +114,8 @@ class RollupReportOut(BaseModel):
 
     campaign_id: int | None = None
     advertiser_id: int | None = None
+    #: the placement of an operator's placement report (every campaign's events there)
+    placement: str | None = None
     from_: date = Field(alias="from")
     to: date
     time_zone: str

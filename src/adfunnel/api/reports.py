@@ -6,6 +6,7 @@ Routes::
 
     GET /v1/campaigns/{id}/report/rollups?from=&to=&granularity=&group_by=
     GET /v1/advertisers/{id}/report/rollups?from=&to=&granularity=&group_by=&time_zone=
+    GET /v1/placements/{id}/report?from=&to=&granularity=&group_by=&time_zone=   (admin)
 
 - ``from``, ``to``: local dates ``YYYY-MM-DD``, both included, in the campaign's time
   zone (advertiser: ``time_zone``, an IANA name, default ``UTC``); default: today there,
@@ -15,11 +16,16 @@ Routes::
   (``period_start`` is the start of the local hour; at most
   :data:`DEFAULT_HOURLY_MAX_DAYS` days). Every ``period_start`` carries the offset of
   the zone the response names (``time_zone``).
-- ``group_by``: ``campaign`` (default), ``ad`` or ``placement``.
+- ``group_by``: ``campaign`` (default), ``ad`` or ``placement`` (the placement report:
+  ``placement`` by default — its rendered, viewable and viewability over every
+  campaign; ``ad`` or ``campaign`` break it down).
 - ``Accept: text/csv`` answers CSV (:func:`rollup_csv`): a header row, then one row per
   period and group.
 
-Money in integer micros; metrics null without their denominator. A report shows the
+Money in integer micros; metrics null without their denominator. Every row has the
+measured ``rendered`` and ``viewable`` events and ``viewability_rate`` = viewable /
+rendered: with ``group_by=ad`` per ad, ``campaign`` per campaign, ``placement`` per
+placement. A report shows the
 rollups as last refreshed (the aggregator refreshes the hours of each batch it commits).
 
 Errors (``adfunnel.http_errors``): 422 naming the field (``from``, ``to``,
@@ -34,12 +40,14 @@ from collections.abc import Sequence
 from datetime import date, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from adfunnel.api import access
+from adfunnel.api.pagination import known_query_only
 from adfunnel.api.report_schemas import RollupReportOut, RollupRowOut, RollupTotalsOut
 from adfunnel.api.schemas import DomainDay
-from adfunnel.auth.http import Caller
+from adfunnel.auth.http import Caller, require_role
+from adfunnel.auth.keys import Role
 from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.rollups import (
     GROUP_COLUMNS,
@@ -62,7 +70,8 @@ DEFAULT_HOURLY_MAX_DAYS = 31
 
 CSV_MEDIA_TYPE = "text/csv"
 _METRICS = ("impressions", "clicks", "conversions", "billed_micros", "absorbed_micros",
-            "ctr", "ecpm_micros", "cost_per_conversion_micros")
+            "ctr", "ecpm_micros", "cost_per_conversion_micros", "rendered", "viewable",
+            "viewability_rate")
 
 From = Annotated[DomainDay | None, Query(alias="from")]
 To = Annotated[DomainDay | None, Query(alias="to")]
@@ -133,6 +142,49 @@ def make_rollup_router(
     return router
 
 
+def make_placement_report_router(
+    store: CampaignStore, rollups: RollupStore, clock: Clock, *,
+    max_days: int = DEFAULT_MAX_DAYS, max_hourly_days: int = DEFAULT_HOURLY_MAX_DAYS,
+) -> APIRouter:
+    """The operator's placement report (admin only): one placement's rollups over every
+    campaign, days local to ``time_zone`` (default ``UTC``); 404 for an unknown
+    placement."""
+    router = APIRouter(tags=["operator"], dependencies=[Depends(require_role(Role.ADMIN)),
+                                                        Depends(known_query_only)])
+    csv_doc: dict[int | str, dict[str, Any]] = {
+        200: {"content": {CSV_MEDIA_TYPE: {}}, "description": "JSON, or CSV on Accept: text/csv"}
+    }
+
+    @router.get("/v1/placements/{placement_id}/report", response_model=RollupReportOut,
+                responses=csv_doc)
+    def placement_report(
+        placement_id: str, request: Request, first: From = None, last: To = None,
+        granularity: GranularityQ = "day", group_by: GroupByQ = "placement",
+        time_zone: str = "UTC",
+    ) -> Any:
+        """Rendered, viewable and viewability rate (with impressions, clicks and billed
+        figures) of every campaign's ads in one placement."""
+        if not is_valid_zone(time_zone):
+            raise validation_error(("time_zone", "must be an IANA time zone name"))
+        store.get_placement(placement_id)  # 404: unknown placement
+        last = last or local_day(clock.now(), time_zone)
+        first = first or last
+        if first > last:
+            raise validation_error(("from", "must be on or before to"))
+        limit = max_hourly_days if granularity == "hour" else max_days
+        if last - first >= timedelta(days=limit):
+            raise validation_error(("to", f"a {granularity}ly report spans at most "
+                                          f"{limit} days"))
+        start, end = local_days_span(first, last, time_zone)
+        rows = rollups.query(start=start, end=end, placement=placement_id,
+                             granularity=granularity, group_by=group_by, time_zone=time_zone)
+        head = {"placement": placement_id, "from": first, "to": last, "time_zone": time_zone,
+                "granularity": granularity, "group_by": group_by}
+        return _answer(request, rows, head, "placement-report.csv")
+
+    return router
+
+
 def _answer(request: Request, rows: list[ReportRow], head: dict[str, Any],
             filename: str) -> Response | RollupReportOut:
     if CSV_MEDIA_TYPE in request.headers.get("accept", "").lower():
@@ -156,6 +208,7 @@ def _totals_out(r: ReportRow) -> RollupTotalsOut:
         billed_micros=r.billed_micros, absorbed_micros=r.absorbed_micros, ivt=r.ivt,
         ctr=r.ctr, ecpm_micros=r.ecpm_micros,
         cost_per_conversion_micros=r.cost_per_conversion_micros,
+        rendered=r.rendered, viewable=r.viewable, viewability_rate=r.viewability_rate,
     )
 
 

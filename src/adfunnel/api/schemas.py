@@ -27,6 +27,7 @@ from adfunnel.campaigns.model import (
     MAX_COOLDOWN_S,
     AdStatus,
     BidType,
+    BillableEvent,
     CampaignStatus,
     CapLevel,
     CapWindow,
@@ -161,6 +162,9 @@ class CampaignIn(_In):
     frequency_caps: Annotated[list[FrequencyCapIn], Field(max_length=20)] = []
     targeting: dict[str, Any] | None = None
     attribution_window_s: AttributionWindow = DEFAULT_ATTRIBUTION_WINDOW_S
+    #: the beacon that bills an impression: ``viewable`` (``/vi``, the MRC standard) or
+    #: ``rendered`` (``/i``)
+    billable_event: BillableEvent = BillableEvent.VIEWABLE
 
 
 class CampaignPatch(_In):
@@ -186,6 +190,8 @@ class CampaignPatch(_In):
     frequency_caps: Annotated[list[FrequencyCapIn], Field(max_length=20)] | None = None
     targeting: dict[str, Any] | None = None
     attribution_window_s: AttributionWindow | None = None
+    #: applies to serves after the change (each serve's token carries its own)
+    billable_event: BillableEvent | None = None
 
 
 #: Patch fields that may be set to ``null``.
@@ -244,6 +250,7 @@ class CampaignOut(BaseModel):
     frequency_caps: list[FrequencyCapOut]
     targeting: dict[str, Any] | None
     attribution_window_s: int
+    billable_event: str
     version: int
 
 

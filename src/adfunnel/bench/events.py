@@ -84,7 +84,7 @@ from adfunnel.bench.beacon_load import (
 from adfunnel.bench.http import cpu_seconds, process_tree
 from adfunnel.billing.aggregator import Aggregator
 from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.model import BidType, Objective
+from adfunnel.campaigns.model import BidType, BillableEvent, Objective
 from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import SystemClock
 from adfunnel.db import make_engine
@@ -268,7 +268,8 @@ def create_campaigns(url: str, n: int) -> tuple[Target, ...]:
                 advertiser_id=advertiser, name=f"bench-{i}",
                 objective=Objective.IMPRESSIONS if cpm else Objective.CLICKS,
                 bid_type=bid_type, bid_micros=bid, daily_budget_micros=10**12,
-                time_zone="UTC", flight_start=start)
+                time_zone="UTC", flight_start=start,
+                billable_event=BillableEvent.RENDERED)  # the load fires only /i
             ad = store.create_ad(campaign_id=c.id, landing_url=f"https://example.test/{i}",
                                  creative_ref=f"bench/{i}.png", format="banner",
                                  width=300, height=250)
@@ -420,6 +421,10 @@ def _cpu() -> float:
 
 # ---- the lag ----------------------------------------------------------------------------
 
+#: Events one stored ``/i`` appends: the beacon load's tokens bill on render (token
+#: default), so the render event and the impression.
+EVENTS_PER_BEACON = 2
+
 
 def _lag_phase(settings: Settings, pool: LoadPool, load: BeaconLoad, timeout_s: float
                ) -> dict[str, Any]:
@@ -427,7 +432,8 @@ def _lag_phase(settings: Settings, pool: LoadPool, load: BeaconLoad, timeout_s: 
         t0 = time.monotonic()
         figures = pool.run(load)
         load_s = time.monotonic() - t0
-        appended = figures["statuses"].get("204", 0)
+        # each stored /i of a render-billed token is two events: its render, its impression
+        appended = EVENTS_PER_BEACON * figures["statuses"].get("204", 0)
         backlog = max(0, appended - agg.first_deliveries)
         drained = _wait_recorded(agg, appended, timeout_s)
         total_s = time.monotonic() - t0

@@ -177,6 +177,7 @@ def create_campaigns(url: str, n: int, api_key: str | None = None) -> None:
                 "advertiser_id": adv["id"], "name": f"overload-{k}", "objective": "impressions",
                 "bid_type": "CPM", "bid_micros": 1_000_000 + 100_000 * k,
                 "daily_budget_micros": 10**12, "time_zone": "UTC", "flight_start": "2020-01-01",
+                "billable_event": "rendered",  # the load fires only /i
             })
             _post(http, f"/v1/campaigns/{c['id']}/ads", {
                 "landing_url": "https://example.test/", "creative_ref": f"overload/{k}.png",

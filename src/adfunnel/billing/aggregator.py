@@ -20,6 +20,11 @@ billed impressions and clicks to the click model's counts — held clicks too, w
 impression bills them (tier 2 does not score those: the ledger keeps no address);
 duplicates, invalid traffic and unbillable events go to neither.
 
+Render and viewable events (measurement: the tracker's ``/i`` and ``/vi``) get their
+ledger row once per impression id with no money (outcome ``measured``): they reach
+neither the budget gate nor the click model nor tier 2, and count only in the rollups'
+``rendered`` and ``viewable``. The impression event beside one of them bills as ever.
+
 A conversion bills a CPA campaign its target CPA (the token's price) when it is the
 first for its click and comes within the campaign's attribution window after the click
 (``Campaign.attribution_window_s``, 7 days unless the campaign sets one); the ledger
@@ -101,6 +106,7 @@ class AggregatorStats:
     not_billable: int = 0
     held: int = 0  # waiting for their prerequisite (a click before its impression)
     invalid: int = 0
+    measured: int = 0  # new render and viewable rows (never billed)
     unknown_campaign: int = 0  # rejected: still unknown after the retry window
     unknown_retried: int = 0  # attempts at an event whose campaign was not known yet
     reversed: int = 0
@@ -299,6 +305,9 @@ class Aggregator:
         match recorded.outcome:
             case Outcome.INVALID:
                 self.stats.invalid += 1
+                return True
+            case Outcome.MEASURED:  # render, viewable: the rollups count it, nothing bills
+                self.stats.measured += 1
                 return True
             case Outcome.DUPLICATE:
                 self.stats.duplicates += 1

@@ -10,7 +10,8 @@ SQL ledger with a few set-based statements. The rules are those of
 (a click before its impression — beacons race, and a crashed reader's batch is
 redelivered after later events) is **held**, once, and billed when the prerequisite is
 recorded, in the same transaction; so replaying any part of the log bills exactly what
-the first pass billed.
+the first pass billed. A measurement event (``render``, ``viewable``) gets its row once,
+with no money, and touches no day or lifetime total (:data:`MEASURED`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Protocol
 
-from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.billing.model import (
+    EVENT_TYPES,
+    MEASUREMENT,
+    EventType,
+    LedgerEvent,
+    Outcome,
+    Recorded,
+)
 from adfunnel.ivt.reasons import TIER2_REASONS
 from adfunnel.money import MILLE, MoneyError, bill_per_mille, micros
 
@@ -46,6 +54,8 @@ NEVER_BILLED = frozenset({OUTSIDE_WINDOW, OF_INVALID_CLICK})
 #: Counter of held events billed when their prerequisite came.
 RELEASED = "held_released"
 DUPLICATES_REJECTED = "duplicates_rejected"
+#: Counter of re-sent render and viewable events (kept apart from the billing duplicates).
+DUPLICATES_MEASURED = "duplicates_measured"
 #: Column of the day totals each event type counts in (impressions, clicks, conversions).
 COUNT_FIELD = {EventType.IMPRESSION: "impressions", EventType.CLICK: "clicks",
                EventType.CONVERSION: "conversions"}
@@ -226,6 +236,8 @@ _DUPLICATE = Recorded(Outcome.DUPLICATE)
 _HELD = Recorded(Outcome.HELD)
 _NOT_BILLABLE = Recorded(Outcome.NOT_BILLABLE)
 _INVALID = Recorded(Outcome.INVALID)
+#: A new measurement row (render, viewable): never billed, so no amounts.
+MEASURED = Recorded(Outcome.MEASURED)
 
 
 class _Planner:
@@ -252,12 +264,22 @@ class _Planner:
         # a flagged event (a link-preview bot fetching the beacon first) does not take
         # the slot of the valid one; a reversed one does (it never bills again)
         if self._row_time(key) is not None or _reversed(self._invalid_reason(key)):
-            self.plan.counters[DUPLICATES_REJECTED] += 1
+            self.plan.counters[DUPLICATES_MEASURED if key[1] in MEASUREMENT
+                               else DUPLICATES_REJECTED] += 1
             return _DUPLICATE
         held = self._held_event(key)
         if held is not None:  # redelivered: it was counted when it was held
             return _HELD if held.waiting else _NOT_BILLABLE
+        if key[1] in MEASUREMENT:
+            return self._measure(key, w)
         return self._valid(key, w)
+
+    def _measure(self, key: Key, w: LedgerWrite) -> Recorded:
+        """A new render or viewable row: no charge, no prerequisite, no day or lifetime
+        total (it is counted by the rollups, never billed)."""
+        self._rows[key] = w.event.occurred_at
+        self.plan.rows.append(NewRow(w.event, 0, 0, 0, 0))
+        return MEASURED
 
     def _invalid_traffic(self, key: Key, w: LedgerWrite) -> Recorded:
         if self._row_time(key) is not None or self._invalid_reason(key) is not None:

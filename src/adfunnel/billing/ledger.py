@@ -43,6 +43,7 @@ from adfunnel.billing.batch import (
     split_charge,
 )
 from adfunnel.billing.model import (
+    MEASUREMENT,
     DayTotals,
     EventType,
     LedgerEvent,
@@ -285,7 +286,9 @@ class MemoryLedger:
 
     def stats(self) -> LedgerStats:
         with self._lock:
-            return LedgerStats(len(self._rows), self._counters.get("duplicates_rejected", 0))
+            measured = sum(1 for _, kind in self._rows if kind in MEASUREMENT)
+            return LedgerStats(len(self._rows) - measured,
+                               self._counters.get("duplicates_rejected", 0), measured)
 
     def counters(self) -> dict[str, int]:
         with self._lock:

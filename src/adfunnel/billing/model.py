@@ -11,6 +11,14 @@ class EventType(StrEnum):
     IMPRESSION = "impression"
     CLICK = "click"
     CONVERSION = "conversion"
+    #: measurement (README, "Viewable impressions"): recorded once per impression id,
+    #: never billed, never counted as impressions, clicks or conversions
+    RENDER = "render"
+    VIEWABLE = "viewable"
+
+
+#: The event types that are measurement only (their ledger rows carry no money).
+MEASUREMENT = frozenset({EventType.RENDER, EventType.VIEWABLE})
 
 
 #: value (or member: a StrEnum member hashes and compares as its value) -> member, a
@@ -24,6 +32,7 @@ class Outcome(StrEnum):
     NOT_BILLABLE = "not_billable"  # e.g. a conversion after its attribution window
     HELD = "held"  # waiting for its prerequisite (a click before its impression)
     INVALID = "invalid"  # invalid traffic (IVT): recorded with its reason, never billed
+    MEASURED = "measured"  # a new render or viewable row: counted, never billed
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,5 +101,11 @@ class DayTotals:
 
 @dataclass(frozen=True, slots=True)
 class LedgerStats:
+    """``rows``: ledger rows of impressions, clicks and conversions (the billing rows);
+    ``duplicates_rejected``: re-sent ones of those; ``measured_rows``: render and
+    viewable rows (measurement, never billed; their re-sends are counted apart, as
+    ``duplicates_measured``)."""
+
     rows: int
     duplicates_rejected: int
+    measured_rows: int = 0

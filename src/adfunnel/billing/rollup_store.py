@@ -46,8 +46,9 @@ class RollupStore(Protocol):
     """Hourly rollups of the ledger; every implementation passes
     tests/contract/test_rollup_contract.py.
 
-    Scopes: exactly one of ``campaign_ids`` (any number, none → no rows) or
-    ``advertiser_id``. Ranges: the quarter-hours whose START is in [``start``, ``end``) (aware
+    Scopes: exactly one of ``campaign_ids`` (any number, none → no rows),
+    ``advertiser_id`` or ``placement`` (every campaign's rows of that placement: the
+    operator's view). Ranges: the quarter-hours whose START is in [``start``, ``end``) (aware
     datetimes; for local days see :func:`local_days_span`).
     """
 
@@ -64,6 +65,7 @@ class RollupStore(Protocol):
     def hours(
         self, *, start: datetime, end: datetime,
         campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
+        placement: str | None = None,
     ) -> list[HourRollup]:
         """The rollups whose quarter-hour starts in range, in scope, sorted by (quarter,
         campaign, ad, placement)."""
@@ -73,7 +75,7 @@ class RollupStore(Protocol):
         self, *, start: datetime, end: datetime,
         campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
         granularity: Granularity = "hour", group_by: GroupBy = "campaign",
-        time_zone: str = "UTC",
+        time_zone: str = "UTC", placement: str | None = None,
     ) -> list[ReportRow]:
         """:func:`aggregate` of the rollups in scope and range.
 
@@ -189,14 +191,17 @@ class MemoryRollupStore:
     def hours(
         self, *, start: datetime, end: datetime,
         campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
+        placement: str | None = None,
     ) -> list[HourRollup]:
-        check_scope(start, end, campaign_ids, advertiser_id)
+        check_scope(start, end, campaign_ids, advertiser_id, placement)
         ids = None if campaign_ids is None else set(campaign_ids)
         with self._lock:
             rows = [r for h, rs in self._by_hour.items() if start <= h < end for r in rs]
         return sorted(
             (r for r in rows
-             if (r.campaign_id in ids if ids is not None else r.advertiser_id == advertiser_id)),
+             if (r.campaign_id in ids if ids is not None
+                 else r.placement == placement if placement is not None
+                 else r.advertiser_id == advertiser_id)),
             key=lambda r: (r.hour, r.campaign_id, r.ad_id, r.placement),
         )
 
@@ -204,9 +209,9 @@ class MemoryRollupStore:
         self, *, start: datetime, end: datetime,
         campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
         granularity: Granularity = "hour", group_by: GroupBy = "campaign",
-        time_zone: str = "UTC",
+        time_zone: str = "UTC", placement: str | None = None,
     ) -> list[ReportRow]:
         check_shape(granularity, group_by, time_zone)
         rows = self.hours(start=start, end=end, campaign_ids=campaign_ids,
-                          advertiser_id=advertiser_id)
+                          advertiser_id=advertiser_id, placement=placement)
         return aggregate(rows, granularity, group_by, time_zone)

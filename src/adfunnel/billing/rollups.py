@@ -2,7 +2,11 @@
 
 A rollup holds, for one UTC quarter-hour and one (advertiser, campaign, ad, placement),
 the valid events of the ledger — impressions, clicks, conversions, billed and absorbed
-micros — and the invalid traffic of ``ledger_ivt`` counted per reason code (never billed).
+micros, and the measurement events ``rendered`` and ``viewable`` (never billed) — and the
+invalid traffic of ``ledger_ivt`` counted per reason code (never billed). The reason
+counts cover impressions, clicks and conversions only: an invalid render or viewable
+beacon stays in ``ledger_ivt`` (and the ledger's ``ivt_render_<reason>`` counters) but
+is not counted again beside the invalid impression it came with.
 
 Why quarter-hours: every UTC offset in use is a whole number of quarter-hours (+5:30
 Asia/Kolkata, +5:45 Asia/Kathmandu, +10:30 Australia/Adelaide, +12:45 Pacific/Chatham,
@@ -27,7 +31,8 @@ end).
 
 Metrics, integer micros rounded down (never above what was billed), each None without
 its denominator: ctr = clicks / impressions; ecpm = billed × 1000 // impressions;
-cost per conversion = billed // conversions.
+cost per conversion = billed // conversions; viewability rate = viewable / rendered
+(valid events; measured by the page's tag, never assumed).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Literal
 
-from adfunnel.billing.model import EventType, LedgerEvent
+from adfunnel.billing.model import MEASUREMENT, EventType, LedgerEvent
 from adfunnel.campaigns.schedule import day_bounds, zone
 
 HOUR = timedelta(hours=1)
@@ -79,6 +84,9 @@ class HourRollup:
     billed_micros: int = 0
     absorbed_micros: int = 0
     ivt: dict[str, int] = field(default_factory=dict)
+    #: valid render (``/i``) and viewable (``/vi``) events: measurement, never billed
+    rendered: int = 0
+    viewable: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +106,16 @@ class ReportRow:
     billed_micros: int
     absorbed_micros: int
     ivt: dict[str, int]
+    rendered: int = 0
+    viewable: int = 0
 
     @property
     def ctr(self) -> float | None:
         return ctr(self.clicks, self.impressions)
+
+    @property
+    def viewability_rate(self) -> float | None:
+        return viewability_rate(self.viewable, self.rendered)
 
     @property
     def ecpm_micros(self) -> int | None:
@@ -115,6 +129,12 @@ class ReportRow:
 def ctr(clicks: int, impressions: int) -> float | None:
     """Clicks per impression; None without impressions."""
     return clicks / impressions if impressions else None
+
+
+def viewability_rate(viewable: int, rendered: int) -> float | None:
+    """Viewable events per rendered one (valid events); None without renders. Above 1
+    only when a client fired ``/vi`` without ``/i``."""
+    return viewable / rendered if rendered else None
 
 
 def ecpm_micros(billed_micros: int, impressions: int) -> int | None:
@@ -222,7 +242,8 @@ def rollup_rows(
     for e, billed, absorbed in valid:
         cell(e).add_event(EventType(e.event_type), billed, absorbed)
     for e, reason in invalid:
-        cell(e).ivt[reason] += 1
+        if e.event_type not in MEASUREMENT:  # counted with the impression it came with
+            cell(e).ivt[reason] += 1
     return [
         s.hour_rollup(hour, advertiser_of(cid) or 0, cid, ad, placement)
         for (hour, cid, ad, placement), s in sorted(sums.items(), key=lambda kv: kv[0])
@@ -304,10 +325,12 @@ def check_shape(granularity: str, group_by: str, time_zone: str) -> None:
 class _Sums:
     """A mutable accumulator of one cell."""
 
-    __slots__ = ("absorbed", "billed", "clicks", "conversions", "impressions", "ivt")
+    __slots__ = ("absorbed", "billed", "clicks", "conversions", "impressions", "ivt",
+                 "rendered", "viewable")
 
     def __init__(self) -> None:
         self.impressions = self.clicks = self.conversions = self.billed = self.absorbed = 0
+        self.rendered = self.viewable = 0
         self.ivt: Counter[str] = Counter()
 
     def add_event(self, event_type: EventType, billed: int, absorbed: int) -> None:
@@ -315,6 +338,10 @@ class _Sums:
             self.impressions += 1
         elif event_type is EventType.CLICK:
             self.clicks += 1
+        elif event_type is EventType.RENDER:
+            self.rendered += 1
+        elif event_type is EventType.VIEWABLE:
+            self.viewable += 1
         else:
             self.conversions += 1
         self.billed += billed
@@ -326,6 +353,8 @@ class _Sums:
         self.conversions += r.conversions
         self.billed += r.billed_micros
         self.absorbed += r.absorbed_micros
+        self.rendered += r.rendered
+        self.viewable += r.viewable
         self.ivt.update(r.ivt)
 
     def hour_rollup(
@@ -333,7 +362,7 @@ class _Sums:
     ) -> HourRollup:
         return HourRollup(hour, advertiser_id, campaign_id, ad_id, placement, self.impressions,
                           self.clicks, self.conversions, self.billed, self.absorbed,
-                          dict(sorted(self.ivt.items())))
+                          dict(sorted(self.ivt.items())), self.rendered, self.viewable)
 
     def report_row(self, start: datetime, named: dict[str, int | str]) -> ReportRow:
         cid, ad, placement = (named.get(c) for c in ("campaign_id", "ad_id", "placement"))
@@ -343,18 +372,19 @@ class _Sums:
             ad if isinstance(ad, int) else None,
             placement if isinstance(placement, str) else None,
             self.impressions, self.clicks, self.conversions, self.billed, self.absorbed,
-            dict(sorted(self.ivt.items())),
+            dict(sorted(self.ivt.items())), self.rendered, self.viewable,
         )
 
 
 def check_scope(
     start: datetime, end: datetime,
     campaign_ids: Collection[int] | None, advertiser_id: int | None,
+    placement: str | None = None,
 ) -> None:
     """Raises ValueError unless exactly one scope is given and ``start``/``end`` are
     aware datetimes."""
-    if (campaign_ids is None) == (advertiser_id is None):
-        raise ValueError("give exactly one of campaign_ids and advertiser_id")
+    if sum(s is not None for s in (campaign_ids, advertiser_id, placement)) != 1:
+        raise ValueError("give exactly one of campaign_ids, advertiser_id and placement")
     for name, t in (("start", start), ("end", end)):
         if t.tzinfo is None:
             raise ValueError(f"{name}: a time zone is required")

@@ -58,6 +58,7 @@ from adfunnel.billing.batch import (
 )
 from adfunnel.billing.model import (
     EVENT_TYPES,
+    MEASUREMENT,
     DayTotals,
     EventType,
     LedgerEvent,
@@ -412,11 +413,14 @@ class SqlLedger:
     def stats(self) -> LedgerStats:
         """Ledger rows and duplicates rejected so far (durable)."""
         with self._guard, self._engine.connect() as conn:
-            rows = conn.execute(select(func.count()).select_from(ledger)).scalar_one()
+            kinds = dict(conn.execute(select(ledger.c.event_type, func.count())
+                                      .group_by(ledger.c.event_type)).all())
+            measured = sum(int(kinds.pop(k.value, 0)) for k in MEASUREMENT)
+            rows = sum(int(n) for n in kinds.values())
             dups = conn.execute(
                 select(ledger_counters.c.value).where(ledger_counters.c.name == DUPLICATES_REJECTED)
             ).scalar_one_or_none()
-        return LedgerStats(rows, dups or 0)
+        return LedgerStats(rows, dups or 0, measured)
 
     def counters(self) -> dict[str, int]:
         """Every durable counter by name."""

@@ -43,7 +43,7 @@ from sqlalchemy import (
     text,
 )
 
-from adfunnel.billing.model import EventType
+from adfunnel.billing.model import MEASUREMENT, EventType
 from adfunnel.billing.rollup_tables import rollup_hourly, rollup_hourly_ivt
 from adfunnel.billing.rollups import (
     GROUP_COLUMNS,
@@ -112,30 +112,31 @@ class SqlRollupStore:
     def hours(
         self, *, start: datetime, end: datetime,
         campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
+        placement: str | None = None,
     ) -> list[HourRollup]:
         """See :meth:`adfunnel.billing.rollup_store.RollupStore.hours`."""
-        return self._read(start, end, campaign_ids, advertiser_id, None)
+        return self._read(start, end, campaign_ids, advertiser_id, None, placement)
 
     def query(
         self, *, start: datetime, end: datetime,
         campaign_ids: Collection[int] | None = None, advertiser_id: int | None = None,
         granularity: Granularity = "hour", group_by: GroupBy = "campaign",
-        time_zone: str = "UTC",
+        time_zone: str = "UTC", placement: str | None = None,
     ) -> list[ReportRow]:
         """See :meth:`adfunnel.billing.rollup_store.RollupStore.query`; the rollups are summed
         per (quarter-hour, group) in SQL first."""
         check_shape(granularity, group_by, time_zone)
-        rows = self._read(start, end, campaign_ids, advertiser_id, group_by)
+        rows = self._read(start, end, campaign_ids, advertiser_id, group_by, placement)
         return aggregate(rows, granularity, group_by, time_zone)
 
     def _read(
         self, start: datetime, end: datetime, campaign_ids: Collection[int] | None,
-        advertiser_id: int | None, group_by: GroupBy | None,
+        advertiser_id: int | None, group_by: GroupBy | None, placement: str | None = None,
     ) -> list[HourRollup]:
         """Rollups in scope and range; with ``group_by``, summed per (quarter, group), the
         columns outside the group left as placeholders (advertiser 0, ad 0, placement "")
         that :func:`adfunnel.billing.rollups.aggregate` does not read."""
-        check_scope(start, end, campaign_ids, advertiser_id)
+        check_scope(start, end, campaign_ids, advertiser_id, placement)
         start, end = start.astimezone(UTC), end.astimezone(UTC)
         keys = (("advertiser_id", "campaign_id", "ad_id", "placement") if group_by is None
                 else GROUP_COLUMNS[group_by])
@@ -143,12 +144,12 @@ class SqlRollupStore:
         valid = _scoped(
             select(r.hour, *(r[k] for k in keys), func.sum(r.impressions), func.sum(r.clicks),
                    func.sum(r.conversions), func.sum(r.billed_micros),
-                   func.sum(r.absorbed_micros)),
-            rollup_hourly, start, end, campaign_ids, advertiser_id,
+                   func.sum(r.absorbed_micros), func.sum(r.rendered), func.sum(r.viewable)),
+            rollup_hourly, start, end, campaign_ids, advertiser_id, placement,
         ).group_by(r.hour, *(r[k] for k in keys))
         invalid = _scoped(
             select(i.hour, *(i[k] for k in keys), i.reason, func.sum(i.events)),
-            rollup_hourly_ivt, start, end, campaign_ids, advertiser_id,
+            rollup_hourly_ivt, start, end, campaign_ids, advertiser_id, placement,
         ).group_by(i.hour, *(i[k] for k in keys), i.reason)
         cells: dict[tuple[Any, ...], list[Any]] = {}
         with self._guard, self._engine.connect() as conn:
@@ -157,15 +158,17 @@ class SqlRollupStore:
                 cells[key] = [*(int(v) for v in row[1 + len(keys):]), {}]
             for row in conn.execute(invalid):
                 key = (_utc(row[0]), *row[1:1 + len(keys)])
-                cell = cells.setdefault(key, [0, 0, 0, 0, 0, {}])
-                cell[5][row[-2]] = int(row[-1])
+                cell = cells.setdefault(key, [0, 0, 0, 0, 0, 0, 0, {}])
+                cell[7][row[-2]] = int(row[-1])
         out = []
-        for key, (imps, clicks, convs, billed, absorbed, ivt) in cells.items():
+        for key, (imps, clicks, convs, billed, absorbed, rendered, viewable,
+                  ivt) in cells.items():
             named = dict(zip(keys, key[1:], strict=True))
             out.append(HourRollup(
                 key[0], int(named.get("advertiser_id", 0)), int(named.get("campaign_id", 0)),
                 int(named.get("ad_id", 0)), str(named.get("placement", "")),
                 imps, clicks, convs, billed, absorbed, dict(sorted(ivt.items())),
+                rendered, viewable,
             ))
         out.sort(key=lambda h: (h.hour, h.campaign_id, h.ad_id, h.placement))
         return out
@@ -179,7 +182,8 @@ def make_rollup_store(engine: Engine) -> SqlRollupStore:
 # --- statements ---------------------------------------------------------------------------
 
 _VALID_COLUMNS = ["hour", "advertiser_id", "campaign_id", "ad_id", "placement", "impressions",
-                  "clicks", "conversions", "billed_micros", "absorbed_micros"]
+                  "clicks", "conversions", "billed_micros", "absorbed_micros", "rendered",
+                  "viewable"]
 _IVT_COLUMNS = ["hour", "advertiser_id", "campaign_id", "ad_id", "placement", "event_type",
                 "reason", "events"]
 
@@ -196,7 +200,8 @@ def _valid(quarter: datetime) -> Select[Any]:
         select(literal(quarter, DateTime(timezone=True)), advertiser, t.campaign_id, t.ad_id,
                t.placement, _count(EventType.IMPRESSION), _count(EventType.CLICK),
                _count(EventType.CONVERSION), func.sum(t.billed_micros),
-               func.sum(t.absorbed_micros))
+               func.sum(t.absorbed_micros), _count(EventType.RENDER),
+               _count(EventType.VIEWABLE))
         .select_from(ledger.outerjoin(campaigns, campaigns.c.id == t.campaign_id))
         .where(t.occurred_at >= quarter, t.occurred_at < quarter + QUARTER)
         .group_by(campaigns.c.advertiser_id, t.campaign_id, t.ad_id, t.placement)
@@ -211,7 +216,9 @@ def _ivt(quarter: datetime) -> Select[Any]:
         select(literal(quarter, DateTime(timezone=True)), advertiser, t.campaign_id, t.ad_id,
                t.placement, t.event_type, t.reason, func.count())
         .select_from(ledger_ivt.outerjoin(campaigns, campaigns.c.id == t.campaign_id))
-        .where(t.occurred_at >= quarter, t.occurred_at < quarter + QUARTER)
+        .where(t.occurred_at >= quarter, t.occurred_at < quarter + QUARTER,
+               # an invalid render or viewable beacon is counted with its impression
+               t.event_type.not_in([e.value for e in MEASUREMENT]))
         .group_by(campaigns.c.advertiser_id, t.campaign_id, t.ad_id, t.placement,
                   t.event_type, t.reason)
     )
@@ -220,11 +227,14 @@ def _ivt(quarter: datetime) -> Select[Any]:
 def _scoped(
     query: Select[Any], table: Any, start: datetime, end: datetime,
     campaign_ids: Collection[int] | None, advertiser_id: int | None,
+    placement: str | None = None,
 ) -> Select[Any]:
     c = table.c
     if campaign_ids is not None:
         ids = sorted(set(campaign_ids))
         scope: ColumnElement[bool] = c.campaign_id.in_(ids) if ids else false()
+    elif placement is not None:
+        scope = c.placement == placement
     else:
         scope = c.advertiser_id == advertiser_id
     return query.where(and_(scope, c.hour >= start, c.hour < end))

@@ -29,10 +29,12 @@ from typing import Any
 from adfunnel.campaigns.creative import KINDS as CREATIVE_KINDS
 from adfunnel.campaigns.creative import creative_from_plain, creative_to_plain
 from adfunnel.campaigns.model import (
+    LEGACY_BILLABLE_EVENT,
     Ad,
     AdStatus,
     Advertiser,
     BidType,
+    BillableEvent,
     Campaign,
     CampaignStatus,
     CapLevel,
@@ -64,6 +66,7 @@ _ENUMS: dict[str, dict[str, type]] = {
         "bid_type": BidType,
         "status": CampaignStatus,
         "pacing_mode": PacingMode,
+        "billable_event": BillableEvent,
     },
     "ad": {"review_state": ReviewState, "status": AdStatus},
     "advertiser": {},
@@ -124,6 +127,8 @@ def from_payload(entity: str, payload: Mapping[str, Any] | str) -> Record:
     cls = ENTITY_TYPES[entity]
     known = set(field_names(entity))
     kwargs = {k: v for k, v in data.items() if k in known}  # newer fields are ignored
+    if entity == "campaign" and "billable_event" not in kwargs:
+        kwargs["billable_event"] = LEGACY_BILLABLE_EVENT  # written before it existed
     for name in _DATES:
         if isinstance(kwargs.get(name), str):
             kwargs[name] = date.fromisoformat(kwargs[name])

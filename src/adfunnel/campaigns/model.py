@@ -46,6 +46,26 @@ class CampaignStatus(StrEnum):
     ARCHIVED = "archived"  # DELETEd: never served or listed by default, history kept
 
 
+class BillableEvent(StrEnum):
+    """Which beacon bills a served impression (a CPM campaign's charge; for CPC and CPA
+    the billed impression is the prerequisite of a billed click).
+
+    ``viewable``: the tag's ``/vi``, fired when the ad met the MRC viewable standard
+    (50 % of its pixels in view for one continuous second; 30 % for large ads); the
+    default for new campaigns. ``rendered``: ``/i``, fired when the ad was rendered in
+    the page (every campaign made before the field existed; feeds whose client fires
+    only ``/i``).
+    """
+
+    VIEWABLE = "viewable"
+    RENDERED = "rendered"
+
+
+#: The billable event of campaigns stored before the field existed (migration 0016)
+#: and of change-log payloads without it: they billed every rendered impression.
+LEGACY_BILLABLE_EVENT = BillableEvent.RENDERED
+
+
 class PacingMode(StrEnum):
     EVEN = "even"
     ACCELERATED = "accelerated"
@@ -168,6 +188,8 @@ class Campaign:
     attribution_window_s: int = DEFAULT_ATTRIBUTION_WINDOW_S
     targeting: str | None = None
     version: int = 1
+    #: the beacon that bills its impressions (serves after a change carry the new one)
+    billable_event: BillableEvent = BillableEvent.VIEWABLE
 
     @property
     def max_charge_micros(self) -> int:

@@ -41,6 +41,7 @@ from adfunnel.campaigns.model import (
     AdStatus,
     Advertiser,
     BidType,
+    BillableEvent,
     Campaign,
     CampaignStatus,
     ChangeRecord,
@@ -150,6 +151,7 @@ class SqlCampaignStore:
         frequency_caps: tuple[FrequencyCap, ...] = (),
         targeting: str | None = None,
         attribution_window_s: int = DEFAULT_ATTRIBUTION_WINDOW_S,
+        billable_event: BillableEvent | str = BillableEvent.VIEWABLE,
     ) -> Campaign:
         """Create a campaign (version 1). Money in micros; dates local to ``time_zone``.
 

@@ -24,6 +24,7 @@ from adfunnel.campaigns.model import (
     AdStatus,
     Advertiser,
     BidType,
+    BillableEvent,
     Campaign,
     CampaignStatus,
     ChangeRecord,
@@ -78,6 +79,7 @@ class CampaignStore(Protocol):
         frequency_caps: tuple[FrequencyCap, ...] = (),
         targeting: str | None = None,
         attribution_window_s: int = DEFAULT_ATTRIBUTION_WINDOW_S,
+        billable_event: BillableEvent | str = BillableEvent.VIEWABLE,
     ) -> Campaign: ...
 
     def get_campaign(self, campaign_id: int) -> Campaign: ...

@@ -25,7 +25,11 @@ from adfunnel.events.log import (
     EventLogUnavailable,
     check_consumer_args,
 )
-from adfunnel.events.model import Event, decode, encode, partition_of
+from adfunnel.events.model import Event, EventType, decode, encode, partition_of
+
+#: The msg id endings of render and viewable events (valid or invalid traffic).
+_MEASURED_SUFFIXES = tuple(f":{t.value}{ivt}" for t in (EventType.RENDER, EventType.VIEWABLE)
+                           for ivt in ("", ":ivt"))
 
 
 @dataclass
@@ -100,6 +104,9 @@ class MemoryEventLog:
         self._closed = False
         #: publishes dropped by the dedupe window since this log was made
         self.duplicates = 0
+        #: re-sent render and viewable events dropped (apart: ``duplicates`` counts the
+        #: billing events' re-sends)
+        self.duplicates_measured = 0
 
     @property
     def partitions(self) -> int:
@@ -126,7 +133,10 @@ class MemoryEventLog:
             self._forget_expired(now)
             for msg_id, p, payload in encoded:
                 if msg_id in self._seen:
-                    self.duplicates += 1
+                    if msg_id.endswith(_MEASURED_SUFFIXES):  # a re-sent render or view
+                        self.duplicates_measured += 1
+                    else:
+                        self.duplicates += 1
                     continue
                 self._seen[msg_id] = now
                 self._last_seq += 1

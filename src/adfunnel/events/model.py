@@ -61,11 +61,18 @@ _DECODING = _Decoding()
 
 
 class EventType(StrEnum):
-    """What happened. Values equal ``adfunnel.billing.model.EventType`` where both exist."""
+    """What happened. Values equal ``adfunnel.billing.model.EventType`` where both exist.
+
+    ``render`` (``/i``: the ad was rendered in the page) and ``viewable`` (``/vi``: it met
+    the MRC viewable standard) are measurement: recorded once, never billed. The
+    ``impression`` is the billed one, appended beside the campaign's billable event.
+    """
 
     IMPRESSION = "impression"
     CLICK = "click"
     CONVERSION = "conversion"
+    RENDER = "render"
+    VIEWABLE = "viewable"
 
 
 class MalformedEvent(ValueError):
@@ -77,7 +84,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
     """One tracked event; immutable.
 
     Fields:
-        event_type: impression, click or conversion.
+        event_type: impression, click, conversion, render or viewable.
         impression_id: the served impression (token), 1-64 of ``[A-Za-z0-9_-]``.
         campaign_id, ad_id: ids from the token, ints in [0, 2**63 - 1].
         placement: the token's placement, 1-200 characters.

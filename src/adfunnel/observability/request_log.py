@@ -40,7 +40,7 @@ _SANE = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 _SANE_TEXT = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 ACCESS_LOGGER = "adfunnel.access"
 #: The tracker's beacon routes.
-BEACON_PATHS = frozenset({"/i", "/c", "/v"})
+BEACON_PATHS = frozenset({"/i", "/vi", "/c", "/v"})
 #: The status an access line gives a request whose client left before any answer.
 CLIENT_GONE = 499
 

@@ -27,6 +27,7 @@ from adfunnel.api.errors import install_error_handlers
 from adfunnel.api.keys import make_api_key_router
 from adfunnel.api.openapi import install_openapi
 from adfunnel.api.operator import make_operator_router
+from adfunnel.api.reports import make_placement_report_router
 from adfunnel.api.uploads import UPLOAD_PATH, Uploads, make_upload_router
 from adfunnel.auth import ApiKeys, install_auth
 from adfunnel.auth.http import bearer_key
@@ -94,6 +95,7 @@ def build_app(rt: Runtime) -> RequestLog:
                                               uploads.lookup))
     app.include_router(make_upload_router(rt.store, uploads, rt.clock))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
+    app.include_router(make_placement_report_router(rt.store, rt.rollups, rt.clock))
     app.include_router(make_api_key_router(rt.keys, rt.store))
     app.include_router(make_conversion_router(rt.tracker, lambda cid: _advertiser_of(rt, cid)))
     install_ui(app, rt, rt.keys)  # the dashboard at /ui (its own server-side sessions)
@@ -136,7 +138,7 @@ def build_app(rt: Runtime) -> RequestLog:
         agg = rt.events.aggregator
         # a re-sent beacon is dropped by the log's dedupe window, or by the ledger
         dropped = rt.events.publisher.duplicates()
-        return JSONResponse({"rows": stats.rows,
+        return JSONResponse({"rows": stats.rows, "measured_rows": stats.measured_rows,
                              "duplicates_rejected": stats.duplicates_rejected + dropped,
                              "invalid_tokens": tracker.get("invalid_tokens", 0),
                              "counters": counters, "tracker": tracker,

@@ -74,10 +74,10 @@ class CampaignSide:
 
 
 def build_tracker_app(settings: Settings) -> RequestLog:
-    """The tracker process's ASGI app: ``/i``, ``/c``, ``/v``, ``/healthz``, ``/metrics``
-    and ``/v1/tracker/stats``; ``/i`` and ``/c`` are served outside Starlette's layers
-    (:meth:`TrackingEndpoints.hot_routes`). The event log is ``settings.event_log_url``
-    (JetStream); nothing aggregates here."""
+    """The tracker process's ASGI app: ``/i``, ``/vi``, ``/c``, ``/v``, ``/healthz``,
+    ``/metrics`` and ``/v1/tracker/stats``; ``/i``, ``/vi`` and ``/c`` are served outside
+    Starlette's layers (:meth:`TrackingEndpoints.hot_routes`). The event log is
+    ``settings.event_log_url`` (JetStream); nothing aggregates here."""
     side = CampaignSide.open(settings)
     clock = side.clock
     plane = make_event_plane(settings, clock, SqlLedger(side.store.engine),

@@ -141,6 +141,8 @@ def place(win: Win, ad: Ad, c: Campaign, placement: str, now: datetime, token_ke
         issued_at=issued,
         expires_at=issued + token_ttl_s,
         expected_micros=expected,  # what its billable event settles in the budget
+        # which beacon bills it (/vi or /i): the campaign's setting at serve time
+        billable_event=c.billable_event.value,
     )
     served = Served(c.id, local_day(now, c.time_zone), claims.impression_id,
                     expected, float(claims.expires_at), max_charge_micros=charge)

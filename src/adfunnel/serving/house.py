@@ -37,7 +37,8 @@ class HouseFill:
             creative_ref=self.ad.creative_ref, format=self.ad.format,
             width=self.ad.width, height=self.ad.height, price_micros=0,
             billing_type=HOUSE_BILLING, token=self.token,
-            impression_url=f"/i?t={self.token}", click_url=f"/c?t={self.token}", house=True,
+            impression_url=f"/i?t={self.token}", click_url=f"/c?t={self.token}",
+            viewable_url=f"/vi?t={self.token}", house=True,
         )
 
 

@@ -282,6 +282,7 @@ class ServingEndpoints:
                 width=p.ad.width, height=p.ad.height, price_micros=p.win.price_micros,
                 billing_type=p.campaign.bid_type.value, token=p.token,
                 impression_url=f"/i?t={p.token}", click_url=f"/c?t={p.token}",
+                viewable_url=f"/vi?t={p.token}",
             )
             for p in d.placed
         ] + [h.ad_out() for h in d.house]  # house ads: price 0, never billed
@@ -292,6 +293,7 @@ class ServingEndpoints:
             for ad in ads:
                 ad.impression_url = self.url_prefix + ad.impression_url
                 ad.click_url = self.url_prefix + ad.click_url
+                ad.viewable_url = self.url_prefix + ad.viewable_url
         rejections = (
             [RejectionOut(r.ad_id, r.campaign_id, r.reason, r.detail) for r in d.rejections]
             if explain else None

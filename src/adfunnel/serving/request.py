@@ -79,8 +79,12 @@ class AdOut(msgspec.Struct):
     price_micros: int
     billing_type: str
     token: str
+    #: fire when the ad is rendered in the page (``/i``)
     impression_url: str
     click_url: str
+    #: fire when the ad meets the MRC viewable standard (``/vi``); which of the two bills
+    #: is the campaign's ``billable_event``, carried in the token
+    viewable_url: str
     house: bool = False  # the placement's house ad: price 0, never billed
 
 

@@ -45,6 +45,8 @@ class CatalogueCampaign:
             "objective": "clicks", "bid_type": "CPC", "bid_micros": self.bid_micros,
             "daily_budget_micros": DAILY_BUDGET_MICROS, "time_zone": "Asia/Shanghai",
             "flight_start": flight_start, "pacing_mode": "accelerated",
+            # the replay fires only /i (iPinYou records no viewability): bill on render
+            "billable_event": "rendered",
         }
         if self.targeting is not None:
             body["targeting"] = self.targeting

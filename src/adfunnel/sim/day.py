@@ -40,7 +40,14 @@ from adfunnel.budget.gate import Served
 from adfunnel.budget.protocol import Reply, Report
 from adfunnel.budget.service import BudgetService
 from adfunnel.budget.slices import BudgetState
-from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, Objective, PacingMode
+from adfunnel.campaigns.model import (
+    BidType,
+    BillableEvent,
+    Campaign,
+    CampaignStatus,
+    Objective,
+    PacingMode,
+)
 from adfunnel.campaigns.schedule import day_bounds, local_day, zone
 from adfunnel.clock import ManualClock
 from adfunnel.money import ceil_micros, cpm_to_impression
@@ -131,6 +138,9 @@ class DaySim:
                 bid_type=c.bid_type, bid_micros=c.bid_micros, daily_budget_micros=c.budget_micros,
                 time_zone=c.time_zone, flight_start=sc.day - timedelta(days=2),
                 pacing_mode=c.pacing,
+                # the day simulation bills served impressions directly (no beacons, no
+                # viewability measured): as campaigns billed on render
+                billable_event=BillableEvent.RENDERED,
             )
             hist = c.history or shape
             mins = hourly_to_minutely(hist)

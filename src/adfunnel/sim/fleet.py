@@ -181,6 +181,8 @@ def _create_campaigns(api: httpx.Client) -> dict[str, int]:
             "bid_type": spec.bid_type, "bid_micros": spec.bid_micros,
             "daily_budget_micros": spec.daily_budget_micros, "time_zone": "UTC",
             "flight_start": today, "pacing_mode": spec.pacing_mode,
+            # the fleet's simulated clients fire only /i: bill on render
+            "billable_event": "rendered",
         }
         if spec.targeting:
             body["targeting"] = spec.targeting

@@ -106,6 +106,9 @@ class Replayer:
                 "daily_budget_micros": round(plan.daily_budget_cny * MICROS_PER_UNIT),
                 "time_zone": "Asia/Shanghai", "flight_start": start.date().isoformat(),
                 "pacing_mode": plan.pacing_mode,
+                # the iPinYou logs record served impressions, no viewability: the replay
+                # fires only /i, so its impressions bill on render (the figures stay)
+                "billable_event": "rendered",
             }
             if plan.targeting is not None:
                 body["targeting"] = plan.targeting

@@ -16,6 +16,14 @@ database:
    log is down);
 4. answer.
 
+**Rendered and viewable.** The page's tag fires ``/i`` when it rendered the ad
+(:meth:`Tracker.impression`, a ``render`` event) and ``/vi`` when the ad met the MRC
+viewable standard (:meth:`Tracker.viewable`, a ``viewable`` event). Both are
+measurement, recorded once and never billed; the beacon that matches the token's
+``billable_event`` (``rendered`` → ``/i``, ``viewable`` → ``/vi``; tokens from before
+the claim are ``rendered``) also appends the ``impression``, the event that bills
+exactly as before. Both events get the beacon's one invalid-traffic verdict.
+
 Billing happens later, in the aggregator (:mod:`adfunnel.billing.aggregator`), which
 reads the log. An invalid-traffic event is appended too, carrying its reason, so IVT is
 counted by reason exactly once and never billed; a flagged click is still redirected,
@@ -33,6 +41,7 @@ never to a URL taken from the request.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
 import time
@@ -41,6 +50,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
 from prometheus_client import Counter
 
 from adfunnel.campaigns.model import HOUSE_ID, MAX_ATTRIBUTION_WINDOW_S
@@ -74,6 +84,9 @@ BEACONS = Counter(
 def _beacons(event: str, outcome: str) -> Counter:
     """The labelled child of :data:`BEACONS` (``labels`` takes a lock and a lookup)."""
     return BEACONS.labels(event, outcome)
+
+#: The measurement beacon that also stores the impression, by the token's billable event.
+_BILLS_BESIDE = {EventType.RENDER: "rendered", EventType.VIEWABLE: "viewable"}
 
 #: Outcomes of :class:`BeaconResult`.
 APPENDED = "appended"
@@ -125,6 +138,9 @@ class BeaconResult:
     token: redirected, never appended), ``invalid:<reason>`` (a refused token: answer
     400) or ``unavailable`` (nothing could store it: answer 503, the client retries).
     ``landing_url``: where a click goes (None for other events or an unknown ad).
+    ``event``: the event stored (for ``/i`` and ``/vi``: the impression when this
+    beacon bills it, else the render or viewable event); ``measured``: the render or
+    viewable event stored beside a billed impression, else None.
     """
 
     outcome: str
@@ -134,6 +150,14 @@ class BeaconResult:
     click_id: str | None = None
     #: the token's placement, when the beacon was refused for its ``Origin``
     placement: str | None = None
+    measured: Event | None = None
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """Every event this beacon stores, the measurement one first."""
+        if self.event is None:
+            return ()
+        return (self.event,) if self.measured is None else (self.measured, self.event)
 
 
 class Tracker:
@@ -167,8 +191,14 @@ class Tracker:
         self._counts: Tally[str] = Tally()
 
     def impression(self, token: str | None, client: ClientFacts | None = None) -> BeaconResult:
-        """An impression beacon; ``client``: its sender, for the IVT rules."""
-        return self._handle(token, EventType.IMPRESSION, client)
+        """The ad was rendered (``/i``): a ``render`` event, and the ``impression`` when
+        the token bills on render; ``client``: its sender, for the IVT rules."""
+        return self._handle(token, EventType.RENDER, client)
+
+    def viewable(self, token: str | None, client: ClientFacts | None = None) -> BeaconResult:
+        """The ad was viewable (``/vi``): a ``viewable`` event, and the ``impression``
+        when the token bills on viewable; ``client``: its sender, for the IVT rules."""
+        return self._handle(token, EventType.VIEWABLE, client)
 
     def click(self, token: str | None, client: ClientFacts | None = None) -> BeaconResult:
         """A click; ``client``: its sender, for the IVT rules."""
@@ -206,16 +236,20 @@ class Tracker:
     async def beacon(self, event_type: EventType, token: str | None,
                      client: ClientFacts | None = None, value_micros: int | None = None,
                      origin: str | None = None) -> BeaconResult:
-        """Any beacon, for an asyncio server: the same as :meth:`impression`,
-        :meth:`click` and :meth:`conversion`, waiting for the store without holding a
-        thread (many beacons share one round trip to the log). ``origin``: a browser's
-        cross-origin ``Origin`` (:func:`~adfunnel.tracking.cors.cross_origin`): refused
-        (:data:`ORIGIN_REFUSED`, nothing stored) unless the token's placement allows it."""
+        """Any beacon, for an asyncio server: the same as :meth:`impression` (``render``),
+        :meth:`viewable`, :meth:`click` and :meth:`conversion`, waiting for the store
+        without holding a thread (many beacons share one round trip to the log).
+        ``origin``: a browser's cross-origin ``Origin``
+        (:func:`~adfunnel.tracking.cors.cross_origin`): refused (:data:`ORIGIN_REFUSED`,
+        nothing stored) unless the token's placement allows it."""
         result = self._prepare(token, event_type, client, value_micros, origin)
         if result.event is None:
             return result
         try:
-            await self.sink.append_async(result.event)
+            if result.measured is None:
+                await self.sink.append_async(result.event)
+            else:  # both stored before the answer (a retry is deduplicated by msg id)
+                await asyncio.gather(*(self.sink.append_async(e) for e in result.events))
         except EventRefused:
             return self._unavailable(result)
         return self._appended(result)
@@ -226,7 +260,8 @@ class Tracker:
         if result.event is None:
             return result
         try:
-            self.sink.append(result.event)
+            for event in result.events:
+                self.sink.append(event)
         except EventRefused:
             return self._unavailable(result)
         return self._appended(result)
@@ -235,7 +270,9 @@ class Tracker:
                  value_micros: int | None, origin: str | None = None) -> BeaconResult:
         """Verify and judge a beacon: a final result (refused token, house ad, expired
         click), or the event to store (``event`` set, ``outcome`` what it will be once
-        stored). A conversion's ``token`` is a click id (:func:`verify_click_id`)."""
+        stored). A conversion's ``token`` is a click id (:func:`verify_click_id`). A
+        ``render`` or ``viewable`` beacon whose token bills on it stores the impression
+        as ``event`` and itself as ``measured``."""
         now_s = self.clock.now().timestamp()
         try:
             if not token:
@@ -278,14 +315,18 @@ class Tracker:
         if event_type is EventType.CLICK:  # what only the click reveals (README, /v)
             click_id = sign_click_id(claims, round(now_s * 1000), self.token_key,
                                      invalid=reason is not None)
-        return BeaconResult(APPENDED if reason is None else f"ivt:{reason}", landing, event,
-                            click_id)
+        outcome = APPENDED if reason is None else f"ivt:{reason}"
+        if _BILLS_BESIDE.get(event_type) == claims.billable_event:
+            impression = msgspec.structs.replace(event, event_type=EventType.IMPRESSION)
+            return BeaconResult(outcome, landing, impression, measured=event)
+        return BeaconResult(outcome, landing, event, click_id)
 
     def _appended(self, result: BeaconResult) -> BeaconResult:
         assert result.event is not None
         reason = result.event.ivt_reason
-        _beacons(result.event.event_type.value,
-                       APPENDED if reason is None else f"ivt_{reason}").inc()
+        for event in result.events:
+            _beacons(event.event_type.value,
+                     APPENDED if reason is None else f"ivt_{reason}").inc()
         return result
 
     def _unavailable(self, result: BeaconResult) -> BeaconResult:

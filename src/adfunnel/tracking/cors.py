@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from adfunnel.http_errors import error_response
 
 #: The routes a page's tag calls from the browser.
-CORS_PATHS = frozenset({"/v1/ads:select", "/i", "/v"})
+CORS_PATHS = frozenset({"/v1/ads:select", "/i", "/vi", "/v"})
 #: Header pairs of an answer to an allowed cross-origin request, less the origin itself.
 VARY_ORIGIN = (b"vary", b"Origin")
 

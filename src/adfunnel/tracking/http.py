@@ -1,4 +1,5 @@
-"""The tracker's HTTP routes: ``GET /i`` (204), ``GET /c`` (302) and ``GET|POST /v`` (204).
+"""The tracker's HTTP routes: ``GET /i`` and ``GET /vi`` (204), ``GET /c`` (302) and
+``GET|POST /v`` (204).
 
 Shared by ``adfunnel serve`` (the embedded default mounts them) and ``adfunnel
 tracker`` (a stateless process of its own). Each answers without waiting on the
@@ -6,9 +7,14 @@ database: the event is in the log (or the spool) when the answer leaves. The rou
 coroutines: a beacon waits for the store without holding a thread, and concurrent
 beacons share the publisher's rounds (group commit).
 
-- ``/i?t=<token>``: impression beacon → 204; or, when the request's ``Accept`` names an
+- ``/i?t=<token>``: the ad was rendered → 204; or, when the request's ``Accept`` names an
   image type first (what ``<img>`` sends: ``image/avif,image/webp,…``), 200 with a 1×1
-  transparent GIF (``image/gif``, not cached), recorded exactly the same.
+  transparent GIF (``image/gif``, not cached), recorded exactly the same. Stores a
+  ``render`` event, and the billed ``impression`` when the token's billable event is
+  ``rendered`` (:class:`~adfunnel.tracking.beacons.Tracker`).
+- ``/vi?t=<token>``: the ad was viewable (MRC standard, measured by the page's tag) →
+  answered as ``/i``; stores a ``viewable`` event, and the billed ``impression`` when the
+  token's billable event is ``viewable``.
 - ``/c?t=<token>``: click → 302 to the ad's landing URL with the click id
   (:func:`~adfunnel.tracking.token.sign_click_id`) in the query parameter
   ``adf_click_id``, or in place of the macro ``{click_id}`` where the landing URL has
@@ -28,7 +34,7 @@ neither the log nor the spool can store the event, 503 with ``Retry-After`` (the
 retries; nothing was acknowledged). The sender's address comes from the socket, or from
 ``X-Forwarded-For`` only when the peer is a trusted proxy.
 
-A browser's cross-origin ``/i`` or ``/v`` (an ``Origin`` other than the server's own) is
+A browser's cross-origin ``/i``, ``/vi`` or ``/v`` (an ``Origin`` other than the server's own) is
 checked against the token's placement's ``allowed_origins`` first: refused with 403
 ``origin_not_allowed`` naming ``Origin`` (nothing recorded), or answered with
 ``Access-Control-Allow-Origin`` (:mod:`adfunnel.tracking.cors`).
@@ -71,16 +77,19 @@ class TrackingEndpoints:
     def routes(self) -> list[Route]:
         return [
             Route("/i", self.impression, methods=["GET"]),
+            Route("/vi", self.viewable, methods=["GET"]),
             Route("/c", self.click, methods=["GET"]),
             Route("/v", self.conversion, methods=["GET", "POST"]),
         ]
 
     def hot_routes(self) -> dict[tuple[str, str], Any]:
-        """Bare ASGI handlers of the beacons a feed sends most (``GET /i``, ``GET /c``),
-        served by :class:`~adfunnel.serving.deadline.ArrivalStamp` outside every
-        framework layer: the query's ``t`` and two headers read from the scope, no
-        Request object (the same answers as :meth:`impression` and :meth:`click`)."""
-        return {("GET", "/i"): self.impression_asgi, ("GET", "/c"): self.click_asgi}
+        """Bare ASGI handlers of the beacons a feed sends most (``GET /i``, ``GET /vi``,
+        ``GET /c``), served by :class:`~adfunnel.serving.deadline.ArrivalStamp` outside
+        every framework layer: the query's ``t`` and two headers read from the scope, no
+        Request object (the same answers as :meth:`impression`, :meth:`viewable` and
+        :meth:`click`)."""
+        return {("GET", "/i"): self.impression_asgi, ("GET", "/vi"): self.viewable_asgi,
+                ("GET", "/c"): self.click_asgi}
 
     def _client(self, request: Request) -> ClientFacts:
         peer = request.client.host if request.client is not None else None
@@ -99,15 +108,31 @@ class TrackingEndpoints:
         return self._resolve(client[0] if client else None, forwarded, agent)
 
     async def impression(self, request: Request) -> Response:
+        """``/i``: the ad was rendered."""
+        return await self._pixel_beacon(EventType.RENDER, request)
+
+    async def viewable(self, request: Request) -> Response:
+        """``/vi``: the ad was viewable."""
+        return await self._pixel_beacon(EventType.VIEWABLE, request)
+
+    async def _pixel_beacon(self, event_type: EventType, request: Request) -> Response:
         origin = cross_origin(request.scope)
-        result = await self.tracker.beacon(EventType.IMPRESSION, request.query_params.get("t"),
+        result = await self.tracker.beacon(event_type, request.query_params.get("t"),
                                            self._client(request), origin=origin)
         return _refused(result, origin=origin) or _pixel_answer(request.scope, origin)
 
     async def impression_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """:meth:`impression` as a bare ASGI handler."""
+        await self._pixel_asgi(EventType.RENDER, scope, receive, send)
+
+    async def viewable_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """:meth:`viewable` as a bare ASGI handler."""
+        await self._pixel_asgi(EventType.VIEWABLE, scope, receive, send)
+
+    async def _pixel_asgi(self, event_type: EventType, scope: dict[str, Any], receive: Any,
+                          send: Any) -> None:
         origin = cross_origin(scope)
-        result = await self.tracker.beacon(EventType.IMPRESSION, query_value(scope, "t"),
+        result = await self.tracker.beacon(event_type, query_value(scope, "t"),
                                            self._scope_client(scope), origin=origin)
         refused = _refused(result, origin=origin)
         if refused is not None:

@@ -6,7 +6,11 @@ Wire format (URL-safe, no padding, at most :data:`MAX_TOKEN_CHARS` characters)::
 
 ``payload`` is a compact JSON array (msgspec): ``[version, impression_id, ad_id,
 campaign_id, price_micros, billing_type, placement, issued_at, expires_at,
-expected_micros]``. Version 3 adds ``expected_micros``, the serve's expected cost that
+expected_micros, billable_event]``. Version 4 adds ``billable_event``, the campaign's
+``viewable`` or ``rendered`` at serve time: which beacon bills the impression (``/vi``
+or ``/i``). Version 3 (ten fields, without it) still verifies and reads as
+``rendered``: it was issued when every impression billed on render. Version 3 added
+``expected_micros``, the serve's expected cost that
 the budget counted in flight (its billable event settles exactly that); version 2
 (eight claims, price in the bid's unit: CPM micros per thousand impressions, so the
 ledger can bill it exactly) and version 1 (price per impression, whole micros, read as
@@ -53,8 +57,14 @@ BILLING_TYPES = frozenset({"CPM", "CPC", "CPA"})
 MAX_IMPRESSION_ID_CHARS = 64
 #: Longest placement name (the ledger column is 200 characters).
 MAX_PLACEMENT_CHARS = 200
+#: Which beacon bills a CPM impression: ``/vi`` (viewable) or ``/i`` (rendered).
+BILLABLE_EVENTS = frozenset({"viewable", "rendered"})
+#: What a token from before version 4 bills on (every impression billed on render then).
+LEGACY_BILLABLE_EVENT = "rendered"
 
-_VERSION = 3
+_VERSION = 4
+#: Version 3: as 4 without the billable event (reads as ``rendered``).
+_VERSION_NO_BILLABLE_EVENT = 3
 #: Version 2: as 3 without the expected cost.
 _VERSION_NO_EXPECTED = 2
 #: Version 1 priced a CPM impression in whole micros (price per impression).
@@ -93,12 +103,16 @@ class TokenClaims:
     ``issued_at`` and ``expires_at`` are unix seconds; the token is valid while
     ``now < expires_at``. ``expected_micros`` is the serve's expected cost in micros as
     the budget counted it (DESIGN.md §The funnel, step 7); None in older tokens.
+    ``billable_event``: ``viewable`` or ``rendered``, the beacon that bills the
+    impression (the campaign's setting when it was served; ``rendered`` in tokens from
+    before version 4).
 
     Raises:
         ValueError: on construction, for a field outside its domain: impression id
             not 1-64 of ``[A-Za-z0-9_-]``, ids or price negative or above int64,
             unknown billing type, placement empty or over 200 characters, negative
-            times or ``expires_at < issued_at``.
+            times or ``expires_at < issued_at``, a billable event other than
+            ``viewable`` or ``rendered``.
     """
 
     impression_id: str
@@ -110,6 +124,7 @@ class TokenClaims:
     issued_at: int
     expires_at: int
     expected_micros: int | None = None
+    billable_event: str = LEGACY_BILLABLE_EVENT
 
     def __post_init__(self) -> None:
         if not isinstance(self.impression_id, str) or not _IMPRESSION_ID.fullmatch(
@@ -141,6 +156,9 @@ class TokenClaims:
         if e is not None and (isinstance(e, bool) or not isinstance(e, int)
                               or not 0 <= e <= _INT64_MAX):
             raise ValueError(f"expected_micros: an int in [0, 2**63 - 1] or None, got {e!r}")
+        if not isinstance(self.billable_event, str) or self.billable_event not in BILLABLE_EVENTS:
+            raise ValueError(f"billable_event: viewable or rendered, got "
+                             f"{self.billable_event!r:.40}")
 
 
 def new_impression_id() -> str:
@@ -156,7 +174,7 @@ def sign(claims: TokenClaims, key: bytes) -> str:
             :data:`MAX_TOKEN_CHARS` (a very long placement name).
     """
     _check_key(key)
-    payload = msgspec.json.encode([_VERSION, *_claim_fields(claims)])
+    payload = msgspec.json.encode([_VERSION, *_claim_fields(claims), claims.billable_event])
     body = _b64encode(payload)
     token = f"{body}.{_b64encode(_mac(key, body))}"
     if len(token) > MAX_TOKEN_CHARS:
@@ -294,7 +312,8 @@ def _open(token: object) -> tuple[str, bytes, bytes]:
 
 
 def _claim_fields(claims: TokenClaims) -> list[object]:
-    """The claims in wire order (after the version)."""
+    """The nine claims a click id carries, in wire order (a serve token adds its
+    billable event after them: a conversion does not depend on it)."""
     return [claims.impression_id, claims.ad_id, claims.campaign_id, claims.price_micros,
             claims.billing_type, claims.placement, claims.issued_at, claims.expires_at,
             claims.expected_micros]
@@ -357,7 +376,7 @@ def _decode_fields(payload: bytes) -> list[object]:
 
 
 def _claims(fields: Sequence[object]) -> TokenClaims:
-    """Claims from their nine wire fields, else ``malformed``."""
+    """Claims from their nine wire fields (a click id's), else ``malformed``."""
     try:
         return TokenClaims(*fields)  # type: ignore[arg-type]
     except (ValueError, TypeError):
@@ -367,7 +386,8 @@ def _claims(fields: Sequence[object]) -> TokenClaims:
 def _decode_claims(payload: bytes) -> TokenClaims:
     fields = _decode_fields(payload)
     version = fields[0]
-    want = {_VERSION: 10, _VERSION_NO_EXPECTED: 9, _VERSION_PER_IMPRESSION: 9}
+    want = {_VERSION: 11, _VERSION_NO_BILLABLE_EVENT: 10, _VERSION_NO_EXPECTED: 9,
+            _VERSION_PER_IMPRESSION: 9}
     if type(version) is not int or want.get(version) != len(fields):
         raise InvalidToken("malformed")
     try:

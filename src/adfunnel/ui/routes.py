@@ -372,6 +372,7 @@ def _campaign_body(form: dict[str, str], viewer: Viewer) -> dict[str, Any]:
         "time_zone": form.get("time_zone", "UTC").strip() or "UTC",
         "flight_start": form.get("flight_start", ""),
         "pacing_mode": form.get("pacing_mode", "even"),
+        "billable_event": form.get("billable_event", "viewable"),
     }
     end = form.get("flight_end", "").strip()
     if end:
