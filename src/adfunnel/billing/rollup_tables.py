@@ -4,7 +4,7 @@ Alembic migration 0007 creates them. Both are derived from ``ledger`` and ``ledg
 and may be dropped and rebuilt at any time (``refresh`` of every hour):
 
 - ``rollup_hourly``: per UTC quarter-hour and (campaign, ad, placement) the valid events and
-  their billed and absorbed micros, and the valid render and viewable events (0016);
+  their billed and absorbed micros, and the valid render and viewable events (0017);
   ``advertiser_id`` is the campaign's (0 when the campaign row is missing);
 - ``rollup_hourly_ivt``: per UTC quarter-hour, (campaign, ad, placement), event type and reason
   code, the number of invalid events (never billed).
@@ -36,7 +36,7 @@ rollup_hourly = Table(
     Column("conversions", BigInteger, nullable=False),
     Column("billed_micros", BigInteger, nullable=False),
     Column("absorbed_micros", BigInteger, nullable=False),
-    # migration 0016: valid render and viewable events (measurement, never billed)
+    # migration 0017: valid render and viewable events (measurement, never billed)
     Column("rendered", BigInteger, nullable=False, server_default="0"),
     Column("viewable", BigInteger, nullable=False, server_default="0"),
     PrimaryKeyConstraint("hour", "campaign_id", "ad_id", "placement", name="pk_rollup_hourly"),

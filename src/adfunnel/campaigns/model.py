@@ -61,7 +61,7 @@ class BillableEvent(StrEnum):
     RENDERED = "rendered"
 
 
-#: The billable event of campaigns stored before the field existed (migration 0016)
+#: The billable event of campaigns stored before the field existed (migration 0017)
 #: and of change-log payloads without it: they billed every rendered impression.
 LEGACY_BILLABLE_EVENT = BillableEvent.RENDERED
 

@@ -66,7 +66,7 @@ campaigns = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
     # last, as migration 0008 added it: a conversion bills within this after its click
     Column("attribution_window_s", Integer, nullable=False, server_default="604800"),
-    # migration 0016: the beacon that bills an impression; rows from before bill on render
+    # migration 0017: the beacon that bills an impression; rows from before bill on render
     Column("billable_event", String(16), nullable=False, server_default="rendered"),
     Index("ix_campaigns_advertiser", "advertiser_id"),
     sqlite_autoincrement=True,
