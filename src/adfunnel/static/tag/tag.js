@@ -19,6 +19,8 @@
   var serial = 0;
   var scanQueued = false;
   var memoryUser = null;
+  // the server's time for a decision (its own default when unset): <script data-adf-deadline-ms>
+  var deadlineMs = parseInt((me && me.getAttribute("data-adf-deadline-ms")) || api.deadlineMs, 10);
 
   function fail(e) {
     api.errors += 1;
@@ -265,6 +267,7 @@
       placement: {id: placement, domain: w.location.hostname || undefined},
       slots: slots
     };
+    if (deadlineMs > 0) { body.deadline_ms = deadlineMs; }
     w.fetch(base + "/v1/ads:select", {
       method: "POST", credentials: "omit", mode: "cors",
       headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)
