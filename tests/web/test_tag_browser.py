@@ -345,8 +345,6 @@ def test_an_origin_the_placement_does_not_allow_gets_no_ad(
 
 def test_load_and_a_growing_feed_fill_later_placeholders(
         browser: Any, publisher: str, hostile: str) -> None:
-    from playwright.sync_api import expect
-
     slots = json.dumps([[hostile, "native", 600, 160]])
     visit = Visit(browser, f"{publisher}/?slots={slots}")
     filled(visit, f"#{hostile}-0")
@@ -409,7 +407,8 @@ def test_viewable_impressions_follow_the_mrc_rule(server: ServerProcess, browser
     assert after["demo-bottom"]["impressions"] - before["demo-bottom"]["impressions"] == 1
     rendered = sum(visit.fired(ad["impression_url"]) for ad in ads.values())
     viewable = sum(visit.fired(ad["viewable_url"]) for ad in ads.values())
-    print(f"demo page viewability (browser): {viewable}/{rendered} ads viewable; server: "
-          + ", ".join(f"{p}: {json.dumps({k: v for k, v in after[p].items() if 'view' in k or 'render' in k})}"
-                      for p in campaigns))
+    counted = {p: {k: v for k, v in after[p].items() if "view" in k or "render" in k}
+               for p in campaigns}
+    print(f"demo page viewability (browser): {viewable}/{rendered} ads viewable; "
+          f"server: {json.dumps(counted)}")
     visit.close()
