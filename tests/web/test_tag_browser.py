@@ -27,7 +27,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from adfunnel.sim.server_proc import ServerProcess
@@ -107,45 +107,71 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
-@pytest.fixture(scope="module")
-def publisher(server: ServerProcess) -> Iterator[str]:
+class Publisher:
     """Another origin (a page server on its own port) whose pages embed the tag, under a
-    strict CSP that allows the ad server's origin and nothing else but their own."""
+    strict CSP that allows the ad server's origin and its own only. ``GET /?slots=JSON``:
+    a page with one placeholder per ``[placement, format, width, height]`` (``["gap"]``:
+    3,000 px of text-free space); ``GET /vi?t=…`` counts hits (``hits``)."""
+
+    def __init__(self, url: str, hits: list[str]) -> None:
+        self.url = url
+        self.hits = hits
+
+
+@pytest.fixture(scope="module")
+def publisher(server: ServerProcess) -> Iterator[Publisher]:
     ads = server.url
-    csp = (f"default-src 'none'; script-src {ads}; connect-src {ads}; img-src {ads}; "
-           f"frame-src {ads}; style-src 'self'; base-uri 'none'")
+    csp = (f"default-src 'none'; script-src {ads}; connect-src {ads} 'self'; "
+           f"img-src {ads}; frame-src {ads}; style-src 'self'; base-uri 'none'")
+    hits: list[str] = []
+
+    def slot(i: int, spec: list[Any]) -> str:
+        if spec == ["gap"]:
+            return '<div class="gap"></div>'
+        p, f, w, h = spec
+        return (f'<div id="{p}-{i}" data-adf-placement="{p}" data-adf-format="{f}" '
+                f'data-adf-width="{w}" data-adf-height="{h}"></div>')
 
     async def page(request: Request) -> HTMLResponse:
-        slots = "".join(
-            f'<div id="{p}-{i}" data-adf-placement="{p}" data-adf-format="{f}" '
-            f'data-adf-width="{w}" data-adf-height="{h}"></div>'
-            for i, (p, f, w, h) in enumerate(json.loads(request.query_params["slots"])))
+        slots = "".join(slot(i, spec) for i, spec in
+                        enumerate(json.loads(request.query_params["slots"])))
         html = (f'<!doctype html><html><head><meta charset="utf-8"><title>publisher</title>'
+                f'<link rel="stylesheet" href="/style.css">'
                 f'<script async src="{ads}/tag.js"></script></head>'
                 f"<body><h1>A publisher's page</h1>{slots}</body></html>")
         return HTMLResponse(html, headers={"content-security-policy": csp})
 
+    async def style(_: Request) -> Response:
+        return Response(".gap { height: 3000px; }", media_type="text/css")
+
+    async def viewable(request: Request) -> Response:
+        hits.append(request.query_params["t"])
+        return Response(status_code=204, headers={"access-control-allow-origin": "*"})
+
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
-    app = Starlette(routes=[Route("/", page), Route("/healthz", healthz)])
+    app = Starlette(routes=[Route("/", page), Route("/style.css", style),
+                            Route("/vi", viewable), Route("/healthz", healthz)])
     with serving(app) as url:
-        yield url
+        yield Publisher(url, hits)
 
 
 @pytest.fixture(scope="module")
-def hostile(admin: Admin, publisher: str) -> str:
-    """A placement the publisher's origin may use, filled by a native ad whose title and
-    body are markup and script; returns the placement id."""
-    admin.post("/v1/placements", {"id": "pub-feed", "name": "Publisher feed",
-                                  "allowed_origins": [publisher],
-                                  "allowed_formats": ["native"]})
+def hostile(admin: Admin, publisher: Publisher) -> str:
+    """Placements the publisher's origin may use (``pub-feed``, ``pub-low``), filled by a
+    native ad whose title and body are markup and script; returns ``pub-feed``."""
+    for placement in ("pub-feed", "pub-low"):
+        admin.post("/v1/placements", {"id": placement, "name": f"Publisher {placement}",
+                                      "allowed_origins": [publisher.url],
+                                      "allowed_formats": ["native"]})
     advertiser = admin.post("/v1/advertisers", {"name": "Hostile texts"})
     campaign = admin.post("/v1/campaigns", {
         "advertiser_id": advertiser["id"], "name": "Markup in native texts",
         "objective": "clicks", "bid_type": "CPM", "bid_micros": 3_000_000,
         "daily_budget_micros": 50_000_000, "time_zone": "UTC", "flight_start": "2024-01-01",
-        "pacing_mode": "accelerated", "targeting": {"attr": "placement", "in": ["pub-feed"]}})
+        "pacing_mode": "accelerated",
+        "targeting": {"attr": "placement", "in": ["pub-feed", "pub-low"]}})
     admin.post(f"/v1/campaigns/{campaign['id']}/ads", {
         "landing_url": "https://advertiser.example/", "format": "native", "width": 600,
         "height": 160, "creative": {"type": "native", "title": HOSTILE_TITLE,
@@ -159,7 +185,8 @@ class Visit:
     messages, every request it sends and every response it gets, and the ads the tag
     rendered (the tag's ``adfunnel:rendered`` events, recorded by an init script)."""
 
-    def __init__(self, browser: Any, url: str, *, height: int = 900) -> None:
+    def __init__(self, browser: Any, url: str, *, height: int = 900,
+                 before: Any = None) -> None:
         self.context = browser.new_context(user_agent=BROWSER_UA,
                                            viewport={"width": 1280, "height": height})
         self.context.add_init_script(
@@ -174,6 +201,8 @@ class Visit:
         self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
         self.page.on("request", lambda r: self.requests.append(r.url))
         self.page.on("response", lambda r: self.responses.append((r.url, r.status, r.headers)))
+        if before is not None:  # e.g. routes, set before the page loads
+            before(self.page)
         self.first = self.page.goto(url)
 
     def rendered(self) -> dict[str, dict[str, Any]]:
@@ -295,11 +324,11 @@ def test_click_lands_with_its_click_id_and_a_conversion_bills_once(
 
 
 def test_native_markup_shows_as_text_and_runs_nowhere(
-        browser: Any, publisher: str, hostile: str) -> None:
+        browser: Any, publisher: Publisher, hostile: str) -> None:
     from playwright.sync_api import expect
 
     slots = json.dumps([[hostile, "native", 600, 160]])
-    visit = Visit(browser, f"{publisher}/?slots={slots}")
+    visit = Visit(browser, f"{publisher.url}/?slots={slots}")
     filled(visit, f"#{hostile}-0")
     box = visit.page.locator(f"#{hostile}-0")
     expect(box.locator(".adf-title")).to_have_text(HOSTILE_TITLE)
@@ -314,18 +343,18 @@ def test_native_markup_shows_as_text_and_runs_nowhere(
     beacon = [r for r in visit.responses if r[0] == urljoin(visit.first.url, ad["impression_url"])
               or r[0].endswith(ad["impression_url"])]
     assert beacon and beacon[0][1] in (200, 204)
-    assert beacon[0][2].get("access-control-allow-origin") == publisher
+    assert beacon[0][2].get("access-control-allow-origin") == publisher.url
     assert not [m for m in visit.console if "Content Security Policy" in m]
     visit.close()
 
 
 def test_an_origin_the_placement_does_not_allow_gets_no_ad(
-        server: ServerProcess, browser: Any, publisher: str, hostile: str) -> None:
+        server: ServerProcess, browser: Any, publisher: Publisher, hostile: str) -> None:
     from playwright.sync_api import expect
 
     # the publisher's origin may use pub-feed (so its preflight passes), not demo-top
     slots = json.dumps([["demo-top", "banner", 728, 90]])
-    visit = Visit(browser, f"{publisher}/?slots={slots}")
+    visit = Visit(browser, f"{publisher.url}/?slots={slots}")
     box = visit.page.locator("#demo-top-0")
     expect(box).to_have_attribute("data-adf-state", "empty")
     expect(box).to_have_class("adf-empty")
@@ -333,7 +362,7 @@ def test_an_origin_the_placement_does_not_allow_gets_no_ad(
     # the browser asked (a failed CORS read: the page sees no answer at all), and the
     # server's answer to that origin is the refusal
     assert [u for u in visit.requests if u.endswith("/v1/ads:select")]
-    refused = httpx.post(f"{server.url}/v1/ads:select", headers={"origin": publisher},
+    refused = httpx.post(f"{server.url}/v1/ads:select", headers={"origin": publisher.url},
                          json={"user": {"key": "u"}, "placement": {"id": "demo-top"},
                                "slots": [{"id": "s1", "position": 1, "width": 728,
                                           "height": 90}]})
@@ -344,9 +373,9 @@ def test_an_origin_the_placement_does_not_allow_gets_no_ad(
 
 
 def test_load_and_a_growing_feed_fill_later_placeholders(
-        browser: Any, publisher: str, hostile: str) -> None:
+        browser: Any, publisher: Publisher, hostile: str) -> None:
     slots = json.dumps([[hostile, "native", 600, 160]])
-    visit = Visit(browser, f"{publisher}/?slots={slots}")
+    visit = Visit(browser, f"{publisher.url}/?slots={slots}")
     filled(visit, f"#{hostile}-0")
     add = ("(id) => { const d = document.createElement('div'); d.id = id;"
            " d.setAttribute('data-adf-placement', 'pub-feed');"
@@ -411,4 +440,57 @@ def test_viewable_impressions_follow_the_mrc_rule(server: ServerProcess, browser
                for p in campaigns}
     print(f"demo page viewability (browser): {viewable}/{rendered} ads viewable; "
           f"server: {json.dumps(counted)}")
+    visit.close()
+
+
+def test_the_tag_fires_viewable_url_by_the_mrc_rule(browser: Any, publisher: Publisher,
+                                                    hostile: str) -> None:
+    """The tag's own timing, whatever the server bills: each answer's ``viewable_url`` is
+    fired once, after one continuous second with half the ad in view. The real select
+    answer passes through the browser with ``viewable_url`` added (pointing at the
+    publisher's counter), as a server with viewability sends it."""
+    slots = json.dumps([[hostile, "native", 600, 160], ["gap"], ["pub-low", "native", 600, 160]])
+
+    def add_viewable_url(route: Any) -> None:
+        answer = route.fetch()
+        if answer.status != 200:
+            route.fulfill(response=answer)
+            return
+        body = answer.json()
+        for ad in body["ads"]:
+            ad["viewable_url"] = f"{publisher.url}/vi?t={ad['token']}"
+        route.fulfill(response=answer, json=body)
+
+    del publisher.hits[:]
+    visit = Visit(browser, f"{publisher.url}/?slots={slots}",
+                  before=lambda p: p.route("**/v1/ads:select", add_viewable_url))
+    page = visit.page
+    filled(visit, f"#{hostile}-0", "#pub-low-2")
+    tokens = {el: page.locator(f"#{el} a").get_attribute("href").split("t=", 1)[1]
+              for el in (f"{hostile}-0", "pub-low-2")}
+    page.wait_for_timeout(1400)
+    assert publisher.hits == [tokens[f"{hostile}-0"]]  # the top one, once
+
+    # half a second in view, then away: not viewable
+    page.evaluate("document.getElementById('pub-low-2').scrollIntoView({block: 'center'})")
+    page.wait_for_timeout(500)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.wait_for_timeout(1400)
+    assert tokens["pub-low-2"] not in publisher.hits
+
+    # 40 % in view (below the 50 % line) for two seconds: not viewable
+    page.evaluate("const r = document.getElementById('pub-low-2').getBoundingClientRect();"
+                  "window.scrollBy(0, r.top - window.innerHeight + 0.4 * r.height)")
+    page.wait_for_timeout(2000)
+    assert tokens["pub-low-2"] not in publisher.hits
+
+    # one continuous second in view: viewable, once
+    page.evaluate("document.getElementById('pub-low-2').scrollIntoView({block: 'center'})")
+    page.wait_for_timeout(1400)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.wait_for_timeout(300)
+    page.evaluate("document.getElementById('pub-low-2').scrollIntoView({block: 'center'})")
+    page.wait_for_timeout(1400)
+    assert sorted(publisher.hits) == sorted(tokens.values())
+    assert page.evaluate("window.adfunnel.errors") == 0
     visit.close()
