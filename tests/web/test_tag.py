@@ -107,10 +107,12 @@ def test_demo_pages_are_open_and_strict(client: TestClient) -> None:
 
 
 def test_demo_switch() -> None:
-    assert demo_enabled(load_settings())  # the embedded default store
-    assert not demo_enabled(load_settings(database_url="sqlite:///elsewhere.sqlite3"))
-    assert demo_enabled(load_settings(database_url="sqlite:///elsewhere.sqlite3", demo=True))
-    assert not demo_enabled(load_settings(demo=False))
+    secret = {"token_secret": "s" * 40}  # else one is written beside the default store
+    assert demo_enabled(load_settings(**secret))  # the embedded default store
+    assert not demo_enabled(load_settings(database_url="sqlite:///elsewhere.sqlite3", **secret))
+    assert demo_enabled(load_settings(database_url="sqlite:///elsewhere.sqlite3", demo=True,
+                                      **secret))
+    assert not demo_enabled(load_settings(demo=False, **secret))
 
 
 def test_without_the_demo_there_is_no_demo_page() -> None:

@@ -279,9 +279,13 @@ def test_demo_page_renders_image_native_and_html(server: ServerProcess, browser:
     assert page.evaluate("window.adfunnel.errors") == 0
     assert not [m for m in visit.console if "Content Security Policy" in m or "Refused" in m]
     shots = os.environ.get("ADFUNNEL_SCREENSHOT_DIR")
-    if shots:
+    if shots:  # the top of the article down to the in-feed ad
+        page.set_viewport_size({"width": 1100, "height": 1000})
         page.evaluate("window.scrollTo(0, 0)")
-        page.screenshot(path=str(Path(shots) / "demo.png"))
+        feed_bottom = page.evaluate(
+            "document.getElementById('ad-feed').getBoundingClientRect().bottom")
+        page.screenshot(path=str(Path(shots) / "demo.png"), full_page=True,
+                        clip={"x": 0, "y": 0, "width": 1100, "height": feed_bottom + 40})
     visit.close()
 
 
