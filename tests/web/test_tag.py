@@ -84,8 +84,9 @@ def test_the_frame_shows_the_html_ad_of_a_token_sandboxed(client: TestClient,
     assert CLICK_URL_MACRO in held.markup
     assert CLICK_URL_MACRO not in r.text
     assert f'href="http://testserver/c?t={ad["token"]}"' in r.text
-    assert client.get("/f?t=forged.token").status_code == 404
-    assert client.get("/f").status_code == 404
+    forged = client.get("/f?t=forged.token")
+    assert forged.status_code == 404 and forged.json()["fields"][0]["field"] == "t"
+    assert client.get("/f").status_code == 422
     # a banner ad's token shows no frame
     top = client.post("/v1/ads:select", json={
         "user": {"key": "u1"}, "placement": {"id": "demo-top"},

@@ -378,6 +378,8 @@ def test_an_origin_the_placement_does_not_allow_gets_no_ad(
 
 def test_load_and_a_growing_feed_fill_later_placeholders(
         browser: Any, publisher: Publisher, hostile: str) -> None:
+    from playwright.sync_api import expect
+
     slots = json.dumps([[hostile, "native", 600, 160]])
     visit = Visit(browser, f"{publisher.url}/?slots={slots}")
     filled(visit, f"#{hostile}-0")
@@ -393,6 +395,13 @@ def test_load_and_a_growing_feed_fill_later_placeholders(
     visit.page.evaluate(f"({add})('by-observer')")  # the MutationObserver finds this one
     filled(visit, "#by-load", "#by-observer")
     assert visit.page.evaluate("window.adfunnel.errors") == 0
+    # a placeholder without a size is left empty, with a warning, and spoils no other
+    visit.page.evaluate(f"() => {{ ({add})('sized'); const d = ({add})('no-size');"
+                        " d.removeAttribute('data-adf-height'); window.adfunnel.load(); }")
+    expect(visit.page.locator("#no-size")).to_have_attribute("data-adf-state", "empty")
+    filled(visit, "#sized")
+    assert visit.page.evaluate("window.adfunnel.errors") == 1
+    assert any("has no size" in m for m in visit.console)
     visit.close()
 
 

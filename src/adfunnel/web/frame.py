@@ -9,7 +9,8 @@ opened on its own, outside the tag's iframe.
 
 The token is the select answer's (``ad.token``): it names the ad, whose markup is read
 from the serving catalogue. An expired token still shows its ad (a page left open); one
-that is not ours, or of an ad without html, gets an empty 404 document.
+that is not ours, or of an ad without html, gets 404 ``not_found`` naming ``t`` (the JSON
+error of every route), a request without one 422.
 
 Macro: ``%%CLICK_URL%%`` in the markup becomes the ad's click URL (``/c?t=TOKEN``,
 absolute), HTML-escaped for an attribute value, so ``<a href="%%CLICK_URL%%"
@@ -24,10 +25,11 @@ from typing import Any
 from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from adfunnel.campaigns.creative import HtmlCreative
+from adfunnel.http_errors import error_response
 from adfunnel.tracking.token import InvalidToken, verify
 
 FRAME_PATH = "/f"
@@ -56,13 +58,13 @@ def frame_route(ad_of: Callable[[int], Any], keys: Callable[[], tuple[bytes, tup
     ``keys()``: the token key and previous keys; ``now_s()``: unix seconds of the
     domain clock; ``public_base_url``: the origin of click URLs (else the request's)."""
 
-    def not_found() -> HTMLResponse:
-        return HTMLResponse(f"{_HEAD}</body></html>", status_code=404, headers=_HEADERS)
+    def not_found() -> Response:
+        return error_response(404, "not_found", [("t", "no html ad for this token")])
 
-    async def frame(request: Request) -> HTMLResponse:
+    async def frame(request: Request) -> Response:
         token = request.query_params.get("t")
         if not token:
-            return not_found()
+            return error_response(422, "validation", [("t", "required")])
         key, previous = keys()
         try:
             claims = verify(token, key, now_s(), previous)

@@ -216,6 +216,7 @@
   }
 
   function fill(el, ad) {
+    if (!d.documentElement.contains(el)) { return; }  // gone from the page: not rendered
     var box = build(ad);
     if (!box) {
       fail("ad " + ad.ad_id + ": no creative this tag can show");
@@ -243,13 +244,18 @@
     var keywords = [];
     for (var i = 0; i < els.length; i++) {
       var el = els[i];
+      var width = intAttr(el, "data-adf-width", el.clientWidth);
+      var height = intAttr(el, "data-adf-height", el.clientHeight);
+      if (!(width > 0 && height > 0)) {  // one slot without a size would void the request
+        fail("a placeholder of " + placement + " has no size (data-adf-width/height)");
+        empty([el]);
+        continue;
+      }
       var id = "s" + (++serial);
       var position = positions[placement] = (positions[placement] || 0) + 1;
       bySlot[id] = el;
       slots.push({
-        id: id, position: Math.min(position, 30),
-        width: intAttr(el, "data-adf-width", el.clientWidth),
-        height: intAttr(el, "data-adf-height", el.clientHeight),
+        id: id, position: Math.min(position, 30), width: width, height: height,
         format: el.getAttribute("data-adf-format") || "banner"
       });
       var kw = (el.getAttribute("data-adf-keywords") || "").split("|");
@@ -258,6 +264,7 @@
         if (word && keywords.indexOf(word) < 0) { keywords.push(word); }
       }
     }
+    if (!slots.length) { return; }
     var attributes = {};
     var lang = languages();
     if (lang) { attributes.language = lang; }
