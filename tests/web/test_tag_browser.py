@@ -456,10 +456,17 @@ def test_viewable_impressions_follow_the_mrc_rule(server: ServerProcess, browser
     visit.close()
 
 
+#: Headless Chromium's pages are always visible: the page's visibility as a browser
+#: reports it when the tab goes to the background, and the event it fires then.
+_SET_HIDDEN = ("Object.defineProperty(document, 'hidden', {configurable: true, get: () => %s});"
+               "document.dispatchEvent(new Event('visibilitychange'))")
+
+
 def test_the_tag_fires_viewable_url_by_the_mrc_rule(browser: Any, publisher: Publisher,
                                                     hostile: str) -> None:
     """The tag's own timing, whatever the server bills: each answer's ``viewable_url`` is
-    fired once, after one continuous second with half the ad in view. The real select
+    fired once, after one continuous second with half the ad in view while the page is
+    visible. The real select
     answer passes through the browser with ``viewable_url`` added (pointing at the
     publisher's counter), as a server with viewability sends it."""
     slots = json.dumps([[hostile, "native", 600, 160], ["gap"], ["pub-low", "native", 600, 160]])
@@ -497,9 +504,17 @@ def test_the_tag_fires_viewable_url_by_the_mrc_rule(browser: Any, publisher: Pub
     page.wait_for_timeout(2000)
     assert tokens["pub-low-2"] not in publisher.hits
 
-    # one continuous second in view: viewable, once
+    # in view, but the page hidden after half a second (another tab): the second stops
     page.evaluate("document.getElementById('pub-low-2').scrollIntoView({block: 'center'})")
+    page.wait_for_timeout(500)
+    page.evaluate(_SET_HIDDEN % "true")
     page.wait_for_timeout(1400)
+    assert tokens["pub-low-2"] not in publisher.hits
+    # visible again: one continuous second from then makes it viewable, once
+    page.evaluate(_SET_HIDDEN % "false")
+    page.wait_for_timeout(600)
+    assert tokens["pub-low-2"] not in publisher.hits  # the hidden time did not count
+    page.wait_for_timeout(800)
     page.evaluate("window.scrollTo(0, 0)")
     page.wait_for_timeout(300)
     page.evaluate("document.getElementById('pub-low-2').scrollIntoView({block: 'center'})")
