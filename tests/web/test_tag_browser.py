@@ -297,7 +297,9 @@ def test_click_lands_with_its_click_id_and_a_conversion_bills_once(
     before = admin.report(top_campaign)
     visit = Visit(browser, f"{server.url}/demo")
     filled(visit, "#ad-top")
-    visit.page.wait_for_timeout(1000)  # a person reads first: quicker clicks are not billed
+    # a person reads first (quicker clicks are invalid traffic), and the ad is viewable
+    # (its billable impression is in) by the time they click
+    visit.page.wait_for_timeout(1500)
     with visit.context.expect_page() as opened:
         visit.page.click("#ad-top a")
     landing = opened.value
