@@ -63,7 +63,10 @@ def test_the_document_covers_every_route(document: dict) -> None:
                          ("/v1/ledger/stats", "get"), ("/v1/admin/clock", "put"),
                          ("/metrics", "get"), ("/healthz", "get"), ("/v1/api-keys", "post"),
                          ("/v1/campaigns/{campaign_id}", "delete"),
-                         ("/v1/review/ads", "get"), ("/tag.js", "get"), ("/f", "get")]:
+                         ("/v1/review/ads", "get"), ("/v1/creatives", "post"),
+                         ("/v1/creatives/{upload_id}", "get"),
+                         ("/creatives/files/{name}", "get"), ("/tag.js", "get"),
+                         ("/f", "get")]:
         assert method in paths.get(path, {}), (path, method)
 
 

@@ -7,11 +7,15 @@ bytes it would have read itself. Every body but a form's (whose JSON fields the
 dashboard checks itself, ``adfunnel.ui.forms``) is checked for its nesting depth
 (:mod:`adfunnel.json_depth`): FastAPI's ``json.loads`` and the routes that decode their
 own body (``PUT /v1/admin/clock``) never see a document too deep to decode.
+
+A route may have a limit of its own (``routes``: path -> (bytes, field named), the
+creative upload's ``file``), higher or lower than the app's, enforced the same way.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from adfunnel.json_depth import MAX_JSON_DEPTH, nesting_problem
@@ -23,20 +27,24 @@ Message = dict[str, Any]
 class BodyLimit:
     """Wraps an ASGI app; bodies over ``max_bytes`` get 413 ``{"error": "too_large", ...}``,
     bodies nested deeper than ``max_depth`` levels 422 ``{"error": "validation", ...}``
-    naming the member that holds the excess."""
+    naming the member that holds the excess. ``routes`` maps a path to its own limit
+    and the field a refusal names (``body`` elsewhere)."""
 
-    def __init__(self, app: Any, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> None:
+    def __init__(self, app: Any, max_bytes: int, max_depth: int = MAX_JSON_DEPTH,
+                 routes: Mapping[str, tuple[int, str]] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.max_depth = max_depth
+        self.routes = dict(routes or {})
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
+        limit, field = self.routes.get(scope.get("path", ""), (self.max_bytes, "body"))
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _refuse(send, limit, field)
             return
         chunks: list[bytes] = []
         size = 0
@@ -47,8 +55,8 @@ class BodyLimit:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(send)
+            if size > limit:  # refused as it arrives: never buffered past the limit
+                await _refuse(send, limit, field)
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -69,11 +77,12 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Any) -> None:
-        await _send_json(send, 413, {
-            "error": "too_large",
-            "fields": [{"field": "body", "problem": f"over {self.max_bytes} bytes"}],
-        })
+
+async def _refuse(send: Any, limit: int, field: str) -> None:
+    await _send_json(send, 413, {
+        "error": "too_large",
+        "fields": [{"field": field, "problem": f"over {limit} bytes"}],
+    })
 
 
 #: Content types whose body is not JSON (a form's JSON fields are checked by its route).

@@ -48,11 +48,11 @@ from collections import Counter
 from datetime import date, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from sqlalchemy import Engine
 
 from adfunnel.api import access
-from adfunnel.api.creatives import UploadUrl, creative_of
+from adfunnel.api.creatives import UploadLookup, creative_of
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
@@ -212,7 +212,7 @@ def _ecpm(billed_micros: int, impressions: int) -> int:
 
 def make_advertiser_router(
     store: CampaignStore, ledger: Ledger, clock: Clock, settings_like: object = None,
-    rollups: RollupStore | None = None, upload_url: UploadUrl | None = None,
+    rollups: RollupStore | None = None, uploads: UploadLookup | None = None,
 ) -> APIRouter:
     """The advertiser API routes over ``store`` (records), ``ledger`` (reports) and
     ``rollups`` (rollup reports, :mod:`adfunnel.api.reports`).
@@ -221,8 +221,9 @@ def make_advertiser_router(
     ``report_max_days`` (int). ``rollups`` defaults to the SQL rollup store of the
     campaign store's database when it has one (``SqlCampaignStore.engine``: the
     embedded runtime's database, where the rollups also join ``campaigns``); without
-    either there are no rollup routes. ``upload_url`` gives an uploaded image's public URL
-    (an image creative's ``upload_id``; none: uploads are refused). The app must also call
+    either there are no rollup routes. ``uploads`` finds an advertiser's uploaded image
+    (an image creative's ``upload_id``, :mod:`adfunnel.api.creatives`; none: every
+    ``upload_id`` is unknown). The app must also call
     :func:`adfunnel.api.errors.install_error_handlers`.
     """
     router = APIRouter(tags=["advertiser"], dependencies=[Depends(known_query_only)])
@@ -367,8 +368,9 @@ def make_advertiser_router(
     # --- ads --------------------------------------------------------------------------
 
     @router.post("/v1/campaigns/{campaign_id}/ads", status_code=201, response_model=AdOut)
-    def create_ad(campaign_id: int, body: AdIn, who: Writer, response: Response) -> AdOut:
-        access.campaign(store, who, campaign_id, write=True)
+    def create_ad(campaign_id: int, body: AdIn, who: Writer, response: Response,
+                  request: Request) -> AdOut:
+        campaign = access.campaign(store, who, campaign_id, write=True)
         if body.status is AdStatus.ARCHIVED:
             raise validation_error(("status", "must be active or paused"))
         values = body.model_dump(exclude={"creative"})
@@ -376,7 +378,8 @@ def make_advertiser_router(
             raise validation_error(("creative_ref", "is required (or give creative)"))
         values["creative_ref"] = body.creative_ref or ""
         if body.creative is not None:
-            values["creative"] = creative_of(body.creative, upload_url)
+            values["creative"] = creative_of(body.creative, uploads, campaign.advertiser_id,
+                                             str(request.base_url))
         values["review_state"] = access.new_review_state(who, body)
         created = store.create_ad(campaign_id=campaign_id, **values)
         response.headers["Location"] = f"/v1/ads/{created.id}"
@@ -397,11 +400,13 @@ def make_advertiser_router(
         return ad_out(access.ad(store, who, ad_id))
 
     @router.patch("/v1/ads/{ad_id}", response_model=AdOut)
-    def patch_ad(ad_id: int, body: AdPatch, who: Writer) -> AdOut:
-        access.ad(store, who, ad_id, write=True)
+    def patch_ad(ad_id: int, body: AdPatch, who: Writer, request: Request) -> AdOut:
+        current = access.ad(store, who, ad_id, write=True)
         changes = access.ad_changes(who, body, _changes(body, frozenset({"creative"})))
         if body.creative is not None:
-            changes["creative"] = creative_of(body.creative, upload_url)
+            owner = store.get_campaign(current.campaign_id).advertiser_id
+            changes["creative"] = creative_of(body.creative, uploads, owner,
+                                              str(request.base_url))
         if changes.get("status") is AdStatus.ARCHIVED:
             raise validation_error(("status", "archive with DELETE /v1/ads/{id}"))
         return ad_out(store.update_ad(ad_id, changes, body.version))

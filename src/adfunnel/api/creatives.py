@@ -1,30 +1,48 @@
 """An ad's ``creative`` as the API takes it: from :class:`~adfunnel.api.schemas.CreativeIn`
 to the domain creative (``adfunnel.campaigns.creative``), an image's ``upload_id`` made
-into its public URL.
+into its public URL and size.
 
 The domain checks which fields each type needs (422 naming ``creative.<field>``); here
 only what the store cannot know: an image gives exactly one of ``url`` and ``upload_id``,
-and an ``upload_id`` names an upload this server holds.
+and an ``upload_id`` names an upload of the ad's own advertiser (another advertiser's
+answers exactly as an unknown one). An uploaded image's ``width`` and ``height`` are
+the upload's when left out (one given: the other follows the upload's aspect ratio);
+given, they may be smaller than the upload — a 600x500 upload shown at 300x250 is
+sharp on a high-density screen — but not larger, and keep its aspect ratio within a
+pixel (422 naming ``creative.width`` otherwise).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from adfunnel.api.schemas import CreativeIn
 from adfunnel.campaigns.creative import Creative, creative_from_plain
 from adfunnel.http_errors import validation_error
 
-#: upload id -> its public URL, or None for an unknown upload.
-UploadUrl = Callable[[str], str | None]
+
+@dataclass(frozen=True, slots=True)
+class UploadedImage:
+    """What an ad needs of an upload: its public URL and its size in pixels."""
+
+    url: str
+    width: int
+    height: int
 
 
-def creative_of(given: CreativeIn, upload_url: UploadUrl | None = None) -> Creative:
-    """The domain creative of an API body.
+#: (upload id, the ad's advertiser id, the request's base URL) -> that advertiser's
+#: upload, or None (unknown, or another advertiser's).
+UploadLookup = Callable[[str, int, str], UploadedImage | None]
+
+
+def creative_of(given: CreativeIn, uploads: UploadLookup | None = None,
+                advertiser_id: int = 0, base_url: str = "") -> Creative:
+    """The domain creative of an API body, for an ad of ``advertiser_id``.
 
     Raises:
-        ApiError: 422 for an image with both or neither of ``url`` and ``upload_id``, or
-            an unknown upload.
+        ApiError: 422 for an image with both or neither of ``url`` and ``upload_id``, an
+            unknown upload (or another advertiser's), or a size that does not fit it.
         InvalidChange: a field its type does not have or lacks (``creative.<field>``).
     """
     plain = given.model_dump(exclude_none=True)
@@ -32,8 +50,34 @@ def creative_of(given: CreativeIn, upload_url: UploadUrl | None = None) -> Creat
         if (given.url is None) == (given.upload_id is None):
             raise validation_error(("creative.url", "give exactly one of url and upload_id"))
         if given.upload_id is not None:
-            url = upload_url(given.upload_id) if upload_url is not None else None
-            if url is None:
+            found = (uploads(given.upload_id, advertiser_id, base_url)
+                     if uploads is not None else None)
+            if found is None:
                 raise validation_error(("creative.upload_id", "no such upload"))
-            plain["url"] = url  # kept beside upload_id: the answer carries a URL
+            plain["url"] = found.url  # kept beside upload_id: the answer carries a URL
+            plain["width"], plain["height"] = shown_size(given.width, given.height, found)
     return creative_from_plain(plain)
+
+
+def shown_size(width: int | None, height: int | None,
+               upload: UploadedImage) -> tuple[int, int]:
+    """The size an uploaded image is shown at, from the given ``width`` and ``height``.
+
+    Raises:
+        ApiError: 422 naming ``creative.width`` (or ``.height``) for a size larger than
+            the upload or of another aspect ratio.
+    """
+    full_w, full_h = upload.width, upload.height
+    if width is None and height is None:
+        return full_w, full_h
+    if width is None:
+        width = max(1, round(height * full_w / full_h))  # type: ignore[operator]
+    if height is None:
+        height = max(1, round(width * full_h / full_w))
+    if width > full_w or height > full_h:
+        field = "creative.width" if width > full_w else "creative.height"
+        raise validation_error((field, f"larger than the upload ({full_w}x{full_h})"))
+    if abs(width * full_h - height * full_w) > max(full_w, full_h):
+        raise validation_error(("creative.width", f"{width}x{height} is not the upload's "
+                                                  f"aspect ratio ({full_w}x{full_h})"))
+    return width, height

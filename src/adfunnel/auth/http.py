@@ -34,13 +34,13 @@ OPEN_PATHS = frozenset({
     "/tag.js", "/f", "/demo",  # the ad tag, an html creative's frame, the demo page
 })
 #: Path prefixes anyone may call. ``/ui`` checks its own session cookie
-#: (``adfunnel.ui``), ``/static`` holds the documents' assets, ``/demo/`` the demo's
-#: landing page and assets.
-OPEN_PREFIXES = ("/ui", "/static/", "/docs/", "/redoc/", "/demo/")
+#: (``adfunnel.ui``), ``/static`` holds the documents' assets, ``/creatives/files/``
+#: the uploaded creative images pages show, ``/demo/`` the demo's landing page and assets.
+OPEN_PREFIXES = ("/ui", "/static/", "/docs/", "/redoc/", "/creatives/files/", "/demo/")
 #: Where advertiser and reviewer keys may go at all; each route there checks the role
 #: and the advertiser. Every other protected path is the admin's.
 SHARED_AREAS = ("/v1/advertisers", "/v1/campaigns", "/v1/ads/", "/v1/review/",
-                "/v1/conversions")
+                "/v1/conversions", "/v1/creatives")
 
 #: ASGI scope key of a principal already resolved in this process: the dashboard's
 #: in-process API calls act as the viewer of a server-side session without holding the

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import Engine
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -26,12 +27,15 @@ from adfunnel.api.errors import install_error_handlers
 from adfunnel.api.keys import make_api_key_router
 from adfunnel.api.openapi import install_openapi
 from adfunnel.api.operator import make_operator_router
+from adfunnel.api.uploads import UPLOAD_PATH, Uploads, make_upload_router
 from adfunnel.auth import ApiKeys, install_auth
 from adfunnel.auth.http import bearer_key
 from adfunnel.auth.ratelimit import RateLimiter
 from adfunnel.body_limit import BodyLimit
 from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.budget.metrics import CAMPAIGNS
+from adfunnel.campaigns.image import ImageLimits
+from adfunnel.campaigns.uploads import CreativeFiles, SqlUploadStore, creative_directory
 from adfunnel.clock import INSTANT_FORMAT, ClockWentBackwards, ManualClock, parse_instant
 from adfunnel.events.served_erasure import erase_user as erase_served
 from adfunnel.frequency.store import CapStoreUnavailable
@@ -42,6 +46,7 @@ from adfunnel.runtime.heap import freeze_heap
 from adfunnel.serving.deadline import ArrivalStamp
 from adfunnel.serving.derived import client_derivation
 from adfunnel.serving.http import ServingEndpoints, error_response
+from adfunnel.settings import UPLOAD_FORM_OVERHEAD, Settings
 from adfunnel.tracking.client import parse_networks
 from adfunnel.tracking.cors import PlacementCors
 from adfunnel.tracking.http import TrackingEndpoints
@@ -81,10 +86,14 @@ def build_app(rt: Runtime) -> RequestLog:
                   description="Ad server: advertiser API, ad decisions, tracking.",
                   docs_url=None, redoc_url=None)  # served from local assets (openapi.py)
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
+    uploads = make_uploads(s, rt.engine)
+    app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes, routes={
+        UPLOAD_PATH: (s.creative_max_bytes + UPLOAD_FORM_OVERHEAD, "file")})
     # outside the body limit: no key, no body read
     install_auth(app, rt.keys, RateLimiter(s.api_rate_per_s, s.api_burst))
-    app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups))
+    app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups,
+                                              uploads.lookup))
+    app.include_router(make_upload_router(rt.store, uploads, rt.clock))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
     app.include_router(make_api_key_router(rt.keys, rt.store))
     app.include_router(make_conversion_router(rt.tracker, lambda cid: _advertiser_of(rt, cid)))
@@ -227,6 +236,16 @@ def build_app(rt: Runtime) -> RequestLog:
     cors = PlacementCors(stamped, rt.catalog.any_allowed_origins)
     return RequestLog(cors, access_log=s.access_log,
                       quiet_paths=quiet_paths(s.access_log_beacons))
+
+
+def make_uploads(s: Settings, engine: Engine) -> Uploads:
+    """Creative uploads: records in the runtime's database, files in ``creative_dir``
+    (:func:`~adfunnel.campaigns.uploads.creative_directory`), the settings' limits."""
+    limits = ImageLimits(s.creative_max_bytes, s.creative_max_width, s.creative_max_height,
+                         s.creative_max_pixels, s.creative_max_frames)
+    files = CreativeFiles(creative_directory(s.creative_dir, s.database_url))
+    return Uploads(SqlUploadStore(engine), files, limits, s.creative_url_prefix,
+                   s.public_base_url)
 
 
 def admin_header(keys: ApiKeys) -> Callable[[str | None], bool]:

@@ -39,6 +39,11 @@ class SettingsError(ValueError):
         self.problems = problems
 
 
+#: Bytes of a creative upload's multipart body beside the file itself (boundaries, part
+#: headers, the ``advertiser_id`` field): the route's body limit is the file's plus this.
+UPLOAD_FORM_OVERHEAD = 16_384
+
+
 #: Keys the process being configured needs even where their own rule would not (the
 #: ``required`` of :func:`load_settings`), read by the validators.
 _REQUIRED: ContextVar[frozenset[str]] = ContextVar("required_settings", default=frozenset())
@@ -184,6 +189,23 @@ class Settings(BaseSettings):
     demo: bool | None = None
     #: most slots one ad request may carry (a feed page sends one per placeholder)
     max_slots: int = Field(default=10, ge=1, le=100)
+    #: where uploaded creative images are stored (``POST /v1/creatives``); None: the
+    #: ``creatives`` folder beside the SQLite database file, else under the working
+    #: directory. Several servers share one (a shared volume) or serve from a CDN
+    creative_dir: str | None = None
+    #: with it, an upload's URL is this prefix + the file's name (a CDN or object store
+    #: the operator syncs ``creative_dir`` to); None: this server's ``/creatives/files/``
+    creative_url_prefix: str | None = None
+    #: an uploaded image's largest file, bytes (413 naming ``file`` above it; the
+    #: route's body limit is this plus :data:`UPLOAD_FORM_OVERHEAD`)
+    creative_max_bytes: int = Field(default=1_048_576, gt=0, le=64 * 1_048_576)
+    #: its largest width, height and pixel count (422 naming ``file``), under Pillow's
+    #: own decompression-bomb guard (``Image.MAX_IMAGE_PIXELS``, 89,478,485)
+    creative_max_width: int = Field(default=4_096, gt=0, le=65_535)
+    creative_max_height: int = Field(default=4_096, gt=0, le=65_535)
+    creative_max_pixels: int = Field(default=4_194_304, gt=0, le=89_478_485)
+    #: most frames of an animated GIF or WebP
+    creative_max_frames: int = Field(default=300, gt=0, le=10_000)
     #: derive what a browser cannot send, where the request does not give it: the
     #: country (``geo.country``) from the client address (DB-IP country lite data in
     #: ``<data dir>/geo``), ``device_type``, ``os`` and ``browser`` from the User-Agent
@@ -304,6 +326,20 @@ class Settings(BaseSettings):
         if parts.query or parts.fragment:
             raise ValueError("must have no query or fragment")
         return v.rstrip("/")
+
+    @field_validator("creative_url_prefix")
+    @classmethod
+    def _url_prefix(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        if parts.query or parts.fragment:
+            raise ValueError("must have no query or fragment")
+        return v.rstrip("/") + "/"
 
     @field_validator("ivt_held_out_lists")
     @classmethod
