@@ -197,6 +197,23 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/readyz": {"get": {
         "tags": ["probes"], "summary": "Readiness: the catalogue follows the change log",
         "responses": {"200": _json("Ready"), "503": _json("Not ready")}}},
+    "/tag.js": {"get": {
+        "tags": ["web"], "summary": "The JavaScript ad tag a page includes once",
+        "description": "Open. ETag (If-None-Match: 304) and Cache-Control: public, "
+                       "max-age=300. See README, Put ads on your site.",
+        "responses": {"200": {"description": "The tag",
+                              "content": {"application/javascript": {
+                                  "schema": {"type": "string"}}}},
+                      "304": {"description": "Not modified"}}}},
+    "/f": {"get": {
+        "tags": ["web"], "summary": "The sandboxed frame of an html ad",
+        "description": "Open. The markup of the ad a select answer's token names, its "
+                       "%%CLICK_URL%% macro replaced, with Content-Security-Policy: sandbox "
+                       "allow-scripts allow-popups allow-popups-to-escape-sandbox; 404 "
+                       "for a token that is not ours or not of an html ad.",
+        "parameters": [_TOKEN],
+        "responses": {"200": {"description": "The ad's document", "content": {"text/html": {
+            "schema": {"type": "string"}}}}, "404": _error(404), "422": _error(422)}}},
 }
 
 

@@ -31,11 +31,12 @@ from adfunnel.internal_auth import bearer_key
 OPEN_PATHS = frozenset({
     "/healthz", "/readyz", "/v1/ads:select", "/i", "/c", "/v", "/v1/bench/noop",
     "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
+    "/tag.js", "/f", "/demo",  # the ad tag, an html creative's frame, the demo page
 })
 #: Path prefixes anyone may call. ``/ui`` checks its own session cookie
 #: (``adfunnel.ui``), ``/static`` holds the documents' assets, ``/creatives/files/``
-#: the uploaded creative images pages show.
-OPEN_PREFIXES = ("/ui", "/static/", "/docs/", "/redoc/", "/creatives/files/")
+#: the uploaded creative images pages show, ``/demo/`` the demo's landing page and assets.
+OPEN_PREFIXES = ("/ui", "/static/", "/docs/", "/redoc/", "/creatives/files/", "/demo/")
 #: Where advertiser and reviewer keys may go at all; each route there checks the role
 #: and the advertiser. Every other protected path is the admin's.
 SHARED_AREAS = ("/v1/advertisers", "/v1/campaigns", "/v1/ads/", "/v1/review/",

@@ -42,6 +42,7 @@ def serve(
     caps: Annotated[str | None, typer.Option(help="Frequency caps without --redis-url on one of several serving processes: strict (capped campaigns are not served) or per-process (each counts its own: up to N x cap).", show_default=_setting("caps"))] = None,
     log_format: Annotated[str | None, typer.Option(help="Log lines on stderr: text or json.", show_default=_setting("log_format"))] = None,
     access_log: Annotated[bool | None, typer.Option("--access-log/--no-access-log", help="One log line per HTTP request.", show_default=_setting("access_log"))] = None,
+    demo: Annotated[bool | None, typer.Option("--demo/--no-demo", help="Serve /demo (an article page with three ads from this server) and seed its demo advertiser, placements and campaigns.", show_default="on with the default SQLite store only, or ADFUNNEL_DEMO")] = None,
 ) -> None:
     """Run the ad server (embedded default: every plane in one process, SQLite).
 
@@ -64,7 +65,7 @@ def serve(
              "redis_url": redis_url, "served_log_dir": served_log,
              "event_log_url": event_log, "spool_dir": spool_dir, "model_dir": model,
              "cvr_model_dir": cvr_model, "log_format": log_format, "access_log": access_log,
-             "workers": workers, "caps": caps}
+             "workers": workers, "caps": caps, "demo": demo}
     settings = _settings_or_exit(**flags)
     _configure_logging(settings)
     with _reachable_or_exit(settings):  # before the admin key is printed: one line
@@ -92,6 +93,7 @@ def serve(
     if workers <= 1:
         with _reachable_or_exit(settings):
             runtime = build_runtime(settings)
+        _seed_demo(settings, runtime.store)
         asgi = build_app(runtime)
         freeze_heap()
         with _listening_or_exit(settings.host, settings.port):
@@ -110,11 +112,34 @@ def serve(
     # the secret this process resolved (set, or kept in the data directory) for all
     os.environ.setdefault("ADFUNNEL_TOKEN_SECRET", settings.token_secret)
     os.environ["ADFUNNEL_ADMIN_KEY"] = str(settings.admin_key)  # one bootstrap key for all
+    _seed_demo(settings, None)
     address = f"http://{settings.host}:{settings.port} ({workers} workers)"
     with _listening_or_exit(settings.host, settings.port):
         status = serve_workers(settings.host, settings.port, workers,
                                on_start=lambda: log_start(settings, address))
     raise typer.Exit(status)
+
+
+def _seed_demo(settings: Settings, store: object | None) -> None:
+    """With the demo on: seed its records (on ``store``, else on a store opened here for
+    the workers to load) and say where the page is."""
+    from adfunnel.web.demo_seed import demo_base_url, demo_enabled, seed_demo
+
+    if not demo_enabled(settings):
+        return
+    if store is None:
+        from adfunnel.campaigns.sql_store import SqlCampaignStore
+        from adfunnel.clock import SystemClock
+        from adfunnel.db import make_engine
+
+        engine = make_engine(settings.database_url)
+        try:
+            seed_demo(SqlCampaignStore(engine, SystemClock()), demo_base_url(settings))
+        finally:
+            engine.dispose()
+    else:
+        seed_demo(store, demo_base_url(settings))  # type: ignore[arg-type]
+    typer.echo(f"adfunnel: demo page at {demo_base_url(settings)}/demo (--no-demo: off)")
 
 
 def tracker(

@@ -53,6 +53,7 @@ from adfunnel.tracking.cors import PlacementCors
 from adfunnel.tracking.http import TrackingEndpoints
 from adfunnel.tracking.postback import make_conversion_router
 from adfunnel.ui.mount import install_ui
+from adfunnel.web.mount import install_web
 
 
 def _advertiser_of(rt: Runtime, campaign_id: int) -> int | None:
@@ -111,6 +112,9 @@ def build_app(rt: Runtime) -> RequestLog:
     tracking = TrackingEndpoints(rt.tracker, parse_networks(s.trusted_proxies))
     for route in (*serving.routes(), *tracking.routes()):
         app.router.routes.append(route)
+    # the ad tag, the html creatives' frame and, while it is on, the demo page
+    install_web(app, s, ad_of=lambda ad_id: rt.catalog.ads.get(ad_id), tracker=rt.tracker,
+                clock=rt.clock)
     watch_metrics(rt, serving)
 
     async def healthz(_: Request) -> Response:

@@ -183,6 +183,10 @@ class Settings(BaseSettings):
     #: when set, a select answer's ``impression_url`` and ``click_url`` are absolute URLs
     #: under it (a page's tag fires them from the page's own origin); unset: relative
     public_base_url: str | None = None
+    #: the demo (``/demo``: an article page with three placements, and its demo advertiser,
+    #: placements and campaigns seeded at start): None turns it on for the embedded
+    #: default store only (``database_url`` left at its default), True on any store
+    demo: bool | None = None
     #: most slots one ad request may carry (a feed page sends one per placeholder)
     max_slots: int = Field(default=10, ge=1, le=100)
     #: where uploaded creative images are stored (``POST /v1/creatives``); None: the
