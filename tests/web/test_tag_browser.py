@@ -59,7 +59,10 @@ def _chromium() -> str:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("tag")
     env = {"ADFUNNEL_ADMIN_KEY": ADMIN_KEY, "ADFUNNEL_TOKEN_SECRET": "t" * 40,
-           "ADFUNNEL_DEMO": "true", "ADFUNNEL_SEED": "5"}
+           "ADFUNNEL_DEMO": "true", "ADFUNNEL_SEED": "5",
+           # rendered/viewable come from the rollups: refreshed often, so a report read
+           # a second after a settle counts every earlier test's beacons
+           "ADFUNNEL_ROLLUP_REFRESH_S": "0.5"}
     with ServerProcess(f"sqlite:///{tmp / 'tag.sqlite3'}", clock="system", extra_env=env,
                        log_path=tmp / "server.log", timeout_s=180) as proc:
         yield proc
@@ -415,6 +418,8 @@ def test_viewable_impressions_follow_the_mrc_rule(server: ServerProcess, browser
     top_id = admin.campaign_id(SLOTS[0].campaign)
     bottom_id = admin.campaign_id(SLOTS[2].campaign)
     campaigns = {s.placement: admin.campaign_id(s.campaign) for s in SLOTS}
+    admin.report(top_id)  # settles the ledger: earlier tests' beacons are all recorded
+    time.sleep(1.5)  # and, after a rollup refresh, counted in the reports read below
     before = {p: admin.report(c) for p, c in campaigns.items()}
     visit = Visit(browser, f"{server.url}/demo")
     filled(visit, "#ad-top", "#ad-feed", "#ad-bottom")
