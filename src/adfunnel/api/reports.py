@@ -93,15 +93,8 @@ def make_rollup_router(
 
     def span(first: date | None, last: date | None, tz: str,
              granularity: Granularity) -> tuple[date, date]:
-        last = last or local_day(clock.now(), tz)
-        first = first or last
-        if first > last:
-            raise validation_error(("from", "must be on or before to"))
-        limit = max_hourly_days if granularity == "hour" else max_days
-        if last - first >= timedelta(days=limit):
-            raise validation_error(("to", f"a {granularity}ly report spans at most "
-                                          f"{limit} days"))
-        return first, last
+        return report_span(first, last, local_day(clock.now(), tz), granularity,
+                           max_hourly_days if granularity == "hour" else max_days)
 
     @router.get("/v1/campaigns/{campaign_id}/report/rollups", response_model=RollupReportOut,
                 responses=csv_doc)
@@ -167,14 +160,9 @@ def make_placement_report_router(
         if not is_valid_zone(time_zone):
             raise validation_error(("time_zone", "must be an IANA time zone name"))
         store.get_placement(placement_id)  # 404: unknown placement
-        last = last or local_day(clock.now(), time_zone)
-        first = first or last
-        if first > last:
-            raise validation_error(("from", "must be on or before to"))
-        limit = max_hourly_days if granularity == "hour" else max_days
-        if last - first >= timedelta(days=limit):
-            raise validation_error(("to", f"a {granularity}ly report spans at most "
-                                          f"{limit} days"))
+        first, last = report_span(
+            first, last, local_day(clock.now(), time_zone), granularity,
+            max_hourly_days if granularity == "hour" else max_days)
         start, end = local_days_span(first, last, time_zone)
         rows = rollups.query(start=start, end=end, placement=placement_id,
                              granularity=granularity, group_by=group_by, time_zone=time_zone)
@@ -183,6 +171,25 @@ def make_placement_report_router(
         return _answer(request, rows, head, "placement-report.csv")
 
     return router
+
+
+def report_span(first: date | None, last: date | None, today: date,
+                granularity: Granularity, limit_days: int) -> tuple[date, date]:
+    """The local days ``first``..``last`` a report covers (each defaults: ``last`` to
+    ``today``, ``first`` to ``last``).
+
+    Raises:
+        ApiError: 422 naming ``from`` when it is after ``to``, or ``to`` when the span
+            reaches ``limit_days`` days.
+    """
+    last = last or today
+    first = first or last
+    if first > last:
+        raise validation_error(("from", "must be on or before to"))
+    if last - first >= timedelta(days=limit_days):
+        raise validation_error(("to", f"a {granularity}ly report spans at most "
+                                      f"{limit_days} days"))
+    return first, last
 
 
 def _answer(request: Request, rows: list[ReportRow], head: dict[str, Any],

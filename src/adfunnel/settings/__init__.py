@@ -316,30 +316,12 @@ class Settings(BaseSettings):
     @field_validator("public_base_url")
     @classmethod
     def _base_url(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host")
-        if parts.query or parts.fragment:
-            raise ValueError("must have no query or fragment")
-        return v.rstrip("/")
+        return None if v is None else _http_base(v)
 
     @field_validator("creative_url_prefix")
     @classmethod
     def _url_prefix(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host")
-        if parts.query or parts.fragment:
-            raise ValueError("must have no query or fragment")
-        return v.rstrip("/") + "/"
+        return None if v is None else _http_base(v) + "/"
 
     @field_validator("ivt_held_out_lists")
     @classmethod
@@ -384,3 +366,20 @@ def load_settings(*, required: Iterable[str] = (), **overrides: object) -> Setti
         raise SettingsError(problems) from None
     finally:
         _REQUIRED.reset(held)
+
+
+def _http_base(url: str) -> str:
+    """``url`` without its trailing ``/``, once it is an http(s) URL with a host and no
+    query or fragment (a base other URLs are built on).
+
+    Raises:
+        ValueError: any other URL.
+    """
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    if parts.query or parts.fragment:
+        raise ValueError("must have no query or fragment")
+    return url.rstrip("/")
