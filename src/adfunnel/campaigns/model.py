@@ -67,8 +67,54 @@ LEGACY_BILLABLE_EVENT = BillableEvent.RENDERED
 
 
 class PacingMode(StrEnum):
+    """How a budget's plan spreads over its day or flight: ``even`` follows the forecast
+    traffic, ``frontloaded`` puts 60 % of it in the first half, ``accelerated`` does not
+    pace (spend as traffic comes)."""
+
     EVEN = "even"
     ACCELERATED = "accelerated"
+    FRONTLOADED = "frontloaded"
+
+
+class Priority(StrEnum):
+    """Which tier a campaign sells in (DESIGN.md §How ads are sold): a sponsorship takes
+    its share of the matching requests first, a guaranteed line is served ahead of the
+    auction as often as its goal's plan needs, the auction gets the rest; the
+    placement's house ad fills what none of them does."""
+
+    SPONSORSHIP = "sponsorship"
+    GUARANTEED = "guaranteed"
+    AUCTION = "auction"
+
+
+class GoalMetric(StrEnum):
+    SHARE = "share"  # sponsorship: a fraction of the matching requests
+    IMPRESSIONS = "impressions"  # guaranteed: billed impressions over the flight
+    CLICKS = "clicks"  # guaranteed: billed clicks over the flight
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """What a sponsorship or guaranteed line is sold for.
+
+    ``share``: probability in (0, 1] (metric ``share``; 1 is a takeover). ``total``:
+    impressions or clicks to deliver over the flight (metrics ``impressions``/``clicks``).
+    """
+
+    metric: GoalMetric
+    share: float | None = None
+    total: int | None = None
+
+
+class BudgetPeriod(StrEnum):
+    """The span a campaign's budget limits (DESIGN.md §How ads are sold): ``day`` (the
+    daily budget per local day), ``flight`` (``flight_budget_micros`` or the goal over
+    the whole flight), ``average_day`` (the daily budget is an average: a local day
+    up to 2×, a calendar month at most 30.4×; Google Ads' rule)."""
+
+    DAY = "day"
+    FLIGHT = "flight"
+    AVERAGE_DAY = "average_day"
 
 
 class ReviewState(StrEnum):
@@ -190,6 +236,12 @@ class Campaign:
     version: int = 1
     #: the beacon that bills its impressions (serves after a change carry the new one)
     billable_event: BillableEvent = BillableEvent.VIEWABLE
+    #: the tier it sells in; ``goal`` is required for sponsorship and guaranteed lines
+    priority: Priority = Priority.AUCTION
+    goal: Goal | None = None
+    budget_period: BudgetPeriod = BudgetPeriod.DAY
+    #: the budget of the whole flight (``budget_period`` flight without a goal), micros
+    flight_budget_micros: int | None = None
 
     @property
     def max_charge_micros(self) -> int:
