@@ -12,6 +12,7 @@ parsed here: callers pass the canonical text (``adfunnel.targeting.dump_expr``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from datetime import date, datetime
@@ -62,6 +63,24 @@ def coerce_values(entity: str, values: dict[str, Any]) -> dict[str, Any]:
         except (ValueError, KeyError, TypeError) as exc:
             raise InvalidChange(name, f"invalid value {value!r}") from exc
     return codec.coerce_fields(entity, values)
+
+
+def campaign_problems(values: dict[str, Any], current: Campaign | None = None
+                      ) -> list[tuple[str, str]]:
+    """Every rule a campaign made of ``values`` (a create's fields, or an edit's changes
+    to ``current``) would break, as ``(field, problem)``: for an API that reports its
+    own problems together with the store's, at once. Values that do not even make a
+    campaign (a missing field) are left to the store."""
+    try:
+        typed = coerce_values("campaign", dict(values))
+        probe = (dataclasses.replace(current, **typed) if current is not None
+                 else Campaign(**{"id": 0, **typed, "version": 1}))
+        _check_campaign(probe)
+    except InvalidChange as exc:
+        return list(exc.problems)
+    except TypeError:
+        return []
+    return []
 
 
 def check_record(record: Advertiser | Campaign | Ad | Placement) -> None:
