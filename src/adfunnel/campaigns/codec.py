@@ -12,8 +12,8 @@ Three forms of one record (:class:`Advertiser`, :class:`Campaign`, :class:`Ad`,
   ``{"metric", "share" | "total"}`` or null), which
   the change log stores as JSON text and ad servers decode with :func:`from_payload`;
 - a *row*: the column values of ``adfunnel.campaigns.tables`` (dates as ``date``;
-  dayparts, caps, a campaign's goal, an ad's creative and a placement's reserves, sizes, formats and house
-  ad as JSON text).
+  dayparts, caps, a campaign's goal, an ad's creative and a placement's reserves, sizes,
+  formats and house ad as JSON text).
 
 Money stays integer micros in every form. Targeting and landing URLs are strings
 carried unchanged, so every form round-trips byte-identically.
