@@ -80,8 +80,6 @@ def sale_problems(c: Campaign) -> list[Problem]:
         if c.goal is not None:
             problems.append(("goal", "only sponsorship and guaranteed lines have a goal "
                                      "(set priority, or leave goal out)"))
-    elif c.goal is None:
-        problems.append(("goal", f"is required for a {c.priority} line"))
     elif c.priority is Priority.SPONSORSHIP:
         problems += _sponsorship(c, c.goal)
     else:
@@ -90,7 +88,17 @@ def sale_problems(c: Campaign) -> list[Problem]:
     return problems
 
 
-def _sponsorship(c: Campaign, goal: Goal) -> list[Problem]:
+def _sponsorship(c: Campaign, goal: Goal | None) -> list[Problem]:
+    out = _sponsorship_goal(goal)
+    if c.bid_type is not BidType.CPM:
+        out.append(("bid_type", "a sponsorship is sold per mille: CPM (bid_micros is its "
+                                "contract CPM)"))
+    return out
+
+
+def _sponsorship_goal(goal: Goal | None) -> list[Problem]:
+    if goal is None:
+        return [("goal", 'is required for a sponsorship: {"metric": "share", "share": S}')]
     out: list[Problem] = []
     if goal.metric is not GoalMetric.SHARE:
         out.append(("goal.metric", "a sponsorship's goal is a share of the matching "
@@ -103,13 +111,17 @@ def _sponsorship(c: Campaign, goal: Goal) -> list[Problem]:
         out.append(("goal.share", "must be a number with 0 < share <= 1 (1: a takeover)"))
     if goal.total is not None:
         out.append(("goal.total", "a sponsorship's goal is a share, not a total"))
-    if c.bid_type is not BidType.CPM:
-        out.append(("bid_type", "a sponsorship is sold per mille: CPM (bid_micros is its "
-                                "contract CPM)"))
     return out
 
 
-def _guaranteed(c: Campaign, goal: Goal) -> list[Problem]:
+def _guaranteed(c: Campaign, goal: Goal | None) -> list[Problem]:
+    return [*_guaranteed_goal(c, goal), *_guaranteed_flight(c)]
+
+
+def _guaranteed_goal(c: Campaign, goal: Goal | None) -> list[Problem]:
+    if goal is None:
+        return [("goal", "is required for a guaranteed line: "
+                         '{"metric": "impressions" | "clicks", "total": N}')]
     out: list[Problem] = []
     if goal.metric not in GOAL_BID_TYPE:
         out.append(("goal.metric", "a guaranteed line's goal is impressions or clicks: "
@@ -126,6 +138,11 @@ def _guaranteed(c: Campaign, goal: Goal) -> list[Problem]:
     if wanted is not None and c.bid_type is not wanted:
         out.append(("bid_type", f"a goal of {goal.metric} is billed {wanted} (bid_micros "
                                 "is the contract rate)"))
+    return out
+
+
+def _guaranteed_flight(c: Campaign) -> list[Problem]:
+    out: list[Problem] = []
     if c.flight_end is None:
         out.append(("flight_end", "is required for a guaranteed line: its goal is "
                                   "delivered by the flight's end"))
@@ -140,8 +157,9 @@ def _period(c: Campaign) -> list[Problem]:
         # a guaranteed line's missing flight_end is named once, by _guaranteed
         if c.flight_end is None and c.priority is not Priority.GUARANTEED:
             out.append(("flight_end", "is required with budget_period flight"))
-        has_total = (c.goal is not None and isinstance(c.goal, Goal)
-                     and c.goal.metric in GOAL_BID_TYPE)
+        # a guaranteed line's limit is its goal (a missing or wrong goal is named once)
+        has_total = c.priority is Priority.GUARANTEED or (
+            isinstance(c.goal, Goal) and c.goal.metric in GOAL_BID_TYPE)
         if c.flight_budget_micros is None and not has_total:
             out.append(("flight_budget_micros", "is required with budget_period flight "
                                                 "(unless the line has an impressions or "
