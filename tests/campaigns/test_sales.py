@@ -198,3 +198,25 @@ def test_payloads_from_before_the_fields_decode_to_an_auction_by_day() -> None:
     assert codec.from_payload("campaign", codec.dumps_payload(SPONSORSHIP)) == SPONSORSHIP
     assert codec.dumps_payload(SPONSORSHIP) == codec.dumps_payload(
         codec.from_payload("campaign", codec.dumps_payload(SPONSORSHIP)))
+
+
+def test_the_change_feed_carries_the_sale_to_a_read_model(store: SqlCampaignStore) -> None:
+    from adfunnel.campaigns.change_feed import ChangeFeed
+    from adfunnel.campaigns.readmodel import CampaignReadModel
+
+    adv = store.create_advertiser("a")
+    model = CampaignReadModel.read(store)
+    feed = ChangeFeed(store, model)
+    line = store.create_campaign(**_values(GUARANTEED, adv.id))
+    sponsor = store.create_campaign(**_values(SPONSORSHIP, adv.id))
+    assert feed.poll_once() == 2
+    assert model.campaign(line.id) == line and model.campaign(sponsor.id) == sponsor
+    edited = store.update_campaign(sponsor.id, {"goal": {"metric": "share", "share": 0.5},
+                                                "budget_period": "flight",
+                                                "flight_budget_micros": 10**9})
+    feed.poll_once()
+    held = model.campaign(sponsor.id)
+    assert held == edited and held is not None
+    assert (held.goal, held.budget_period, held.flight_budget_micros) == (
+        Goal(GoalMetric.SHARE, share=0.5), BudgetPeriod.FLIGHT, 10**9)
+    assert CampaignReadModel.read(store).campaigns == model.campaigns  # a fresh boot agrees
