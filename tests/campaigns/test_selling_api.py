@@ -205,3 +205,25 @@ def test_warnings_of_a_goal_line(client: TestClient, adv: int) -> None:
     tiny = create(client, adv, GUARANTEED, goal={"metric": "impressions", "total": 1},
                   bid_micros=500).json()  # one impression may charge 1 micro; the goal 0
     assert [w["field"] for w in tiny["warnings"]] == ["bid_micros"]
+
+
+def test_the_readmes_worked_example_runs(client: TestClient, adv: int) -> None:
+    """Each JSON body of README §"Sell the way operators sell" is answered as it says."""
+    import json
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("### Sell the way operators sell"):
+                   text.index("#### Allocation among guaranteed lines")]
+    bodies = [json.loads(m) for m in re.findall(r"-d '(\{.*?\})'", section, re.S)]
+    assert len(bodies) == 4
+    made = [create(client, adv, {k: v for k, v in b.items() if k != "advertiser_id"})
+            for b in bodies[:3]]
+    assert [r.status_code for r in made] == [201, 201, 201], [r.text for r in made]
+    line, sponsor, average = (r.json() for r in made)
+    assert (line["budget_period"], line["daily_budget_micros"]) == ("flight", 0)
+    assert sponsor["goal"] == {"metric": "share", "share": 1.0}
+    assert average["budget_period"] == "average_day"
+    raised = client.patch(f"/v1/campaigns/{line['id']}", json=bodies[3])
+    assert raised.status_code == 200 and raised.json()["goal"]["total"] == 2_500_000
