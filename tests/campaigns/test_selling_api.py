@@ -227,3 +227,44 @@ def test_the_readmes_worked_example_runs(client: TestClient, adv: int) -> None:
     assert average["budget_period"] == "average_day"
     raised = client.patch(f"/v1/campaigns/{line['id']}", json=bodies[3])
     assert raised.status_code == 200 and raised.json()["goal"]["total"] == 2_500_000
+
+
+@pytest.mark.postgres
+def test_selling_over_the_api_on_postgresql(pg_schema_url: str) -> None:
+    """The same API over a PostgreSQL store: what is written reads back, through GET, a
+    second connection's store and its change log."""
+    from fastapi import FastAPI
+
+    from adfunnel.api.campaigns import make_advertiser_router
+    from adfunnel.api.errors import install_error_handlers
+    from adfunnel.auth import ApiKeys, MemoryKeyStore, install_auth
+    from adfunnel.billing.ledger import MemoryLedger
+    from adfunnel.campaigns.migrate import upgrade
+    from adfunnel.clock import FixedClock
+    from adfunnel.db import make_engine
+    from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
+    from tests.campaigns.conftest import NOW
+
+    engines = [make_engine(pg_schema_url), make_engine(pg_schema_url)]
+    try:
+        upgrade(engines[0])
+        writer, reader = (SqlCampaignStore(e, FixedClock(NOW)) for e in engines)
+        app = FastAPI()
+        install_error_handlers(app)
+        install_auth(app, ApiKeys(MemoryKeyStore(), FixedClock(NOW), ADMIN_KEY))
+        app.include_router(make_advertiser_router(writer, MemoryLedger(), FixedClock(NOW)))
+        with TestClient(app, headers=ADMIN_HEADERS) as client:
+            adv = int(client.post("/v1/advertisers", json={"name": "a"}).json()["id"])
+            made = [create(client, adv, b).json() for b in (GUARANTEED, SPONSORSHIP)]
+            assert named(create(client, adv, GUARANTEED, flight_end=None)) == ["flight_end"]
+            raised = client.patch(f"/v1/campaigns/{made[0]['id']}", json={
+                "goal": {"metric": "impressions", "total": 2_500_000}}).json()
+            assert client.get(f"/v1/campaigns/{made[0]['id']}").json() == raised
+        line = reader.get_campaign(made[0]["id"])
+        assert line.goal == Goal(GoalMetric.IMPRESSIONS, total=2_500_000)
+        assert reader.get_campaign(made[1]["id"]).goal == Goal(GoalMetric.SHARE, share=1.0)
+        logged = [c.record for c in reader.changes_since(0) if c.entity == "campaign"]
+        assert logged[-1] == line
+    finally:
+        for e in engines:
+            e.dispose()
