@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from adfunnel.campaigns.model import BidType, BudgetPeriod, Campaign, GoalMetric
-from adfunnel.campaigns.sales import GOAL_BID_TYPE, goal_cost_micros
+from adfunnel.campaigns.model import BidType, BudgetPeriod, Campaign
+from adfunnel.campaigns.sales import goal_cost, goal_cost_micros
 from adfunnel.campaigns.schedule import local_day
 
 _BUDGET_FIELDS = ("daily_budget_micros", "lifetime_budget_micros", "flight_budget_micros")
@@ -60,15 +60,10 @@ def _goal_cost(values: dict[str, object], current: Campaign | None) -> int | Non
     goal = values.get("goal", current.goal if current is not None else None)
     bid = values.get("bid_micros", current.bid_micros if current is not None else None)
     if isinstance(goal, dict):
-        metric, total = goal.get("metric"), goal.get("total")
-    elif goal is not None:
-        metric, total = getattr(goal, "metric", None), getattr(goal, "total", None)
-    else:
+        return goal_cost(goal.get("metric"), goal.get("total"), bid)
+    if goal is None:
         return None
-    if metric not in GOAL_BID_TYPE or not isinstance(total, int) or not isinstance(bid, int):
-        return None
-    per_mille = GoalMetric(metric) is GoalMetric.IMPRESSIONS
-    return total * bid // 1000 if per_mille else total * bid
+    return goal_cost(getattr(goal, "metric", None), getattr(goal, "total", None), bid)
 
 
 def campaign_warnings(campaign: Campaign, now: datetime) -> list[tuple[str, str]]:

@@ -45,17 +45,26 @@ Problem = tuple[str, str]
 
 
 def goal_cost_micros(campaign: Campaign) -> int | None:
-    """The money limit of a guaranteed line's goal over its flight, micros: N impressions
-    at a CPM of ``bid_micros`` bill ``N * bid // 1000`` (the ledger's per-mille carry,
-    :func:`adfunnel.money.bill_per_mille`, bills exactly that over N events), N clicks
-    ``N * bid``. None for a line without an impressions or clicks goal."""
+    """The money limit of a guaranteed line's goal over its flight, micros
+    (:func:`goal_cost`); None for a line without an impressions or clicks goal."""
     goal = campaign.goal
-    if goal is None or goal.metric is GoalMetric.SHARE or not _int(goal.total):
+    if goal is None:
         return None
-    assert goal.total is not None
-    if goal.metric is GoalMetric.IMPRESSIONS:
-        return goal.total * campaign.bid_micros // 1000
-    return goal.total * campaign.bid_micros
+    return goal_cost(goal.metric, goal.total, campaign.bid_micros)
+
+
+def goal_cost(metric: object, total: object, bid_micros: object) -> int | None:
+    """What ``total`` deliveries of ``metric`` bill at the contract rate ``bid_micros``,
+    micros: N impressions at a CPM bill ``N * bid // 1000`` (the ledger's per-mille
+    carry, :func:`adfunnel.money.bill_per_mille`, bills exactly that over N events), N
+    clicks ``N * bid``. None unless ``metric`` is impressions or clicks and both numbers
+    are integers (a share goal has no cost of its own)."""
+    if metric not in GOAL_BID_TYPE or not _int(total) or not _int(bid_micros):
+        return None
+    assert isinstance(total, int) and isinstance(bid_micros, int)
+    if GoalMetric(metric) is GoalMetric.IMPRESSIONS:
+        return total * bid_micros // 1000
+    return total * bid_micros
 
 
 def average_day_limits(daily_budget_micros: int) -> tuple[int, int]:
@@ -68,7 +77,8 @@ def average_day_limits(daily_budget_micros: int) -> tuple[int, int]:
 
 
 def sale_problems(c: Campaign) -> list[Problem]:
-    """Every broken rule of the module docstring, in field order; empty when none."""
+    """Every broken rule of the module docstring (the goal's first, then the line's, then
+    the budget period's); empty when none."""
     problems: list[Problem] = []
     if not isinstance(c.priority, Priority):
         return [("priority", f"must be one of {', '.join(Priority)}")]
