@@ -133,6 +133,8 @@ class ColumnarDecider(FilterStage, GatingStage, PrerankStage, FillStage):
         #: dashboard's delivery status; both paths add to it); never drained, read with
         #: ``peek``
         self.capped = self.reference.capped
+        #: the guaranteed lines' eligible supply: their serving order (both paths add to it)
+        self.supply = self.reference.supply
         if min(prerank_keep, candidate_limit, first_limit) < 1:
             raise ValueError("prerank_keep, candidate_limit and first_limit must be at least 1")
         self.prerank_keep = prerank_keep
@@ -182,7 +184,7 @@ class ColumnarDecider(FilterStage, GatingStage, PrerankStage, FillStage):
             return decision
         ids, camp, versions = servable.ids, servable.camp, servable.versions
         extra: list[str] = []  # the gate's own reasons, coded after REASONS
-        verdict, pending = self._campaign_gate(servable, now, seed, extra)
+        verdict, pending = self._campaign_gate(servable, now, seed, extra, request_id)
         clock.lap("gate")
         count_codes(counts, verdict, extra)
         keep = verdict == 0
@@ -246,6 +248,7 @@ class ColumnarDecider(FilterStage, GatingStage, PrerankStage, FillStage):
         ref.token_key, ref.token_ttl_s, ref.pcvr = self.token_key, self.token_ttl_s, self.pcvr
         ref.retrieval_limit, ref.rng, ref.eligible = self.retrieval_limit, self.rng, self.eligible
         ref.same_retrieval, ref.caps, ref.capped = self.same_retrieval, self.caps, self.capped
+        ref.supply = self.supply
         return ref
 
     def _retrieve(self, req: SelectRequest, limit: int | None = None) -> ArrayRetrieval:
