@@ -47,7 +47,8 @@ class Allocation:
     line's fraction of its eligible supply, in [0, 1]. ``allocated``: the supply each line
     is expected to take (≤ its demand). ``eligible``: each line's eligible supply
     ``S_j``. ``p``: each line's serve probability among the requests the lines before it
-    left, in [0, 1].
+    left, in [0, 1]. ``taken``: per request type (in ``supply`` order, those of weight
+    > 0), what each line takes of it.
     """
 
     order: tuple[int, ...]
@@ -55,6 +56,7 @@ class Allocation:
     allocated: dict[int, float]
     eligible: dict[int, float]
     p: dict[int, float]
+    taken: tuple[dict[int, float], ...]
 
 
 def contention_order(eligible_supply: Mapping[int, float]) -> list[int]:
@@ -77,6 +79,7 @@ def high_water_mark(supply: Sequence[SupplyNode], demand: Mapping[int, float]) -
     alpha: dict[int, float] = {}
     allocated: dict[int, float] = {}
     p: dict[int, float] = {}
+    taken: tuple[dict[int, float], ...] = tuple({} for _ in nodes)
     for j in order:
         mine = [i for i, (ids, _) in enumerate(nodes) if j in ids]
         reaching = sum(left[i] for i in mine)
@@ -86,9 +89,11 @@ def high_water_mark(supply: Sequence[SupplyNode], demand: Mapping[int, float]) -
             t = min(left[i], a * nodes[i][1])
             left[i] = max(left[i] - t, 0.0)
             took += t
+            if t > 0:
+                taken[i][j] = t
         alpha[j], allocated[j] = a, took
         p[j] = min(took / reaching, 1.0) if reaching > 0 else 0.0
-    return Allocation(tuple(order), alpha, allocated, eligible, p)
+    return Allocation(tuple(order), alpha, allocated, eligible, p, taken)
 
 
 def water_level(nodes: Iterable[tuple[float, float]], demand: float) -> float:

@@ -200,12 +200,16 @@ def fill_run(slot_ids: Sequence[str], lines: Sequence[DirectLine],
              ) -> RunFill:
     """One slot run, every tier: :func:`fill_direct`, then the GSP auction
     (:func:`~adfunnel.auction.gsp.run_auction`) among ``auction`` candidates whose campaign
-    and advertiser no direct winner holds, on the slots left."""
+    and advertiser no direct winner holds (the others: ``same_advertiser_on_page``), on
+    the slots left."""
     out = fill_direct(slot_ids, lines, tie_seed)
     taken_c = {w.candidate.campaign_id for w in out.wins}
     taken_a = {w.candidate.advertiser_id for w in out.wins}
     pool = [c for c in auction
             if c.campaign_id not in taken_c and c.advertiser_id not in taken_a]
+    # an auction campaign shares no campaign with a direct line: only its advertiser
+    out.rejections += [Rejection(c.ad_id, c.campaign_id, SAME_ADVERTISER) for c in auction
+                       if c.campaign_id in taken_c or c.advertiser_id in taken_a]
     result = run_auction(pool, out.rest, reserve_cpm_micros, tie_seed=tie_seed)
     for w in result.wins:
         out.tiers[w.slot_id] = AUCTION

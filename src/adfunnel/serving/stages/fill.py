@@ -12,7 +12,14 @@ from datetime import datetime
 import numpy as np
 
 from adfunnel.auction.draws import EXPLORE, TIE_BREAK, unit, unit_base
-from adfunnel.auction.gsp import OUTRANKED, AuctionResult, Candidate, Win, run_auction
+from adfunnel.auction.gsp import (
+    OUTRANKED,
+    SAME_ADVERTISER,
+    AuctionResult,
+    Candidate,
+    Win,
+    run_auction,
+)
 from adfunnel.budget.gate import NO_SLICE
 from adfunnel.frequency.windows import CapPlan
 from adfunnel.money import MILLE
@@ -77,10 +84,13 @@ class FillStage:
             if kinds is not None:  # sponsorships and guaranteed lines first (tiers)
                 direct = self._fill_direct(ids, camp, s, pool & (kinds != KIND_AUCTION),
                                            kinds, slot_ids, seed, counts)
+                pool &= kinds == KIND_AUCTION
                 for win in direct.wins:
                     in_page |= (camp == win.candidate.campaign_id) | (
                         s["advertiser"] == win.candidate.advertiser_id)
-                pool &= (kinds == KIND_AUCTION) & ~in_page
+                add_reason(counts, SAME_ADVERTISER, int(np.count_nonzero(
+                    pool & in_page & (s["lazy"] != LAZY_REFUSED))))
+                pool &= ~in_page
                 slot_ids = direct.rest
                 run = [x for x in run if x.id in set(slot_ids)]
             lazy = s["lazy"]
