@@ -94,7 +94,7 @@ def _campaign(cid: int, adv: int, raw: dict[str, Any]) -> Campaign:
                     priority=priority, goal=goal)
 
 
-def _world(case: dict[str, Any]) -> tuple[Catalog, ScriptedGate, dict[int, str], dict[str, int]]:
+def world_of(case: dict[str, Any]) -> tuple[Catalog, ScriptedGate, dict[int, str], dict[str, int]]:
     """The case's catalogue and gate; ad id -> its name in ``rejections``; key -> id."""
     advertisers: dict[str, int] = {}
     campaigns, ads, names, ids = [], [], {}, {}
@@ -129,7 +129,7 @@ def test_golden_tiers(path: Path) -> None:
     req = decode_request(msgspec.json.encode(case["request"]))
     decisions = []
     for columnar in (False, True):
-        catalog, gate, names, ids = _world(case)
+        catalog, gate, names, ids = world_of(case)
         kwargs = {"rng": random.Random(case.get("seed", 1))}
         clock = ManualClock(NOW)
         decider = (ColumnarDecider if columnar else ReferenceDecider)(
