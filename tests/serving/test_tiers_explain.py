@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import json
 import random
+from datetime import datetime
 
 import msgspec
+import numpy as np
 
+from adfunnel.budget.gate import ASK
+from adfunnel.campaigns.model import Campaign
 from adfunnel.clock import ManualClock, monotonic_ms
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.decision_log import DecisionLog
 from adfunnel.serving.request import SelectResponse, decode_request, encode
 from adfunnel.serving.tiers import AHEAD_OF_PLAN, GOAL_MET, SHARE_NOT_DRAWN
-from tests.serving.test_tiers_golden import NOW, world_of
+from tests.serving.test_tiers_golden import NOW, ScriptedGate, world_of
 
 CASE = {
     "campaigns": [
@@ -77,3 +81,49 @@ def test_an_ordinary_answer_does_not_change() -> None:
     with_tiers = json.loads(encode(SelectResponse("r", [], 3, tiers={"s1": "house"})))
     assert with_tiers["tiers"] == {"s1": "house"}
 
+
+
+class _TogetherGate(ScriptedGate):
+    """A bulk gate whose asks share one round (as the embedded service on the system
+    clock): every campaign is ASK in bulk; auction campaigns wait until they can win
+    (``ask_many``), direct lines are asked at once (``admit``)."""
+
+    asks_together = True
+    generation = 0
+
+    def __init__(self) -> None:
+        super().__init__(set(), {})
+        self.admitted: list[int] = []
+        self.asked_many: list[int] = []
+
+    def admit(self, campaign: Campaign, now: datetime, max_charge_micros: int) -> str | None:
+        self.admitted.append(campaign.id)
+        return None
+
+    def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
+                   charges: np.ndarray, budgets: np.ndarray, t: float) -> np.ndarray:
+        return np.full(len(campaign_ids), ASK, dtype=np.int8)
+
+    def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
+        return np.ones(len(campaign_ids))
+
+    def ask_many(self, campaigns: list[Campaign], now: datetime,
+                 charges: list[int]) -> list[str | None]:
+        self.asked_many += [c.id for c in campaigns]
+        return [None] * len(campaigns)
+
+
+def test_direct_lines_are_asked_at_once_where_auction_campaigns_wait() -> None:
+    case = {"campaigns": [
+        {"key": "S", "priority": "sponsorship", "share": 1.0, "bid_type": "CPM",
+         "bid_micros": 4000000},
+        {"key": "A", "bid_type": "CPM", "bid_micros": 3000000}]}
+    catalog, _, _, _ = world_of(case)
+    gate = _TogetherGate()
+    decider = ColumnarDecider(catalog, gate, SmoothedCtr(), ManualClock(NOW), b"k" * 32,
+                              rng=random.Random(1))
+    body = {**BODY, "slots": BODY["slots"][:2]}
+    d = decider.decide(decode_request(msgspec.json.encode(body)), "r1",
+                       monotonic_ms() + 60_000)
+    assert [(p.campaign.id, p.tier) for p in d.placed] == [(1, "sponsorship"), (2, "auction")]
+    assert gate.admitted == [1] and gate.asked_many == [2]

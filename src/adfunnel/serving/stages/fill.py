@@ -39,7 +39,12 @@ from adfunnel.serving.direct_book import GuaranteedSupply
 from adfunnel.serving.kernels import decisive_prefix
 from adfunnel.serving.request import SelectRequest, SlotIn
 from adfunnel.serving.stages.filter import Versions, add_reason
-from adfunnel.serving.stages.gating import LAZY_PENDING, LAZY_REFUSED, MAX_SETTLE_ROUNDS
+from adfunnel.serving.stages.gating import (
+    LAZY_ADMITTED,
+    LAZY_PENDING,
+    LAZY_REFUSED,
+    MAX_SETTLE_ROUNDS,
+)
 from adfunnel.serving.stages.prerank import at_position
 from adfunnel.serving.tiers import (
     AUCTION,
@@ -165,7 +170,7 @@ class FillStage:
         (a mask), guaranteed lines in the supply's order; their rejections counted."""
         by_campaign: dict[int, list[Candidate]] = {}
         kind_of: dict[int, int] = {}
-        for i in np.flatnonzero(at & (s["lazy"] != LAZY_REFUSED)).tolist():
+        for i in np.flatnonzero(at & (s["lazy"] == LAZY_ADMITTED)).tolist():  # never pending
             cand = self._candidate_at(i, ids, camp, s)
             by_campaign.setdefault(cand.campaign_id, []).append(cand)
             kind_of[cand.campaign_id] = int(kinds[i])
