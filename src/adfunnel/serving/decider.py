@@ -26,7 +26,10 @@ the candidates that can still win. Each stage is a module of :mod:`adfunnel.serv
    that decisive prefix becomes :class:`~adfunnel.auction.gsp.Candidate` objects for
    the reference auction. With exact scores the cut never changes a winner or a price
    (the prefix is the full ranking's; the cut widens when it runs out first). Only
-   winners become tokens.
+   winners become tokens. Where the catalogue holds sponsorship or guaranteed lines, each
+   run's first slots go to them before the auction (:mod:`adfunnel.serving.tiers`, the
+   rule the reference path calls too; their draws replace the pacing coin's reason in
+   the gating stage), at their contract rates.
 
 Rejections are data without the cost: an ``explain`` request goes through the
 reference path (composed in, not inherited) and keeps every candidate's reason; any
