@@ -15,6 +15,7 @@ from adfunnel.auction.draws import PACING_COIN, unit
 from adfunnel.auction.gsp import OUTRANKED, SAME_ADVERTISER, SAME_CAMPAIGN, Candidate
 from adfunnel.budget.gate import BUDGET_EXHAUSTED, NO_SLICE, PACED_OUT
 from adfunnel.campaigns.model import BidType
+from adfunnel.serving.direct_book import GuaranteedSupply
 from adfunnel.serving.tiers import (
     AHEAD_OF_PLAN,
     AUCTION,
@@ -165,3 +166,17 @@ def test_direct_winners_pay_their_contract_rate_and_auction_winners_at_most_thei
     # every candidate not placed carries a reason
     placed = {w.candidate.ad_id for w in fill.wins}
     assert {r.ad_id for r in fill.rejections} == (direct_ids | {c.ad_id for c in auction}) - placed
+
+
+def test_the_supply_sample_orders_by_recent_eligible_requests() -> None:
+    supply = GuaranteedSupply(sample_size=4, half_life=10)
+    for _ in range(3):
+        supply.observe([1, 2])
+    supply.observe([2])
+    assert supply.order([2, 1, 9]) == [9, 1, 2]  # never seen: 0, first; then by count, id
+    for _ in range(6):
+        supply.observe([])  # no guaranteed line eligible: not a request of theirs
+        supply.observe([1])
+    assert supply.requests == 10 and supply.counts == {1: 4, 2: 2}  # halved at 10
+    plan = supply.plan({1: 5.0, 2: 2.0})
+    assert plan.order == (2, 1) and sum(plan.eligible.values()) > 0

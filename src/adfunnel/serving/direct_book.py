@@ -17,7 +17,7 @@ import numpy as np
 
 from adfunnel.campaigns.model import Campaign
 from adfunnel.pacing.allocation import Allocation, contention_order, high_water_mark
-from adfunnel.serving.tiers import KIND_AUCTION, KIND_GUARANTEED, KIND_OF, share_of
+from adfunnel.serving.tiers import KIND_AUCTION, KIND_OF, share_of
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 
@@ -82,10 +82,16 @@ class GuaranteedSupply:
     reservoir sample of the sets (Vitter's algorithm R, seeded, so two deciders fed the
     same decisions hold the same sample) gives the whole plan (:meth:`plan`), whose alpha
     and p the budget service may seed a line's pacing rate with
-    (:func:`~adfunnel.pacing.allocation.seed_pacing_rates`). Thread-safe."""
+    (:func:`~adfunnel.pacing.allocation.seed_pacing_rates`). Thread-safe.
 
-    def __init__(self, sample_size: int = 2048, seed: int = 0) -> None:
+    Every ``half_life`` requests the counts are halved, so the order follows a line
+    whose targeting or traffic changed (and a new line, which starts at 0 and is served
+    first meanwhile, catches up) instead of a server's whole history."""
+
+    def __init__(self, sample_size: int = 2048, seed: int = 0,
+                 half_life: int = 50_000) -> None:
         self.sample_size = sample_size
+        self.half_life = half_life
         self.counts: dict[int, int] = {}
         self.requests = 0  # decisions that had a guaranteed line eligible
         self._sample: list[frozenset[int]] = []
@@ -101,6 +107,8 @@ class GuaranteedSupply:
             self.requests += 1
             for j in ids:
                 self.counts[j] = self.counts.get(j, 0) + 1
+            if self.requests % self.half_life == 0:
+                self.counts = {j: c // 2 for j, c in self.counts.items() if c > 1}
             if len(self._sample) < self.sample_size:
                 self._sample.append(ids)
             else:
@@ -120,7 +128,3 @@ class GuaranteedSupply:
             sample, n = list(self._sample), self.requests
         weight = n / len(sample) if sample else 0.0
         return high_water_mark([(s, weight) for s in sample], demand)
-
-    def guaranteed(self, campaign_ids: Iterable[int], book: DirectBook) -> list[int]:
-        """The guaranteed lines among ``campaign_ids``."""
-        return [c for c in campaign_ids if book.kind_of(c)[0] == KIND_GUARANTEED]
