@@ -138,8 +138,9 @@ def coin_masks(kinds: np.ndarray, campaign_ids: np.ndarray, paced: np.ndarray,
 @dataclass(frozen=True, slots=True)
 class DirectLine:
     """A sponsorship or guaranteed line eligible for a slot run: its ``kind``, its place
-    in the guaranteed order (``rank``: 0 for sponsorships) and its candidates (its ads of
-    the run's shape; the win's price is the candidate's ``bid_micros``)."""
+    in the guaranteed order (``rank``; sponsorships ignore it: they go by campaign id)
+    and its candidates (its ads of the run's shape; the win's price is the candidate's
+    ``bid_micros``)."""
 
     kind: int
     rank: int
@@ -174,7 +175,8 @@ def fill_direct(slot_ids: Sequence[str], lines: Sequence[DirectLine],
     out = RunFill()
     free = list(slot_ids)
     advertisers: set[int] = set()
-    ordered = sorted(lines, key=lambda ln: (-ln.kind, ln.rank, ln.campaign_id))
+    ordered = sorted(lines, key=lambda ln: (
+        -ln.kind, ln.rank if ln.kind == KIND_GUARANTEED else 0, ln.campaign_id))
     for line in ordered:
         ranked = sorted(line.candidates,
                         key=lambda c: (-c.total, unit(tie_seed, c.ad_id, TIE_BREAK)))
