@@ -82,6 +82,7 @@ ROW_COLUMNS: dict[str, tuple[type, float]] = {
     "watermark": (_F64, 0), "billed_read": (_B, 0),
     "bucket_sum": (_I64, 0), "sl_used": (_I64, 0), "sl_open": (_I64, 0),
     "step_spend": (_I64, 0), "step_charges": (_I64, 0), "served_total": (_I64, 0),
+    "served_charges": (_I64, 0),
     "rate_ewma": (_F64, 0), "peak_rate": (_F64, 0), "last_step_s": (_F64, 0),
     "last_committed": (_I64, -1), "rate_measured": (_B, 0),
     "state": (_I8, METERED), "status": (_I8, S_COLD), "exhausted_at": (_F64, NAN),
