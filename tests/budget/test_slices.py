@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
-
-import numpy as np
 
 from adfunnel.budget.slices import (
     BudgetState,

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from adfunnel.budget.columns import BID_CODE
 from adfunnel.budget.day_rows import CampaignDay, day_budget
 from adfunnel.budget.protocol import SliceGrant
 from adfunnel.budget.rows import METERED, Slice
-from adfunnel.budget.columns import BID_CODE
 from adfunnel.budget.slices import (
     SLICE_TTL_S,
     grantable,
@@ -25,7 +25,6 @@ from adfunnel.budget.slices import (
     worst_case_regime,
 )
 from adfunnel.campaigns.model import BidType
-
 
 #: ``bid`` column code of CPM campaigns, whose serves' expected cost is their charge.
 CPM_CODE = BID_CODE[BidType.CPM]
