@@ -34,14 +34,19 @@ class Plans:
         if slot is None:
             self._pending_shapes[campaign_id] = sid
         else:
+            unshaped = self._slots.shape[slot] < 0
             self._slots.shape[slot] = sid
+            if unshaped:
+                self._reshape_defaulted(np.array([slot], dtype=np.int64))
         self._maybe_compact_shapes()
 
     def set_traffic_shapes(self, campaign_ids: np.ndarray, hourly: np.ndarray,
                            others: Sequence[float] | None = None) -> None:
         """Shapes in bulk: row ``i`` of ``hourly`` (k × 24) for ``campaign_ids[i]``; every
         other campaign known now gets ``others`` (the placement average) when given.
-        A campaign added later keeps the default shape until it is given one."""
+        A campaign added later keeps the default shape until it is given one; a day of
+        it made before then takes its first shape from now on (:meth:`_reshape_defaulted`)."""
+        unshaped = np.flatnonzero(self._slots.shape[: self._slots.n] < 0)
         if others is not None:
             sid = int(self._bank.shapes.add(np.array(others, dtype=np.float64))[0])
             self._slots.shape[: self._slots.n] = sid
@@ -53,7 +58,40 @@ class Plans:
             self._slots.shape[slots[ok]] = ids[ok]
             for c, sid2 in zip(campaign_ids[~ok].tolist(), ids[~ok].tolist(), strict=True):
                 self._pending_shapes[int(c)] = int(sid2)
+        unshaped = unshaped[self._slots.shape[unshaped] >= 0]
+        if len(unshaped):
+            self._reshape_defaulted(unshaped)
         self._maybe_compact_shapes()
+
+    def _reshape_defaulted(self, slots: np.ndarray) -> None:
+        """Days not yet over of ``slots`` (campaigns just given their first shape) that
+        were made on the default shape take the slot's shape from now: the rest of the
+        day's budget is spread over the rest of the new curve, as a budget edit spreads
+        it (:meth:`_rescale`).
+
+        A new campaign's first day was made (by its first billed read or report) before
+        the budget process gave it the placement's shape, and kept the default (flat)
+        curve all day: where traffic is uneven it fell behind at night and could not make
+        it up (a new Asia/Tokyo campaign, traffic ten times denser 09-22, budget half its
+        potential: 97 % billed on day 1, 100 % on day 2;
+        ``tests/budget/test_new_campaign_shape.py``). A campaign whose days all had a
+        shape of its own is never touched."""
+        t, now = self._rows, self._now()
+        for slot in slots.tolist():
+            sid = int(self._slots.shape[slot])
+            same = np.array_equal(self._bank.shapes.H[sid], self._bank.shapes.H[self._default_sid])
+            for row in self._rows_of_slot(slot):
+                if (same or not t.live[row] or t.end_s[row] <= now
+                        or int(t.shape[row]) != self._default_sid):
+                    continue
+                t.shape[row] = sid
+                one = np.array([row])
+                self._curve_facts(one)
+                if t.start_s[row] <= now:
+                    self._rescale(row, int(t.plan_budget[row]), now)
+                else:  # a day not begun: its whole plan on the new curve
+                    t.plan_peak_rate[row] = t.plan_budget[row] * t.peak_share[row]
+                self._refresh(one, now)
 
     def has_shape(self, campaign_id: int) -> bool:
         """Whether a known campaign was given a traffic shape (else its new days take the
