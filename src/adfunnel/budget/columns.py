@@ -8,11 +8,11 @@ record objects); :class:`OwnedCampaigns` is a shard's campaigns as the billed fe
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, PacingMode
+from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, Daypart, PacingMode
 
 #: Bid types by code (the ``bid`` column, :class:`CampaignColumns`).
 BID_TYPES = (BidType.CPM, BidType.CPC, BidType.CPA)
@@ -27,7 +27,8 @@ class CampaignColumns:
     length (bulk start-up from the store, no record objects): ids, versions, bid type
     codes (``BID_TYPES``), bid, daily and lifetime budgets (micros; lifetime -1 = none),
     status active, pacing even / accelerated, flight start and end (local date
-    ordinals; ``NO_END`` = open-ended) and time zone (index into ``zones``)."""
+    ordinals; ``NO_END`` = open-ended) and time zone (index into ``zones``); the
+    dayparts of the few campaigns that have any, by campaign id."""
 
     ids: np.ndarray
     versions: np.ndarray
@@ -42,6 +43,7 @@ class CampaignColumns:
     fend: np.ndarray
     tz: np.ndarray
     zones: list[str]
+    dayparts: dict[int, tuple[Daypart, ...]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -74,7 +76,8 @@ class CampaignColumns:
             col((c.flight_start.toordinal() for c in campaigns), np.int64),
             col((NO_END if c.flight_end is None else c.flight_end.toordinal()
                  for c in campaigns), np.int64),
-            np.array(tz, dtype=np.int64), list(zones))
+            np.array(tz, dtype=np.int64), list(zones),
+            {c.id: tuple(c.dayparts) for c in campaigns if c.dayparts})
 
 
 @dataclass(frozen=True, slots=True)

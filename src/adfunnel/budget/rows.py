@@ -72,7 +72,8 @@ SLOT_COLUMNS: dict[str, tuple[type, float]] = {
 ROW_COLUMNS: dict[str, tuple[type, float]] = {
     "live": (_B, 0), "slot": (_I64, -1), "nxt": (_I64, -1), "day": (_I64, 0),
     "dz": (_I64, 0), "start_s": (_F64, 0), "end_s": (_F64, 0),
-    "shape": (_I64, 0), "total": (_F64, 0), "flat": (_B, 0), "peak_share": (_F64, 0),
+    "shape": (_I64, 0), "own_shape": (_B, 0),
+    "total": (_F64, 0), "flat": (_B, 0), "peak_share": (_F64, 0),
     "cur_m": (_I64, 0), "cur_acc": (_F64, 0),
     "plan_budget": (_I64, 0), "anchor_s": (_F64, 0), "anchor_spend": (_I64, 0),
     "plan_ca": (_F64, 0), "plan_peak_rate": (_F64, 0), "target_last": (_F64, NAN),
