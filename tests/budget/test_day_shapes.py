@@ -137,3 +137,27 @@ def test_a_dayparted_campaigns_curve_is_zero_outside_its_dayparts() -> None:
     thirds = [sum(billed[a:b]) / BUDGET for a, b in WINDOWS]
     assert sum(thirds) >= 0.98
     assert thirds == pytest.approx([1 / 3] * 3, abs=0.05), thirds
+
+
+def test_a_daypart_edit_spreads_the_rest_of_the_day_over_the_new_hours() -> None:
+    """At 10:00 local, nothing spent yet, a campaign is limited to 12-15: nothing is due
+    before 12:00, half its day by 13:30, all by 15:00 (the rest of the plan on the new
+    curve from the spend committed at the edit, as a budget edit)."""
+    clock = ManualClock(MIDNIGHT + timedelta(hours=10))
+    svc = BudgetService(clock, warmup_s=0.0)
+    camp = Campaign(3, 1, "edited", Objective.IMPRESSIONS, BidType.CPM, 2_000_000, BUDGET, TZ,
+                    date(2026, 1, 1), pacing_mode=PacingMode.EVEN)
+    svc.upsert_campaign(camp)
+    now = clock.now().timestamp()
+    cd = svc.current(3, now)
+    assert cd is not None
+    at10 = cd.plan.target_micros(now - cd.start_s)
+    assert 0 < at10 < BUDGET
+    svc.upsert_campaign(Campaign(3, 1, "edited", Objective.IMPRESSIONS, BidType.CPM,
+                                 2_000_000, BUDGET, TZ, date(2026, 1, 1),
+                                 dayparts=(Daypart(EVERY_DAY, 12, 15),),
+                                 pacing_mode=PacingMode.EVEN, version=2))
+    plan = svc.current(3, now).plan  # from the spend committed at the edit: none
+    assert plan.target_micros(12 * 3600) == 0.0
+    assert plan.target_micros(15 * 3600) == pytest.approx(BUDGET, rel=1e-9)
+    assert plan.target_micros(13.5 * 3600) == pytest.approx(BUDGET / 2, rel=1e-6)
