@@ -36,6 +36,7 @@ class Catalogue:
         if slot is not None and self._slots.version[slot] > campaign.version:
             return
         old_daily = None if slot is None else int(self._slots.daily[slot])
+        old_parts = None if slot is None else self._dayparts.get(slot, ())
         slot = self._slot(campaign)
         if created_at is not None:
             self._slots.created[slot] = created_at
@@ -44,6 +45,8 @@ class Catalogue:
         if old_daily is not None and old_daily != campaign.daily_budget_micros:
             for row in rows:
                 self._rescale(row, campaign.daily_budget_micros, now)
+        if old_parts is not None and old_parts != tuple(campaign.dayparts):
+            self._reshape_days(slot)  # a daypart edit: the rest of today where it serves
         if rows:
             self._refresh(np.array(rows, dtype=np.int64), now)
 
@@ -112,6 +115,10 @@ class Catalogue:
         s.fstart[slot] = c.flight_start.toordinal()
         s.fend[slot] = NO_END if c.flight_end is None else c.flight_end.toordinal()
         s.tz[slot] = self._tz_id(c.time_zone)
+        if c.dayparts:
+            self._dayparts[slot] = tuple(c.dayparts)
+        else:
+            self._dayparts.pop(slot, None)
         if (s.owned[slot], s.tz[slot], s.bid[slot], s.lifetime[slot] >= 0) != before:
             self._owned_cache = None
             self._next_roll = -math.inf
@@ -139,6 +146,10 @@ class Catalogue:
         zone_ids = np.array([self._tz_id(z) for z in cols.zones] or [0], dtype=np.int64)
         s.tz[slots] = zone_ids[cols.tz[ix]]
         self._slot_of.update(zip(ids.tolist(), slots.tolist(), strict=True))
+        for cid, parts in cols.dayparts.items():
+            slot = self._slot_of.get(cid)
+            if slot is not None and parts:
+                self._dayparts[slot] = tuple(parts)
         for cid in [c for c in self._pending_shapes if c in self._slot_of]:
             s.shape[self._slot_of[cid]] = self._pending_shapes.pop(cid)
 

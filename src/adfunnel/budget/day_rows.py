@@ -191,6 +191,10 @@ class DayRows:
         t.end_s[rows] = z.end_s[dz]
         shape = s.shape[slots]
         t.shape[rows] = np.where(shape >= 0, shape, self._default_sid)
+        t.own_shape[rows] = shape >= 0
+        if self._dayparts:
+            for r in rows[np.isin(slots, np.fromiter(self._dayparts, dtype=np.int64))].tolist():
+                t.shape[r] = self._day_shape(int(t.slot[r]), r)
         t.last_step_s[rows] = np.maximum(now, t.start_s[rows])
         self._curve_facts(rows)
         daily = s.daily[slots]

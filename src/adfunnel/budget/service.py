@@ -88,7 +88,7 @@ from adfunnel.budget.rows import (
 )
 from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.budget.states import WARMUP_S, States
-from adfunnel.campaigns.model import Campaign
+from adfunnel.campaigns.model import Campaign, Daypart
 from adfunnel.clock import Clock
 from adfunnel.pacing import controller
 from adfunnel.pacing.curve import TargetCurve
@@ -149,6 +149,9 @@ class BudgetService(Catalogue, Plans, DayRows, States, Reports, Grants, BilledSp
         self._rows = Columns(ROW_COLUMNS)
         self._row_of: dict[int, int] = {}  # campaign id << DAY_BITS | day ordinal -> row
         self._pending_shapes: dict[int, int] = {}  # shapes of campaigns not yet known
+        self._dayparts: dict[int, tuple[Daypart, ...]] = {}  # slot -> dayparts (if any)
+        # (shape id, dayparts, weekday) -> id of that shape restricted to the dayparts
+        self._dp_shapes: dict[tuple[int, tuple[Daypart, ...], int], int] = {}
         self._owned_cache: OwnedCampaigns | None = None
         self._yesterday_p: dict[tuple[int, date], dict[int, float]] = {}
         self._history = History()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from adfunnel.budget.day_rows import CampaignDay
+from adfunnel.budget.grants import CPM_CODE
 from adfunnel.budget.rows import (
     EXHAUSTED,
     METERED,
@@ -25,7 +26,7 @@ from adfunnel.budget.rows import (
     S_STOPPED,
     STOPPED,
 )
-from adfunnel.budget.slices import OPEN_RESERVE_CHARGES, OPEN_RESERVE_S
+from adfunnel.budget.slices import OPEN_RESERVE_CHARGES, OPEN_RESERVE_S, last_charges
 
 #: Seconds after start before a fleet shard may grant (three report periods).
 WARMUP_S = 3.0
@@ -82,8 +83,10 @@ class States:
         thr = np.where(t.rate_measured[rows],
                        np.maximum(thr_rate, OPEN_RESERVE_CHARGES * charge), budget)
         g = np.maximum(0, budget - billed - in_fl)
+        least = last_charges(charge, s.bid[sl] == CPM_CODE, t.served_total[rows],
+                             t.served_charges[rows])
         st = np.where(budget - committed > thr, OPEN,
-                      np.where(g < np.maximum(1, charge), EXHAUSTED, METERED)).astype(np.int8)
+                      np.where(g < least, EXHAUSTED, METERED)).astype(np.int8)
         normal = ~stopped & ~cold
         ex = t.exhausted_at[rows]
         ex = np.where(normal & (st == EXHAUSTED) & np.isnan(ex), now,
