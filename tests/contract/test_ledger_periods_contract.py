@@ -118,13 +118,13 @@ def test_whatever_the_charges_nothing_billed_exceeds_any_limit(
     # the backend lives across examples: fresh campaign ids and impression ids each time
     ledger = ledger_backend.open()
     run = next(_RUNS)
+    cpc = (Objective.CLICKS, BidType.CPC, 1, daily, "UTC", START)
     camps = {
-        BudgetPeriod.DAY: Campaign(run * 3 + 1, 1, "d", Objective.CLICKS, BidType.CPC, 1, daily, "UTC",
-                                   START),
-        BudgetPeriod.AVERAGE_DAY: Campaign(run * 3 + 2, 1, "a", Objective.CLICKS, BidType.CPC, 1, daily,
-                                           "UTC", START, budget_period=BudgetPeriod.AVERAGE_DAY),
-        BudgetPeriod.FLIGHT: Campaign(run * 3 + 3, 1, "g", Objective.CLICKS, BidType.CPC, 1, daily, "UTC",
-                                      START, date(2026, 4, 30), priority=Priority.GUARANTEED,
+        BudgetPeriod.DAY: Campaign(run * 3 + 1, 1, "d", *cpc),
+        BudgetPeriod.AVERAGE_DAY: Campaign(run * 3 + 2, 1, "a", *cpc,
+                                           budget_period=BudgetPeriod.AVERAGE_DAY),
+        BudgetPeriod.FLIGHT: Campaign(run * 3 + 3, 1, "g", *cpc, date(2026, 4, 30),
+                                      priority=Priority.GUARANTEED,
                                       goal=Goal(GoalMetric.IMPRESSIONS, total=goal),
                                       budget_period=BudgetPeriod.FLIGHT,
                                       flight_budget_micros=flight),
@@ -133,14 +133,14 @@ def test_whatever_the_charges_nothing_billed_exceeds_any_limit(
     for i, (d, charge, period, _) in enumerate(charges):
         c = camps[period]
         dl, life, limits = write_budgets(c)
-        writes.append(LedgerWrite(_event(f"{run}-{i}", START + timedelta(days=d), charge, cid=c.id), dl,
-                                  life, period=limits))
+        ev = _event(f"{run}-{i}", START + timedelta(days=d), charge, cid=c.id)
+        writes.append(LedgerWrite(ev, dl, life, period=limits))
     cut = {0}
     for _, _, _, k in charges:
         cut.add(min(len(writes), len(cut) * k))
     bounds = sorted(cut | {len(writes)})
     recorded = []
-    for a, b in zip(bounds, bounds[1:], strict=False):
+    for a, b in itertools.pairwise(bounds):
         recorded += ledger.record_many(writes[a:b]).recorded
     by_day: dict[tuple[int, date], int] = {}
     by_month: dict[tuple[int, int], int] = {}

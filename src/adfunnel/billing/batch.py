@@ -22,6 +22,13 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Protocol
 
+from adfunnel.billing.limits import (
+    GOAL_OVER_DELIVERY,
+    PeriodLimits,
+    PeriodView,
+    month_of,
+    split_period,
+)
 from adfunnel.billing.model import (
     EVENT_TYPES,
     MEASUREMENT,
@@ -29,13 +36,6 @@ from adfunnel.billing.model import (
     LedgerEvent,
     Outcome,
     Recorded,
-)
-from adfunnel.billing.limits import (
-    GOAL_OVER_DELIVERY,
-    PeriodLimits,
-    PeriodView,
-    month_of,
-    split_period,
 )
 from adfunnel.ivt.reasons import TIER2_REASONS
 from adfunnel.money import MILLE, MoneyError, bill_per_mille, micros

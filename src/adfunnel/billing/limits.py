@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Protocol
 
-from adfunnel.billing.model import EventType, LedgerEvent
-from adfunnel.campaigns.model import BidType, BudgetPeriod, Campaign, GoalMetric
+from adfunnel.billing.model import EventType
+from adfunnel.campaigns.model import BudgetPeriod, Campaign, GoalMetric
+from adfunnel.pacing.flight import flight_money
 
 #: ``daily_budget_micros`` of a flight without a daily ceiling (no day limit).
 NO_DAY_CAP = 2**62
@@ -79,28 +80,6 @@ def month_of(day: date) -> tuple[date, date]:
     first = day.replace(day=1)
     nxt = date(first.year + (first.month == 12), first.month % 12 + 1, 1)
     return first, date.fromordinal(nxt.toordinal() - 1)
-
-
-def goal_cost(campaign: Campaign) -> int | None:
-    """Money of a guaranteed line's goal, micros (None: no impressions/clicks goal):
-    impressions N × bid / 1000 (floored: the per-mille carry bills N impressions at
-    most that), clicks N × bid (CONTRACT25)."""
-    goal = campaign.goal
-    if goal is None or goal.total is None or goal.metric is GoalMetric.SHARE:
-        return None
-    if goal.metric is GoalMetric.IMPRESSIONS and campaign.bid_type is BidType.CPM:
-        return goal.total * campaign.bid_micros // 1000
-    return goal.total * campaign.bid_micros
-
-
-def flight_money(campaign: Campaign) -> int | None:
-    """A flight's money limit, micros: min of its flight budget, its goal's cost and
-    its lifetime budget (those it has); None for another period or none of them."""
-    if campaign.budget_period is not BudgetPeriod.FLIGHT:
-        return campaign.lifetime_budget_micros
-    found = [v for v in (campaign.flight_budget_micros, goal_cost(campaign),
-                         campaign.lifetime_budget_micros) if v is not None]
-    return min(found) if found else None
 
 
 def day_limit(campaign: Campaign) -> int:
@@ -156,7 +135,3 @@ def write_budgets(campaign: Campaign) -> tuple[int, int | None, PeriodLimits | N
         return campaign.daily_budget_micros, campaign.lifetime_budget_micros, None
     return day_limit(campaign), flight_money(campaign), period_limits(campaign)
 
-
-def is_goal_event(event: LedgerEvent, limits: PeriodLimits | None) -> bool:
-    """True when ``event`` counts toward ``limits``' goal."""
-    return limits is not None and limits.counts_goal(event.event_type, event.day)

@@ -8,9 +8,21 @@ the database turns codes and dates into integers, fetched as one int64 matrix.
 from __future__ import annotations
 
 from datetime import date
+from typing import Any
 
 import numpy as np
-from sqlalchemy import ColumnElement, Date, Engine, Integer, case, cast, func, literal, select
+from sqlalchemy import (
+    ColumnElement,
+    Date,
+    Engine,
+    Integer,
+    case,
+    cast,
+    func,
+    literal,
+    or_,
+    select,
+)
 
 from adfunnel.budget.columns import BID_TYPES, NO_END, CampaignColumns
 from adfunnel.campaigns.model import CampaignStatus, PacingMode
@@ -30,10 +42,11 @@ def read_campaign_columns(engine: Engine) -> CampaignColumns:
             t.id, t.version, _code(t.bid_type, [b.value for b in BID_TYPES]), t.bid_micros,
             t.daily_budget_micros, func.coalesce(t.lifetime_budget_micros, -1),
             _code(t.status, [CampaignStatus.ACTIVE.value], 1),
-            _code(t.pacing_mode, [PacingMode.ACCELERATED.value, PacingMode.EVEN.value], 2),
+            _code(t.pacing_mode, [PacingMode.ACCELERATED.value, PacingMode.EVEN.value,
+                                  PacingMode.FRONTLOADED.value], 3),
             _ordinal(engine, t.flight_start),
             func.coalesce(_ordinal(engine, t.flight_end), NO_END),
-            _code(t.time_zone, zones))
+            _code(t.time_zone, zones), _special(t))
         sql = str(q.compile(engine, compile_kwargs={"literal_binds": True}))
         cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
@@ -41,13 +54,23 @@ def read_campaign_columns(engine: Engine) -> CampaignColumns:
             rows = cur.fetchall()
         finally:
             cur.close()
-    m = np.array(rows, dtype=np.int64).reshape(len(rows), 11)
+    m = np.array(rows, dtype=np.int64).reshape(len(rows), 12)
     pacing = m[:, 7]
     return CampaignColumns(
         ids=m[:, 0].copy(), versions=m[:, 1].copy(), bid=m[:, 2].astype(np.int8),
         bid_micros=m[:, 3].copy(), daily=m[:, 4].copy(), lifetime=m[:, 5].copy(),
-        active=m[:, 6] == 0, even=pacing == 1, accel=pacing == 0,
-        fstart=m[:, 8].copy(), fend=m[:, 9].copy(), tz=m[:, 10].copy(), zones=zones)
+        active=m[:, 6] == 0, even=(pacing == 1) | (pacing == 2), accel=pacing == 0,
+        fstart=m[:, 8].copy(), fend=m[:, 9].copy(), tz=m[:, 10].copy(), zones=zones,
+        special=m[:, 11] == 1)
+
+
+def _special(t: Any) -> ColumnElement[int]:
+    """1 for a campaign whose record the budget service reads (dayparts, frontloading,
+    a budget period other than ``day`` where the table has the column), else 0."""
+    cond = or_(t.dayparts != "[]", t.pacing_mode == PacingMode.FRONTLOADED.value)
+    if "budget_period" in t:
+        cond = or_(cond, t.budget_period != "day")
+    return case((cond, 1), else_=0)
 
 
 def _code(col: ColumnElement[str], values: list[str], other: int | None = None,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, PacingMode
+from adfunnel.campaigns.model import BidType, BudgetPeriod, Campaign, CampaignStatus, PacingMode
 
 #: Bid types by code (the ``bid`` column, :class:`CampaignColumns`).
 BID_TYPES = (BidType.CPM, BidType.CPC, BidType.CPA)
@@ -42,6 +42,9 @@ class CampaignColumns:
     fend: np.ndarray
     tz: np.ndarray
     zones: list[str]
+    #: campaigns whose record the service reads once loaded (a budget period other
+    #: than day, dayparts, frontloading; bool); None: none
+    special: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -69,12 +72,15 @@ class CampaignColumns:
             col((-1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros
                  for c in campaigns), np.int64),
             col((c.status is CampaignStatus.ACTIVE for c in campaigns), np.bool_),
-            col((c.pacing_mode is PacingMode.EVEN for c in campaigns), np.bool_),
+            col((c.pacing_mode in (PacingMode.EVEN, PacingMode.FRONTLOADED)
+                 for c in campaigns), np.bool_),
             col((c.pacing_mode is PacingMode.ACCELERATED for c in campaigns), np.bool_),
             col((c.flight_start.toordinal() for c in campaigns), np.int64),
             col((NO_END if c.flight_end is None else c.flight_end.toordinal()
                  for c in campaigns), np.int64),
-            np.array(tz, dtype=np.int64), list(zones))
+            np.array(tz, dtype=np.int64), list(zones),
+            col((c.budget_period is not BudgetPeriod.DAY or bool(c.dayparts)
+                 or c.pacing_mode is PacingMode.FRONTLOADED for c in campaigns), np.bool_))
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 
-from adfunnel.campaigns.model import Daypart
+from adfunnel.campaigns.model import BidType, BudgetPeriod, Campaign, Daypart, GoalMetric
 from adfunnel.campaigns.schedule import day_bounds, zone
 from adfunnel.pacing.curve import END_MARGIN_MINUTES
 
@@ -237,7 +237,7 @@ def day_allotment(plan: FlightPlan, now_s: float, spent_total: int, spent_today:
     left on top of today's spend (``budget − spent_total``). 0 outside the flight."""
     rest = replan(plan, now_s, spent_total)
     today = float(rest[plan.hours.day == day_ordinal].sum())
-    allot = spent_today + int(math.floor(today))
+    allot = spent_today + math.floor(today)
     allot = min(allot, spent_today + max(0, plan.budget - spent_total))
     if day_ceiling is not None:
         allot = min(allot, day_ceiling)
@@ -266,3 +266,25 @@ def month_days(day: date) -> tuple[date, date]:
     first = day.replace(day=1)
     nxt = (first + timedelta(days=32)).replace(day=1)
     return first, nxt - timedelta(days=1)
+
+
+def goal_cost(campaign: Campaign) -> int | None:
+    """Money of a guaranteed line's goal, micros (None: no impressions/clicks goal):
+    impressions N × bid / 1000 (floored: the per-mille carry bills N impressions at
+    most that), clicks N × bid (CONTRACT25)."""
+    goal = campaign.goal
+    if goal is None or goal.total is None or goal.metric is GoalMetric.SHARE:
+        return None
+    if goal.metric is GoalMetric.IMPRESSIONS and campaign.bid_type is BidType.CPM:
+        return goal.total * campaign.bid_micros // 1000
+    return goal.total * campaign.bid_micros
+
+
+def flight_money(campaign: Campaign) -> int | None:
+    """A flight's money limit, micros: min of its flight budget, its goal's cost and
+    its lifetime budget (those it has); None for another period or none of them."""
+    if campaign.budget_period is not BudgetPeriod.FLIGHT:
+        return campaign.lifetime_budget_micros
+    found = [v for v in (campaign.flight_budget_micros, goal_cost(campaign),
+                         campaign.lifetime_budget_micros) if v is not None]
+    return min(found) if found else None
