@@ -19,7 +19,6 @@ from adfunnel.campaigns.model import (
     Goal,
     GoalMetric,
     Objective,
-    PacingMode,
     Priority,
 )
 
