@@ -164,3 +164,27 @@ def test_whatever_the_charges_nothing_billed_exceeds_any_limit(
             assert billed <= daily * 304 // 10
     assert life_total.get(run * 3 + 3, 0) <= flight
     assert goal_billed <= goal
+
+
+def test_a_held_click_released_by_its_impression_keeps_the_month_limit(
+        ledger_backend: LedgerBackend) -> None:
+    ledger = ledger_backend.open()
+    c = Campaign(8, 1, "a", Objective.CLICKS, BidType.CPC, 1_000, 1_000, "UTC", START,
+                 budget_period=BudgetPeriod.AVERAGE_DAY)
+    daily, life, limits = write_budgets(c)
+
+    def w(n: str, day: date, etype: EventType, charge: int) -> LedgerWrite:
+        return LedgerWrite(_event(n, day, charge, cid=8, etype=etype), daily, life,
+                           period=limits)
+
+    for d in range(15):  # 2,000 a day (2x): 30,000 of the month's 30,400
+        day = START + timedelta(days=d)
+        for k in range(2):
+            ledger.record_many([w(f"{d}-{k}", day, EventType.IMPRESSION, 0),
+                                w(f"{d}-{k}", day, EventType.CLICK, 1_000)])
+    day = START + timedelta(days=15)
+    held = ledger.record_many([w("late", day, EventType.CLICK, 1_000)]).recorded[0]
+    assert held.outcome is Outcome.HELD
+    plan = ledger.record_many([w("late", day, EventType.IMPRESSION, 0)])
+    (_, released), = plan.released
+    assert (released.billed_micros, released.absorbed_micros) == (400, 600)

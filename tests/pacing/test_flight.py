@@ -113,6 +113,8 @@ def test_under_delivery_is_spread_and_over_delivery_lowers_the_rest() -> None:
     ahead = replan(plan, mid, int(plan.target(mid) * 1.1))
     assert behind.sum() > on_plan.sum() > ahead.sum()
     assert on_plan.sum() == pytest.approx(7_000_000_000 - int(plan.target(mid)), rel=1e-9)
+    # ahead by 10 %: the rest is lowered by exactly the excess
+    assert ahead.sum() == pytest.approx(7_000_000_000 - int(plan.target(mid) * 1.1), rel=1e-9)
     # far behind: the cap holds, the rest is not blown into one evening
     late = replan(plan, h.start_s[0] + 6 * 86400, 0)
     assert (late <= 1.5 * plan.rates() + 1e-6).all()
