@@ -28,14 +28,13 @@ from typing import Protocol
 
 from adfunnel.billing.model import EventType
 from adfunnel.campaigns.model import BudgetPeriod, Campaign, GoalMetric
-from adfunnel.pacing.flight import flight_money
+from adfunnel.pacing.flight import NO_DAY_CAP, day_limit, flight_money, period_budgets
 
-#: ``daily_budget_micros`` of a flight without a daily ceiling (no day limit).
-NO_DAY_CAP = 2**62
 #: Durable counter of the events billed nothing because their goal was met.
 GOAL_OVER_DELIVERY = "goal_over_delivery"
-#: average_day: a day at most 2× the average, a month at most 30.4× (Google Ads).
-DAY_FACTOR = 2
+__all__ = ["GOAL_OVER_DELIVERY", "NO_DAY_CAP", "PeriodLimits", "PeriodView", "day_limit",
+           "flight_money", "month_of", "period_limits", "split_period", "write_budgets"]
+#: average_day: a month at most 30.4× the average (Google Ads).
 MONTH_NUM, MONTH_DEN = 304, 10
 
 
@@ -82,18 +81,6 @@ def month_of(day: date) -> tuple[date, date]:
     return first, date.fromordinal(nxt.toordinal() - 1)
 
 
-def day_limit(campaign: Campaign) -> int:
-    """What one local day may bill, micros: the daily budget (``day``), 2× it
-    (``average_day``), the daily ceiling (``flight`` with a daily budget > 0) or
-    :data:`NO_DAY_CAP`."""
-    period = campaign.budget_period
-    if period is BudgetPeriod.AVERAGE_DAY:
-        return DAY_FACTOR * campaign.daily_budget_micros
-    if period is BudgetPeriod.FLIGHT and campaign.daily_budget_micros <= 0:
-        return NO_DAY_CAP
-    return campaign.daily_budget_micros
-
-
 def period_limits(campaign: Campaign) -> PeriodLimits | None:
     """The month and goal limits of ``campaign`` (None: it has neither)."""
     month = None
@@ -131,7 +118,6 @@ def split_period(charge: int, remaining: int, limits: PeriodLimits, event_type: 
 def write_budgets(campaign: Campaign) -> tuple[int, int | None, PeriodLimits | None]:
     """(daily, lifetime, period limits) of a write for ``campaign``: a ``day`` campaign
     without a goal keeps (daily budget, lifetime budget, None) as before periods."""
-    if campaign.budget_period is BudgetPeriod.DAY and campaign.goal is None:
-        return campaign.daily_budget_micros, campaign.lifetime_budget_micros, None
-    return day_limit(campaign), flight_money(campaign), period_limits(campaign)
+    daily, lifetime = period_budgets(campaign)
+    return daily, lifetime, period_limits(campaign)
 

@@ -56,6 +56,8 @@ AVERAGE_DAY_MAX = 2
 #: average_day: a calendar month bills at most daily × MONTH_NUM // MONTH_DEN (30.4×).
 MONTH_NUM, MONTH_DEN = 304, 10
 HOUR_S = 3600.0
+#: A day limit of a flight without a daily ceiling (no day limit), micros.
+NO_DAY_CAP = 2**62
 
 
 def month_cap(daily_micros: int) -> int:
@@ -288,3 +290,25 @@ def flight_money(campaign: Campaign) -> int | None:
     found = [v for v in (campaign.flight_budget_micros, goal_cost(campaign),
                          campaign.lifetime_budget_micros) if v is not None]
     return min(found) if found else None
+
+
+def day_limit(campaign: Campaign) -> int:
+    """What one local day may bill, micros: the daily budget (``day``), 2× it
+    (``average_day``), the daily ceiling (``flight`` with a daily budget > 0) or
+    :data:`NO_DAY_CAP`."""
+    period = campaign.budget_period
+    if period is BudgetPeriod.AVERAGE_DAY:
+        return AVERAGE_DAY_MAX * campaign.daily_budget_micros
+    if period is BudgetPeriod.FLIGHT and campaign.daily_budget_micros <= 0:
+        return NO_DAY_CAP
+    return campaign.daily_budget_micros
+
+
+def period_budgets(campaign: Campaign) -> tuple[int, int | None]:
+    """(day limit, lifetime limit) of a campaign, micros (None: no lifetime limit): a
+    ``day`` campaign's daily and lifetime budgets as ever; else :func:`day_limit` and
+    :func:`flight_money` (what a spend gate that holds committed spend itself checks;
+    the month limit is the ledger's)."""
+    if campaign.budget_period is BudgetPeriod.DAY and campaign.goal is None:
+        return campaign.daily_budget_micros, campaign.lifetime_budget_micros
+    return day_limit(campaign), flight_money(campaign)
