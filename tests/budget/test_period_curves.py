@@ -5,6 +5,7 @@ committed spend itself admits a flight without a daily ceiling up to its money."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -85,3 +86,17 @@ def test_the_local_gate_admits_a_flight_without_a_ceiling_up_to_its_money() -> N
         admitted += 1
     assert admitted == 2
     assert gate.admit(c, NOW, 100_000) == BUDGET_EXHAUSTED
+
+
+def test_a_day_campaign_made_a_flight_today_gets_its_allotment_and_back() -> None:
+    svc = BudgetService(ManualClock(NOW), warmup_s=0.0)
+    day = _camp(daily_budget_micros=300_000_000)
+    svc.upsert_campaign(day)
+    assert svc.current(1, NOW.timestamp()).day_budget() == 300_000_000  # type: ignore[union-attr]
+    flight = replace(day, version=2, daily_budget_micros=0, flight_end=date(2026, 3, 11),
+                     budget_period=BudgetPeriod.FLIGHT, flight_budget_micros=10_000_000_000)
+    svc.upsert_campaign(flight)
+    cd = svc.current(1, NOW.timestamp())
+    assert cd is not None and cd.day_budget() == pytest.approx(1_000_000_000, rel=0.05)
+    svc.upsert_campaign(replace(day, version=3))
+    assert cd.day_budget() == 300_000_000 and cd.plan.budget_micros == 300_000_000

@@ -102,7 +102,14 @@ class Periods:
 
     def _period_note(self, slot: int, c: Campaign, now: float) -> None:
         """A campaign record arrived: keep, update or drop its period slot; an edit
-        that changes the flight makes a new plan from the spend now."""
+        that changes the flight makes a new plan from the spend now; back to ``day``,
+        its days' budgets are the daily budget again (the rest of today rescaled)."""
+        if c.budget_period is BudgetPeriod.DAY:
+            t = self._rows
+            for r in self._rows_of_slot(slot):
+                if t.allot[r] >= 0:
+                    t.allot[r] = -1
+                    self._rescale(r, c.daily_budget_micros, now)
         if not special(c):
             self._period.pop(slot, None)
             return
@@ -129,10 +136,8 @@ class Periods:
     def _period_shapes(self, rows: np.ndarray) -> None:
         """Mask the shapes of new rows of campaigns with dayparts or frontloading."""
         t = self._rows
-        for r in rows.tolist():
-            ps = self._period.get(int(t.slot[r]))
-            if ps is None:
-                continue
+        for r in self._of_periods(rows).tolist():
+            ps = self._period[int(t.slot[r])]
             c = ps.campaign
             front = (c.pacing_mode is PacingMode.FRONTLOADED
                      and c.budget_period is not BudgetPeriod.FLIGHT)
@@ -154,9 +159,9 @@ class Periods:
     def _period_allot(self, rows: np.ndarray, now: float) -> None:
         """The allotment of new rows of period campaigns: their day's plan budget."""
         t = self._rows
-        for r in rows.tolist():
-            ps = self._period.get(int(t.slot[r]))
-            if ps is None or ps.period is BudgetPeriod.DAY:
+        for r in self._of_periods(rows).tolist():
+            ps = self._period[int(t.slot[r])]
+            if ps.period is BudgetPeriod.DAY:
                 continue
             allot = self._allotment(int(t.slot[r]), ps, r, now)
             t.allot[r] = allot
@@ -164,17 +169,25 @@ class Periods:
             t.plan_peak_rate[r] = allot * t.peak_share[r]
             ps.key = self._replan_key(ps, r, now)
 
+    def _of_periods(self, rows: np.ndarray) -> np.ndarray:
+        """Those of ``rows`` whose campaign has a period slot (vectorised: a catalogue's
+        new days are made in bulk, and few campaigns have one)."""
+        slots = np.fromiter(self._period, dtype=np.int64, count=len(self._period))
+        return rows[np.isin(self._rows.slot[rows], slots)]
+
     def _period_step(self, rows: np.ndarray, now: float) -> None:
         """Re-plan the current day of each period campaign whose hour, row, billed read
         or record moved since its last re-plan; rescale the day where its allotment
-        moved (``rows``: the current rows)."""
+        moved (``rows``: the current rows; only those of period campaigns are visited;
+        a row still without an allotment — its campaign became a period one today —
+        gets one, as an edit)."""
         if not self._period:
             return
         t, s = self._rows, self._slots
-        for r in rows.tolist():
+        for r in self._of_periods(rows).tolist():
             slot = int(t.slot[r])
-            ps = self._period.get(slot)
-            if ps is None or ps.period is BudgetPeriod.DAY or t.allot[r] < 0:
+            ps = self._period[slot]
+            if ps.period is BudgetPeriod.DAY:
                 continue
             key = self._replan_key(ps, r, now)
             if key == ps.key:
