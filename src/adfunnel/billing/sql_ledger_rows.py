@@ -224,11 +224,14 @@ def load_period_totals(conn: Connection, view: LoadedView,
                        writes: Sequence[LedgerWrite]) -> None:
     """Read into ``view`` the month billed and goal event totals the writes with period
     limits need (their campaigns' rows are locked: these stay true until the commit).
-    One small query per distinct (campaign, span): few campaigns have periods."""
+    One small query per distinct (campaign, span): few campaigns have periods. A held
+    event a write may release is billed within that write's limits: its spans too."""
     d = campaign_day_spend.c
-    for w in writes:
-        limits, e = w.period, w.event
-        if limits is None or w.ivt_reason is not None:
+    by_campaign = {w.event.campaign_id: w.period for w in writes if w.period is not None}
+    held = [(h.write.event, by_campaign.get(h.write.event.campaign_id))
+            for h in view.held_rows.values() if h.waiting]
+    for e, limits in [(w.event, w.period) for w in writes if w.ivt_reason is None] + held:
+        if limits is None:
             continue
         if limits.month_budget_micros is not None:
             first, last = month_of(e.day)
