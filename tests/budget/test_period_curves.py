@@ -100,3 +100,17 @@ def test_a_day_campaign_made_a_flight_today_gets_its_allotment_and_back() -> Non
     assert cd is not None and cd.day_budget() == pytest.approx(1_000_000_000, rel=0.05)
     svc.upsert_campaign(replace(day, version=3))
     assert cd.day_budget() == 300_000_000 and cd.plan.budget_micros == 300_000_000
+
+
+def test_the_day_view_shows_a_flights_period() -> None:
+    from adfunnel.budget.days import day_view
+
+    svc = BudgetService(ManualClock(NOW), warmup_s=0.0)
+    svc.upsert_campaign(_camp(daily_budget_micros=0, flight_end=date(2026, 3, 11),
+                              budget_period=BudgetPeriod.FLIGHT,
+                              flight_budget_micros=10_000_000_000))
+    view = day_view(svc, 1, NOW.timestamp())
+    assert view is not None and view["period"]["budget_micros"] == 10_000_000_000
+    assert view["period"]["allotment_micros"] == view["budget_micros"]
+    svc.upsert_campaign(_camp(version=2))
+    assert day_view(svc, 1, NOW.timestamp())["period"] is None  # type: ignore[index]

@@ -132,6 +132,26 @@ class Periods:
         if old.dayparts != c.dayparts or old.pacing_mode != c.pacing_mode:
             ps.masked.clear()
 
+    def period_view(self, campaign_id: int, now: float) -> dict[str, object] | None:
+        """The period of a flight or average-day campaign as JSON-able fields (None for
+        another): ``budget_period``, ``allotment_micros`` (today's budget),
+        ``spent_micros`` (the flight's spend so far, billed + in flight) and, for a
+        flight, ``budget_micros`` and ``planned_micros`` (the plan's cumulative target
+        now)."""
+        slot = self._slot_of.get(campaign_id)
+        ps = None if slot is None else self._period.get(slot)
+        if slot is None or ps is None or ps.period is BudgetPeriod.DAY:
+            return None
+        row = self._current_row(slot, now)
+        out: dict[str, object] = {"budget_period": ps.period.value,
+                                  "allotment_micros": int(self._rows.allot[row])}
+        if ps.period is BudgetPeriod.FLIGHT:
+            out["spent_micros"] = self._flight_spent(row)
+            out["budget_micros"] = slot_lifetime(ps.campaign)
+            out["planned_micros"] = (None if ps.plan is None
+                                     else int(ps.plan.target(now)))
+        return out
+
     # -- curves -------------------------------------------------------------------------
     def _period_shapes(self, rows: np.ndarray) -> None:
         """Mask the shapes of new rows of campaigns with dayparts or frontloading."""
