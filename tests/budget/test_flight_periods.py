@@ -66,15 +66,17 @@ def test_a_goal_raised_mid_flight_is_delivered_and_nothing_above_it_billed() -> 
 
 
 @pytest.mark.slow
-def test_a_paused_day_is_made_up_over_the_remaining_days() -> None:
-    budget = 5 * 300 * BID
-    c = _flight(budget, START + timedelta(days=4))
-    sim = FlightSim(c, datetime(2026, 3, 2, tzinfo=UTC), per_hour=8.0)
+def test_paused_days_are_made_up_over_the_remaining_days() -> None:
+    # the two middle days of four paused: the last must deliver three times the plan's
+    # rate, past the hourly re-plan's 1.5x cap: the resume makes a new plan of the rest
+    budget = 4 * 300 * BID
+    c = _flight(budget, START + timedelta(days=3))
+    sim = FlightSim(c, datetime(2026, 3, 2, tzinfo=UTC), per_hour=12.0)
     paused = replace(c, status=CampaignStatus.PAUSED, version=2)
     sim.hooks[datetime(2026, 3, 3, tzinfo=UTC).timestamp()] = lambda s: s.edit(paused)
-    sim.hooks[datetime(2026, 3, 4, tzinfo=UTC).timestamp()] = lambda s: s.edit(
+    sim.hooks[datetime(2026, 3, 5, tzinfo=UTC).timestamp()] = lambda s: s.edit(
         replace(c, version=3))
-    run = sim.until(datetime(2026, 3, 7, 1, tzinfo=UTC))
+    run = sim.until(datetime(2026, 3, 6, 1, tzinfo=UTC))
     assert run.billed[START + timedelta(days=1)] == 0
     assert 0.98 * budget <= run.total <= budget
 
