@@ -19,6 +19,7 @@ from adfunnel.campaigns.model import (
     Goal,
     GoalMetric,
     Objective,
+    PacingMode,
     Priority,
 )
 
@@ -128,3 +129,14 @@ def test_an_average_day_campaign_catches_up_within_2x_a_day_and_30_4x_a_month() 
     assert month >= 0.98 * daily * 304 // 10  # the under-spend caught up, to the cap
     assert run.billed[date(2026, 3, 26)] > 1.3 * daily  # catching up
     assert run.billed[date(2026, 3, 31)] < daily  # the month cap leaves less
+
+
+@pytest.mark.slow
+def test_a_frontloaded_flight_delivers_60_percent_in_its_first_half() -> None:
+    budget = 4 * 300 * BID
+    c = _flight(budget, START + timedelta(days=3), pacing_mode=PacingMode.FRONTLOADED)
+    sim = FlightSim(c, datetime(2026, 3, 2, tzinfo=UTC), per_hour=10.0)
+    run = sim.until(datetime(2026, 3, 6, 1, tzinfo=UTC))
+    first = run.billed[START] + run.billed[START + timedelta(days=1)]
+    assert 0.98 * budget <= run.total <= budget
+    assert first == pytest.approx(0.6 * budget, abs=0.05 * budget)
