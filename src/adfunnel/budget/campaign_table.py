@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 from adfunnel.budget.columns import BID_TYPES, NO_END, PERIODS, PRIORITIES, CampaignColumns
-from adfunnel.campaigns.model import CampaignStatus, Daypart, PacingMode
+from adfunnel.campaigns.model import BudgetPeriod, CampaignStatus, Daypart, PacingMode
 from adfunnel.campaigns.tables import campaigns as campaigns_table
 from adfunnel.db import connection_guard
 
@@ -64,14 +64,19 @@ def read_campaign_columns(engine: Engine) -> CampaignColumns:
             select(t.id, t.dayparts).where(t.dayparts != "[]"))}
     m = np.array(rows, dtype=np.int64).reshape(len(rows), 15)
     pacing = m[:, 7]
+    dayparts = {k: v for k, v in parts.items() if v}
     return CampaignColumns(
         ids=m[:, 0].copy(), versions=m[:, 1].copy(), bid=m[:, 2].astype(np.int8),
         bid_micros=m[:, 3].copy(), daily=m[:, 4].copy(), lifetime=m[:, 5].copy(),
-        active=m[:, 6] == 0, even=pacing == 1, accel=pacing == 0,
+        active=m[:, 6] == 0, even=(pacing == 1) | (pacing == 2), accel=pacing == 0,
         fstart=m[:, 8].copy(), fend=m[:, 9].copy(), tz=m[:, 10].copy(), zones=zones,
         priority=m[:, 11].astype(np.int8), period=m[:, 12].astype(np.int8),
         flight_budget=m[:, 13].copy(), goal_total=m[:, 14].copy(), front=pacing == 2,
-        dayparts={k: v for k, v in parts.items() if v})
+        dayparts=dayparts,
+        # the campaigns whose record the service reads (their periods, dayparts,
+        # frontloading): adfunnel.budget.periods.special
+        special=(m[:, 12] != PERIODS.index(BudgetPeriod.DAY)) | (pacing == 2)
+        | np.isin(m[:, 0], np.fromiter(dayparts, dtype=np.int64, count=len(dayparts))))
 
 
 def _dayparts(text: str) -> tuple[Daypart, ...]:

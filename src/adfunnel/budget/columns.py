@@ -69,6 +69,10 @@ class CampaignColumns:
     goal_total: np.ndarray
     front: np.ndarray
     dayparts: dict[int, tuple[Daypart, ...]] = field(default_factory=dict)
+    #: campaigns whose record the service reads once loaded (a budget period other
+    #: than day, dayparts, frontloading; bool); None: none (a table read without
+    #: the columns)
+    special: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -96,7 +100,8 @@ class CampaignColumns:
             col((-1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros
                  for c in campaigns), np.int64),
             col((c.status is CampaignStatus.ACTIVE for c in campaigns), np.bool_),
-            col((c.pacing_mode is PacingMode.EVEN for c in campaigns), np.bool_),
+            col((c.pacing_mode in (PacingMode.EVEN, PacingMode.FRONTLOADED)
+                 for c in campaigns), np.bool_),
             col((c.pacing_mode is PacingMode.ACCELERATED for c in campaigns), np.bool_),
             col((c.flight_start.toordinal() for c in campaigns), np.int64),
             col((NO_END if c.flight_end is None else c.flight_end.toordinal()
@@ -108,7 +113,9 @@ class CampaignColumns:
                  for c in campaigns), np.int64),
             col((_goal_total(c) for c in campaigns), np.int64),
             col((c.pacing_mode is PacingMode.FRONTLOADED for c in campaigns), np.bool_),
-            {c.id: tuple(c.dayparts) for c in campaigns if c.dayparts})
+            {c.id: tuple(c.dayparts) for c in campaigns if c.dayparts},
+            col((c.budget_period is not BudgetPeriod.DAY or bool(c.dayparts)
+                 or c.pacing_mode is PacingMode.FRONTLOADED for c in campaigns), np.bool_))
 
 
 def _goal_total(c: Campaign) -> int:

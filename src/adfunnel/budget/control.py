@@ -62,6 +62,7 @@ class Control:
         now = self._now()
         self.steps += 1
         rows = self._roll_over(now)
+        self._period_step(rows, now)  # flight and average-day days, re-planned hourly
         t = self._rows
         dt = now - t.last_step_s[rows]
         sel = dt > 0

@@ -242,6 +242,8 @@ class Plans:
             return
         live = np.flatnonzero(self._rows.live[: self._rows.n])
         keep = np.concatenate([self._slots.shape[: self._slots.n], self._rows.shape[live],
+                               np.array([v for ps in self._period.values()
+                                         for v in ps.masked.values()], dtype=np.int64),
                                np.array(list(self._pending_shapes.values()), dtype=np.int64),
                                np.array([self._default_sid])])
         remap = table.compact(keep)
@@ -252,6 +254,9 @@ class Plans:
         self._default_sid = int(remap[self._default_sid])
         self._pending_shapes = {c: int(remap[i]) for c, i in self._pending_shapes.items()}
         self._curves.clear()
+        for ps in self._period.values():  # shape ids moved: masks and hours made again
+            ps.masked.clear()
+            ps.hours, ps.shape = None, -1
 
     def _curve_facts(self, rows: np.ndarray) -> None:
         """Total weight, flatness and peak share of each row's curve, made once per

@@ -89,6 +89,9 @@ ROW_COLUMNS: dict[str, tuple[type, float]] = {
     "state": (_I8, METERED), "status": (_I8, S_COLD), "exhausted_at": (_F64, NAN),
     "pub_state": (_I8, -1), "pub_p": (_F64, NAN), "ver": (_I64, 0),
     "p_first": (_I64, -1), "p_const": (_F64, NAN), "p_hist": (_I64, -1),
+    # the day's budget of a flight or average-day campaign (-1: a day campaign's row,
+    # whose budget is its daily budget; adfunnel.budget.periods)
+    "allot": (_I64, -1),
 }
 
 

@@ -64,6 +64,9 @@ class States:
         sl = t.slot[rows]
         charge = s.charge[sl]
         daily, life = s.daily[sl], s.lifetime[sl]
+        allot = t.allot[rows]
+        if (allot >= 0).any():  # flight and average-day rows: the day's allotment
+            daily = np.where(allot >= 0, allot, daily)
         budget = np.where(life < 0, daily,
                           np.maximum(0, np.minimum(daily, life - t.lifetime_before[rows])))
         day = t.day[rows]
