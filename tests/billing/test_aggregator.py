@@ -648,3 +648,30 @@ def test_a_reversed_click_changes_no_model_count() -> None:
     assert world.agg.stats.reversed == 1
     assert world.ctr.counts(ad, "feed") == before
     assert monitor.status()["v1"] == calibration
+
+
+def test_a_completed_line_whose_last_billed_click_is_reversed_is_reopened() -> None:
+    """Billing left a lifetime (a flight's, a goal's) at 0 and the campaign was marked
+    completed; tier 2 then reversed a billed click, refunding it: the budget is no
+    longer spent, so the line is reopened (a guaranteed line of 2 clicks stayed
+    completed with one click delivered and half its goal's money left)."""
+    from dataclasses import replace
+
+    from adfunnel.campaigns.model import CampaignStatus
+    from adfunnel.ivt.scoring import Tier2Scorer
+
+    world = World([campaign(CPC, BidType.CPC, lifetime=800_000)])
+    reopened: list[int] = []
+
+    def completed(cid: int) -> None:  # as the app's mark_completed, seen by the lookup
+        world.campaigns[cid] = replace(world.campaigns[cid], status=CampaignStatus.COMPLETED)
+        world.spent.append(cid)
+
+    world.agg.on_lifetime_spent = completed
+    world.agg.on_lifetime_restored = reopened.append
+    world.agg.scorer = Tier2Scorer()
+    world.send(event(IMP, "a", CPC, 0, at=1), event(IMP, "b", CPC, 0, at=2),
+               event(CLICK, "a", CPC, 400_000, at=10), event(CLICK, "b", CPC, 400_000, at=20))
+    assert world.spent == [CPC] and world.agg.stats.reversed == 1
+    assert world.billed(CPC) == 400_000
+    assert reopened == [CPC]

@@ -268,3 +268,26 @@ def test_selling_over_the_api_on_postgresql(pg_schema_url: str) -> None:
     finally:
         for e in engines:
             e.dispose()
+
+
+def test_put_budget_of_a_flight_takes_the_flight_budget_alone(
+        client: TestClient, adv: int) -> None:
+    """A flight's daily budget is optional on create (no daily ceiling); its budget edit
+    need not name one either: the ceiling it has is kept. A day campaign's edit still
+    needs its daily budget."""
+    flight = create(client, adv, AUCTION, budget_period="flight", flight_end="2026-11-30",
+                    flight_budget_micros=300_000_000, daily_budget_micros=None).json()
+    r = client.put(f"/v1/campaigns/{flight['id']}/budget",
+                   json={"flight_budget_micros": 400_000_000})
+    assert r.status_code == 200, r.text
+    assert (r.json()["flight_budget_micros"], r.json()["daily_budget_micros"]) == (
+        400_000_000, 0)
+    capped = create(client, adv, GUARANTEED, daily_budget_micros=500_000_000).json()
+    r = client.put(f"/v1/campaigns/{capped['id']}/budget", json={"flight_budget_micros": None})
+    assert r.status_code == 200, r.text
+    assert (r.json()["flight_budget_micros"], r.json()["daily_budget_micros"]) == (
+        None, 500_000_000)
+    day = create(client, adv, AUCTION).json()
+    r = client.put(f"/v1/campaigns/{day['id']}/budget", json={"lifetime_budget_micros": 5})
+    assert named(r) == ["daily_budget_micros"]
+    assert r.json()["fields"][0]["problem"] == "is required"

@@ -40,6 +40,7 @@ from adfunnel.campaigns.model import (
     Advertiser,
     BidType,
     Campaign,
+    CampaignStatus,
     Goal,
     GoalMetric,
     HouseAd,
@@ -91,7 +92,8 @@ def _campaign(cid: int, adv: int, raw: dict[str, Any]) -> Campaign:
     return Campaign(cid, adv, raw["key"], Objective.IMPRESSIONS, BidType(raw["bid_type"]),
                     raw["bid_micros"], 10**9, "UTC", date(2026, 7, 1),
                     flight_end=date(2026, 7, 31) if priority is Priority.GUARANTEED else None,
-                    priority=priority, goal=goal)
+                    priority=priority, goal=goal,
+                    status=CampaignStatus(raw.get("status", "active")))
 
 
 def world_of(case: dict[str, Any]) -> tuple[Catalog, ScriptedGate, dict[int, str], dict[str, int]]:

@@ -80,3 +80,15 @@ def test_rule_order(change: dict[str, object], expected: DeliveryStatus) -> None
 def test_labels_read_as_words() -> None:
     assert DeliveryStatus.LIMITED_BY_BUDGET.label == "limited by budget"
     assert DeliveryStatus.DELIVERING.label == "delivering"
+
+
+@pytest.mark.parametrize("priority", ["sponsorship", "guaranteed"])
+def test_a_direct_line_below_its_day_target_at_p_1_is_not_limited_by_bid(priority: str) -> None:
+    """A sponsorship is never paced (its daily budget is a cap, not a target) and a
+    guaranteed line is served ahead of the auction: neither is outbid. A home-page
+    takeover filling every request read "limited by bid" on the campaign list."""
+    f = replace(HEALTHY, priority=priority, pacing_status="limited_by_bid_or_audience")
+    assert delivery_status(f) is DeliveryStatus.DELIVERING
+    auction = replace(HEALTHY, pacing_status="limited_by_bid_or_audience")
+    assert delivery_status(auction) is DeliveryStatus.LIMITED_BY_BID
+

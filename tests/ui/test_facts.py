@@ -169,3 +169,14 @@ def test_p_steps_hold_the_last_step() -> None:
     grid = [0, 900, 1800, 2700, 3600]
     out = _p_steps(grid, {0: 1.0, 20: 0.5, 40: 0.25}, p_now=0.3, elapsed_now=2800)
     assert out == [1.0, 1.0, 0.5, 0.3, None]
+
+
+def test_the_facts_carry_the_lines_priority(rt: Runtime) -> None:
+    """The delivery rules read a direct line's priority (a sponsorship at p = 1 below its
+    day's budget is delivering, not limited by bid)."""
+    record = {"id": 1, "status": "active", "time_zone": "UTC", "flight_start": "2026-07-01",
+              "flight_end": None, "priority": "sponsorship"}
+    facts = ServerFacts(rt).delivery_facts(record, 1, None, 10, 0, 5_000)
+    assert facts.priority == "sponsorship"
+    record.pop("priority")
+    assert ServerFacts(rt).delivery_facts(record, 1, None, 10, 0, 0).priority == "auction"

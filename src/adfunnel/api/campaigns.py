@@ -296,7 +296,11 @@ def make_advertiser_router(
                 response_model_exclude_unset=True)
     def put_budget(campaign_id: int, body: BudgetIn, who: Writer) -> CampaignWritten:
         current = access.campaign(store, who, campaign_id, write=True)
-        changes: dict[str, Any] = {"daily_budget_micros": body.daily_budget_micros}
+        changes: dict[str, Any] = {}
+        if body.daily_budget_micros is not None:
+            changes["daily_budget_micros"] = body.daily_budget_micros
+        elif current.budget_period is not BudgetPeriod.FLIGHT:
+            raise validation_error(("daily_budget_micros", "is required"))
         for name in ("lifetime_budget_micros", "flight_budget_micros"):
             if name in body.model_fields_set:
                 changes[name] = getattr(body, name)

@@ -237,9 +237,11 @@ CAMPAIGN_NULLABLE = frozenset({"lifetime_budget_micros", "flight_end", "targetin
 
 class BudgetIn(_In):
     """``PUT /v1/campaigns/{id}/budget``; an absent ``lifetime_budget_micros`` or
-    ``flight_budget_micros`` is kept (``null`` clears it)."""
+    ``flight_budget_micros`` is kept (``null`` clears it). ``daily_budget_micros`` is
+    required but for a campaign of budget period ``flight`` (its daily ceiling, kept
+    when absent)."""
 
-    daily_budget_micros: Micros
+    daily_budget_micros: Micros | None = None
     lifetime_budget_micros: Micros | None = None
     flight_budget_micros: PositiveMicros | None = None
     version: Version | None = None

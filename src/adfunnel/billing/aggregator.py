@@ -136,6 +136,9 @@ class Aggregator:
             calibration monitor).
         on_reversed: called with each billed row tier 2 reversed (the calibration
             monitor takes back what ``on_billed`` added; ``ctr`` is taken back here).
+        on_lifetime_restored: called with the id of a ``completed`` campaign when tier 2
+            reverses one of its billed events: the refund leaves its lifetime (a
+            flight's or a goal's money) unspent again (the app reopens it).
         unknown_retry_s: see ``campaign``.
     """
 
@@ -147,7 +150,8 @@ class Aggregator:
                  hold_s: float = DEFAULT_HOLD_S,
                  on_billed: Callable[[LedgerEvent], None] | None = None,
                  unknown_retry_s: float = UNKNOWN_CAMPAIGN_RETRY_S,
-                 on_reversed: Callable[[LedgerEvent], None] | None = None) -> None:
+                 on_reversed: Callable[[LedgerEvent], None] | None = None,
+                 on_lifetime_restored: Callable[[int], None] | None = None) -> None:
         self.consumer = consumer
         self.ledger = ledger
         self.campaign = campaign
@@ -160,6 +164,7 @@ class Aggregator:
         self.on_billed = on_billed
         self.unknown_retry_s = unknown_retry_s
         self.on_reversed = on_reversed
+        self.on_lifetime_restored = on_lifetime_restored
         # unacknowledged deliveries of campaigns not known yet, by sequence, with the
         # monotonic second each was first seen
         self._waiting: OrderedDict[int, tuple[Delivery, float]] = OrderedDict()
@@ -349,7 +354,17 @@ class Aggregator:
             if taken.billed_micros:
                 self.gate.record_billed(where.campaign_id, where.day, -taken.billed_micros,
                                         r.impression_id, False)
+                self._restored(where.campaign_id)
             self._unfeed(where)
+
+    def _restored(self, campaign_id: int) -> None:
+        """A refund of a ``completed`` campaign: billing had left its lifetime at 0
+        (``on_lifetime_spent``), and now it is not."""
+        if self.on_lifetime_restored is None:
+            return
+        c = self.campaign(campaign_id)
+        if c is not None and c.status is CampaignStatus.COMPLETED:
+            self.on_lifetime_restored(campaign_id)
 
     def _count_in_model(self, row: LedgerEvent, *, taken_back: bool) -> None:
         """Count ``row`` (an impression or click) in the click model, or take it back."""

@@ -232,8 +232,11 @@ class Plans:
             ix = np.flatnonzero(share)
             c = self._shares(rows[ix], elapsed_s[ix])
             sb, bb, cab = s[ix], b[ix], ca[ix]
-            out[ix] = np.where(before[ix], sb * c / np.maximum(cab, 1e-12),
-                               sb + (bb - sb) * (c - cab) / (1.0 - cab))
+            # both branches are evaluated: a row before its anchor may have its curve
+            # at 1 there (a shape of a few hours), whose other branch divides by zero
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[ix] = np.where(before[ix], sb * c / np.maximum(cab, 1e-12),
+                                   sb + (bb - sb) * (c - cab) / (1.0 - cab))
         return out
 
     def _maybe_compact_shapes(self) -> None:

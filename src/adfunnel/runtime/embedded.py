@@ -186,6 +186,8 @@ def build_runtime(
                                run_on_move=True).start())
     events = make_event_plane(settings, clock, ledger, catalog.campaign, gate, ctr,
                               on_lifetime_spent=lambda cid: mark_completed(store, cid),
+                              on_lifetime_restored=lambda cid: mark_completed(
+                                  store, cid, reopen=True),
                               on_hours=dirty.mark,
                               on_billed=lambda r: monitor.billed(r.impression_id, r.event_type),
                               on_reversed=lambda r: monitor.reversed(r.impression_id,
@@ -303,16 +305,22 @@ def _seed_billed(gate: LocalSpendGate, ledger: Ledger, now: datetime) -> None:
     gate.seed_lifetime(ledger.lifetime_billed())
 
 
-def mark_completed(store: SqlCampaignStore, campaign_id: int, attempts: int = 3) -> None:
+def mark_completed(store: SqlCampaignStore, campaign_id: int, attempts: int = 3, *,
+                   reopen: bool = False) -> None:
     """Set an active or paused campaign's status to ``completed`` (its lifetime budget is
     spent); the change log carries it to every server, whose filter then rejects it.
-    A concurrent edit (version conflict) is retried on the new version."""
+    With ``reopen``, set a ``completed`` one ``active`` again (tier 2 refunded a billed
+    event: its lifetime is not spent any more). A concurrent edit (version conflict) is
+    retried on the new version."""
+    before = ((CampaignStatus.COMPLETED,) if reopen
+              else (CampaignStatus.ACTIVE, CampaignStatus.PAUSED))
+    after = CampaignStatus.ACTIVE if reopen else CampaignStatus.COMPLETED
     for _ in range(attempts):
         c = store.get_campaign(campaign_id)
-        if c.status not in (CampaignStatus.ACTIVE, CampaignStatus.PAUSED):
+        if c.status not in before:
             return
         try:
-            store.update_campaign(campaign_id, {"status": CampaignStatus.COMPLETED}, c.version)
+            store.update_campaign(campaign_id, {"status": after}, c.version)
             return
         except VersionConflict:
             continue

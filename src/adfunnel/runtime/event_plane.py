@@ -142,6 +142,7 @@ def make_event_plane(
     on_billed: Callable[[LedgerEvent], None] | None = None,
     on_reversed: Callable[[LedgerEvent], None] | None = None,
     aggregate: bool | None = None, partitions: Sequence[int] | None = None,
+    on_lifetime_restored: Callable[[int], None] | None = None,
 ) -> EventPlane:
     """The event plane of one process (see the module docstring); the aggregator's
     thread is started. ``aggregate`` overrides ``settings.aggregate``; ``partitions``
@@ -157,7 +158,8 @@ def make_event_plane(
         aggregator = Aggregator(consumer, ledger, campaign, gate, ctr,
                                 on_lifetime_spent=on_lifetime_spent, on_hours=on_hours,
                                 scorer=make_scorer(settings), hold_s=settings.ivt_hold_s,
-                                on_billed=on_billed, on_reversed=on_reversed)
+                                on_billed=on_billed, on_reversed=on_reversed,
+                                on_lifetime_restored=on_lifetime_restored)
     spool = (Spool(settings.spool_dir, settings.spool_max_bytes)
              if settings.spool_dir and not inline else None)
     return EventPlane(log, EventPublisher(log, spool), aggregator, inline).start()

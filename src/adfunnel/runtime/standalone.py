@@ -132,7 +132,8 @@ def run_aggregator(settings: Settings, partitions: Sequence[int] | None,
     plane = make_event_plane(
         settings, side.clock, SqlLedger(side.store.engine), side.model.campaign,
         LocalSpendGate(), None, aggregate=True, partitions=partitions,
-        on_lifetime_spent=lambda cid: mark_completed(side.store, cid), on_hours=dirty.mark)
+        on_lifetime_spent=lambda cid: mark_completed(side.store, cid), on_hours=dirty.mark,
+        on_lifetime_restored=lambda cid: mark_completed(side.store, cid, reopen=True))
     freeze_heap()
     try:
         stop.wait()

@@ -53,6 +53,7 @@ from adfunnel.serving.house import house_fills
 from adfunnel.serving.request import SelectRequest, request_attributes
 from adfunnel.serving.tiers import (
     AUCTION,
+    GOAL_MET,
     KIND_AUCTION,
     KIND_GUARANTEED,
     KIND_OF,
@@ -283,7 +284,9 @@ class ReferenceDecider:
         if c.status in (CampaignStatus.ENDED, CampaignStatus.ARCHIVED):
             return CAMPAIGN_ENDED
         if c.status is CampaignStatus.COMPLETED:
-            return CAMPAIGN_COMPLETED
+            # billing marks a line completed when its goal's (or flight's) money is
+            # spent: for a direct line that is its goal met, as before the mark
+            return GOAL_MET if KIND_OF[c.priority] != KIND_AUCTION else CAMPAIGN_COMPLETED
         if not in_flight(c, now):
             return OUT_OF_FLIGHT
         if not in_daypart(c.dayparts, now, c.time_zone):

@@ -21,7 +21,10 @@ spend)::
     capped                frequency caps refused at least half of the requests it matched
     limited_by_bid        it matched requests but won none, or the budget service's
                           controller is at p = 1 and it still spends below its target
-                          (pacing status limited_by_bid_or_audience)
+                          (pacing status limited_by_bid_or_audience) — the latter
+                          only for an auction line: a sponsorship is never paced (its
+                          budget is a cap, not a target) and a guaranteed line is
+                          served ahead of the auction, so neither is outbid
     delivering            otherwise
 """
 
@@ -77,7 +80,8 @@ class DeliveryFacts:
     then neither targeting nor caps decide). ``capped_requests``: of those, how many
     frequency caps refused. ``served_micros``: expected spend of the serves it won
     today (the budget service's count, ahead of billing); ``billed_micros``: billed
-    spend today (the ledger).
+    spend today (the ledger). ``priority``: the line's ``auction``, ``guaranteed`` or
+    ``sponsorship``.
     """
 
     campaign_status: str
@@ -91,6 +95,7 @@ class DeliveryFacts:
     capped_requests: int = 0
     served_micros: int = 0
     billed_micros: int = 0
+    priority: str = "auction"
 
 
 def delivery_status(f: DeliveryFacts) -> DeliveryStatus:
@@ -134,7 +139,7 @@ def _audience(f: DeliveryFacts) -> DeliveryStatus | None:
 
 def _bid(f: DeliveryFacts) -> DeliveryStatus | None:
     won_nothing = f.served_micros <= 0 and f.billed_micros <= 0
-    if won_nothing or f.pacing_status == _BID_PACING:
+    if won_nothing or (f.pacing_status == _BID_PACING and f.priority == "auction"):
         return DeliveryStatus.LIMITED_BY_BID
     return None
 

@@ -129,6 +129,7 @@ class ServerFacts:
             capped_requests=capped,
             served_micros=budget.served_micros if budget else 0,
             billed_micros=billed_today,
+            priority=str(campaign.get("priority", "auction")),
         )
 
     def ads_of(self, campaign_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:

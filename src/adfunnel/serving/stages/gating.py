@@ -16,7 +16,7 @@ from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.serving.caps import CAPPED, CapGate
 from adfunnel.serving.catalog import Catalog
 from adfunnel.serving.columns import ColumnsView
-from adfunnel.serving.decision import Decision
+from adfunnel.serving.decision import CAMPAIGN_COMPLETED, Decision
 from adfunnel.serving.direct_book import GuaranteedSupply
 from adfunnel.serving.kernels import gate_inputs, paced_out
 from adfunnel.serving.request import SelectRequest
@@ -62,10 +62,13 @@ class GatingStage:
         pending = np.zeros(len(sv.uc), dtype=bool)
         if not len(sv.uc):
             return verdict[sv.inverse], pending[sv.inverse]
+        book = self.catalog.direct
+        done = np.flatnonzero(verdict == CODE[CAMPAIGN_COMPLETED])
+        if len(done) and book.any():  # a completed direct line: its goal met
+            verdict[done[book.kinds(sv.uc[done])[0] != KIND_AUCTION]] = CODE[GOAL_MET]
         live = np.flatnonzero(verdict == 0)
         if self.eligible is not None and len(live):  # the pacing curve's traffic
             self.eligible.add_many(sv.uc[live], now)
-        book = self.catalog.direct
         kinds = shares = None
         if book.any():  # some campaign sells direct: the tiers' draws and reasons
             kinds, shares = book.kinds(sv.uc[live])
