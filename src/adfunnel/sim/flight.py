@@ -157,6 +157,8 @@ class FlightRun:
                 lines = self._create(api)
                 edits = sorted(self._edits(lines))
                 filled = house = 0
+                captures = self._capture_times()
+                plans: dict[int, dict[date, int]] = defaultdict(dict)
                 n = len(self.reqs)
                 fired = False
                 at_minute = -1.0
@@ -173,6 +175,9 @@ class FlightRun:
                             fired = False
                         clock.set(datetime.fromtimestamp(minute, UTC))
                         at_minute = minute
+                        while captures and captures[0][0] <= minute:
+                            _, day = captures.pop(0)
+                            _capture_plans(rt, day, plans)
                     d = rt.decider.decide(_select(r), f"r{i}", monotonic_ms() + DEADLINE_MS)
                     rt.decider.commit(d)
                     house += len(d.house)
@@ -193,23 +198,33 @@ class FlightRun:
                 for k in range(1, 13):
                     clock.set(datetime.fromtimestamp(end + 600.0 * k, UTC))
                 rt.events.settle()
-                ledger_days, planned = self._read_back(rt, lines)
+                ledger_days, planned = self._read_back(rt, lines, plans)
                 return RunResult(lines, ledger_days, planned, n, filled, house,
                                  round(time.perf_counter() - t_start, 2))
         finally:
             rt.close()
 
-    def _read_back(self, rt: Any, lines: dict[str, LineRun]
+    def _capture_times(self) -> list[tuple[float, date]]:
+        """When to read each local day's plan: 01:00 local (the day's first control steps
+        and hourly re-plan have run by then)."""
+        out = []
+        for i in range(self.sc.days):
+            day = self.sc.first_day + timedelta(days=i)
+            out.append((local_hours(day, self.sc.time_zone)[1][0], day))
+        return out
+
+    def _read_back(self, rt: Any, lines: dict[str, LineRun],
+                   plans: dict[int, dict[date, int]]
                    ) -> tuple[dict[str, dict[date, DayTotals]], dict[str, dict[date, int | None]]]:
-        """Per line and local day of the week: the ledger's totals and the planned spend
-        the server exposes (:func:`planned_micros`)."""
+        """Per line and local day of the week: the ledger's totals and the day's budget
+        the server's budget service gave it (:func:`_capture_plans`; None: not read)."""
         days = [self.sc.first_day + timedelta(days=i) for i in range(self.sc.days)]
         ledger_days: dict[str, dict[date, DayTotals]] = {}
         planned: dict[str, dict[date, int | None]] = {}
         for key, lr in lines.items():
             totals = rt.ledger.day_totals(lr.campaign_id, days[0], days[-1])
             ledger_days[key] = {t.day: t for t in totals}
-            planned[key] = {d: planned_micros(rt, lr.campaign_id, d) for d in days}
+            planned[key] = {d: plans.get(lr.campaign_id, {}).get(d) for d in days}
         return ledger_days, planned
 
     # -- set-up -------------------------------------------------------------------------
@@ -273,7 +288,10 @@ def _select(r: Req) -> SelectRequest:
                          slots=[SlotIn(id="s1", position=1, width=300, height=250)])
 
 
-def planned_micros(rt: Any, campaign_id: int, day: date) -> int | None:
-    """The spend (micros) the server's flight plan gives ``campaign_id`` on local ``day``;
-    None while the server exposes no flight plan."""
-    return None
+def _capture_plans(rt: Any, day: date, plans: dict[int, dict[date, int]]) -> None:
+    """The plan the server exposes for local ``day``: each campaign's budget of the day
+    in the budget service's status (``GET /v1/status`` of a budget shard; for a flight or
+    average-day period, the day's allotment of the re-planned flight), micros."""
+    for row in rt.gate.status():
+        if row["day"] == day.isoformat():
+            plans[int(row["campaign_id"])][day] = int(row["budget_micros"])
