@@ -112,7 +112,8 @@ def _line_result(sc: FlightScenario, ln: Line, run: RunResult,
         t = ledger.get(d)
         matching = supply.get(d, 0)
         served = lr.served.get(d, 0)
-        planned = run.planned[ln.key].get(d)
+        # a sponsorship's day budget is a billing limit, not a plan: it has none
+        planned = None if ln.kind == "sponsorship" else run.planned[ln.key].get(d)
         row: dict[str, Any] = {
             "day": d.isoformat(), "hours": len(local_hours(d, sc.time_zone)),
             "in_flight": d in _line_days(sc, ln),
@@ -205,13 +206,14 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             f"{ln['served']:>7} {ln['delivered']:>7} {ln['billed_micros'] / 1e6:>10.2f} "
             f"{ln['absorbed_micros'] / 1e6:>9.2f} {ln.get('over_delivery', '-')!s:>5} "
             f"{_opt(ln.get('share')):>6}")
-    out.append("per day (local): planned impressions (- = none exposed) / delivered / "
-               "matching requests")
+    out.append("per day (local): planned impressions (- = none) / delivered / matching "
+               "requests (sponsorship: share served)")
     for ln in result["lines"]:
         if ln["kind"] not in ("guaranteed", "sponsorship"):
             continue
         cells = [f"{d['day'][5:]} {_opt(d['planned_impressions'])}/{d['delivered']}/"
-                 f"{d['matching_requests']}" for d in ln["days"] if d["in_flight"]]
+                 f"{d['matching_requests']}" + (f" ({d['share']})" if "share" in d else "")
+                 for d in ln["days"] if d["in_flight"]]
         out.append(f"  {ln['key']:<14} " + "  ".join(cells))
     a = result["auction"]
     out.append(f"auction revenue: ${a['with_direct_lines']['total_micros'] / 1e6:,.2f} with the "
