@@ -46,6 +46,12 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             http.post(f"/v1/campaigns/{c['id']}/ads", json={
                 "landing_url": "https://x.test/", "creative_ref": "c", "format": "banner",
                 "width": 300, "height": 250})
+            line = http.post("/v1/campaigns", json={  # answers carry a goal object too
+                "advertiser_id": adv["id"], "name": "g", "objective": "impressions",
+                "bid_type": "CPM", "bid_micros": 5_000_000, "time_zone": "UTC",
+                "flight_start": "2026-07-01", "flight_end": "2026-07-28",
+                "priority": "guaranteed", "goal": {"metric": "impressions", "total": 10**6}})
+            assert line.status_code == 201, line.text
         yield url
     rt.close()
 
@@ -68,6 +74,21 @@ def test_the_document_covers_every_route(document: dict) -> None:
                          ("/creatives/files/{name}", "get"), ("/tag.js", "get"),
                          ("/f", "get")]:
         assert method in paths.get(path, {}), (path, method)
+
+
+def test_campaigns_document_how_they_are_sold(document: dict) -> None:
+    """#25: priority, goal, budget period, flight budget and the frontloaded pacing mode
+    in the campaign bodies; the daily budget is optional on create (a flight line)."""
+    schemas = document["components"]["schemas"]
+    sold = {"priority", "goal", "budget_period", "flight_budget_micros"}
+    for name in ("CampaignIn", "CampaignPatch", "CampaignOut"):
+        assert sold <= set(schemas[name]["properties"]), name
+    assert "daily_budget_micros" not in schemas["CampaignIn"]["required"]
+    assert set(schemas["GoalIn"]["properties"]) == {"metric", "share", "total"}
+    assert schemas["Priority"]["enum"] == ["sponsorship", "guaranteed", "auction"]
+    assert schemas["BudgetPeriod"]["enum"] == ["day", "flight", "average_day"]
+    assert "frontloaded" in schemas["PacingMode"]["enum"]
+    assert "flight_budget_micros" in schemas["BudgetIn"]["properties"]
 
 
 def test_errors_use_the_real_error_schema(document: dict) -> None:

@@ -100,3 +100,49 @@ def test_campaigns_from_before_0017_bill_on_render_and_new_ones_on_viewable(
         assert changed.billable_event is BillableEvent.VIEWABLE
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_campaigns_from_before_0018_are_auction_lines_by_day(
+        db: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Migration 0018 gives existing campaigns priority ``auction``, no goal, budget
+    period ``day`` and no flight budget: they keep selling and pacing as before; a
+    guaranteed line made afterwards keeps its goal and flight."""
+    from datetime import date
+
+    from sqlalchemy import text
+
+    from adfunnel.campaigns.model import BudgetPeriod, Goal, GoalMetric, Priority
+    from adfunnel.campaigns.sql_store import SqlCampaignStore
+
+    url = (f"sqlite:///{tmp_path / 's.db'}" if db == "sqlite"
+           else request.getfixturevalue("pg_schema_url"))
+    engine = make_engine(url)
+    try:
+        upgrade(engine, "0017")
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO advertisers (id, name, version, updated_at) "
+                              "VALUES (1, 'a', 1, '2026-12-01 00:00:00')"))
+            conn.execute(text(
+                "INSERT INTO campaigns (id, advertiser_id, name, objective, bid_type, "
+                "bid_micros, daily_budget_micros, time_zone, flight_start, dayparts, "
+                "status, pacing_mode, frequency_caps, version, updated_at, billable_event) "
+                "VALUES (7, 1, 'old', 'clicks', 'CPM', 2000000, 10000000, 'UTC', "
+                "'2026-12-01', '[]', 'active', 'even', '[]', 1, '2026-12-01 00:00:00', "
+                "'rendered')"))
+        upgrade(engine)
+        store = SqlCampaignStore(engine)
+        old = store.get_campaign(7)
+        assert (old.priority, old.goal, old.budget_period, old.flight_budget_micros) == (
+            Priority.AUCTION, None, BudgetPeriod.DAY, None)
+        line = store.create_campaign(
+            advertiser_id=1, name="line", objective="impressions", bid_type="CPM",
+            bid_micros=5_000_000, daily_budget_micros=0, time_zone="UTC",
+            flight_start=date(2026, 12, 1), flight_end=date(2026, 12, 28),
+            priority="guaranteed", goal={"metric": "impressions", "total": 2_000_000},
+            budget_period="flight")
+        assert store.get_campaign(line.id).goal == Goal(GoalMetric.IMPRESSIONS, total=2_000_000)
+        assert store.update_campaign(7, {"budget_period": "average_day"}).budget_period is (
+            BudgetPeriod.AVERAGE_DAY)
+    finally:
+        engine.dispose()

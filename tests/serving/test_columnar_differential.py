@@ -10,6 +10,8 @@ demand, wanted slices), same eligible-traffic counts, same reason tallies.
 from __future__ import annotations
 
 import random
+from collections import Counter
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
 import msgspec
@@ -27,9 +29,12 @@ from adfunnel.campaigns.model import (
     Campaign,
     CampaignStatus,
     Daypart,
+    Goal,
+    GoalMetric,
     HouseAd,
     Objective,
     Placement,
+    Priority,
     ReviewState,
 )
 from adfunnel.campaigns.schedule import local_day
@@ -43,6 +48,15 @@ from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.decision import PRERANK_CUT, Decides, Decision
 from adfunnel.serving.reference import ReferenceDecider
 from adfunnel.serving.request import SelectRequest, decode_request
+from adfunnel.serving.tiers import (
+    AHEAD_OF_PLAN,
+    AUCTION,
+    GOAL_MET,
+    GUARANTEED,
+    HOUSE,
+    SHARE_NOT_DRAWN,
+    SPONSORSHIP,
+)
 
 ZONES = ["UTC", "America/New_York", "Asia/Kolkata", "Asia/Tokyo", "Pacific/Chatham"]
 SHAPES = [("banner", 300, 250), ("banner", 728, 90), ("native", 300, 250)]
@@ -91,6 +105,25 @@ def _campaign(rng: random.Random, cid: int, advertisers: int, today: date) -> Ca
     )
 
 
+def _direct_lines(rng: random.Random, campaigns: list[Campaign]) -> list[Campaign]:
+    """About a third of ``campaigns`` made sponsorships (share 0.3, 0.5 or 1; CPM) or
+    guaranteed lines (an impressions goal at CPM or a clicks goal at CPC)."""
+    out = []
+    for c in campaigns:
+        roll = rng.random()
+        if roll < 0.15:
+            c = replace(c, priority=Priority.SPONSORSHIP, bid_type=BidType.CPM,
+                        goal=Goal(GoalMetric.SHARE, share=rng.choice([0.3, 0.5, 1.0])))
+        elif roll < 0.35:
+            clicks = rng.random() < 0.3
+            c = replace(c, priority=Priority.GUARANTEED,
+                        bid_type=BidType.CPC if clicks else BidType.CPM,
+                        goal=Goal(GoalMetric.CLICKS if clicks else GoalMetric.IMPRESSIONS,
+                                  total=10_000))
+        out.append(c)
+    return out
+
+
 def _ad(rng: random.Random, aid: int, campaigns: list[Campaign]) -> Ad:
     c = rng.choice(campaigns)
     fmt, w, h = rng.choice(SHAPES)
@@ -132,13 +165,15 @@ def _request(rng: random.Random, seq: int) -> SelectRequest:
 class World:
     """One random catalogue with its gate, pCTR counts and clock, built from a seed."""
 
-    def __init__(self, seed: int, gate_kind: str, index: str) -> None:
+    def __init__(self, seed: int, gate_kind: str, index: str, direct: bool = False) -> None:
         rng = random.Random(seed)
         self.now = datetime(2026, 3, 8, 6, 30, tzinfo=UTC) + timedelta(
             minutes=rng.randint(0, 60 * 24 * 6))
         today = self.now.date()
         n_adv, n_camp = rng.randint(2, 12), rng.randint(3, 40)
         campaigns = [_campaign(rng, cid, n_adv, today) for cid in range(1, n_camp + 1)]
+        if direct:  # some lines sell direct (their own draws: the worlds above unchanged)
+            campaigns = _direct_lines(random.Random(seed * 7 + 1), campaigns)
         ads = [_ad(rng, aid, campaigns) for aid in range(1, rng.randint(5, 160))]
         self.catalog = {
             "scan": lambda: Catalog(ScanIndex()),
@@ -195,7 +230,7 @@ class World:
 
 def _outcome(d: Decision) -> list[tuple[object, ...]]:
     return [(p.win.slot_id, p.ad.id, p.campaign.id, p.win.price_micros, p.charge_micros,
-             p.served.expected_micros, p.served.day, p.win.candidate.total)
+             p.served.expected_micros, p.served.day, p.win.candidate.total, p.tier)
             for p in d.placed] + [("house", h.slot_id) for h in d.house]
 
 
@@ -236,6 +271,43 @@ def test_columnar_path_equals_reference(gate_kind: str, keep: int, limit: int) -
                 BELOW_RESERVE, 0), where
         assert _gate_effects(col_world.gate) == _gate_effects(ref_world.gate)
         assert col_world.eligible.drain() == ref_world.eligible.drain()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gate_kind", ["local", "client"])
+@pytest.mark.parametrize("keep", [1, 200])
+def test_columnar_path_equals_reference_with_direct_lines(gate_kind: str, keep: int) -> None:
+    """Sponsorships and guaranteed lines among the campaigns: same tiers, winners, prices
+    and reasons (``goal_met``, ``ahead_of_plan``, ``share_not_drawn``) on both paths."""
+    tiers: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    for world_seed in range(25):
+        index = ("scan", "conjunction", "shaped")[world_seed % 3]
+        ref_world, col_world = (World(world_seed, gate_kind, index, direct=True)
+                                for _ in range(2))
+        ref = ref_world.decider(columnar=False, decision_seed=world_seed, keep=keep)
+        col = col_world.decider(columnar=True, decision_seed=world_seed, keep=keep)
+        rng = random.Random(1000 + world_seed)
+        for i in range(15):
+            req = _request(rng, i)
+            deadline = monotonic_ms() + 60_000
+            a = ref.decide(req, f"r{i}", deadline)
+            b = col.decide(req, f"r{i}", deadline)
+            where = f"world {world_seed}, request {i}"
+            assert _outcome(b) == _outcome(a), where
+            assert b.reason_counts is not None
+            assert _split(b.reason_counts) == _split(a.rejection_counts()), where
+            tiers.update(b.slot_tiers().values())
+            reasons.update(b.reason_counts)
+            for p in b.placed:  # a direct line is charged its contract rate
+                assert (p.win.price_micros == p.campaign.bid_micros) or p.tier == AUCTION
+        assert _gate_effects(col_world.gate) == _gate_effects(ref_world.gate)
+        assert col_world.eligible.drain() == ref_world.eligible.drain()
+        assert col.supply.counts == ref.supply.counts
+    # not vacuous: every tier filled slots, and every tier's reason came up
+    assert min(tiers[t] for t in (SPONSORSHIP, GUARANTEED, AUCTION, HOUSE)) > 0, tiers
+    need = [SHARE_NOT_DRAWN, GOAL_MET] + ([AHEAD_OF_PLAN] if gate_kind == "client" else [])
+    assert all(reasons[r] > 0 for r in need), reasons
 
 
 def test_explain_requests_keep_every_reason() -> None:

@@ -34,6 +34,12 @@ key sees only its own advertiser (other ids answer 404; its new ads start
 ``pending_review``, ``adfunnel.api.access``); a reviewer reads, and reviews ads.
 Creating advertisers is the admin's.
 
+Campaigns carry how they are sold (``priority``, ``goal``, ``budget_period``,
+``flight_budget_micros``; rules in ``adfunnel.campaigns.sales``, every broken one named
+at once in a 422): a guaranteed line's period defaults to ``flight`` (also when a PATCH
+makes a line guaranteed), and with ``flight`` the daily budget may be left out (0: no
+daily ceiling). ``PUT .../budget`` also sets ``flight_budget_micros``.
+
 Campaign writes (create, PATCH, budget) also answer ``warnings`` — ``[{"field",
 "problem"}]``, only when the campaign cannot deliver as written
 (``adfunnel.campaigns.checks``).
@@ -88,9 +94,10 @@ from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.checks import money_limit_problems
 from adfunnel.campaigns.errors import NotFound
-from adfunnel.campaigns.model import AdStatus, CampaignStatus
+from adfunnel.campaigns.model import AdStatus, BudgetPeriod, Campaign, CampaignStatus, Priority
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import CampaignStore
+from adfunnel.campaigns.validate import campaign_problems
 from adfunnel.clock import Clock
 from adfunnel.http_errors import ApiError, validation_error
 from adfunnel.settings import DEFAULT_MAX_BID_MICROS, DEFAULT_MAX_BUDGET_MICROS
@@ -154,10 +161,14 @@ def make_advertiser_router(
     max_bid = int(getattr(settings_like, "max_bid_micros", DEFAULT_MAX_BID_MICROS))
     max_budget = int(getattr(settings_like, "max_budget_micros", DEFAULT_MAX_BUDGET_MICROS))
 
-    def check_money(values: dict[str, Any]) -> None:
-        """422 naming each bid or budget above the server's limits."""
-        problems = money_limit_problems(values, max_bid, max_budget)
+    def check_money(values: dict[str, Any], current: Campaign | None = None,
+                    more: list[tuple[str, str]] | None = None) -> None:
+        """422 naming each bid or budget above the server's limits (and ``more``),
+        together with every rule the record would break in the store: all at once."""
+        problems = [*(more or []), *money_limit_problems(values, max_bid, max_budget, current)]
         if problems:
+            named = {field for field, _ in problems}
+            problems += [p for p in campaign_problems(values, current) if p[0] not in named]
             raise validation_error(*problems)
     engine = getattr(store, "engine", None)
     if rollups is None and isinstance(engine, Engine):
@@ -198,7 +209,7 @@ def make_advertiser_router(
         values = body.model_dump(exclude={"targeting"})
         values["dayparts"] = tuple(values["dayparts"])
         values["frequency_caps"] = tuple(values["frequency_caps"])
-        check_money(values)
+        check_money(values, more=sale_defaults(values))
         if body.targeting is not None:
             values["targeting"] = canonical_targeting(body.targeting)
         try:
@@ -231,9 +242,12 @@ def make_advertiser_router(
     @router.patch("/v1/campaigns/{campaign_id}", response_model=CampaignWritten,
                   response_model_exclude_unset=True)
     def patch_campaign(campaign_id: int, body: CampaignPatch, who: Writer) -> CampaignWritten:
-        access.campaign(store, who, campaign_id, write=True)
+        current = access.campaign(store, who, campaign_id, write=True)
         changes = _changes(body, CAMPAIGN_NULLABLE)
-        check_money(changes)
+        if (changes.get("priority") is Priority.GUARANTEED and "budget_period" not in changes
+                and current.budget_period is not BudgetPeriod.FLIGHT):
+            changes["budget_period"] = BudgetPeriod.FLIGHT  # a guaranteed line's period
+        check_money(changes, current)
         if changes.get("status") is CampaignStatus.ARCHIVED:
             raise validation_error(("status", "archive with DELETE /v1/campaigns/{id}"))
         if "targeting" in changes and changes["targeting"] is not None:
@@ -280,11 +294,12 @@ def make_advertiser_router(
     @router.put("/v1/campaigns/{campaign_id}/budget", response_model=CampaignWritten,
                 response_model_exclude_unset=True)
     def put_budget(campaign_id: int, body: BudgetIn, who: Writer) -> CampaignWritten:
-        access.campaign(store, who, campaign_id, write=True)
+        current = access.campaign(store, who, campaign_id, write=True)
         changes: dict[str, Any] = {"daily_budget_micros": body.daily_budget_micros}
-        if "lifetime_budget_micros" in body.model_fields_set:
-            changes["lifetime_budget_micros"] = body.lifetime_budget_micros
-        check_money(changes)
+        for name in ("lifetime_budget_micros", "flight_budget_micros"):
+            if name in body.model_fields_set:
+                changes[name] = getattr(body, name)
+        check_money(changes, current)
         return written_out(store.update_campaign(campaign_id, changes, body.version),
                            clock.now())
 
@@ -368,6 +383,24 @@ def make_advertiser_router(
                       measured_by_day(days))
 
     return router
+
+
+def sale_defaults(values: dict[str, Any]) -> list[tuple[str, str]]:
+    """Fill a new campaign's ``budget_period`` (``flight`` for a guaranteed line, else
+    ``day``) and, with ``flight``, an absent ``daily_budget_micros`` (0: no daily
+    ceiling); mutates ``values``. Returns the problem of an absent daily budget with
+    another period (as ``(field, problem)``; none when fine)."""
+    if values.get("budget_period") is None:
+        values["budget_period"] = (BudgetPeriod.FLIGHT
+                                   if values.get("priority") is Priority.GUARANTEED
+                                   else BudgetPeriod.DAY)
+    if values.get("daily_budget_micros") is not None:
+        return []
+    if values["budget_period"] is BudgetPeriod.FLIGHT:
+        values["daily_budget_micros"] = 0
+        return []
+    return [("daily_budget_micros", "is required (it may be left out only with "
+                                    "budget_period flight)")]
 
 
 def _id(item: AdvertiserOut | CampaignOut | AdOut) -> int:

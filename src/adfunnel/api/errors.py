@@ -109,9 +109,8 @@ async def _on_targeting(_request: Request, exc: TargetingError) -> JSONResponse:
 
 
 async def _on_invalid_change(_request: Request, exc: InvalidChange) -> JSONResponse:
-    return _json(
-        422, {"error": "validation", "fields": [{"field": exc.field, "problem": exc.problem}]}
-    )
+    fields = [{"field": f, "problem": p} for f, p in exc.problems]
+    return _json(422, {"error": "validation", "fields": fields})
 
 
 async def _on_not_found(_request: Request, exc: NotFound) -> JSONResponse:

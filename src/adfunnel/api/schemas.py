@@ -28,13 +28,17 @@ from adfunnel.campaigns.model import (
     AdStatus,
     BidType,
     BillableEvent,
+    BudgetPeriod,
     CampaignStatus,
     CapLevel,
     CapWindow,
+    GoalMetric,
     Objective,
     PacingMode,
+    Priority,
     ReviewState,
 )
+from adfunnel.campaigns.sales import MAX_GOAL_TOTAL
 from adfunnel.campaigns.schedule import is_valid_zone
 from adfunnel.clock import day_problem
 
@@ -143,15 +147,37 @@ class FrequencyCapIn(_In):
 AttributionWindow = Annotated[int, Strict(), Field(ge=3_600, le=MAX_ATTRIBUTION_WINDOW_S)]
 
 
+class GoalIn(_In):
+    """What a sponsorship or guaranteed line is sold for: ``{"metric": "share", "share":
+    S}`` (a sponsorship's share of the matching requests, 0 < S <= 1; 1 is a takeover)
+    or ``{"metric": "impressions" | "clicks", "total": N}`` (a guaranteed line's
+    deliveries over its flight). Which metric fits which priority is the store's check
+    (``adfunnel.campaigns.sales``, 422 naming ``goal.metric``, ``goal.share`` or
+    ``goal.total``)."""
+
+    metric: GoalMetric
+    share: Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    total: Annotated[int, Strict(), Field(ge=1, le=MAX_GOAL_TOTAL)] | None = None
+
+
 class CampaignIn(_In):
-    """A new campaign. Money in micros; flight dates are local dates in ``time_zone``."""
+    """A new campaign. Money in micros; flight dates are local dates in ``time_zone``.
+
+    How it is sold (``adfunnel.campaigns.sales``): ``priority`` (``auction``, the default;
+    ``guaranteed`` with an impressions or clicks ``goal``; ``sponsorship`` with a share
+    ``goal``), ``budget_period`` (``day``; ``flight`` with ``flight_budget_micros`` or a
+    goal over the flight; ``average_day``: a day up to 2x the daily budget, a month at
+    most 30.4x). A guaranteed line's period defaults to ``flight``, any other's to
+    ``day``. ``daily_budget_micros`` may be left out with ``flight`` (stored 0: no daily
+    ceiling); given, it caps any one local day.
+    """
 
     advertiser_id: Annotated[int, Strict(), Field(ge=1)]
     name: Annotated[Name, AfterValidator(_not_blank)]
     objective: Objective
     bid_type: BidType
     bid_micros: PositiveMicros
-    daily_budget_micros: Micros
+    daily_budget_micros: Micros | None = None
     lifetime_budget_micros: Micros | None = None
     time_zone: TimeZone
     flight_start: LocalDate
@@ -165,6 +191,11 @@ class CampaignIn(_In):
     #: the beacon that bills an impression: ``viewable`` (``/vi``, the MRC standard) or
     #: ``rendered`` (``/i``)
     billable_event: BillableEvent = BillableEvent.VIEWABLE
+    priority: Priority = Priority.AUCTION
+    goal: GoalIn | None = None
+    budget_period: BudgetPeriod | None = None
+    #: the budget of the whole flight (``budget_period`` flight), micros
+    flight_budget_micros: PositiveMicros | None = None
 
 
 class CampaignPatch(_In):
@@ -192,17 +223,25 @@ class CampaignPatch(_In):
     attribution_window_s: AttributionWindow | None = None
     #: applies to serves after the change (each serve's token carries its own)
     billable_event: BillableEvent | None = None
+    #: making a line guaranteed sets ``budget_period`` to ``flight`` unless it is given
+    priority: Priority | None = None
+    goal: GoalIn | None = None
+    budget_period: BudgetPeriod | None = None
+    flight_budget_micros: PositiveMicros | None = None
 
 
 #: Patch fields that may be set to ``null``.
-CAMPAIGN_NULLABLE = frozenset({"lifetime_budget_micros", "flight_end", "targeting"})
+CAMPAIGN_NULLABLE = frozenset({"lifetime_budget_micros", "flight_end", "targeting", "goal",
+                               "flight_budget_micros"})
 
 
 class BudgetIn(_In):
-    """``PUT /v1/campaigns/{id}/budget``; an absent ``lifetime_budget_micros`` is kept."""
+    """``PUT /v1/campaigns/{id}/budget``; an absent ``lifetime_budget_micros`` or
+    ``flight_budget_micros`` is kept (``null`` clears it)."""
 
     daily_budget_micros: Micros
     lifetime_budget_micros: Micros | None = None
+    flight_budget_micros: PositiveMicros | None = None
     version: Version | None = None
 
 
@@ -232,6 +271,15 @@ class FrequencyCapOut(BaseModel):
     cooldown_s: int | None = Field(default=None, exclude_if=_is_none)
 
 
+class GoalOut(BaseModel):
+    """``{"metric": "share", "share"}`` or ``{"metric": "impressions" | "clicks",
+    "total"}``: the key of the other kind is left out, not null."""
+
+    metric: str
+    share: float | None = Field(default=None, exclude_if=_is_none)
+    total: int | None = Field(default=None, exclude_if=_is_none)
+
+
 class CampaignOut(BaseModel):
     id: int
     advertiser_id: int
@@ -251,6 +299,10 @@ class CampaignOut(BaseModel):
     targeting: dict[str, Any] | None
     attribution_window_s: int
     billable_event: str
+    priority: str
+    goal: GoalOut | None
+    budget_period: str
+    flight_budget_micros: int | None
     version: int
 
 

@@ -10,9 +10,21 @@ from __future__ import annotations
 from datetime import date
 
 import numpy as np
-from sqlalchemy import ColumnElement, Date, Engine, Integer, case, cast, func, literal, select
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Date,
+    Engine,
+    Integer,
+    case,
+    cast,
+    func,
+    literal,
+    select,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 
-from adfunnel.budget.columns import BID_TYPES, NO_END, CampaignColumns
+from adfunnel.budget.columns import BID_TYPES, NO_END, PERIODS, PRIORITIES, CampaignColumns
 from adfunnel.campaigns.model import CampaignStatus, PacingMode
 from adfunnel.campaigns.tables import campaigns as campaigns_table
 from adfunnel.db import connection_guard
@@ -30,10 +42,15 @@ def read_campaign_columns(engine: Engine) -> CampaignColumns:
             t.id, t.version, _code(t.bid_type, [b.value for b in BID_TYPES]), t.bid_micros,
             t.daily_budget_micros, func.coalesce(t.lifetime_budget_micros, -1),
             _code(t.status, [CampaignStatus.ACTIVE.value], 1),
-            _code(t.pacing_mode, [PacingMode.ACCELERATED.value, PacingMode.EVEN.value], 2),
+            _code(t.pacing_mode, [PacingMode.ACCELERATED.value, PacingMode.EVEN.value,
+                                  PacingMode.FRONTLOADED.value]),
             _ordinal(engine, t.flight_start),
             func.coalesce(_ordinal(engine, t.flight_end), NO_END),
-            _code(t.time_zone, zones))
+            _code(t.time_zone, zones),
+            _code(t.priority, [p.value for p in PRIORITIES]),
+            _code(t.budget_period, [p.value for p in PERIODS]),
+            func.coalesce(t.flight_budget_micros, -1),
+            func.coalesce(_goal_total(engine, t.goal), -1))
         sql = str(q.compile(engine, compile_kwargs={"literal_binds": True}))
         cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
@@ -41,13 +58,15 @@ def read_campaign_columns(engine: Engine) -> CampaignColumns:
             rows = cur.fetchall()
         finally:
             cur.close()
-    m = np.array(rows, dtype=np.int64).reshape(len(rows), 11)
+    m = np.array(rows, dtype=np.int64).reshape(len(rows), 15)
     pacing = m[:, 7]
     return CampaignColumns(
         ids=m[:, 0].copy(), versions=m[:, 1].copy(), bid=m[:, 2].astype(np.int8),
         bid_micros=m[:, 3].copy(), daily=m[:, 4].copy(), lifetime=m[:, 5].copy(),
         active=m[:, 6] == 0, even=pacing == 1, accel=pacing == 0,
-        fstart=m[:, 8].copy(), fend=m[:, 9].copy(), tz=m[:, 10].copy(), zones=zones)
+        fstart=m[:, 8].copy(), fend=m[:, 9].copy(), tz=m[:, 10].copy(), zones=zones,
+        priority=m[:, 11].astype(np.int8), period=m[:, 12].astype(np.int8),
+        flight_budget=m[:, 13].copy(), goal_total=m[:, 14].copy(), front=pacing == 2)
 
 
 def _code(col: ColumnElement[str], values: list[str], other: int | None = None,
@@ -57,6 +76,15 @@ def _code(col: ColumnElement[str], values: list[str], other: int | None = None,
         return literal(0)
     return case(*((col == v, i) for i, v in enumerate(values)),
                 else_=len(values) if other is None else other)
+
+
+def _goal_total(engine: Engine, col: ColumnElement[str]) -> ColumnElement[int]:
+    """The ``total`` of a goal's JSON text in SQL (NULL without a goal or a total: a
+    share goal's JSON has none)."""
+    if engine.dialect.name == "postgresql":
+        path = func.jsonb_extract_path_text(cast(col, JSONB), literal("total"))
+        return cast(path, BigInteger)
+    return cast(func.json_extract(col, literal("$.total")), BigInteger)
 
 
 def _ordinal(engine: Engine, col: ColumnElement[date]) -> ColumnElement[int]:

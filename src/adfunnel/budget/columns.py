@@ -12,11 +12,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, PacingMode
+from adfunnel.campaigns.model import (
+    BidType,
+    BudgetPeriod,
+    Campaign,
+    CampaignStatus,
+    GoalMetric,
+    PacingMode,
+    Priority,
+)
 
 #: Bid types by code (the ``bid`` column, :class:`CampaignColumns`).
 BID_TYPES = (BidType.CPM, BidType.CPC, BidType.CPA)
 BID_CODE = {b: i for i, b in enumerate(BID_TYPES)}
+#: Priorities by code (the ``priority`` column).
+PRIORITIES = (Priority.AUCTION, Priority.GUARANTEED, Priority.SPONSORSHIP)
+PRIORITY_CODE = {p: i for i, p in enumerate(PRIORITIES)}
+#: Budget periods by code (the ``period`` column).
+PERIODS = (BudgetPeriod.DAY, BudgetPeriod.FLIGHT, BudgetPeriod.AVERAGE_DAY)
+PERIOD_CODE = {p: i for i, p in enumerate(PERIODS)}
 #: ``fend`` of a campaign without a flight end.
 NO_END = 1 << 40
 
@@ -27,7 +41,12 @@ class CampaignColumns:
     length (bulk start-up from the store, no record objects): ids, versions, bid type
     codes (``BID_TYPES``), bid, daily and lifetime budgets (micros; lifetime -1 = none),
     status active, pacing even / accelerated, flight start and end (local date
-    ordinals; ``NO_END`` = open-ended) and time zone (index into ``zones``)."""
+    ordinals; ``NO_END`` = open-ended) and time zone (index into ``zones``).
+
+    How it is sold (#25; columns only, read by the budget periods): ``priority``
+    (``PRIORITIES`` code), ``period`` (``PERIODS`` code), ``flight_budget`` (micros; -1
+    = none), ``goal_total`` (impressions or clicks of a guaranteed line's goal; -1 =
+    none, as for a sponsorship's share) and ``front`` (pacing frontloaded)."""
 
     ids: np.ndarray
     versions: np.ndarray
@@ -42,6 +61,11 @@ class CampaignColumns:
     fend: np.ndarray
     tz: np.ndarray
     zones: list[str]
+    priority: np.ndarray
+    period: np.ndarray
+    flight_budget: np.ndarray
+    goal_total: np.ndarray
+    front: np.ndarray
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -74,7 +98,21 @@ class CampaignColumns:
             col((c.flight_start.toordinal() for c in campaigns), np.int64),
             col((NO_END if c.flight_end is None else c.flight_end.toordinal()
                  for c in campaigns), np.int64),
-            np.array(tz, dtype=np.int64), list(zones))
+            np.array(tz, dtype=np.int64), list(zones),
+            col((PRIORITY_CODE[c.priority] for c in campaigns), np.int8),
+            col((PERIOD_CODE[c.budget_period] for c in campaigns), np.int8),
+            col((-1 if c.flight_budget_micros is None else c.flight_budget_micros
+                 for c in campaigns), np.int64),
+            col((_goal_total(c) for c in campaigns), np.int64),
+            col((c.pacing_mode is PacingMode.FRONTLOADED for c in campaigns), np.bool_))
+
+
+def _goal_total(c: Campaign) -> int:
+    """A goal's impressions or clicks (-1: no goal, or a sponsorship's share)."""
+    goal = c.goal
+    if goal is None or goal.metric is GoalMetric.SHARE or goal.total is None:
+        return -1
+    return goal.total
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,12 @@ Three forms of one record (:class:`Advertiser`, :class:`Campaign`, :class:`Ad`,
   dayparts and caps as lists of objects (a counter cap ``{"count", "window", "level"}``,
   a cooldown cap ``{"level", "cooldown_s"}``), targeting as its canonical *text*, a
   placement's country reserves as an object and its house ad as an object or null, an
-  ad's creative as its object with ``type`` or null), which
+  ad's creative as its object with ``type`` or null, a campaign's goal as
+  ``{"metric", "share" | "total"}`` or null), which
   the change log stores as JSON text and ad servers decode with :func:`from_payload`;
 - a *row*: the column values of ``adfunnel.campaigns.tables`` (dates as ``date``;
-  dayparts, caps, an ad's creative and a placement's reserves, sizes, formats and house
-  ad as JSON text).
+  dayparts, caps, a campaign's goal, an ad's creative and a placement's reserves, sizes,
+  formats and house ad as JSON text).
 
 Money stays integer micros in every form. Targeting and landing URLs are strings
 carried unchanged, so every form round-trips byte-identically.
@@ -28,6 +29,7 @@ from typing import Any
 
 from adfunnel.campaigns.creative import KINDS as CREATIVE_KINDS
 from adfunnel.campaigns.creative import creative_from_plain, creative_to_plain
+from adfunnel.campaigns.errors import InvalidChange
 from adfunnel.campaigns.model import (
     LEGACY_BILLABLE_EVENT,
     Ad,
@@ -35,17 +37,21 @@ from adfunnel.campaigns.model import (
     Advertiser,
     BidType,
     BillableEvent,
+    BudgetPeriod,
     Campaign,
     CampaignStatus,
     CapLevel,
     CapWindow,
     Daypart,
     FrequencyCap,
+    Goal,
+    GoalMetric,
     HouseAd,
     ModelRelease,
     Objective,
     PacingMode,
     Placement,
+    Priority,
     ReviewState,
 )
 
@@ -67,6 +73,8 @@ _ENUMS: dict[str, dict[str, type]] = {
         "status": CampaignStatus,
         "pacing_mode": PacingMode,
         "billable_event": BillableEvent,
+        "priority": Priority,
+        "budget_period": BudgetPeriod,
     },
     "ad": {"review_state": ReviewState, "status": AdStatus},
     "advertiser": {},
@@ -80,6 +88,7 @@ _JSON_COLUMNS = frozenset({
     "country_reserves_cpm_micros", "allowed_sizes", "allowed_formats", "house_ad",
     "allowed_origins",
     "creative",
+    "goal",
 })
 
 
@@ -127,6 +136,8 @@ def from_payload(entity: str, payload: Mapping[str, Any] | str) -> Record:
     cls = ENTITY_TYPES[entity]
     known = set(field_names(entity))
     kwargs = {k: v for k, v in data.items() if k in known}  # newer fields are ignored
+    # older fields absent (priority, goal, budget_period, flight_budget_micros before
+    # #25) take the dataclass defaults: an auction campaign with a daily budget
     if entity == "campaign" and "billable_event" not in kwargs:
         kwargs["billable_event"] = LEGACY_BILLABLE_EVENT  # written before it existed
     for name in _DATES:
@@ -191,6 +202,9 @@ def coerce_fields(entity: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["frequency_caps"] = tuple(
             c if isinstance(c, FrequencyCap) else _cap(c) for c in kwargs["frequency_caps"] or ()
         )
+    goal = kwargs.get("goal")
+    if goal is not None and not isinstance(goal, Goal):
+        kwargs["goal"] = _goal(goal)
     creative = kwargs.get("creative")
     if creative is not None and not isinstance(creative, tuple(CREATIVE_KINDS.values())):
         kwargs["creative"] = creative_from_plain(creative)
@@ -212,6 +226,27 @@ def _cap(c: Mapping[str, Any]) -> FrequencyCap:
         CapLevel(c["level"]),
         c.get("cooldown_s"),
     )
+
+
+def _goal(g: Mapping[str, Any]) -> Goal:
+    """A goal from its plain object ``{"metric", "share" | "total"}``; an integer share
+    becomes a float (one form, so payloads round-trip byte-identically). Whether the
+    values fit the campaign is :mod:`adfunnel.campaigns.sales`' check.
+
+    Raises:
+        InvalidChange: not an object, or an unknown metric (``goal.metric``).
+    """
+    if not isinstance(g, Mapping):
+        raise InvalidChange("goal", "must be an object with metric and share or total")
+    try:
+        metric = GoalMetric(g.get("metric"))
+    except ValueError:
+        raise InvalidChange("goal.metric", "must be one of "
+                            + ", ".join(m.value for m in GoalMetric)) from None
+    share = g.get("share")
+    if isinstance(share, int) and not isinstance(share, bool):
+        share = float(share)
+    return Goal(metric, share, g.get("total"))
 
 
 def _coerce_placement(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -248,6 +283,13 @@ def _plain(value: Any) -> Any:
         return cap
     if isinstance(value, tuple(CREATIVE_KINDS.values())):
         return creative_to_plain(value)
+    if isinstance(value, Goal):  # only the keys set (a share or a total)
+        goal: dict[str, Any] = {"metric": str(value.metric)}
+        if value.share is not None:
+            goal["share"] = value.share
+        if value.total is not None:
+            goal["total"] = value.total
+        return goal
     if isinstance(value, HouseAd):
         return {name: getattr(value, name) for name in HouseAd.__dataclass_fields__}
     if isinstance(value, dict):

@@ -43,10 +43,24 @@ class AlreadyExists(StoreError):
 
 
 class InvalidChange(StoreError, ValueError):
-    """A value that breaks a domain rule; ``field`` names it (HTTP 422)."""
+    """A value that breaks a domain rule; ``field`` names it (HTTP 422).
+
+    ``problems`` lists every ``(field, problem)`` found at once (the first is ``field``,
+    ``problem``); build one from several with :meth:`of`.
+    """
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
         self.field = field
         self.problem = problem
+        self.problems: tuple[tuple[str, str], ...] = ((field, problem),)
+
+    @classmethod
+    def of(cls, problems: list[tuple[str, str]]) -> InvalidChange:
+        """One error carrying every problem of ``problems`` (at least one)."""
+        first = cls(*problems[0])
+        first.problems = tuple(problems)
+        if len(problems) > 1:
+            first.args = ("; ".join(f"{f}: {p}" for f, p in problems),)
+        return first
 

@@ -42,16 +42,19 @@ from adfunnel.campaigns.model import (
     Advertiser,
     BidType,
     BillableEvent,
+    BudgetPeriod,
     Campaign,
     CampaignStatus,
     ChangeRecord,
     Daypart,
     FrequencyCap,
+    Goal,
     HouseAd,
     ModelRelease,
     Objective,
     PacingMode,
     Placement,
+    Priority,
     ReviewState,
 )
 from adfunnel.campaigns.store import MAX_CHANGES_PAGE, ChangeListener
@@ -152,10 +155,16 @@ class SqlCampaignStore:
         targeting: str | None = None,
         attribution_window_s: int = DEFAULT_ATTRIBUTION_WINDOW_S,
         billable_event: BillableEvent | str = BillableEvent.VIEWABLE,
+        priority: Priority | str = Priority.AUCTION,
+        goal: Goal | Mapping[str, Any] | None = None,
+        budget_period: BudgetPeriod | str = BudgetPeriod.DAY,
+        flight_budget_micros: int | None = None,
     ) -> Campaign:
         """Create a campaign (version 1). Money in micros; dates local to ``time_zone``.
 
         ``targeting`` is canonical expression text (already validated) or ``None``.
+        ``priority``, ``goal`` (a :class:`Goal` or its plain object), ``budget_period``
+        and ``flight_budget_micros`` say how it is sold (:mod:`adfunnel.campaigns.sales`).
 
         Raises:
             NotFound: no such advertiser.

@@ -25,16 +25,19 @@ from adfunnel.campaigns.model import (
     Advertiser,
     BidType,
     BillableEvent,
+    BudgetPeriod,
     Campaign,
     CampaignStatus,
     ChangeRecord,
     Daypart,
     FrequencyCap,
+    Goal,
     HouseAd,
     ModelRelease,
     Objective,
     PacingMode,
     Placement,
+    Priority,
     ReviewState,
 )
 
@@ -80,6 +83,10 @@ class CampaignStore(Protocol):
         targeting: str | None = None,
         attribution_window_s: int = DEFAULT_ATTRIBUTION_WINDOW_S,
         billable_event: BillableEvent | str = BillableEvent.VIEWABLE,
+        priority: Priority | str = Priority.AUCTION,
+        goal: Goal | Mapping[str, Any] | None = None,
+        budget_period: BudgetPeriod | str = BudgetPeriod.DAY,
+        flight_budget_micros: int | None = None,
     ) -> Campaign: ...
 
     def get_campaign(self, campaign_id: int) -> Campaign: ...

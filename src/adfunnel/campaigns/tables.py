@@ -68,6 +68,11 @@ campaigns = Table(
     Column("attribution_window_s", Integer, nullable=False, server_default="604800"),
     # migration 0017: the beacon that bills an impression; rows from before bill on render
     Column("billable_event", String(16), nullable=False, server_default="rendered"),
+    # migration 0018 (#25): how it is sold; rows from before are auction lines paced by day
+    Column("priority", String(16), nullable=False, server_default="auction"),
+    Column("goal", Text, nullable=True),  # JSON {"metric", "share" | "total"}, or NULL
+    Column("budget_period", String(16), nullable=False, server_default="day"),
+    Column("flight_budget_micros", BigInteger, nullable=True),
     Index("ix_campaigns_advertiser", "advertiser_id"),
     sqlite_autoincrement=True,
 )

@@ -2,14 +2,17 @@
 
 Money is non-negative integer micros, bids are positive, a known IANA time zone,
 ``flight_end >= flight_start``, hours in range, frequency caps that are either a counter
-or a cooldown, http(s) landing URLs (:mod:`adfunnel.campaigns.landing`), positive ad
-sizes, bounded ad quality, placement reserves and ISO 3166-1 country codes. A broken
-rule raises :class:`~adfunnel.campaigns.errors.InvalidChange` naming the field. Targeting
-is not parsed here: callers pass the canonical text (``adfunnel.targeting.dump_expr``).
+or a cooldown, a priority, goal and budget period that fit together
+(:mod:`adfunnel.campaigns.sales`; a campaign's problems are reported at once), http(s)
+landing URLs (:mod:`adfunnel.campaigns.landing`), positive ad sizes, bounded ad
+quality, placement reserves and ISO 3166-1 country codes. A broken rule raises
+:class:`~adfunnel.campaigns.errors.InvalidChange` naming the field. Targeting is not
+parsed here: callers pass the canonical text (``adfunnel.targeting.dump_expr``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from datetime import date, datetime
@@ -34,6 +37,7 @@ from adfunnel.campaigns.model import (
     ModelRelease,
     Placement,
 )
+from adfunnel.campaigns.sales import sale_problems
 from adfunnel.campaigns.schedule import is_valid_zone
 
 #: Largest |quality| of an ad, micros per impression (1,000 units of money).
@@ -61,6 +65,24 @@ def coerce_values(entity: str, values: dict[str, Any]) -> dict[str, Any]:
     return codec.coerce_fields(entity, values)
 
 
+def campaign_problems(values: dict[str, Any], current: Campaign | None = None
+                      ) -> list[tuple[str, str]]:
+    """Every rule a campaign made of ``values`` (a create's fields, or an edit's changes
+    to ``current``) would break, as ``(field, problem)``: for an API that reports its
+    own problems together with the store's, at once. Values that do not even make a
+    campaign (a missing field) are left to the store."""
+    try:
+        typed = coerce_values("campaign", dict(values))
+        probe = (dataclasses.replace(current, **typed) if current is not None
+                 else Campaign(**{"id": 0, **typed, "version": 1}))
+        _check_campaign(probe)
+    except InvalidChange as exc:
+        return list(exc.problems)
+    except TypeError:
+        return []
+    return []
+
+
 def check_record(record: Advertiser | Campaign | Ad | Placement) -> None:
     """Domain rules every stored record obeys.
 
@@ -82,6 +104,25 @@ def check_record(record: Advertiser | Campaign | Ad | Placement) -> None:
 
 
 def _check_campaign(c: Campaign) -> None:
+    """The rules of a campaign's fields (first broken one), its flight budget and how it
+    is sold (:mod:`adfunnel.campaigns.sales`), all reported at once."""
+    problems: list[tuple[str, str]] = []
+    for check in (_check_campaign_fields, _check_flight_budget):
+        try:
+            check(c)
+        except InvalidChange as exc:
+            problems += exc.problems
+    problems += [p for p in sale_problems(c) if p not in problems]
+    if problems:
+        raise InvalidChange.of(problems)
+
+
+def _check_flight_budget(c: Campaign) -> None:
+    if c.flight_budget_micros is not None:
+        _money(c.flight_budget_micros, "flight_budget_micros", positive=True)
+
+
+def _check_campaign_fields(c: Campaign) -> None:
     _text(c.name, "name", 200)
     _money(c.bid_micros, "bid_micros", positive=True)
     _money(c.daily_budget_micros, "daily_budget_micros")

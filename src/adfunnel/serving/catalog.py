@@ -25,6 +25,7 @@ from adfunnel.campaigns.model import (
     ChangeRecord,
     ModelRelease,
     Placement,
+    Priority,
     ReviewState,
 )
 from adfunnel.campaigns.readmodel import CampaignReadModel, keep_newer
@@ -35,6 +36,7 @@ from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import MILLE
 from adfunnel.serving.caps import CapBook
 from adfunnel.serving.columns import CatalogColumns
+from adfunnel.serving.direct_book import DirectBook
 from adfunnel.targeting.expr import All, Expr, parse_expr
 
 #: Matches every request (an empty conjunction).
@@ -84,6 +86,7 @@ class Catalog(CampaignReadModel):
         # makes an ad retrievable
         self.columns = CatalogColumns()
         self.caps = CapBook()  # which campaigns have frequency caps
+        self.direct = DirectBook()  # which campaigns are sponsorship or guaranteed lines
         self.models: dict[int, ModelRelease] = {}  # registered click models, by id
         #: called with a target's new active model release whenever it changes
         self.model_listeners: list[Callable[[ModelRelease], None]] = []
@@ -121,6 +124,7 @@ class Catalog(CampaignReadModel):
                 self._apply_placement(p)
             self.columns.put_campaigns(list(self.campaigns.values()))
             self.caps.put(c for c in self.campaigns.values() if c.frequency_caps)
+            self.direct.put(self.campaigns.values())
             self.columns.put_ads(list(self.ads.values()))
             self.index.build(self._entries(self.ads.values())[0])
             self.position = max(self.position, snapshot.last_seq)
@@ -185,6 +189,9 @@ class Catalog(CampaignReadModel):
         self.columns.put_campaigns([c])
         if c.frequency_caps or (held is not None and held.frequency_caps):
             self.caps.put([c])
+        if c.priority is not Priority.AUCTION or (held is not None
+                                                  and held.priority is not Priority.AUCTION):
+            self.direct.put([c])
         if held is None or held.targeting != c.targeting:
             self._targeting[c.id] = _compile(c)
         self._reindex(self.ads[a] for a in self._ads_by_campaign.get(c.id, ()))

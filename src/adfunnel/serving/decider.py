@@ -26,7 +26,10 @@ the candidates that can still win. Each stage is a module of :mod:`adfunnel.serv
    that decisive prefix becomes :class:`~adfunnel.auction.gsp.Candidate` objects for
    the reference auction. With exact scores the cut never changes a winner or a price
    (the prefix is the full ranking's; the cut widens when it runs out first). Only
-   winners become tokens.
+   winners become tokens. Where the catalogue holds sponsorship or guaranteed lines, each
+   run's first slots go to them before the auction (:mod:`adfunnel.serving.tiers`, the
+   rule the reference path calls too; their draws replace the pacing coin's reason in
+   the gating stage), at their contract rates.
 
 Rejections are data without the cost: an ``explain`` request goes through the
 reference path (composed in, not inherited) and keeps every candidate's reason; any
@@ -133,6 +136,8 @@ class ColumnarDecider(FilterStage, GatingStage, PrerankStage, FillStage):
         #: dashboard's delivery status; both paths add to it); never drained, read with
         #: ``peek``
         self.capped = self.reference.capped
+        #: the guaranteed lines' eligible supply: their serving order (both paths add to it)
+        self.supply = self.reference.supply
         if min(prerank_keep, candidate_limit, first_limit) < 1:
             raise ValueError("prerank_keep, candidate_limit and first_limit must be at least 1")
         self.prerank_keep = prerank_keep
@@ -182,7 +187,7 @@ class ColumnarDecider(FilterStage, GatingStage, PrerankStage, FillStage):
             return decision
         ids, camp, versions = servable.ids, servable.camp, servable.versions
         extra: list[str] = []  # the gate's own reasons, coded after REASONS
-        verdict, pending = self._campaign_gate(servable, now, seed, extra)
+        verdict, pending = self._campaign_gate(servable, now, seed, extra, request_id)
         clock.lap("gate")
         count_codes(counts, verdict, extra)
         keep = verdict == 0
@@ -246,6 +251,7 @@ class ColumnarDecider(FilterStage, GatingStage, PrerankStage, FillStage):
         ref.token_key, ref.token_ttl_s, ref.pcvr = self.token_key, self.token_ttl_s, self.pcvr
         ref.retrieval_limit, ref.rng, ref.eligible = self.retrieval_limit, self.rng, self.eligible
         ref.same_retrieval, ref.caps, ref.capped = self.same_retrieval, self.caps, self.capped
+        ref.supply = self.supply
         return ref
 
     def _retrieve(self, req: SelectRequest, limit: int | None = None) -> ArrayRetrieval:

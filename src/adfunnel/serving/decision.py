@@ -21,6 +21,7 @@ from adfunnel.money import impression_charge_bound, round_micros
 from adfunnel.serving.caps import CAPPED, CapCounts, CapGate
 from adfunnel.serving.house import HouseFill
 from adfunnel.serving.request import SelectRequest, SlotIn
+from adfunnel.serving.tiers import AUCTION, HOUSE
 from adfunnel.tracking.token import TokenClaims, new_impression_id, sign
 
 # Reason codes of the filter stage (the auction, the budget gate and the caps add their own).
@@ -59,6 +60,9 @@ class Placed:
     charge_micros: int  # most the billable event can bill (CPM impression: price/1000 rounded up)
     token: str
     served: Served  # the expected spend the decider's ``commit`` records once the answer is sent
+    #: the tier that filled the slot (:mod:`adfunnel.serving.tiers`): a sponsorship or
+    #: guaranteed line at its contract rate, or the auction
+    tier: str = AUCTION
 
 
 @dataclass(slots=True)
@@ -84,6 +88,13 @@ class Decision:
     #: what the decision counted in the frequency-cap store (None: nothing); given back
     #: by the decider's ``abandon`` when the answer is not sent
     cap_counts: CapCounts | None = None
+
+    def slot_tiers(self) -> dict[str, str]:
+        """The tier that filled each filled slot (``sponsorship``, ``guaranteed``,
+        ``auction`` or ``house``; :mod:`adfunnel.serving.tiers`), by slot id."""
+        out = {p.win.slot_id: p.tier for p in self.placed}
+        out.update((h.slot_id, HOUSE) for h in self.house)
+        return out
 
     def rejection_counts(self) -> dict[str, int]:
         """Rejected candidates per reason code, whichever path decided."""
@@ -123,8 +134,9 @@ def give_back_caps(decision: Decision, caps: CapGate | None) -> None:
 
 
 def place(win: Win, ad: Ad, c: Campaign, placement: str, now: datetime, token_key: bytes,
-          token_ttl_s: int) -> Placed:
-    """A winner made ready to answer: its charge bound, expected cost and signed token."""
+          token_ttl_s: int, tier: str = AUCTION) -> Placed:
+    """A winner made ready to answer: its charge bound, expected cost and signed token.
+    ``tier``: the tier that filled the slot (a direct line's price is its contract rate)."""
     price = win.price_micros
     # the most this serve can bill per event (budget side: a bound, rounded up);
     # the token carries the exact price in the bid's unit for the ledger
@@ -146,7 +158,7 @@ def place(win: Win, ad: Ad, c: Campaign, placement: str, now: datetime, token_ke
     )
     served = Served(c.id, local_day(now, c.time_zone), claims.impression_id,
                     expected, float(claims.expires_at), max_charge_micros=charge)
-    return Placed(win, ad, c, charge, sign(claims, token_key), served)
+    return Placed(win, ad, c, charge, sign(claims, token_key), served, tier)
 
 
 def expected_cost(cand: Candidate, charge: int) -> int:

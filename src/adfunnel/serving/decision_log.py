@@ -108,9 +108,13 @@ class DecisionLog:
                 {"slot_id": p.win.slot_id, "ad_id": p.ad.id, "campaign_id": p.campaign.id,
                  "price_micros": p.win.price_micros, "charge_micros": p.charge_micros,
                  "total_value_micros": round(p.win.candidate.total, 3),
-                 "pctr": p.win.candidate.pctr}
+                 "pctr": p.win.candidate.pctr, "tier": p.tier}
                 for p in d.placed
             ],
+            # the tier that filled each slot: sponsorship, guaranteed, auction or house
+            "tiers": d.slot_tiers(),
+            # every candidate's reason (goal_met, ahead_of_plan and share_not_drawn
+            # for the direct lines a tier turned away)
             "rejections": [
                 {"ad_id": r.ad_id, "campaign_id": r.campaign_id, "reason": r.reason,
                  **({"detail": r.detail} if r.detail else {})}

@@ -299,7 +299,8 @@ class ServingEndpoints:
             if explain else None
         )
         return SelectResponse(d.request_id, ads, d.index_version, late=d.late,
-                              rejections=rejections)
+                              rejections=rejections,
+                              tiers=d.slot_tiers() if explain else None)
 
     async def noop(self, _: Request) -> Response:
         """``noop_asgi`` as a Starlette endpoint."""

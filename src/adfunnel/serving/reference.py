@@ -20,7 +20,7 @@ from datetime import datetime
 from adfunnel.auction.draws import PACING_COIN, unit
 from adfunnel.auction.gsp import Candidate, Rejection, run_auction
 from adfunnel.budget.gate import PACED_OUT, SpendGate
-from adfunnel.campaigns.model import Ad, AdStatus, Campaign, CampaignStatus
+from adfunnel.campaigns.model import Ad, AdStatus, Campaign, CampaignStatus, Priority
 from adfunnel.campaigns.schedule import in_daypart, in_flight
 from adfunnel.clock import Clock, monotonic_ms
 from adfunnel.frequency.windows import CapPlan
@@ -48,8 +48,21 @@ from adfunnel.serving.decision import (
     placement_rejection,
     slot_runs,
 )
+from adfunnel.serving.direct_book import GuaranteedSupply
 from adfunnel.serving.house import house_fills
 from adfunnel.serving.request import SelectRequest, request_attributes
+from adfunnel.serving.tiers import (
+    AUCTION,
+    KIND_AUCTION,
+    KIND_GUARANTEED,
+    KIND_OF,
+    DirectLine,
+    coin_reason,
+    fill_run,
+    gate_reason,
+    guaranteed_rank,
+    share_of,
+)
 
 #: How many candidates the filter stage processes between deadline checks.
 _CHECK_EVERY = 256
@@ -65,6 +78,11 @@ class ReferenceDecider:
     a shape-partitioned index), for comparisons of the two paths. ``caps``: frequency
     caps (:mod:`adfunnel.serving.caps`); None: no campaign's caps are enforced.
     ``capped``: the counter of capped decisions to add to (one of its own when None).
+    ``supply``: the guaranteed lines' eligible supply (their serving order; one of its
+    own when None).
+
+    Sponsorship and guaranteed lines are served ahead of the auction
+    (:mod:`adfunnel.serving.tiers`: the rule both deciders call).
     """
 
     def __init__(
@@ -83,6 +101,7 @@ class ReferenceDecider:
         same_retrieval: bool = False,
         caps: CapGate | None = None,
         capped: EligibleCounter | None = None,
+        supply: GuaranteedSupply | None = None,
     ) -> None:
         self.catalog = catalog
         self.gate = gate
@@ -99,6 +118,8 @@ class ReferenceDecider:
         #: per campaign and UTC hour, the decisions whose frequency caps refused it (the
         #: dashboard's delivery status); never drained, read with ``peek``
         self.capped = capped if capped is not None else EligibleCounter()
+        #: per decision, the guaranteed lines eligible (HWM's serving order)
+        self.supply = supply if supply is not None else GuaranteedSupply()
 
     def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
         """Decide ``req`` before ``deadline_at_ms`` (a :func:`monotonic_ms` instant).
@@ -119,7 +140,10 @@ class ReferenceDecider:
         if monotonic_ms() >= deadline_at_ms:
             decision.late = True
             return decision
-        candidates = self._filter(req, retrieval.ad_ids, now, decision, deadline_at_ms, seed)
+        seen: list[int] = []  # the guaranteed lines eligible for this request
+        candidates = self._filter(req, retrieval.ad_ids, now, decision, deadline_at_ms, seed,
+                                  request_id, seen)
+        self.supply.observe(seen)
         candidates, plans = self._screen_caps(req, candidates, now, decision)
         if plans:
             self._auction_capped(req, candidates, now, decision, seed, plans)
@@ -165,6 +189,8 @@ class ReferenceDecider:
         decision: Decision,
         deadline_at_ms: float,
         seed: int,
+        request_id: str = "",
+        seen: list[int] | None = None,
     ) -> list[tuple[Candidate, Ad, Campaign]]:
         out: list[tuple[Candidate, Ad, Campaign]] = []
         verdicts: dict[int, str | None] = {}  # campaign id -> reason (None = eligible)
@@ -186,7 +212,8 @@ class ReferenceDecider:
                 reason = placement_rejection(placement, ad.format, ad.width, ad.height)
             if reason is None:
                 if campaign.id not in verdicts:
-                    verdicts[campaign.id] = self._campaign_verdict(campaign, now, seed)
+                    verdicts[campaign.id] = self._campaign_verdict(campaign, now, seed,
+                                                                   request_id, seen)
                 reason = verdicts[campaign.id]
             if reason is not None:
                 decision.rejections.append(Rejection(ad.id, campaign.id, reason))
@@ -249,7 +276,8 @@ class ReferenceDecider:
                 candidates = [x for x in candidates if x[1].id not in lost]
         decision.rejections[held:held] = refused
 
-    def _campaign_verdict(self, c: Campaign, now: datetime, seed: int) -> str | None:
+    def _campaign_verdict(self, c: Campaign, now: datetime, seed: int, request_id: str = "",
+                          seen: list[int] | None = None) -> str | None:
         if c.status is CampaignStatus.PAUSED:
             return CAMPAIGN_PAUSED
         if c.status in (CampaignStatus.ENDED, CampaignStatus.ARCHIVED):
@@ -262,9 +290,15 @@ class ReferenceDecider:
             return OUTSIDE_DAYPART
         if self.eligible is not None:  # traffic it could reach: the pacing curve's shape
             self.eligible.add(c.id, now)
+        kind = KIND_OF[c.priority]
+        if kind == KIND_GUARANTEED and seen is not None:
+            seen.append(c.id)
         reason = self.gate.admit(c, now, c.max_charge_micros)
         if reason is not None:
-            return reason
+            return gate_reason(kind, reason)
+        if kind != KIND_AUCTION:  # the tiers' own draw (share or pacing coin)
+            return coin_reason(kind, c.id, seed, self.gate.pacing_rate(c.id), request_id,
+                               share_of(c))
         if unit(seed, c.id, PACING_COIN) >= self.gate.pacing_rate(c.id):
             return PACED_OUT
         return None
@@ -287,6 +321,10 @@ class ReferenceDecider:
         by_ad = {cand.ad_id: (ad, c) for cand, ad, c in candidates}
         placed_campaigns: set[int] = set()
         placed_advertisers: set[int] = set()
+        direct = {c.id: KIND_OF[c.priority] for _, _, c in candidates
+                  if c.priority is not Priority.AUCTION}
+        rank = guaranteed_rank(self.supply.order(
+            [cid for cid, k in direct.items() if k == KIND_GUARANTEED]), direct) if direct else {}
         for run in slot_runs(req.slots):
             shape = (run[0].format, run[0].width, run[0].height)
             pool = [
@@ -295,14 +333,33 @@ class ReferenceDecider:
                 and c.id not in placed_campaigns and c.advertiser_id not in placed_advertisers
             ]
             reserve = applied_reserve(req, run[0], self.catalog.placements.get(req.placement.id))
-            result = run_auction(pool, [s.id for s in run], reserve, tie_seed=seed)
-            for win in result.wins:
+            if direct:  # sponsorships, guaranteed lines, then the auction on the rest
+                lines = direct_lines(pool, direct, rank)
+                fill = fill_run([s.id for s in run], lines,
+                                [x for x in pool if x.campaign_id not in direct], reserve, seed)
+                wins, tiers, rejections = fill.wins, fill.tiers, fill.rejections
+            else:
+                result = run_auction(pool, [s.id for s in run], reserve, tie_seed=seed)
+                wins, tiers, rejections = result.wins, {}, result.rejections
+            for win in wins:
                 ad, c = by_ad[win.candidate.ad_id]
                 placed_campaigns.add(c.id)
                 placed_advertisers.add(c.advertiser_id)
                 decision.placed.append(place(win, ad, c, req.placement.id, now, self.token_key,
-                                             self.token_ttl_s))
-            decision.rejections.extend(result.rejections)
+                                             self.token_ttl_s, tiers.get(win.slot_id, AUCTION)))
+            decision.rejections.extend(rejections)
+
+
+def direct_lines(pool: list[Candidate], kinds: dict[int, int],
+                 rank: dict[int, int]) -> list[DirectLine]:
+    """The direct lines among ``pool`` (campaign id -> tier code in ``kinds``), their
+    candidates grouped per campaign in pool order; ``rank``: the guaranteed order."""
+    by_campaign: dict[int, list[Candidate]] = {}
+    for cand in pool:
+        if cand.campaign_id in kinds:
+            by_campaign.setdefault(cand.campaign_id, []).append(cand)
+    return [DirectLine(kinds[cid], rank.get(cid, 0), cands)
+            for cid, cands in by_campaign.items()]
 
 
 def rotate_creatives(

@@ -102,6 +102,9 @@ class SelectResponse(msgspec.Struct, omit_defaults=True):
     fallback: bool = False
     late: bool = False
     rejections: list[RejectionOut] | None = None
+    #: explain requests: the tier that filled each slot (slot id -> ``sponsorship``,
+    #: ``guaranteed``, ``auction`` or ``house``)
+    tiers: dict[str, str] | None = None
 
 
 _decoder = msgspec.json.Decoder(SelectRequest)

@@ -8,7 +8,9 @@ Pages::
     GET  /ui/campaigns               campaign list (admin: every advertiser, ?advertiser_id=)
     POST /ui/campaigns               new campaign
     GET  /ui/campaigns/{id}          campaign page (chart, hourly table, ads, edit forms)
-    POST /ui/campaigns/{id}/budget|status|dayparts|targeting|ads   edit forms
+    POST /ui/campaigns/{id}/budget|status|sale|dayparts|targeting|ads   edit forms
+                                     (sale: priority, goal, budget period, flight
+                                     budget, pacing mode; adfunnel.ui.selling)
     GET  /ui/campaigns/{id}/report.csv?from=&to=   rollups per local hour as CSV
     GET  /ui/review                  pending ads (reviewer, admin); POST /ui/review/{ad}/{verdict}
     GET  /ui/explain?request_id=     one decision: winners and every candidate's reason
@@ -52,6 +54,7 @@ from adfunnel.ui.forms import (
     submitted_rows,
     units_to_micros,
 )
+from adfunnel.ui.selling import BUDGET_PERIODS, GOAL_METRICS, PACING_MODES, PRIORITIES, sale_fields
 from adfunnel.ui.session import (
     COOKIE,
     SESSION_TTL_S,
@@ -87,6 +90,10 @@ def make_templates() -> Jinja2Templates:
     env.globals["WEEKDAYS"] = WEEKDAYS
     env.globals["dayparts_rows"] = dayparts_rows
     env.globals["submitted_rows"] = submitted_rows
+    env.globals["PRIORITIES"] = PRIORITIES
+    env.globals["GOAL_METRICS"] = GOAL_METRICS
+    env.globals["BUDGET_PERIODS"] = BUDGET_PERIODS
+    env.globals["PACING_MODES"] = PACING_MODES
     return templates
 
 
@@ -254,6 +261,16 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
             return await api.call("POST", f"/v1/campaigns/{campaign_id}:{action}", json=body)
         return await edit(request, viewer, api, campaign_id, "status", write)
 
+    @router.post("/ui/campaigns/{campaign_id}/sale")
+    @page
+    async def sale(request: Request, viewer: Viewer, api: ApiClient,
+                   campaign_id: int) -> Response:
+        async def write(form: Any) -> ApiAnswer:
+            body = {**sale_fields(form, edit=True),
+                    "version": int_field(str(form.get("version", "")), "version")}
+            return await api.call("PATCH", f"/v1/campaigns/{campaign_id}", json=body)
+        return await edit(request, viewer, api, campaign_id, "sale", write)
+
     def json_patch(name: str, campaign_id: int, api: ApiClient
                    ) -> Callable[[Any], Awaitable[ApiAnswer]]:
         async def write(form: Any) -> ApiAnswer:
@@ -367,13 +384,14 @@ def _campaign_body(form: dict[str, str], viewer: Viewer) -> dict[str, Any]:
         "objective": form.get("objective", "clicks"),
         "bid_type": form.get("bid_type", "CPM"),
         "bid_micros": units_to_micros(form.get("bid", ""), "bid_micros"),
-        "daily_budget_micros": units_to_micros(form.get("daily_budget", ""),
-                                               "daily_budget_micros"),
         "time_zone": form.get("time_zone", "UTC").strip() or "UTC",
         "flight_start": form.get("flight_start", ""),
-        "pacing_mode": form.get("pacing_mode", "even"),
         "billable_event": form.get("billable_event", "viewable"),
+        **sale_fields(form, edit=False),
     }
+    daily = form.get("daily_budget", "").strip()
+    if daily:  # left out: the API's rule (optional only with budget_period flight)
+        body["daily_budget_micros"] = units_to_micros(daily, "daily_budget_micros")
     end = form.get("flight_end", "").strip()
     if end:
         body["flight_end"] = end

@@ -11,6 +11,7 @@ from adfunnel.money import format_units
 from adfunnel.ui.api_client import ApiClient
 from adfunnel.ui.delivery import DeliveryStatus, delivery_status
 from adfunnel.ui.facts import ServerFacts, local_midnight
+from adfunnel.ui.selling import sale_progress
 from adfunnel.ui.session import Viewer
 
 
@@ -58,8 +59,9 @@ def _pct(part: int, whole: int) -> float:
 
 async def campaign_page(api: ApiClient, facts: ServerFacts, campaign_id: int
                         ) -> dict[str, Any]:
-    """The campaign page: record, ads, today's hourly rollups, the pacing chart's data
-    and the delivery row (status, spend, p)."""
+    """The campaign page: record, ads, today's hourly rollups, the pacing chart's data,
+    the delivery row (status, spend, p) and, for a goal or flight line, its progress
+    (:func:`adfunnel.ui.selling.sale_progress`)."""
     c = await api.get(f"/v1/campaigns/{campaign_id}")
     ads = await api.items(f"/v1/campaigns/{campaign_id}/ads")
     report = await api.get(f"/v1/campaigns/{campaign_id}/report/rollups",
@@ -73,7 +75,8 @@ async def campaign_page(api: ApiClient, facts: ServerFacts, campaign_id: int
     billed = facts.billed_today([c])[c["id"]]
     budget = (await facts.budget_rows([c["id"]])).get(c["id"])
     row = _row(c, ads, facts, budget, matched, capped, billed)
-    return {"campaign": c, "ads": ads, "report": report, "row": row,
+    sale = await sale_progress(api, c, facts.today(c["time_zone"]))
+    return {"campaign": c, "ads": ads, "report": report, "row": row, "sale": sale,
             "hours": [_hour_row(r, c["time_zone"]) for r in report["rows"]],
             "chart": await facts.pacing_chart(c, hourly)}
 

@@ -12,7 +12,14 @@ from datetime import datetime
 import numpy as np
 
 from adfunnel.auction.draws import EXPLORE, TIE_BREAK, unit, unit_base
-from adfunnel.auction.gsp import OUTRANKED, AuctionResult, Candidate, Win, run_auction
+from adfunnel.auction.gsp import (
+    OUTRANKED,
+    SAME_ADVERTISER,
+    AuctionResult,
+    Candidate,
+    Win,
+    run_auction,
+)
 from adfunnel.budget.gate import NO_SLICE
 from adfunnel.frequency.windows import CapPlan
 from adfunnel.money import MILLE
@@ -28,11 +35,26 @@ from adfunnel.serving.decision import (
     place,
     slot_runs,
 )
+from adfunnel.serving.direct_book import GuaranteedSupply
 from adfunnel.serving.kernels import decisive_prefix
 from adfunnel.serving.request import SelectRequest, SlotIn
 from adfunnel.serving.stages.filter import Versions, add_reason
-from adfunnel.serving.stages.gating import LAZY_PENDING, LAZY_REFUSED, MAX_SETTLE_ROUNDS
+from adfunnel.serving.stages.gating import (
+    LAZY_ADMITTED,
+    LAZY_PENDING,
+    LAZY_REFUSED,
+    MAX_SETTLE_ROUNDS,
+)
 from adfunnel.serving.stages.prerank import at_position
+from adfunnel.serving.tiers import (
+    AUCTION,
+    KIND_AUCTION,
+    KIND_GUARANTEED,
+    DirectLine,
+    RunFill,
+    fill_direct,
+    guaranteed_rank,
+)
 
 
 class FillStage:
@@ -46,6 +68,7 @@ class FillStage:
     exploration_share: float
     token_key: bytes
     token_ttl_s: int
+    supply: GuaranteedSupply
 
     def _auction_columns(self, req: SelectRequest, ids: np.ndarray, camp: np.ndarray,
                          s: dict[str, np.ndarray], versions: Versions, view: ColumnsView,
@@ -55,20 +78,39 @@ class FillStage:
         placement = self.catalog.placements.get(req.placement.id)
         in_page = np.zeros(len(ids), dtype=bool)  # campaign or advertiser placed already
         cols = self.catalog.columns
+        kinds = self._kinds(camp)  # None: no direct line among the candidates
         for run in slot_runs(req.slots):
             at_position(s, run[0].position)  # the model's pCTR at this run's position
             pool = (s["shape"] == cols.shape_code(run[0].format, run[0].width, run[0].height))
             pool &= ~in_page
             reserve = applied_reserve(req, run[0], placement)
+            slot_ids = [x.id for x in run]
+            direct: RunFill | None = None
+            if kinds is not None:  # sponsorships and guaranteed lines first (tiers)
+                direct = self._fill_direct(ids, camp, s, pool & (kinds != KIND_AUCTION),
+                                           kinds, slot_ids, seed, counts)
+                pool &= kinds == KIND_AUCTION
+                for win in direct.wins:
+                    in_page |= (camp == win.candidate.campaign_id) | (
+                        s["advertiser"] == win.candidate.advertiser_id)
+                add_reason(counts, SAME_ADVERTISER, int(np.count_nonzero(
+                    pool & in_page & (s["lazy"] != LAZY_REFUSED))))
+                pool &= ~in_page
+                slot_ids = direct.rest
+                run = [x for x in run if x.id in set(slot_ids)]
             lazy = s["lazy"]
             pool &= lazy != LAZY_REFUSED  # turned away by the gate in an earlier run
             eligible = pool & _above_reserve(s, reserve / MILLE)
             add_reason(counts, "below_reserve", int(pool.sum() - eligible.sum()))
+            if not slot_ids:  # the direct lines took the run: the rest is outranked
+                add_reason(counts, OUTRANKED, int(eligible.sum()))
+                self._place(direct.wins if direct else [], direct, req, camp, s, versions,
+                            in_page, now, decision)
+                continue
             if decision.exploration and (lazy[eligible] == LAZY_PENDING).any():
                 # an exploration pick may be any eligible candidate: every one answered
                 self._settle_pending(np.flatnonzero(eligible), camp, s, view, now, seed, counts)
                 eligible &= lazy != LAZY_REFUSED
-            slot_ids = [x.id for x in run]
             for round_ in itertools.count():
                 result, prefix, kept = self._auction_prefix(
                     ids, camp, s, np.flatnonzero(eligible), slot_ids, reserve, seed)
@@ -90,17 +132,57 @@ class FillStage:
             if decision.exploration is not None:
                 wins = self._explore(ids, camp, s, eligible, run, reserve, seed, wins,
                                      decision)
-            for win in wins:
-                c = self.catalog.campaigns[win.candidate.campaign_id]
-                ad = self.catalog.ads[win.candidate.ad_id]
-                in_page |= (camp == c.id) | (s["advertiser"] == c.advertiser_id)
-                if (ad.version, c.version) != versions.read(ad.id, c.id):
-                    # edited while this decision read its columns: not served on a
-                    # mix of two versions (the slot stays empty)
-                    add_reason(counts, CHANGED, 1)
-                    continue
-                decision.placed.append(place(win, ad, c, req.placement.id, now,
-                                             self.token_key, self.token_ttl_s))
+            self._place([*(direct.wins if direct else []), *wins], direct, req, camp, s,
+                        versions, in_page, now, decision)
+
+    def _place(self, wins: list[Win], direct: RunFill | None, req: SelectRequest,
+               camp: np.ndarray, s: dict[str, np.ndarray], versions: Versions,
+               in_page: np.ndarray, now: datetime, decision: Decision) -> None:
+        """Place a run's winners (slot order), marking their campaigns and advertisers on
+        the page; a winner edited while the decision read it is not served."""
+        counts = decision.reason_counts
+        assert counts is not None
+        tiers = direct.tiers if direct else {}
+        for win in wins:
+            c = self.catalog.campaigns[win.candidate.campaign_id]
+            ad = self.catalog.ads[win.candidate.ad_id]
+            in_page |= (camp == c.id) | (s["advertiser"] == c.advertiser_id)
+            if (ad.version, c.version) != versions.read(ad.id, c.id):
+                # edited while this decision read its columns: not served on a
+                # mix of two versions (the slot stays empty)
+                add_reason(counts, CHANGED, 1)
+                continue
+            decision.placed.append(place(win, ad, c, req.placement.id, now, self.token_key,
+                                         self.token_ttl_s, tiers.get(win.slot_id, AUCTION)))
+
+    def _kinds(self, camp: np.ndarray) -> np.ndarray | None:
+        """Each candidate's tier code, or None when none of them sells direct."""
+        book = self.catalog.direct
+        if not book.any():
+            return None
+        kinds, _ = book.kinds(camp)
+        return kinds if (kinds != KIND_AUCTION).any() else None
+
+    def _fill_direct(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
+                     at: np.ndarray, kinds: np.ndarray, slot_ids: list[str], seed: int,
+                     counts: dict[str, int]) -> RunFill:
+        """:func:`~adfunnel.serving.tiers.fill_direct` over the direct candidates ``at``
+        (a mask), guaranteed lines in the supply's order; their rejections counted."""
+        by_campaign: dict[int, list[Candidate]] = {}
+        kind_of: dict[int, int] = {}
+        for i in np.flatnonzero(at & (s["lazy"] == LAZY_ADMITTED)).tolist():  # never pending
+            cand = self._candidate_at(i, ids, camp, s)
+            by_campaign.setdefault(cand.campaign_id, []).append(cand)
+            kind_of[cand.campaign_id] = int(kinds[i])
+        if not by_campaign:
+            return RunFill(rest=list(slot_ids))
+        rank = guaranteed_rank(self.supply.order(
+            [c for c, k in kind_of.items() if k == KIND_GUARANTEED]), kind_of)
+        fill = fill_direct(slot_ids, [DirectLine(kind_of[c], rank[c], cands)
+                                      for c, cands in by_campaign.items()], seed)
+        for reason, n in Counter(r.reason for r in fill.rejections).items():
+            add_reason(counts, reason, n)
+        return fill
 
     def _explore(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
                  eligible: np.ndarray, run: list[SlotIn], reserve: int, seed: int,

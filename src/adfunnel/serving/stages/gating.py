@@ -17,9 +17,18 @@ from adfunnel.serving.caps import CAPPED, CapGate
 from adfunnel.serving.catalog import Catalog
 from adfunnel.serving.columns import ColumnsView
 from adfunnel.serving.decision import Decision
+from adfunnel.serving.direct_book import GuaranteedSupply
 from adfunnel.serving.kernels import gate_inputs, paced_out
 from adfunnel.serving.request import SelectRequest
 from adfunnel.serving.stages.filter import CODE, REASONS, Servable, add_reason
+from adfunnel.serving.tiers import (
+    AHEAD_OF_PLAN,
+    GOAL_MET,
+    KIND_AUCTION,
+    KIND_GUARANTEED,
+    SHARE_NOT_DRAWN,
+    coin_masks,
+)
 
 #: A candidate's budget answer (``s["lazy"]``): admitted, pending (its campaign is
 #: asked when it reaches the decisive prefix) or refused after the ask.
@@ -38,13 +47,17 @@ class GatingStage:
     caps: CapGate | None
     eligible: EligibleCounter | None
     capped: EligibleCounter
+    supply: GuaranteedSupply
 
-    def _campaign_gate(self, sv: Servable, now: datetime, seed: int, extra: list[str]
-                       ) -> tuple[np.ndarray, np.ndarray]:
+    def _campaign_gate(self, sv: Servable, now: datetime, seed: int, extra: list[str],
+                       request_id: str = "") -> tuple[np.ndarray, np.ndarray]:
         """The budget gate and pacing coin for the campaigns :meth:`_servable` left in,
         in first-retrieved order: each candidate's reason code (0 = in; status, flight
         and daypart codes kept), and whether its campaign's budget answer waits until
-        it can win (:meth:`_gate`). The campaigns in count as eligible traffic."""
+        it can win (:meth:`_gate`). The campaigns in count as eligible traffic, and the
+        guaranteed lines among them as their supply (:class:`GuaranteedSupply`).
+        Sponsorship and guaranteed lines take the tiers' draws
+        (:func:`~adfunnel.serving.tiers.coin_masks`) instead of the pacing coin's reason."""
         verdict = sv.verdict.copy()
         pending = np.zeros(len(sv.uc), dtype=bool)
         if not len(sv.uc):
@@ -52,14 +65,20 @@ class GatingStage:
         live = np.flatnonzero(verdict == 0)
         if self.eligible is not None and len(live):  # the pacing curve's traffic
             self.eligible.add_many(sv.uc[live], now)
+        book = self.catalog.direct
+        kinds = shares = None
+        if book.any():  # some campaign sells direct: the tiers' draws and reasons
+            kinds, shares = book.kinds(sv.uc[live])
+            self.supply.observe(sv.uc[live][kinds == KIND_GUARANTEED].tolist())
         verdict[live], pending[live] = self._gate(sv.uc[live], sv.local[live],
                                                   sv.charges[live], sv.budgets[live], now,
-                                                  seed, extra)
+                                                  seed, extra, request_id, kinds, shares)
         return verdict[sv.inverse], pending[sv.inverse]
 
     def _gate(self, cids: np.ndarray, days: np.ndarray, charges: np.ndarray,
-              budgets: np.ndarray, now: datetime, seed: int, extra: list[str]
-              ) -> tuple[np.ndarray, np.ndarray]:
+              budgets: np.ndarray, now: datetime, seed: int, extra: list[str],
+              request_id: str = "", kinds: np.ndarray | None = None,
+              shares: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Reason code per campaign (0 = admitted and in by the pacing coin), and
         whether it is left pending. A reason of the gate's own that :data:`REASONS` lacks
         (e.g. ``no_slice``) gets a code past them, its name at that index of ``extra``.
@@ -70,7 +89,11 @@ class GatingStage:
         decisive prefix (:meth:`_settle_pending`). At catalogue scale a decision meets
         thousands of such campaigns, of which a handful can win; asking for all of
         them granted tens of thousands of slices nobody used, and re-granted them as
-        they expired. Other gates are asked here, in the reference path's order."""
+        they expired. Other gates are asked here, in the reference path's order.
+
+        ``kinds`` (tier code per campaign; None: all auction) and ``shares``: direct
+        lines are never left pending (they do not reach the auction's prefix), a spent
+        budget is their ``goal_met``, and they take the tiers' draws."""
         n = len(cids)
         out = np.zeros(n, dtype=np.int8)
         pending = np.zeros(n, dtype=bool)
@@ -89,9 +112,11 @@ class GatingStage:
             gen = 0
         out[codes == REFUSE] = CODE[BUDGET_EXHAUSTED]
         asks = np.flatnonzero(codes == ASK)
-        if len(asks) and getattr(gate, "asks_together", False):
-            pending[asks] = True  # asked when they can win; no pacing coin before
-            asks = asks[:0]
+        together = getattr(gate, "asks_together", False)
+        if len(asks) and together:
+            later = asks if kinds is None else asks[kinds[asks] == KIND_AUCTION]
+            pending[later] = True  # asked when they can win; no pacing coin before
+            asks = asks[:0] if kinds is None else asks[kinds[asks] != KIND_AUCTION]
         while len(asks):
             k = int(asks[0])
             reason = gate.admit(self.catalog.campaigns[int(cids[k])], now, int(charges[k]))
@@ -109,11 +134,23 @@ class GatingStage:
                 p[k] = gate.pacing_rate(int(cids[k]))
             rest = np.flatnonzero(codes[k + 1:] == ASK)
             asks = rest + k + 1
+            if together and kinds is not None:  # auction campaigns wait until they can win
+                pending[asks[kinds[asks] == KIND_AUCTION]] = True
+                asks = asks[kinds[asks] != KIND_AUCTION]
         admitted = np.flatnonzero(out == 0)
         if pending.any():
             admitted = admitted[~pending[admitted]]
         paced = paced_out(unit_base(seed, PACING_COIN), cids[admitted], p[admitted])
-        out[admitted[paced]] = CODE[PACED_OUT]
+        if kinds is None:
+            out[admitted[paced]] = CODE[PACED_OUT]
+            return out, pending
+        assert shares is not None
+        out[(out == CODE[BUDGET_EXHAUSTED]) & (kinds != KIND_AUCTION)] = CODE[GOAL_MET]
+        auction, ahead, not_drawn = coin_masks(kinds[admitted], cids[admitted], paced,
+                                               shares[admitted], request_id)
+        out[admitted[auction]] = CODE[PACED_OUT]
+        out[admitted[ahead]] = CODE[AHEAD_OF_PLAN]
+        out[admitted[not_drawn]] = CODE[SHARE_NOT_DRAWN]
         return out, pending
 
     def _settle_pending(self, at: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
