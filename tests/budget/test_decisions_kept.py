@@ -107,7 +107,7 @@ def test_every_report_makes_the_new_day_of_every_campaign() -> None:
 def test_a_new_campaign_takes_the_placement_average_at_the_next_poll(tmp_path,
                                                                       monkeypatch) -> None:
     """As a shape refresh at each poll with new campaigns did (every other campaign
-    keeps its shape; the new one's first day keeps the default curve), without reading
+    keeps its shape; the new one's first day takes it from then on), without reading
     the traffic log again inside the refresh's hour window."""
     from adfunnel.billing.sql_ledger import SqlLedger
     from adfunnel.budget.process import BudgetServiceProcess
@@ -155,7 +155,9 @@ def test_a_new_campaign_takes_the_placement_average_at_the_next_poll(tmp_path,
                               before[c.id])
     today = svc.campaign_day(new.id, clock.now().date())
     assert today is not None and today.row >= 0
-    assert svc._rows.shape[today.row] == svc._default_sid  # its first day: the default
+    # its first day too, from the poll on (issue 25: it kept the default, a flat curve)
+    assert svc._rows.shape[today.row] == svc._slots.shape[svc._slot_of[new.id]]
+    assert svc._rows.shape[today.row] != svc._default_sid
     clock.advance(3600)  # past the refresh's window: a refresh
     create("later")
     proc.poll_changes()

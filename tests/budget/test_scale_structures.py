@@ -171,11 +171,13 @@ def test_days_long_over_are_forgotten_with_their_index_entries() -> None:
 def test_shapes_table_stays_bounded_and_days_keep_their_curves() -> None:
     clock = ManualClock(NOW)
     svc = _warm(clock, 300)
-    cd = svc.current(5, NOW.timestamp())
-    before = cd.plan.target_micros(13 * 3600)
     rng = np.random.default_rng(1)
     ids = np.arange(1, 301)
-    for _ in range(40):
+    # their first shapes: today's days, made on the default, take them from now (issue 25)
+    svc.set_traffic_shapes(ids, rng.random((300, 24)) + 0.01, others=[1.0] * 24)
+    cd = svc.current(5, NOW.timestamp())
+    before = cd.plan.target_micros(13 * 3600)
+    for _ in range(39):
         svc.set_traffic_shapes(ids, rng.random((300, 24)) + 0.01, others=[1.0] * 24)
     assert svc._bank.shapes.n < 3 * 4096
     assert svc.current(5, NOW.timestamp()).plan.target_micros(13 * 3600) == before

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adfunnel.budget.slices import BudgetState, budget_state, grantable, open_threshold, slice_size
+from adfunnel.budget.slices import (
+    BudgetState,
+    budget_state,
+    grantable,
+    last_charge,
+    last_charges,
+    open_threshold,
+    slice_size,
+    worst_case_regime,
+)
 
 
 @given(rate=st.floats(0, 1e9), charge=st.integers(1, 10**8), grant=st.integers(0, 10**11),
@@ -34,3 +44,31 @@ def test_states() -> None:
     assert budget_state(thr + 1, thr, thr, 2_000_000) is BudgetState.OPEN
     assert budget_state(thr, thr, thr, 2_000_000) is BudgetState.METERED
     assert budget_state(thr, 1_999_999, thr, 2_000_000) is BudgetState.EXHAUSTED
+
+
+@given(rate=st.floats(0, 1e9), charge=st.integers(1, 10**8), grant=st.integers(0, 10**11),
+       outstanding=st.integers(0, 10**11), last=st.integers(1, 10**8))
+def test_a_last_slice_is_granted_alone_and_exceeds_what_remains_by_less_than_a_charge(
+        rate, charge, grant, outstanding, last) -> None:
+    s = slice_size(rate, charge, grant, outstanding, last)
+    assert s == 0 or s >= charge
+    if s and grant < charge:  # a last slice: its serve takes its worst case
+        assert outstanding == 0 and s == charge and grant >= last
+        assert s - grant < charge and worst_case_regime(grant, charge)
+    elif s:
+        assert outstanding + s <= grant
+    assert (s > 0) == (slice_size(rate, charge, grant, outstanding) > 0 or (
+        outstanding == 0 and last <= grant < charge))
+
+
+def test_the_last_charge_is_the_mean_charge_only_where_it_is_exact() -> None:
+    assert last_charge(4_000, True, 10_001, 10) == 1_001  # CPM: the mean price, rounded up
+    assert last_charge(4_000, True, 50_000, 10) == 4_000  # never above the bid
+    assert last_charge(4_000, True, 0, 0) == 4_000  # nothing served yet: the bid
+    assert last_charge(2_000_000, False, 1_000_000, 10) == 2_000_000  # CPC: the bid
+    got = last_charges(np.array([4_000, 4_000, 4_000, 2_000_000]),
+                       np.array([True, True, True, False]), np.array([10_001, 50_000, 0, 10**6]),
+                       np.array([10, 10, 0, 10]))
+    assert got.tolist() == [1_001, 4_000, 4_000, 2_000_000]
+    assert budget_state(0, 1_500, 10_000, 4_000, 1_001) is BudgetState.METERED
+    assert budget_state(0, 1_000, 10_000, 4_000, 1_001) is BudgetState.EXHAUSTED

@@ -17,7 +17,14 @@ from adfunnel.budget.campaign_table import read_campaign_columns
 from adfunnel.budget.columns import CampaignColumns
 from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus, Objective, PacingMode
+from adfunnel.campaigns.model import (
+    BidType,
+    Campaign,
+    CampaignStatus,
+    Daypart,
+    Objective,
+    PacingMode,
+)
 from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
@@ -180,7 +187,8 @@ def test_campaign_columns_read_in_sql_equal_those_of_the_records(engine_url: str
             bid_micros=1_000_000 + i, daily_budget_micros=10_000_000 * (i + 1),
             time_zone=("UTC", "Asia/Tokyo", "Europe/Berlin", "Asia/Kolkata")[i % 4],
             flight_start=date(2026, 1, 1 + i), flight_end=end, lifetime_budget_micros=life,
-            pacing_mode=pacing)
+            pacing_mode=pacing,
+            dayparts=(Daypart((0, 2), 6, 9), Daypart((5,), 18, 21)) if i % 4 == 1 else ())
         if i == 4:
             store.update_campaign(c.id, {"status": CampaignStatus.PAUSED})
     got = read_campaign_columns(engine)
@@ -192,4 +200,5 @@ def test_campaign_columns_read_in_sql_equal_those_of_the_records(engine_url: str
     zones_got = [got.zones[z] for z in got.tz[order_got]]
     assert zones_got == [want.zones[z] for z in want.tz[order_want]]
     assert got.charges()[order_got].tolist() == want.charges()[order_want].tolist()
+    assert got.dayparts == want.dayparts and len(got.dayparts) == 2  # the curves keep to them
     engine.dispose()

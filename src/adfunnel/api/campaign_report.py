@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import date
+from typing import Any
 
 from adfunnel.api.report_schemas import ReportDay, ReportOut
 from adfunnel.billing.ledger import Ledger, lifetime_left
@@ -33,6 +34,7 @@ def report(
     lifetime_budget_micros: int | None = None,
     ivt: dict[date, dict[str, int]] | None = None,
     measured: dict[date, tuple[int, int]] | None = None,
+    period: dict[str, Any] | None = None,
 ) -> ReportOut:
     """Totals and per-day rows of ``ledger.day_totals`` for local days ``first``..``last``,
     and the lifetime budget's billed and remaining micros over every day; ``ivt``: per
@@ -94,6 +96,7 @@ def report(
             "lifetime_budget_micros": lifetime_budget_micros,
             "lifetime_billed_micros": lifetime,
             "lifetime_remaining_micros": lifetime_left(lifetime_budget_micros, lifetime),
+            "period": period,
         }
     )
 

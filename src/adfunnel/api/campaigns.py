@@ -90,6 +90,7 @@ from adfunnel.api.schemas import (
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.billing.ledger import Ledger
+from adfunnel.billing.period_report import period_report
 from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.checks import money_limit_problems
@@ -375,12 +376,14 @@ def make_advertiser_router(
             raise validation_error(("from", "must be on or before to"))
         if last - first >= timedelta(days=max_days):
             raise validation_error(("to", f"a report spans at most {max_days} days"))
+        period = period_report(ledger, campaign, last)  # flight, month, goal figures
         if rollups is None:
-            return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros)
+            return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros,
+                          period=period)
         days = rollup_days(rollups, campaign_id, first, last, campaign.time_zone)
         ivt = {d: dict(r.ivt) for d, r in days.items() if r.ivt}
         return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros, ivt,
-                      measured_by_day(days))
+                      measured_by_day(days), period=period)
 
     return router
 

@@ -5,6 +5,7 @@ campaign and the rollup reports (``adfunnel.api.campaigns``, ``adfunnel.api.repo
 from __future__ import annotations
 
 from datetime import date, datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -68,6 +69,9 @@ class ReportOut(BaseModel):
     lifetime_budget_micros: int | None = None
     lifetime_billed_micros: int = 0
     lifetime_remaining_micros: int | None = None
+    #: the budget period's figures (adfunnel.billing.period_report: span, budget,
+    #: billed, absorbed, remaining; a goal's delivered, over-delivery and shortfall)
+    period: dict[str, Any] | None = None
 
 
 class RollupTotalsOut(BaseModel):

@@ -46,6 +46,7 @@ import numpy as np
 from prometheus_client import Counter, Histogram
 
 from adfunnel.billing.ledger import Ledger, LedgerWrite
+from adfunnel.billing.limits import write_budgets
 from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.budget.gate import SpendGate
 from adfunnel.campaigns.model import (
@@ -261,9 +262,9 @@ class Aggregator:
             if delivery.seq in retried:
                 UNKNOWN_CAMPAIGN.labels("recorded").inc()
             done.append(delivery)
-            writes.append(LedgerWrite(ledger_event(event, campaign),
-                                      campaign.daily_budget_micros,
-                                      campaign.lifetime_budget_micros, event.ivt_reason))
+            daily, lifetime, limits = write_budgets(campaign)  # its period's limits
+            writes.append(LedgerWrite(ledger_event(event, campaign), daily, lifetime,
+                                      event.ivt_reason, limits))
             events.append((event, campaign))
         if not done:  # every event waits for its campaign: parked, wake the waiters
             with self._handled:

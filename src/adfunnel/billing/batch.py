@@ -22,6 +22,13 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Protocol
 
+from adfunnel.billing.limits import (
+    GOAL_OVER_DELIVERY,
+    PeriodLimits,
+    PeriodView,
+    month_of,
+    split_period,
+)
 from adfunnel.billing.model import (
     EVENT_TYPES,
     MEASUREMENT,
@@ -67,13 +74,16 @@ class LedgerWrite:
 
     ``ivt_reason`` set: the event is invalid traffic with that reason code, recorded
     once and never billed. Otherwise it is billed within ``daily_budget_micros`` (the
-    campaign's budget for ``event.day``) and ``lifetime_budget_micros`` (None: none).
+    campaign's budget for ``event.day``), ``lifetime_budget_micros`` (None: none) and
+    ``period``'s month and goal limits (None: none).
     """
 
     event: LedgerEvent
     daily_budget_micros: int = 0
     lifetime_budget_micros: int | None = None
     ivt_reason: str | None = None
+    #: the month and goal limits of its budget period (:mod:`adfunnel.billing.limits`)
+    period: PeriodLimits | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +146,9 @@ class BatchPlan:
     lifetime: dict[int, list[int]] = field(default_factory=dict)
 
 
-class LedgerView(Protocol):
-    """The ledger state a batch reads, as it was before the batch."""
+class LedgerView(PeriodView, Protocol):
+    """The ledger state a batch reads, as it was before the batch (period totals too:
+    :class:`~adfunnel.billing.limits.PeriodView`)."""
 
     def row_time(self, key: Key) -> datetime | None:
         """When the valid ledger row ``key`` occurred; None: there is none."""
@@ -251,6 +262,8 @@ class _Planner:
         self._held = self.plan.held  # overlay: None = left the held set
         self._days: dict[DayKey, tuple[int, int]] = {}  # billed, carry
         self._life: dict[int, int] = {}
+        self._months: dict[tuple[int, date], int] = {}  # (campaign, month's 1st) -> billed
+        self._goals: dict[tuple[int, EventType], int] = {}  # goal events recorded
         # the view's lookups, bound once (called a few times per write)
         self._view_row_time = view.row_time
         self._view_invalid_reason = view.invalid_reason
@@ -332,7 +345,10 @@ class _Planner:
         remaining = max(0, w.daily_budget_micros - billed_so_far)
         if lifetime is not None:
             remaining = min(remaining, max(0, lifetime - life_billed))
-        billed = min(charge, remaining)
+        if w.period is None:
+            billed = min(charge, remaining)
+        else:
+            billed = self._period_room(w.period, event, key[1], charge, remaining)
         absorbed = charge - billed
         self._rows[key] = event.occurred_at
         self.plan.rows.append(NewRow(event, charge, exact, billed, absorbed))
@@ -360,6 +376,37 @@ class _Planner:
         return Recorded(Outcome.BILLED, billed, absorbed,
                         None if lifetime is None else max(0, lifetime - life_billed))
 
+    def _period_room(self, limits: PeriodLimits, event: LedgerEvent, event_type: EventType,
+                     charge: int, remaining: int) -> int:
+        """What of ``charge`` bills under the period's month and goal limits besides
+        ``remaining`` (day and lifetime), micros; the month's and goal's running totals
+        move with it (:func:`~adfunnel.billing.limits.split_period`)."""
+        cid = event.campaign_id
+        mk = None
+        month_billed = 0
+        if limits.month_budget_micros is not None:
+            first, last = month_of(event.day)
+            mk = (cid, first)
+            found = self._months.get(mk)
+            month_billed = (found if found is not None
+                            else self.view.month_billed(cid, first, last))
+        gk = None
+        count = 0
+        if limits.counts_goal(event_type, event.day):
+            gk = (cid, event_type)
+            found = self._goals.get(gk)
+            count = found if found is not None else self.view.goal_events(
+                cid, event_type, limits.flight_first, limits.flight_last)
+        billed, over = split_period(charge, remaining, limits, event_type, event.day,
+                                    month_billed, count)
+        if mk is not None:
+            self._months[mk] = month_billed + billed
+        if gk is not None:
+            self._goals[gk] = count + 1
+        if over:
+            self.plan.counters[GOAL_OVER_DELIVERY] += 1
+        return billed
+
     def _release(self, key: Key, by: LedgerWrite) -> None:
         """``key`` was just billed by ``by``: bill what was held waiting for it (and so
         on), within the budgets ``by`` carries (the same campaign's, as they are now)."""
@@ -372,7 +419,7 @@ class _Planner:
             return
         self._held[dkey] = None
         write = LedgerWrite(held.write.event, by.daily_budget_micros,
-                            by.lifetime_budget_micros)
+                            by.lifetime_budget_micros, period=by.period)
         recorded = self._valid(dkey, write)
         if recorded.outcome is Outcome.BILLED:
             self.plan.counters[RELEASED] += 1

@@ -15,6 +15,9 @@ Rules (DESIGN.md §Events and billing, §Money and budgets):
   remaining budget of its local day is recorded as absorbed overspend;
 - nor above its lifetime budget: remaining = min(daily budget − billed today,
   lifetime budget − billed on every day), the rest absorbed likewise;
+- nor above its budget period's limits (:mod:`adfunnel.billing.limits`): a flight's
+  money (as its lifetime limit), an average-day month's 30.4×, a goal's event count —
+  an event past its goal is absorbed whole and counted ``goal_over_delivery``;
 - no charge is rounded against the advertiser: a per-mille (CPM) charge bills
   floor((carry + price) / 1000) micros and carries the remainder per campaign and local
   day, so a day's billed + absorbed total is within one micro below the exact total.
@@ -320,3 +323,14 @@ class _MemoryView:
     def lifetime_billed(self, campaign_id: int) -> int:
         life = self._l._lifetime.get(campaign_id)
         return 0 if life is None else life[0]
+
+    def month_billed(self, campaign_id: int, first: date, last: date) -> int:
+        return sum(v[2] for (cid, day), v in self._l._days.items()
+                   if cid == campaign_id and first <= day <= last)
+
+    def goal_events(self, campaign_id: int, event_type: EventType, first: date | None,
+                    last: date | None) -> int:
+        col = _COUNT_COLUMN[EventType(event_type)]
+        return sum(v[col] for (cid, day), v in self._l._days.items()
+                   if cid == campaign_id and (first is None or first <= day)
+                   and (last is None or day <= last))

@@ -76,6 +76,7 @@ from adfunnel.billing.sql_ledger_rows import (
     held_row,
     ivt_row,
     ledger_row,
+    load_period_totals,
     pg_copy_ledger,
     write_totals,
 )
@@ -189,6 +190,7 @@ class SqlLedger:
                 select(t.impression_id, t.event_type, t.occurred_at)
                 .where(self._in_ids(t.impression_id, ids))):
             view.rows[(iid, EVENT_TYPES[etype])] = aware(at)
+        load_period_totals(conn, view, writes)
         v = ledger_ivt.c
         for iid, etype, reason in conn.execute(
                 select(v.impression_id, v.event_type, v.reason)

@@ -9,13 +9,14 @@ of PostgreSQL, the totals a plan adds, and the view of what a batch read.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import psycopg.errors
-from sqlalchemy import Connection, Row, bindparam, text
+from sqlalchemy import Connection, Row, bindparam, func, select, text
 
 from adfunnel.billing.batch import BatchPlan, DayKey, Held, Key, LedgerWrite, NewRow
+from adfunnel.billing.limits import month_of
 from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent
 from adfunnel.billing.tables import campaign_day_spend, campaign_spend
 
@@ -191,6 +192,10 @@ class LoadedView:
         self.held_rows: dict[Key, Held] = {}
         self.days: dict[DayKey, tuple[int, int]] = {}
         self.lifetime: dict[int, int] = {}
+        #: (campaign, first, last) -> billed on those days; (campaign, event type, first,
+        #: last) -> events recorded on them (read for the writes with period limits)
+        self.months: dict[tuple[int, date, date], int] = {}
+        self.goals: dict[tuple[int, EventType, date | None, date | None], int] = {}
 
     def held(self, key: Key) -> Held | None:
         return self.held_rows.get(key)
@@ -206,3 +211,45 @@ class LoadedView:
 
     def lifetime_billed(self, campaign_id: int) -> int:
         return self.lifetime.get(campaign_id, 0)
+
+    def month_billed(self, campaign_id: int, first: date, last: date) -> int:
+        return self.months.get((campaign_id, first, last), 0)
+
+    def goal_events(self, campaign_id: int, event_type: EventType, first: date | None,
+                    last: date | None) -> int:
+        return self.goals.get((campaign_id, event_type, first, last), 0)
+
+
+def load_period_totals(conn: Connection, view: LoadedView,
+                       writes: Sequence[LedgerWrite]) -> None:
+    """Read into ``view`` the month billed and goal event totals the writes with period
+    limits need (their campaigns' rows are locked: these stay true until the commit).
+    One small query per distinct (campaign, span): few campaigns have periods. A held
+    event a write may release is billed within that write's limits: its spans too."""
+    d = campaign_day_spend.c
+    by_campaign = {w.event.campaign_id: w.period for w in writes if w.period is not None}
+    held = [(h.write.event, by_campaign.get(h.write.event.campaign_id))
+            for h in view.held_rows.values() if h.waiting]
+    for e, limits in [(w.event, w.period) for w in writes if w.ivt_reason is None] + held:
+        if limits is None:
+            continue
+        if limits.month_budget_micros is not None:
+            first, last = month_of(e.day)
+            mk = (e.campaign_id, first, last)
+            if mk not in view.months:
+                view.months[mk] = int(conn.execute(
+                    select(func.coalesce(func.sum(d.billed_micros), 0))
+                    .where(d.campaign_id == e.campaign_id, d.day >= first, d.day <= last)
+                ).scalar_one())
+        if limits.goal_event is not None:
+            etype = limits.goal_event
+            gk = (e.campaign_id, etype, limits.flight_first, limits.flight_last)
+            if gk not in view.goals:
+                col = d.impressions if etype is EventType.IMPRESSION else d.clicks
+                q = select(func.coalesce(func.sum(col), 0)).where(
+                    d.campaign_id == e.campaign_id)
+                if limits.flight_first is not None:
+                    q = q.where(d.day >= limits.flight_first)
+                if limits.flight_last is not None:
+                    q = q.where(d.day <= limits.flight_last)
+                view.goals[gk] = int(conn.execute(q).scalar_one())

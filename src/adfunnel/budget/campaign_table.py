@@ -7,6 +7,7 @@ the database turns codes and dates into integers, fetched as one int64 matrix.
 
 from __future__ import annotations
 
+import json
 from datetime import date
 
 import numpy as np
@@ -25,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 from adfunnel.budget.columns import BID_TYPES, NO_END, PERIODS, PRIORITIES, CampaignColumns
-from adfunnel.campaigns.model import CampaignStatus, PacingMode
+from adfunnel.campaigns.model import BudgetPeriod, CampaignStatus, Daypart, PacingMode
 from adfunnel.campaigns.tables import campaigns as campaigns_table
 from adfunnel.db import connection_guard
 
@@ -58,15 +59,30 @@ def read_campaign_columns(engine: Engine) -> CampaignColumns:
             rows = cur.fetchall()
         finally:
             cur.close()
+        # the few campaigns with dayparts (their curves keep to them): one more query
+        parts = {int(i): _dayparts(text) for i, text in conn.execute(
+            select(t.id, t.dayparts).where(t.dayparts != "[]"))}
     m = np.array(rows, dtype=np.int64).reshape(len(rows), 15)
     pacing = m[:, 7]
+    dayparts = {k: v for k, v in parts.items() if v}
     return CampaignColumns(
         ids=m[:, 0].copy(), versions=m[:, 1].copy(), bid=m[:, 2].astype(np.int8),
         bid_micros=m[:, 3].copy(), daily=m[:, 4].copy(), lifetime=m[:, 5].copy(),
-        active=m[:, 6] == 0, even=pacing == 1, accel=pacing == 0,
+        active=m[:, 6] == 0, even=(pacing == 1) | (pacing == 2), accel=pacing == 0,
         fstart=m[:, 8].copy(), fend=m[:, 9].copy(), tz=m[:, 10].copy(), zones=zones,
         priority=m[:, 11].astype(np.int8), period=m[:, 12].astype(np.int8),
-        flight_budget=m[:, 13].copy(), goal_total=m[:, 14].copy(), front=pacing == 2)
+        flight_budget=m[:, 13].copy(), goal_total=m[:, 14].copy(), front=pacing == 2,
+        dayparts=dayparts,
+        # the campaigns whose record the service reads (their periods, dayparts,
+        # frontloading): adfunnel.budget.periods.special
+        special=(m[:, 12] != PERIODS.index(BudgetPeriod.DAY)) | (pacing == 2)
+        | np.isin(m[:, 0], np.fromiter(dayparts, dtype=np.int64, count=len(dayparts))))
+
+
+def _dayparts(text: str) -> tuple[Daypart, ...]:
+    """The ``dayparts`` column (a JSON list of {weekdays, start_hour, end_hour})."""
+    return tuple(Daypart(tuple(int(d) for d in p["weekdays"]), int(p["start_hour"]),
+                         int(p["end_hour"])) for p in json.loads(text or "[]"))
 
 
 def _code(col: ColumnElement[str], values: list[str], other: int | None = None,

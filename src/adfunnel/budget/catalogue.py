@@ -14,7 +14,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from adfunnel.budget.columns import BID_CODE, NO_END, CampaignColumns, OwnedCampaigns
-from adfunnel.campaigns.model import Campaign, CampaignStatus, PacingMode
+from adfunnel.budget.periods import slot_lifetime
+from adfunnel.campaigns.model import BudgetPeriod, Campaign, CampaignStatus, PacingMode
+
+#: Pacing modes the controller follows a plan for (``accelerated`` spends as it comes).
+PACED = frozenset({PacingMode.EVEN, PacingMode.FRONTLOADED})
 
 
 class Catalogue:
@@ -36,14 +40,22 @@ class Catalogue:
         if slot is not None and self._slots.version[slot] > campaign.version:
             return
         old_daily = None if slot is None else int(self._slots.daily[slot])
+        old_parts = None if slot is None else self._dayparts.get(slot, ())
         slot = self._slot(campaign)
         if created_at is not None:
             self._slots.created[slot] = created_at
         now = self._now()
+        self._period_note(slot, campaign, now)
         rows = self._rows_of_slot(slot)
-        if old_daily is not None and old_daily != campaign.daily_budget_micros:
+        period = slot in self._period and campaign.budget_period is not BudgetPeriod.DAY
+        if period and rows:  # its days follow the flight (adfunnel.budget.periods)
+            self._period_step(np.array([self._current_row(slot, now)]), now)
+            rows = self._rows_of_slot(slot)
+        elif old_daily is not None and old_daily != campaign.daily_budget_micros:
             for row in rows:
                 self._rescale(row, campaign.daily_budget_micros, now)
+        if old_parts is not None and old_parts != tuple(campaign.dayparts):
+            self._reshape_days(slot)  # a daypart edit: the rest of today where it serves
         if rows:
             self._refresh(np.array(rows, dtype=np.int64), now)
 
@@ -57,8 +69,8 @@ class Catalogue:
             else:
                 new.append(c)
         if new:
-            self.load_campaigns(CampaignColumns.of(new))
             self._campaigns.update((c.id, c) for c in new)
+            self.load_campaigns(CampaignColumns.of(new))
 
     def load_campaigns(self, cols: CampaignColumns) -> None:
         """Campaigns not known yet, as columns (start-up reads the store in bulk; no
@@ -70,6 +82,21 @@ class Catalogue:
         ix = np.flatnonzero(fresh)
         if len(ix):
             self._add_slots(cols, ix)
+            if cols.special is not None:  # their records: budget periods, dayparts
+                now = self._now()
+                for cid in cols.ids[ix][cols.special[ix]].tolist():
+                    self._note_record(int(cid), now)
+
+    def _note_record(self, campaign_id: int, now: float) -> None:
+        """Read the record of a campaign loaded as columns that needs it (a budget
+        period, dayparts, frontloading) and apply what it says."""
+        try:
+            c = self.campaign(campaign_id)
+        except LookupError:
+            return
+        slot = self._slot_of[campaign_id]
+        self._write_slot(slot, c)
+        self._period_note(slot, c, now)
 
     def campaign(self, campaign_id: int) -> Campaign:
         """The record of a known campaign.
@@ -104,14 +131,18 @@ class Catalogue:
         s.bid[slot] = BID_CODE[c.bid_type]
         s.charge[slot] = c.max_charge_micros
         s.daily[slot] = c.daily_budget_micros
-        s.lifetime[slot] = -1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros
-        s.even[slot] = c.pacing_mode is PacingMode.EVEN
+        s.lifetime[slot] = slot_lifetime(c)  # a flight: its money (adfunnel.budget.periods)
+        s.even[slot] = c.pacing_mode in PACED
         s.accel[slot] = c.pacing_mode is PacingMode.ACCELERATED
         s.active[slot] = c.status is CampaignStatus.ACTIVE
         s.owned[slot] = self.owns(c.id)
         s.fstart[slot] = c.flight_start.toordinal()
         s.fend[slot] = NO_END if c.flight_end is None else c.flight_end.toordinal()
         s.tz[slot] = self._tz_id(c.time_zone)
+        if c.dayparts:
+            self._dayparts[slot] = tuple(c.dayparts)
+        else:
+            self._dayparts.pop(slot, None)
         if (s.owned[slot], s.tz[slot], s.bid[slot], s.lifetime[slot] >= 0) != before:
             self._owned_cache = None
             self._next_roll = -math.inf
@@ -139,6 +170,10 @@ class Catalogue:
         zone_ids = np.array([self._tz_id(z) for z in cols.zones] or [0], dtype=np.int64)
         s.tz[slots] = zone_ids[cols.tz[ix]]
         self._slot_of.update(zip(ids.tolist(), slots.tolist(), strict=True))
+        for cid, parts in cols.dayparts.items():
+            slot = self._slot_of.get(cid)
+            if slot is not None and parts:
+                self._dayparts[slot] = tuple(parts)
         for cid in [c for c in self._pending_shapes if c in self._slot_of]:
             s.shape[self._slot_of[cid]] = self._pending_shapes.pop(cid)
 

@@ -8,7 +8,7 @@ record objects); :class:`OwnedCampaigns` is a shard's campaigns as the billed fe
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from adfunnel.campaigns.model import (
     BudgetPeriod,
     Campaign,
     CampaignStatus,
+    Daypart,
     GoalMetric,
     PacingMode,
     Priority,
@@ -46,7 +47,8 @@ class CampaignColumns:
     How it is sold (#25; columns only, read by the budget periods): ``priority``
     (``PRIORITIES`` code), ``period`` (``PERIODS`` code), ``flight_budget`` (micros; -1
     = none), ``goal_total`` (impressions or clicks of a guaranteed line's goal; -1 =
-    none, as for a sponsorship's share) and ``front`` (pacing frontloaded)."""
+    none, as for a sponsorship's share) and ``front`` (pacing frontloaded); the dayparts
+    of the few campaigns that have any, by campaign id."""
 
     ids: np.ndarray
     versions: np.ndarray
@@ -66,6 +68,11 @@ class CampaignColumns:
     flight_budget: np.ndarray
     goal_total: np.ndarray
     front: np.ndarray
+    dayparts: dict[int, tuple[Daypart, ...]] = field(default_factory=dict)
+    #: campaigns whose record the service reads once loaded (a budget period other
+    #: than day, dayparts, frontloading; bool); None: none (a table read without
+    #: the columns)
+    special: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -93,7 +100,8 @@ class CampaignColumns:
             col((-1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros
                  for c in campaigns), np.int64),
             col((c.status is CampaignStatus.ACTIVE for c in campaigns), np.bool_),
-            col((c.pacing_mode is PacingMode.EVEN for c in campaigns), np.bool_),
+            col((c.pacing_mode in (PacingMode.EVEN, PacingMode.FRONTLOADED)
+                 for c in campaigns), np.bool_),
             col((c.pacing_mode is PacingMode.ACCELERATED for c in campaigns), np.bool_),
             col((c.flight_start.toordinal() for c in campaigns), np.int64),
             col((NO_END if c.flight_end is None else c.flight_end.toordinal()
@@ -104,7 +112,10 @@ class CampaignColumns:
             col((-1 if c.flight_budget_micros is None else c.flight_budget_micros
                  for c in campaigns), np.int64),
             col((_goal_total(c) for c in campaigns), np.int64),
-            col((c.pacing_mode is PacingMode.FRONTLOADED for c in campaigns), np.bool_))
+            col((c.pacing_mode is PacingMode.FRONTLOADED for c in campaigns), np.bool_),
+            {c.id: tuple(c.dayparts) for c in campaigns if c.dayparts},
+            col((c.budget_period is not BudgetPeriod.DAY or bool(c.dayparts)
+                 or c.pacing_mode is PacingMode.FRONTLOADED for c in campaigns), np.bool_))
 
 
 def _goal_total(c: Campaign) -> int:

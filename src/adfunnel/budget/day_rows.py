@@ -61,11 +61,13 @@ class CampaignDay:
         return int(self._s._slots.daily[self._col("slot")[self.row]])
 
     def day_budget(self) -> int:
-        """min(daily, lifetime − billed on earlier days), micros (≥ 0)."""
+        """min(daily, lifetime − billed on earlier days), micros (≥ 0); for a flight or
+        average-day campaign its day's allotment in place of the daily budget."""
         slot = self._col("slot")[self.row]
         life = int(self._s._slots.lifetime[slot])
-        return effective_daily_budget(self.daily_budget_micros, None if life < 0 else life,
-                                      self.lifetime_billed_before)
+        allot = int(self._col("allot")[self.row])
+        return effective_daily_budget(allot if allot >= 0 else self.daily_budget_micros,
+                                      None if life < 0 else life, self.lifetime_billed_before)
 
     @property
     def day(self) -> date:
@@ -191,6 +193,12 @@ class DayRows:
         t.end_s[rows] = z.end_s[dz]
         shape = s.shape[slots]
         t.shape[rows] = np.where(shape >= 0, shape, self._default_sid)
+        t.own_shape[rows] = shape >= 0
+        if self._dayparts:
+            for r in rows[np.isin(slots, np.fromiter(self._dayparts, dtype=np.int64))].tolist():
+                t.shape[r] = self._day_shape(int(t.slot[r]), r)
+        if self._period:
+            self._period_shapes(rows)
         t.last_step_s[rows] = np.maximum(now, t.start_s[rows])
         self._curve_facts(rows)
         daily = s.daily[slots]
@@ -201,6 +209,8 @@ class DayRows:
         if mid.any():
             t.plan_ca[rows[mid]] = self._shares(rows[mid], t.anchor_s[rows[mid]])
         t.plan_peak_rate[rows] = daily * t.peak_share[rows]
+        if self._period:
+            self._period_allot(rows, now)
         t.p[rows] = self._first_p(slots, days, rows, now)
         keys = (s.cid[slots] << DAY_BITS) | days
         self._row_of.update(zip(keys.tolist(), rows.tolist(), strict=True))

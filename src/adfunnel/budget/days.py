@@ -30,7 +30,8 @@ def day_view(service: BudgetService, campaign_id: int, now: float,
     """The campaign's day at ``now`` (Unix s) as JSON-able fields: ``day`` (ISO),
     ``state``, ``pacing_status``, ``p`` (probability), ``budget_micros`` (the day's
     budget, lifetime budget included), ``billed_micros``, ``served_micros`` (spend
-    reported served), and with ``plan_step_s`` the pacing plan on a grid of that step
+    reported served), ``period`` (a flight's or average day's: allotment, spend,
+    plan; null for a day campaign), and with ``plan_step_s`` the pacing plan on a grid of that step
     over the local day: ``target_micros`` (cumulative target at each point) and
     ``p_by_minute`` (p after the last control step of each elapsed minute, keyed by the
     minute as a string). None for a campaign the service does not own. Call it under
@@ -43,6 +44,8 @@ def day_view(service: BudgetService, campaign_id: int, now: float,
         "pacing_status": cd.status.value, "p": float(cd.ctl.p),
         "budget_micros": cd.day_budget(), "billed_micros": cd.billed,
         "served_micros": cd.served_total,
+        # a flight's or average day's figures (adfunnel.budget.periods); null for a day
+        "period": service.period_view(campaign_id, now),
     }
     if plan_step_s is not None:
         plan = cd.plan

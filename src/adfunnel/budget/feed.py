@@ -26,7 +26,7 @@ import numpy as np
 from adfunnel.budget.billed import BilledTotals
 from adfunnel.budget.columns import BID_TYPES, OwnedCampaigns
 from adfunnel.budget.protocol import BilledColumns, BilledUpdate
-from adfunnel.campaigns.model import BidType, Campaign
+from adfunnel.campaigns.model import BidType, BudgetPeriod, Campaign
 from adfunnel.campaigns.schedule import local_day
 
 #: Default token life (seconds): the impression and click billing window.
@@ -74,8 +74,10 @@ class BilledFeeder:
         camps = list(campaigns)
         billed: dict[date, dict[int, int]] = {}
         after: dict[tuple[date, float], dict[int, int]] = {}
+        # a flight's spend before today is its lifetime's (adfunnel.budget.periods)
         lifetime = (self.ledger.lifetime_billed(camps[0].id if len(camps) == 1 else None)
-                    if any(c.lifetime_budget_micros is not None for c in camps) else {})
+                    if any(c.lifetime_budget_micros is not None
+                           or c.budget_period is not BudgetPeriod.DAY for c in camps) else {})
         out = []
         for c in camps:
             day = local_day(now, c.time_zone)

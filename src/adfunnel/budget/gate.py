@@ -19,6 +19,7 @@ import numpy as np
 from adfunnel.campaigns.model import Campaign
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.dense import DENSE_IDS, DenseIds
+from adfunnel.pacing.flight import period_budgets
 
 # Reason codes carried by rejected candidates (rejections are data, not exceptions).
 BUDGET_EXHAUSTED = "budget_exhausted"
@@ -153,9 +154,8 @@ class LocalSpendGate:
             today = self._billed.get(key, 0)
             committed = today + self._outstanding.get(key, 0)
             before = self._lifetime.get(campaign.id, 0) - today
-        budget = effective_daily_budget(
-            campaign.daily_budget_micros, campaign.lifetime_budget_micros, before
-        )
+        daily, lifetime = period_budgets(campaign)  # a flight's or average day's limits
+        budget = effective_daily_budget(daily, lifetime, before)
         if committed + max_charge_micros > budget:
             return BUDGET_EXHAUSTED
         return None

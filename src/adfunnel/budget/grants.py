@@ -13,10 +13,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from adfunnel.budget.columns import BID_CODE
 from adfunnel.budget.day_rows import CampaignDay, day_budget
 from adfunnel.budget.protocol import SliceGrant
 from adfunnel.budget.rows import METERED, Slice
-from adfunnel.budget.slices import SLICE_TTL_S, grantable, slice_size, worst_case_regime
+from adfunnel.budget.slices import (
+    SLICE_TTL_S,
+    grantable,
+    last_charge,
+    slice_size,
+    worst_case_regime,
+)
+from adfunnel.campaigns.model import BidType
+
+#: ``bid`` column code of CPM campaigns, whose serves' expected cost is their charge.
+CPM_CODE = BID_CODE[BidType.CPM]
 
 
 class Grants:
@@ -60,11 +71,14 @@ class Grants:
         """A slice of metered, warm campaign-day ``row``, sized by :func:`slice_size`
         (None when that is 0); its outstanding amount counted at once."""
         t = self._rows
-        charge = int(self._slots.charge[self._slot_of[campaign_id]])
+        slot = self._slot_of[campaign_id]
+        charge = int(self._slots.charge[slot])
         cd = CampaignDay(self, row)
         g = grantable(day_budget(cd), int(t.billed[row]), cd.in_flight())
         rate = self._rates.get(row, {}).get(server_id, 0.0)
-        size = slice_size(rate, charge, g, int(t.sl_open[row]))
+        last = last_charge(charge, int(self._slots.bid[slot]) == CPM_CODE,
+                           int(t.served_total[row]), int(t.served_charges[row]))
+        size = slice_size(rate, charge, g, int(t.sl_open[row]), last)
         if size <= 0:
             return None
         sid = f"{self.shard}-{next(self._slice_ids)}"

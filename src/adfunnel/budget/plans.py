@@ -11,12 +11,14 @@ budget edit rescales the rest of the day's plan (:meth:`Plans._rescale`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import date
 
 import numpy as np
 
 from adfunnel.budget.rows import NAN
 from adfunnel.pacing.curve import TargetCurve
 from adfunnel.pacing.curve_bank import share_from
+from adfunnel.pacing.shape import serving_weights
 
 #: Most minutes a curve cursor adds one by one; farther, its sum is made again.
 CURSOR_WALK = 16
@@ -34,14 +36,19 @@ class Plans:
         if slot is None:
             self._pending_shapes[campaign_id] = sid
         else:
+            unshaped = self._slots.shape[slot] < 0
             self._slots.shape[slot] = sid
+            if unshaped:
+                self._reshape_defaulted(np.array([slot], dtype=np.int64))
         self._maybe_compact_shapes()
 
     def set_traffic_shapes(self, campaign_ids: np.ndarray, hourly: np.ndarray,
                            others: Sequence[float] | None = None) -> None:
         """Shapes in bulk: row ``i`` of ``hourly`` (k × 24) for ``campaign_ids[i]``; every
         other campaign known now gets ``others`` (the placement average) when given.
-        A campaign added later keeps the default shape until it is given one."""
+        A campaign added later keeps the default shape until it is given one; a day of
+        it made before then takes its first shape from now on (:meth:`_reshape_defaulted`)."""
+        unshaped = np.flatnonzero(self._slots.shape[: self._slots.n] < 0)
         if others is not None:
             sid = int(self._bank.shapes.add(np.array(others, dtype=np.float64))[0])
             self._slots.shape[: self._slots.n] = sid
@@ -53,13 +60,79 @@ class Plans:
             self._slots.shape[slots[ok]] = ids[ok]
             for c, sid2 in zip(campaign_ids[~ok].tolist(), ids[~ok].tolist(), strict=True):
                 self._pending_shapes[int(c)] = int(sid2)
+        unshaped = unshaped[self._slots.shape[unshaped] >= 0]
+        if len(unshaped):
+            self._reshape_defaulted(unshaped)
         self._maybe_compact_shapes()
+
+    def _reshape_defaulted(self, slots: np.ndarray) -> None:
+        """Days not yet over of ``slots`` (campaigns just given their first shape) that
+        were made on the default shape take the slot's shape from now: the rest of the
+        day's budget is spread over the rest of the new curve, as a budget edit spreads
+        it (:meth:`_rescale`).
+
+        A new campaign's first day was made (by its first billed read or report) before
+        the budget process gave it the placement's shape, and kept the default (flat)
+        curve all day: where traffic is uneven it fell behind at night and could not make
+        it up (a new Asia/Tokyo campaign, traffic ten times denser 09-22, budget half its
+        potential: 97 % billed on day 1, 100 % on day 2;
+        ``tests/budget/test_new_campaign_shape.py``). A campaign whose days all had a
+        shape of its own is never touched."""
+        t, now = self._rows, self._now()
+        for slot in slots.tolist():
+            for row in self._rows_of_slot(slot):
+                if t.own_shape[row] or not t.live[row] or t.end_s[row] <= now:
+                    continue
+                t.own_shape[row] = True
+                self._apply_shape(row, self._day_shape(slot, row), now)
 
     def has_shape(self, campaign_id: int) -> bool:
         """Whether a known campaign was given a traffic shape (else its new days take the
         default)."""
         slot = self._slot_of.get(campaign_id)
         return slot is not None and bool(self._slots.shape[slot] >= 0)
+
+    def _reshape_days(self, slot: int) -> None:
+        """The days not yet over of ``slot`` on its shape restricted to its dayparts now
+        (a daypart edit), from now on."""
+        t, now = self._rows, self._now()
+        for row in self._rows_of_slot(slot):
+            if t.live[row] and t.end_s[row] > now:
+                self._apply_shape(row, self._day_shape(slot, row), now)
+
+    def _day_shape(self, slot: int, row: int) -> int:
+        """The shape id of ``row``'s day: its campaign's shape (the default without one)
+        restricted to its dayparts on the day's weekday (:func:`serving_weights`; the
+        unrestricted shape on a weekday without a serving hour)."""
+        base = int(self._slots.shape[slot])
+        base = base if base >= 0 else self._default_sid
+        dayparts = self._dayparts.get(slot)
+        if not dayparts:
+            return base
+        weekday = date.fromordinal(int(self._rows.day[row])).weekday()
+        key = (base, dayparts, weekday)
+        sid = self._dp_shapes.get(key)
+        if sid is None:
+            w = serving_weights(self._bank.shapes.H[base].tolist(), dayparts, weekday)
+            sid = int(self._bank.shapes.add(np.array(w))[0]) if sum(w) > 0 else base
+            self._dp_shapes[key] = sid
+        return sid
+
+    def _apply_shape(self, row: int, sid: int, now: float) -> None:
+        """``row`` follows shape ``sid`` from ``now``: its curve's facts made again and,
+        once its day has begun, the rest of its plan spread over the rest of the new
+        curve (:meth:`_rescale`)."""
+        t = self._rows
+        if int(t.shape[row]) == sid:
+            return
+        t.shape[row] = sid
+        one = np.array([row])
+        self._curve_facts(one)
+        if t.start_s[row] <= now:
+            self._rescale(row, int(t.plan_budget[row]), now)
+        else:  # a day not begun: its whole plan on the new curve
+            t.plan_peak_rate[row] = t.plan_budget[row] * t.peak_share[row]
+        self._refresh(one, now)
 
     def _rescale(self, row: int, budget: int, now: float) -> None:
         """A budget edit: the rest of the day's curve from the spend committed now."""
@@ -169,15 +242,21 @@ class Plans:
             return
         live = np.flatnonzero(self._rows.live[: self._rows.n])
         keep = np.concatenate([self._slots.shape[: self._slots.n], self._rows.shape[live],
+                               np.array([v for ps in self._period.values()
+                                         for v in ps.masked.values()], dtype=np.int64),
                                np.array(list(self._pending_shapes.values()), dtype=np.int64),
                                np.array([self._default_sid])])
         remap = table.compact(keep)
+        self._dp_shapes.clear()
         s = self._slots.shape[: self._slots.n]
         self._slots.shape[: self._slots.n] = np.where(s >= 0, remap[np.maximum(s, 0)], -1)
         self._rows.shape[live] = remap[self._rows.shape[live]]
         self._default_sid = int(remap[self._default_sid])
         self._pending_shapes = {c: int(remap[i]) for c, i in self._pending_shapes.items()}
         self._curves.clear()
+        for ps in self._period.values():  # shape ids moved: masks and hours made again
+            ps.masked.clear()
+            ps.hours, ps.shape = None, -1
 
     def _curve_facts(self, rows: np.ndarray) -> None:
         """Total weight, flatness and peak share of each row's curve, made once per

@@ -151,8 +151,13 @@ class BudgetServiceProcess:
         last_seq = self.store.last_seq()
         cols = read_campaign_columns(self.store.engine)
         with self.lock:
-            self.service.load_campaigns(cols)
+            # records first: campaigns with a budget period are read as records
             self.service.campaign_loader = self.store.get_campaign
+            days = getattr(self.ledger, "day_totals", None)
+            if days is not None:  # an average-day month's earlier days, once a month
+                self.service.period_days_loader = lambda cid, first, last: {
+                    t.day: t.billed_micros for t in days(cid, first, last)}
+            self.service.load_campaigns(cols)
             self.position = last_seq
 
     def poll_changes(self) -> int:

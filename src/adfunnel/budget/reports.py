@@ -101,6 +101,7 @@ class Reports:
         rows.step_spend[row] += spent
         rows.step_charges[row] += sp.charges
         rows.served_total[row] += spent
+        rows.served_charges[row] += sp.charges
         rates = self._rates.setdefault(row, {})
         r = rates.get(server_id, float(sp.demand_micros))
         rates[server_id] = 0.7 * r + 0.3 * sp.demand_micros

@@ -72,7 +72,8 @@ SLOT_COLUMNS: dict[str, tuple[type, float]] = {
 ROW_COLUMNS: dict[str, tuple[type, float]] = {
     "live": (_B, 0), "slot": (_I64, -1), "nxt": (_I64, -1), "day": (_I64, 0),
     "dz": (_I64, 0), "start_s": (_F64, 0), "end_s": (_F64, 0),
-    "shape": (_I64, 0), "total": (_F64, 0), "flat": (_B, 0), "peak_share": (_F64, 0),
+    "shape": (_I64, 0), "own_shape": (_B, 0),
+    "total": (_F64, 0), "flat": (_B, 0), "peak_share": (_F64, 0),
     "cur_m": (_I64, 0), "cur_acc": (_F64, 0),
     "plan_budget": (_I64, 0), "anchor_s": (_F64, 0), "anchor_spend": (_I64, 0),
     "plan_ca": (_F64, 0), "plan_peak_rate": (_F64, 0), "target_last": (_F64, NAN),
@@ -82,11 +83,15 @@ ROW_COLUMNS: dict[str, tuple[type, float]] = {
     "watermark": (_F64, 0), "billed_read": (_B, 0),
     "bucket_sum": (_I64, 0), "sl_used": (_I64, 0), "sl_open": (_I64, 0),
     "step_spend": (_I64, 0), "step_charges": (_I64, 0), "served_total": (_I64, 0),
+    "served_charges": (_I64, 0),
     "rate_ewma": (_F64, 0), "peak_rate": (_F64, 0), "last_step_s": (_F64, 0),
     "last_committed": (_I64, -1), "rate_measured": (_B, 0),
     "state": (_I8, METERED), "status": (_I8, S_COLD), "exhausted_at": (_F64, NAN),
     "pub_state": (_I8, -1), "pub_p": (_F64, NAN), "ver": (_I64, 0),
     "p_first": (_I64, -1), "p_const": (_F64, NAN), "p_hist": (_I64, -1),
+    # the day's budget of a flight or average-day campaign (-1: a day campaign's row,
+    # whose budget is its daily budget; adfunnel.budget.periods)
+    "allot": (_I64, -1),
 }
 
 

@@ -50,7 +50,8 @@ each live server has been heard), or every one of ``expected_servers`` has synce
 
 The service is one class over parts of one job each, mixed in and sharing the state
 ``__init__`` declares: :mod:`~adfunnel.budget.catalogue` (campaign records),
-:mod:`~adfunnel.budget.plans` (shapes, curves, targets), :mod:`~adfunnel.budget.day_rows`
+:mod:`~adfunnel.budget.plans` (shapes, curves, targets), :mod:`~adfunnel.budget.periods`
+(flight and average-day budgets of each day), :mod:`~adfunnel.budget.day_rows`
 (campaign-day rows and their view), :mod:`~adfunnel.budget.states` (state rules, warm-up),
 :mod:`~adfunnel.budget.reports` (the report protocol), :mod:`~adfunnel.budget.grants`
 (slices), :mod:`~adfunnel.budget.billed_spend` (the billed feed) and
@@ -74,6 +75,7 @@ from adfunnel.budget.columns import OwnedCampaigns
 from adfunnel.budget.control import Control
 from adfunnel.budget.day_rows import DAY_BITS, CampaignDay, DayRows
 from adfunnel.budget.grants import Grants
+from adfunnel.budget.periods import Periods, PeriodSlot
 from adfunnel.budget.plans import Plans
 from adfunnel.budget.protocol import Directive, Reply
 from adfunnel.budget.reports import Reports
@@ -88,14 +90,15 @@ from adfunnel.budget.rows import (
 )
 from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.budget.states import WARMUP_S, States
-from adfunnel.campaigns.model import Campaign
+from adfunnel.campaigns.model import Campaign, Daypart
 from adfunnel.clock import Clock
 from adfunnel.pacing import controller
 from adfunnel.pacing.curve import TargetCurve
 from adfunnel.pacing.curve_bank import CurveBank
 
 
-class BudgetService(Catalogue, Plans, DayRows, States, Reports, Grants, BilledSpend, Control):
+class BudgetService(Catalogue, Plans, Periods, DayRows, States, Reports, Grants, BilledSpend,
+                    Control):
     """One shard of the budget & pacing service.
 
     Args:
@@ -149,6 +152,11 @@ class BudgetService(Catalogue, Plans, DayRows, States, Reports, Grants, BilledSp
         self._rows = Columns(ROW_COLUMNS)
         self._row_of: dict[int, int] = {}  # campaign id << DAY_BITS | day ordinal -> row
         self._pending_shapes: dict[int, int] = {}  # shapes of campaigns not yet known
+        self._dayparts: dict[int, tuple[Daypart, ...]] = {}  # slot -> dayparts (if any)
+        # (shape id, dayparts, weekday) -> id of that shape restricted to the dayparts
+        self._dp_shapes: dict[tuple[int, tuple[Daypart, ...], int], int] = {}
+        #: slots of campaigns with a budget period, dayparts or frontloading
+        self._period: dict[int, PeriodSlot] = {}
         self._owned_cache: OwnedCampaigns | None = None
         self._yesterday_p: dict[tuple[int, date], dict[int, float]] = {}
         self._history = History()

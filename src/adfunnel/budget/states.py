@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from adfunnel.budget.day_rows import CampaignDay
+from adfunnel.budget.grants import CPM_CODE
 from adfunnel.budget.rows import (
     EXHAUSTED,
     METERED,
@@ -25,7 +26,7 @@ from adfunnel.budget.rows import (
     S_STOPPED,
     STOPPED,
 )
-from adfunnel.budget.slices import OPEN_RESERVE_CHARGES, OPEN_RESERVE_S
+from adfunnel.budget.slices import OPEN_RESERVE_CHARGES, OPEN_RESERVE_S, last_charges
 
 #: Seconds after start before a fleet shard may grant (three report periods).
 WARMUP_S = 3.0
@@ -63,6 +64,9 @@ class States:
         sl = t.slot[rows]
         charge = s.charge[sl]
         daily, life = s.daily[sl], s.lifetime[sl]
+        allot = t.allot[rows]
+        if (allot >= 0).any():  # flight and average-day rows: the day's allotment
+            daily = np.where(allot >= 0, allot, daily)
         budget = np.where(life < 0, daily,
                           np.maximum(0, np.minimum(daily, life - t.lifetime_before[rows])))
         day = t.day[rows]
@@ -82,8 +86,10 @@ class States:
         thr = np.where(t.rate_measured[rows],
                        np.maximum(thr_rate, OPEN_RESERVE_CHARGES * charge), budget)
         g = np.maximum(0, budget - billed - in_fl)
+        least = last_charges(charge, s.bid[sl] == CPM_CODE, t.served_total[rows],
+                             t.served_charges[rows])
         st = np.where(budget - committed > thr, OPEN,
-                      np.where(g < np.maximum(1, charge), EXHAUSTED, METERED)).astype(np.int8)
+                      np.where(g < least, EXHAUSTED, METERED)).astype(np.int8)
         normal = ~stopped & ~cold
         ex = t.exhausted_at[rows]
         ex = np.where(normal & (st == EXHAUSTED) & np.isnan(ex), now,

@@ -31,6 +31,7 @@ import numpy as np
 
 from adfunnel.campaigns.model import Ad, AdStatus, BidType, Campaign, CampaignStatus, Daypart
 from adfunnel.campaigns.schedule import zone
+from adfunnel.pacing.flight import period_budgets
 
 #: Ids at or above this are not held in columns (arrays would be too large).
 MAX_DENSE_ID = 1 << 26
@@ -223,7 +224,7 @@ class CatalogColumns:
         rows["bid_type"] = [BID_CODES[c.bid_type] for c in cs]
         rows["bid"] = [c.bid_micros for c in cs]
         rows["charge"] = [c.max_charge_micros for c in cs]
-        rows["daily"] = [c.daily_budget_micros for c in cs]
+        rows["daily"] = [period_budgets(c)[0] for c in cs]  # a flight's day: its limits
         rows["lifetime"] = [_lifetime(c) for c in cs]
         rows["zone"] = [self.zones.code(c.time_zone) for c in cs]
         rows["start"] = [c.flight_start.toordinal() for c in cs]
@@ -279,4 +280,5 @@ def _write(table: np.ndarray, ids: np.ndarray, rows: np.ndarray, versions: list[
 
 
 def _lifetime(c: Campaign) -> int:
-    return -1 if c.lifetime_budget_micros is None else c.lifetime_budget_micros
+    life = period_budgets(c)[1]  # a flight's money counts as its lifetime budget
+    return -1 if life is None else life

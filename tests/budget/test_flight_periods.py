@@ -1,0 +1,142 @@
+"""Budget periods in the budget service on a manual clock (adfunnel.budget.periods): a
+flight delivers its budget by 23:30 of its last day without going over, re-planned
+every hour; an average-day campaign stays within 2x a day and 30.4x a month; a goal
+raised mid-flight, a paused day, dayparts and a flight ending on a DST day."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from adfunnel.campaigns.model import (
+    BidType,
+    BudgetPeriod,
+    Campaign,
+    CampaignStatus,
+    Daypart,
+    Goal,
+    GoalMetric,
+    Objective,
+    PacingMode,
+    Priority,
+)
+
+from .flight_sim import FlightSim, days
+
+START = date(2026, 3, 2)
+BID = 100_000  # CPC: one charge
+
+
+def _flight(budget: int, end: date, **kw: object) -> Campaign:
+    return Campaign(1, 1, "f", Objective.CLICKS, BidType.CPC, BID, 0, "UTC", START, end,
+                    budget_period=BudgetPeriod.FLIGHT, flight_budget_micros=budget,
+                    **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_a_7_day_flight_delivers_its_budget_without_going_over() -> None:
+    budget = 7 * 300 * BID  # about a third of the supply
+    sim = FlightSim(_flight(budget, START + timedelta(days=6)),
+                    datetime(2026, 3, 2, tzinfo=UTC), per_hour=6.4)
+    run = sim.until(datetime(2026, 3, 9, 2, tzinfo=UTC))
+    assert 0.98 * budget <= run.total <= budget
+    assert sum(run.absorbed.values()) <= BID
+    # each day near its share of the plan (the forecast is flat by day here)
+    for d in days(START, 7):
+        assert run.billed[d] == pytest.approx(budget / 7, rel=0.15)
+    assert run.billed.get(START + timedelta(days=7), 0) == 0
+
+
+@pytest.mark.slow
+def test_a_goal_raised_mid_flight_is_delivered_and_nothing_above_it_billed() -> None:
+    c = Campaign(2, 1, "g", Objective.IMPRESSIONS, BidType.CPM, 2_000_000, 0, "UTC", START,
+                 START + timedelta(days=4), priority=Priority.GUARANTEED,
+                 goal=Goal(GoalMetric.IMPRESSIONS, total=1_500),
+                 budget_period=BudgetPeriod.FLIGHT)
+    sim = FlightSim(c, datetime(2026, 3, 2, tzinfo=UTC), per_hour=5.0)
+    raised = replace(c, goal=Goal(GoalMetric.IMPRESSIONS, total=2_400), version=2)
+    sim.hooks[datetime(2026, 3, 4, 12, tzinfo=UTC).timestamp()] = lambda s: s.edit(raised)
+    run = sim.until(datetime(2026, 3, 7, 1, tzinfo=UTC))
+    delivered = sum(run.events.values())
+    billed_events = run.total // 2_000
+    assert 0.98 * 2_400 <= billed_events <= 2_400
+    assert run.total <= 2_400 * 2_000
+    assert delivered - billed_events <= 2  # over-delivery absorbed, at most a charge or two
+
+
+@pytest.mark.slow
+def test_paused_days_are_made_up_over_the_remaining_days() -> None:
+    # the two middle days of four paused: the last must deliver three times the plan's
+    # rate, past the hourly re-plan's 1.5x cap: the resume makes a new plan of the rest
+    budget = 4 * 300 * BID
+    c = _flight(budget, START + timedelta(days=3))
+    sim = FlightSim(c, datetime(2026, 3, 2, tzinfo=UTC), per_hour=12.0)
+    paused = replace(c, status=CampaignStatus.PAUSED, version=2)
+    sim.hooks[datetime(2026, 3, 3, tzinfo=UTC).timestamp()] = lambda s: s.edit(paused)
+    sim.hooks[datetime(2026, 3, 5, tzinfo=UTC).timestamp()] = lambda s: s.edit(
+        replace(c, version=3))
+    run = sim.until(datetime(2026, 3, 6, 1, tzinfo=UTC))
+    assert run.billed[START + timedelta(days=1)] == 0
+    assert 0.98 * budget <= run.total <= budget
+
+
+@pytest.mark.slow
+def test_a_flight_ending_on_a_dst_day_delivers_by_23_30_local() -> None:
+    # Europe/Berlin springs forward on Sunday 29 March 2026: a 23-hour last day
+    first, last = date(2026, 3, 27), date(2026, 3, 29)
+    budget = 3 * 250 * BID
+    c = replace(_flight(budget, last), time_zone="Europe/Berlin", flight_start=first)
+    sim = FlightSim(c, datetime(2026, 3, 26, 23, tzinfo=UTC), per_hour=6.0)
+    run = sim.until(datetime(2026, 3, 30, 0, tzinfo=UTC))
+    assert 0.98 * budget <= run.total <= budget
+    assert run.billed.get(date(2026, 3, 30), 0) == 0
+
+
+@pytest.mark.slow
+def test_dayparts_shape_the_plan_so_the_last_window_is_not_starved() -> None:
+    every = tuple(range(7))
+    parts = (Daypart(every, 6, 9), Daypart(every, 12, 15), Daypart(every, 18, 21))
+    budget = 2 * 150 * BID
+    c = _flight(budget, START + timedelta(days=1), dayparts=parts)
+    sim = FlightSim(c, datetime(2026, 3, 2, tzinfo=UTC), per_hour=8.0)
+    evening: list[int] = []
+    sim.hooks[datetime(2026, 3, 2, 18, tzinfo=UTC).timestamp()] = (
+        lambda s: evening.append(s.run.total))
+    run = sim.until(datetime(2026, 3, 4, 1, tzinfo=UTC))
+    assert 0.98 * budget <= run.total <= budget
+    # the evening window (dense traffic) carries its part of day 1, not nothing
+    day1 = run.billed[START]
+    assert day1 - evening[0] >= 0.25 * day1
+
+
+@pytest.mark.slow
+def test_an_average_day_campaign_catches_up_within_2x_a_day_and_30_4x_a_month() -> None:
+    daily = 100 * BID
+    c = Campaign(3, 1, "a", Objective.CLICKS, BidType.CPC, BID, daily, "UTC",
+                 date(2026, 3, 1), budget_period=BudgetPeriod.AVERAGE_DAY)
+    sim = FlightSim(c, datetime(2026, 3, 26, tzinfo=UTC), per_hour=6.0)
+    # the ledger says March's first 25 days billed 0.9x the average each: 2.5 days behind
+    before = {date(2026, 3, d): 90 * BID for d in range(1, 26)}
+    sim.svc.period_days_loader = lambda cid, first, last: {
+        d: v for d, v in before.items() if first <= d <= last}
+    run = sim.until(datetime(2026, 4, 1, tzinfo=UTC))
+    last6 = days(date(2026, 3, 26), 6)
+    assert max(run.billed[d] for d in last6) <= 2 * daily
+    month = sum(before.values()) + run.total
+    assert month <= daily * 304 // 10
+    assert month >= 0.98 * daily * 304 // 10  # the under-spend caught up, to the cap
+    assert run.billed[date(2026, 3, 26)] > 1.3 * daily  # catching up
+    assert run.billed[date(2026, 3, 31)] < daily  # the month cap leaves less
+
+
+@pytest.mark.slow
+def test_a_frontloaded_flight_delivers_60_percent_in_its_first_half() -> None:
+    budget = 4 * 300 * BID
+    c = _flight(budget, START + timedelta(days=3), pacing_mode=PacingMode.FRONTLOADED)
+    sim = FlightSim(c, datetime(2026, 3, 2, tzinfo=UTC), per_hour=10.0)
+    run = sim.until(datetime(2026, 3, 6, 1, tzinfo=UTC))
+    first = run.billed[START] + run.billed[START + timedelta(days=1)]
+    assert 0.98 * budget <= run.total <= budget
+    assert first == pytest.approx(0.6 * budget, abs=0.05 * budget)
