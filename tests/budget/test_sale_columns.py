@@ -53,7 +53,7 @@ def test_sale_columns_read_in_sql_equal_those_of_the_records(engine_url: str) ->
         want = CampaignColumns.of(store.list_campaigns())
         order_got, order_want = np.argsort(got.ids), np.argsort(want.ids)
         for name in ("priority", "period", "flight_budget", "goal_total", "front", "even",
-                     "accel"):
+                     "accel", "special"):
             assert (getattr(got, name)[order_got].tolist()
                     == getattr(want, name)[order_want].tolist()), name
         assert want.priority[order_want].tolist() == [
@@ -68,8 +68,9 @@ def test_sale_columns_read_in_sql_equal_those_of_the_records(engine_url: str) ->
         assert want.flight_budget[order_want].tolist() == [-1, -1, 7_000_000_000, -1,
                                                            300_000_000, -1]
         assert want.front[order_want].tolist() == [False, False, True, False, False, True]
-        # frontloaded is neither even nor accelerated: the columns leave its pacing to
-        # the budget periods' code, as before this read
-        assert want.even[order_want].tolist() == [True, True, False, True, False, False]
+        # frontloaded is paced (its plan's shape is the budget periods' business)
+        assert want.even[order_want].tolist() == [True, True, True, True, False, True]
+        # the service reads the records of campaigns with a period, dayparts or frontloading
+        assert want.special[order_want].tolist() == [False, True, True, False, True, True]
     finally:
         engine.dispose()

@@ -139,8 +139,10 @@ def test_budget_never_billed_above_daily_budget(
         assert billed_small == 8_000
     else:
         # the budget service meters a budget this small: slices of at most half of what
-        # remains, one worst-case charge at least (the clock stands still in this test)
-        assert 1 <= report["impressions"] <= 2
+        # remains, one worst-case charge at least, and below one bid a last slice while
+        # the mean price still fits (the clock stands still in this test): the third
+        # 4,000 fits the 12,000 exactly
+        assert 1 <= report["impressions"] <= 3
     assert report["absorbed_overspend_micros"] == 0
 
 
