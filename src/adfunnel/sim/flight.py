@@ -216,8 +216,9 @@ class FlightRun:
     def _read_back(self, rt: Any, lines: dict[str, LineRun],
                    plans: dict[int, dict[date, int]]
                    ) -> tuple[dict[str, dict[date, DayTotals]], dict[str, dict[date, int | None]]]:
-        """Per line and local day of the week: the ledger's totals and the day's budget
-        the server's budget service gave it (:func:`_capture_plans`; None: not read)."""
+        """Per line and local day of the week: the ledger's totals and the day's
+        allotment the server's budget service gave it (:func:`_capture_plans`; None:
+        none exposed)."""
         days = [self.sc.first_day + timedelta(days=i) for i in range(self.sc.days)]
         ledger_days: dict[str, dict[date, DayTotals]] = {}
         planned: dict[str, dict[date, int | None]] = {}
@@ -289,9 +290,14 @@ def _select(r: Req) -> SelectRequest:
 
 
 def _capture_plans(rt: Any, day: date, plans: dict[int, dict[date, int]]) -> None:
-    """The plan the server exposes for local ``day``: each campaign's budget of the day
-    in the budget service's status (``GET /v1/status`` of a budget shard; for a flight or
-    average-day period, the day's allotment of the re-planned flight), micros."""
-    for row in rt.gate.status():
-        if row["day"] == day.isoformat():
-            plans[int(row["campaign_id"])][day] = int(row["budget_micros"])
+    """The plan the server exposes for local ``day``: each flight or average-day
+    campaign's allotment of the day (``period.allotment_micros`` of the budget service's
+    ``GET /v1/days/{campaign_id}``: what the hourly re-planned flight gives the day),
+    micros. Day-period campaigns have none."""
+    proc = rt.gate.process
+    now = rt.clock.now().timestamp()
+    with proc.lock:
+        for cid in proc.service.owned().ids.tolist():
+            view = proc.service.period_view(int(cid), now)
+            if view is not None:
+                plans[int(cid)][day] = int(view["allotment_micros"])

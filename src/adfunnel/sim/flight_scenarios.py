@@ -8,8 +8,8 @@ Guaranteed goals are set from the matching supply the simulation generates (a
 fraction of it), so "a goal that needs a third of its supply" holds for any seed.
 
 Volumes: 6,000 requests a day; about 37 % of them are the direct lines' (their goals
-and share), the rest the auction's, whose paced budgets (about $24 a day at $9-12 CPM)
-buy most of it and leave the fillers the remainder.
+and share), the rest the auction's, whose paced budgets (about $24 a day at $11-13
+CPM bids) buy most of it and leave the fillers the remainder.
 
 Request model (stated, the simulation's own): every request carries a placement, a
 device type and interests drawn independently with the weights below; requests per
@@ -105,10 +105,12 @@ def _main_lines() -> tuple[Line, ...]:
              note="news placement, goal = 1/3 of its matching supply, $8 CPM"),
         Line("sponsorship", "sponsorship", 15 * USD, {"attr": "placement", "in": ["home"]},
              days=(2, 3), share=0.5, note="home placement, share 0.5 for two days"),
-        Line("flight-budget", "flight", 9 * USD, budget_micros=35 * USD,
-             note="auction, one $35 budget over the week"),
-        Line("average-daily", "average_day", 9_500_000, budget_micros=5 * USD,
-             note="auction, $5 average daily budget"),
+        # the period campaigns bid highest in the auction, so that traffic allows their
+        # budgets (what is judged is the period's limit, not who wins the auction)
+        Line("flight-budget", "flight", 13 * USD, budget_micros=35 * USD,
+             note="auction, one $35 budget over the week, bids $13 CPM"),
+        Line("average-daily", "average_day", 12_500_000, budget_micros=5 * USD,
+             note="auction, $5 average daily budget, bids $12.50 CPM"),
         Line("auction-a", "auction", 12 * USD, budget_micros=8 * USD, judged=False,
              note="bids above the guaranteed rate, $8 a day"),
         Line("auction-b", "auction", 11 * USD, budget_micros=6 * USD, judged=False,
