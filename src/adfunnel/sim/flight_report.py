@@ -182,6 +182,9 @@ def report(sc: FlightScenario, seed: int, short: bool, per_day: int,
         "auction": {
             "with_direct_lines": with_direct, "without_direct_lines": without,
             "rest_requests": run.requests - direct_served,
+            # what the direct lines billed at their contract rates, beside the auction's
+            "direct_lines_billed_micros": sum(ln_["billed_micros"] for ln_ in lines
+                                              if ln_["kind"] in ("guaranteed", "sponsorship")),
             "revenue_ratio": round(with_direct["total_micros"] / without["total_micros"], 4)
             if without["total_micros"] else None,
         },
@@ -219,7 +222,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     out.append(f"auction revenue: ${a['with_direct_lines']['total_micros'] / 1e6:,.2f} with the "
                f"direct lines, ${a['without_direct_lines']['total_micros'] / 1e6:,.2f} without "
                f"(ratio {_opt(a['revenue_ratio'])}); requests left to the auction: "
-               f"{a['rest_requests']} of {result['requests']}")
+               f"{a['rest_requests']} of {result['requests']}; the direct lines billed "
+               f"${a['direct_lines_billed_micros'] / 1e6:,.2f}")
     out.append("targets:")
     for t in result["targets"]:
         verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "MISSED")
