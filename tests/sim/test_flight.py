@@ -28,7 +28,7 @@ from adfunnel.sim.flight_supply import (
     matches,
     supply_by_day,
 )
-from adfunnel.sim.flight_targets import judge
+from adfunnel.sim.flight_targets import judge, reference_plan
 
 DST_END = date(2026, 10, 25)  # Berlin: 03:00 CEST -> 02:00 CET
 
@@ -152,7 +152,7 @@ def test_guaranteed_billing_above_the_goals_cost_is_missed() -> None:
 
 
 def test_guaranteed_days_are_judged_against_the_plan_where_supply_allows() -> None:
-    key = ("g", "worst day |delivered - planned| / planned")
+    key = ("g", "worst day |delivered - planned| / planned (server's plan)")
     assert _verdicts([_g(1_000, 0)], [G])[key] is None  # no plan exposed: not judged
     ok = [_day(0, planned_impressions=100, delivered=115), _day(1, planned_impressions=100,
                                                              delivered=85)]
@@ -162,6 +162,30 @@ def test_guaranteed_days_are_judged_against_the_plan_where_supply_allows() -> No
     # 100 matching requests rendered at 0.97 cannot give a plan of 100: not judged
     scarce = [_day(0, planned_impressions=100, delivered=10, matching_requests=100)]
     assert _verdicts([_g(1_000, 0, scarce)], [G])[key] is None
+
+
+def test_the_reference_plan_spreads_the_goal_by_counted_supply_and_catches_a_collapse(
+        ) -> None:
+    days = [_day(0, matching_requests=1_000, delivered=10, planned_impressions=10),
+            _day(1, matching_requests=3_000, delivered=740, planned_impressions=700)]
+    line = {**_g(750, 0, days), "goal_history": [[0.0, 1_000]]}
+    assert reference_plan(line, G, WEEK) == {days[0]["day"]: 250, days[1]["day"]: 750}
+    rows = judge({"render_rate": 0.97, "week": [WEEK.isoformat()], "lines": [line]},
+                 {"g": G})
+    got = {r["target"]: r["met"] for r in rows}
+    # the server's own (collapsed) plan of day 0 was met; the reference was not
+    assert got["worst day |delivered - planned| / planned (server's plan)"] is True
+    assert got["worst day |delivered - reference| / reference (simulation's plan: goal "
+               "by counted supply)"] is False
+
+
+def test_the_reference_plan_after_a_goal_edit() -> None:
+    spec = Line("e", "guaranteed", 7_000_000, goal_of_supply=0.2, edits=(GoalEdit(1, 12, 2),))
+    days = [_day(i, matching_requests=100, delivered=50) for i in range(3)]
+    line = {**_g(150, 0, days), "goal_history": [[0.0, 300], [1.0, 600]]}
+    ref = reference_plan(line, spec, WEEK)
+    # day 0 by the first goal; day 1 (the edit's) not planned; days 1-2 share 600 - 50
+    assert list(ref.values()) == [100, None, 275]
 
 
 def test_a_goal_beyond_supply_is_judged_on_the_matching_requests_served() -> None:

@@ -209,12 +209,13 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             f"{ln['served']:>7} {ln['delivered']:>7} {ln['billed_micros'] / 1e6:>10.2f} "
             f"{ln['absorbed_micros'] / 1e6:>9.2f} {ln.get('over_delivery', '-')!s:>5} "
             f"{_opt(ln.get('share')):>6}")
-    out.append("per day (local): planned impressions (- = none) / delivered / matching "
-               "requests (sponsorship: share served)")
+    out.append("per day (local): server's plan / simulation's reference plan (impressions; "
+               "- = none) / delivered / matching requests (sponsorship: share served)")
     for ln in result["lines"]:
         if ln["kind"] not in ("guaranteed", "sponsorship"):
             continue
-        cells = [f"{d['day'][5:]} {_opt(d['planned_impressions'])}/{d['delivered']}/"
+        cells = [f"{d['day'][5:]} {_opt(d['planned_impressions'])}/"
+                 f"{_opt(d.get('reference_impressions'))}/{d['delivered']}/"
                  f"{d['matching_requests']}" + (f" ({d['share']})" if "share" in d else "")
                  for d in ln["days"] if d["in_flight"]]
         out.append(f"  {ln['key']:<14} " + "  ".join(cells))

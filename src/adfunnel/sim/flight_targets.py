@@ -6,8 +6,11 @@ nothing here is tuned to the figures.
 
 - guaranteed: delivered impressions 98-100 % of the (last) goal by flight end; billed
   never above the goal's cost (goal × rate / 1000); every in-flight day within ±15 %
-  of that day's planned impressions where the day's supply allows (its matching
-  requests, rendered at the scenario's render rate, reach the plan);
+  of that day's plan where the day's supply allows (its matching requests, rendered at
+  the scenario's render rate, reach the plan), judged twice: against the server's
+  plan (the day's allotment it exposes) and against the simulation's own reference
+  plan (:func:`reference_plan`), which the server cannot move: a server whose plan
+  collapses (and is then met) passes the first and misses the second;
 - a goal traffic cannot meet: served on at least 95 % of its matching requests, the
   shortfall reported (that it starves nobody is the other lines' own targets);
 - sponsorship: served / matching requests within ±3 points of its share;
@@ -19,6 +22,7 @@ nothing here is tuned to the figures.
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import date
 from typing import Any
 
 from adfunnel.sim.flight_scenarios import Line
@@ -31,6 +35,32 @@ FLIGHT_BUDGET_MIN = 0.98
 ALL_MATCHING_MIN = 0.95
 
 
+def reference_plan(ln: dict[str, Any], spec: Line, first_day: date) -> dict[str, int | None]:
+    """The simulation's own plan of a guaranteed line, impressions by local day: the goal
+    spread over the flight in proportion to the matching requests it counted each day
+    (the traffic-shaped even plan, from the simulation's supply, not the server's
+    forecast). After a goal edit on day index ``e``: the days from ``e`` on share the
+    new goal less what was delivered before day ``e``; the edit's own day is not
+    planned (None: the goal changed within it)."""
+    days = [d for d in ln["days"] if d["in_flight"]]
+    goals = [g for _, g in ln["goal_history"]]
+    out: dict[str, int | None] = {}
+    edit = date.fromordinal(first_day.toordinal() + spec.edits[0].day) if spec.edits else None
+    before = [d for d in days if edit is None or date.fromisoformat(d["day"]) < edit]
+    after = [d for d in days if edit is not None and date.fromisoformat(d["day"]) >= edit]
+    total = sum(d["matching_requests"] for d in before) + sum(
+        d["matching_requests"] for d in after)
+    for d in before:
+        out[d["day"]] = round(goals[0] * d["matching_requests"] / total) if total else None
+    if after:
+        left = goals[-1] - sum(d["delivered"] for d in before)
+        rest = sum(d["matching_requests"] for d in after)
+        for d in after:
+            out[d["day"]] = round(left * d["matching_requests"] / rest) if rest else None
+        out[after[0]["day"]] = None
+    return out
+
+
 def _row(line: str, target: str, value: object, limit: str, met: bool | None
          ) -> dict[str, Any]:
     return {"line": line, "target": target, "value": value, "limit": limit, "met": met}
@@ -40,13 +70,14 @@ def judge(result: dict[str, Any], lines: dict[str, Line]) -> list[dict[str, Any]
     """Every target of every judged line of ``result`` (a flight report)."""
     out: list[dict[str, Any]] = []
     render = result["render_rate"]
+    first_day = date.fromisoformat(result["week"][0]) if "week" in result else None
     for ln in result["lines"]:
         spec = lines[ln["key"]]
         if not spec.judged:
             continue
         kind = ln["kind"]
         if kind == "guaranteed":
-            out += _guaranteed(ln, spec, render)
+            out += _guaranteed(ln, spec, render, first_day)
         elif kind == "sponsorship":
             share = ln.get("share")
             met = None if share is None else abs(share - spec.share) <= SHARE_POINTS + 1e-12
@@ -62,7 +93,8 @@ def judge(result: dict[str, Any], lines: dict[str, Line]) -> list[dict[str, Any]
     return out
 
 
-def _guaranteed(ln: dict[str, Any], spec: Line, render: float) -> list[dict[str, Any]]:
+def _guaranteed(ln: dict[str, Any], spec: Line, render: float, first_day: date | None
+                ) -> list[dict[str, Any]]:
     key, goal = ln["key"], ln["goal"]
     out = []
     cost_limit = -(-goal * spec.bid_micros // 1000)  # the per-mille carry rounds up at most
@@ -78,10 +110,26 @@ def _guaranteed(ln: dict[str, Any], spec: Line, render: float) -> list[dict[str,
     ratio = ln["delivered"] / goal
     out.append(_row(key, "delivered / goal by flight end", round(ratio, 4),
                     f"{DELIVERY_MIN}-1.0", DELIVERY_MIN <= ratio <= 1.0))
+    out.append(_day_row(key, ln["days"], "planned_impressions", render,
+                        "worst day |delivered - planned| / planned (server's plan)"))
+    if first_day is not None:
+        ref = reference_plan(ln, spec, first_day)
+        for d in ln["days"]:
+            d["reference_impressions"] = ref.get(d["day"])
+        out.append(_day_row(key, ln["days"], "reference_impressions", render,
+                            "worst day |delivered - reference| / reference "
+                            "(simulation's plan: goal by counted supply)"))
+    return out
+
+
+def _day_row(key: str, days: list[dict[str, Any]], field: str, render: float,
+             target: str) -> dict[str, Any]:
+    """The worst in-flight day's relative gap between delivered and ``field`` (a plan),
+    over the days whose plan is positive and whose supply allows it."""
     worst: float | None = None
     judged_days = 0
-    for d in ln["days"]:
-        plan = d["planned_impressions"]
+    for d in days:
+        plan = d.get(field)
         if not d["in_flight"] or plan is None or plan <= 0:
             continue
         if d["matching_requests"] * render < plan:  # the day's supply does not allow
@@ -89,11 +137,9 @@ def _guaranteed(ln: dict[str, Any], spec: Line, render: float) -> list[dict[str,
         judged_days += 1
         err = abs(d["delivered"] - plan) / plan
         worst = err if worst is None else max(worst, err)
-    out.append(_row(key, "worst day |delivered - planned| / planned",
-                    None if worst is None else round(worst, 4),
-                    f"<= {DAY_TOLERANCE} ({judged_days} days judged)",
-                    None if worst is None else worst <= DAY_TOLERANCE))
-    return out
+    return _row(key, target, None if worst is None else round(worst, 4),
+                f"<= {DAY_TOLERANCE} ({judged_days} days judged)",
+                None if worst is None else worst <= DAY_TOLERANCE)
 
 
 def _average_day(ln: dict[str, Any]) -> list[dict[str, Any]]:
