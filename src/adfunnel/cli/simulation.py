@@ -90,14 +90,33 @@ def _judged_days(c: dict) -> str:
     return f"{full}/{len(judged)}"
 
 
+def _scenario_names() -> str:
+    """Every ``--scenario`` name, listed by ``adfunnel simulate --help``: the day
+    simulation's (:mod:`adfunnel.sim.scenarios`) and the flight simulation's
+    (:mod:`adfunnel.sim.flight_scenarios`), read from data modules without running
+    anything."""
+    from adfunnel.sim.flight_scenarios import flight_scenarios
+    from adfunnel.sim.scenarios import scenarios
+
+    return ", ".join([*scenarios(), *flight_scenarios()])
+
+
 def simulate(
-    scenario: Annotated[str, typer.Option(help="Scenario name.")] = "baseline",
+    scenario: Annotated[str, typer.Option(help=f"Scenario name: {_scenario_names()}. "
+                                          "'flight' is a week of direct and auction lines "
+                                          "through a real embedded server.")] = "baseline",
     report: Annotated[Path | None, typer.Option(help="Write the JSON report here.", show_default="none")] = None,
-    plots: Annotated[Path | None, typer.Option(help="Directory for one PNG per campaign.", show_default="none")] = None,
+    plots: Annotated[Path | None, typer.Option(help="Directory for one PNG per campaign (day scenarios).", show_default="none")] = None,
     seed: Annotated[int, typer.Option()] = 0,
     short: Annotated[bool, typer.Option(help="The short form used by tests.")] = False,
 ) -> None:
-    """Simulate a day of the budget & pacing service on a virtual clock."""
+    """Simulate a day of the budget & pacing service on a virtual clock, or (``--scenario
+    flight``) a week of sponsorship, guaranteed and auction lines on a real server."""
+    from adfunnel.sim.flight_scenarios import flight_scenarios
+
+    if scenario in flight_scenarios():
+        _simulate_flight(scenario, report, seed, short)
+        return
     from adfunnel.sim.day_report import SUMMARY_UNITS, run_simulation, summary_lines
 
     try:
@@ -114,3 +133,15 @@ def simulate(
         console.print(f"report written to {report}")
     if plots is not None:
         console.print(f"plots (PNG) written to {plots}/")
+
+
+def _simulate_flight(scenario: str, report: Path | None, seed: int, short: bool) -> None:
+    """``simulate --scenario flight``: both runs, the summary with every target's verdict."""
+    from adfunnel.sim.flight_report import run_flight, summary_lines
+
+    with progress_bar(console, f"simulating {scenario} (requests, both runs)") as update:
+        result = run_flight(scenario, report, seed=seed, short=short, progress=update)
+    for line in summary_lines(result):
+        typer.echo(line)
+    if report is not None:
+        console.print(f"report written to {report}")
