@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
 
 from adfunnel.sim.flight_scenarios import DEVICES, INTERESTS, PLACEMENTS, FlightScenario, Line
+
+# the simulation's own reading of targeting, shared with the day simulation's potential
+# (never the server's index)
+from adfunnel.sim.potential import matches
 from adfunnel.sim.traffic import ipinyou_hourly, normalised
 
 
@@ -85,22 +88,6 @@ def generate(sc: FlightScenario, seed: int, per_day: int) -> list[Req]:
                                dev_names[int(devs[k])], ints, f"u{n_user}"))
                 n_user += 1
     return out
-
-
-def matches(expr: dict[str, Any] | None, attrs: dict[str, frozenset[str]]) -> bool:
-    """The simulation's own reading of a targeting expression (None: everyone)."""
-    if expr is None:
-        return True
-    if "all" in expr:
-        return all(matches(e, attrs) for e in expr["all"])
-    if "any" in expr:
-        return any(matches(e, attrs) for e in expr["any"])
-    if "not" in expr:
-        return not matches(expr["not"], attrs)
-    have = attrs.get(expr["attr"], frozenset())
-    if "in" in expr:
-        return bool(have & set(expr["in"]))
-    return not (have & set(expr["not_in"]))
 
 
 def line_days(sc: FlightScenario, line: Line) -> tuple[date, date]:
