@@ -34,12 +34,9 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine, and_, select, tuple_
 
-from adfunnel.billing.batch import (
-    BatchPlan,
-    LedgerWrite,
-    plan_batch,
-    validate,
-)
+from adfunnel.billing.batch import plan_batch
+from adfunnel.billing.batch_model import BatchPlan, LedgerWrite
+from adfunnel.billing.charges import validate
 from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.billing.sql_ledger_dialect import LedgerDialect
 from adfunnel.billing.sql_ledger_reads import SqlLedgerReads

@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from adfunnel.billing.batch import DayKey
+from adfunnel.billing.batch_model import DayKey
 from adfunnel.billing.sql_ledger_rows import PG_LOCK_DAYS
 from adfunnel.billing.tables import campaign_day_spend, campaign_spend, ledger_counters
 from adfunnel.db import pg_insert_columns, sqlite_lock

@@ -11,7 +11,7 @@ from datetime import date, datetime
 
 from sqlalchemy import Engine, func, select
 
-from adfunnel.billing.batch import DUPLICATES_REJECTED
+from adfunnel.billing.batch_model import DUPLICATES_REJECTED
 from adfunnel.billing.model import MEASUREMENT, DayTotals, LedgerStats
 from adfunnel.billing.tables import campaign_day_spend, campaign_spend, ledger, ledger_counters
 from adfunnel.db import connection_guard
