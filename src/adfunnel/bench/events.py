@@ -24,7 +24,7 @@ are the tokens (signed with the run's secret, one impression id per beacon).
    ``drain_timeout_s``). ``lag_p50_ms`` / ``lag_p99_ms``: the aggregator's
    beacon-to-ledger lag, from the tracker's append (``Event.tracked_ns``) to the
    acknowledgement after the ledger commit, over the last
-   :data:`~adfunnel.billing.aggregator.LAG_SAMPLES` events (target p99 ≤
+   :data:`~adfunnel.billing.aggregator_metrics.LAG_SAMPLES` events (target p99 ≤
    :data:`LAG_TARGET_P99_MS`). When the aggregator is slower than the beacons the
    backlog grows with the window, and so does the lag: ``lag.backlog_at_end`` is how
    many were still unrecorded when the load stopped; ``lag.drained`` false means some
