@@ -44,9 +44,9 @@ from typing import Protocol
 import numpy as np
 
 from adfunnel.billing.aggregator_metrics import (
-    AGGREGATED,
     LAG_SAMPLES,
     AggregatorStats,
+    BatchMetrics,
     NewDeliveries,
     lag_percentiles,
     lags_ms,
@@ -67,7 +67,6 @@ from adfunnel.events.log import Consumer, Delivery
 from adfunnel.events.model import Event
 from adfunnel.ivt.rules import EventFacts
 from adfunnel.ivt.scoring import Tier2Scorer
-from adfunnel.observability.metrics import ABSORBED_OVERSPEND, BILLED
 from adfunnel.prediction.smoothed import SmoothedCtr
 
 #: Default seconds a billed event stays pending, reversible by tier 2, before it is final.
@@ -146,13 +145,11 @@ class Aggregator:
         #: it handled is not counted again; one another reader left unacknowledged is)
         self.first_deliveries = 0
         self.outcomes: Tally[str] = Tally()
-        self._batch_outcomes: Tally[tuple[str, str]] = Tally()
         self._lags_ms: deque[float] = deque(maxlen=LAG_SAMPLES)
         self._lock = threading.Lock()  # one batch at a time (pump may come from any thread)
         self._handled = threading.Condition()  # notified after each committed batch
         self._new = NewDeliveries()
-        self._billed_micros = 0  # this batch's, for the metrics
-        self._absorbed_micros = 0
+        self._batch = BatchMetrics()  # this batch's money and outcomes, for the metrics
 
     def run_once(self, max_messages: int = 2000, timeout_s: float = 0.5) -> int:
         """Fetch one batch (waiting up to ``timeout_s`` network seconds for it), record
@@ -256,13 +253,11 @@ class Aggregator:
                 self._outcome(_PLAIN[row.event_type], "released")
                 self._feed(row, recorded, self.campaign(row.campaign_id))
                 hours.add(row.occurred_at)
-        self._count_money()
+        self._batch.flush_money()
         self.consumer.ack(done)
         self._waiting.done(done)
         batch = done
-        for (event_type, outcome), n in self._batch_outcomes.items():
-            AGGREGATED.labels(event_type, outcome).inc(n)
-        self._batch_outcomes.clear()
+        self._batch.flush_outcomes()
         self.stats.batches += 1
         self.stats.events += len(batch)
         self._count_new(batch, retried)
@@ -357,22 +352,13 @@ class Aggregator:
         self._count_in_model(row, taken_back=False)
         if self.on_billed is not None:
             self.on_billed(row)
-        self._billed_micros += recorded.billed_micros  # to the metrics once per batch
-        self._absorbed_micros += recorded.absorbed_micros
+        self._batch.add_money(recorded)  # to the metrics once per batch
         billable = bills_on(row.billing_type) is row.event_type
         self.gate.record_billed(row.campaign_id, row.day, recorded.billed_micros,
                                 row.impression_id, billable)
         if (recorded.lifetime_remaining_micros == 0 and self.on_lifetime_spent is not None
                 and campaign is not None and campaign.status is not CampaignStatus.COMPLETED):
             self.on_lifetime_spent(campaign.id)
-
-    def _count_money(self) -> None:
-        """Add the batch's billed and absorbed micros to their metrics."""
-        if self._billed_micros:
-            BILLED.inc(self._billed_micros)
-        if self._absorbed_micros:
-            ABSORBED_OVERSPEND.inc(self._absorbed_micros)
-        self._billed_micros = self._absorbed_micros = 0
 
     def _count_new(self, batch: Sequence[Delivery], retried: set[int]) -> None:
         """Count the batch's events this aggregator had not handled before (a
@@ -386,7 +372,7 @@ class Aggregator:
 
     def _outcome(self, event_type: str, outcome: str) -> None:
         self.outcomes[outcome] += 1
-        self._batch_outcomes[(event_type, outcome)] += 1  # to the metric once per batch
+        self._batch.outcomes[(event_type, outcome)] += 1  # to the metric once per batch
 
 
 

@@ -1,16 +1,20 @@
 """What an aggregator counts: its own stats since it started, its Prometheus metrics
-(events by type and outcome, beacon-to-commit lag), the lag samples of a batch and their
-percentiles (wall-clock milliseconds), and which deliveries it sees for the first time."""
+(events by type and outcome, money billed and absorbed, beacon-to-commit lag), the lag
+samples of a batch and their percentiles (wall-clock milliseconds), and which deliveries
+it sees for the first time."""
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from prometheus_client import Counter, Histogram
 
+from adfunnel.billing.model import Recorded
 from adfunnel.events.log import Delivery
+from adfunnel.observability.metrics import ABSORBED_OVERSPEND, BILLED
 
 #: Most lag samples kept for the p50/p99 figures.
 LAG_SAMPLES = 100_000
@@ -79,3 +83,32 @@ class NewDeliveries:
             elif d.seq in retried:
                 new += 1
         return new
+
+
+@dataclass
+class BatchMetrics:
+    """One batch's money (micros) and outcomes, added to the Prometheus metrics once per
+    batch rather than once per event."""
+
+    billed_micros: int = 0
+    absorbed_micros: int = 0
+    #: (event type, outcome) -> events
+    outcomes: Tally[tuple[str, str]] = field(default_factory=Tally)
+
+    def add_money(self, recorded: Recorded) -> None:
+        self.billed_micros += recorded.billed_micros
+        self.absorbed_micros += recorded.absorbed_micros
+
+    def flush_money(self) -> None:
+        """Add the batch's billed and absorbed micros to their metrics."""
+        if self.billed_micros:
+            BILLED.inc(self.billed_micros)
+        if self.absorbed_micros:
+            ABSORBED_OVERSPEND.inc(self.absorbed_micros)
+        self.billed_micros = self.absorbed_micros = 0
+
+    def flush_outcomes(self) -> None:
+        """Add the batch's events by type and outcome to :data:`AGGREGATED`."""
+        for (event_type, outcome), n in self.outcomes.items():
+            AGGREGATED.labels(event_type, outcome).inc(n)
+        self.outcomes.clear()
