@@ -13,7 +13,7 @@ from sqlalchemy import Engine, text
 from typer.testing import CliRunner
 
 from adfunnel.bench.beacon_load import BeaconLoad, Target, share
-from adfunnel.bench.events import CLICK_EVERY, bench_events
+from adfunnel.bench.events_setup import CLICK_EVERY, bench_events
 from adfunnel.cli import app
 from adfunnel.events.model import EventType, decode, encode
 
@@ -114,7 +114,7 @@ def test_the_baseline_is_served_through_the_trackers_own_layers() -> None:
     Starlette (a Starlette-routed baseline paid the router the tracker skips)."""
     from starlette.testclient import TestClient
 
-    from adfunnel.bench.events import baseline_app, no_content_asgi
+    from adfunnel.bench.baseline_server import baseline_app, no_content_asgi
     from adfunnel.observability.request_log import RequestLog
     from adfunnel.serving.deadline import ArrivalStamp
 

@@ -17,16 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adfunnel.billing.aggregator import (
-    DEFAULT_ATTRIBUTION_WINDOW_S,
-    Aggregator,
-    bills_on,
-    ledger_event,
-)
+from adfunnel.billing.aggregator import Aggregator
+from adfunnel.billing.event_rows import bills_on, ledger_event
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType as LedgerEventType
 from adfunnel.budget.gate import LocalSpendGate, Served
-from adfunnel.campaigns.model import BidType, Campaign, Objective
+from adfunnel.campaigns.model import DEFAULT_ATTRIBUTION_WINDOW_S, BidType, Campaign, Objective
 from adfunnel.clock import ManualClock
 from adfunnel.events.log import DEFAULT_DEDUPE_WINDOW_S, Delivery, EventLogUnavailable
 from adfunnel.events.memory_log import MemoryConsumer, MemoryEventLog

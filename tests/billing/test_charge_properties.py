@@ -3,7 +3,7 @@
 Random bids, reserves, pCTRs, pCVRs, qualities and billing types go through the real
 auction; the winner's price goes into a real signed token; a real tracker turns its
 beacons (impression, click, and a conversion through the click id the click revealed)
-into events; :func:`~adfunnel.billing.aggregator.ledger_event` makes the ledger rows
+into events; :func:`~adfunnel.billing.event_rows.ledger_event` makes the ledger rows
 and the real ledger bills them. Per billable event the price in the bid's unit is ≤ the
 bid and ≥ the reserve in that unit (rounded up) wherever that is ≤ the bid; CPM bills
 the impression (n impressions: 1000·Σ ≤ n·price ≤ n·bid and 1000·Σ > n·price − 1000),
@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adfunnel.auction import Candidate, run_auction
-from adfunnel.billing.aggregator import ledger_event
+from adfunnel.billing.event_rows import ledger_event
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import Outcome
 from adfunnel.campaigns.model import BidType, Campaign, Objective

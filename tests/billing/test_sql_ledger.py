@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adfunnel.billing.batch import LedgerWrite
+from adfunnel.billing.batch_model import LedgerWrite
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome
 from adfunnel.billing.sql_ledger import SqlLedger

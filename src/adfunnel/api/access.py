@@ -9,15 +9,20 @@ Review states are the reviewers' (and the admin's): an advertiser's new ad start
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from fastapi import Depends
 
 from adfunnel.api.schemas import AdIn, AdPatch
-from adfunnel.auth.http import forbidden
+from adfunnel.auth.http import forbidden, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.campaigns.errors import NotFound
 from adfunnel.campaigns.model import Ad, AdStatus, Advertiser, Campaign, CampaignStatus, ReviewState
 from adfunnel.campaigns.store import CampaignStore
 from adfunnel.http_errors import ApiError
+
+#: A caller that may change advertiser records: an admin or an advertiser (403 else).
+Writer = Annotated[Principal, Depends(require_role(Role.ADMIN, Role.ADVERTISER))]
 
 #: Ad fields whose change by an advertiser needs a new review.
 REVIEWED_FIELDS = frozenset({"landing_url", "creative_ref", "creative", "format", "width",

@@ -16,7 +16,8 @@ from datetime import date
 from typing import Any
 
 from adfunnel.api.report_schemas import ReportDay, ReportOut
-from adfunnel.billing.ledger import Ledger, lifetime_left
+from adfunnel.billing.charges import lifetime_left
+from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.model import DayTotals
 from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.rollups import (

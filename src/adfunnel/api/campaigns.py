@@ -21,6 +21,7 @@ campaign's time zone)::
     GET   /v1/campaigns/{id}/ads            200 [ad]
     GET   /v1/ads/{id}                      200 ad
     PATCH /v1/ads/{id}                      200 ad
+          (the ad routes: adfunnel.api.ads)
     GET   /v1/review/ads                    200 [ad] pending review (reviewer, admin)
     POST  /v1/ads/{id}:approve|:reject      200 ad   (reviewer, admin;
           adfunnel.api.review)
@@ -44,6 +45,9 @@ Campaign writes (create, PATCH, budget) also answer ``warnings`` — ``[{"field"
 "problem"}]``, only when the campaign cannot deliver as written
 (``adfunnel.campaigns.checks``).
 
+A write's body is read by ``adfunnel.api.write_bodies`` (PATCH fields, sale defaults,
+canonical targeting).
+
 Errors: see ``adfunnel.http_errors`` (422 validation with named fields, 400 malformed
 JSON, 404 not found, 409 version conflict).
 """
@@ -53,30 +57,30 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Response
 from sqlalchemy import Engine
 
 from adfunnel.api import access
+from adfunnel.api.access import Writer
+from adfunnel.api.ads import add_ad_routes
 from adfunnel.api.campaign_report import measured_by_day, report, rollup_days
-from adfunnel.api.creatives import UploadLookup, creative_of
+from adfunnel.api.creatives import UploadLookup
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
     Limit,
     Page,
+    by_id,
     decode_cursor,
     known_query_only,
     page,
 )
-from adfunnel.api.render import ad_out, advertiser_out, campaign_out, written_out
+from adfunnel.api.render import advertiser_out, campaign_out, written_out
 from adfunnel.api.report_schemas import ReportOut
 from adfunnel.api.reports import make_rollup_router
 from adfunnel.api.review import make_review_router
 from adfunnel.api.schemas import (
     CAMPAIGN_NULLABLE,
-    AdIn,
-    AdOut,
-    AdPatch,
     AdvertiserIn,
     AdvertiserOut,
     BudgetIn,
@@ -87,6 +91,7 @@ from adfunnel.api.schemas import (
     DomainDay,
     VersionIn,
 )
+from adfunnel.api.write_bodies import canonical_targeting, patch_changes, sale_defaults
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.billing.ledger import Ledger
@@ -95,50 +100,21 @@ from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.checks import money_limit_problems
 from adfunnel.campaigns.errors import NotFound
-from adfunnel.campaigns.model import AdStatus, BudgetPeriod, Campaign, CampaignStatus, Priority
+from adfunnel.campaigns.model import BudgetPeriod, Campaign, CampaignStatus, Priority
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import CampaignStore
 from adfunnel.campaigns.validate import campaign_problems
 from adfunnel.clock import Clock
 from adfunnel.http_errors import ApiError, validation_error
 from adfunnel.settings import DEFAULT_MAX_BID_MICROS, DEFAULT_MAX_BUDGET_MICROS
-from adfunnel.targeting.expr import TargetingError, dump_expr, parse_expr
 
-try:  # another module of the targeting room; optional until it lands
-    from adfunnel.targeting.dnf import compile_dnf as _compile_dnf
-except ImportError:  # pragma: no cover - depends on the tree
-    _compile_dnf = None
-
-__all__ = ["canonical_targeting", "make_advertiser_router"]
-
-#: A caller that may change advertiser records: an admin or an advertiser (403 else).
-Writer = Annotated[Principal, Depends(require_role(Role.ADMIN, Role.ADVERTISER))]
+__all__ = ["make_advertiser_router"]
 
 #: Optional body of pause/resume (module level: FastAPI resolves annotations globally).
 OptionalVersion = Annotated[VersionIn | None, Body()]
 
 #: Longest report span in days, unless ``settings_like.report_max_days`` says otherwise.
 DEFAULT_REPORT_MAX_DAYS = 366
-
-
-def canonical_targeting(raw: Any) -> str:
-    """Validate a targeting JSON tree and return its canonical text (``dump_expr``).
-
-    Also compiles it to DNF when ``adfunnel.targeting.dnf`` exists, so an expression
-    whose DNF blows up is refused here rather than by the ad servers.
-
-    Raises:
-        TargetingError: with ``path`` naming the offending node (``targeting.all[0].attr``).
-    """
-    expr = parse_expr(raw)
-    if _compile_dnf is not None:
-        try:
-            _compile_dnf(expr)
-        except TargetingError:
-            raise
-        except (ValueError, RecursionError) as exc:
-            raise TargetingError("targeting", str(exc)) from exc
-    return dump_expr(raw)
 
 
 def make_advertiser_router(
@@ -196,7 +172,7 @@ def make_advertiser_router(
             rows = [own] if start is None or own.id > start else []
         else:
             rows = store.list_advertisers(after=start, limit=limit + 1)
-        return page("advertisers", [advertiser_out(a) for a in rows], limit, _id)
+        return page("advertisers", [advertiser_out(a) for a in rows], limit, by_id)
 
     @router.get("/v1/advertisers/{advertiser_id}", response_model=AdvertiserOut)
     def get_advertiser(advertiser_id: int, who: Caller) -> AdvertiserOut:
@@ -234,7 +210,7 @@ def make_advertiser_router(
             advertiser_id = who.advertiser_id
         rows = store.list_campaigns(advertiser_id, after=start, limit=limit + 1,
                                     include_archived=include_archived)
-        return page("campaigns", [campaign_out(c) for c in rows], limit, _id)
+        return page("campaigns", [campaign_out(c) for c in rows], limit, by_id)
 
     @router.get("/v1/campaigns/{campaign_id}", response_model=CampaignOut)
     def get_campaign(campaign_id: int, who: Caller) -> CampaignOut:
@@ -244,7 +220,7 @@ def make_advertiser_router(
                   response_model_exclude_unset=True)
     def patch_campaign(campaign_id: int, body: CampaignPatch, who: Writer) -> CampaignWritten:
         current = access.campaign(store, who, campaign_id, write=True)
-        changes = _changes(body, CAMPAIGN_NULLABLE)
+        changes = patch_changes(body, CAMPAIGN_NULLABLE)
         if (changes.get("priority") is Priority.GUARANTEED and "budget_period" not in changes
                 and current.budget_period is not BudgetPeriod.FLIGHT):
             changes["budget_period"] = BudgetPeriod.FLIGHT  # a guaranteed line's period
@@ -308,60 +284,8 @@ def make_advertiser_router(
         return written_out(store.update_campaign(campaign_id, changes, body.version),
                            clock.now())
 
-    # --- ads --------------------------------------------------------------------------
 
-    @router.post("/v1/campaigns/{campaign_id}/ads", status_code=201, response_model=AdOut)
-    def create_ad(campaign_id: int, body: AdIn, who: Writer, response: Response,
-                  request: Request) -> AdOut:
-        campaign = access.campaign(store, who, campaign_id, write=True)
-        if body.status is AdStatus.ARCHIVED:
-            raise validation_error(("status", "must be active or paused"))
-        values = body.model_dump(exclude={"creative"})
-        if body.creative is None and body.creative_ref is None:
-            raise validation_error(("creative_ref", "is required (or give creative)"))
-        values["creative_ref"] = body.creative_ref or ""
-        if body.creative is not None:
-            values["creative"] = creative_of(body.creative, uploads, campaign.advertiser_id,
-                                             str(request.base_url))
-        values["review_state"] = access.new_review_state(who, body)
-        created = store.create_ad(campaign_id=campaign_id, **values)
-        response.headers["Location"] = f"/v1/ads/{created.id}"
-        return ad_out(created)
-
-    @router.get("/v1/campaigns/{campaign_id}/ads", response_model=Page[AdOut])
-    def list_ads(campaign_id: int, who: Caller, include_archived: bool = False,
-                 limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> Page[AdOut]:
-        """The campaign's ads by id (archived ones only with ``include_archived``)."""
-        access.campaign(store, who, campaign_id)  # 404 for an unknown or hidden one
-        start = decode_cursor(f"ads-{campaign_id}", cursor, int)
-        rows = store.list_ads(campaign_id, after=start, limit=limit + 1,
-                              include_archived=include_archived)
-        return page(f"ads-{campaign_id}", [ad_out(a) for a in rows], limit, _id)
-
-    @router.get("/v1/ads/{ad_id}", response_model=AdOut)
-    def get_ad(ad_id: int, who: Caller) -> AdOut:
-        return ad_out(access.ad(store, who, ad_id))
-
-    @router.patch("/v1/ads/{ad_id}", response_model=AdOut)
-    def patch_ad(ad_id: int, body: AdPatch, who: Writer, request: Request) -> AdOut:
-        current = access.ad(store, who, ad_id, write=True)
-        changes = access.ad_changes(who, body, _changes(body, frozenset({"creative"})))
-        if body.creative is not None:
-            owner = store.get_campaign(current.campaign_id).advertiser_id
-            changes["creative"] = creative_of(body.creative, uploads, owner,
-                                              str(request.base_url))
-        if changes.get("status") is AdStatus.ARCHIVED:
-            raise validation_error(("status", "archive with DELETE /v1/ads/{id}"))
-        return ad_out(store.update_ad(ad_id, changes, body.version))
-
-    @router.delete("/v1/ads/{ad_id}", status_code=204)
-    def archive_ad(ad_id: int, who: Writer) -> Response:
-        """Archive the ad: never served again nor listed by default; its record and
-        its history stay. Archiving it again changes nothing."""
-        current = access.ad(store, who, ad_id, write=True, archived_ok=True)
-        if current.status is not AdStatus.ARCHIVED:
-            store.update_ad(ad_id, {"status": AdStatus.ARCHIVED})
-        return Response(status_code=204)
+    add_ad_routes(router, store, uploads)
 
     # --- report -----------------------------------------------------------------------
 
@@ -390,44 +314,3 @@ def make_advertiser_router(
                       measured_by_day(days), period=period)
 
     return router
-
-
-def sale_defaults(values: dict[str, Any]) -> list[tuple[str, str]]:
-    """Fill a new campaign's ``budget_period`` (``flight`` for a guaranteed line, else
-    ``day``) and, with ``flight``, an absent ``daily_budget_micros`` (0: no daily
-    ceiling); mutates ``values``. Returns the problem of an absent daily budget with
-    another period (as ``(field, problem)``; none when fine)."""
-    if values.get("budget_period") is None:
-        values["budget_period"] = (BudgetPeriod.FLIGHT
-                                   if values.get("priority") is Priority.GUARANTEED
-                                   else BudgetPeriod.DAY)
-    if values.get("daily_budget_micros") is not None:
-        return []
-    if values["budget_period"] is BudgetPeriod.FLIGHT:
-        values["daily_budget_micros"] = 0
-        return []
-    return [("daily_budget_micros", "is required (it may be left out only with "
-                                    "budget_period flight)")]
-
-
-def _id(item: AdvertiserOut | CampaignOut | AdOut) -> int:
-    return item.id
-
-
-def _changes(body: CampaignPatch | AdPatch, nullable: frozenset[str]) -> dict[str, Any]:
-    """The fields a patch body sets (``version`` excluded), ``null`` only where allowed.
-
-    Raises:
-        ApiError: 422 for ``null`` on a non-nullable field or an empty patch.
-    """
-    names = body.model_fields_set - {"version"}
-    if not names:
-        raise validation_error(("body", "no fields to change"))
-    data = body.model_dump(include=names)
-    bad = sorted(n for n in names if data[n] is None and n not in nullable)
-    if bad:
-        raise validation_error(*((n, "must not be null") for n in bad))
-    for name in ("dayparts", "frequency_caps"):
-        if name in data:
-            data[name] = tuple(data[name])
-    return data

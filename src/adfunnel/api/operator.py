@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Response
@@ -49,6 +48,7 @@ from adfunnel.api.pagination import (
 )
 from adfunnel.api.render import ad_out
 from adfunnel.api.schemas import AdOut
+from adfunnel.api.write_bodies import patch_changes
 from adfunnel.auth.http import require_role
 from adfunnel.auth.keys import Role
 from adfunnel.campaigns import codec
@@ -91,7 +91,7 @@ def make_operator_router(store: CampaignStore) -> APIRouter:
 
     @router.patch("/v1/placements/{placement_id}", response_model=PlacementOut)
     def patch_placement(placement_id: str, body: PlacementPatch) -> PlacementOut:
-        changes = _changes(body)
+        changes = patch_changes(body, PLACEMENT_NULLABLE)
         return placement_out(store.update_placement(placement_id, changes, body.version))
 
     @router.post("/v1/admin/models", status_code=201, response_model=ModelOut)
@@ -132,18 +132,3 @@ def make_operator_router(store: CampaignStore) -> APIRouter:
 
     return router
 
-
-def _changes(body: PlacementPatch) -> dict[str, Any]:
-    """The fields a patch sets (``version`` excluded); ``null`` only for the house ad.
-
-    Raises:
-        ApiError: 422 for an empty patch or ``null`` on another field.
-    """
-    names = body.model_fields_set - {"version"}
-    if not names:
-        raise validation_error(("body", "no fields to change"))
-    data = body.model_dump(include=names)
-    bad = sorted(n for n in names if data[n] is None and n not in PLACEMENT_NULLABLE)
-    if bad:
-        raise validation_error(*((n, "must not be null") for n in bad))
-    return data

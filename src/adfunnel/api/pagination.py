@@ -18,7 +18,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Sequence
-from typing import Annotated, Generic, TypeVar
+from typing import Annotated, Generic, Protocol, TypeVar
 
 from fastapi import Query, Request
 from fastapi.dependencies.models import Dependant
@@ -80,6 +80,16 @@ def page(name: str, rows: Sequence[T], limit: int, key: Callable[[T], int | str]
     more = len(rows) > limit
     return Page[T](items=shown, next_cursor=encode_cursor(name, key(shown[-1]))
                    if more and shown else None)
+
+
+class _Keyed(Protocol):
+    @property
+    def id(self) -> int: ...
+
+
+def by_id(item: _Keyed) -> int:
+    """The page key of a record listed by its integer ``id``."""
+    return item.id
 
 
 def after(rows: Sequence[T], key: Callable[[T], K], start: K | None, limit: int) -> list[T]:

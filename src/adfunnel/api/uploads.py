@@ -29,13 +29,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
+from fastapi import APIRouter, File, Form, Request, Response, UploadFile
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
 from adfunnel.api import access
+from adfunnel.api.access import Writer
 from adfunnel.api.creatives import UploadedImage
-from adfunnel.auth.http import Caller, require_role
+from adfunnel.auth.http import Caller
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.campaigns.errors import NotFound
 from adfunnel.campaigns.image import CONTENT_TYPES, ImageLimits, ImageRefused, clean_image
@@ -61,9 +62,6 @@ FILE_HEADERS = {
     "Cache-Control": "public, max-age=31536000, immutable",
     "Cross-Origin-Resource-Policy": "cross-origin",
 }
-
-Writer = Annotated[Principal, Depends(require_role(Role.ADMIN, Role.ADVERTISER))]
-
 
 class UploadOut(BaseModel):
     upload_id: str

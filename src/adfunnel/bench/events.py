@@ -7,14 +7,16 @@ through the store: half CPM, half CPC, one ad each, budgets that never bind), an
 are the tokens (signed with the run's secret, one impression id per beacon).
 
 1. **Aggregator** — stream A is pre-filled with ``events`` valid events for those
-   campaigns (impressions, and every :data:`CLICK_EVERY`-th a click on the impression
-   before it, as the tracker would append them; ``prefill_events_per_s`` is how fast
-   the log took them), then ONE aggregator — the pieces of ``adfunnel aggregator``
+   campaigns (impressions, and every
+   :data:`~adfunnel.bench.events_setup.CLICK_EVERY`-th a click on the impression before
+   it, as the tracker would append them; ``prefill_events_per_s`` is how fast the log
+   took them), then ONE aggregator — the pieces of ``adfunnel aggregator``
    (:func:`adfunnel.runtime.standalone.run_aggregator`) in this process: its thread reads every
    partition through the durable consumer ``ledger`` into PostgreSQL — runs until it
    has recorded them all, or for ``aggregator_max_s`` seconds:
    ``aggregator_events_per_s`` = events recorded ÷ wall seconds (target ≥
-   :data:`AGGREGATOR_TARGET_PER_S`); ``busy_cores`` is this process's CPU ÷ wall.
+   :data:`~adfunnel.bench.events_report.AGGREGATOR_TARGET_PER_S`); ``busy_cores`` is this
+   process's CPU ÷ wall.
 2. **Lag** — ``adfunnel tracker`` (a child process: one uvicorn worker, on stream T,
    trusting 127.0.0.1 as its proxy: each beacon names its client address in
    ``X-Forwarded-For``, a few beacons per address, as real traffic would pass tier-2
@@ -24,11 +26,12 @@ are the tokens (signed with the run's secret, one impression id per beacon).
    ``drain_timeout_s``). ``lag_p50_ms`` / ``lag_p99_ms``: the aggregator's
    beacon-to-ledger lag, from the tracker's append (``Event.tracked_ns``) to the
    acknowledgement after the ledger commit, over the last
-   :data:`~adfunnel.billing.aggregator.LAG_SAMPLES` events (target p99 ≤
-   :data:`LAG_TARGET_P99_MS`). When the aggregator is slower than the beacons the
-   backlog grows with the window, and so does the lag: ``lag.backlog_at_end`` is how
-   many were still unrecorded when the load stopped; ``lag.drained`` false means some
-   were never recorded, and the figures are a lower bound.
+   :data:`~adfunnel.billing.aggregator_metrics.LAG_SAMPLES` events (target p99 ≤
+   :data:`~adfunnel.bench.events_report.LAG_TARGET_P99_MS`). When the aggregator is slower
+   than the beacons the backlog grows with the window, and so does the lag:
+   ``lag.backlog_at_end`` is how many were still unrecorded when the load stopped;
+   ``lag.drained`` false means some were never recorded, and the figures are a lower
+   bound.
 3. **Tracker** — the same closed-loop load (``connections`` keep-alive connections,
    ``client_processes`` processes, ``duration_s`` seconds) first against a bare
    app answering ``GET /i`` with 204 (no work) and layered as the tracker is
@@ -37,9 +40,9 @@ are the tokens (signed with the run's secret, one impression id per beacon).
    way (:func:`adfunnel.runtime.server.serve_http`: one uvicorn process, uvloop, httptools), then
    against the tracker (nothing aggregates meanwhile):
    ``tracker_beacons_per_s`` ÷ ``baseline_204_per_s`` = ``tracker_ratio`` (target ≥
-   :data:`TRACKER_TARGET_RATIO`). ``server_busy_cores`` of each is its CPU seconds
-   (``/proc``) ÷ wall seconds: about 1.0 means the server, not the load generator, was
-   the limit (``client_busy_cores``: the load generator's).
+   :data:`~adfunnel.bench.events_report.TRACKER_TARGET_RATIO`). ``server_busy_cores`` of
+   each is its CPU seconds (``/proc``) ÷ wall seconds: about 1.0 means the server, not
+   the load generator, was the limit (``client_busy_cores``: the load generator's).
 
 4. **Floors** — between 1 and 2, on stream A (:mod:`adfunnel.bench.floors`): the CPU
    nats-py alone spends receiving the pre-filled events (``nats_receive_cpu_us``) and
@@ -48,71 +51,51 @@ are the tokens (signed with the run's secret, one impression id per beacon).
    ``tracker_cpu_us_per_beacon``; ``baseline_cpu_us_per_request`` for the bare route).
 
 Figures are rates per wall second of their own window; times are wall-clock ms.
+
+This module runs the phases; the run's schema, stream, campaigns and pre-filled events
+are :mod:`adfunnel.bench.events_setup`, the bare 204 route
+:mod:`adfunnel.bench.baseline_server`, the result and its targets
+:mod:`adfunnel.bench.events_report`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import multiprocessing as mp
 import os
 import secrets
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-import httpx
-from sqlalchemy import create_engine, make_url, text
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
-
+from adfunnel.bench.baseline_server import BaselineServer
 from adfunnel.bench.beacon_load import (
     BEACONS_PER_ADDRESS,
-    USER_AGENT,
     BeaconLoad,
     LoadPool,
     Target,
-    client_address,
+)
+from adfunnel.bench.events_report import events_report
+from adfunnel.bench.events_setup import (
+    CLICK_EVERY,
+    PREFILL_BATCH,
+    bench_events,
+    create_campaigns,
+    run_schema,
+    run_stream,
+    where,
 )
 from adfunnel.bench.http import cpu_seconds, process_tree
 from adfunnel.billing.aggregator import Aggregator
-from adfunnel.campaigns.migrate import upgrade
-from adfunnel.campaigns.model import BidType, BillableEvent, Objective
-from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import SystemClock
-from adfunnel.db import make_engine
-from adfunnel.events.log import EventLogError
-from adfunnel.events.model import Event, EventType
-from adfunnel.runtime.event_plane import last_seq, make_event_log
+from adfunnel.runtime.event_plane import make_event_log
 from adfunnel.settings import Settings, load_settings
-from adfunnel.sim.server_proc import ManagedProcess, free_port
-
-_log = logging.getLogger(__name__)
+from adfunnel.sim.server_proc import ManagedProcess
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-#: tracker beacons/s ÷ the bare 204 route's, at least
-TRACKER_TARGET_RATIO = 0.5
-#: events/s one aggregator records into PostgreSQL, at least
-AGGREGATOR_TARGET_PER_S = 50_000
-#: beacon-to-ledger p99 at 5,000 beacons/s offered, ms, at most
-LAG_TARGET_P99_MS = 5_000.0
-#: one event in this many of the pre-filled ones is a click (on the impression before it)
-CLICK_EVERY = 50
-#: the pre-filled events' client addresses are 10.<this>.x.y (the load's use 10.<process>)
-PREFILL_ADDRESS_GROUP = 250
-#: events per publish of the pre-fill
-PREFILL_BATCH = 1_000
-#: CPM and CPC bids of the bench campaigns, micros (per mille for CPM)
-CPM_MICROS = 2_000_000
-CPC_MICROS = 300_000
 
 
 def default_client_processes() -> int:
@@ -153,7 +136,7 @@ def run_events_bench(
     run = uuid.uuid4().hex[:10]
     secret = secrets.token_hex(32)
     load_avg = os.getloadavg()[0]
-    with _schema(database_url, f"bench_events_{run}") as url:
+    with run_schema(database_url, f"bench_events_{run}") as url:
         # the aggregator's pre-filled events and the tracker's beacons: a stream each
         agg_side, trk_side = (
             load_settings(database_url=url, event_log_url=nats_url,
@@ -161,7 +144,7 @@ def run_events_bench(
                           event_partitions=partitions, token_secret=secret,
                           clock="system", aggregate=True, spool_dir=None)
             for part in ("A", "T"))
-        with _stream(agg_side), _stream(trk_side):
+        with run_stream(agg_side), run_stream(trk_side):
             targets = create_campaigns(url, campaigns)
             setup_s = time.monotonic() - t_start
             agg = _aggregator_phase(agg_side, targets, events, run, aggregator_max_s)
@@ -187,11 +170,11 @@ def run_events_bench(
                 base.stop()
                 trk = _window(pool, process_tree(tracker.proc.pid),
                               replace(load, url=tracker.url, id_prefix=f"{run}t"))
-    return _report(
+    return events_report(
         agg=agg, lag=lag, baseline=baseline, tracker=trk, floors=floors,
         setup={
             "cpu_count": os.cpu_count(), "load_average_at_start": round(load_avg, 2),
-            "database": _where(database_url), "schema": f"bench_events_{run}",
+            "database": where(database_url), "schema": f"bench_events_{run}",
             "nats_url": nats_url, "streams": [agg_side.event_stream, trk_side.event_stream],
             "partitions": partitions, "campaigns": campaigns,
             "server": "uvicorn, 1 process, uvloop + httptools",
@@ -201,105 +184,6 @@ def run_events_bench(
                                f"keep-alive, {connections} connections, pre-signed tokens"),
             "setup_s": round(setup_s, 2), "total_s": round(time.monotonic() - t_start, 2),
         })
-
-
-# ---- the run's own schema, stream and campaigns ----------------------------------------
-
-
-@contextlib.contextmanager
-def _schema(database_url: str, schema: str) -> Iterator[str]:
-    """A fresh schema (dropped afterwards); the URL whose connections use it."""
-    admin = create_engine(_psycopg(database_url), isolation_level="AUTOCOMMIT", pool_size=1)
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        sep = "&" if "?" in database_url else "?"
-        try:
-            yield f"{database_url}{sep}options={quote(f'-csearch_path={schema}')}"
-        finally:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    finally:
-        admin.dispose()
-
-
-@contextlib.contextmanager
-def _stream(settings: Settings) -> Iterator[None]:
-    """The stream of ``settings``, made on entry (so an unreachable server fails first),
-    deleted afterwards (a failure to delete is logged).
-
-    Raises:
-        EventLogUnavailable: the server did not answer.
-    """
-    log = make_event_log(settings, SystemClock())
-    try:
-        last_seq(log)
-    finally:
-        log.close()
-    try:
-        yield
-    finally:
-        log = make_event_log(settings, SystemClock())
-        try:
-            log.delete_stream()  # type: ignore[attr-defined]
-        except EventLogError as exc:
-            _log.warning("stream %s left behind: %s", settings.event_stream, exc)
-        finally:
-            log.close()
-
-
-def create_campaigns(url: str, n: int) -> tuple[Target, ...]:
-    """Migrate the database at ``url`` and create ``n`` active campaigns (odd ids CPM,
-    even CPC, one ad each, daily budgets that never bind) through the store, ten per
-    advertiser; what the beacons need of each."""
-    engine = make_engine(url)
-    try:
-        upgrade(engine)
-        store = SqlCampaignStore(engine)
-        start = (datetime.now(UTC) - timedelta(days=1)).date()
-        targets = []
-        advertiser = 0
-        for i in range(n):
-            if i % 10 == 0:
-                advertiser = store.create_advertiser(f"bench-{i // 10}").id
-            cpm = i % 2 == 0
-            bid_type, bid = (BidType.CPM, CPM_MICROS) if cpm else (BidType.CPC, CPC_MICROS)
-            c = store.create_campaign(
-                advertiser_id=advertiser, name=f"bench-{i}",
-                objective=Objective.IMPRESSIONS if cpm else Objective.CLICKS,
-                bid_type=bid_type, bid_micros=bid, daily_budget_micros=10**12,
-                time_zone="UTC", flight_start=start,
-                billable_event=BillableEvent.RENDERED)  # the load fires only /i
-            ad = store.create_ad(campaign_id=c.id, landing_url=f"https://example.test/{i}",
-                                 creative_ref=f"bench/{i}.png", format="banner",
-                                 width=300, height=250)
-            targets.append(Target(c.id, ad.id, bid_type.value, bid))
-        return tuple(targets)
-    finally:
-        engine.dispose()
-
-
-def bench_events(targets: tuple[Target, ...], n: int, prefix: str) -> list[Event]:
-    """``n`` valid events as the tracker appends them: impressions over ``targets`` in
-    turn, every :data:`CLICK_EVERY`-th a click (a second later) on the impression
-    before it, from a browser at a private address (a few impressions per address:
-    :func:`~adfunnel.bench.beacon_load.client_address`)."""
-    now = time.time()
-    out: list[Event] = []
-    for i in range(n):
-        click = (i + 1) % CLICK_EVERY == 0 and i > 0
-        k = i - 1 if click else i
-        t = targets[k % len(targets)]
-        expected = t.price_micros // 1000 if t.billing_type == "CPM" else t.price_micros
-        out.append(Event(
-            event_type=EventType.CLICK if click else EventType.IMPRESSION,
-            impression_id=f"{prefix}{k}", campaign_id=t.campaign_id, ad_id=t.ad_id,
-            placement="bench", price_micros=t.price_micros, billing_type=t.billing_type,
-            served_at=int(now) - 5, expected_micros=expected,
-            occurred_at=now + (1.0 if click else 0.0),
-            client_ip=client_address(PREFILL_ADDRESS_GROUP, k),
-            user_agent=USER_AGENT))
-    return out
 
 
 # ---- the aggregator --------------------------------------------------------------------
@@ -445,90 +329,6 @@ def _lag_phase(settings: Settings, pool: LoadPool, load: BeaconLoad, timeout_s: 
             "drain_s": round(total_s - load_s, 3),
             "aggregator_events_per_s": round(recorded / total_s, 1) if total_s else None}
 
-
-# ---- the tracker against a bare route ------------------------------------------------------
-
-
-async def _no_content(_: Request) -> Response:
-    return Response(status_code=204)
-
-
-_NO_CONTENT = {"type": "http.response.start", "status": 204, "headers": []}
-_EMPTY_BODY = {"type": "http.response.body", "body": b""}
-
-
-async def no_content_asgi(_scope: dict[str, Any], _receive: Any, send: Any) -> None:
-    """The baseline's ``GET /i``: a bare ASGI 204, no work."""
-    await send(_NO_CONTENT)
-    await send(_EMPTY_BODY)
-
-
-def baseline_app(access_log: bool = True, access_log_beacons: bool = False) -> Any:
-    """The tracker's app with no work in it: the same layers
-    (:func:`adfunnel.runtime.standalone.beacon_layers` — request log, arrival stamp, ``GET /i``
-    a bare ASGI hot route outside Starlette) with ``/i`` a bare 204 and ``/healthz`` a
-    Starlette route, as the tracker's are; only the handler differs."""
-    from adfunnel.runtime.standalone import beacon_layers
-
-    return beacon_layers(Starlette(routes=[Route("/healthz", _no_content)]),
-                         {("GET", "/i"): no_content_asgi}, access_log, access_log_beacons)
-
-
-def _serve_baseline(port: int, access_log: bool, access_log_beacons: bool) -> None:
-    from adfunnel.runtime.server import serve_http
-
-    serve_http(baseline_app(access_log, access_log_beacons), "127.0.0.1", port)
-
-
-class BaselineServer:
-    """:func:`baseline_app` served by :func:`adfunnel.runtime.server.serve_http` (as the tracker
-    is) in a spawned process, started on construction (:meth:`wait_ready` waits for it),
-    stopped on exit. ``access_log`` and ``access_log_beacons``: the tracker's settings,
-    so that both log alike."""
-
-    def __init__(self, access_log: bool = True, access_log_beacons: bool = False) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc = mp.get_context("spawn").Process(
-            target=_serve_baseline, args=(port, access_log, access_log_beacons),
-            name="baseline-204", daemon=True)
-        self.proc.start()
-
-    def wait_ready(self, timeout_s: float = 60.0) -> None:
-        """Wait until ``/healthz`` answers.
-
-        Raises:
-            RuntimeError: the server exited or did not answer within ``timeout_s``.
-        """
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 204:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or not self.proc.is_alive():
-                raise RuntimeError("the baseline server did not start")
-            time.sleep(0.05)
-
-    def pids(self) -> list[int]:
-        return [self.proc.pid] if self.proc.pid is not None else []
-
-    def stop(self) -> None:
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(timeout=10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(timeout=5)
-
-    def __enter__(self) -> BaselineServer:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-
 def _window(pool: LoadPool, pids: list[int], load: BeaconLoad) -> dict[str, Any]:
     """One closed-loop window; the load's figures and the server's busy cores."""
     cpu0 = cpu_seconds(pids)
@@ -536,65 +336,3 @@ def _window(pool: LoadPool, pids: list[int], load: BeaconLoad) -> dict[str, Any]
     cpu = cpu_seconds(pids) - cpu0  # includes token signing and connecting: idle server
     wall = figures["wall_s"]
     return {**figures, "server_busy_cores": round(cpu / wall, 3) if wall else None}
-
-
-# ---- the result ---------------------------------------------------------------------------
-
-
-def _psycopg(url: str) -> str:
-    """A PostgreSQL URL with the psycopg (3) driver named."""
-    if url.startswith("postgresql://"):
-        return "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return url
-
-
-def _where(url: str) -> str:
-    """``host:port/database`` of a database URL (no credentials)."""
-    return make_url(url).render_as_string(hide_password=True).split("@")[-1]
-
-
-def _report(*, agg: dict[str, Any], lag: dict[str, Any], baseline: dict[str, Any],
-            tracker: dict[str, Any], floors: dict[str, Any], setup: dict[str, Any]
-            ) -> dict[str, Any]:
-    trk = tracker["statuses"].get("204", 0) / tracker["wall_s"] if tracker["wall_s"] else 0.0
-    base = (baseline["statuses"].get("204", 0) / baseline["wall_s"]
-            if baseline["wall_s"] else 0.0)
-    ratio = trk / base if base else None
-    p99 = lag["lag_p99_ms"]
-    return {
-        "tracker_beacons_per_s": round(trk, 1),
-        "baseline_204_per_s": round(base, 1),
-        "tracker_ratio": round(ratio, 3) if ratio is not None else None,
-        "tracker_target_ratio": TRACKER_TARGET_RATIO,
-        "tracker_meets_target": ratio is not None and ratio >= TRACKER_TARGET_RATIO,
-        "aggregator_events_per_s": agg["events_per_s"],
-        "aggregator_target_per_s": AGGREGATOR_TARGET_PER_S,
-        "aggregator_meets_target": agg["events_per_s"] >= AGGREGATOR_TARGET_PER_S,
-        "lag_p50_ms": lag["lag_p50_ms"],
-        "lag_p99_ms": p99,
-        "lag_offered_per_s": lag["offered_per_s"],
-        "lag_achieved_per_s": lag["answers_per_s"],
-        "lag_target_p99_ms": LAG_TARGET_P99_MS,
-        "lag_meets_target": p99 is not None and p99 <= LAG_TARGET_P99_MS and lag["drained"],
-        # CPU per event: what each costs beside what nats-py alone costs
-        "tracker_cpu_us_per_beacon": _per(tracker["server_busy_cores"], tracker["wall_s"],
-                                          tracker["statuses"].get("204", 0)),
-        "baseline_cpu_us_per_request": _per(baseline["server_busy_cores"],
-                                            baseline["wall_s"],
-                                            baseline["statuses"].get("204", 0)),
-        # from the CPU seconds themselves: busy_cores is rounded for reading, and a tiny
-        # run on a loaded machine rounds it to 0
-        "aggregator_cpu_us_per_event": (round(agg["cpu_s"] / agg["recorded"] * 1e6, 1)
-                                        if agg["recorded"] else None),
-        "nats_publish_cpu_us": floors["publish"]["cpu_us_per_event"],
-        "nats_receive_cpu_us": floors["receive"]["cpu_us_per_event"],
-        "tracker": tracker, "baseline": baseline, "aggregator": agg, "lag": lag,
-        "floors": floors, "setup": setup,
-    }
-
-
-def _per(busy_cores: float | None, wall_s: float, n: int) -> float | None:
-    """CPU microseconds per item from busy cores over ``wall_s`` (None: not measured)."""
-    if busy_cores is None or not n or not wall_s:
-        return None
-    return round(busy_cores * wall_s / n * 1e6, 1)

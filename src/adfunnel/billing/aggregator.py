@@ -37,80 +37,51 @@ import threading
 import time
 from collections import Counter as Tally
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Protocol
 
 import numpy as np
-from prometheus_client import Counter, Histogram
 
+from adfunnel.billing.aggregator_metrics import (
+    LAG_SAMPLES,
+    AggregatorStats,
+    BatchMetrics,
+    NewDeliveries,
+    lag_percentiles,
+    lags_ms,
+)
+from adfunnel.billing.batch_hours import BatchHours
+from adfunnel.billing.event_rows import bills_on, ledger_event
 from adfunnel.billing.ledger import Ledger, LedgerWrite
 from adfunnel.billing.limits import write_budgets
-from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent, Outcome, Recorded
-from adfunnel.budget.gate import SpendGate
-from adfunnel.campaigns.model import (
-    DEFAULT_ATTRIBUTION_WINDOW_S as DEFAULT_ATTRIBUTION_WINDOW_S,
+from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.billing.waiting_events import (
+    UNKNOWN_CAMPAIGN,
+    UNKNOWN_CAMPAIGN_RETRY_S,
+    WaitingEvents,
 )
-from adfunnel.campaigns.model import BidType, Campaign, CampaignStatus
-from adfunnel.campaigns.schedule import local_day
+from adfunnel.budget.gate import SpendGate
+from adfunnel.campaigns.model import Campaign, CampaignStatus
 from adfunnel.events.log import Consumer, Delivery
 from adfunnel.events.model import Event
 from adfunnel.ivt.rules import EventFacts
 from adfunnel.ivt.scoring import Tier2Scorer
-from adfunnel.observability.metrics import ABSORBED_OVERSPEND, BILLED
 from adfunnel.prediction.smoothed import SmoothedCtr
 
 #: Default seconds a billed event stays pending, reversible by tier 2, before it is final.
 DEFAULT_HOLD_S = 600.0
 #: Most recently billed events remembered for refunding a reversal to the budget gate.
 PENDING_MEMORY = 200_000
-#: Most lag samples kept for the p50/p99 figures.
-LAG_SAMPLES = 100_000
 #: Seconds :meth:`Aggregator.run` waits before recording a failed batch again
 #: (network time: the ledger or the log did not answer).
 RETRY_S = 1.0
-
-#: Network seconds an event of a campaign this process does not know yet (its change
-#: feed has not applied it) is kept unacknowledged and retried before it is rejected.
-UNKNOWN_CAMPAIGN_RETRY_S = 600.0
-#: Most such events kept waiting at once (past it the oldest is left to the log's
-#: redelivery).
-UNKNOWN_CAMPAIGN_WAITING = 100_000
-
-UNKNOWN_CAMPAIGN = Counter(
-    "adfunnel_aggregator_unknown_campaign_total",
-    "Events of a campaign the aggregator did not know yet: retried (each attempt), "
-    "recorded (once the campaign was known) or rejected (still unknown after the retry "
-    "window)", ["outcome"])
-AGGREGATED = Counter("adfunnel_aggregated_events_total",
-                     "Events the aggregator recorded, by event type and outcome",
-                     ["event", "outcome"])
-LAG = Histogram("adfunnel_event_lag_seconds", "Beacon to ledger commit, wall-clock seconds",
-                buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60))
 
 
 class CampaignLookup(Protocol):
     """The campaign read model the aggregator bills against (budgets, time zone)."""
 
     def __call__(self, campaign_id: int) -> Campaign | None: ...
-
-
-@dataclass
-class AggregatorStats:
-    """What an aggregator did since it started (this process only)."""
-
-    events: int = 0
-    batches: int = 0
-    billed: int = 0
-    duplicates: int = 0
-    not_billable: int = 0
-    held: int = 0  # waiting for their prerequisite (a click before its impression)
-    invalid: int = 0
-    measured: int = 0  # new render and viewable rows (never billed)
-    unknown_campaign: int = 0  # rejected: still unknown after the retry window
-    unknown_retried: int = 0  # attempts at an event whose campaign was not known yet
-    reversed: int = 0
 
 
 class Aggregator:
@@ -165,9 +136,8 @@ class Aggregator:
         self.unknown_retry_s = unknown_retry_s
         self.on_reversed = on_reversed
         self.on_lifetime_restored = on_lifetime_restored
-        # unacknowledged deliveries of campaigns not known yet, by sequence, with the
-        # monotonic second each was first seen
-        self._waiting: OrderedDict[int, tuple[Delivery, float]] = OrderedDict()
+        # unacknowledged deliveries of campaigns not known yet
+        self._waiting = WaitingEvents()
         # recently billed scored events' rows, for undoing a reversal (refund, model)
         self._billed_where: OrderedDict[tuple[str, str], LedgerEvent] = OrderedDict()
         self.stats = AggregatorStats()
@@ -175,13 +145,11 @@ class Aggregator:
         #: it handled is not counted again; one another reader left unacknowledged is)
         self.first_deliveries = 0
         self.outcomes: Tally[str] = Tally()
-        self._batch_outcomes: Tally[tuple[str, str]] = Tally()
         self._lags_ms: deque[float] = deque(maxlen=LAG_SAMPLES)
         self._lock = threading.Lock()  # one batch at a time (pump may come from any thread)
         self._handled = threading.Condition()  # notified after each committed batch
-        self._high: dict[int, int] = {}  # partition -> highest sequence handled
-        self._billed_micros = 0  # this batch's, for the metrics
-        self._absorbed_micros = 0
+        self._new = NewDeliveries()
+        self._batch = BatchMetrics()  # this batch's money and outcomes, for the metrics
 
     def run_once(self, max_messages: int = 2000, timeout_s: float = 0.5) -> int:
         """Fetch one batch (waiting up to ``timeout_s`` network seconds for it), record
@@ -240,16 +208,13 @@ class Aggregator:
         recent events this aggregator recorded; None where none were measured."""
         with self._lock:
             lags = np.fromiter(self._lags_ms, dtype=float)
-        if not len(lags):
-            return {"p50": None, "p99": None}
-        p50, p99 = np.percentile(lags, [50, 99])
-        return {"p50": round(float(p50), 3), "p99": round(float(p99), 3)}
+        return lag_percentiles(lags)
 
     def _apply(self, fetched: Sequence[Delivery]) -> None:
         """Record a batch in one ledger transaction, then feed what it billed, and
         acknowledge what was recorded or rejected (not the events still waiting for
         their campaign)."""
-        batch, retried = self._with_waiting(fetched)
+        batch, retried = self._waiting.with_fetched(fetched)
         writes: list[LedgerWrite] = []
         events: list[tuple[Event, Campaign]] = []
         done: list[Delivery] = []
@@ -257,7 +222,8 @@ class Aggregator:
             event = delivery.event
             campaign = self.campaign(event.campaign_id)
             if campaign is None:
-                if self._wait_for_campaign(delivery):
+                if self._waiting.wait(delivery, self.unknown_retry_s):
+                    self.stats.unknown_retried += 1
                     continue
                 self.stats.unknown_campaign += 1  # still unknown: rejected
                 self._outcome(_PLAIN[event.event_type], "unknown_campaign")
@@ -276,7 +242,7 @@ class Aggregator:
                 self._handled.notify_all()
             return
         plan = self.ledger.record_many(writes) if writes else None
-        hours = _Hours()
+        hours = BatchHours()
         if plan is not None:
             for (event, campaign), write, recorded in zip(events, writes, plan.recorded,
                                                           strict=True):
@@ -287,19 +253,16 @@ class Aggregator:
                 self._outcome(_PLAIN[row.event_type], "released")
                 self._feed(row, recorded, self.campaign(row.campaign_id))
                 hours.add(row.occurred_at)
-        self._count_money()
+        self._batch.flush_money()
         self.consumer.ack(done)
-        for d in done:
-            self._waiting.pop(d.seq, None)
+        self._waiting.done(done)
         batch = done
-        for (event_type, outcome), n in self._batch_outcomes.items():
-            AGGREGATED.labels(event_type, outcome).inc(n)
-        self._batch_outcomes.clear()
+        self._batch.flush_outcomes()
         self.stats.batches += 1
         self.stats.events += len(batch)
         self._count_new(batch, retried)
         done_ns = time.time_ns()
-        self._lags_ms.extend(_lags_ms(batch, done_ns))
+        self._lags_ms.extend(lags_ms(batch, done_ns))
         if hours.hours and self.on_hours is not None:
             self.on_hours(hours.hours)
 
@@ -389,8 +352,7 @@ class Aggregator:
         self._count_in_model(row, taken_back=False)
         if self.on_billed is not None:
             self.on_billed(row)
-        self._billed_micros += recorded.billed_micros  # to the metrics once per batch
-        self._absorbed_micros += recorded.absorbed_micros
+        self._batch.add_money(recorded)  # to the metrics once per batch
         billable = bills_on(row.billing_type) is row.event_type
         self.gate.record_billed(row.campaign_id, row.day, recorded.billed_micros,
                                 row.impression_id, billable)
@@ -398,152 +360,22 @@ class Aggregator:
                 and campaign is not None and campaign.status is not CampaignStatus.COMPLETED):
             self.on_lifetime_spent(campaign.id)
 
-    def _count_money(self) -> None:
-        """Add the batch's billed and absorbed micros to their metrics."""
-        if self._billed_micros:
-            BILLED.inc(self._billed_micros)
-        if self._absorbed_micros:
-            ABSORBED_OVERSPEND.inc(self._absorbed_micros)
-        self._billed_micros = self._absorbed_micros = 0
-
-    def _with_waiting(self, fetched: Sequence[Delivery]) -> tuple[list[Delivery], set[int]]:
-        """The waiting deliveries and ``fetched`` in sequence order, one per sequence
-        (a redelivery of a waiting one replaces it); the waiting sequences."""
-        if not self._waiting:
-            return list(fetched), set()
-        by_seq = {seq: d for seq, (d, _) in self._waiting.items()}
-        retried = set(by_seq)
-        for d in fetched:
-            by_seq[d.seq] = d
-        return [by_seq[seq] for seq in sorted(by_seq)], retried
-
-    def _wait_for_campaign(self, delivery: Delivery) -> bool:
-        """Keep ``delivery`` (its campaign is not known yet) unacknowledged for a later
-        batch; False when it has waited ``unknown_retry_s`` already (reject it)."""
-        now = time.monotonic()
-        first = self._waiting.get(delivery.seq, (delivery, now))[1]
-        if now - first >= self.unknown_retry_s:
-            return False
-        self._waiting[delivery.seq] = (delivery, first)
-        while len(self._waiting) > UNKNOWN_CAMPAIGN_WAITING:
-            self._waiting.popitem(last=False)  # the oldest: redelivered by the log later
-        self.stats.unknown_retried += 1
-        UNKNOWN_CAMPAIGN.labels("retried").inc()
-        return True
-
     def _count_new(self, batch: Sequence[Delivery], retried: set[int]) -> None:
         """Count the batch's events this aggregator had not handled before (a
         partition's deliveries come in sequence order; a redelivery is at or below the
         partition's highest handled sequence; one that waited for its campaign was
         never counted) and wake :meth:`wait_handled`."""
-        high = self._high
-        new = 0
-        for d in batch:
-            if d.seq > high.get(d.partition, 0):
-                high[d.partition] = d.seq
-                new += 1
-            elif d.seq in retried:
-                new += 1
+        new = self._new.count(batch, retried)
         with self._handled:
             self.first_deliveries += new
             self._handled.notify_all()
 
     def _outcome(self, event_type: str, outcome: str) -> None:
         self.outcomes[outcome] += 1
-        self._batch_outcomes[(event_type, outcome)] += 1  # to the metric once per batch
+        self._batch.outcomes[(event_type, outcome)] += 1  # to the metric once per batch
 
-
-def bills_on(billing_type: str) -> EventType | None:
-    """The event a billing type bills: CPM the impression, CPC the click, CPA the
-    conversion (None for an unknown type)."""
-    return _BILLS_ON.get(billing_type)
-
-
-_BILLS_ON = {BidType.CPM.value: EventType.IMPRESSION, BidType.CPC.value: EventType.CLICK,
-             BidType.CPA.value: EventType.CONVERSION}
-
-
-def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
-    """The ledger row of ``event`` for ``campaign``: charged its price when it is the
-    event its billing type bills (a CPM price per mille, exactly), else 0; its day is
-    the campaign's local day of the event."""
-    event_type = EVENT_TYPES[event.event_type]  # a StrEnum member hashes as its value
-    occurred = datetime.fromtimestamp(event.occurred_at, tz=UTC)
-    billing_type = event.billing_type
-    billable = _BILLS_ON.get(billing_type) is event_type
-    return LedgerEvent(
-        impression_id=event.impression_id,
-        event_type=event_type,
-        campaign_id=event.campaign_id,
-        ad_id=event.ad_id,
-        placement=event.placement,
-        billing_type=billing_type,
-        charge_micros=event.price_micros if billable else 0,
-        occurred_at=occurred,
-        day=local_day(occurred, campaign.time_zone),
-        served_at=_served(event.served_at),
-        # the billable event settles its serve's in-flight estimate; others nothing
-        expected_micros=event.expected_micros if billable else 0,
-        charge_per_mille=billing_type == _CPM,
-        attribution_window_s=(campaign.attribution_window_s
-                              if event_type is EventType.CONVERSION else None),
-    )
-
-
-_CPM = BidType.CPM.value
-
-
-def _served(served_at: int) -> datetime:
-    """``served_at`` (Unix seconds) as an aware UTC datetime; the last one is kept, as
-    a batch's events were mostly served in the same second."""
-    global _LAST_SERVED
-    last = _LAST_SERVED  # one tuple: safe to share between aggregator threads
-    if last[0] == served_at:
-        return last[1]
-    at = datetime.fromtimestamp(served_at, tz=UTC)
-    _LAST_SERVED = (served_at, at)
-    return at
-
-
-_LAST_SERVED: tuple[int, datetime] = (-1, datetime.fromtimestamp(0, tz=UTC))
-
-
-def _hour(at: datetime) -> datetime:
-    return at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
 #: an outcome's or event type's value (a plain str) by member or value: a dict lookup,
 #: where ``.value`` costs an enum property call
 _PLAIN: dict[str, str] = {m.value: m.value for m in (*Outcome, *EventType)}
-
-
-class _Hours:
-    """The UTC hours (aware datetimes at the hour) of a batch's events; an event in the
-    same hour as the one before costs two comparisons."""
-
-    __slots__ = ("_end", "_start", "hours")
-
-    def __init__(self) -> None:
-        self.hours: set[datetime] = set()
-        self._start = self._end = datetime.min.replace(tzinfo=UTC)
-
-    def add(self, at: datetime) -> None:
-        if self._start <= at < self._end:
-            return
-        hour = self._start = _hour(at)
-        try:
-            self._end = hour + timedelta(hours=1)
-        except OverflowError:  # the last hour of year 9999
-            self._end = hour
-        self.hours.add(hour)
-
-
-def _lags_ms(batch: Iterable[Delivery], done_ns: int) -> list[float]:
-    out = []
-    for d in batch:
-        sent = d.event.tracked_ns
-        if sent is not None and d.attempt == 1:
-            lag = (done_ns - sent) / 1e6
-            out.append(lag)
-            LAG.observe(lag / 1000)
-    return out

@@ -12,20 +12,39 @@ redelivered after later events) is **held**, once, and billed when the prerequis
 recorded, in the same transaction; so replaying any part of the log bills exactly what
 the first pass billed. A measurement event (``render``, ``viewable``) gets its row once,
 with no money, and touches no day or lifetime total (:data:`MEASURED`).
+
+A batch's types (writes, held events, the plan, the view) are in
+:mod:`adfunnel.billing.batch_model`; the money rules of one write in
+:mod:`adfunnel.billing.charges`.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Protocol
 
+from adfunnel.billing.batch_model import (
+    DEPENDENTS,
+    DUPLICATES_MEASURED,
+    DUPLICATES_REJECTED,
+    OF_INVALID_CLICK,
+    OUTSIDE_WINDOW,
+    PREREQUISITE,
+    RELEASED,
+    WITHOUT_PREREQUISITE,
+    BatchPlan,
+    DayChange,
+    DayKey,
+    Held,
+    Key,
+    LedgerView,
+    LedgerWrite,
+    NewRow,
+)
+from adfunnel.billing.charges import outside_window, validate
 from adfunnel.billing.limits import (
     GOAL_OVER_DELIVERY,
     PeriodLimits,
-    PeriodView,
     month_of,
     split_period,
 )
@@ -38,189 +57,7 @@ from adfunnel.billing.model import (
     Recorded,
 )
 from adfunnel.ivt.reasons import TIER2_REASONS
-from adfunnel.money import MILLE, MoneyError, bill_per_mille, micros
-
-_INT64_MAX = 2**63 - 1
-
-Key = tuple[str, EventType]
-DayKey = tuple[int, date]
-
-#: The event that must have a ledger row before an event of this type bills, and the
-#: counter of those that came without it (counted once per event, when it is held).
-PREREQUISITE = {EventType.CLICK: EventType.IMPRESSION, EventType.CONVERSION: EventType.CLICK}
-WITHOUT_PREREQUISITE = {EventType.CLICK: "clicks_without_impression",
-                        EventType.CONVERSION: "conversions_without_click"}
-#: The events waiting for one of this type.
-DEPENDENTS = {EventType.IMPRESSION: EventType.CLICK, EventType.CLICK: EventType.CONVERSION}
-#: Counter (and held reason) of conversions that came after their click's window.
-OUTSIDE_WINDOW = "conversions_outside_window"
-#: Counter (and held reason) of conversions whose click was invalid traffic: never billed.
-OF_INVALID_CLICK = "conversions_of_invalid_click"
-#: Held reasons that never bill (the others wait for their prerequisite).
-NEVER_BILLED = frozenset({OUTSIDE_WINDOW, OF_INVALID_CLICK})
-#: Counter of held events billed when their prerequisite came.
-RELEASED = "held_released"
-DUPLICATES_REJECTED = "duplicates_rejected"
-#: Counter of re-sent render and viewable events (kept apart from the billing duplicates).
-DUPLICATES_MEASURED = "duplicates_measured"
-#: Column of the day totals each event type counts in (impressions, clicks, conversions).
-COUNT_FIELD = {EventType.IMPRESSION: "impressions", EventType.CLICK: "clicks",
-               EventType.CONVERSION: "conversions"}
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerWrite:
-    """One event for :meth:`Ledger.record_many`.
-
-    ``ivt_reason`` set: the event is invalid traffic with that reason code, recorded
-    once and never billed. Otherwise it is billed within ``daily_budget_micros`` (the
-    campaign's budget for ``event.day``), ``lifetime_budget_micros`` (None: none) and
-    ``period``'s month and goal limits (None: none).
-    """
-
-    event: LedgerEvent
-    daily_budget_micros: int = 0
-    lifetime_budget_micros: int | None = None
-    ivt_reason: str | None = None
-    #: the month and goal limits of its budget period (:mod:`adfunnel.billing.limits`)
-    period: PeriodLimits | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """An event recorded but not billed: waiting for its prerequisite (reason
-    ``clicks_without_impression`` / ``conversions_without_click``), or never billed:
-    past its attribution window (``conversions_outside_window``) or the conversion of
-    an invalid-traffic click (``conversions_of_invalid_click``)."""
-
-    write: LedgerWrite
-    reason: str
-
-    @property
-    def waiting(self) -> bool:
-        return self.reason not in NEVER_BILLED
-
-
-@dataclass(slots=True)
-class DayChange:
-    """What a batch adds to one campaign-day's totals (``carry``: the day's new carried
-    fraction of per-mille charges, thousandths of a micro)."""
-
-    carry: int
-    impressions: int = 0
-    clicks: int = 0
-    conversions: int = 0
-    billed: int = 0
-    absorbed: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class NewRow:
-    """A new valid ledger row: ``charge`` whole micros made due (``billed + absorbed``)
-    of the exact charge ``exact`` (thousandths of a micro)."""
-
-    event: LedgerEvent
-    charge: int
-    exact: int
-    billed: int
-    absorbed: int
-
-
-@dataclass
-class BatchPlan:
-    """Everything a batch writes, decided in log order by :func:`plan_batch`."""
-
-    #: one per write, aligned: BILLED, DUPLICATE, NOT_BILLABLE, HELD, or INVALID (new
-    #: invalid traffic)
-    recorded: list[Recorded] = field(default_factory=list)
-    #: held events this batch billed because their prerequisite came, with what it did
-    released: list[tuple[LedgerEvent, Recorded]] = field(default_factory=list)
-    rows: list[NewRow] = field(default_factory=list)
-    invalid: list[tuple[LedgerEvent, str]] = field(default_factory=list)
-    #: the held events the batch changed: key -> its held event now, or None when it
-    #: left the held set (billed); a redelivered held event is not held again
-    held: dict[Key, Held | None] = field(default_factory=dict)
-    counters: Counter[str] = field(default_factory=Counter)
-    days: dict[DayKey, DayChange] = field(default_factory=dict)
-    #: campaign id -> [billed, absorbed] added to its lifetime totals
-    lifetime: dict[int, list[int]] = field(default_factory=dict)
-
-
-class LedgerView(PeriodView, Protocol):
-    """The ledger state a batch reads, as it was before the batch (period totals too:
-    :class:`~adfunnel.billing.limits.PeriodView`)."""
-
-    def row_time(self, key: Key) -> datetime | None:
-        """When the valid ledger row ``key`` occurred; None: there is none."""
-        ...
-
-    def invalid_reason(self, key: Key) -> str | None:
-        """The reason of the invalid-traffic record ``key``; None: there is none."""
-        ...
-
-    def held(self, key: Key) -> Held | None: ...
-
-    def day(self, key: DayKey) -> tuple[int, int]:
-        """(billed micros, carry in thousandths of a micro) of a campaign-day."""
-        ...
-
-    def lifetime_billed(self, campaign_id: int) -> int: ...
-
-
-def validate(writes: Sequence[LedgerWrite]) -> None:
-    """Check every write's money before anything is recorded.
-
-    Raises:
-        MoneyError: a negative or non-integer charge or budget, or a charge too large
-            to store.
-    """
-    for w in writes:
-        event = w.event
-        charge, daily, life = event.charge_micros, w.daily_budget_micros, w.lifetime_budget_micros
-        if (type(charge) is int and type(daily) is int and charge >= 0 and daily >= 0
-                and (charge if event.charge_per_mille else charge * MILLE) <= _INT64_MAX
-                and (life is None or (type(life) is int and life >= 0))):
-            continue  # plain ints in range (not bool: type() is exact), the usual case
-        _validate_one(w)
-
-
-def _validate_one(w: LedgerWrite) -> None:
-    """:func:`validate` of one write, raising what it finds."""
-    micros(w.event.charge_micros, field="charge_micros")
-    if w.event.charge_millimicros > _INT64_MAX:
-        raise MoneyError(f"charge_micros: too large, got {w.event.charge_micros}")
-    micros(w.daily_budget_micros, field="daily_budget_micros")
-    if w.lifetime_budget_micros is not None:
-        micros(w.lifetime_budget_micros, field="lifetime_budget_micros")
-
-
-def split_charge(
-    charge: int, billed_so_far: int, daily_budget: int, lifetime_remaining: int | None = None
-) -> tuple[int, int]:
-    """(billed, absorbed) for a ``charge`` on a day already billed ``billed_so_far``.
-
-    ``lifetime_remaining``: what the lifetime budget has left (None: no lifetime budget).
-    Invariant: billed + absorbed == charge, billed_so_far + billed <= daily_budget and
-    billed <= lifetime_remaining.
-    """
-    remaining = max(0, daily_budget - billed_so_far)
-    if lifetime_remaining is not None:
-        remaining = min(remaining, max(0, lifetime_remaining))
-    billed = min(charge, remaining)
-    return billed, charge - billed
-
-
-def lifetime_left(lifetime_budget: int | None, lifetime_billed: int) -> int | None:
-    """Micros the lifetime budget has left (≥ 0), or None without a lifetime budget."""
-    return None if lifetime_budget is None else max(0, lifetime_budget - lifetime_billed)
-
-
-def outside_window(event: LedgerEvent, prerequisite_at: datetime) -> bool:
-    """True when ``event`` (a conversion) came later than its attribution window after
-    its click at ``prerequisite_at``."""
-    window = event.attribution_window_s
-    return window is not None and (
-        (event.occurred_at - prerequisite_at).total_seconds() > window)
+from adfunnel.money import MILLE, bill_per_mille
 
 
 def plan_batch(view: LedgerView, writes: Sequence[LedgerWrite]) -> BatchPlan:

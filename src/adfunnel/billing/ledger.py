@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Protocol
 
-from adfunnel.billing.batch import (
+from adfunnel.billing.batch import plan_batch
+from adfunnel.billing.batch_model import (
     OUTSIDE_WINDOW,
     PREREQUISITE,
     WITHOUT_PREREQUISITE,
@@ -40,11 +41,8 @@ from adfunnel.billing.batch import (
     Held,
     Key,
     LedgerWrite,
-    lifetime_left,
-    outside_window,
-    plan_batch,
-    split_charge,
 )
+from adfunnel.billing.charges import lifetime_left, outside_window, split_charge
 from adfunnel.billing.model import (
     MEASUREMENT,
     DayTotals,

@@ -22,52 +22,25 @@ Invariants: billed + absorbed == the whole micros the event made due for every r
 a campaign-day's billed total never exceeds the daily budget passed with each charge
 (when the same budget is passed; a lowered budget bills nothing more, it never un-bills).
 
-The rows and statements it reads and writes: :mod:`adfunnel.billing.sql_ledger_rows`.
+The rows and statements it reads and writes: :mod:`adfunnel.billing.sql_ledger_rows`;
+where SQLite and PostgreSQL differ (inserts, ``IN`` lists, the locks):
+:mod:`adfunnel.billing.sql_ledger_dialect`; its reads: :mod:`adfunnel.billing.sql_ledger_reads`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from datetime import date, datetime
-from typing import Any
+from collections.abc import Sequence
+from datetime import datetime
 
-from sqlalchemy import (
-    Column,
-    ColumnElement,
-    Connection,
-    Engine,
-    Table,
-    Text,
-    and_,
-    any_,
-    bindparam,
-    func,
-    select,
-    tuple_,
-)
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, Engine, and_, select, tuple_
 
-from adfunnel.billing.batch import (
-    DUPLICATES_REJECTED,
-    BatchPlan,
-    DayKey,
-    LedgerWrite,
-    plan_batch,
-    validate,
-)
-from adfunnel.billing.model import (
-    EVENT_TYPES,
-    MEASUREMENT,
-    DayTotals,
-    EventType,
-    LedgerEvent,
-    LedgerStats,
-    Outcome,
-    Recorded,
-)
+from adfunnel.billing.batch import plan_batch
+from adfunnel.billing.batch_model import BatchPlan, LedgerWrite
+from adfunnel.billing.charges import validate
+from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.billing.sql_ledger_dialect import LedgerDialect
+from adfunnel.billing.sql_ledger_reads import SqlLedgerReads
 from adfunnel.billing.sql_ledger_rows import (
-    PG_LOCK_DAYS,
     PG_UNHOLD,
     LedgerConflict,
     LoadedView,
@@ -88,10 +61,9 @@ from adfunnel.billing.tables import (
     ledger_held,
     ledger_ivt,
 )
-from adfunnel.db import connection_guard, pg_insert_columns, sqlite_lock
 
 
-class SqlLedger:
+class SqlLedger(SqlLedgerReads):
     """Billing ledger over the tables of :mod:`adfunnel.billing.tables`.
 
     The tables must exist (Alembic migrations, or ``metadata.create_all`` in tests).
@@ -101,18 +73,10 @@ class SqlLedger:
     """
 
     def __init__(self, engine: Engine) -> None:
-        dialect = engine.dialect.name
-        if dialect == "postgresql":
-            self._insert: Callable[..., Any] = postgresql.insert
-            self._lock: AbstractContextManager[object] = nullcontext()
-        elif dialect == "sqlite":
-            self._insert = sqlite.insert
-            self._lock = sqlite_lock(engine)  # one per database in this process (adfunnel.db)
-        else:
-            raise ValueError(f"SqlLedger supports sqlite and postgresql, not {dialect!r}")
-        self._engine = engine
-        self._guard = connection_guard(engine)
-        self._for_update = self._pg = dialect == "postgresql"
+        self._sql = LedgerDialect(engine)
+        super().__init__(engine)
+        self._lock = self._sql.lock
+        self._pg = self._sql.pg
 
     def record(
         self, event: LedgerEvent, daily_budget_micros: int,
@@ -173,66 +137,31 @@ class SqlLedger:
         what this reads stays true until the commit."""
         view = LoadedView()
         campaigns = {w.event.campaign_id for w in writes}
-        view.lifetime = self._lock_campaigns(conn, campaigns)
+        view.lifetime = self._sql.lock_campaigns(conn, campaigns)
         ids = sorted({w.event.impression_id for w in writes})
         h = ledger_held.c
-        for row in conn.execute(select(ledger_held).where(self._in_ids(h.impression_id, ids))):
+        for row in conn.execute(select(ledger_held).where(self._sql.in_ids(h.impression_id, ids))):
             view.held_rows[(row.impression_id, EVENT_TYPES[row.event_type])] = held_of(row)
         extra = {held.write.event.campaign_id for held in view.held_rows.values()} - campaigns
         if extra:  # (never for signed tokens: one impression id, one campaign)
-            view.lifetime.update(self._lock_campaigns(conn, extra))
+            view.lifetime.update(self._sql.lock_campaigns(conn, extra))
         day_keys = {(w.event.campaign_id, w.event.day) for w in writes if w.ivt_reason is None}
         day_keys |= {(held.write.event.campaign_id, held.write.event.day)
                      for held in view.held_rows.values() if held.waiting}
-        view.days = self._lock_days(conn, day_keys)
+        view.days = self._sql.lock_days(conn, day_keys)
         t = ledger.c
         for iid, etype, at in conn.execute(
                 select(t.impression_id, t.event_type, t.occurred_at)
-                .where(self._in_ids(t.impression_id, ids))):
+                .where(self._sql.in_ids(t.impression_id, ids))):
             view.rows[(iid, EVENT_TYPES[etype])] = aware(at)
         load_period_totals(conn, view, writes)
         v = ledger_ivt.c
         for iid, etype, reason in conn.execute(
                 select(v.impression_id, v.event_type, v.reason)
-                .where(self._in_ids(v.impression_id, ids))):
+                .where(self._sql.in_ids(v.impression_id, ids))):
             view.invalid[(iid, EVENT_TYPES[etype])] = reason
         return view
 
-    def _lock_campaigns(self, conn: Connection, campaign_ids: set[int]) -> dict[int, int]:
-        """Make the campaigns' lifetime rows exist and lock them in id order; campaign
-        id -> billed micros so far."""
-        ordered = sorted(campaign_ids)
-        self._insert_rows(
-            conn, campaign_spend,
-            [{"campaign_id": cid, "billed_micros": 0, "absorbed_micros": 0} for cid in ordered],
-            conflict=("campaign_id",))
-        c = campaign_spend.c
-        query = (select(c.campaign_id, c.billed_micros).where(self._in(c.campaign_id, ordered))
-                 .order_by(c.campaign_id))
-        if self._for_update:
-            query = query.with_for_update()
-        return {cid: int(billed) for cid, billed in conn.execute(query)}
-
-    def _lock_days(self, conn: Connection, keys: set[DayKey]) -> dict[DayKey, tuple[int, int]]:
-        """Make the campaign-days' rows exist and lock them; key -> (billed, carry)."""
-        if not keys:
-            return {}
-        ordered = sorted(keys)
-        self._insert_rows(
-            conn, campaign_day_spend,
-            [{"campaign_id": cid, "day": day, "impressions": 0, "clicks": 0,
-              "conversions": 0, "billed_micros": 0, "absorbed_micros": 0,
-              "carry_millimicros": 0} for cid, day in ordered],
-            conflict=("campaign_id", "day"))
-        if self._pg:
-            found = conn.execute(PG_LOCK_DAYS, {"cids": [k[0] for k in ordered],
-                                                 "days": [k[1] for k in ordered]})
-        else:
-            d = campaign_day_spend.c
-            found = conn.execute(
-                select(d.campaign_id, d.day, d.billed_micros, d.carry_millimicros)
-                .where(tuple_(d.campaign_id, d.day).in_(ordered)))
-        return {(cid, day): (int(billed), int(carry)) for cid, day, billed, carry in found}
 
     def _write(self, conn: Connection, plan: BatchPlan) -> None:
         """Apply a plan: a handful of set-based statements, whatever the batch size.
@@ -245,11 +174,11 @@ class SqlLedger:
         if self._pg:
             pg_copy_ledger(conn, plan.rows)
         else:
-            inserted = self._insert_rows(conn, ledger, [ledger_row(r) for r in plan.rows],
+            inserted = self._sql.insert_rows(conn, ledger, [ledger_row(r) for r in plan.rows],
                                          conflict=key, returning="id")
             if len(inserted) != len(plan.rows):
                 raise LedgerConflict("a ledger row of this batch was recorded concurrently")
-        self._insert_rows(conn, ledger_ivt, [ivt_row(e, why) for e, why in plan.invalid],
+        self._sql.insert_rows(conn, ledger_ivt, [ivt_row(e, why) for e, why in plan.invalid],
                           conflict=key)
         if plan.held:
             keys = [(iid, etype.value) for iid, etype in plan.held]
@@ -260,53 +189,16 @@ class SqlLedger:
                 h = ledger_held.c
                 conn.execute(ledger_held.delete().where(
                     tuple_(h.impression_id, h.event_type).in_(keys)))
-            self._insert_rows(conn, ledger_held, [
+            self._sql.insert_rows(conn, ledger_held, [
                 held_row(held) for held in plan.held.values() if held is not None])
         write_totals(conn, plan, pg=self._pg)
         if plan.counters:
-            stmt = self._insert(ledger_counters)
+            stmt = self._sql.insert(ledger_counters)
             conn.execute(
                 stmt.on_conflict_do_update(
                     index_elements=["name"],
                     set_={"value": ledger_counters.c.value + stmt.excluded.value}),
                 [{"name": name, "value": n} for name, n in sorted(plan.counters.items())])
-
-    def _insert_rows(self, conn: Connection, table: Table, rows: list[dict[str, object]], *,
-                     conflict: tuple[str, ...] = (), returning: str | None = None
-                     ) -> Sequence[Any]:
-        """Insert ``rows`` (dicts with the same keys) in one statement, skipping those
-        that conflict on ``conflict``; the ``returning`` column of those inserted."""
-        if not rows:
-            return []
-        if self._pg:
-            return pg_insert_columns(conn, table, rows, conflict=conflict, returning=returning)
-        stmt = self._insert(table)
-        if conflict:
-            stmt = stmt.on_conflict_do_nothing(index_elements=list(conflict))
-        if returning:
-            stmt = stmt.returning(table.c[returning])
-        result = conn.execute(stmt, rows)
-        return list(result.all()) if returning else []
-
-    def _in_ids(self, column: Column[Any], ids: Sequence[str]) -> ColumnElement[bool]:
-        """``column IN ids`` for text ``ids``; on PostgreSQL, when no id is empty or holds
-        a comma, ``column = ANY(string_to_array(:ids, ','))``: one text parameter,
-        which the driver sends as it is, where an array of a batch's 2,000 ids costs it
-        a regular-expression search per element to quote."""
-        if self._pg and ids:
-            joined = ",".join(ids)
-            if joined.count(",") == len(ids) - 1 and all(ids):
-                return column == any_(func.string_to_array(
-                    bindparam(f"{column.name}_csv", joined, type_=Text()), ","))
-        return self._in(column, ids)
-
-    def _in(self, column: Column[Any], values: Sequence[object]) -> ColumnElement[bool]:
-        """``column IN values``; on PostgreSQL ``column = ANY(:array)``, one short query
-        text whatever the number of values."""
-        if self._pg:
-            return column == any_(bindparam(f"{column.name}_any", list(values),
-                                            type_=postgresql.ARRAY(column.type)))
-        return column.in_(values)
 
     def reverse(self, impression_id: str, event_type: EventType, reason: str,
                 now: datetime, hold_s: float) -> Recorded | None:
@@ -322,7 +214,7 @@ class SqlLedger:
             found = conn.execute(select(ledger.c.campaign_id).where(key)).first()
             if found is None:
                 return None
-            self._lock_campaigns(conn, {found[0]})  # the same lock order as record()
+            self._sql.lock_campaigns(conn, {found[0]})  # the same lock order as record()
             row = conn.execute(select(ledger).where(key)).first()
             if row is None or (now - aware(row.occurred_at)).total_seconds() >= hold_s:
                 return None
@@ -346,7 +238,7 @@ class SqlLedger:
                         absorbed_micros=campaign_spend.c.absorbed_micros - row.absorbed_micros)
             )
             conn.execute(
-                self._insert(ledger_ivt)
+                self._sql.insert(ledger_ivt)
                 .values(impression_id=impression_id, event_type=event_type.value,
                         reason=reason, campaign_id=row.campaign_id, ad_id=row.ad_id,
                         placement=row.placement, day=row.day, occurred_at=row.occurred_at)
@@ -357,83 +249,10 @@ class SqlLedger:
             )
             for name in (f"ivt_{event_type.value}", f"ivt_{event_type.value}_{reason}",
                          "ivt_reversed"):
-                self._add(conn, name, 1)
+                self._sql.add(conn, name, 1)
             return Recorded(Outcome.INVALID, row.billed_micros, row.absorbed_micros)
-
-    def lifetime_billed(self, campaign_id: int | None = None) -> dict[int, int]:
-        """campaign id -> billed micros over every day (one campaign, or all; none
-        without billed spend)."""
-        t = campaign_spend.c
-        query = select(t.campaign_id, t.billed_micros).where(t.billed_micros > 0)
-        if campaign_id is not None:
-            query = query.where(t.campaign_id == campaign_id)
-        with self._guard, self._engine.connect() as conn:
-            return {cid: int(billed) for cid, billed in conn.execute(query)}
-
-    def day_totals(self, campaign_id: int, first: date, last: date) -> list[DayTotals]:
-        """Totals for local days ``first``..``last`` inclusive that have any row, by day."""
-        t = campaign_day_spend.c
-        query = (
-            select(t.day, t.impressions, t.clicks, t.billed_micros, t.absorbed_micros,
-                   t.conversions)
-            .where(t.campaign_id == campaign_id, t.day >= first, t.day <= last)
-            # leave out rows upserted for rejected events
-            .where(t.impressions + t.clicks + t.conversions > 0)
-            .order_by(t.day)
-        )
-        with self._guard, self._engine.connect() as conn:
-            return [DayTotals(*row[:5], conversions=row[5]) for row in conn.execute(query)]
-
-    def billed_on(self, day: date) -> dict[int, int]:
-        """campaign id -> billed micros on local ``day`` (what budgets count as spent)."""
-        t = campaign_day_spend.c
-        query = select(t.campaign_id, t.billed_micros).where(
-            t.day == day, t.impressions + t.clicks + t.conversions > 0
-        )
-        with self._guard, self._engine.connect() as conn:
-            return {cid: billed for cid, billed in conn.execute(query)}
-
-    def settled_since(self, day: date, since: datetime) -> dict[int, int]:
-        """campaign id -> expected cost settled by the events on local ``day`` of serves
-        at or after ``since`` (serve time; event time for rows without one), micros."""
-        t = ledger
-        settles = func.coalesce(t.c.settles_micros, t.c.billed_micros)
-        query = (
-            select(t.c.campaign_id, func.sum(settles))
-            .where(t.c.day == day, func.coalesce(t.c.served_at, t.c.occurred_at) >= since)
-            .group_by(t.c.campaign_id)
-            .having(func.sum(settles) > 0)
-        )
-        with self._guard, self._engine.connect() as conn:
-            return {cid: int(total) for cid, total in conn.execute(query)}
-
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to the named durable counter (e.g. ``invalid_tokens``)."""
         with self._lock, self._guard, self._engine.begin() as conn:
-            self._add(conn, name, n)
+            self._sql.add(conn, name, n)
 
-    def stats(self) -> LedgerStats:
-        """Ledger rows and duplicates rejected so far (durable)."""
-        with self._guard, self._engine.connect() as conn:
-            kinds = dict(conn.execute(select(ledger.c.event_type, func.count())
-                                      .group_by(ledger.c.event_type)).all())
-            measured = sum(int(kinds.pop(k.value, 0)) for k in MEASUREMENT)
-            rows = sum(int(n) for n in kinds.values())
-            dups = conn.execute(
-                select(ledger_counters.c.value).where(ledger_counters.c.name == DUPLICATES_REJECTED)
-            ).scalar_one_or_none()
-        return LedgerStats(rows, dups or 0, measured)
-
-    def counters(self) -> dict[str, int]:
-        """Every durable counter by name."""
-        with self._guard, self._engine.connect() as conn:
-            return dict(conn.execute(select(ledger_counters.c.name, ledger_counters.c.value)).all())
-
-    def _add(self, conn: Connection, name: str, n: int) -> None:
-        stmt = self._insert(ledger_counters).values(name=name, value=n)
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["name"],
-                set_={"value": ledger_counters.c.value + stmt.excluded.value},
-            )
-        )

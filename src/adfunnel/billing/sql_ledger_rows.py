@@ -15,7 +15,7 @@ from typing import Any
 import psycopg.errors
 from sqlalchemy import Connection, Row, bindparam, func, select, text
 
-from adfunnel.billing.batch import BatchPlan, DayKey, Held, Key, LedgerWrite, NewRow
+from adfunnel.billing.batch_model import BatchPlan, DayKey, Held, Key, LedgerWrite, NewRow
 from adfunnel.billing.limits import month_of
 from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent
 from adfunnel.billing.tables import campaign_day_spend, campaign_spend

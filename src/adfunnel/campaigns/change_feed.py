@@ -21,7 +21,8 @@ import time
 from prometheus_client import Gauge, Histogram
 
 from adfunnel.campaigns.readmodel import CampaignReadModel
-from adfunnel.campaigns.sql_store import CHANGE_CHANNEL, SqlCampaignStore
+from adfunnel.campaigns.sql_change_log import CHANGE_CHANNEL
+from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
-from adfunnel.ui.routes import STATIC_URL, make_ui_router
+from adfunnel.ui.pages import STATIC_URL
+from adfunnel.ui.routes import make_ui_router
 from adfunnel.ui.session import Sessions
 
 

@@ -1,0 +1,219 @@
+"""The dashboard's campaign pages under ``/ui/campaigns``: the list and the new-campaign
+form, one campaign's page and its edit forms (budget, status, sale, dayparts, targeting,
+ads), and its hourly report as CSV.
+
+Each edit form writes through the API as the viewer and answers its htmx fragment or the
+whole page (:mod:`adfunnel.ui.routes` tells the rules).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from adfunnel.ui import views
+from adfunnel.ui.api_client import ApiAnswer, ApiClient, ApiFailure
+from adfunnel.ui.facts import ServerFacts
+from adfunnel.ui.forms import (
+    FieldProblem,
+    dayparts_from_form,
+    int_field,
+    json_field,
+    rows_of_errors,
+    units_to_micros,
+)
+from adfunnel.ui.pages import Pages, done
+from adfunnel.ui.selling import sale_fields
+from adfunnel.ui.session import Viewer
+
+
+def add_campaign_routes(router: APIRouter, pages: Pages, facts: ServerFacts) -> None:
+    """Add the campaign pages and their edit forms to ``router``."""
+    render, page = pages.render, pages.page
+
+    async def list_context(api: ApiClient, viewer: Viewer,
+                           advertiser_id: int | None) -> dict[str, Any]:
+        advertisers = await api.items("/v1/advertisers") if viewer.is_admin else []
+        rows = await views.campaign_rows(api, facts, viewer, advertiser_id)
+        return {"rows": rows, "advertisers": advertisers, "advertiser_id": advertiser_id,
+                "names": {a["id"]: a["name"] for a in advertisers}, "now": facts.now()}
+
+    @router.get("/ui/campaigns")
+    @page
+    async def campaigns(request: Request, viewer: Viewer, api: ApiClient) -> Response:
+        if not viewer.sees_campaigns:
+            return RedirectResponse("/ui/review", status_code=303)
+        raw = request.query_params.get("advertiser_id")
+        advertiser_id = int(raw) if raw and raw.isdigit() else None
+        context = await list_context(api, viewer, advertiser_id)
+        return render(request, "campaigns.html", viewer, errors={}, values={}, **context)
+
+    @router.post("/ui/campaigns")
+    @page
+    async def create_campaign(request: Request, viewer: Viewer, api: ApiClient) -> Response:
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        try:
+            body = campaign_body(form, viewer)
+            answer = await api.call("POST", "/v1/campaigns", json=body)
+            errors = answer.field_errors()
+        except FieldProblem as exc:
+            answer, errors = None, {exc.field: exc.problem}
+        if answer is not None and answer.ok:
+            return done(request, f"/ui/campaigns/{answer.body['id']}")
+        context = await list_context(api, viewer, None)
+        return render(request, "campaigns.html", viewer, status=422, errors=errors,
+                      values=form, **context)
+
+    async def campaign_context(api: ApiClient, campaign_id: int) -> dict[str, Any]:
+        return await views.campaign_page(api, facts, campaign_id)
+
+    @router.get("/ui/campaigns/{campaign_id}")
+    @page
+    async def campaign(request: Request, viewer: Viewer, api: ApiClient,
+                       campaign_id: int) -> Response:
+        context = await campaign_context(api, campaign_id)
+        return render(request, "campaign.html", viewer, errors={}, form=None, values={},
+                      **context)
+
+    async def edit(request: Request, viewer: Viewer, api: ApiClient, campaign_id: int,
+                   form_name: str, write: Callable[[Any], Awaitable[ApiAnswer]],
+                   rename: Callable[[dict[str, str]], dict[str, str]] = dict,
+                   ) -> Response:
+        """Run one edit form's write; answer its fragment or the page (module doc).
+        ``rename`` maps the API's field names onto the form's."""
+        raw = await request.form()
+        form = {k: str(v) for k, v in raw.items()}
+        try:
+            answer = await write(raw)
+            errors = rename(answer.field_errors())
+        except FieldProblem as exc:
+            errors = {exc.field: exc.problem}
+        if not errors:
+            return done(request, f"/ui/campaigns/{campaign_id}")
+        context = await campaign_context(api, campaign_id)
+        if request.headers.get("HX-Request"):
+            return render(request, f"forms/{form_name}.html", viewer, errors=errors,
+                          form=form_name, values=form, raw=raw, **context)
+        return render(request, "campaign.html", viewer, status=422, errors=errors,
+                      form=form_name, values=form, raw=raw, **context)
+
+    @router.post("/ui/campaigns/{campaign_id}/budget")
+    @page
+    async def budget(request: Request, viewer: Viewer, api: ApiClient,
+                     campaign_id: int) -> Response:
+        async def write(form: Any) -> ApiAnswer:
+            body: dict[str, Any] = {
+                "daily_budget_micros": units_to_micros(form.get("daily_budget", ""),
+                                                       "daily_budget_micros"),
+                "version": int_field(form.get("version", ""), "version")}
+            lifetime = form.get("lifetime_budget", "").strip()
+            body["lifetime_budget_micros"] = (
+                units_to_micros(lifetime, "lifetime_budget_micros") if lifetime else None)
+            return await api.call("PUT", f"/v1/campaigns/{campaign_id}/budget", json=body)
+        return await edit(request, viewer, api, campaign_id, "budget", write)
+
+    @router.post("/ui/campaigns/{campaign_id}/status")
+    @page
+    async def status(request: Request, viewer: Viewer, api: ApiClient,
+                     campaign_id: int) -> Response:
+        async def write(form: Any) -> ApiAnswer:
+            action = "pause" if form.get("action") == "pause" else "resume"
+            body = {"version": int_field(form.get("version", ""), "version")}
+            return await api.call("POST", f"/v1/campaigns/{campaign_id}:{action}", json=body)
+        return await edit(request, viewer, api, campaign_id, "status", write)
+
+    @router.post("/ui/campaigns/{campaign_id}/sale")
+    @page
+    async def sale(request: Request, viewer: Viewer, api: ApiClient,
+                   campaign_id: int) -> Response:
+        async def write(form: Any) -> ApiAnswer:
+            body = {**sale_fields(form, edit=True),
+                    "version": int_field(str(form.get("version", "")), "version")}
+            return await api.call("PATCH", f"/v1/campaigns/{campaign_id}", json=body)
+        return await edit(request, viewer, api, campaign_id, "sale", write)
+
+    def json_patch(name: str, campaign_id: int, api: ApiClient
+                   ) -> Callable[[Any], Awaitable[ApiAnswer]]:
+        async def write(form: Any) -> ApiAnswer:
+            value = json_field(str(form.get(name, "")), name)
+            body = {name: value, "version": int_field(form.get("version", ""), "version")}
+            return await api.call("PATCH", f"/v1/campaigns/{campaign_id}", json=body)
+        return write
+
+    @router.post("/ui/campaigns/{campaign_id}/dayparts")
+    @page
+    async def dayparts(request: Request, viewer: Viewer, api: ApiClient,
+                       campaign_id: int) -> Response:
+        used: list[int] = []
+
+        async def write(form: Any) -> ApiAnswer:
+            parts, rows = dayparts_from_form(form)
+            used.extend(rows)
+            body = {"dayparts": parts,
+                    "version": int_field(str(form.get("version", "")), "version")}
+            return await api.call("PATCH", f"/v1/campaigns/{campaign_id}", json=body)
+        return await edit(request, viewer, api, campaign_id, "dayparts", write,
+                          lambda errors: rows_of_errors(errors, used))
+
+    @router.post("/ui/campaigns/{campaign_id}/targeting")
+    @page
+    async def targeting(request: Request, viewer: Viewer, api: ApiClient,
+                        campaign_id: int) -> Response:
+        return await edit(request, viewer, api, campaign_id, "targeting",
+                          json_patch("targeting", campaign_id, api))
+
+    @router.post("/ui/campaigns/{campaign_id}/ads")
+    @page
+    async def new_ad(request: Request, viewer: Viewer, api: ApiClient,
+                     campaign_id: int) -> Response:
+        async def write(form: Any) -> ApiAnswer:
+            body = {"landing_url": form.get("landing_url", "").strip(),
+                    "creative_ref": form.get("creative_ref", "").strip(),
+                    "format": form.get("format", "").strip(),
+                    "width": int_field(form.get("width", ""), "width"),
+                    "height": int_field(form.get("height", ""), "height")}
+            return await api.call("POST", f"/v1/campaigns/{campaign_id}/ads", json=body)
+        return await edit(request, viewer, api, campaign_id, "ad", write)
+
+    @router.get("/ui/campaigns/{campaign_id}/report.csv")
+    @page
+    async def report_csv(request: Request, viewer: Viewer, api: ApiClient,
+                         campaign_id: int) -> Response:
+        params = {k: v for k, v in request.query_params.items() if k in ("from", "to")}
+        answer = await api.call("GET", f"/v1/campaigns/{campaign_id}/report/rollups",
+                                params={**params, "granularity": "hour"}, accept="text/csv")
+        if not answer.ok:
+            raise ApiFailure(answer)
+        return Response(answer.body, media_type="text/csv; charset=utf-8", headers={
+            "Content-Disposition": f'attachment; filename="campaign-{campaign_id}-hourly.csv"'})
+
+
+def campaign_body(form: dict[str, str], viewer: Viewer) -> dict[str, Any]:
+    """The API body of the new-campaign form (money entered in units)."""
+    advertiser = (viewer.advertiser_id if viewer.is_advertiser
+                  else int_field(form.get("advertiser_id", ""), "advertiser_id"))
+    body: dict[str, Any] = {
+        "advertiser_id": advertiser,
+        "name": form.get("name", ""),
+        "objective": form.get("objective", "clicks"),
+        "bid_type": form.get("bid_type", "CPM"),
+        "bid_micros": units_to_micros(form.get("bid", ""), "bid_micros"),
+        "time_zone": form.get("time_zone", "UTC").strip() or "UTC",
+        "flight_start": form.get("flight_start", ""),
+        "billable_event": form.get("billable_event", "viewable"),
+        **sale_fields(form, edit=False),
+    }
+    daily = form.get("daily_budget", "").strip()
+    if daily:  # left out: the API's rule (optional only with budget_period flight)
+        body["daily_budget_micros"] = units_to_micros(daily, "daily_budget_micros")
+    end = form.get("flight_end", "").strip()
+    if end:
+        body["flight_end"] = end
+    targeting = json_field(form.get("targeting", ""), "targeting")
+    if targeting is not None:
+        body["targeting"] = targeting
+    return body

@@ -1,0 +1,98 @@
+"""The dashboard's page plumbing: the Jinja2 templates and their filters, rendering a page,
+resolving a page's viewer and API client, and the answer to a successful form write.
+
+:class:`Pages` is what every ``/ui`` route module renders through; the routes themselves
+live in :mod:`adfunnel.ui.routes` and :mod:`adfunnel.ui.campaign_pages`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from adfunnel.money import MICROS_PER_UNIT
+from adfunnel.ui import views
+from adfunnel.ui.api_client import ApiAnswer, ApiClient, ApiFailure
+from adfunnel.ui.forms import WEEKDAYS, dayparts_rows, micros_to_units, pretty_json, submitted_rows
+from adfunnel.ui.selling import BUDGET_PERIODS, GOAL_METRICS, PACING_MODES, PRIORITIES
+from adfunnel.ui.session import Sessions, Viewer, current_viewer
+
+HERE = Path(__file__).parent
+STATIC_URL = "/ui/static"
+#: Where a visitor without a live session is sent (a route of the ui router, not a file).
+LOGIN_URL = "/ui/login"
+
+Handler = Callable[..., Awaitable[Response]]
+
+
+def make_templates() -> Jinja2Templates:
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    env = templates.env
+    env.filters["money"] = views.money
+    env.filters["units"] = micros_to_units
+    env.filters["pretty_json"] = pretty_json
+    env.globals["STATIC"] = STATIC_URL
+    env.globals["TONE"] = views.STATUS_TONE
+    env.globals["MICROS_PER_UNIT"] = MICROS_PER_UNIT
+    env.globals["WEEKDAYS"] = WEEKDAYS
+    env.globals["dayparts_rows"] = dayparts_rows
+    env.globals["submitted_rows"] = submitted_rows
+    env.globals["PRIORITIES"] = PRIORITIES
+    env.globals["GOAL_METRICS"] = GOAL_METRICS
+    env.globals["BUDGET_PERIODS"] = BUDGET_PERIODS
+    env.globals["PACING_MODES"] = PACING_MODES
+    return templates
+
+
+class Pages:
+    """Renders templates and wraps page handlers for one ui router; ``sessions`` resolves
+    the viewer from the session cookie."""
+
+    def __init__(self, sessions: Sessions) -> None:
+        self.sessions = sessions
+        self.templates = make_templates()
+
+    def render(self, request: Request, name: str, viewer: Viewer | None, status: int = 200,
+               **context: Any) -> HTMLResponse:
+        return self.templates.TemplateResponse(request, name, {"viewer": viewer, **context},
+                                               status_code=status)
+
+    def page(self, handler: Handler) -> Handler:
+        """Resolve the viewer (else the login page) and open an API client as it; a
+        refused read answers the same status as a page."""
+        @wraps(handler)
+        async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Response:
+            viewer = current_viewer(request, self.sessions)
+            if viewer is None:
+                return RedirectResponse(LOGIN_URL, status_code=303)
+            async with ApiClient(request.app, viewer.principal) as api:
+                try:
+                    return await handler(request, viewer, api, *args, **kwargs)
+                except ApiFailure as exc:
+                    return self._refused(request, viewer, exc.answer)
+        # FastAPI reads the route's parameters from the signature: without these two
+        sig = inspect.signature(handler)
+        wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
+            parameters=[p for n, p in sig.parameters.items() if n not in ("viewer", "api")])
+        return wrapper
+
+    def _refused(self, request: Request, viewer: Viewer, answer: ApiAnswer) -> Response:
+        if answer.status == 401:
+            return RedirectResponse(LOGIN_URL, status_code=303)
+        message = "; ".join(f"{f} {p}".strip() for f, p in answer.field_errors().items())
+        return self.render(request, "error.html", viewer, status=answer.status,
+                           code=answer.status, message=message)
+
+
+def done(request: Request, location: str) -> Response:
+    """A successful write: htmx reloads the page; a plain form follows a redirect."""
+    if request.headers.get("HX-Request"):
+        return Response(status_code=204, headers={"HX-Redirect": location})
+    return RedirectResponse(location, status_code=303)
