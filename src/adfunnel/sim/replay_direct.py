@@ -142,6 +142,8 @@ def direct_report(replayer: Replayer, setup: DirectSetup) -> dict[str, Any]:
     lines = [line_result(sc, ln, run, setup.supply[ln.key]) for ln in sc.lines]
     for ln in lines:
         ln["period"] = periods[ln["key"]]
+        # a direct line bills impressions; its clicks (the click model's) are recorded
+        ln["clicks"] = sum(t.clicks for t in run.ledger_days[ln["key"]].values())
     result: dict[str, Any] = {
         "time_zone": sc.time_zone,
         "week": [week[0].isoformat(), week[-1].isoformat()],
