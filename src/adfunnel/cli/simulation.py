@@ -29,6 +29,7 @@ def replay(
     learn: Annotated[bool, typer.Option(help="Click by an attribute click model, train a click model on the served log of the days before the last, roll it out, serve the last day with it, and report `model`.")] = False,
     catalogue: Annotated[int, typer.Option(min=0, help="Add N run-of-network CPC campaigns (one banner each) so requests have more candidates than the pre-rank keeps; with --learn the report's model.prerank_recall is measured on every model decision.")] = 0,
     api_key: Annotated[str | None, typer.Option(envvar="ADFUNNEL_API_KEY", help="Admin API key of the --server (the started server gets one of its own).", show_default="none, or ADFUNNEL_API_KEY")] = None,
+    direct: Annotated[bool, typer.Option(help="Add a guaranteed line (exchange 2, goal a third of its matching supply) and a sponsorship (exchange 1, share 0.5, two days) and report `direct_lines`.")] = True,
 ) -> None:
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
     from rich.progress import Progress
@@ -51,7 +52,8 @@ def replay(
         result = run_replay(rows, server=server, database_url=database_url, seed=seed,
                             ctr_scale=ctr_scale, pctr_prior=pctr_prior, speed=speed,
                             progress=lambda n: progress.advance(task, n), event_log=event_log,
-                            learn=learn, catalogue=catalogue, api_key=api_key)
+                            learn=learn, catalogue=catalogue, api_key=api_key,
+                            direct=direct)
     report.write_text(json.dumps(result, indent=2))
     print_replay_summary(result)
     console.print(f"report written to {report}")
@@ -76,10 +78,30 @@ def print_replay_summary(result: dict) -> None:
         f"ledger rows {led['rows']}  duplicates rejected {led['duplicates_rejected']}  "
         f"invalid tokens {led['invalid_tokens']}  errors {result['errors'] or 'none'}"
     )
+    for line in _direct_lines_summary(result.get("direct_lines")):
+        console.print(line, markup=False)
     by_source = result["events"].get("injected_by_source") or {}
     if by_source:
         console.print("IVT recall (flagged/injected): " + "  ".join(
             f"{source} {n['flagged']}/{n['injected']}" for source, n in by_source.items()))
+
+
+def _direct_lines_summary(direct: dict | None) -> list[str]:
+    """Each direct line's matching requests, serves, delivered against its goal, billed,
+    a sponsorship's share, and every target's verdict."""
+    if not direct:
+        return []
+    out = []
+    for ln in direct["lines"]:
+        goal = f"/{ln['goal']}" if ln["goal"] is not None else ""
+        share = f"  share {ln['share']}" if "share" in ln else ""
+        out.append(f"{ln['key']} ({ln['kind']}): matching {ln['matching_requests']}  "
+                   f"served {ln['served']}  delivered {ln['delivered']}{goal}  "
+                   f"billed {format_units(ln['billed_micros'])}{share}")
+    for t in direct["targets"]:
+        verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "MISSED")
+        out.append(f"  [{verdict}] {t['line']}: {t['target']}: {t['value']} ({t['limit']})")
+    return out
 
 
 def _judged_days(c: dict) -> str:

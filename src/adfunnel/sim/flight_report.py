@@ -103,8 +103,11 @@ def _line_days(sc: FlightScenario, ln: Line) -> list[date]:
     return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 
-def _line_result(sc: FlightScenario, ln: Line, run: RunResult,
-                 supply: dict[date, int]) -> dict[str, Any]:
+def line_result(sc: FlightScenario, ln: Line, run: RunResult,
+                supply: dict[date, int]) -> dict[str, Any]:
+    """One line's report: per local day of the week its plan (the server's, where
+    exposed), serves, the ledger's figures and its matching requests (``supply``), and
+    its totals; also the replay's direct lines' (:mod:`adfunnel.sim.replay_direct`)."""
     lr = run.lines[ln.key]
     ledger = run.ledger_days[ln.key]
     days = []
@@ -163,7 +166,7 @@ def report(sc: FlightScenario, seed: int, short: bool, per_day: int,
            supply: dict[str, dict[date, int]], run: RunResult, base: RunResult
            ) -> dict[str, Any]:
     """The JSON report of a scenario's two runs (module docstring)."""
-    lines = [_line_result(sc, ln, run, supply[ln.key]) for ln in sc.lines]
+    lines = [line_result(sc, ln, run, supply[ln.key]) for ln in sc.lines]
     direct_served = sum(ln_["served"] for ln_ in lines if ln_["kind"] in
                         ("guaranteed", "sponsorship"))
     with_direct = auction_revenue(sc, run)

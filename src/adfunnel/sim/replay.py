@@ -4,12 +4,14 @@
 2. Create one campaign per iPinYou advertiser through the advertiser API, with bids
    from the advertiser's real CPM or CPC (``train-info.txt``), targeting built from
    attributes present in the log, and daily budgets of which some bind
-   (:mod:`adfunnel.sim.replay_plans`).
+   (:mod:`adfunnel.sim.replay_plans`); and two direct lines, a guaranteed one and a
+   sponsorship, sized from the log's matching supply (:mod:`adfunnel.sim.replay_direct`).
 3. Replay the log in timestamp order on the simulated clock (the server's clock is
    moved with ``PUT /v1/admin/clock``), one ad request per row, firing impression
    beacons for rendered ads and clicks from the click model of
    :mod:`adfunnel.sim.replayer`.
-4. Read the ledger back through the API and report (:mod:`adfunnel.sim.replay_report`).
+4. Read the ledger back through the API and report (:mod:`adfunnel.sim.replay_report`;
+   the direct lines' ``direct_lines``).
 
 Requests carry a 2 s deadline so that the report depends on the seed only, not on the
 machine's load (the report counts late decisions all the same).
@@ -30,6 +32,7 @@ from adfunnel.sim.ipinyou import LogRow
 from adfunnel.sim.ivt_recall import measure_ivt
 from adfunnel.sim.learn import AttributeClicks, split_last_day, train_and_register
 from adfunnel.sim.potential import judge_delivery
+from adfunnel.sim.replay_direct import DirectSetup, direct_report
 from adfunnel.sim.replayer import Replayer
 
 #: Seconds the started server may take to answer /healthz.
@@ -52,6 +55,7 @@ def run_replay(
     learn: bool = False,
     catalogue: int = 0,
     api_key: str | None = None,
+    direct: bool = True,
 ) -> dict[str, Any]:
     """Replay ``rows`` against ``server`` (with its admin key ``api_key``), or against a
     server started here (with an admin key of its own), and report.
@@ -59,6 +63,10 @@ def run_replay(
     ``learn`` (not with ``server``; ValueError): click by :class:`AttributeClicks`, serve the days
     before the last, train a model on their served log, register it, serve the last day
     with it and report ``model`` (:mod:`adfunnel.sim.learn`).
+
+    ``direct`` (the default) adds a guaranteed line and a sponsorship, their goal and
+    budget sized from the rows' matching supply counted before the run, and reports
+    ``direct_lines`` (:mod:`adfunnel.sim.replay_direct`; null without them).
 
     ``catalogue`` adds that many run-of-network CPC campaigns
     (:meth:`Replayer.create_catalogue`), so that requests have more candidates than the
@@ -78,6 +86,7 @@ def run_replay(
         raise ValueError("--learn trains on the served log and ledger of the server the "
                          "replay starts: it cannot be used with --server")
     first, last = first_last(rows)
+    lines = DirectSetup(rows) if direct else None  # sized before the run
     with tempfile.TemporaryDirectory() as tmp:
         work = workdir or Path(tmp)
         proc = None
@@ -123,6 +132,8 @@ def run_replay(
         try:
             replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})
             replayer.create_campaigns(first)
+            if lines is not None:
+                lines.create(replayer)
             replayer.create_catalogue(rows, first, catalogue)
             if learn:
                 replayer.clicks = AttributeClicks(seed)
@@ -141,6 +152,8 @@ def run_replay(
             report = replay_report.report(replayer, first, last)
             report["delivery"] = judge_delivery(
                 report["campaigns"], replay_report.potential(replayer, rows, pctr_prior))
+            report["direct_lines"] = (direct_report(replayer, lines) if lines is not None
+                                      else None)
         finally:
             replayer.close()
             if proc is not None:

@@ -68,8 +68,9 @@ def landing_url(advertiser: str) -> str:
     return f"https://adv{advertiser}.example/landing?src=adfunnel&adv={advertiser}&q=a%20b"
 
 
-def ad_request(row: LogRow) -> dict[str, Any]:
-    """The ad request a feed would send for one log row."""
+def ad_request(row: LogRow, request_id: str | None = None) -> dict[str, Any]:
+    """The ad request a feed would send for one log row (named ``request_id`` when
+    given; else the server names it)."""
     device, os_name, browser = split_useragent(row.useragent)
     attrs: dict[str, Any] = {
         "geo.country": "CN", "geo.region": f"CN-{row.region}", "geo.city": row.city,
@@ -77,7 +78,7 @@ def ad_request(row: LogRow) -> dict[str, Any]:
     }
     if row.usertags:
         attrs["interests"] = list(row.usertags)
-    return {
+    out: dict[str, Any] = {
         "user": {"key": row.user, "attributes": attrs},
         "placement": {"id": row.slot_id, "exchange": row.exchange, "domain": row.domain,
                       "reserve_cpm_micros": row.slot_price_fen * MICROS_PER_FEN},
@@ -87,3 +88,6 @@ def ad_request(row: LogRow) -> dict[str, Any]:
         # late decision (204) would make the report depend on timing
         "deadline_ms": REPLAY_DEADLINE_MS,
     }
+    if request_id is not None:
+        out["request_id"] = request_id
+    return out

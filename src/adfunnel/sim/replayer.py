@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -28,8 +28,10 @@ import httpx
 
 from adfunnel.money import MICROS_PER_FEN, MICROS_PER_UNIT
 from adfunnel.sim.catalogue import CAMPAIGNS_PER_ADVERTISER, catalogue
+from adfunnel.sim.flight import campaign_body
+from adfunnel.sim.flight_scenarios import FlightScenario, Line
 from adfunnel.sim.invalid import InvalidTraffic, row_address
-from adfunnel.sim.ipinyou import LogRow, read_train_info
+from adfunnel.sim.ipinyou import CHINA, LogRow, read_train_info
 from adfunnel.sim.learn import AttributeClicks
 from adfunnel.sim.replay_plans import SIZES, ad_request, landing_url, plans
 from adfunnel.sim.server_proc import auth_headers
@@ -87,6 +89,10 @@ class Replayer:
         self.capped_serves: dict[tuple[str, int, str], int] = defaultdict(int)
         self.catalogue_ids: set[int] = set()  # --catalogue campaigns
         self.catalogue_slots = 0  # slots those won
+        # direct lines (adfunnel.sim.replay_direct): campaign id -> {line, goal,
+        # budget_micros}, and their serves per local day from the answers received
+        self.direct: dict[int, dict[str, Any]] = {}
+        self.direct_served: dict[int, dict[date, int]] = defaultdict(lambda: defaultdict(int))
         self._unsettled = False  # beacons sent since the server's events last settled
 
     def close(self) -> None:
@@ -148,6 +154,26 @@ class Replayer:
             ad = self._post(f"/v1/campaigns/{campaign['id']}/ads", c.ad_body())
             self.landing[ad["id"]] = ad["landing_url"]
 
+    def create_direct(self, sc: FlightScenario, line: Line, goal: int | None,
+                      budget_micros: int | None) -> None:
+        """One direct line of ``sc`` (a guaranteed ``goal`` in impressions, a
+        sponsorship's daily ``budget_micros``) under an advertiser of its own, with an
+        ad of each of the nine's sizes, by the body a flight line has
+        (:func:`adfunnel.sim.flight.campaign_body`)."""
+        adv = self._post("/v1/advertisers", {"name": line.key})
+        campaign = self._post("/v1/campaigns",
+                              campaign_body(sc, line, adv["id"], goal, budget_micros))
+        self.direct[campaign["id"]] = {"line": line, "goal": goal,
+                                       "budget_micros": budget_micros}
+        for size in SIZES:
+            w, h = (int(x) for x in size.split("x"))
+            ad = self._post(f"/v1/campaigns/{campaign['id']}/ads", {
+                "landing_url": f"https://{line.key}.example/landing",
+                "creative_ref": f"direct/{line.key}/{size}.png",
+                "format": "banner", "width": w, "height": h,
+            })
+            self.landing[ad["id"]] = ad["landing_url"]
+
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         r = self.http.post(path, json=body)
         if r.status_code >= 400:
@@ -192,7 +218,10 @@ class Replayer:
         s = self.stats
         s.requests += 1
         t0 = time.perf_counter()
-        r = self.http.post("/v1/ads:select", json=ad_request(row))
+        # the request's id names the row (the seed's run, its place in it): a
+        # sponsorship's share draw depends on it, so the report on the seed only
+        r = self.http.post("/v1/ads:select",
+                           json=ad_request(row, f"replay-{self.seed}-{s.requests}"))
         s.latencies_ms.append((time.perf_counter() - t0) * 1000)
         if r.status_code == 204:
             return
@@ -203,6 +232,9 @@ class Replayer:
             s.filled_slots += 1
             self.catalogue_slots += ad["campaign_id"] in self.catalogue_ids
             self._count_capped(row, ad["campaign_id"])
+            if ad["campaign_id"] in self.direct:
+                day = row.timestamp.astimezone(CHINA).date()
+                self.direct_served[ad["campaign_id"]][day] += 1
             self._beacons(ad, ctr_by_campaign.get(ad["campaign_id"], 0.0), row)
 
     def _count_capped(self, row: LogRow, campaign_id: int) -> None:
