@@ -4,6 +4,7 @@ than the window must not weigh the hours it lived twice double."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ def test_lived_hours_count_every_hour_once(first_h: int, span: int) -> None:
     assert got.max() - got.min() <= 1
     # the hours of day that come first from the first hour are the ones lived more
     order = [(first_h + i) % 24 for i in range(24)]
-    assert all(got[a] >= got[b] for a, b in zip(order, order[1:], strict=False))
+    assert all(got[a] >= got[b] for a, b in pairwise(order))
 
 
 def test_a_young_campaign_with_even_traffic_has_an_even_shape() -> None:

@@ -241,8 +241,8 @@ def shape_matrix(campaign_ids: np.ndarray, zone_of: np.ndarray, zones: list[str]
 def local_shape(counts: dict[datetime, int], tz: str, now: datetime) -> list[float]:
     """24 weights by local hour of day, the means per lived hour
     (:func:`~adfunnel.pacing.hour_means.mean_shapes` of this one campaign: an hour it
-    has not lived weighs as its average lived hour), normalised to sum 1; all zero when there is no traffic. Hours from
-    the current hour on are left out."""
+    has not lived weighs as its average lived hour), normalised to sum 1; all zero when
+    there is no traffic. Hours from the current hour on are left out."""
     z = zone(tz)
     end = hour_start(now)
     counts = {h: n for h, n in counts.items() if h < end}

@@ -10,7 +10,8 @@ nothing here is tuned to the figures.
   the scenario's render rate, reach the plan), judged twice: against the server's
   plan (the day's allotment it exposes) and against the simulation's own reference
   plan (:func:`reference_plan`), which the server cannot move: a server whose plan
-  collapses (and is then met) passes the first and misses the second;
+  collapses (and is then met) passes the first and misses the second. The day of a
+  goal edit is judged by neither: its plan changed within it;
 - a goal traffic cannot meet: served on at least 95 % of its matching requests, the
   shortfall reported (that it starves nobody is the other lines' own targets);
 - sponsorship: served / matching requests within ±3 points of its share;
@@ -45,7 +46,8 @@ def reference_plan(ln: dict[str, Any], spec: Line, first_day: date) -> dict[str,
     days = [d for d in ln["days"] if d["in_flight"]]
     goals = [g for _, g in ln["goal_history"]]
     out: dict[str, int | None] = {}
-    edit = date.fromordinal(first_day.toordinal() + spec.edits[0].day) if spec.edits else None
+    iso = _edit_day(spec, first_day)
+    edit = None if iso is None else date.fromisoformat(iso)
     before = [d for d in days if edit is None or date.fromisoformat(d["day"]) < edit]
     after = [d for d in days if edit is not None and date.fromisoformat(d["day"]) >= edit]
     total = sum(d["matching_requests"] for d in before) + sum(
@@ -110,8 +112,10 @@ def _guaranteed(ln: dict[str, Any], spec: Line, render: float, first_day: date |
     ratio = ln["delivered"] / goal
     out.append(_row(key, "delivered / goal by flight end", round(ratio, 4),
                     f"{DELIVERY_MIN}-1.0", DELIVERY_MIN <= ratio <= 1.0))
+    edited = {_edit_day(spec, first_day)} - {None}
     out.append(_day_row(key, ln["days"], "planned_impressions", render,
-                        "worst day |delivered - planned| / planned (server's plan)"))
+                        "worst day |delivered - planned| / planned (server's plan)",
+                        skip=edited))
     if first_day is not None:
         ref = reference_plan(ln, spec, first_day)
         for d in ln["days"]:
@@ -122,15 +126,23 @@ def _guaranteed(ln: dict[str, Any], spec: Line, render: float, first_day: date |
     return out
 
 
+def _edit_day(spec: Line, first_day: date | None) -> str | None:
+    """The local day (ISO) of the line's goal edit, None without one."""
+    if not spec.edits or first_day is None:
+        return None
+    return date.fromordinal(first_day.toordinal() + spec.edits[0].day).isoformat()
+
+
 def _day_row(key: str, days: list[dict[str, Any]], field: str, render: float,
-             target: str) -> dict[str, Any]:
+             target: str, skip: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
     """The worst in-flight day's relative gap between delivered and ``field`` (a plan),
-    over the days whose plan is positive and whose supply allows it."""
+    over the days whose plan is positive and whose supply allows it, but ``skip`` (a
+    goal edit's own day: the plan read at 01:00 is not the plan the day ended on)."""
     worst: float | None = None
     judged_days = 0
     for d in days:
         plan = d.get(field)
-        if not d["in_flight"] or plan is None or plan <= 0:
+        if not d["in_flight"] or plan is None or plan <= 0 or d["day"] in skip:
             continue
         if d["matching_requests"] * render < plan:  # the day's supply does not allow
             continue
