@@ -142,7 +142,7 @@ def test_a_new_campaign_takes_the_placement_average_at_the_next_poll(tmp_path,
     reads: list[int] = []
     real = proc.traffic.by_utc_hour
     monkeypatch.setattr(proc.traffic, "by_utc_hour",
-                        lambda since: (reads.append(1), real(since))[1])
+                        lambda since, until=None: (reads.append(1), real(since, until))[1])
     clock.advance(60)
     new = create("new")
     proc.poll_changes()

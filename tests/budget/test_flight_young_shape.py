@@ -1,15 +1,16 @@
 """A flight whose campaign gets a traffic shape of its own from its first hours: the
 budget process trusts a campaign's own shape once it has logged ``MIN_REQUESTS``
-eligible requests, which a busy campaign reaches in its first hours; the hours it has
-not lived through yet read zero in that shape. A flight plan made from it must not
-take zero for "no traffic": a one-day guaranteed line given such a shape at 03:00
-stopped for the rest of its day (its plan said the whole flight was due by then, and
-the re-plan's 1.5x cap of a zero rate is zero): 68 of a goal of 600 delivered with
-1,728 matching requests, every later request turned away as ``goal_met``."""
+eligible requests, which a busy campaign reaches in its first hours. When the hours it
+had not lived through yet read zero in that shape, a one-day guaranteed line given it
+at 03:00 stopped for the rest of its day (its plan said the whole flight was due by
+then, and the re-plan's 1.5x cap of a zero rate is zero): 68 of a goal of 600
+delivered with 1,728 matching requests, every later request turned away as
+``goal_met``. The log's shape now weighs unlived hours as the placement does
+(``pacing.hour_means``)."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -24,18 +25,31 @@ from adfunnel.campaigns.model import (
     Priority,
 )
 from adfunnel.pacing.flight import flight_hours
+from adfunnel.pacing.traffic_log import MIN_REQUESTS, shapes
 
 from .flight_sim import FlightSim
 
 DAY = date(2026, 11, 4)
-#: what a refresh at 03:00 gives a campaign first seen at 00:00: its hours 0-2 only
-FIRST_HOURS = np.array([1 / 3] * 3 + [0.0] * 21)
+T0 = datetime(2026, 11, 4, tzinfo=UTC)
+#: a placement's older campaign (dense 09-22) and the new one's first three hours
+OLD = {T0 - timedelta(days=1, hours=-h): (40 if 9 <= h % 24 < 22 else 4) for h in range(27)}
+NEW = {T0 + timedelta(hours=h): MIN_REQUESTS for h in range(3)}
+#: what a refresh at 03:00 gives the new campaign
+FIRST_HOURS = np.array(shapes({1: NEW, 2: OLD}, {1: "UTC", 2: "UTC"},
+                              T0 + timedelta(hours=3))[1])
 
 
-def test_hours_a_shape_has_not_seen_weigh_as_an_average_hour() -> None:
+def test_hours_a_young_shape_has_not_lived_weigh_as_the_placement() -> None:
     h = flight_hours(DAY, DAY, "UTC", FIRST_HOURS)
-    assert (h.weight[3:] > 0).all()
-    assert h.weight[0] == pytest.approx(h.weight[10])
+    assert (h.weight > 0).all()
+    # scaled to the new one's level on 00-02, where it is 50x the placement's
+    assert h.weight[10] == pytest.approx(10 * h.weight[0])
+
+
+def test_a_lived_hour_without_traffic_stays_zero() -> None:
+    shape = [0.0] * 3 + [1.0] * 21
+    h = flight_hours(DAY, DAY, "UTC", shape)
+    assert (h.weight[:3] == 0).all() and (h.weight[3:] > 0).all()
 
 
 def test_a_shape_without_any_weight_is_still_flat() -> None:

@@ -140,15 +140,17 @@ def test_bulk_shapes_equal_the_per_campaign_shapes(traffic_log: SqlTrafficLog) -
     counts = {(cid, t0 + timedelta(hours=h)): rnd.randint(0, 9)
               for cid in (1, 2, 3, 4, 7) for h in range(7 * 24)}
     counts[(6, t0)] = 3  # too little history: the average
+    for h in range(7 * 24 - 36, 7 * 24):  # a young one: its last day and a half
+        counts[(8, t0 + timedelta(hours=h))] = 50 + h % 24
     traffic_log.add({k: v for k, v in counts.items() if v})
     now = t0 + timedelta(days=7)
     zones = ["UTC", "Europe/Vienna", "America/New_York", "Asia/Kolkata"]
     ids, zone_of = np.arange(1, 10), np.array([0, 1, 2, 3, 0, 1, 2, 3, 0])
     own, matrix, average = shape_matrix(ids, zone_of, zones,
-                                        traffic_log.by_utc_hour(window_start(now)), now)
+                                        traffic_log.by_utc_hour(window_start(now), now), now)
     ref = shapes(traffic_log.hourly(window_start(now)),
-                 {int(c): zones[z] for c, z in zip(ids, zone_of, strict=True)})
-    assert own.tolist() == [1, 2, 3, 4, 7]
+                 {int(c): zones[z] for c, z in zip(ids, zone_of, strict=True)}, now)
+    assert own.tolist() == [1, 2, 3, 4, 7, 8]
     for cid, row in zip(own.tolist(), matrix, strict=True):
         assert np.allclose(row, ref[cid])
     assert np.allclose(average, ref[9])

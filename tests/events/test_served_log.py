@@ -177,10 +177,10 @@ def test_records_round_trip_through_hourly_parquet(tmp_path: Path, world: World)
         assert row["exploration"] is None and row["model_version"] is None
         won = [(w["slot_id"], w["impression_id"], w["ad_id"], w["campaign_id"],
                 w["price_micros"], w["charge_micros"], w["pctr"], w["total_micros"],
-                w["pacing_p"]) for w in row["winners"]]
+                w["pacing_p"], w["tier"]) for w in row["winners"]]
         assert won == [(p.win.slot_id, p.served.impression_id, p.ad.id, p.campaign.id,
                         p.win.price_micros, p.charge_micros, p.win.candidate.pctr,
-                        p.win.candidate.total, 1.0) for p in d.placed]
+                        p.win.candidate.total, 1.0, "auction") for p in d.placed]
         assert len(won) == 2
     # the paused campaign is a rejection in every decision; explain ones name each ad
     assert all(dict(r["reason_counts"]).get("paused") == 1 for r in rows)
@@ -191,6 +191,29 @@ def test_records_round_trip_through_hourly_parquet(tmp_path: Path, world: World)
     # the golf campaign wins only for golf fans
     assert query(tmp_path, "SELECT DISTINCT request_id FROM served, unnest(winners) AS t(w) "
                            "WHERE w.campaign_id = 5 ORDER BY 1") == [("r004",), ("r016",)]
+
+
+def test_records_written_before_tiers_read_with_a_null_tier(tmp_path: Path,
+                                                            world: World) -> None:
+    """An hour compacted before winners had a tier and one after it read as one table
+    (DuckDB unions the files by name); the old winners' tier is null."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    log = _served_log(tmp_path, world)
+    _record_hours(world, log)
+    log.close()
+    compact(tmp_path, START.replace(hour=11, minute=10))
+    old = parquet_path(tmp_path, ("2026-03-08", "09"))
+    table = pq.read_table(old)
+    i = table.schema.get_field_index("winners")
+    fields = [f for f in table.schema.field(i).type.value_type if f.name != "tier"]
+    winners = pa.array([[{f.name: w[f.name] for f in fields} for w in ws]
+                        for ws in table.column(i).to_pylist()], pa.list_(pa.struct(fields)))
+    pq.write_table(table.set_column(i, "winners", winners), old)
+    got = query(tmp_path, "SELECT hour, w.tier, count(*) FROM served, unnest(winners) AS t(w)"
+                          " GROUP BY ALL ORDER BY 1")
+    assert got == [(9, None, 26), (10, "auction", 14)]
 
 
 def test_raw_lines_decode_into_the_record_type(tmp_path: Path, world: World) -> None:

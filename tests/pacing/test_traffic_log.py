@@ -31,24 +31,27 @@ def test_counter_buckets_by_utc_hour_and_drains() -> None:
 
 def test_local_shape_follows_the_campaign_time_zone() -> None:
     # all traffic at 10:00Z: 12:00 in Vienna (CEST), 06:00 in New York (EDT)
-    counts = {T0 + timedelta(hours=10): 50}
-    vienna = local_shape(counts, "Europe/Vienna")
-    new_york = local_shape(counts, "America/New_York")
+    counts = {T0: 0, T0 + timedelta(hours=10): 50}  # lived from 00:00Z for a day
+    now = T0 + timedelta(days=1)
+    vienna = local_shape(counts, "Europe/Vienna", now)
+    new_york = local_shape(counts, "America/New_York", now)
     assert vienna[12] == 1.0 and sum(vienna) == 1.0
     assert new_york[6] == 1.0
 
 
 def test_new_campaign_gets_the_placement_average() -> None:
-    busy = {T0 + timedelta(hours=h): MIN_REQUESTS for h in (8, 9)}
-    traffic = {1: busy, 2: {T0 + timedelta(hours=20): MIN_REQUESTS}, 3: {T0: 3}}
-    got = shapes(traffic, {1: "UTC", 2: "UTC", 3: "UTC", 4: "UTC"})
-    assert got[1][8] == pytest.approx(0.5) and got[2][20] == 1.0
+    # 1 and 2 lived the whole day (a request at 00:00), 3 too little
+    busy = {T0: 1} | {T0 + timedelta(hours=h): MIN_REQUESTS for h in (8, 9)}
+    traffic = {1: busy, 2: {T0: 1, T0 + timedelta(hours=20): MIN_REQUESTS}, 3: {T0: 3}}
+    got = shapes(traffic, {1: "UTC", 2: "UTC", 3: "UTC", 4: "UTC"}, T0 + timedelta(days=1))
+    assert got[1][8] == pytest.approx(0.5, rel=0.01) and got[2][20] == pytest.approx(1, rel=0.01)
     assert got[3] == got[4]  # too little history / none: the average of the others
-    assert got[4][8] == pytest.approx(0.25) and got[4][20] == pytest.approx(0.5)
+    assert got[4][8] == pytest.approx(0.25, rel=0.01)
+    assert got[4][20] == pytest.approx(0.5, rel=0.01)
 
 
 def test_no_history_anywhere_is_flat() -> None:
-    assert shapes({}, {1: "UTC"})[1] == [1 / 24] * 24
+    assert shapes({}, {1: "UTC"}, T0)[1] == pytest.approx([1 / 24] * 24)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

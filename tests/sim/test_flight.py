@@ -191,10 +191,14 @@ def test_the_reference_plan_after_a_goal_edit() -> None:
 
 def test_a_goal_beyond_supply_is_judged_on_the_matching_requests_served() -> None:
     spec = Line("s", "guaranteed", 7_000_000, goal_of_supply=2.0)
-    line = {**_g(0, 0), "key": "s", "served": 95, "matching_requests": 100}
-    key = ("s", "served on its matching requests (goal beyond supply)")
+    line = {**_g(0, 0), "key": "s", "served": 98, "matching_requests": 100}
+    key = ("s", "served on its matching requests no sponsorship filled (goal beyond supply)")
     assert _verdicts([line], [spec])[key] is True
-    assert _verdicts([{**line, "served": 94}], [spec])[key] is False
+    assert _verdicts([{**line, "served": 97}], [spec])[key] is False
+    # a sponsorship (served first) filled 10 of them: 89 of the 90 left is enough
+    taken = {**line, "served": 89, "matching_filled_by_sponsorship": 10}
+    assert _verdicts([taken], [spec])[key] is True
+    assert _verdicts([{**taken, "served": 88}], [spec])[key] is False
 
 
 def test_sponsorship_share_within_three_points() -> None:
@@ -246,6 +250,7 @@ def _structure(r: dict[str, Any], days: int) -> None:
             assert "share" in ln
         if ln["kind"] == "guaranteed":
             assert {"goal", "over_delivery", "shortfall", "goal_cost_micros"} <= set(ln)
+            assert 0 <= ln["matching_filled_by_sponsorship"] <= ln["matching_requests"]
     a = r["auction"]
     assert a["with_direct_lines"]["total_micros"] > 0
     assert a["without_direct_lines"]["total_micros"] > 0

@@ -51,7 +51,7 @@ from adfunnel.budget.states import WARMUP_S
 from adfunnel.campaigns.model import Campaign, ChangeRecord
 from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import Clock
-from adfunnel.pacing.traffic_log import SqlTrafficLog, shape_matrix, window_start
+from adfunnel.pacing.traffic_log import SqlTrafficLog, hour_start, shape_matrix, window_start
 from adfunnel.periodic import Job, Ticker
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ class BudgetServiceProcess:
             return 0
         now = self.clock.now()
         since = window_start(now)
-        traffic = self.traffic.by_utc_hour(since)
+        traffic = self.traffic.by_utc_hour(since, hour_start(now))
         with self.lock:
             owned = self.service.owned()
         ids, matrix, average = shape_matrix(owned.ids, owned.tz, owned.zones, traffic, now)

@@ -69,6 +69,9 @@ class WinnerRecord(msgspec.Struct, forbid_unknown_fields=False):
     total_micros: float
     pacing_p: float | None = None
     propensity: float | None = None
+    #: the tier that filled the slot: sponsorship, guaranteed or auction (None: a
+    #: record written before tiers were logged)
+    tier: str | None = None
 
 
 class ServedRecord(msgspec.Struct, forbid_unknown_fields=False):

@@ -95,34 +95,14 @@ class FlightHours:
         return np.clip((self.end_s - now_s) / np.maximum(span, 1e-9), 0.0, 1.0)
 
 
-def unseen_filled(shape: np.ndarray) -> np.ndarray:
-    """``shape`` with each zero weight replaced by the mean of its positive ones (a copy;
-    all zero stays all zero).
-
-    Why: a campaign's own shape is trusted once it has logged ``MIN_REQUESTS`` eligible
-    requests (``pacing.traffic_log``), which a busy new campaign reaches in its first
-    hours, and the hours it has not lived through yet read zero. A flight plan that took
-    them for no traffic said the whole flight was due by the last hour seen, and the
-    re-plan's cap (1.5x a zero rate) stopped the line for the rest of its first day
-    (``tests/budget/test_flight_young_shape.py``). A real quiet hour over a week of
-    traffic is rarely exactly zero; planning it as an average hour costs at most a
-    re-plan's catch-up in the hours after it.
-    """
-    out = np.array(shape, dtype=np.float64)
-    seen = out > 0
-    if seen.any() and not seen.all():
-        out[~seen] = out[seen].mean()
-    return out
-
-
 def flight_hours(first: date, last: date, tz: str, shape: Sequence[float],
                  dayparts: Sequence[Daypart] = ()) -> FlightHours:
     """The hours of local days ``first``..``last`` in ``tz`` up to 23:30 of ``last``.
 
     ``shape``: 24 hour-of-day or 168 hour-of-week (Monday 00:00 first) non-negative
-    traffic weights of local wall-clock hours. An hour of zero weight in a shape with
-    some weight weighs as the shape's average positive hour (:func:`unseen_filled`).
-    Where the shape has no weight at all, each serving hour weighs 1 (a flat forecast);
+    traffic weights of local wall-clock hours (a campaign's shape weighs the hours it has
+    not lived yet as the placement does: :mod:`adfunnel.pacing.hour_means`). Where the
+    shape has no weight at all, each serving hour weighs 1 (a flat forecast);
     where the dayparts leave no hour, every hour is zero.
 
     Raises:
@@ -134,7 +114,6 @@ def flight_hours(first: date, last: date, tz: str, shape: Sequence[float],
         raise ValueError("shape needs 24 or 168 finite non-negative weights")
     if last < first:
         raise ValueError("flight ends before it starts")
-    w = unseen_filled(w)
     z = zone(tz)
     t0 = day_bounds(first, tz)[0].timestamp()
     t_end = day_bounds(last, tz)[1].timestamp() - END_MARGIN_MINUTES * 60

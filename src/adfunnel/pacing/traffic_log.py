@@ -3,7 +3,10 @@
 Ad servers count, per campaign and UTC hour, the requests that passed targeting, status
 and schedule (the traffic the campaign could reach, before budget and pacing) and add
 them to the ``eligible_traffic`` table every few seconds. The budget service turns the
-last 7 days into a 24-hour shape in each campaign's local time; a campaign without
+last 7 days into a 24-hour shape in each campaign's local time — the mean requests of
+each hour of day over the hours the campaign has lived, the current unfinished hour left
+out (:mod:`adfunnel.pacing.hour_means`: a young campaign's sums would weigh the hours it
+has lived twice double); a campaign without
 history gets the average shape of all campaigns (the placement average), and with no
 history at all the shape is flat.
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from itertools import repeat
 
 import numpy as np
@@ -30,6 +33,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from adfunnel.campaigns.schedule import zone
 from adfunnel.db import connection_guard
 from adfunnel.dense import DENSE_IDS, DenseIds
+from adfunnel.pacing.hour_means import lived_hours, mean_shapes
 from adfunnel.pacing.traffic_tables import eligible_traffic
 
 HOURS = 24
@@ -142,9 +146,7 @@ class SqlTrafficLog:
         q = select(eligible_traffic).where(eligible_traffic.c.hour_start >= since)
         with connection_guard(self.engine), self.engine.connect() as conn:
             for row in conn.execute(q):
-                hour = row.hour_start
-                hour = hour.replace(tzinfo=UTC) if hour.tzinfo is None else hour
-                out[row.campaign_id][hour] = row.requests
+                out[row.campaign_id][_utc(row.hour_start)] = row.requests
         return dict(out)
 
     def requests_since(self, campaign_ids: Iterable[int], since: datetime) -> dict[int, int]:
@@ -162,21 +164,35 @@ class SqlTrafficLog:
                     out[int(cid)] = int(n)
         return out
 
-    def by_utc_hour(self, since: datetime) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Requests since ``since`` summed per campaign and UTC hour of day: (campaign
-        ids, hours 0-23, requests), int64 columns; one aggregate query."""
+    def by_utc_hour(self, since: datetime, until: datetime | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Requests in hours ``since`` <= hour < ``until`` (None: no end) summed per
+        campaign and UTC hour of day: (campaign ids, hours 0-23, requests, first hour
+        start of each group in Unix s), int64 columns; one aggregate query."""
         hour = _utc_hour(self.engine).label("h")
         t = eligible_traffic.c
-        q = (select(t.campaign_id, hour, func.sum(t.requests))
-             .where(t.hour_start >= since).group_by(t.campaign_id, hour))
+        cond = t.hour_start >= since
+        if until is not None:
+            cond = cond & (t.hour_start < until)
+        q = (select(t.campaign_id, hour, func.sum(t.requests), func.min(t.hour_start))
+             .where(cond).group_by(t.campaign_id, hour))
         with connection_guard(self.engine), self.engine.connect() as conn:
             rows = conn.execute(q).all()
         if not rows:
             empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, empty
-        ids, hours, counts = zip(*rows, strict=True)
+            return empty, empty, empty, empty
+        ids, hours, counts, firsts = zip(*rows, strict=True)
+        first_s = [int(_utc(f).timestamp()) for f in firsts]
         return (np.array(ids, dtype=np.int64), np.array(hours, dtype=np.int64),
-                np.array(counts, dtype=np.int64))
+                np.array(counts, dtype=np.int64), np.array(first_s, dtype=np.int64))
+
+
+def _utc(at: datetime | str) -> datetime:
+    """A stored hour start as an aware UTC datetime (SQLite gives naive UTC wall time,
+    and an aggregate over it a string)."""
+    if isinstance(at, str):
+        at = datetime.fromisoformat(at)
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
 def _utc_hour(engine: Engine) -> ColumnElement[int]:
@@ -188,56 +204,90 @@ def _utc_hour(engine: Engine) -> ColumnElement[int]:
 
 
 def shape_matrix(campaign_ids: np.ndarray, zone_of: np.ndarray, zones: list[str],
-                 traffic: tuple[np.ndarray, np.ndarray, np.ndarray], now: datetime,
-                 ) -> tuple[np.ndarray, np.ndarray, list[float]]:
+                 traffic: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+                 now: datetime) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """:func:`shapes` in bulk: the campaigns (of ``campaign_ids``, time zone
     ``zones[zone_of[i]]``) with at least ``MIN_REQUESTS`` logged and their local shapes
-    (k × 24, each summing to 1), and the average of those shapes (flat without any),
-    which every other campaign gets. ``traffic`` is :meth:`SqlTrafficLog.by_utc_hour`."""
-    ids, hours, counts = traffic
+    (k × 24, each summing to 1: means per lived hour, :mod:`adfunnel.pacing.hour_means`),
+    and the average of those shapes (flat without any), which every other campaign
+    gets. ``traffic`` is :meth:`SqlTrafficLog.by_utc_hour` up to the current hour."""
+    ids, hours, counts, first_s = traffic
     order = np.argsort(campaign_ids, kind="stable")
     sorted_ids = campaign_ids[order]
     pos = np.searchsorted(sorted_ids, ids)
     pos = np.minimum(pos, max(len(sorted_ids) - 1, 0))
     known = (sorted_ids[pos] == ids) if len(sorted_ids) else np.zeros(len(ids), dtype=bool)
-    ids, hours, counts, camp = ids[known], hours[known], counts[known], order[pos[known]]
+    hours, counts, first_s, camp = hours[known], counts[known], first_s[known], order[pos[known]]
+    uniq, row = np.unique(camp, return_inverse=True)
+    sums = np.zeros((len(uniq), HOURS))
+    np.add.at(sums, (row, hours), counts.astype(np.float64))
+    first = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, row, first_s)
+    own = sums.sum(axis=1) >= MIN_REQUESTS
+    lived = lived_hours(first[own], hour_start(now).timestamp())
     offsets = np.array([int(zone(z).utcoffset(now).total_seconds() // 60) for z in zones]
                        or [0], dtype=np.int64)
-    local = ((hours * 60 + offsets[zone_of[camp]]) // 60) % HOURS
-    uniq, row = np.unique(camp, return_inverse=True)
-    m = np.zeros((len(uniq), HOURS))
-    np.add.at(m, (row, local), counts.astype(np.float64))
-    total = m.sum(axis=1)
-    own = total >= MIN_REQUESTS
-    shapes_own = m[own] / total[own][:, None]
-    average = (shapes_own.mean(axis=0).tolist() if len(shapes_own)
-               else [1.0 / HOURS] * HOURS)
-    return campaign_ids[uniq[own]], shapes_own, average
+    # UTC hour h of a campaign is local hour (h*60 + offset) // 60 (one to one)
+    local = ((np.arange(HOURS)[None, :] * 60 + offsets[zone_of[uniq[own]]][:, None]) // 60
+             ) % HOURS
+    at = np.arange(int(own.sum()))[:, None]
+    s_local, l_local = np.zeros_like(lived, dtype=np.float64), np.zeros_like(lived)
+    s_local[at, local] = sums[own]
+    l_local[at, local] = lived
+    shaped, average = mean_shapes(s_local, l_local)
+    return campaign_ids[uniq[own]], shaped, average.tolist()
 
 
-def local_shape(counts: dict[datetime, int], tz: str) -> list[float]:
-    """24 weights by local hour of day (sums over days), normalised to sum 1; all zero
-    when there is no traffic."""
+def local_shape(counts: dict[datetime, int], tz: str, now: datetime) -> list[float]:
+    """24 weights by local hour of day, the means per lived hour
+    (:func:`~adfunnel.pacing.hour_means.mean_shapes` of this one campaign: an hour it
+    has not lived weighs as its average lived hour), normalised to sum 1; all zero when
+    there is no traffic. Hours from the current hour on are left out."""
     z = zone(tz)
-    by_hour = [0.0] * HOURS
-    for hour_start, n in counts.items():
-        by_hour[hour_start.astimezone(z).hour] += n
-    total = sum(by_hour)
-    return [v / total for v in by_hour] if total else by_hour
+    end = hour_start(now)
+    counts = {h: n for h, n in counts.items() if h < end}
+    if not sum(counts.values()):
+        return [0.0] * HOURS
+    sums, lived = _local_sums(counts, z, end)
+    return mean_shapes(sums[None, :], lived[None, :])[0][0].tolist()
 
 
-def shapes(
-    traffic: dict[int, dict[datetime, int]], zones: dict[int, str]
-) -> dict[int, list[float]]:
-    """The curve shape of every campaign in ``zones``: its own when it has at least
-    ``MIN_REQUESTS`` logged, else the average of those that do, else flat."""
-    own = {cid: local_shape(traffic.get(cid, {}), tz) for cid, tz in zones.items()
-           if sum(traffic.get(cid, {}).values()) >= MIN_REQUESTS}
-    if own:
-        average = [sum(s[h] for s in own.values()) / len(own) for h in range(HOURS)]
-    else:
-        average = [1.0 / HOURS] * HOURS
-    return {cid: own.get(cid, average) for cid in zones}
+def _local_sums(counts: dict[datetime, int], z: tzinfo, end: datetime
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Requests and lived hours by local hour of day, each hour named exactly."""
+    sums, lived = np.zeros(HOURS), np.zeros(HOURS, dtype=np.int64)
+    for at, n in counts.items():
+        sums[at.astimezone(z).hour] += n
+    at = min(counts)
+    while at < end:
+        lived[at.astimezone(z).hour] += 1
+        at += timedelta(hours=1)
+    return sums, lived
+
+
+def shapes(traffic: dict[int, dict[datetime, int]], zones: dict[int, str], now: datetime,
+           ) -> dict[int, list[float]]:
+    """The curve shape of every campaign in ``zones`` (one by one, each hour named
+    exactly: the reference :func:`shape_matrix` is checked against): its own when it
+    has at least ``MIN_REQUESTS`` logged before the current hour, else the average of
+    those that do, else flat."""
+    end = hour_start(now)
+    rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for cid, tz in zones.items():
+        counts = {h: n for h, n in traffic.get(cid, {}).items() if h < end}
+        if sum(counts.values()) >= MIN_REQUESTS:
+            rows[cid] = _local_sums(counts, zone(tz), end)
+    own = list(rows)
+    sums = np.array([rows[c][0] for c in own]).reshape(len(own), HOURS)
+    lived = np.array([rows[c][1] for c in own]).reshape(len(own), HOURS)
+    shaped, average = mean_shapes(sums, lived)
+    got = {c: shaped[i].tolist() for i, c in enumerate(own)}
+    return {cid: got.get(cid, average.tolist()) for cid in zones}
+
+
+def hour_start(now: datetime) -> datetime:
+    """The start of ``now``'s UTC hour (the unfinished hour a shape leaves out)."""
+    return now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
 def window_start(now: datetime, days: int = 7) -> datetime:

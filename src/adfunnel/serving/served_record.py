@@ -115,6 +115,7 @@ def build_record(
             total_micros=float(cand.total),
             pacing_p=pacing.get(p.campaign.id),
             propensity=propensities.get(p.win.slot_id),
+            tier=p.tier,
         ))
     kept = decision.rejections[:max_rejections]
     return ServedRecord(

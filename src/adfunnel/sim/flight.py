@@ -34,7 +34,7 @@ from adfunnel.billing.model import DayTotals
 from adfunnel.clock import ManualClock, monotonic_ms
 from adfunnel.serving.request import PlacementIn, SelectRequest, SlotIn, UserIn
 from adfunnel.sim.flight_scenarios import FlightScenario, Line
-from adfunnel.sim.flight_supply import Req, line_days, local_hours
+from adfunnel.sim.flight_supply import Req, line_days, line_matches, local_hours
 
 #: Deadline given to each decision, ms: generous, so the run depends on the seed only.
 DEADLINE_MS = 10_000.0
@@ -50,6 +50,8 @@ class LineRun:
     goals: list[tuple[float, int]] = field(default_factory=list)  # (when, goal) history
     budget_micros: int | None = None  # flight budget (flight), daily budget (others)
     served: dict[date, int] = field(default_factory=lambda: defaultdict(int))
+    # its matching requests a sponsorship filled (the tier served before it)
+    preempted: dict[date, int] = field(default_factory=lambda: defaultdict(int))
     tiers: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     version: int = 1
 
@@ -187,6 +189,8 @@ class FlightRun:
                         if lr is not None:
                             lr.served[r.day] += 1
                             lr.tiers[str(getattr(p, "tier", None) or "n/a")] += 1
+                            if lr.line.kind == "sponsorship":
+                                self._preempted(lines, r)
                         if self.rng.random() < sc.render_rate:
                             rt.tracker.impression(p.token)
                             fired = True
@@ -203,6 +207,13 @@ class FlightRun:
                                  round(time.perf_counter() - t_start, 2))
         finally:
             rt.close()
+
+    def _preempted(self, lines: dict[str, LineRun], r: Req) -> None:
+        """A sponsorship filled ``r``: count it against each guaranteed line it matches
+        (by the simulation's own reading of the targeting)."""
+        for lr in lines.values():
+            if lr.line.kind == "guaranteed" and line_matches(self.sc, lr.line, r):
+                lr.preempted[r.day] += 1
 
     def _capture_times(self) -> list[tuple[float, date]]:
         """When to read each local day's plan: 01:00 local (the day's first control steps
