@@ -119,8 +119,8 @@ def test_guaranteed_days_are_planned_by_the_server(
         run: tuple[dict[str, Any], Path, list[LogRow]]) -> None:
     """Each in-flight day of the guaranteed line has the server's plan: the campaign
     report's ``period.today.allotment_micros`` read at 01:00 local, in micros and in
-    impressions at the line's rate. Mutation that turns it red: the replay reading the
-    plan without moving its clock hook (``on_clock`` never set)."""
+    impressions at the line's rate. Mutation that turns it red: the replay never reading
+    the plans as its clock moves (``on_clock`` never set)."""
     report, _, _ = run
     g = _lines(report)["guaranteed"]
     assert report["direct_lines"]["plan_exposed"] is True
