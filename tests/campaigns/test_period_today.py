@@ -8,20 +8,25 @@ budget; each with an ad.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from adfunnel.api.period_today import period_today
 from adfunnel.budget.days import day_view
 from adfunnel.clock import ManualClock
 from adfunnel.runtime.asgi import build_app
 from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.settings import load_settings
+from adfunnel.ui.budget_reads import LocalBudgetReads, RemoteBudgetReads
 from tests.api_keys import ADMIN_HEADERS
+from tests.internal_token import INTERNAL_TOKEN
 
 NOW = datetime(2026, 11, 4, 10, 0, tzinfo=UTC)
 GOAL = 700_000
@@ -91,3 +96,31 @@ def test_a_flight_line_reports_todays_allotment_from_the_budget_service(
         period["allotment_micros"], period["planned_micros"], period["spent_micros"])
     assert r.json()["period"]["budget_period"] == "flight"
     assert http.get(f"/v1/campaigns/{daily}/report").json()["period"]["today"] is None
+
+
+def test_a_fleets_budget_shard_answers_the_same_today(
+        server: tuple[TestClient, Runtime]) -> None:
+    """``period.today`` read from a budget shard over HTTP (``GET /v1/days``, the fleet's
+    deployment) equals the embedded read. Mutation that turns it red: the remote reads
+    dropping the ``period`` field."""
+    http, rt = server
+    adv = http.post("/v1/advertisers", json={"name": "a"}).json()["id"]
+    line = _campaign(http, adv, priority="guaranteed",
+                     goal={"metric": "impressions", "total": GOAL})
+    assert _service_day(rt, line) is not None
+    campaign = rt.store.get_campaign(line)
+    process = rt.gate.process
+
+    async def both() -> tuple[Any, Any]:
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(
+            app=process.app(INTERNAL_TOKEN)), base_url="http://shard")
+        remote = RemoteBudgetReads([], token=INTERNAL_TOKEN, clients=[client])
+        try:
+            return (await period_today(remote, campaign),
+                    await period_today(LocalBudgetReads(process, rt.clock), campaign))
+        finally:
+            await remote.aclose()
+
+    remote_today, local_today = asyncio.run(both())
+    assert remote_today is not None and remote_today["allotment_micros"] > 0
+    assert remote_today == local_today
