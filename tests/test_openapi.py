@@ -91,6 +91,18 @@ def test_campaigns_document_how_they_are_sold(document: dict) -> None:
     assert "flight_budget_micros" in schemas["BudgetIn"]["properties"]
 
 
+def test_the_report_documents_its_period_and_todays_plan(document: dict) -> None:
+    """The campaign report's ``period`` is declared, with the budget service's ``today``
+    (day, allotment, plan, spend)."""
+    schemas = document["components"]["schemas"]
+    period = schemas["ReportOut"]["properties"]["period"]
+    assert {"$ref": "#/components/schemas/PeriodOut"} in period["anyOf"]
+    assert {"budget_period", "from", "to", "goal_shortfall", "today"} <= set(
+        schemas["PeriodOut"]["properties"])
+    assert set(schemas["PeriodTodayOut"]["properties"]) == {
+        "day", "allotment_micros", "planned_micros", "spent_micros"}
+
+
 def test_errors_use_the_real_error_schema(document: dict) -> None:
     text = json.dumps(document)
     assert "HTTPValidationError" not in text and '"ValidationError"' not in text

@@ -115,6 +115,21 @@ def test_guaranteed_goal_is_a_third_of_the_counted_supply_and_not_exceeded(
     assert g["period"]["goal_total"] == g["goal"]
 
 
+def test_guaranteed_days_are_planned_by_the_server(
+        run: tuple[dict[str, Any], Path, list[LogRow]]) -> None:
+    """Each in-flight day of the guaranteed line has the server's plan: the campaign
+    report's ``period.today.allotment_micros`` read at 01:00 local, in micros and in
+    impressions at the line's rate. Mutation that turns it red: the replay never reading
+    the plans as its clock moves (``on_clock`` never set)."""
+    report, _, _ = run
+    g = _lines(report)["guaranteed"]
+    assert report["direct_lines"]["plan_exposed"] is True
+    for d in g["days"]:
+        if d["in_flight"]:
+            assert isinstance(d["planned_micros"], int) and d["planned_micros"] > 0, d
+            assert d["planned_impressions"] == d["planned_micros"] * 1000 // g["rate_micros"]
+
+
 def test_sponsorship_served_on_its_share_of_matching_requests(
         run: tuple[dict[str, Any], Path, list[LogRow]]) -> None:
     """The sponsorship (exchange 1, share 0.5, the third and fourth days) is served on

@@ -54,10 +54,11 @@ JSON, 404 not found, 409 version conflict).
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Response
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Engine
 
 from adfunnel.api import access
@@ -75,8 +76,9 @@ from adfunnel.api.pagination import (
     known_query_only,
     page,
 )
+from adfunnel.api.period_today import DayReads, period_today
 from adfunnel.api.render import advertiser_out, campaign_out, written_out
-from adfunnel.api.report_schemas import ReportOut
+from adfunnel.api.report_schemas import PeriodTodayOut, ReportOut
 from adfunnel.api.reports import make_rollup_router
 from adfunnel.api.review import make_review_router
 from adfunnel.api.schemas import (
@@ -120,6 +122,7 @@ DEFAULT_REPORT_MAX_DAYS = 366
 def make_advertiser_router(
     store: CampaignStore, ledger: Ledger, clock: Clock, settings_like: object = None,
     rollups: RollupStore | None = None, uploads: UploadLookup | None = None,
+    budget: DayReads | None = None,
 ) -> APIRouter:
     """The advertiser API routes over ``store`` (records), ``ledger`` (reports) and
     ``rollups`` (rollup reports, :mod:`adfunnel.api.reports`).
@@ -130,7 +133,8 @@ def make_advertiser_router(
     embedded runtime's database, where the rollups also join ``campaigns``); without
     either there are no rollup routes. ``uploads`` finds an advertiser's uploaded image
     (an image creative's ``upload_id``, :mod:`adfunnel.api.creatives`; none: every
-    ``upload_id`` is unknown). The app must also call
+    ``upload_id`` is unknown). ``budget`` reads the budget service's current day of a
+    campaign (the report's ``period.today``; None: null). The app must also call
     :func:`adfunnel.api.errors.install_error_handlers`.
     """
     router = APIRouter(tags=["advertiser"], dependencies=[Depends(known_query_only)])
@@ -290,13 +294,23 @@ def make_advertiser_router(
     # --- report -----------------------------------------------------------------------
 
     @router.get("/v1/campaigns/{campaign_id}/report", response_model=ReportOut)
-    def campaign_report(
+    async def campaign_report(
         campaign_id: int,
         who: Caller,
         first: Annotated[DomainDay | None, Query(alias="from")] = None,
         last: Annotated[DomainDay | None, Query(alias="to")] = None,
     ) -> ReportOut:
-        """Defaults: ``to`` = today in the campaign's zone, ``from`` = ``to``."""
+        """Defaults: ``to`` = today in the campaign's zone, ``from`` = ``to``. The
+        period's ``today``: the budget service's (:mod:`adfunnel.api.period_today`)."""
+        out, campaign = await run_in_threadpool(ledger_report, campaign_id, who, first, last)
+        if out.period is not None:
+            today = await period_today(budget, campaign)
+            out.period.today = None if today is None else PeriodTodayOut.model_validate(today)
+        return out
+
+    def ledger_report(campaign_id: int, who: Principal, first: date | None,
+                      last: date | None) -> tuple[ReportOut, Campaign]:
+        """The report from the store, ledger and rollups (blocking: a worker thread)."""
         campaign = access.campaign(store, who, campaign_id)
         last = last or local_day(clock.now(), campaign.time_zone)
         first = first or last
@@ -307,10 +321,10 @@ def make_advertiser_router(
         period = period_report(ledger, campaign, last)  # flight, month, goal figures
         if rollups is None:
             return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros,
-                          period=period)
+                          period=period), campaign
         days = rollup_days(rollups, campaign_id, first, last, campaign.time_zone)
         ivt = {d: dict(r.ivt) for d, r in days.items() if r.ivt}
         return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros, ivt,
-                      measured_by_day(days), period=period)
+                      measured_by_day(days), period=period), campaign
 
     return router

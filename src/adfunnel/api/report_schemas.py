@@ -5,7 +5,6 @@ campaign and the rollup reports (``adfunnel.api.campaigns``, ``adfunnel.api.repo
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +28,43 @@ class ReportDay(BaseModel):
     viewable: int = 0
     #: viewable / rendered; null without renders
     viewability_rate: float | None = None
+
+
+class PeriodTodayOut(BaseModel):
+    """The budget service's figures of the period's current local day
+    (:mod:`adfunnel.api.period_today`), micros: ``allotment_micros`` the day's budget the
+    re-planned period gives it; for a flight ``planned_micros`` (the plan's cumulative
+    target now) and ``spent_micros`` (the flight's spend so far), null for an average
+    day."""
+
+    day: date
+    allotment_micros: int
+    planned_micros: int | None = None
+    spent_micros: int | None = None
+
+
+class PeriodOut(BaseModel):
+    """The budget period's figures (:mod:`adfunnel.billing.period_report`), micros: its
+    span ``from``..``to`` (local days), ``budget_micros`` its money limit (null: none),
+    what it billed, absorbed and has left; a goal's total, delivered events (up to the
+    goal), ``over_delivery`` (beyond it, never billed) and ``goal_shortfall``; ``today``
+    the budget service's current day of a flight or average day (null for a ``day``
+    period, or where the service does not hold the campaign)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    budget_period: str
+    from_: date = Field(alias="from")
+    to: date
+    budget_micros: int | None
+    billed_micros: int
+    absorbed_micros: int
+    remaining_micros: int | None
+    goal_total: int | None = None
+    goal_delivered: int | None = None
+    over_delivery: int | None = None
+    goal_shortfall: int | None = None
+    today: PeriodTodayOut | None = None
 
 
 class ReportOut(BaseModel):
@@ -69,9 +105,8 @@ class ReportOut(BaseModel):
     lifetime_budget_micros: int | None = None
     lifetime_billed_micros: int = 0
     lifetime_remaining_micros: int | None = None
-    #: the budget period's figures (adfunnel.billing.period_report: span, budget,
-    #: billed, absorbed, remaining; a goal's delivered, over-delivery and shortfall)
-    period: dict[str, Any] | None = None
+    #: the budget period's figures (PeriodOut)
+    period: PeriodOut | None = None
 
 
 class RollupTotalsOut(BaseModel):

@@ -52,6 +52,7 @@ from adfunnel.tracking.client import parse_networks
 from adfunnel.tracking.cors import PlacementCors
 from adfunnel.tracking.http import TrackingEndpoints
 from adfunnel.tracking.postback import make_conversion_router
+from adfunnel.ui.budget_reads import budget_reads
 from adfunnel.ui.mount import install_ui
 from adfunnel.web.mount import install_web
 
@@ -74,10 +75,13 @@ def build_app(rt: Runtime) -> RequestLog:
     :class:`ArrivalStamp` and ~14 µs when it first passes FastAPI's own layers
     (``FastAPI.__call__``, error middleware), so the stamp sits outside them."""
     s = rt.settings
+    reads, _ = budget_reads(rt)  # the campaign report's period.today
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
+        if reads is not None:
+            await reads.aclose()
         # shutdown (SIGTERM): the beacons' own connection, then last flushes — the
         # served log's queue, eligible traffic
         await rt.events.publisher.aclose_fast_path()
@@ -93,7 +97,7 @@ def build_app(rt: Runtime) -> RequestLog:
     # outside the body limit: no key, no body read
     install_auth(app, rt.keys, RateLimiter(s.api_rate_per_s, s.api_burst))
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups,
-                                              uploads.lookup))
+                                              uploads.lookup, reads))
     app.include_router(make_upload_router(rt.store, uploads, rt.clock))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
     app.include_router(make_placement_report_router(rt.store, rt.rollups, rt.clock))

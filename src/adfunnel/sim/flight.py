@@ -104,6 +104,17 @@ def campaign_body(sc: FlightScenario, ln: Line, advertiser_id: int, goal: int | 
     return body
 
 
+def capture_times(sc: FlightScenario) -> list[tuple[float, date]]:
+    """When to read each local day's plan of ``sc`` (Unix s, the day): 01:00 local (the
+    day's first control steps and hourly re-plan have run by then). The replay reads its
+    direct lines' plans at these times too (:mod:`adfunnel.sim.replay_direct`)."""
+    out = []
+    for i in range(sc.days):
+        day = sc.first_day + timedelta(days=i)
+        out.append((local_hours(day, sc.time_zone)[1][0], day))
+    return out
+
+
 class FlightRun:
     """One run of a scenario (``direct=False``: without its sponsorship and guaranteed
     lines, the auction's comparison run). ``goals``: line key -> impression goal."""
@@ -159,7 +170,7 @@ class FlightRun:
                 lines = self._create(api)
                 edits = sorted(self._edits(lines))
                 filled = house = 0
-                captures = self._capture_times()
+                captures = capture_times(self.sc)
                 plans: dict[int, dict[date, int]] = defaultdict(dict)
                 n = len(self.reqs)
                 fired = False
@@ -214,15 +225,6 @@ class FlightRun:
         for lr in lines.values():
             if lr.line.kind == "guaranteed" and line_matches(self.sc, lr.line, r):
                 lr.preempted[r.day] += 1
-
-    def _capture_times(self) -> list[tuple[float, date]]:
-        """When to read each local day's plan: 01:00 local (the day's first control steps
-        and hourly re-plan have run by then)."""
-        out = []
-        for i in range(self.sc.days):
-            day = self.sc.first_day + timedelta(days=i)
-            out.append((local_hours(day, self.sc.time_zone)[1][0], day))
-        return out
 
     def _read_back(self, rt: Any, lines: dict[str, LineRun],
                    plans: dict[int, dict[date, int]]

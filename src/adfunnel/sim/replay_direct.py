@@ -24,11 +24,15 @@ guaranteed goal is sized from that count (``goals_from_supply``), so a ``--limit
 flight clamps it (``shorten``: the sponsorship is dropped from runs of under three days).
 
 Per line and local day the report has (:func:`adfunnel.sim.flight_report.line_result`,
-the flight simulation's rows): ``planned`` (null: the campaign report's ``period``
-exposes the period's totals and goal, no day's plan), ``served`` (the answers the
-replay got), ``delivered`` and ``billed_micros`` (the ledger, read through the
-campaign report), ``matching_requests`` (counted here) and a sponsorship's ``share``
-(served / matching); the targets are :func:`adfunnel.sim.flight_targets.judge`'s.
+the flight simulation's rows): ``planned`` (the server's plan of the day: the campaign
+report's ``period.today.allotment_micros`` read over HTTP at the first move of the
+server's clock at or after 01:00 local of the day, as the flight simulation reads it
+in process, :func:`adfunnel.sim.flight.capture_times`; null where the report had no
+``today`` for that day: a sponsorship, a day before the line was held, a day the clock
+jumped over), ``served`` (the answers the replay got), ``delivered`` and
+``billed_micros`` (the ledger, read through the campaign report), ``matching_requests``
+(counted here) and a sponsorship's ``share`` (served / matching); the targets are
+:func:`adfunnel.sim.flight_targets.judge`'s.
 Direct lines take their slots before the auction, so the nine campaigns' figures are
 those of a week with them.
 """
@@ -36,11 +40,11 @@ those of a week with them.
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from adfunnel.billing.model import DayTotals
-from adfunnel.sim.flight import LineRun, RunResult
+from adfunnel.sim.flight import LineRun, RunResult, capture_times
 from adfunnel.sim.flight_report import (
     goals_from_supply,
     line_result,
@@ -124,12 +128,33 @@ class DirectSetup:
         self.supply = direct_supply(self.sc, rows)
         self.goals = goals_from_supply(self.sc, self.supply)
         self.budgets = sponsorship_budgets(self.sc, self.supply)
+        #: (Unix s, local day) still to read, and campaign id -> local day -> the day's
+        #: allotment (micros) the server's plan gave it
+        self.captures = capture_times(self.sc)
+        self.planned: dict[int, dict[date, int]] = defaultdict(dict)
 
     def create(self, replayer: Replayer) -> None:
-        """Create the lines on the replayer's server (:meth:`Replayer.create_direct`)."""
+        """Create the lines on the replayer's server (:meth:`Replayer.create_direct`) and
+        read their plans as its clock moves (:meth:`capture`)."""
         for ln in self.sc.lines:
             replayer.create_direct(self.sc, ln, self.goals.get(ln.key),
                                    self.budgets.get(ln.key))
+        replayer.on_clock = lambda now: self.capture(replayer, now)
+
+    def capture(self, replayer: Replayer, now: datetime) -> None:
+        """The server's clock moved to ``now``: at the first move at or after 01:00 local
+        of a day, each line's ``period.today.allotment_micros`` from its campaign report,
+        kept when ``today`` is that day (a move past a whole day reads none of it)."""
+        due = []
+        while self.captures and self.captures[0][0] <= now.timestamp():
+            due.append(self.captures.pop(0)[1])
+        if not due:
+            return
+        for cid in replayer.direct:
+            today = _campaign_report(replayer, cid)["period"]["today"]
+            if today is not None and date.fromisoformat(today["day"]) in due:
+                self.planned[cid][date.fromisoformat(today["day"])] = int(
+                    today["allotment_micros"])
 
 
 def direct_report(replayer: Replayer, setup: DirectSetup) -> dict[str, Any]:
@@ -138,7 +163,7 @@ def direct_report(replayer: Replayer, setup: DirectSetup) -> dict[str, Any]:
     goals were sized."""
     sc = setup.sc
     week = [sc.first_day + timedelta(days=i) for i in range(sc.days)]
-    run, periods = _read_back(replayer, week)
+    run, periods = _read_back(replayer, week, setup.planned)
     lines = [line_result(sc, ln, run, setup.supply[ln.key]) for ln in sc.lines]
     for ln in lines:
         ln["period"] = periods[ln["key"]]
@@ -148,8 +173,9 @@ def direct_report(replayer: Replayer, setup: DirectSetup) -> dict[str, Any]:
         "time_zone": sc.time_zone,
         "week": [week[0].isoformat(), week[-1].isoformat()],
         "render_rate": RENDER_RATE,
-        # the campaign report's period has the period's totals and goal, no day's plan
-        "plan_exposed": False,
+        # the campaign report's period.today: the day's allotment, read at 01:00 local
+        "plan_exposed": any(d["planned_micros"] is not None
+                            for ln in lines for d in ln["days"]),
         "goal_sizing": {k: {"matching_requests": sum(setup.supply[k].values()),
                             "goal_of_supply": round(GOAL_OF_SUPPLY, 4), "goal": g}
                         for k, g in setup.goals.items()},
@@ -167,21 +193,24 @@ def direct_report(replayer: Replayer, setup: DirectSetup) -> dict[str, Any]:
     return result
 
 
-def _campaign_report(replayer: Replayer, campaign_id: int, week: list[date]
+def _campaign_report(replayer: Replayer, campaign_id: int, week: list[date] | None = None
                      ) -> dict[str, Any]:
-    r = replayer.http.get(f"/v1/campaigns/{campaign_id}/report", params={
-        "from": week[0].isoformat(), "to": week[-1].isoformat()})
+    """The campaign's report over ``week`` (None: the server's today)."""
+    params = {} if week is None else {"from": week[0].isoformat(),
+                                      "to": week[-1].isoformat()}
+    r = replayer.http.get(f"/v1/campaigns/{campaign_id}/report", params=params)
     if r.status_code != 200:
         raise RuntimeError(f"campaign {campaign_id} report -> {r.status_code}: {r.text}")
     out: dict[str, Any] = r.json()
     return out
 
 
-def _read_back(replayer: Replayer, week: list[date]
+def _read_back(replayer: Replayer, week: list[date], planned_by_id: dict[int, dict[date, int]]
                ) -> tuple[RunResult, dict[str, dict[str, Any]]]:
     """The replay's direct lines as the flight report reads a run (per line its serves
     by local day from the answers received, the ledger's day totals from the campaign
-    report, no server plan), and each line's campaign report ``period``."""
+    report, the day's allotment ``planned_by_id`` read during the run), and each line's
+    campaign report ``period``."""
     lines: dict[str, LineRun] = {}
     ledger: dict[str, dict[date, DayTotals]] = {}
     periods: dict[str, dict[str, Any]] = {}
@@ -199,6 +228,8 @@ def _read_back(replayer: Replayer, week: list[date]
                 date.fromisoformat(x["day"]), x["impressions"], x["clicks"],
                 x["billed_micros"], x["absorbed_overspend_micros"])
             for x in rep["days"]}
-    planned: dict[str, dict[date, int | None]] = {k: dict.fromkeys(week) for k in lines}
+    planned: dict[str, dict[date, int | None]] = {
+        k: {d: planned_by_id.get(lr.campaign_id, {}).get(d) for d in week}
+        for k, lr in lines.items()}
     s = replayer.stats
     return RunResult(lines, ledger, planned, s.requests, s.filled_slots, 0, 0.0), periods

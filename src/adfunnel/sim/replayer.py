@@ -94,6 +94,9 @@ class Replayer:
         self.direct: dict[int, dict[str, Any]] = {}
         self.direct_served: dict[int, dict[date, int]] = defaultdict(lambda: defaultdict(int))
         self._unsettled = False  # beacons sent since the server's events last settled
+        #: called with the server's new time after each move of its clock (the direct
+        #: lines' plan reads, adfunnel.sim.replay_direct)
+        self.on_clock: Callable[[datetime], None] | None = None
 
     def close(self) -> None:
         self.http.close()
@@ -197,6 +200,8 @@ class Replayer:
                 self.http.put("/v1/admin/clock", json={"now": row.timestamp.isoformat()})
                 last_clock = row.timestamp
                 self._unsettled = False
+                if self.on_clock is not None:
+                    self.on_clock(row.timestamp)
             elif self._unsettled:
                 self.settle()
             self._one(row, ctr_by_campaign)

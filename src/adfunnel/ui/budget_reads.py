@@ -2,7 +2,9 @@
 its lock (:class:`LocalBudgetReads`), or a fleet's ``adfunnel budget-service`` shards
 over HTTP (:class:`RemoteBudgetReads`, ``GET /v1/days``: :mod:`adfunnel.budget.days`).
 
-Both answer the fields of :func:`adfunnel.budget.days.day_view`. A shard that does not
+Both answer the fields of :func:`adfunnel.budget.days.day_view`; :func:`budget_reads`
+picks the one of a runtime (the dashboard's, and the campaign report's ``period.today``,
+:mod:`adfunnel.api.period_today`). A shard that does not
 answer in time leaves its campaigns out (the page shows them without budget facts) and
 is logged; the page never fails for it.
 """
@@ -16,7 +18,9 @@ from typing import Any, Protocol
 
 import httpx
 
+from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.days import day_view
+from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.budget.process import BudgetServiceProcess
 from adfunnel.clock import Clock
 from adfunnel.internal_auth import internal_headers
@@ -38,6 +42,21 @@ class BudgetReads(Protocol):
 
     async def aclose(self) -> None:
         ...
+
+
+def budget_reads(rt: Any) -> tuple[BudgetReads | None, BudgetClient | None]:
+    """The budget reads of an embedded runtime (``rt``: its ``gate``, ``clock`` and
+    ``settings``) and the budget client whose refusals it counted: the embedded service
+    (the ``in_process`` gate), the fleet's shards (``budget_service_url``), or neither
+    (the ``local`` gate)."""
+    gate = rt.gate
+    if isinstance(gate, InProcessBudget):
+        return LocalBudgetReads(gate.process, rt.clock), gate.client
+    if isinstance(gate, BudgetClient) and rt.settings.budget_service_url:
+        token = rt.settings.internal_token
+        assert token is not None  # settings require it with budget_service_url
+        return RemoteBudgetReads(rt.settings.budget_service_url.split(","), token=token), gate
+    return None, None
 
 
 class LocalBudgetReads:

@@ -18,10 +18,9 @@ from typing import Any
 
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.days import DAY_S
-from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.campaigns.schedule import local_day, zone
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
-from adfunnel.ui.budget_reads import BudgetReads, LocalBudgetReads, RemoteBudgetReads
+from adfunnel.ui.budget_reads import BudgetReads, budget_reads
 from adfunnel.ui.delivery import DeliveryFacts
 
 #: Chart grid: one point every this many seconds of the local day.
@@ -50,18 +49,10 @@ class ServerFacts:
 
     def __init__(self, rt: Any) -> None:
         self.rt = rt
-        gate = rt.gate
-        self.reads: BudgetReads | None = None
+        self.reads: BudgetReads | None
         #: the budget client whose refusals this process counted
-        self.client: BudgetClient | None = None
-        if isinstance(gate, InProcessBudget):
-            self.reads, self.client = LocalBudgetReads(gate.process, rt.clock), gate.client
-        elif isinstance(gate, BudgetClient) and rt.settings.budget_service_url:
-            token = rt.settings.internal_token
-            assert token is not None  # settings require it with budget_service_url
-            self.reads = RemoteBudgetReads(rt.settings.budget_service_url.split(","),
-                                           token=token)
-            self.client = gate
+        self.client: BudgetClient | None
+        self.reads, self.client = budget_reads(rt)
         self.traffic = SqlTrafficLog(rt.engine)
 
     def now(self) -> datetime:
