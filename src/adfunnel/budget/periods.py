@@ -24,7 +24,8 @@ allotment scales that day's curve to it, keeping its anchor: a day ahead of its 
 stays ahead for the controller. While the flight is ahead of its plan a re-plan may
 lower the day's allotment but never raise it (today's overspend would otherwise raise
 today's budget by as much, and the controller would never see it). An edit rescales
-the rest of the day from the spend committed then (:meth:`~adfunnel.budget.plans.Plans._rescale`, the budget-edit path). Edits of the
+the rest of the day from the spend committed then
+(:meth:`~adfunnel.budget.plans.Plans._rescale`, the budget-edit path). Edits of the
 budget, goal, end date, targeting or dayparts, and a resume after a pause, make a new
 flight plan from the spend at that moment (the rest rescaled; a paused day is made up
 over the remaining days).
