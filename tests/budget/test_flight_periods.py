@@ -140,3 +140,25 @@ def test_a_frontloaded_flight_delivers_60_percent_in_its_first_half() -> None:
     first = run.billed[START] + run.billed[START + timedelta(days=1)]
     assert 0.98 * budget <= run.total <= budget
     assert first == pytest.approx(0.6 * budget, abs=0.05 * budget)
+
+
+@pytest.mark.slow
+def test_a_day_ahead_of_its_flight_plan_keeps_its_budget() -> None:
+    """Serves beyond the plan at noon (a burst the controller let through) must not
+    raise the day's budget by as much: while the flight is ahead its re-plans may lower
+    the day's allotment, never raise it, so the day's controller slows down."""
+    budget = 3 * 300 * BID
+    sim = FlightSim(_flight(budget, START + timedelta(days=2)),
+                    datetime(2026, 3, 2, tzinfo=UTC), per_hour=6.4)
+    sim.until(datetime(2026, 3, 2, 12, tzinfo=UTC))
+    before = sim.run.allot[START]
+    for _ in range(40):  # 40 charges ahead: well above the plan's noon target
+        sim._serve(sim.clock.now(), START)
+    seen = []
+    for h in range(13, 18):
+        sim.until(datetime(2026, 3, 2, h, 5, tzinfo=UTC))
+        seen.append(sim.run.allot[START])
+    assert max(seen) <= before
+    run = sim.until(datetime(2026, 3, 2, 23, 59, tzinfo=UTC))
+    # the day ends near its plan: the burst is taken back within the day
+    assert run.billed[START] <= before + 5 * BID

@@ -21,8 +21,11 @@ rows are untouched, bit for bit), made by the pure rules of :mod:`adfunnel.pacin
 
 An hourly re-plan (and one after the day's first billed read) that moves a day's
 allotment scales that day's curve to it, keeping its anchor: a day ahead of its curve
-stays ahead for the controller. An edit rescales the rest of the day from the spend
-committed then (:meth:`~adfunnel.budget.plans.Plans._rescale`, the budget-edit path). Edits of the
+stays ahead for the controller. While the flight is ahead of its plan a re-plan may
+lower the day's allotment but never raise it (today's overspend would otherwise raise
+today's budget by as much, and the controller would never see it). An edit rescales
+the rest of the day from the spend committed then
+(:meth:`~adfunnel.budget.plans.Plans._rescale`, the budget-edit path). Edits of the
 budget, goal, end date, targeting or dayparts, and a resume after a pause, make a new
 flight plan from the spend at that moment (the rest rescaled; a paused day is made up
 over the remaining days).
@@ -216,6 +219,11 @@ class Periods:
             ps.key = key
             allot = self._allotment(slot, ps, r, now)
             cur = int(t.allot[r])
+            if not edited and cur >= 0 and self._flight_ahead(ps, r, now):
+                # a day ahead of the flight plan keeps its budget: were its own overspend
+                # to raise it, the day's controller would never feel the overspend, and
+                # the flight's last day paid for every busy afternoon (~4 % a day)
+                allot = min(allot, cur)
             if not edited and abs(allot - cur) <= max(int(s.charge[slot]),
                                                       REPLAN_TOLERANCE * cur):
                 continue
@@ -229,6 +237,12 @@ class Periods:
                 t.plan_budget[r] = allot
                 t.plan_peak_rate[r] = allot * t.peak_share[r]
                 t.target_last[r] = NAN
+
+    def _flight_ahead(self, ps: PeriodSlot, row: int, now: float) -> bool:
+        """Whether a flight's spend is above its plan's cumulative target now."""
+        if ps.period is not BudgetPeriod.FLIGHT or ps.plan is None:
+            return False
+        return self._flight_spent(row) > ps.plan.target(now)
 
     def _replan_key(self, ps: PeriodSlot, row: int, now: float) -> tuple[int, ...]:
         return (int(now // 3600), row, int(self._rows.billed_read[row]), ps.edits)
