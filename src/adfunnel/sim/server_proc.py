@@ -78,7 +78,10 @@ class ManagedProcess:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
+                # a child slow to shut down on a loaded machine: killed and reaped (a
+                # Popen dropped while its child runs warns, and the suite fails on it)
                 self.proc.kill()
+                self.proc.wait(timeout=10)
         if hasattr(self._log, "close"):
             self._log.close()
 
