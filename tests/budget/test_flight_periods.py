@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from adfunnel.campaigns.model import (
@@ -162,3 +163,32 @@ def test_a_day_ahead_of_its_flight_plan_keeps_its_budget() -> None:
     run = sim.until(datetime(2026, 3, 2, 23, 59, tzinfo=UTC))
     # the day ends near its plan: the burst is taken back within the day
     assert run.billed[START] <= before + 5 * BID
+
+
+@pytest.mark.slow
+def test_a_flight_day_follows_its_plan_when_the_shape_learns_empty_hours(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace without requests 19:00-23:00 (the replay's iPinYou days): the day's curve
+    was made at midnight from a shape that weighed those hours; the campaign's shape,
+    refreshed a few minutes later, knows they are empty. The flight plan re-made from it
+    gives the day what 00:00-19:00 can take, and the day's curve must follow it, or the
+    controller waits for evening traffic that never comes."""
+    from . import flight_sim
+
+    trace = [w if h < 19 else 0.0 for h, w in enumerate(flight_sim.SHAPE)]
+    day2 = START + timedelta(days=1)
+    budget = 3 * 300 * BID
+    sim = FlightSim(_flight(budget, START + timedelta(days=2)),
+                    datetime(2026, 3, 2, tzinfo=UTC), per_hour=6.4)
+    own = np.array([flight_sim.SHAPE]) / sum(flight_sim.SHAPE)
+    sim.hooks[datetime(2026, 3, 2, 0, 1, tzinfo=UTC).timestamp()] = (
+        lambda s: s.svc.set_traffic_shapes(np.array([1]), own))
+    sim.until(datetime(2026, 3, 3, tzinfo=UTC))  # day 1 on its own (evening) shape
+    monkeypatch.setattr(flight_sim, "SHAPE", trace)  # from day 2: no evening requests
+    sim.hooks[datetime(2026, 3, 3, 0, 5, tzinfo=UTC).timestamp()] = (
+        lambda s: s.svc.set_traffic_shapes(np.array([1]), np.array([trace]) / sum(trace)))
+    probe = {}
+    sim.hooks[datetime(2026, 3, 3, 2, tzinfo=UTC).timestamp()] = (
+        lambda s: probe.setdefault("allot", s.run.allot[day2]))
+    run = sim.until(datetime(2026, 3, 3, 23, 59, tzinfo=UTC))
+    assert run.billed[day2] >= 0.9 * probe["allot"]

@@ -163,3 +163,25 @@ def test_average_day_catches_up_the_month_under_spend() -> None:
     assert average_day_allotment(1000, 29, 1, 0) == 2000  # at most 2x
     assert average_day_allotment(1000, 10, 20, 12000) == 900  # ahead: lower
     assert month_days(date(2026, 2, 14)) == (date(2026, 2, 1), date(2026, 2, 28))
+
+
+def test_day_weights_add_up_the_days_hours_and_the_dst_hour() -> None:
+    from adfunnel.pacing.flight import day_weights
+
+    hours = flight_hours(date(2026, 10, 24), date(2026, 10, 26), "Europe/Berlin", [1.0] * 24)
+    dst = day_weights(hours, date(2026, 10, 25).toordinal(), "Europe/Berlin")
+    assert dst.sum() == pytest.approx(25.0) and dst[2] == pytest.approx(2.0)
+    last = day_weights(hours, date(2026, 10, 26).toordinal(), "Europe/Berlin")
+    assert last[23] == pytest.approx(0.5) and last.sum() == pytest.approx(23.5)
+    assert day_weights(hours, date(2026, 10, 27).toordinal(), "Europe/Berlin").sum() == 0
+
+
+@given(st.lists(st.floats(0, 10), min_size=24, max_size=24),
+       st.lists(st.floats(0, 10), min_size=24, max_size=24), st.integers(0, 23))
+def test_rest_drift_is_a_share_of_the_rest_of_the_day(a: list[float], b: list[float],
+                                                     hour: int) -> None:
+    from adfunnel.pacing.flight import rest_drift
+
+    d = rest_drift(np.array(a), np.array(b), hour)
+    assert 0.0 <= d <= 1.0 + 1e-9
+    assert rest_drift(np.array(a), np.array(a) * 3.0, hour) == pytest.approx(0.0, abs=1e-9)

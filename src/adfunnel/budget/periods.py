@@ -52,13 +52,19 @@ from adfunnel.pacing.flight import (
     FlightPlan,
     average_day_allotment,
     day_allotment,
+    day_weights,
     flight_hours,
     flight_money,
+    local_hour,
     month_days,
+    rest_drift,
 )
 
 #: A re-plan moves a day's allotment only by more than this share of it (or a charge).
 REPLAN_TOLERANCE = 0.002
+#: A flight day's curve follows its plan's hours once the two disagree on more than
+#: this share of the rest of the day (half the L1 distance of the normalised rests).
+CURVE_DRIFT = 0.1
 
 
 @dataclass
@@ -75,6 +81,7 @@ class PeriodSlot:
     masked: dict[tuple[int, int], int] = field(default_factory=dict)
     hours: FlightHours | None = None  # made from ``shape`` and the record ``version``
     version: int = -1
+    curve_hours: FlightHours | None = None  # the hours the day's curve was last checked on
 
     @property
     def period(self) -> BudgetPeriod:
@@ -206,7 +213,7 @@ class Periods:
         gets one, as an edit)."""
         if not self._period:
             return
-        t, s = self._rows, self._slots
+        t = self._rows
         for r in self._of_periods(rows).tolist():
             slot = int(t.slot[r])
             ps = self._period[slot]
@@ -217,26 +224,54 @@ class Periods:
                 continue
             edited = ps.key[-1:] != key[-1:] or t.allot[r] < 0
             ps.key = key
-            allot = self._allotment(slot, ps, r, now)
-            cur = int(t.allot[r])
-            if not edited and cur >= 0 and self._flight_ahead(ps, r, now):
-                # a day ahead of the flight plan keeps its budget: were its own overspend
-                # to raise it, the day's controller would never feel the overspend, and
-                # the flight's last day paid for every busy afternoon (~4 % a day)
-                allot = min(allot, cur)
-            if not edited and abs(allot - cur) <= max(int(s.charge[slot]),
-                                                      REPLAN_TOLERANCE * cur):
-                continue
-            t.allot[r] = allot
-            if edited:  # the rest of the day from the spend now, as a budget edit
-                self._rescale(r, allot, now)
-            else:
-                # an hourly re-plan keeps the day's anchor: a day ahead of its curve
-                # stays ahead in the controller's eyes (a re-anchor would forgive it
-                # every hour, and the flight's rest would pay for it)
-                t.plan_budget[r] = allot
-                t.plan_peak_rate[r] = allot * t.peak_share[r]
-                t.target_last[r] = NAN
+            self._replan_day(slot, ps, r, now, edited)
+            self._follow_plan_hours(ps, r, now)
+
+    def _replan_day(self, slot: int, ps: PeriodSlot, r: int, now: float,
+                    edited: bool) -> None:
+        """Row ``r``'s allotment from the re-planned flight; its curve rescaled."""
+        t, s = self._rows, self._slots
+        allot = self._allotment(slot, ps, r, now)
+        cur = int(t.allot[r])
+        if not edited and cur >= 0 and self._flight_ahead(ps, r, now):
+            # a day ahead of the flight plan keeps its budget: were its own overspend
+            # to raise it, the day's controller would never feel the overspend, and
+            # the flight's last day paid for every busy afternoon (~4 % a day)
+            allot = min(allot, cur)
+        if not edited and abs(allot - cur) <= max(int(s.charge[slot]),
+                                                  REPLAN_TOLERANCE * cur):
+            return
+        t.allot[r] = allot
+        if edited:  # the rest of the day from the spend now, as a budget edit
+            self._rescale(r, allot, now)
+        else:
+            # an hourly re-plan keeps the day's anchor: a day ahead of its curve
+            # stays ahead in the controller's eyes (a re-anchor would forgive it
+            # every hour, and the flight's rest would pay for it)
+            t.plan_budget[r] = allot
+            t.plan_peak_rate[r] = allot * t.peak_share[r]
+            t.target_last[r] = NAN
+
+    def _follow_plan_hours(self, ps: PeriodSlot, r: int, now: float) -> None:
+        """A flight day whose curve disagrees with its flight plan's hours on the rest
+        of the day (by more than :data:`CURVE_DRIFT` of it) follows the plan's hours from
+        now on. Why: the day's curve was made at midnight from the shape then, and a
+        young line's shape learns within the day which hours are empty (a trace without
+        requests 19:00-23:00: the curve still wanted a fifth of the day there, and the
+        controller held back all day while the plan, re-made from the new shape, was
+        behind)."""
+        hours = ps.hours
+        if (ps.period is not BudgetPeriod.FLIGHT or hours is None or ps.curve_hours is hours
+                or ps.campaign.pacing_mode is PacingMode.ACCELERATED):
+            return
+        ps.curve_hours = hours
+        t = self._rows
+        want = day_weights(hours, int(t.day[r]), ps.campaign.time_zone)
+        have = self._bank.shapes.H[int(t.shape[r])]
+        hour = local_hour(now, ps.campaign.time_zone)
+        if want.sum() <= 0 or rest_drift(have, want, hour) <= CURVE_DRIFT:
+            return
+        self._apply_shape(r, int(self._bank.shapes.add(want)[0]), now)
 
     def _flight_ahead(self, ps: PeriodSlot, row: int, now: float) -> bool:
         """Whether a flight's spend is above its plan's cumulative target now."""

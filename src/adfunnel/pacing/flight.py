@@ -138,6 +138,31 @@ def flight_hours(first: date, last: date, tz: str, shape: Sequence[float],
     return FlightHours(starts, ends, days, weight)
 
 
+def local_hour(now_s: float, tz: str) -> int:
+    """The local wall-clock hour (0-23) of ``now_s`` in ``tz``."""
+    return datetime.fromtimestamp(now_s, tz=UTC).astimezone(zone(tz)).hour
+
+
+def day_weights(hours: FlightHours, day_ordinal: int, tz: str) -> np.ndarray:
+    """The flight's weights of local day ``day_ordinal`` by local hour (24 values; the
+    repeated hour of a 25-hour DST day adds up; 0 outside the day's flight hours)."""
+    out = np.zeros(24)
+    for i in np.flatnonzero(hours.day == day_ordinal).tolist():
+        out[local_hour(float(hours.start_s[i]) + 60.0, tz)] += hours.weight[i]
+    return out
+
+
+def rest_drift(have: np.ndarray, want: np.ndarray, hour: int) -> float:
+    """How far two 24-hour shapes disagree on the rest of a day from local ``hour``: half
+    the L1 distance of their hours ``hour``..23, each normalised to sum 1 (0: the same
+    split, 1: disjoint; 1 when only one of them has weight left)."""
+    a = np.asarray(have, dtype=np.float64)[hour:]
+    b = np.asarray(want, dtype=np.float64)[hour:]
+    if a.sum() <= 0 or b.sum() <= 0:
+        return 0.0 if a.sum() == b.sum() else 1.0
+    return float(0.5 * np.abs(a / a.sum() - b / b.sum()).sum())
+
+
 def plan_shares(hours: FlightHours, frontloaded: bool = False, *, anchor: int = 0
                 ) -> np.ndarray:
     """The plan's share of each hour from hour ``anchor`` on (0 before it; sums to 1
