@@ -95,14 +95,15 @@ def _matching(rows: list[LogRow], exchange: str, days: set[str]) -> dict[str, in
 def test_guaranteed_goal_is_a_third_of_the_counted_supply_and_not_exceeded(
         run: tuple[dict[str, Any], Path, list[LogRow]]) -> None:
     """The goal is a third of the matching rows counted before the run (exchange 2, a
-    slot of the lines' sizes, all week); the line is served on matching rows only,
-    delivers at most its goal and bills at most the goal's cost at its rate. Mutations
-    that turn it red: the reader counting the rows of other sizes; the report's goal
-    halved."""
+    slot of the lines' sizes, its flight: the second day to the last); the line is
+    served on matching rows only, delivers at most its goal and bills at most the
+    goal's cost at its rate. Mutations that turn it red: the reader counting the rows of
+    other sizes; the report's goal halved."""
     report, _, rows = run
     g = _lines(report)["guaranteed"]
-    week = {d["day"] for d in g["days"]}
-    counted = _matching(rows, "2", week)
+    flight = {d["day"] for d in g["days"] if d["in_flight"]}
+    assert len(flight) == 6 and min(flight) > min(d["day"] for d in g["days"])
+    counted = _matching(rows, "2", flight)
     assert {d["day"]: d["matching_requests"] for d in g["days"] if d["matching_requests"]} \
         == counted
     sizing = report["direct_lines"]["goal_sizing"][g["key"]]

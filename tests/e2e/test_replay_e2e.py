@@ -98,7 +98,7 @@ def _ledger_events(report: dict) -> tuple[int, int]:
 def test_direct_lines_over_the_week(report: dict) -> None:
     """The guaranteed line and the sponsorship run over the whole trace: the sponsorship
     (exchange 1, 21-22 Oct) has more than 1,000 matching requests and is served on 0.5
-    of them within ±3 points; the guaranteed line (exchange 2, all week) delivers at
+    of them within ±3 points; the guaranteed line (exchange 2, 20-25 Oct) delivers at
     most its goal, a third of its matching supply counted before the run. (Its
     delivery against the goal and per day against the supply-shaped plan are reported
     in ``targets``, measured, not asserted: README.)"""
