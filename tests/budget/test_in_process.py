@@ -105,3 +105,38 @@ def test_a_slice_ask_waits_for_a_busy_service_only_on_a_manual_clock(tmp_path) -
     assert time.perf_counter() - t0 >= 0.15
     holder.join()
     assert gate._transport.skipped == 0
+
+
+def _pacing_status(gate: InProcessBudget, campaign_id: int) -> str:
+    return str({s["campaign_id"]: s for s in gate.status()}[campaign_id]["status"])
+
+
+@pytest.mark.slow
+def test_limited_by_bid_only_once_a_quarter_hour_behind_at_full_participation(tmp_path) -> None:
+    """A campaign that asks all day but wins one auction in ten at a fraction of its bid
+    runs at p = 1 far behind its curve. Five minutes in (0.0035 of the day behind on a
+    flat curve) it is not yet ``limited_by_bid_or_audience`` (the dashboard read
+    "limited by bid" a minute into a new campaign's day); an hour in it is. Mutation
+    that turns it red: the threshold back at 0.002 of the day."""
+    clock = ManualClock(T0 + timedelta(hours=9))
+    engine = make_engine(f"sqlite:///{tmp_path / 'l.sqlite3'}")
+    upgrade(engine)
+    store, ledger = SqlCampaignStore(engine, clock), SqlLedger(engine)
+    camp = store.create_campaign(
+        advertiser_id=store.create_advertiser("a").id, name="c",
+        objective=Objective.IMPRESSIONS, bid_type=BidType.CPM, bid_micros=5_000_000,
+        daily_budget_micros=1_000_000_000, time_zone="UTC", flight_start=date(2026, 1, 1),
+        pacing_mode=PacingMode.EVEN)
+    gate = InProcessBudget(store, ledger, clock, engine=engine, background=False)
+    seen: dict[int, str] = {}
+    for i in range(1, 1_801):  # one ask every 2 s for an hour
+        now = clock.advance(2.0)
+        if gate.admit(camp, now, 5_000) is None and i % 10 == 0:
+            gate.record_served(Served(camp.id, now.date(), f"i{i}", 5_000,
+                                      now.timestamp() + 3600, max_charge_micros=5_000))
+            ledger.record(LedgerEvent(f"i{i}", EventType.IMPRESSION, camp.id, 1, "p", "CPM",
+                                      5_000, now, now.date()), camp.daily_budget_micros)
+        if i in (150, 1_800):
+            seen[i] = _pacing_status(gate, camp.id)
+    assert seen[150] == "pacing", seen
+    assert seen[1_800] == "limited_by_bid_or_audience", seen

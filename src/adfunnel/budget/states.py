@@ -28,6 +28,13 @@ from adfunnel.budget.rows import (
 )
 from adfunnel.budget.slices import OPEN_RESERVE_CHARGES, OPEN_RESERVE_S, last_charges
 
+#: How far behind its curve (a share of the day's budget: the controller's integral) a
+#: campaign at full participation (p = 1) must be to read ``limited_by_bid_or_audience``:
+#: a quarter hour of the day's average spend. At 0.002 (under three minutes) a new
+#: campaign read "limited by bid" on the dashboard a minute into its day, before it had
+#: lost enough auctions to say so; the integral is clamped at 0.03, so the status still
+#: shows within about 15 minutes of a stall.
+LIMITED_BEHIND_SHARE = 1 / 96
 #: Seconds after start before a fleet shard may grant (three report periods).
 WARMUP_S = 3.0
 #: A server silent this long no longer holds a new instance's warm-up back (seconds).
@@ -95,7 +102,7 @@ class States:
         ex = np.where(normal & (st == EXHAUSTED) & np.isnan(ex), now,
                       np.where(normal & (st != EXHAUSTED), NAN, ex))
         t.exhausted_at[rows] = ex
-        limited = (t.p[rows] >= 1.0) & (t.integral[rows] > 0.002)
+        limited = (t.p[rows] >= 1.0) & (t.integral[rows] > LIMITED_BEHIND_SHARE)
         status = np.select([st == EXHAUSTED, st == METERED, limited],
                            [S_EXHAUSTED, S_BUDGET, S_BID], S_PACING)
         t.state[rows] = np.where(stopped, STOPPED, np.where(cold, METERED, st))
