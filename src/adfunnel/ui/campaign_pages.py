@@ -101,48 +101,20 @@ def add_campaign_routes(router: APIRouter, pages: Pages, facts: ServerFacts) -> 
         return render(request, "campaign.html", viewer, status=422, errors=errors,
                       form=form_name, values=form, raw=raw, **context)
 
-    @router.post("/ui/campaigns/{campaign_id}/budget")
-    @page
-    async def budget(request: Request, viewer: Viewer, api: ApiClient,
-                     campaign_id: int) -> Response:
-        async def write(form: Any) -> ApiAnswer:
-            body: dict[str, Any] = {
-                "daily_budget_micros": units_to_micros(form.get("daily_budget", ""),
-                                                       "daily_budget_micros"),
-                "version": int_field(form.get("version", ""), "version")}
-            lifetime = form.get("lifetime_budget", "").strip()
-            body["lifetime_budget_micros"] = (
-                units_to_micros(lifetime, "lifetime_budget_micros") if lifetime else None)
-            return await api.call("PUT", f"/v1/campaigns/{campaign_id}/budget", json=body)
-        return await edit(request, viewer, api, campaign_id, "budget", write)
+    def add_edit_form(segment: str, form_name: str, call: EditCall) -> None:
+        """``POST /ui/campaigns/{id}/<segment>``: the form's API call (:data:`EDIT_FORMS`)."""
+        async def handler(request: Request, viewer: Viewer, api: ApiClient,
+                          campaign_id: int) -> Response:
+            async def write(form: Any) -> ApiAnswer:
+                method, suffix, body = call(form)
+                return await api.call(method, f"/v1/campaigns/{campaign_id}{suffix}",
+                                      json=body)
+            return await edit(request, viewer, api, campaign_id, form_name, write)
+        handler.__name__ = f"edit_{form_name}"
+        router.post(f"/ui/campaigns/{{campaign_id}}/{segment}")(page(handler))
 
-    @router.post("/ui/campaigns/{campaign_id}/status")
-    @page
-    async def status(request: Request, viewer: Viewer, api: ApiClient,
-                     campaign_id: int) -> Response:
-        async def write(form: Any) -> ApiAnswer:
-            action = "pause" if form.get("action") == "pause" else "resume"
-            body = {"version": int_field(form.get("version", ""), "version")}
-            return await api.call("POST", f"/v1/campaigns/{campaign_id}:{action}", json=body)
-        return await edit(request, viewer, api, campaign_id, "status", write)
-
-    @router.post("/ui/campaigns/{campaign_id}/sale")
-    @page
-    async def sale(request: Request, viewer: Viewer, api: ApiClient,
-                   campaign_id: int) -> Response:
-        async def write(form: Any) -> ApiAnswer:
-            body = {**sale_fields(form, edit=True),
-                    "version": int_field(str(form.get("version", "")), "version")}
-            return await api.call("PATCH", f"/v1/campaigns/{campaign_id}", json=body)
-        return await edit(request, viewer, api, campaign_id, "sale", write)
-
-    def json_patch(name: str, campaign_id: int, api: ApiClient
-                   ) -> Callable[[Any], Awaitable[ApiAnswer]]:
-        async def write(form: Any) -> ApiAnswer:
-            value = json_field(str(form.get(name, "")), name)
-            body = {name: value, "version": int_field(form.get("version", ""), "version")}
-            return await api.call("PATCH", f"/v1/campaigns/{campaign_id}", json=body)
-        return write
+    for segment, (form_name, call) in EDIT_FORMS.items():
+        add_edit_form(segment, form_name, call)
 
     @router.post("/ui/campaigns/{campaign_id}/dayparts")
     @page
@@ -153,31 +125,10 @@ def add_campaign_routes(router: APIRouter, pages: Pages, facts: ServerFacts) -> 
         async def write(form: Any) -> ApiAnswer:
             parts, rows = dayparts_from_form(form)
             used.extend(rows)
-            body = {"dayparts": parts,
-                    "version": int_field(str(form.get("version", "")), "version")}
+            body = {"dayparts": parts, "version": _version(form)}
             return await api.call("PATCH", f"/v1/campaigns/{campaign_id}", json=body)
         return await edit(request, viewer, api, campaign_id, "dayparts", write,
                           lambda errors: rows_of_errors(errors, used))
-
-    @router.post("/ui/campaigns/{campaign_id}/targeting")
-    @page
-    async def targeting(request: Request, viewer: Viewer, api: ApiClient,
-                        campaign_id: int) -> Response:
-        return await edit(request, viewer, api, campaign_id, "targeting",
-                          json_patch("targeting", campaign_id, api))
-
-    @router.post("/ui/campaigns/{campaign_id}/ads")
-    @page
-    async def new_ad(request: Request, viewer: Viewer, api: ApiClient,
-                     campaign_id: int) -> Response:
-        async def write(form: Any) -> ApiAnswer:
-            body = {"landing_url": form.get("landing_url", "").strip(),
-                    "creative_ref": form.get("creative_ref", "").strip(),
-                    "format": form.get("format", "").strip(),
-                    "width": int_field(form.get("width", ""), "width"),
-                    "height": int_field(form.get("height", ""), "height")}
-            return await api.call("POST", f"/v1/campaigns/{campaign_id}/ads", json=body)
-        return await edit(request, viewer, api, campaign_id, "ad", write)
 
     @router.get("/ui/campaigns/{campaign_id}/report.csv")
     @page
@@ -190,6 +141,57 @@ def add_campaign_routes(router: APIRouter, pages: Pages, facts: ServerFacts) -> 
             raise ApiFailure(answer)
         return Response(answer.body, media_type="text/csv; charset=utf-8", headers={
             "Content-Disposition": f'attachment; filename="campaign-{campaign_id}-hourly.csv"'})
+
+
+#: An edit form's API call from its submitted form: (method, path after
+#: ``/v1/campaigns/{id}``, JSON body). Raises FieldProblem for a field it cannot read.
+EditCall = Callable[[Any], tuple[str, str, dict[str, Any]]]
+
+
+def _version(form: Any) -> int:
+    return int_field(str(form.get("version", "")), "version")
+
+
+def _budget_call(form: Any) -> tuple[str, str, dict[str, Any]]:
+    lifetime = form.get("lifetime_budget", "").strip()
+    return "PUT", "/budget", {
+        "daily_budget_micros": units_to_micros(form.get("daily_budget", ""),
+                                               "daily_budget_micros"),
+        "version": _version(form),
+        "lifetime_budget_micros": (units_to_micros(lifetime, "lifetime_budget_micros")
+                                   if lifetime else None)}
+
+
+def _status_call(form: Any) -> tuple[str, str, dict[str, Any]]:
+    action = "pause" if form.get("action") == "pause" else "resume"
+    return "POST", f":{action}", {"version": _version(form)}
+
+
+def _sale_call(form: Any) -> tuple[str, str, dict[str, Any]]:
+    return "PATCH", "", {**sale_fields(form, edit=True), "version": _version(form)}
+
+
+def _targeting_call(form: Any) -> tuple[str, str, dict[str, Any]]:
+    return "PATCH", "", {"targeting": json_field(str(form.get("targeting", "")), "targeting"),
+                         "version": _version(form)}
+
+
+def _ad_call(form: Any) -> tuple[str, str, dict[str, Any]]:
+    return "POST", "/ads", {"landing_url": form.get("landing_url", "").strip(),
+                            "creative_ref": form.get("creative_ref", "").strip(),
+                            "format": form.get("format", "").strip(),
+                            "width": int_field(form.get("width", ""), "width"),
+                            "height": int_field(form.get("height", ""), "height")}
+
+
+#: The campaign page's edit forms that map one to one onto an API call (the dayparts
+#: form, whose errors name its rows, has its own route): the route's last segment ->
+#: (the form's name, its fragment ``forms/<name>.html``; its call).
+EDIT_FORMS: dict[str, tuple[str, EditCall]] = {
+    "budget": ("budget", _budget_call), "status": ("status", _status_call),
+    "sale": ("sale", _sale_call), "targeting": ("targeting", _targeting_call),
+    "ads": ("ad", _ad_call),
+}
 
 
 def campaign_body(form: dict[str, str], viewer: Viewer) -> dict[str, Any]:
