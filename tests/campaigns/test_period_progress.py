@@ -23,7 +23,19 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from adfunnel.api.period_progress import RecentDelivery, period_progress, recent_delivery
+from adfunnel.billing.ledger import MemoryLedger
+from adfunnel.billing.model import EventType, LedgerEvent
 from adfunnel.budget.days import day_view
+from adfunnel.campaigns.model import (
+    BidType,
+    BudgetPeriod,
+    Campaign,
+    Goal,
+    GoalMetric,
+    Objective,
+    Priority,
+)
 from adfunnel.clock import ManualClock
 from adfunnel.runtime.asgi import build_app
 from adfunnel.runtime.embedded import Runtime, build_runtime
@@ -169,3 +181,65 @@ def test_an_auction_campaign_has_no_progress(server: tuple[TestClient, Runtime])
     body = http.get(f"/v1/campaigns/{r.json()['id']}/report").json()
     assert body["period"]["budget_period"] == "flight"
     assert body["period"]["progress"] is None
+
+
+def _guaranteed(**fields: Any) -> Campaign:
+    values: dict[str, Any] = {
+        "id": 9, "advertiser_id": 1, "name": "g", "objective": Objective.IMPRESSIONS,
+        "bid_type": BidType.CPM, "bid_micros": RATE, "daily_budget_micros": 0,
+        "time_zone": "UTC", "flight_start": date(2026, 11, 2),
+        "flight_end": date(2026, 11, 8), "priority": Priority.GUARANTEED,
+        "goal": Goal(GoalMetric.IMPRESSIONS, total=GOAL),
+        "budget_period": BudgetPeriod.FLIGHT, **fields}
+    return Campaign(**values)
+
+
+def _recent(day: date, **events: int) -> RecentDelivery:
+    return RecentDelivery(day, {date.fromisoformat(k[1:].replace("_", "-")): v
+                                for k, v in events.items()})
+
+
+def test_before_and_after_the_flight_no_service_is_needed() -> None:
+    """Before the flight nothing is planned (``not_started``, the whole plan projected);
+    after it the whole plan is planned and the projection is what was delivered.
+    Mutation that turns it red: the ended test ``>=`` instead of ``>`` (the last day of
+    the flight read as ended), or the ended flight asking the budget service."""
+    line = _guaranteed()
+    before = period_progress(line, 0, None, _recent(date(2026, 11, 1)))
+    assert before is not None
+    assert (before["planned_to_date"], before["projected_final"], before["state"]) == (
+        0, GOAL, "not_started")
+    after = period_progress(line, 650, None, _recent(date(2026, 11, 9)))
+    assert after is not None
+    assert (after["planned_to_date"], after["projected_final"], after["state"]) == (
+        GOAL, 650, "missed")
+    assert period_progress(line, 650, None, _recent(date(2026, 11, 8))) is None
+
+
+def test_a_flight_budget_below_the_goals_cost_plans_fewer_events() -> None:
+    """The plan spends the flight's money (here half the goal's cost): it plans half
+    the goal, and the projection follows that plan. Mutation that turns it red:
+    ``plan_total`` taken as the goal."""
+    line = _guaranteed(flight_budget_micros=GOAL_COST // 2)
+    view = {"planned_micros": GOAL_COST // 4, "planned_days": [
+        {"day": "2026-11-04", "planned_micros": GOAL_COST // 20}]}
+    got = period_progress(line, 175, view, _recent(date(2026, 11, 4), d2026_11_04=35))
+    assert got is not None
+    assert (got["plan_total"], got["planned_to_date"], got["goal"]) == (350, 175, 700)
+    assert got["recent_ratio"] == 1.0 and got["projected_final"] == 350
+    assert got["state"] == "on_track"
+
+
+def test_a_click_line_counts_its_clicks() -> None:
+    """Mutation that turns it red: :func:`recent_delivery` counting impressions for a
+    clicks goal."""
+    ledger = MemoryLedger()
+    line = _guaranteed(bid_type=BidType.CPC, bid_micros=100_000,
+                       goal=Goal(GoalMetric.CLICKS, total=50))
+    at = datetime(2026, 11, 4, 9, tzinfo=UTC)
+    ledger.record(LedgerEvent("i1", EventType.IMPRESSION, line.id, 1, "feed", "CPC", 0, at,
+                              at.date()), 10**12)
+    ledger.record(LedgerEvent("i1", EventType.CLICK, line.id, 1, "feed", "CPC", 100_000, at,
+                              at.date()), 10**12)
+    recent = recent_delivery(ledger, line, at)
+    assert recent is not None and recent.events == {date(2026, 11, 4): 1}
