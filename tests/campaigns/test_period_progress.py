@@ -126,7 +126,8 @@ def test_progress_is_the_ledgers_delivery_against_the_services_plan(
     """Mutations that turn it red: ``delivered`` read from another metric (clicks: 0);
     ``planned_to_date`` converted at the goal's total instead of the goal's cost (or
     left in micros); the recent days' delivered counted from another day (today only);
-    the page's card reading ``plan_total`` as planned to date."""
+    the budget service's ``planned_days`` naming each day by the next one's plan; the
+    page's card reading ``plan_total`` as planned to date."""
     http, rt = server
     line = _line(http)
     _service_period(rt, line)
@@ -147,6 +148,10 @@ def test_progress_is_the_ledgers_delivery_against_the_services_plan(
     # the recent ratio: yesterday's and today's impressions over what the plan gave them
     days = {d["day"]: d["planned_micros"] for d in period["planned_days"]}
     assert list(days) == ["2026-11-03", "2026-11-04"]
+    # a whole day yesterday, ten hours today; the flight's first day (2 Nov) is planned
+    # too, though the line was made on the second (the plan's hours start with the flight)
+    assert days["2026-11-03"] > days["2026-11-04"] > 0
+    assert sum(days.values()) < period["planned_micros"]
     recent_planned = sum(days.values()) * GOAL // GOAL_COST
     ratio = delivered / recent_planned  # every impression fell on those two days
     assert progress["recent_ratio"] == pytest.approx(ratio)
@@ -169,7 +174,8 @@ def test_progress_is_the_ledgers_delivery_against_the_services_plan(
 
 def test_an_auction_campaign_has_no_progress(server: tuple[TestClient, Runtime]) -> None:
     """A flight-budget auction campaign has a period but no goal: ``progress`` null.
-    Mutation that turns it red: :func:`is_line` accepting any flight campaign."""
+    Mutation that turns it red: :func:`recent_delivery` without its ``is_line`` check
+    (the report fails on a campaign without a goal)."""
     http, _ = server
     adv = http.post("/v1/advertisers", json={"name": "b"}).json()["id"]
     r = http.post("/v1/campaigns", json={
@@ -237,8 +243,9 @@ def test_a_click_line_counts_its_clicks() -> None:
     line = _guaranteed(bid_type=BidType.CPC, bid_micros=100_000,
                        goal=Goal(GoalMetric.CLICKS, total=50))
     at = datetime(2026, 11, 4, 9, tzinfo=UTC)
-    ledger.record(LedgerEvent("i1", EventType.IMPRESSION, line.id, 1, "feed", "CPC", 0, at,
-                              at.date()), 10**12)
+    for i in (1, 2):
+        ledger.record(LedgerEvent(f"i{i}", EventType.IMPRESSION, line.id, 1, "feed", "CPC", 0,
+                                  at, at.date()), 10**12)
     ledger.record(LedgerEvent("i1", EventType.CLICK, line.id, 1, "feed", "CPC", 100_000, at,
                               at.date()), 10**12)
     recent = recent_delivery(ledger, line, at)
