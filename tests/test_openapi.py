@@ -93,14 +93,18 @@ def test_campaigns_document_how_they_are_sold(document: dict) -> None:
 
 def test_the_report_documents_its_period_and_todays_plan(document: dict) -> None:
     """The campaign report's ``period`` is declared, with the budget service's ``today``
-    (day, allotment, plan, spend)."""
+    (day, allotment, plan, spend, the recent days' plan) and a guaranteed line's
+    ``progress`` against its plan (#26)."""
     schemas = document["components"]["schemas"]
     period = schemas["ReportOut"]["properties"]["period"]
     assert {"$ref": "#/components/schemas/PeriodOut"} in period["anyOf"]
-    assert {"budget_period", "from", "to", "goal_shortfall", "today"} <= set(
+    assert {"budget_period", "from", "to", "goal_shortfall", "today", "progress"} <= set(
         schemas["PeriodOut"]["properties"])
     assert set(schemas["PeriodTodayOut"]["properties"]) == {
-        "day", "allotment_micros", "planned_micros", "spent_micros"}
+        "day", "allotment_micros", "planned_micros", "spent_micros", "planned_days"}
+    assert set(schemas["PeriodProgressOut"]["properties"]) == {
+        "metric", "delivered", "planned_to_date", "plan_total", "goal", "projected_final",
+        "pace", "recent_ratio", "state"}
 
 
 def test_errors_use_the_real_error_schema(document: dict) -> None:

@@ -15,7 +15,7 @@ from adfunnel.billing.model import EventType, LedgerEvent
 from adfunnel.campaigns.model import BudgetPeriod, Goal, GoalMetric, PacingMode, Priority
 from adfunnel.runtime.embedded import Runtime
 from adfunnel.ui.forms import FieldProblem
-from adfunnel.ui.selling import goal_from_form, sale_fields
+from adfunnel.ui.selling import goal_from_form, plan_view, sale_fields
 from tests.ui.test_pages import client, log_in, rt, world  # noqa: F401  (fixtures)
 
 #: The new-campaign form of a guaranteed line: 2,000,000 impressions at a CPM of 5.00.
@@ -111,3 +111,17 @@ def test_the_selling_form_edits_the_line_and_shows_refusals_by_field(
     assert r.status_code == 303
     assert rt.store.get_campaign(cid).budget_period is BudgetPeriod.AVERAGE_DAY
     assert 'id="budget-period">average day<' in client.get(f"/ui/campaigns/{cid}").text
+
+
+def test_plan_view_places_the_bar_and_names_the_state() -> None:
+    """A line's ``period.progress`` on its page: percentages of the goal (capped at
+    100), the state's label and tone, the band it is named by. Mutation that turns it
+    red: the bar's ticks placed as shares of planned to date instead of the goal."""
+    assert plan_view(None) is None
+    view = plan_view({"metric": "impressions", "delivered": 60, "planned_to_date": 242,
+                      "plan_total": 700, "goal": 700, "projected_final": 253,
+                      "pace": 60 / 242, "recent_ratio": 0.42, "state": "behind"})
+    assert view is not None
+    assert (view["delivered_pct"], view["planned_pct"], view["projected_pct"]) == (
+        8.6, 34.6, 36.1)
+    assert (view["label"], view["tone"], view["band_pct"]) == ("behind plan", "warn", 5)

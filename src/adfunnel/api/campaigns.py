@@ -76,9 +76,10 @@ from adfunnel.api.pagination import (
     known_query_only,
     page,
 )
+from adfunnel.api.period_progress import RecentDelivery, period_progress, recent_delivery
 from adfunnel.api.period_today import DayReads, period_today
 from adfunnel.api.render import advertiser_out, campaign_out, written_out
-from adfunnel.api.report_schemas import PeriodTodayOut, ReportOut
+from adfunnel.api.report_schemas import PeriodProgressOut, PeriodTodayOut, ReportOut
 from adfunnel.api.reports import make_rollup_router
 from adfunnel.api.review import make_review_router
 from adfunnel.api.schemas import (
@@ -301,17 +302,29 @@ def make_advertiser_router(
         last: Annotated[DomainDay | None, Query(alias="to")] = None,
     ) -> ReportOut:
         """Defaults: ``to`` = today in the campaign's zone, ``from`` = ``to``. The
-        period's ``today``: the budget service's (:mod:`adfunnel.api.period_today`)."""
-        out, campaign = await run_in_threadpool(ledger_report, campaign_id, who, first, last)
+        period's ``today``: the budget service's (:mod:`adfunnel.api.period_today`); its
+        ``progress``: a guaranteed line's (:mod:`adfunnel.api.period_progress`)."""
+        out, campaign, recent = await run_in_threadpool(ledger_report, campaign_id, who,
+                                                        first, last)
         if out.period is not None:
             today = await period_today(budget, campaign)
             out.period.today = None if today is None else PeriodTodayOut.model_validate(today)
+            progress = period_progress(campaign, out.period.goal_delivered, today, recent)
+            out.period.progress = (None if progress is None
+                                   else PeriodProgressOut.model_validate(progress))
         return out
 
-    def ledger_report(campaign_id: int, who: Principal, first: date | None,
-                      last: date | None) -> tuple[ReportOut, Campaign]:
-        """The report from the store, ledger and rollups (blocking: a worker thread)."""
+    def ledger_report(campaign_id: int, who: Principal, first: date | None, last: date | None
+                      ) -> tuple[ReportOut, Campaign, RecentDelivery | None]:
+        """The report from the store, ledger and rollups, and a guaranteed line's recent
+        goal events (blocking: a worker thread)."""
         campaign = access.campaign(store, who, campaign_id)
+        return (_ledger_report(campaign, first, last), campaign,
+                recent_delivery(ledger, campaign, clock.now()))
+
+    def _ledger_report(campaign: Campaign, first: date | None, last: date | None
+                       ) -> ReportOut:
+        campaign_id = campaign.id
         last = last or local_day(clock.now(), campaign.time_zone)
         first = first or last
         if first > last:
@@ -321,10 +334,10 @@ def make_advertiser_router(
         period = period_report(ledger, campaign, last)  # flight, month, goal figures
         if rollups is None:
             return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros,
-                          period=period), campaign
+                          period=period)
         days = rollup_days(rollups, campaign_id, first, last, campaign.time_zone)
         ivt = {d: dict(r.ivt) for d, r in days.items() if r.ivt}
         return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros, ivt,
-                      measured_by_day(days), period=period), campaign
+                      measured_by_day(days), period=period)
 
     return router

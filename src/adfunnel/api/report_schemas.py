@@ -30,6 +30,13 @@ class ReportDay(BaseModel):
     viewability_rate: float | None = None
 
 
+class PlannedDayOut(BaseModel):
+    """What a flight plan gives one local day up to now, micros."""
+
+    day: date
+    planned_micros: int
+
+
 class PeriodTodayOut(BaseModel):
     """The budget service's figures of the period's current local day
     (:mod:`adfunnel.api.period_today`), micros: ``allotment_micros`` the day's budget the
@@ -41,6 +48,29 @@ class PeriodTodayOut(BaseModel):
     allotment_micros: int
     planned_micros: int | None = None
     spent_micros: int | None = None
+    #: what the plan gives yesterday and today up to now (a flight's; null otherwise)
+    planned_days: list[PlannedDayOut] | None = None
+
+
+class PeriodProgressOut(BaseModel):
+    """A guaranteed line's progress against its flight plan, in goal events
+    (:mod:`adfunnel.api.period_progress`, rule and limits in
+    :mod:`adfunnel.pacing.progress`): ``delivered`` the ledger's goal events to date (up
+    to the goal), ``planned_to_date`` the budget service's plan's cumulative target now,
+    ``plan_total`` the whole plan, ``projected_final`` = min(goal, delivered + the plan's
+    rest × ``recent_ratio``), ``pace`` = delivered / planned_to_date (null with nothing
+    planned), ``state``: ``on_track`` (pace within ±5 %), ``behind``, ``ahead``,
+    ``not_started``, or after the flight ``met`` / ``missed``."""
+
+    metric: str
+    delivered: int
+    planned_to_date: int
+    plan_total: int
+    goal: int
+    projected_final: int
+    pace: float | None
+    recent_ratio: float
+    state: str
 
 
 class PeriodOut(BaseModel):
@@ -49,7 +79,8 @@ class PeriodOut(BaseModel):
     what it billed, absorbed and has left; a goal's total, delivered events (up to the
     goal), ``over_delivery`` (beyond it, never billed) and ``goal_shortfall``; ``today``
     the budget service's current day of a flight or average day (null for a ``day``
-    period, or where the service does not hold the campaign)."""
+    period, or where the service does not hold the campaign); ``progress`` a guaranteed
+    line's delivered vs planned to date and projected final delivery."""
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -65,6 +96,8 @@ class PeriodOut(BaseModel):
     over_delivery: int | None = None
     goal_shortfall: int | None = None
     today: PeriodTodayOut | None = None
+    #: a guaranteed line's progress against its plan (null for another campaign)
+    progress: PeriodProgressOut | None = None
 
 
 class ReportOut(BaseModel):

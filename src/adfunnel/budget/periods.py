@@ -59,6 +59,7 @@ from adfunnel.pacing.flight import (
     month_days,
     rest_drift,
 )
+from adfunnel.pacing.progress import RECENT_DAYS
 
 #: A re-plan moves a day's allotment only by more than this share of it (or a charge).
 REPLAN_TOLERANCE = 0.002
@@ -145,8 +146,10 @@ class Periods:
         """The period of a flight or average-day campaign as JSON-able fields (None for
         another): ``budget_period``, ``allotment_micros`` (today's budget),
         ``spent_micros`` (the flight's spend so far, billed + in flight) and, for a
-        flight, ``budget_micros`` and ``planned_micros`` (the plan's cumulative target
-        now)."""
+        flight, ``budget_micros``, ``planned_micros`` (the plan's cumulative target
+        now) and ``planned_days`` (``[{"day", "planned_micros"}]``: what the plan gives
+        each of the last :data:`~adfunnel.pacing.progress.RECENT_DAYS` local days up to
+        now, today last; a line's recent delivery ratio, :mod:`adfunnel.pacing.progress`)."""
         slot = self._slot_of.get(campaign_id)
         ps = None if slot is None else self._period.get(slot)
         if slot is None or ps is None or ps.period is BudgetPeriod.DAY:
@@ -159,6 +162,11 @@ class Periods:
             out["budget_micros"] = slot_lifetime(ps.campaign)
             out["planned_micros"] = (None if ps.plan is None
                                      else int(ps.plan.target(now)))
+            out["planned_days"] = None if ps.plan is None else [
+                {"day": date.fromordinal(d).isoformat(),
+                 "planned_micros": int(ps.plan.day_planned(now, d))}
+                for d in range(int(self._rows.day[row]) - RECENT_DAYS + 1,
+                               int(self._rows.day[row]) + 1)]
         return out
 
     # -- curves -------------------------------------------------------------------------

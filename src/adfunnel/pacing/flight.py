@@ -217,6 +217,15 @@ class FlightPlan:
         done = 1.0 - self.hours.rest_fraction(now_s)
         return self.anchor_spent + float((self.rates() * done).sum())
 
+    def day_planned(self, now_s: float, day_ordinal: int) -> float:
+        """Micros the plan gives local day ``day_ordinal`` up to ``now_s`` (float): the
+        rates of that day's hours (and part of an hour) before ``now_s``; 0 for a day
+        outside the flight or wholly before the anchor. Over every day it adds up to
+        ``target(now_s) − anchor_spent``."""
+        done = 1.0 - self.hours.rest_fraction(now_s)
+        mine = self.hours.day == day_ordinal
+        return float((self.rates()[mine] * done[mine]).sum())
+
     def edited(self, now_s: float, spent: int, *, budget: int | None = None,
                hours: FlightHours | None = None) -> FlightPlan:
         """A new plan from ``now_s`` with ``spent`` micros spent: a new budget, new hours

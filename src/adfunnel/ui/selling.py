@@ -15,6 +15,7 @@ from datetime import date, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from adfunnel.pacing.progress import PACE_BAND
 from adfunnel.ui.api_client import ApiClient
 from adfunnel.ui.forms import FieldProblem, int_field, units_to_micros
 
@@ -22,6 +23,12 @@ PRIORITIES = ("auction", "guaranteed", "sponsorship")
 GOAL_METRICS = ("impressions", "clicks", "share")
 BUDGET_PERIODS = ("day", "flight", "average_day")
 PACING_MODES = ("even", "frontloaded", "accelerated")
+#: How a guaranteed line's page names its state against its plan.
+STATE_LABELS = {"on_track": "on track", "behind": "behind plan", "ahead": "ahead of plan",
+                "not_started": "not started", "met": "goal met", "missed": "goal missed"}
+#: Its badge's tone (the dashboard's status tones).
+STATE_TONES = {"on_track": "good", "behind": "warn", "ahead": "warn", "not_started": "idle",
+               "met": "done", "missed": "warn"}
 #: Longest span one campaign report may cover (the API's default ``report_max_days``).
 REPORT_MAX_DAYS = 366
 
@@ -88,8 +95,9 @@ async def sale_progress(api: ApiClient, campaign: dict[str, Any], today: date
     """A goal or flight line's progress for its page, from the campaign report over its
     flight up to ``today`` (local; the last :data:`REPORT_MAX_DAYS` of it at most):
     ``{"metric", "goal", "delivered", "pct", "billed_micros", "flight_budget_micros",
-    "budget_pct", "share", "until"}``; None for a line sold by the day without a goal,
-    or when the report cannot be read (the page shows the rest)."""
+    "budget_pct", "share", "until", "plan"}`` (``plan``: a guaranteed line's progress
+    against its plan, :func:`plan_view`); None for a line sold by the day without a
+    goal, or when the report cannot be read (the page shows the rest)."""
     goal = campaign.get("goal")
     flight_budget = campaign.get("flight_budget_micros")
     if goal is None and flight_budget is None:
@@ -97,7 +105,7 @@ async def sale_progress(api: ApiClient, campaign: dict[str, Any], today: date
     start = date.fromisoformat(str(campaign["flight_start"]))
     end = campaign.get("flight_end")
     last = min(today, date.fromisoformat(str(end))) if end else today
-    delivered, billed = 0, 0
+    delivered, billed, progress = 0, 0, None
     if last >= start:
         first = max(start, last - timedelta(days=REPORT_MAX_DAYS - 1))
         answer = await api.call("GET", f"/v1/campaigns/{campaign['id']}/report",
@@ -107,12 +115,33 @@ async def sale_progress(api: ApiClient, campaign: dict[str, Any], today: date
         billed = int(answer.body["billed_micros"])
         metric = goal.get("metric") if goal else None
         delivered = int(answer.body["clicks" if metric == "clicks" else "impressions"])
+        progress = (answer.body.get("period") or {}).get("progress")
     total = goal.get("total") if goal else None
     return {"metric": goal.get("metric") if goal else None, "goal": total,
             "share": goal.get("share") if goal else None, "delivered": delivered,
             "pct": _pct(delivered, total), "billed_micros": billed,
             "flight_budget_micros": flight_budget, "budget_pct": _pct(billed, flight_budget),
-            "until": end}
+            "until": end, "plan": plan_view(progress)}
+
+
+def plan_view(progress: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A guaranteed line's ``period.progress`` (the campaign report's) for its page's
+    plan bar: the figures, each as a percentage of the goal (``*_pct``, 0-100), the
+    state's label and tone and the band it is named by (``band_pct``); None without
+    one."""
+    if not progress or not progress.get("goal"):
+        return None
+    goal = int(progress["goal"])
+
+    def pct(n: int) -> float:
+        return round(min(100.0, 100.0 * n / goal), 1)
+
+    return {**progress, "delivered_pct": pct(progress["delivered"]),
+            "planned_pct": pct(progress["planned_to_date"]),
+            "projected_pct": pct(progress["projected_final"]),
+            "label": STATE_LABELS.get(progress["state"], progress["state"]),
+            "tone": STATE_TONES.get(progress["state"], "idle"),
+            "band_pct": round(100 * PACE_BAND)}
 
 
 def _pct(part: int, whole: int | None) -> float | None:
