@@ -5,8 +5,8 @@ lines' allocation, and its invariants as properties.
 Mutations seen red: the sample weights left out of the projection (``weights`` all 1):
 the scaling property (and ``test_projection_by_hour_of_week_is_exact``);
 the guaranteed lines' take not subtracted (``left[n] - took`` skipped):
-``test_available_never_above_matching`` and the allocation cases; sponsorships not taking their share
-(``took = 0``): ``test_sponsorship_takes_its_share_first``; hours of day instead of hours
+``test_available_never_above_matching`` and the allocation cases; sponsorships not
+taking their share (``took = 0``): ``test_sponsorship_takes_its_share_first``; hours of day instead of hours
 of week with a week of history (``by_week`` False): the weekend test.
 """
 
