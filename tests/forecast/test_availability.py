@@ -6,8 +6,9 @@ Mutations seen red: the sample weights left out of the projection (``weights`` a
 the scaling property (and ``test_projection_by_hour_of_week_is_exact``);
 the guaranteed lines' take not subtracted (``left[n] - took`` skipped):
 ``test_available_never_above_matching`` and the allocation cases; sponsorships not
-taking their share (``took = 0``): ``test_sponsorship_takes_its_share_first``; hours of day instead of hours
-of week with a week of history (``by_week`` False): the weekend test.
+taking their share (``took = 0``): ``test_sponsorship_takes_its_share_first``; hours of
+day instead of hours of week with a week of history (``by_week`` False): the weekend
+test.
 """
 
 from __future__ import annotations
