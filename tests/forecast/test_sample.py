@@ -71,8 +71,13 @@ def test_only_closed_hours_are_drained() -> None:
     assert sampler.pending() == 1
 
 
-def test_the_keeper_writes_closed_hours_and_prunes() -> None:
-    engine = make_engine("sqlite://")
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=[
+    pytest.mark.postgres, pytest.mark.slow])])
+def test_the_keeper_writes_closed_hours_and_prunes(backend: str,
+                                                   request: pytest.FixtureRequest) -> None:
+    """The table on both engines: inserts, the read by hours, the pruning."""
+    engine = make_engine("sqlite://" if backend == "sqlite"
+                         else request.getfixturevalue("pg_schema_url"))
     upgrade(engine)
     clock = ManualClock(T0)
     store = SqlRequestSample(engine)
