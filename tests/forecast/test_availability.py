@@ -20,9 +20,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adfunnel.forecast.availability import GUARANTEED, SPONSORSHIP, BookedLine, forecast
+from adfunnel.forecast.availability import (
+    GUARANTEED,
+    SPONSORSHIP,
+    BookedLine,
+    _matches,
+    forecast,
+)
 from adfunnel.forecast.sample import SampledRequest
+from adfunnel.targeting.evaluate import matches
 from adfunnel.targeting.expr import All, Expr, In
+from tests.strategies import trees
 
 UTC_Z = ZoneInfo("UTC")
 T0 = datetime(2026, 11, 2, tzinfo=UTC)  # a Monday
@@ -224,3 +232,26 @@ def test_scaling_the_sample_scales_the_forecast(rows, lines, expr, k) -> None:
     assert many.takes.keys() == one.takes.keys()
     for j, t in one.takes.items():
         assert many.takes[j] == pytest.approx(k * t)
+
+
+_ATTRS = ["geo.country", "interests", "device_type"]
+_VALUES = ["a", "b", "c", "d"]
+_requests = st.lists(st.dictionaries(st.sampled_from(_ATTRS),
+                                     st.frozensets(st.sampled_from([*_VALUES, "x", "y"]),
+                                                   min_size=1, max_size=3)),
+                     min_size=1, max_size=20)
+
+
+@settings(max_examples=80, deadline=None)
+@given(trees(_ATTRS, _VALUES), st.lists(trees(_ATTRS, _VALUES), max_size=3), _requests)
+def test_matches_agree_with_the_reference_evaluator(expr, others, requests) -> None:
+    """The forecast's matching (the conjunction index on each request's view of the values
+    the expressions name) equals the reference evaluator on the whole request. Red when
+    the view names only the candidate's values (the booked lines' left out)."""
+    rows = [SampledRequest(T0, r, 1.0) for r in requests]
+    lines = [_line(i + 1, e) for i, e in enumerate(others)]
+    got = _matches(rows, expr, lines)
+    for r, ids in zip(requests, got, strict=True):
+        want = {0} if matches(expr, r) else set()
+        want |= {i + 1 for i, e in enumerate(others) if matches(e, r)}
+        assert ids == want, r

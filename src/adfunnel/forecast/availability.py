@@ -44,7 +44,7 @@ from adfunnel.forecast.project import lived, request_slots, row_factors, span_ho
 from adfunnel.forecast.sample import SampledRequest
 from adfunnel.index import ConjunctionIndex
 from adfunnel.pacing.allocation import high_water_mark
-from adfunnel.targeting.expr import Expr
+from adfunnel.targeting.expr import Expr, In, Not, NotIn
 
 #: Index id of the candidate (booked lines go by campaign id, which is ≥ 1).
 CANDIDATE = 0
@@ -112,10 +112,17 @@ def forecast(rows: Sequence[SampledRequest], expr: Expr, start: datetime, end: d
     start = max(start, now)
     if not rows or start >= end:
         return Forecast(0.0, 0.0, {}, basis)
-    slots = request_slots([r.at for r in rows], z, by_week)
-    weights = np.array([r.weight for r in rows])
     lines = {b.campaign_id: b for b in booked if b.start < end and b.end > start}
-    eligible = _matches(rows, expr, list(lines.values()))
+    # sampled requests alike for the forecast (one slot, the same lines matching) are
+    # summed: a request's projection depends on its slot and weight only (linear)
+    groups: dict[tuple[int, frozenset[int]], float] = defaultdict(float)
+    row_slots = request_slots([r.at for r in rows], z, by_week).tolist()
+    for r, slot, ids in zip(rows, row_slots, _matches(rows, expr, list(lines.values())),
+                            strict=True):
+        groups[(slot, ids)] += r.weight
+    slots = np.array([k[0] for k in groups], dtype=np.int64)
+    weights = np.array(list(groups.values()))
+    eligible = [k[1] for k in groups]
 
     def projected(a: datetime, b: datetime) -> np.ndarray:
         return weights * row_factors(slots, lived_hours, span_hours(a, b, z, by_week))
@@ -127,14 +134,14 @@ def forecast(rows: Sequence[SampledRequest], expr: Expr, start: datetime, end: d
     in_flight: dict[int, float] = defaultdict(float)  # line -> its supply in the flight
     for seg, (a, b) in enumerate(pairwise(cuts)):
         live = {j for j, ln in lines.items() if ln.start <= a and ln.end >= b}
-        pw = projected(a, b)
+        pw = projected(a, b).tolist()
         for i, ids in enumerate(eligible):
             if pw[i] <= 0:
                 continue
-            mine = frozenset(ids & live)
-            nodes[(seg, mine, CANDIDATE in ids)] += float(pw[i])
+            mine = ids & live
+            nodes[(seg, mine, CANDIDATE in ids)] += pw[i]
             for j in mine:
-                in_flight[j] += float(pw[i])
+                in_flight[j] += pw[i]
     demand = {}
     for j, ln in lines.items():
         if ln.priority != GUARANTEED:
@@ -146,21 +153,41 @@ def forecast(rows: Sequence[SampledRequest], expr: Expr, start: datetime, end: d
 
 
 def _matches(rows: Sequence[SampledRequest], expr: Expr, lines: Sequence[BookedLine]
-             ) -> list[set[int]]:
+             ) -> list[frozenset[int]]:
     """Per row, the ids (``CANDIDATE`` and booked campaign ids) whose targeting it
-    satisfies: one conjunction-index query per distinct targeting view."""
+    satisfies: one conjunction-index query per distinct view of the values the
+    expressions name (a value no expression names changes no match: for ``in`` and
+    ``not_in`` alike it counts as absent)."""
     index = ConjunctionIndex(background_merge=False)
     index.build([(CANDIDATE, expr, 0.0), *((ln.campaign_id, ln.expr, 0.0) for ln in lines)])
+    named: dict[str, set[str]] = defaultdict(set)
+    for e in (expr, *(ln.expr for ln in lines)):
+        _named_values(e, named)
+    attrs = sorted(named)
     limit = len(lines) + 1
-    seen: dict[tuple[tuple[str, tuple[str, ...]], ...], set[int]] = {}
+    seen: dict[tuple[frozenset[str], ...], frozenset[int]] = {}
     out = []
+    empty: frozenset[str] = frozenset()
     for r in rows:
-        key = tuple(sorted((k, tuple(sorted(v))) for k, v in r.attributes.items()))
+        got_attrs = r.attributes
+        key = tuple(got_attrs.get(a, empty) & named[a] for a in attrs)
         got = seen.get(key)
         if got is None:
-            got = seen[key] = set(index.query(r.attributes, limit).ad_ids)
+            view = {a: v for a, v in zip(attrs, key, strict=True) if v}
+            got = seen[key] = frozenset(index.query(view, limit).ad_ids)
         out.append(got)
     return out
+
+
+def _named_values(expr: Expr, out: dict[str, set[str]]) -> None:
+    """Add to ``out`` every attribute's values that ``expr`` names."""
+    if isinstance(expr, In | NotIn):
+        out[expr.attr] |= expr.values
+    elif isinstance(expr, Not):
+        _named_values(expr.child, out)
+    else:
+        for c in expr.children:
+            _named_values(c, out)
 
 
 def _allocate(nodes: dict[tuple[int, frozenset[int], bool], float],
