@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from adfunnel.campaigns.migrate import upgrade
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
-from adfunnel.forecast.sample import RequestSampler
+from adfunnel.forecast.sample import RequestSampler, SampledRequest
 from adfunnel.forecast.store import SampleKeeper, SqlRequestSample
 from adfunnel.runtime.asgi import build_app
 from adfunnel.runtime.embedded import build_runtime
@@ -129,3 +129,25 @@ def test_the_embedded_server_samples_by_default() -> None:
         assert f.json()["basis"]["sampled_requests"] == 30
     finally:
         rt.close()
+
+
+def test_settled_hours_are_read_once() -> None:
+    """An hour closed more than ``SETTLED`` ago is read from the database once and kept
+    parsed; a younger hour is read again (another process may still add to it). Red when
+    every hour is cached (``settled_before`` = ``until``): the late row is missed."""
+    engine = make_engine("sqlite://")
+    upgrade(engine)
+    store = SqlRequestSample(engine)
+    view = _view(0)
+    store.add([SampledRequest(T0 + timedelta(minutes=5), view, 2.0),
+               SampledRequest(T0 + timedelta(hours=2, minutes=5), view, 1.0)])
+    now = T0 + timedelta(hours=3, minutes=1)
+    assert len(store.rows(T0, T0 + timedelta(hours=3), now)) == 2
+    # late rows: one in the settled hour 0 (not seen: it is final), one in hour 2
+    store.add([SampledRequest(T0 + timedelta(minutes=6), view, 1.0),
+               SampledRequest(T0 + timedelta(hours=2, minutes=6), view, 1.0)])
+    rows = store.rows(T0, T0 + timedelta(hours=3), now)
+    assert [r.at.hour for r in rows] == [0, 2, 2]
+    store.prune(T0 + timedelta(hours=1))
+    assert [r.at.hour for r in store.rows(T0, T0 + timedelta(hours=3), now)] == [2, 2]
+    engine.dispose()

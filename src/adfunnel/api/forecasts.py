@@ -137,7 +137,7 @@ class Forecaster:
             first = self.keeper.store.first_hour(to - timedelta(days=self.history_days))
             if first is not None and first < to:
                 history_from = first
-                rows = self.keeper.store.rows(history_from, to)
+                rows = self.keeper.store.rows(history_from, to, now)
         lines = {b.campaign_id: b for b in self.booked(start, end) if b.campaign_id != exclude}
         found = forecast(rows, expr, start, end, list(lines.values()), zone(tz), now,
                          history_from, to)

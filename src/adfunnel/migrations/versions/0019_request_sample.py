@@ -26,7 +26,7 @@ def upgrade() -> None:
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
                   primary_key=True, autoincrement=True),
         sa.Column("hour_start", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("at_ms", sa.BigInteger(), nullable=False),
         sa.Column("placement", sa.String(200), nullable=False),
         sa.Column("weight", sa.Float(), nullable=False),
         sa.Column("attributes", sa.Text(), nullable=False),
