@@ -8,7 +8,8 @@ the guaranteed lines' take not subtracted (``left[n] - took`` skipped):
 ``test_available_never_above_matching`` and the allocation cases; sponsorships not
 taking their share (``took = 0``): ``test_sponsorship_takes_its_share_first``; hours of
 day instead of hours of week with a week of history (``by_week`` False): the weekend
-test.
+test; hours never lived left at 0 (the mean term of ``row_factors`` dropped): the clock
+change test (and the API's one-hour basis).
 """
 
 from __future__ import annotations
@@ -255,3 +256,16 @@ def test_matches_agree_with_the_reference_evaluator(expr, others, requests) -> N
         want = {0} if matches(expr, r) else set()
         want |= {i + 1 for i, e in enumerate(others) if matches(e, r)}
         assert ids == want, r
+
+
+def test_a_week_across_the_clock_change() -> None:
+    """Paris falls back on 25 October 2026: a history week of one request per UTC hour
+    across it lives local 02:00 of that Sunday twice (2 requests, mean 1) and one
+    hour-of-week not at all (the mean of the lived hours: 1). The next local week: 168."""
+    paris = ZoneInfo("Europe/Paris")
+    start = datetime(2026, 10, 19, tzinfo=paris).astimezone(UTC)
+    rows = [_req(start + timedelta(hours=h)) for h in range(168)]
+    nxt = datetime(2026, 10, 26, tzinfo=paris)
+    f = forecast(rows, EVERYONE, nxt, nxt + WEEK, [], paris, start + WEEK, start,
+                 start + WEEK)
+    assert f.basis.by_week and f.matching == pytest.approx(168)
