@@ -19,12 +19,12 @@ paces toward its goal. Compared:
 The request sample keeps at most ``PER_HOUR`` requests an hour, fewer than the busy
 hours carry, so the basis's ``sample_rate`` is below 1 and the weights are exercised.
 
-Mutations seen red: the sample weights left out of the projection (``weights`` all 1
-in :func:`adfunnel.forecast.availability.forecast`): 1,087 matching forecast for 2,144
-sent; the booked line's demand never set (its allocation skipped): no contending line,
-and ``available_impressions`` would equal ``matching_impressions`` (~2,100 for ~1,670
-left). Measured (seed 26): 2,114 matching forecast for 2,144 sent, 1,652 available for
-1,673 left; the line served 895 of its 900.
+Mutations seen red: the sample weights left out (each sampled request counted 1 where
+:func:`adfunnel.forecast.availability.forecast` sums ``r.weight``): 1,087 matching
+forecast for 2,144 sent; the booked line's demand never set (its allocation skipped):
+no contending line, and ``available_impressions`` would equal ``matching_impressions``
+(~2,100 for ~1,670 left). Measured (seed 26): 2,114 matching forecast for 2,144 sent,
+1,652 available for 1,673 left; the line served 895 of its 900.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 :mod:`adfunnel.forecast.project`): exact projections on hand-made samples, the booked
 lines' allocation, and its invariants as properties.
 
-Mutations seen red: the sample weights left out of the projection (``weights`` all 1):
-the scaling property (and ``test_projection_by_hour_of_week_is_exact``);
+Mutations seen red: the sample weights left out (each sampled request counted 1 where
+:func:`~adfunnel.forecast.availability.forecast` sums ``r.weight``): the scaling property
+and ``test_projection_by_hour_of_week_is_exact``;
 the guaranteed lines' take not subtracted (``left[n] - took`` skipped):
 ``test_available_never_above_matching`` and the allocation cases; sponsorships not
 taking their share (``took = 0``): ``test_sponsorship_takes_its_share_first``; hours of
