@@ -124,3 +124,12 @@ def test_a_goal_above_availability_is_booked_with_a_warning(client: TestClient) 
     f = client.post("/v1/forecasts", json=BODY).json()
     assert f["available_impressions"] == 0
     assert sorted(ln["takes_impressions"] for ln in f["contending_lines"]) == [200, 1_000]
+
+
+def test_no_history_no_warning(rt: Runtime) -> None:
+    """A new server has no request history: a guaranteed line is booked without a
+    warning (nothing is known, rather than "0 available")."""
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as c:
+        assert "warnings" not in _guaranteed(c, 1_000)
+        f = c.post("/v1/forecasts", json={**BODY, "placements": []}).json()
+        assert f["matching_impressions"] == 0 and f["basis"]["sampled_requests"] == 0

@@ -191,7 +191,8 @@ class Forecaster:
     def available_for(self, c: Campaign) -> int | None:
         """Impressions available to the (just booked) guaranteed line ``c`` over its
         flight, the other booked lines taken out; None when ``c`` is no guaranteed line
-        with an impression goal and a flight end."""
+        with an impression goal and a flight end, or when there is no history to
+        forecast from (a new server: no warning rather than "0 available")."""
         if (c.priority is not Priority.GUARANTEED or c.goal is None
                 or c.goal.metric is not GoalMetric.IMPRESSIONS or c.flight_end is None):
             return None
@@ -199,6 +200,8 @@ class Forecaster:
         found, _ = self.run(expr, _midnight(c.flight_start, c.time_zone),
                             _midnight(c.flight_end + timedelta(days=1), c.time_zone),
                             c.time_zone, exclude=c.id)
+        if not found.basis.sampled_requests:
+            return None
         return round(found.available)
 
 
