@@ -110,7 +110,11 @@ class Runtime:
         if self.served is not None:
             self.served.close()
         if self.requests is not None:
-            self.requests.flush(final=True)  # the hour in progress too
+            try:
+                self.requests.flush(final=True)  # the hour in progress too
+            except Exception:  # a lost hour of the sample never stops a shutdown
+                logging.getLogger("adfunnel.forecast").exception(
+                    "the request sample's last hour was not written")
         self.engine.dispose()
 
 
