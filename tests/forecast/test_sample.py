@@ -151,3 +151,23 @@ def test_settled_hours_are_read_once() -> None:
     store.prune(T0 + timedelta(hours=1))
     assert [r.at.hour for r in store.rows(T0, T0 + timedelta(hours=3), now)] == [2, 2]
     engine.dispose()
+
+
+def test_several_servers_add_up(sqlite_file_url: str) -> None:
+    """Two ad-server processes (two samplers, one database file) sample the same hour
+    apart: their rows' weights add up to every request either saw."""
+    engines = [make_engine(sqlite_file_url) for _ in range(2)]
+    upgrade(engines[0])
+    clock = ManualClock(T0)
+    keepers = [SampleKeeper(RequestSampler(clock.now, _view, per_hour=7, seed=s),
+                            SqlRequestSample(e)) for s, e in enumerate(engines)]
+    for keeper, n in zip(keepers, (40, 13), strict=True):
+        for i in range(n):
+            keeper.sampler.record(i)
+    clock.set(T0 + timedelta(hours=1))
+    for keeper in keepers:
+        keeper.flush()
+    rows = keepers[0].store.rows(T0, T0 + timedelta(hours=1))
+    assert len(rows) == 14 and sum(r.weight for r in rows) == pytest.approx(53)
+    for e in engines:
+        e.dispose()
