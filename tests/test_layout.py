@@ -25,7 +25,7 @@ LADDER: list[set[str]] = [
     {"targeting"},
     {"campaigns"},
     {"index", "auction", "pacing", "frequency", "prediction", "ivt"},
-    {"budget"},
+    {"budget", "forecast"},
     {"events"},
     {"tracking", "billing"},
     {"serving"},

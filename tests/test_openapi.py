@@ -91,6 +91,21 @@ def test_campaigns_document_how_they_are_sold(document: dict) -> None:
     assert "flight_budget_micros" in schemas["BudgetIn"]["properties"]
 
 
+def test_forecasts_are_documented(document: dict) -> None:
+    """#26: ``POST /v1/forecasts`` with its body and answer (``from`` by its name), the
+    admin's (401/403 declared), and the campaign write's warning fields."""
+    op = document["paths"]["/v1/forecasts"]["post"]
+    assert {"401", "403", "422"} <= set(op["responses"])
+    schemas = document["components"]["schemas"]
+    assert set(schemas["ForecastIn"]["properties"]) == {
+        "targeting", "placements", "flight_start", "flight_end", "time_zone", "goal"}
+    assert {"matching_impressions", "available_impressions", "contending_lines", "basis",
+            "goal_fits", "limits"} <= set(schemas["ForecastOut"]["properties"])
+    assert {"history_days", "sampled_requests", "sample_rate", "from", "to"} <= set(
+        schemas["BasisOut"]["properties"])
+    assert {"code", "available_impressions"} <= set(schemas["FieldProblemOut"]["properties"])
+
+
 def test_the_report_documents_its_period_and_todays_plan(document: dict) -> None:
     """The campaign report's ``period`` is declared, with the budget service's ``today``
     (day, allotment, plan, spend, the recent days' plan) and a guaranteed line's

@@ -54,6 +54,7 @@ JSON, 404 not found, 409 version conflict).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date, timedelta
 from typing import Annotated, Any
 
@@ -92,6 +93,7 @@ from adfunnel.api.schemas import (
     CampaignPatch,
     CampaignWritten,
     DomainDay,
+    FieldProblemOut,
     VersionIn,
 )
 from adfunnel.api.write_bodies import canonical_targeting, patch_changes, sale_defaults
@@ -124,6 +126,7 @@ def make_advertiser_router(
     store: CampaignStore, ledger: Ledger, clock: Clock, settings_like: object = None,
     rollups: RollupStore | None = None, uploads: UploadLookup | None = None,
     budget: DayReads | None = None,
+    availability: Callable[[Campaign], int | None] | None = None,
 ) -> APIRouter:
     """The advertiser API routes over ``store`` (records), ``ledger`` (reports) and
     ``rollups`` (rollup reports, :mod:`adfunnel.api.reports`).
@@ -135,7 +138,10 @@ def make_advertiser_router(
     either there are no rollup routes. ``uploads`` finds an advertiser's uploaded image
     (an image creative's ``upload_id``, :mod:`adfunnel.api.creatives`; none: every
     ``upload_id`` is unknown). ``budget`` reads the budget service's current day of a
-    campaign (the report's ``period.today``; None: null). The app must also call
+    campaign (the report's ``period.today``; None: null). ``availability`` forecasts the
+    impressions left to a new guaranteed line (:class:`adfunnel.api.forecasts.Forecaster`;
+    None: no forecast): a goal above it is created all the same, with a
+    ``goal_exceeds_availability`` warning (the operator may overbook). The app must also call
     :func:`adfunnel.api.errors.install_error_handlers`.
     """
     router = APIRouter(tags=["advertiser"], dependencies=[Depends(known_query_only)])
@@ -200,7 +206,15 @@ def make_advertiser_router(
             raise validation_error(("advertiser_id", "no such advertiser")) from exc
         created = store.create_campaign(**values)
         response.headers["Location"] = f"/v1/campaigns/{created.id}"
-        return written_out(created, clock.now())
+        out = written_out(created, clock.now())
+        available = availability(created) if availability is not None else None
+        total = created.goal.total if created.goal is not None else None
+        if available is not None and total is not None and total > available:
+            out.warnings = [*out.warnings, FieldProblemOut(
+                field="goal.total", code="goal_exceeds_availability",
+                available_impressions=available,
+                problem=f"the forecast leaves {available} impressions over the flight")]
+        return out
 
     @router.get("/v1/campaigns", response_model=Page[CampaignOut])
     def list_campaigns(who: Caller, advertiser_id: int | None = None,

@@ -311,6 +311,10 @@ class CampaignOut(BaseModel):
 class FieldProblemOut(BaseModel):
     field: str
     problem: str
+    #: a warning's machine-readable kind, where it has one (``goal_exceeds_availability``)
+    code: str | None = None
+    #: ``goal_exceeds_availability``: the impressions the forecast leaves to the line
+    available_impressions: int | None = None
 
 
 class CampaignWritten(CampaignOut):

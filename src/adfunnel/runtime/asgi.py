@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 
 from adfunnel.api.campaigns import make_advertiser_router
 from adfunnel.api.errors import install_error_handlers
+from adfunnel.api.forecasts import Forecaster, make_forecast_router
 from adfunnel.api.keys import make_api_key_router
 from adfunnel.api.openapi import install_openapi
 from adfunnel.api.operator import make_operator_router
@@ -96,8 +97,12 @@ def build_app(rt: Runtime) -> RequestLog:
         UPLOAD_PATH: (s.creative_max_bytes + UPLOAD_FORM_OVERHEAD, "file")})
     # outside the body limit: no key, no body read
     install_auth(app, rt.keys, RateLimiter(s.api_rate_per_s, s.api_burst))
+    forecaster = Forecaster(rt.requests, rt.store, rt.ledger, rt.clock,
+                            s.forecast_history_days, s.pctr_prior)
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups,
-                                              uploads.lookup, reads))
+                                              uploads.lookup, reads,
+                                              availability=forecaster.available_for))
+    app.include_router(make_forecast_router(forecaster))  # admin only (its router's guard)
     app.include_router(make_upload_router(rt.store, uploads, rt.clock))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
     app.include_router(make_placement_report_router(rt.store, rt.rollups, rt.clock))
@@ -112,7 +117,8 @@ def build_app(rt: Runtime) -> RequestLog:
                                max_slots=s.max_slots, public_base_url=s.public_base_url,
                                derive=client_derivation(s.derive_client_facts,
                                                         parse_networks(s.trusted_proxies)),
-                               origins=rt.catalog.allowed_origins)
+                               origins=rt.catalog.allowed_origins,
+                               sample=rt.requests.sampler.record if rt.requests else None)
     tracking = TrackingEndpoints(rt.tracker, parse_networks(s.trusted_proxies))
     for route in (*serving.routes(), *tracking.routes()):
         app.router.routes.append(route)

@@ -34,6 +34,8 @@ from adfunnel.clock import Clock, ManualClock, SystemClock
 from adfunnel.db import make_engine
 from adfunnel.events.compactor import compact
 from adfunnel.events.served_log import ServedLog
+from adfunnel.forecast.sample import RequestSampler
+from adfunnel.forecast.store import SampleKeeper, SqlRequestSample
 from adfunnel.frequency.redis_store import RedisFrequencyStore
 from adfunnel.frequency.scope import NO_SHARED_STORE, caps_refused
 from adfunnel.frequency.store import FrequencyStore, MemoryFrequencyStore
@@ -53,6 +55,7 @@ from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.deadline import DecisionQueue
 from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.decision_log import DecisionLog
+from adfunnel.serving.request import request_attributes
 from adfunnel.settings import Settings
 from adfunnel.settings.ivt import held_in
 from adfunnel.tracking.beacons import Tracker
@@ -81,6 +84,8 @@ class Runtime:
     rollups: RollupStore  # hourly rollups of the ledger (reports by hour, ad, placement)
     keys: ApiKeys  # API keys: the bootstrap admin key and the stored ones
     served: ServedLog | None = None  # committed decisions for the click model
+    #: the availability forecast's request sample (kept by default: adfunnel.forecast)
+    requests: SampleKeeper | None = None
     _closed: bool = False
 
     def ready(self) -> bool:
@@ -104,6 +109,12 @@ class Runtime:
             CAMPAIGNS.forget(self.gate.snapshot)
         if self.served is not None:
             self.served.close()
+        if self.requests is not None:
+            try:
+                self.requests.flush(final=True)  # the hour in progress too
+            except Exception:  # a lost hour of the sample never stops a shutdown
+                logging.getLogger("adfunnel.forecast").exception(
+                    "the request sample's last hour was not written")
         self.engine.dispose()
 
 
@@ -200,10 +211,16 @@ def build_runtime(
         directory = settings.served_log_dir
         background.append(Periodic(lambda: compact(directory, clock.now()),
                                    settings.served_compact_s, "served-compact", clock).start())
+    requests = SampleKeeper(
+        RequestSampler(clock.now, request_attributes, settings.forecast_sample_per_hour,
+                       seed=seed if seed is not None else settings.seed),
+        SqlRequestSample(engine), settings.forecast_history_days)
+    background.append(Periodic(requests.flush, settings.forecast_flush_s, "request-sample",
+                               clock, run_on_move=True).start())
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
                    tracker, decisions, change_feed, background, DecisionQueue(decider), caps,
                    events, rollups, ApiKeys(SqlKeyStore(engine), clock, settings.admin_key),
-                   served)
+                   served, requests)
 
 
 #: Seconds of the injected clock between refreshes of the rollup hours the aggregator

@@ -127,7 +127,11 @@ class ServingEndpoints:
         derive: Callable[[SelectRequest, dict[str, Any]], None] | None = None,
         public_base_url: str | None = None,
         origins: Callable[[str], Collection[str]] | None = None,
+        sample: Callable[[SelectRequest], None] | None = None,
     ) -> None:
+        # takes every valid request for the availability forecast's sample (O(1), no I/O:
+        # adfunnel.forecast.sample); None: not sampled
+        self.sample = sample
         # a placement's allowed_origins (None: cross-origin selects are not checked)
         self.origins = origins
         # page facts: the request's limits, what is derived from its HTTP scope (country,
@@ -213,6 +217,8 @@ class ServingEndpoints:
             scope[CORS_ORIGIN_KEY] = origin  # the answer carries the CORS headers
         if self.derive is not None:
             self.derive(req, scope)
+        if self.sample is not None:
+            self.sample(req)
         deadline = start + (req.deadline_ms or self.default_deadline_ms)
         # the decision is named by the request's own id, else by the one its answer
         # carries (x-request-id, from RequestLog), so explain finds it by either

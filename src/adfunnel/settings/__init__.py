@@ -128,6 +128,13 @@ class Settings(BaseSettings):
     index: Literal["conjunction", "scan"] = "conjunction"
     change_poll_s: float = Field(default=0.25, gt=0, le=5)
     traffic_flush_s: float = Field(default=10.0, gt=0)
+    #: the availability forecast's request sample (kept by default): most ad requests
+    #: kept per UTC hour and ad-server process (each stands for seen / kept requests),
+    #: days of history kept (older hours are pruned), and seconds of the server's clock
+    #: between moves of the closed hours into the database
+    forecast_sample_per_hour: int = Field(default=250, ge=1, le=100_000)
+    forecast_history_days: int = Field(default=28, ge=1, le=366)
+    forecast_flush_s: float = Field(default=60.0, gt=0)
     #: seed of the decider's random draws (pacing coins, tie-breaks); None = from the
     #: operating system. A replay sets it so its report depends only on its seed.
     seed: int | None = None
