@@ -14,6 +14,7 @@ Pages::
     GET  /ui/campaigns/{id}/report.csv?from=&to=   rollups per local hour as CSV
     GET  /ui/review                  pending ads (reviewer, admin); POST /ui/review/{ad}/{verdict}
     GET  /ui/explain?request_id=     one decision: winners and every candidate's reason
+    GET  /ui/forecasts, POST /ui/forecasts   availability forecast form and answer (admin)
 
 A form posted by htmx (``HX-Request``) answers its own fragment: with the API's field
 errors next to the fields, or ``HX-Refresh`` after a successful write; posted without
@@ -38,6 +39,7 @@ from starlette.responses import RedirectResponse, Response
 from adfunnel.tracking.client import parse_networks
 from adfunnel.ui.api_client import ApiClient
 from adfunnel.ui.campaign_pages import add_campaign_routes
+from adfunnel.ui.forecast_pages import add_forecast_routes
 from adfunnel.ui.facts import ServerFacts
 from adfunnel.ui.pages import LOGIN_URL, Pages, done
 from adfunnel.ui.session import (
@@ -99,6 +101,7 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
 
 
     add_campaign_routes(router, pages, ServerFacts(rt))
+    add_forecast_routes(router, pages)
 
     # -- review and explain ---------------------------------------------------------------
     @router.get("/ui/review")
