@@ -39,8 +39,8 @@ from starlette.responses import RedirectResponse, Response
 from adfunnel.tracking.client import parse_networks
 from adfunnel.ui.api_client import ApiClient
 from adfunnel.ui.campaign_pages import add_campaign_routes
-from adfunnel.ui.forecast_pages import add_forecast_routes
 from adfunnel.ui.facts import ServerFacts
+from adfunnel.ui.forecast_pages import add_forecast_routes
 from adfunnel.ui.pages import LOGIN_URL, Pages, done
 from adfunnel.ui.session import (
     COOKIE,
