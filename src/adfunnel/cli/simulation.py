@@ -14,6 +14,10 @@ from adfunnel.cli.console import console
 from adfunnel.cli.summary import progress_bar
 from adfunnel.money import format_units
 
+#: The availability forecast check (:mod:`adfunnel.sim.forecast_check`): two weeks on a
+#: real embedded server.
+FORECAST = "forecast"
+
 
 def replay(
     report: Annotated[Path, typer.Option(help="Write the JSON report here.")] = Path("replay-report.json"),
@@ -120,13 +124,15 @@ def _scenario_names() -> str:
     from adfunnel.sim.flight_scenarios import flight_scenarios
     from adfunnel.sim.scenarios import scenarios
 
-    return ", ".join([*scenarios(), *flight_scenarios()])
+    return ", ".join([*scenarios(), *flight_scenarios(), FORECAST])
 
 
 def simulate(
     scenario: Annotated[str, typer.Option(help=f"Scenario name: {_scenario_names()}. "
                                           "'flight' is a week of direct and auction lines "
-                                          "through a real embedded server.")] = "baseline",
+                                          "through a real embedded server; 'forecast' asks "
+                                          "availability forecasts after a week of history "
+                                          "and judges them on the next.")] = "baseline",
     report: Annotated[Path | None, typer.Option(help="Write the JSON report here.", show_default="none")] = None,
     plots: Annotated[Path | None, typer.Option(help="Directory for one PNG per campaign (day scenarios).", show_default="none")] = None,
     seed: Annotated[int, typer.Option()] = 0,
@@ -138,6 +144,9 @@ def simulate(
 
     if scenario in flight_scenarios():
         _simulate_flight(scenario, report, seed, short)
+        return
+    if scenario == FORECAST:
+        _simulate_forecast(report, seed, short)
         return
     from adfunnel.sim.day_report import SUMMARY_UNITS, run_simulation, summary_lines
 
@@ -155,6 +164,18 @@ def simulate(
         console.print(f"report written to {report}")
     if plots is not None:
         console.print(f"plots (PNG) written to {plots}/")
+
+
+def _simulate_forecast(report: Path | None, seed: int, short: bool) -> None:
+    """``simulate --scenario forecast``: two weeks, the forecasts' verdicts."""
+    from adfunnel.sim.forecast_check import run_forecast_check, summary_lines
+
+    with progress_bar(console, "simulating forecast (two weeks of requests)") as update:
+        result = run_forecast_check(report, seed=seed, short=short, progress=update)
+    for line in summary_lines(result):
+        typer.echo(line)
+    if report is not None:
+        console.print(f"report written to {report}")
 
 
 def _simulate_flight(scenario: str, report: Path | None, seed: int, short: bool) -> None:

@@ -54,6 +54,8 @@ class LineRun:
     preempted: dict[date, int] = field(default_factory=lambda: defaultdict(int))
     tiers: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     version: int = 1
+    #: indices (into the run's requests) of the requests it was served on
+    served_reqs: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -122,7 +124,8 @@ class FlightRun:
     def __init__(self, sc: FlightScenario, seed: int, reqs: list[Req], goals: dict[str, int],
                  *, budget_scale: float, direct: bool = True, workdir: Path | None = None,
                  sponsorship_budgets: dict[str, int] | None = None,
-                 tick_s: float = 60.0) -> None:
+                 tick_s: float = 60.0,
+                 hooks: list[tuple[float, Callable[[Any], None]]] | None = None) -> None:
         self.sc = sc
         self.seed = seed
         self.reqs = reqs
@@ -136,6 +139,9 @@ class FlightRun:
         # its start (each move runs the budget service's due jobs: reports, the billed
         # feed, a control step; a move per request would cost minutes of CPU a day)
         self.tick_s = tick_s
+        #: (Unix s, call): each call gets the API client once the clock reaches its time,
+        #: before that tick's requests (the forecast check asks its forecasts so)
+        self.hooks = sorted(hooks or [], key=lambda h: h[0])
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> RunResult:
         import time
@@ -171,6 +177,7 @@ class FlightRun:
                 edits = sorted(self._edits(lines))
                 filled = house = 0
                 captures = capture_times(self.sc)
+                hooks = list(self.hooks)
                 plans: dict[int, dict[date, int]] = defaultdict(dict)
                 n = len(self.reqs)
                 fired = False
@@ -191,7 +198,13 @@ class FlightRun:
                         while captures and captures[0][0] <= minute:
                             _, day = captures.pop(0)
                             _capture_plans(rt, day, plans)
-                    d = rt.decider.decide(_select(r), f"r{i}", monotonic_ms() + DEADLINE_MS)
+                        while hooks and hooks[0][0] <= minute:
+                            rt.events.settle()
+                            hooks.pop(0)[1](api)
+                    sel = _select(r)
+                    if rt.requests is not None:  # the forecast's sample, as /v1/ads:select
+                        rt.requests.sampler.record(sel)
+                    d = rt.decider.decide(sel, f"r{i}", monotonic_ms() + DEADLINE_MS)
                     rt.decider.commit(d)
                     house += len(d.house)
                     for p in d.placed:
@@ -199,6 +212,7 @@ class FlightRun:
                         lr = lines.get(p.campaign.name)
                         if lr is not None:
                             lr.served[r.day] += 1
+                            lr.served_reqs.add(i)
                             lr.tiers[str(getattr(p, "tier", None) or "n/a")] += 1
                             if lr.line.kind == "sponsorship":
                                 self._preempted(lines, r)
