@@ -6,7 +6,7 @@ Routes::
 
     GET /v1/campaigns/{id}/report/rollups?from=&to=&granularity=&group_by=
     GET /v1/advertisers/{id}/report/rollups?from=&to=&granularity=&group_by=&time_zone=
-    GET /v1/placements/{id}/report?from=&to=&granularity=&group_by=&time_zone=   (admin)
+    GET /v1/placements/{id}/report/rollups?from=&to=&granularity=&group_by=&time_zone=  (admin)
 
 - ``from``, ``to``: local dates ``YYYY-MM-DD``, both included, in the campaign's time
   zone (advertiser: ``time_zone``, an IANA name, default ``UTC``); default: today there,
@@ -135,22 +135,22 @@ def make_rollup_router(
     return router
 
 
-def make_placement_report_router(
+def make_placement_rollup_router(
     store: CampaignStore, rollups: RollupStore, clock: Clock, *,
     max_days: int = DEFAULT_MAX_DAYS, max_hourly_days: int = DEFAULT_HOURLY_MAX_DAYS,
 ) -> APIRouter:
-    """The operator's placement report (admin only): one placement's rollups over every
+    """The operator's placement rollups (admin only): one placement's rollups over every
     campaign, days local to ``time_zone`` (default ``UTC``); 404 for an unknown
-    placement."""
+    placement. (The placement's requests, fill and revenue: :mod:`.placement_report`.)"""
     router = APIRouter(tags=["operator"], dependencies=[Depends(require_role(Role.ADMIN)),
                                                         Depends(known_query_only)])
     csv_doc: dict[int | str, dict[str, Any]] = {
         200: {"content": {CSV_MEDIA_TYPE: {}}, "description": "JSON, or CSV on Accept: text/csv"}
     }
 
-    @router.get("/v1/placements/{placement_id}/report", response_model=RollupReportOut,
-                responses=csv_doc)
-    def placement_report(
+    @router.get("/v1/placements/{placement_id}/report/rollups",
+                response_model=RollupReportOut, responses=csv_doc)
+    def placement_rollups(
         placement_id: str, request: Request, first: From = None, last: To = None,
         granularity: GranularityQ = "day", group_by: GroupByQ = "placement",
         time_zone: str = "UTC",
@@ -168,7 +168,7 @@ def make_placement_report_router(
                              granularity=granularity, group_by=group_by, time_zone=time_zone)
         head = {"placement": placement_id, "from": first, "to": last, "time_zone": time_zone,
                 "granularity": granularity, "group_by": group_by}
-        return _answer(request, rows, head, "placement-report.csv")
+        return _answer(request, rows, head, "placement-rollups.csv")
 
     return router
 
