@@ -107,6 +107,8 @@ class ReportOut(BaseModel):
     lifetime_remaining_micros: int | None = None
     #: the budget period's figures (PeriodOut)
     period: PeriodOut | None = None
+    #: the currency of every ``*_micros`` figure: the server's (setting ``currency``)
+    currency: str = "USD"
 
 
 class RollupTotalsOut(BaseModel):
@@ -162,6 +164,8 @@ class RollupReportOut(BaseModel):
     group_by: str
     totals: RollupTotalsOut
     rows: list[RollupRowOut]
+    #: the currency of every ``*_micros`` figure: the server's (setting ``currency``)
+    currency: str = "USD"
 
 
 # --- placement report (the operator's view) ------------------------------------------------

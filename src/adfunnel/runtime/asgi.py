@@ -101,7 +101,8 @@ def build_app(rt: Runtime) -> RequestLog:
                                               uploads.lookup, reads))
     app.include_router(make_upload_router(rt.store, uploads, rt.clock))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
-    app.include_router(make_placement_rollup_router(rt.store, rt.rollups, rt.clock))
+    app.include_router(make_placement_rollup_router(rt.store, rt.rollups, rt.clock,
+                                                    currency=s.currency))
     if rt.placements is not None:
         app.include_router(make_placement_report_router(rt.store, rt.rollups, rt.placements,
                                                         rt.clock, s.currency))
