@@ -60,6 +60,7 @@ class PlacementCounter:
         self.clock = clock
         self._counts: Counts = {}
         self._lock = threading.Lock()
+        self._quarter: tuple[float, datetime] | None = None  # the last quarter used
 
     def add(self, placement: str, slots: int, tiers: Iterable[str] = ()) -> None:
         """One answered request of ``placement`` asking for ``slots`` slots; ``tiers``:
@@ -68,7 +69,12 @@ class PlacementCounter:
         Raises:
             KeyError: a tier not in :data:`adfunnel.serving.tiers.TIERS`.
         """
-        key = (placement, quarter_of(self.clock.now()))
+        t = self.clock.now().timestamp()
+        held = self._quarter
+        if held is None or not held[0] <= t < held[0] + QUARTER_S:  # most adds share it
+            quarter = quarter_of(datetime.fromtimestamp(t, UTC))
+            held = self._quarter = (quarter.timestamp(), quarter)
+        key = (placement, held[1])
         with self._lock:
             row = self._counts.get(key)
             if row is None:
