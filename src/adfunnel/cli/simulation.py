@@ -114,14 +114,18 @@ def _sales_summary(result: dict, top: int = 5) -> list[str]:
         return []
     cur = revenue["currency"] or ""
 
+    def units(micros: int) -> str:  # four decimals: the replay's CPMs are fractions of ¥1
+        whole, frac = divmod(micros, 1_000_000)
+        return f"{whole:,}.{frac // 100:04d} {cur}".strip()
+
     def row(name: str, f: dict) -> str:
         fill = "—" if f["fill_rate"] is None else f"{f['fill_rate']:.1%}"
-        ecpm = "—" if f["ecpm_micros"] is None else format_units(f["ecpm_micros"], cur)
-        return (f"  {name}: revenue {format_units(f['revenue_micros'], cur)}  fill {fill}  "
+        ecpm = "—" if f["ecpm_micros"] is None else units(f["ecpm_micros"])
+        return (f"  {name}: revenue {units(f['revenue_micros'])}  fill {fill}  "
                 f"eCPM {ecpm}  requests {f['requests']}")
 
     placements = result["placements"]
-    out = [f"revenue {format_units(revenue['total_micros'], cur)} over "
+    out = [f"revenue {units(revenue['total_micros'])} over "
            f"{placements['totals']['placements']} placements; the top {top}:"]
     out += [row(p["placement"], p) for p in placements["rows"][:top]]
     out.append("by slot size:")
