@@ -52,3 +52,28 @@ def test_sqlite_counts_add_up(sqlite_file_url: str) -> None:
 @pytest.mark.postgres
 def test_postgres_counts_add_up(pg_schema_url: str) -> None:
     _sums(pg_schema_url)
+
+
+def test_counts_a_failed_write_refused_are_kept_for_the_next(sqlite_file_url: str) -> None:
+    """The database refuses a flush (its table is gone): the counts stay held, and once
+    it is back the next flush stores them. Mutation that turns it red: a flush that
+    drops what it drained when the write fails."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    engine = make_engine(sqlite_file_url)
+    try:
+        upgrade(engine)
+        traffic = PlacementTraffic(ManualClock(START), engine)
+        traffic.counter.add("p", 2, ["auction"])
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE placement_traffic RENAME TO away"))
+        with pytest.raises(SQLAlchemyError):
+            traffic.flush()
+        traffic.counter.add("p", 1)
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE away RENAME TO placement_traffic"))
+        [(_, counts)] = traffic.quarters("p", START, START + timedelta(hours=1))
+        assert (counts["requests"], counts["slots"], counts["filled_auction"]) == (2, 3, 1)
+    finally:
+        engine.dispose()

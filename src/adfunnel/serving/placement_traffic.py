@@ -90,6 +90,16 @@ class PlacementCounter:
             counts, self._counts = self._counts, {}
         return counts
 
+    def give_back(self, counts: Counts) -> None:
+        """Add ``counts`` (a drain that could not be stored) back to those held."""
+        with self._lock:
+            for key, n in counts.items():
+                row = self._counts.get(key)
+                if row is None:
+                    self._counts[key] = list(n)
+                else:
+                    row[:] = [a + b for a, b in zip(row, n, strict=True)]
+
 
 class SqlPlacementTraffic:
     """The ``placement_traffic`` table: additive writes from every ad-server process."""
@@ -143,8 +153,18 @@ class PlacementTraffic:
         self.table = SqlPlacementTraffic(engine)
 
     def flush(self) -> None:
-        """Add this process's counts to the table."""
-        self.table.add(self.counter.drain())
+        """Add this process's counts to the table; counts the database refused stay
+        held for the next flush.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the write failed (nothing is lost).
+        """
+        counts = self.counter.drain()
+        try:
+            self.table.add(counts)
+        except Exception:
+            self.counter.give_back(counts)
+            raise
 
     def quarters(self, placement: str, start: datetime, end: datetime
                  ) -> list[tuple[datetime, dict[str, int]]]:
