@@ -12,7 +12,9 @@ Answers ``{"placement", "from", "to", "time_zone", "granularity", "currency", "r
 span is listed, zeros included, each with its own ``by_tier``. The figures and their
 rules: :mod:`adfunnel.api.placement_figures`; requests and filled slots are counted on
 the serving path (:mod:`adfunnel.serving.placement_traffic`), impressions and revenue
-are the ledger's (its rollups, refreshed every ``rollup_refresh_s``).
+are the ledger's (its rollups, refreshed every ``rollup_refresh_s``), in the tier of the
+campaign's priority when the report is read (a campaign moved to another tier counts
+its whole history there).
 
 - ``from``, ``to``: local dates in ``time_zone`` (IANA, default ``UTC``), both included;
   default today there, ``from`` = ``to``; at most 366 days (hourly: 31).
@@ -25,6 +27,7 @@ caller who is not an admin.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends
@@ -65,17 +68,22 @@ def make_placement_report_router(
     :func:`adfunnel.api.errors.install_error_handlers`."""
     router = APIRouter(tags=["operator"], dependencies=[Depends(require_role(Role.ADMIN)),
                                                         Depends(known_query_only)])
-    tiers: dict[int, str] = {}
 
-    def tier_of(campaign_id: int) -> str:
-        tier = tiers.get(campaign_id)
-        if tier is None:  # a campaign's priority is set at creation and never changes
-            try:
-                tier = str(store.get_campaign(campaign_id).priority)
-            except NotFound:  # billed, then gone from the store: sold in the auction
-                tier = str(Priority.AUCTION)
-            tiers[campaign_id] = tier
-        return tier
+    def tiers() -> Callable[[int], str]:
+        """Campaign id -> its tier: its priority now (read once per report)."""
+        known: dict[int, str] = {}
+
+        def tier_of(campaign_id: int) -> str:
+            tier = known.get(campaign_id)
+            if tier is None:
+                try:
+                    tier = str(store.get_campaign(campaign_id).priority)
+                except NotFound:  # billed, then gone from the store: the auction's
+                    tier = str(Priority.AUCTION)
+                known[campaign_id] = tier
+            return tier
+
+        return tier_of
 
     @router.get("/v1/placements/{placement_id}/report", response_model=PlacementReportOut)
     def placement_report(
@@ -97,7 +105,7 @@ def make_placement_report_router(
             if not counted and not traffic.table.seen(placement_id):
                 raise
         billed = rollups.hours(start=start, end=end, placement=placement_id)
-        totals, periods = placement_figures(counted, billed, tier_of, start=start, end=end,
+        totals, periods = placement_figures(counted, billed, tiers(), start=start, end=end,
                                             granularity=granularity, time_zone=time_zone)
         key = "days" if granularity == "day" else "hours"
         out = PlacementReportOut.model_validate({
