@@ -81,3 +81,4 @@ def test_campaigns_are_named_by_the_servers_id_everywhere(report: dict[str, Any]
     assert {int(k) for k in direct["goal_sizing"]} <= ids
     assert all(g["label"] for g in direct["goal_sizing"].values())
     assert direct["targets"] and all(t["campaign_id"] in ids for t in direct["targets"])
+    assert all(m["campaign_id"] in ids and m["label"] for m in report["delivery"]["missed"])
