@@ -15,7 +15,8 @@ import adfunnel.billing.tables
 import adfunnel.campaigns.tables
 import adfunnel.campaigns.uploads
 import adfunnel.forecast.tables
-import adfunnel.pacing.traffic_tables  # noqa: F401  (registers the tables)
+import adfunnel.pacing.traffic_tables
+import adfunnel.serving.placement_tables  # noqa: F401  (registers the tables)
 from adfunnel.campaigns.migrate import MIGRATIONS_DIR, alembic_config, current_revision, upgrade
 from adfunnel.db import make_engine, metadata
 

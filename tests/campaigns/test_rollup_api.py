@@ -149,10 +149,11 @@ def test_csv(world: World) -> None:
     assert table[0] == ["period_start", "campaign_id", "ad_id", "impressions", "clicks",
                         "conversions", "billed_micros", "absorbed_micros", "ctr",
                         "ecpm_micros", "cost_per_conversion_micros", "rendered",
-                        "viewable", "viewability_rate", "ivt_crawler", "ivt_datacenter"]
+                        "viewable", "viewability_rate", "currency", "ivt_crawler",
+                        "ivt_datacenter"]
     cid = str(world.campaign_id)
     assert table[1] == ["2026-11-02T00:00:00-05:00", cid, "1", "1", "0", "0", "1000", "0",
-                        "0.0", "1000000", "", "0", "0", "", "0", "0"]
+                        "0.0", "1000000", "", "0", "0", "", "USD", "0", "0"]
     assert table[2][:8] == ["2026-11-03T00:00:00-05:00", cid, "1", "3", "1", "1", "15000", "0"]
     assert table[2][-2:] == ["1", "1"]
     assert table[3][:4] == ["2026-11-03T00:00:00-05:00", cid, "2", "1"]

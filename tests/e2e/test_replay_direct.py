@@ -106,7 +106,7 @@ def test_guaranteed_goal_is_a_third_of_the_counted_supply_and_not_exceeded(
     counted = _matching(rows, "2", flight)
     assert {d["day"]: d["matching_requests"] for d in g["days"] if d["matching_requests"]} \
         == counted
-    sizing = report["direct_lines"]["goal_sizing"][g["key"]]
+    sizing = report["direct_lines"]["goal_sizing"][str(g["campaign_id"])]
     assert sizing["matching_requests"] == g["matching_requests"] == sum(counted.values())
     assert g["goal"] == sizing["goal"] == round(GOAL_OF_SUPPLY * g["matching_requests"])
     for d in g["days"]:

@@ -185,7 +185,7 @@ def test_a_version_3_token_bills_on_i(client: TestClient, runtime: Runtime) -> N
 
 def test_the_operators_placement_report_shows_viewability_over_every_campaign(
         client: TestClient, runtime: Runtime) -> None:
-    """``GET /v1/placements/{id}/report``: the placement's renders and views of every
+    """``GET /v1/placements/{id}/report/rollups``: the placement's renders and views of every
     campaign (two here), per placement by default and per ad on ``group_by=ad``."""
     from tests.serving.helpers import ad_request
 
@@ -204,7 +204,7 @@ def test_the_operators_placement_report_shows_viewability_over_every_campaign(
     assert client.get(served[0]["viewable_url"], headers=UA).status_code == 204
     move_clock(client, runtime, 10)
     day = runtime.clock.now().date().isoformat()
-    r = client.get("/v1/placements/feed/report", params={"from": day, "to": day})
+    r = client.get("/v1/placements/feed/report/rollups", params={"from": day, "to": day})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["placement"] == "feed" and body["group_by"] == "placement"
@@ -212,8 +212,8 @@ def test_the_operators_placement_report_shows_viewability_over_every_campaign(
     assert body["totals"]["viewability_rate"] == 0.25
     [row] = body["rows"]
     assert row["placement"] == "feed" and row["rendered"] == 4
-    by_ad = client.get("/v1/placements/feed/report",
+    by_ad = client.get("/v1/placements/feed/report/rollups",
                        params={"from": day, "to": day, "group_by": "ad"}).json()
     assert sum(r["rendered"] for r in by_ad["rows"]) == 4
     assert {r["ad_id"] for r in by_ad["rows"]} <= {a["ad_id"] for a in served}
-    assert client.get("/v1/placements/nowhere/report").status_code == 404
+    assert client.get("/v1/placements/nowhere/report/rollups").status_code == 404

@@ -111,7 +111,11 @@ from adfunnel.campaigns.store import CampaignStore
 from adfunnel.campaigns.validate import campaign_problems
 from adfunnel.clock import Clock
 from adfunnel.http_errors import ApiError, validation_error
-from adfunnel.settings import DEFAULT_MAX_BID_MICROS, DEFAULT_MAX_BUDGET_MICROS
+from adfunnel.settings import (
+    DEFAULT_CURRENCY,
+    DEFAULT_MAX_BID_MICROS,
+    DEFAULT_MAX_BUDGET_MICROS,
+)
 
 __all__ = ["make_advertiser_router"]
 
@@ -132,13 +136,14 @@ def make_advertiser_router(
     ``rollups`` (rollup reports, :mod:`adfunnel.api.reports`).
 
     ``clock`` gives "today" for reports without dates; ``settings_like`` may carry
-    ``report_max_days`` (int). ``rollups`` defaults to the SQL rollup store of the
-    campaign store's database when it has one (``SqlCampaignStore.engine``: the
-    embedded runtime's database, where the rollups also join ``campaigns``); without
-    either there are no rollup routes. ``uploads`` finds an advertiser's uploaded image
-    (an image creative's ``upload_id``, :mod:`adfunnel.api.creatives`; none: every
-    ``upload_id`` is unknown). ``budget`` reads the budget service's current day of a
-    campaign (the report's ``period.today``; None: null). ``availability`` forecasts the
+    ``report_max_days`` (int) and ``currency`` (named in every report). ``rollups``
+    defaults to the SQL rollup store of the campaign store's database when it has one
+    (``SqlCampaignStore.engine``: the embedded runtime's database, where the rollups
+    also join ``campaigns``); without either there are no rollup routes. ``uploads``
+    finds an advertiser's uploaded image (an image creative's ``upload_id``,
+    :mod:`adfunnel.api.creatives`; none: every ``upload_id`` is unknown). ``budget``
+    reads the budget service's current day of a campaign (the report's
+    ``period.today``; None: null). ``availability`` forecasts the
     impressions left to a new guaranteed line (:class:`adfunnel.api.forecasts.Forecaster`;
     None: no forecast): a goal above it is created all the same, with a
     ``goal_exceeds_availability`` warning (the operator may overbook). The app must also call
@@ -148,6 +153,7 @@ def make_advertiser_router(
     max_days = int(getattr(settings_like, "report_max_days", DEFAULT_REPORT_MAX_DAYS))
     max_bid = int(getattr(settings_like, "max_bid_micros", DEFAULT_MAX_BID_MICROS))
     max_budget = int(getattr(settings_like, "max_budget_micros", DEFAULT_MAX_BUDGET_MICROS))
+    currency = str(getattr(settings_like, "currency", DEFAULT_CURRENCY))
 
     def check_money(values: dict[str, Any], current: Campaign | None = None,
                     more: list[tuple[str, str]] | None = None) -> None:
@@ -162,7 +168,8 @@ def make_advertiser_router(
     if rollups is None and isinstance(engine, Engine):
         rollups = make_rollup_store(engine)
     if rollups is not None:
-        router.include_router(make_rollup_router(store, rollups, clock, max_days=max_days))
+        router.include_router(make_rollup_router(store, rollups, clock, max_days=max_days,
+                                                 currency=currency))
     router.include_router(make_review_router(store))
 
     # --- advertisers ----------------------------------------------------------------
@@ -320,6 +327,7 @@ def make_advertiser_router(
         ``progress``: a guaranteed line's (:mod:`adfunnel.api.period_progress`)."""
         out, campaign, recent = await run_in_threadpool(ledger_report, campaign_id, who,
                                                         first, last)
+        out.currency = currency
         if out.period is not None:
             today = await period_today(budget, campaign)
             out.period.today = None if today is None else PeriodTodayOut.model_validate(today)

@@ -12,8 +12,10 @@ Routes (JSON bodies; money in integer micros)::
                                                       of its target (click, conversion)
     GET   /v1/admin/models           200 {"items": [model], "next_cursor"}
     GET   /v1/admin/models/{id}      200 model
-    GET   /v1/placements/{id}/report 200 rollup report of one placement over every
-                                         campaign (``adfunnel.api.reports``)
+    GET   /v1/placements/{id}/report 200 requests, fill, revenue and eCPM of one
+                                         placement (``adfunnel.api.placement_report``)
+    GET   /v1/placements/{id}/report/rollups 200 its rollups over every campaign
+                                         (``adfunnel.api.reports``)
 
 Every route here is the admin's (the router's guard, ``adfunnel.auth``): these routes
 are apart from the advertiser routes (the advertiser's ad create/PATCH refuse

@@ -140,6 +140,8 @@ class ReportOut(BaseModel):
     lifetime_remaining_micros: int | None = None
     #: the budget period's figures (PeriodOut)
     period: PeriodOut | None = None
+    #: the currency of every ``*_micros`` figure: the server's (setting ``currency``)
+    currency: str = "USD"
 
 
 class RollupTotalsOut(BaseModel):
@@ -195,3 +197,56 @@ class RollupReportOut(BaseModel):
     group_by: str
     totals: RollupTotalsOut
     rows: list[RollupRowOut]
+    #: the currency of every ``*_micros`` figure: the server's (setting ``currency``)
+    currency: str = "USD"
+
+
+# --- placement report (the operator's view) ------------------------------------------------
+
+
+class TierFiguresOut(BaseModel):
+    """One tier's figures in a placement report (:mod:`adfunnel.api.placement_figures`):
+    slots it filled, its share of the slots requested (null without slots), billable
+    impressions, micros billed and eCPM (revenue × 1000 // impressions, null without
+    impressions)."""
+
+    filled_slots: int
+    fill_rate: float | None
+    impressions: int
+    revenue_micros: int
+    ecpm_micros: int | None
+
+
+class PlacementFiguresOut(TierFiguresOut):
+    """A placement's figures over a span or a period: ad requests answered, slots they
+    asked for, and by tier (``sponsorship``, ``guaranteed``, ``auction``, ``house``)."""
+
+    requests: int
+    slots_requested: int
+    by_tier: dict[str, TierFiguresOut]
+
+
+class PlacementDayOut(PlacementFiguresOut):
+    day: date
+
+
+class PlacementHourOut(PlacementFiguresOut):
+    #: the start of the local hour, with the zone's offset
+    hour: datetime
+
+
+class PlacementReportOut(PlacementFiguresOut):
+    """``GET /v1/placements/{id}/report``: totals over local days ``from``..``to`` in
+    ``time_zone``, and ``days`` (``granularity=day``) or ``hours`` (``granularity=hour``;
+    then there is no ``days``). Money in integer micros of ``currency``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    placement: str
+    from_: date = Field(alias="from")
+    to: date
+    time_zone: str
+    granularity: str
+    currency: str
+    days: list[PlacementDayOut] | None = None
+    hours: list[PlacementHourOut] | None = None

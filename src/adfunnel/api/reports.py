@@ -6,7 +6,7 @@ Routes::
 
     GET /v1/campaigns/{id}/report/rollups?from=&to=&granularity=&group_by=
     GET /v1/advertisers/{id}/report/rollups?from=&to=&granularity=&group_by=&time_zone=
-    GET /v1/placements/{id}/report?from=&to=&granularity=&group_by=&time_zone=   (admin)
+    GET /v1/placements/{id}/report/rollups?from=&to=&granularity=&group_by=&time_zone=  (admin)
 
 - ``from``, ``to``: local dates ``YYYY-MM-DD``, both included, in the campaign's time
   zone (advertiser: ``time_zone``, an IANA name, default ``UTC``); default: today there,
@@ -22,7 +22,8 @@ Routes::
 - ``Accept: text/csv`` answers CSV (:func:`rollup_csv`): a header row, then one row per
   period and group.
 
-Money in integer micros; metrics null without their denominator. Every row has the
+Money in integer micros of the server's ``currency`` (named in every JSON answer, and
+in a CSV's ``currency`` column); metrics null without their denominator. Every row has the
 measured ``rendered`` and ``viewable`` events and ``viewability_rate`` = viewable /
 rendered: with ``group_by=ad`` per ad, ``campaign`` per campaign, ``placement`` per
 placement. A report shows the
@@ -62,6 +63,7 @@ from adfunnel.campaigns.schedule import is_valid_zone, local_day
 from adfunnel.campaigns.store import CampaignStore
 from adfunnel.clock import Clock
 from adfunnel.http_errors import validation_error
+from adfunnel.settings import DEFAULT_CURRENCY
 
 #: Longest span of a daily rollup report, in days.
 DEFAULT_MAX_DAYS = 366
@@ -82,9 +84,11 @@ GroupByQ = Annotated[GroupBy, Query()]
 def make_rollup_router(
     store: CampaignStore, rollups: RollupStore, clock: Clock, *,
     max_days: int = DEFAULT_MAX_DAYS, max_hourly_days: int = DEFAULT_HOURLY_MAX_DAYS,
+    currency: str = DEFAULT_CURRENCY,
 ) -> APIRouter:
     """The rollup report routes over ``store`` (campaigns, advertisers, time zones) and
-    ``rollups``; ``clock`` gives "today" for reports without dates. The app must call
+    ``rollups``; ``clock`` gives "today" for reports without dates; ``currency`` is named
+    in every JSON answer. The app must call
     :func:`adfunnel.api.errors.install_error_handlers`."""
     router = APIRouter(tags=["advertiser"])
     csv_doc: dict[int | str, dict[str, Any]] = {
@@ -109,7 +113,7 @@ def make_rollup_router(
         rows = rollups.query(start=start, end=end, campaign_ids=[campaign_id],
                              granularity=granularity, group_by=group_by, time_zone=tz)
         head = {"campaign_id": campaign_id, "from": first, "to": last, "time_zone": tz,
-                "granularity": granularity, "group_by": group_by}
+                "granularity": granularity, "group_by": group_by, "currency": currency}
         return _answer(request, rows, head, f"campaign-{campaign_id}-rollups.csv")
 
     @router.get("/v1/advertisers/{advertiser_id}/report/rollups",
@@ -129,28 +133,30 @@ def make_rollup_router(
         rows = rollups.query(start=start, end=end, advertiser_id=advertiser_id,
                              granularity=granularity, group_by=group_by, time_zone=time_zone)
         head = {"advertiser_id": advertiser_id, "from": first, "to": last,
-                "time_zone": time_zone, "granularity": granularity, "group_by": group_by}
+                "time_zone": time_zone, "granularity": granularity, "group_by": group_by,
+                "currency": currency}
         return _answer(request, rows, head, f"advertiser-{advertiser_id}-rollups.csv")
 
     return router
 
 
-def make_placement_report_router(
+def make_placement_rollup_router(
     store: CampaignStore, rollups: RollupStore, clock: Clock, *,
     max_days: int = DEFAULT_MAX_DAYS, max_hourly_days: int = DEFAULT_HOURLY_MAX_DAYS,
+    currency: str = DEFAULT_CURRENCY,
 ) -> APIRouter:
-    """The operator's placement report (admin only): one placement's rollups over every
+    """The operator's placement rollups (admin only): one placement's rollups over every
     campaign, days local to ``time_zone`` (default ``UTC``); 404 for an unknown
-    placement."""
+    placement. (The placement's requests, fill and revenue: :mod:`.placement_report`.)"""
     router = APIRouter(tags=["operator"], dependencies=[Depends(require_role(Role.ADMIN)),
                                                         Depends(known_query_only)])
     csv_doc: dict[int | str, dict[str, Any]] = {
         200: {"content": {CSV_MEDIA_TYPE: {}}, "description": "JSON, or CSV on Accept: text/csv"}
     }
 
-    @router.get("/v1/placements/{placement_id}/report", response_model=RollupReportOut,
-                responses=csv_doc)
-    def placement_report(
+    @router.get("/v1/placements/{placement_id}/report/rollups",
+                response_model=RollupReportOut, responses=csv_doc)
+    def placement_rollups(
         placement_id: str, request: Request, first: From = None, last: To = None,
         granularity: GranularityQ = "day", group_by: GroupByQ = "placement",
         time_zone: str = "UTC",
@@ -167,8 +173,8 @@ def make_placement_report_router(
         rows = rollups.query(start=start, end=end, placement=placement_id,
                              granularity=granularity, group_by=group_by, time_zone=time_zone)
         head = {"placement": placement_id, "from": first, "to": last, "time_zone": time_zone,
-                "granularity": granularity, "group_by": group_by}
-        return _answer(request, rows, head, "placement-report.csv")
+                "granularity": granularity, "group_by": group_by, "currency": currency}
+        return _answer(request, rows, head, "placement-rollups.csv")
 
     return router
 
@@ -196,7 +202,8 @@ def _answer(request: Request, rows: list[ReportRow], head: dict[str, Any],
             filename: str) -> Response | RollupReportOut:
     if CSV_MEDIA_TYPE in request.headers.get("accept", "").lower():
         return Response(
-            rollup_csv(rows, head["group_by"]), media_type=f"{CSV_MEDIA_TYPE}; charset=utf-8",
+            rollup_csv(rows, head["group_by"], head["currency"]),
+            media_type=f"{CSV_MEDIA_TYPE}; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="{filename}"'},
         )
     start, _ = local_days_span(head["from"], head["to"], head["time_zone"])
@@ -219,19 +226,22 @@ def _totals_out(r: ReportRow) -> RollupTotalsOut:
     )
 
 
-def rollup_csv(rows: Sequence[ReportRow], group_by: GroupBy) -> str:
+def rollup_csv(rows: Sequence[ReportRow], group_by: GroupBy,
+               currency: str = DEFAULT_CURRENCY) -> str:
     """CSV of report rows: ``period_start`` (ISO 8601 with its offset), the group's
     columns (:data:`GROUP_COLUMNS`), the counts, micros and metrics (an empty cell for
-    null), then ``ivt_<reason>`` for each reason seen in ``rows``, sorted (0 where none).
+    null), ``currency`` (of the micros), then ``ivt_<reason>`` for each reason seen in
+    ``rows``, sorted (0 where none).
     """
     reasons = ivt_reasons(rows)
     keys = GROUP_COLUMNS[group_by]
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["period_start", *keys, *_METRICS, *(f"ivt_{r}" for r in reasons)])
+    writer.writerow(["period_start", *keys, *_METRICS, "currency",
+                     *(f"ivt_{r}" for r in reasons)])
     for row in rows:
         values = (getattr(row, name) for name in (*keys, *_METRICS))
         writer.writerow([row.period_start.isoformat(),
-                         *("" if v is None else v for v in values),
+                         *("" if v is None else v for v in values), currency,
                          *(row.ivt.get(r, 0) for r in reasons)])
     return out.getvalue()

@@ -84,6 +84,8 @@ def print_replay_summary(result: dict) -> None:
     )
     for line in _direct_lines_summary(result.get("direct_lines")):
         console.print(line, markup=False)
+    for line in _sales_summary(result):
+        console.print(line, markup=False)
     by_source = result["events"].get("injected_by_source") or {}
     if by_source:
         console.print("IVT recall (flagged/injected): " + "  ".join(
@@ -105,6 +107,33 @@ def _direct_lines_summary(direct: dict | None) -> list[str]:
     for t in direct["targets"]:
         verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "MISSED")
         out.append(f"  [{verdict}] {t['line']}: {t['target']}: {t['value']} ({t['limit']})")
+    return out
+
+
+def _sales_summary(result: dict, top: int = 5) -> list[str]:
+    """Total revenue; revenue, fill and eCPM of the ``top`` placements by revenue (of
+    how many) and of every slot size (adfunnel.sim.replay_sales)."""
+    revenue = result.get("revenue")
+    if not revenue:
+        return []
+    cur = revenue["currency"] or ""
+
+    def units(micros: int) -> str:  # four decimals: the replay's CPMs are fractions of ¥1
+        whole, frac = divmod(micros, 1_000_000)
+        return f"{whole:,}.{frac // 100:04d} {cur}".strip()
+
+    def row(name: str, f: dict) -> str:
+        fill = "—" if f["fill_rate"] is None else f"{f['fill_rate']:.1%}"
+        ecpm = "—" if f["ecpm_micros"] is None else units(f["ecpm_micros"])
+        return (f"  {name}: revenue {units(f['revenue_micros'])}  fill {fill}  "
+                f"eCPM {ecpm}  requests {f['requests']}")
+
+    placements = result["placements"]
+    out = [f"revenue {units(revenue['total_micros'])} over "
+           f"{placements['totals']['placements']} placements; the top {top}:"]
+    out += [row(p["placement"], p) for p in placements["rows"][:top]]
+    out.append("by slot size:")
+    out += [row(s["size"], s) for s in result["slot_sizes"]]
     return out
 
 

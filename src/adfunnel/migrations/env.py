@@ -14,7 +14,8 @@ import adfunnel.billing.rollup_tables
 import adfunnel.billing.tables
 import adfunnel.campaigns.tables
 import adfunnel.forecast.tables
-import adfunnel.pacing.traffic_tables  # noqa: F401  (registers the tables on the metadata)
+import adfunnel.pacing.traffic_tables
+import adfunnel.serving.placement_tables  # noqa: F401  (registers the tables on the metadata)
 from adfunnel.db import make_engine, metadata
 
 config = context.config

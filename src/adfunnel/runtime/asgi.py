@@ -28,7 +28,8 @@ from adfunnel.api.forecasts import Forecaster, make_forecast_router
 from adfunnel.api.keys import make_api_key_router
 from adfunnel.api.openapi import install_openapi
 from adfunnel.api.operator import make_operator_router
-from adfunnel.api.reports import make_placement_report_router
+from adfunnel.api.placement_report import make_placement_report_router
+from adfunnel.api.reports import make_placement_rollup_router
 from adfunnel.api.uploads import UPLOAD_PATH, Uploads, make_upload_router
 from adfunnel.auth import ApiKeys, install_auth
 from adfunnel.auth.http import bearer_key
@@ -105,7 +106,11 @@ def build_app(rt: Runtime) -> RequestLog:
     app.include_router(make_forecast_router(forecaster))  # admin only (its router's guard)
     app.include_router(make_upload_router(rt.store, uploads, rt.clock))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)
-    app.include_router(make_placement_report_router(rt.store, rt.rollups, rt.clock))
+    app.include_router(make_placement_rollup_router(rt.store, rt.rollups, rt.clock,
+                                                    currency=s.currency))
+    if rt.placements is not None:
+        app.include_router(make_placement_report_router(rt.store, rt.rollups, rt.placements,
+                                                        rt.clock, s.currency))
     app.include_router(make_api_key_router(rt.keys, rt.store))
     app.include_router(make_conversion_router(rt.tracker, lambda cid: _advertiser_of(rt, cid)))
     install_ui(app, rt, rt.keys)  # the dashboard at /ui (its own server-side sessions)
@@ -118,7 +123,8 @@ def build_app(rt: Runtime) -> RequestLog:
                                derive=client_derivation(s.derive_client_facts,
                                                         parse_networks(s.trusted_proxies)),
                                origins=rt.catalog.allowed_origins,
-                               sample=rt.requests.sampler.record if rt.requests else None)
+                               sample=rt.requests.sampler.record if rt.requests else None,
+                               placements=rt.placements.counter if rt.placements else None)
     tracking = TrackingEndpoints(rt.tracker, parse_networks(s.trusted_proxies))
     for route in (*serving.routes(), *tracking.routes()):
         app.router.routes.append(route)

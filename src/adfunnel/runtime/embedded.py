@@ -55,6 +55,7 @@ from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.deadline import DecisionQueue
 from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.decision_log import DecisionLog
+from adfunnel.serving.placement_traffic import PlacementTraffic
 from adfunnel.serving.request import request_attributes
 from adfunnel.settings import Settings
 from adfunnel.settings.ivt import held_in
@@ -86,6 +87,8 @@ class Runtime:
     served: ServedLog | None = None  # committed decisions for the click model
     #: the availability forecast's request sample (kept by default: adfunnel.forecast)
     requests: SampleKeeper | None = None
+    #: requests and filled slots per placement (the operator's placement report)
+    placements: PlacementTraffic | None = None
     _closed: bool = False
 
     def ready(self) -> bool:
@@ -172,6 +175,9 @@ def build_runtime(
         traffic = SqlTrafficLog(engine)
         background.append(Periodic(lambda: traffic.add(eligible.drain()),
                                    settings.traffic_flush_s, "eligible-flush", clock).start())
+    placements = PlacementTraffic(clock, engine)  # added to the table every few seconds
+    background.append(Periodic(placements.flush, settings.traffic_flush_s,
+                               "placement-traffic-flush", clock).start())
     caps = make_cap_store(settings, clock)
     decider = ColumnarDecider(
         catalog, gate, ctr, clock, key,
@@ -220,7 +226,7 @@ def build_runtime(
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
                    tracker, decisions, change_feed, background, DecisionQueue(decider), caps,
                    events, rollups, ApiKeys(SqlKeyStore(engine), clock, settings.admin_key),
-                   served, requests)
+                   served, requests, placements)
 
 
 #: Seconds of the injected clock between refreshes of the rollup hours the aggregator

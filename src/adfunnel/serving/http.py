@@ -60,6 +60,7 @@ from adfunnel.serving.deadline import (
 )
 from adfunnel.serving.decision import Decision
 from adfunnel.serving.decision_log import DecisionLog
+from adfunnel.serving.placement_traffic import PlacementCounter
 from adfunnel.serving.request import (
     MAX_SLOTS,
     AdOut,
@@ -128,10 +129,13 @@ class ServingEndpoints:
         public_base_url: str | None = None,
         origins: Callable[[str], Collection[str]] | None = None,
         sample: Callable[[SelectRequest], None] | None = None,
+        placements: PlacementCounter | None = None,
     ) -> None:
         # takes every valid request for the availability forecast's sample (O(1), no I/O:
         # adfunnel.forecast.sample); None: not sampled
         self.sample = sample
+        # requests and filled slots per placement (the operator's placement report)
+        self.placements = placements
         # a placement's allowed_origins (None: cross-origin selects are not checked)
         self.origins = origins
         # page facts: the request's limits, what is derived from its HTTP scope (country,
@@ -228,16 +232,23 @@ class ServingEndpoints:
             request_id = scope.get(REQUEST_ID_KEY) or f"{self._id_prefix}-{next(self._ids):x}"
         outcome = await self.queue.decide(req, request_id, deadline)
         decision = outcome.decision
+        placements = self.placements
         if decision is None:
+            if placements is not None:
+                placements.add(req.placement.id, len(req.slots))
             self.log.count_shed()
             SHED_COUNTERS[outcome.shed or SHED_QUEUE].inc()
             return self._no_ad(start, "shed", request_id)
         if monotonic_ms() >= deadline:  # checked just before commit: late work commits nothing
             self.decider.abandon(decision)  # and gives back the caps it counted
+            if placements is not None:
+                placements.add(req.placement.id, len(req.slots))
             self.log.count_late()
             return self._no_ad(start, "late", request_id)
         self.decider.commit(decision)
         self.log.append(decision)
+        if placements is not None:
+            placements.add(req.placement.id, len(req.slots), decision.slot_tiers().values())
         if self.served is not None:  # queued (never waits; dropped and counted when full)
             self.served.record(decision_source(
                 decision, req, pacing_rate=self.decider.gate.pacing_rate,

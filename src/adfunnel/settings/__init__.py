@@ -27,6 +27,8 @@ from adfunnel.settings.ivt import Tier2Config, held_in, parse_rate_limit
 #: Default largest bid, micros: 1,000 currency units (a CPM per thousand impressions,
 #: a CPC per click, a CPA per conversion).
 DEFAULT_MAX_BID_MICROS = 1_000 * 1_000_000
+#: The currency of every amount (ISO 4217), unless the setting ``currency`` names another.
+DEFAULT_CURRENCY = "USD"
 #: Default largest daily or lifetime budget of a campaign, micros: 10,000,000 units.
 DEFAULT_MAX_BUDGET_MICROS = 10_000_000 * 1_000_000
 
@@ -67,7 +69,9 @@ class Settings(BaseSettings):
     #: without ``budget_service_url``: run the budget & pacing service in this process
     #: ("service"), or hold committed spend here without pacing ("local")
     budget: Literal["service", "local"] = "service"
-    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
+    #: the currency (ISO 4217 code) of every amount: bids, budgets, charges, reports (one
+    #: per server; every report and the dashboard name it)
+    currency: str = Field(default=DEFAULT_CURRENCY, pattern=r"^[A-Z]{3}$")
     #: HMAC key of tracking tokens and click ids; unset: kept in the SQLite database's
     #: directory (:mod:`adfunnel.secret_file`), else random for this process only
     token_secret: str = Field(default_factory=lambda: secrets.token_hex(32), min_length=32,

@@ -136,7 +136,8 @@ def line_result(sc: FlightScenario, ln: Line, run: RunResult,
     matching = sum(r["matching_requests"] for r in days)
     served = sum(r["served"] for r in days)
     out: dict[str, Any] = {
-        "key": ln.key, "kind": ln.kind, "campaign_id": lr.campaign_id, "note": ln.note,
+        "key": ln.key, "label": ln.key, "kind": ln.kind, "campaign_id": lr.campaign_id,
+        "note": ln.note,
         "rate_micros": ln.bid_micros, "pacing_mode": ln.pacing,
         "flight": [d.isoformat() for d in line_days(sc, ln)],
         "goal": lr.goal, "goal_history": [[round(t, 1), g] for t, g in lr.goals],

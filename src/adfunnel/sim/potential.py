@@ -172,6 +172,7 @@ def judge_delivery(campaigns: list[dict[str, Any]], potential: Mapping[int, Mapp
                     met += 1
                 else:
                     missed.append({"campaign_id": c["campaign_id"], "name": c["name"],
+                                   "label": c.get("label", c["name"]),
                                    "pacing_mode": c["pacing_mode"], "date": day,
                                    "delivery": d["delivery"]})
         c["days"] = [by_day[day] for day in sorted(by_day)]

@@ -11,7 +11,8 @@
    beacons for rendered ads and clicks from the click model of
    :mod:`adfunnel.sim.replayer`.
 4. Read the ledger back through the API and report (:mod:`adfunnel.sim.replay_report`;
-   the direct lines' ``direct_lines``).
+   the direct lines' ``direct_lines``; total revenue and revenue, fill and eCPM per
+   placement and slot size, :mod:`adfunnel.sim.replay_sales`).
 
 Requests carry a 2 s deadline so that the report depends on the seed only, not on the
 machine's load (the report counts late decisions all the same).
@@ -33,6 +34,7 @@ from adfunnel.sim.ivt_recall import measure_ivt
 from adfunnel.sim.learn import AttributeClicks, split_last_day, train_and_register
 from adfunnel.sim.potential import judge_delivery
 from adfunnel.sim.replay_direct import DirectSetup, direct_report
+from adfunnel.sim.replay_sales import sales_report
 from adfunnel.sim.replayer import Replayer
 
 #: Seconds the started server may take to answer /healthz.
@@ -105,6 +107,9 @@ def run_replay(
                                  timeout_s=START_TIMEOUT_S,
                                  extra_env={"ADFUNNEL_PCTR_PRIOR": str(pctr_prior),
                                             "ADFUNNEL_SEED": str(seed),
+                                            # the iPinYou log's money: bids, budgets
+                                            # and reports in CNY (fen x 10,000)
+                                            "ADFUNNEL_CURRENCY": "CNY",
                                             "ADFUNNEL_SERVED_LOG_DIR": str(served_dir),
                                             "ADFUNNEL_TOKEN_SECRET": secret,
                                             # beacons come through this loopback "proxy"
@@ -154,6 +159,8 @@ def run_replay(
                 report["campaigns"], replay_report.potential(replayer, rows, pctr_prior))
             report["direct_lines"] = (direct_report(replayer, lines) if lines is not None
                                       else None)
+            # last: it moves the server's clock past a rollup refresh
+            report.update(sales_report(replayer, first, last))
         finally:
             replayer.close()
             if proc is not None:

@@ -175,6 +175,7 @@ def direct_report(replayer: Replayer, setup: DirectSetup) -> dict[str, Any]:
     sc = setup.sc
     week = [sc.first_day + timedelta(days=i) for i in range(sc.days)]
     run, periods = _read_back(replayer, week, setup.planned)
+    ids = {d["line"].key: cid for cid, d in replayer.direct.items()}
     lines = [line_result(sc, ln, run, setup.supply[ln.key]) for ln in sc.lines]
     for ln in lines:
         ln["period"] = periods[ln["key"]]
@@ -187,8 +188,10 @@ def direct_report(replayer: Replayer, setup: DirectSetup) -> dict[str, Any]:
         # the campaign report's period.today: the day's allotment, read at 01:00 local
         "plan_exposed": any(d["planned_micros"] is not None
                             for ln in lines for d in ln["days"]),
-        "goal_sizing": {k: {"matching_requests": sum(setup.supply[k].values()),
-                            "goal_of_supply": round(GOAL_OF_SUPPLY, 4), "goal": g}
+        # by the server's campaign id (as everywhere in the report), the line's key its label
+        "goal_sizing": {str(ids[k]): {"label": k,
+                                      "matching_requests": sum(setup.supply[k].values()),
+                                      "goal_of_supply": round(GOAL_OF_SUPPLY, 4), "goal": g}
                         for k, g in setup.goals.items()},
         "lines": lines,
         "totals": {
@@ -200,7 +203,8 @@ def direct_report(replayer: Replayer, setup: DirectSetup) -> dict[str, Any]:
         "note": "direct lines take their slots before the auction: the nine campaigns' "
                 "figures are those of a week with them",
     }
-    result["targets"] = judge(result, {ln.key: ln for ln in sc.lines})
+    result["targets"] = [{"campaign_id": ids[t["line"]], "label": t["line"], **t}
+                         for t in judge(result, {ln.key: ln for ln in sc.lines})]
     return result
 
 

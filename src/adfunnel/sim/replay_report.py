@@ -53,7 +53,7 @@ def report(replayer: Replayer, first: datetime, last: datetime) -> dict[str, Any
                  "budget_bound": (refused.get(d["day"], 0) > 0) if summary else None}
                 for d in rep["days"]]
         campaigns.append({
-            "campaign_id": cid, "name": c["record"]["name"],
+            "campaign_id": cid, "name": c["record"]["name"], "label": c["record"]["name"],
             "bid_type": c["record"]["bid_type"], "bid_micros": c["record"]["bid_micros"],
             "pacing_mode": c["record"]["pacing_mode"],
             "daily_budget_micros": budget, "billed_micros": rep["billed_micros"],

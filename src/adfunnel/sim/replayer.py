@@ -97,6 +97,14 @@ class Replayer:
         #: called with the server's new time after each move of its clock (the direct
         #: lines' plan reads, adfunnel.sim.replay_direct)
         self.on_clock: Callable[[datetime], None] | None = None
+        # what the replay sent and got, per placement and slot size (the report's
+        # placements and slot_sizes, adfunnel.sim.replay_sales): requests sent per
+        # placement; [requests, filled slots] per slot size "WxH"; every ad's size and
+        # every advertiser the replay made
+        self.placements_sent: dict[str, int] = defaultdict(int)
+        self.sizes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        self.ad_sizes: dict[int, str] = {}
+        self.advertiser_ids: list[int] = []
 
     def close(self) -> None:
         self.http.close()
@@ -107,6 +115,7 @@ class Replayer:
         for plan in plans():
             info = read_train_info(plan.advertiser, self.data_root)
             adv = self._post("/v1/advertisers", {"name": f"iPinYou {plan.advertiser}"})
+            self.advertiser_ids.append(adv["id"])
             bid_fen = info.cpm_fen if plan.bid_type == "CPM" else info.cpc_fen
             body = {
                 "advertiser_id": adv["id"], "name": f"ipinyou-{plan.advertiser}",
@@ -133,6 +142,7 @@ class Replayer:
                     "format": "banner", "width": w, "height": h,
                 })
                 self.landing[ad["id"]] = ad["landing_url"]
+                self.ad_sizes[ad["id"]] = size
 
     def create_catalogue(self, rows: list[LogRow], start: datetime, n: int) -> None:
         """``n`` run-of-network CPC campaigns (:mod:`adfunnel.sim.catalogue`), bidding
@@ -151,11 +161,13 @@ class Replayer:
             if (c.index - 1) % CAMPAIGNS_PER_ADVERTISER == 0:
                 advertiser_id = self._post("/v1/advertisers",
                                            {"name": f"catalogue {c.index}"})["id"]
+                self.advertiser_ids.append(advertiser_id)
             campaign = self._post("/v1/campaigns",
                                   c.campaign_body(advertiser_id, start.date().isoformat()))
             self.catalogue_ids.add(campaign["id"])
             ad = self._post(f"/v1/campaigns/{campaign['id']}/ads", c.ad_body())
             self.landing[ad["id"]] = ad["landing_url"]
+            self.ad_sizes[ad["id"]] = f"{ad['width']}x{ad['height']}"
 
     def create_direct(self, sc: FlightScenario, line: Line, goal: int | None,
                       budget_micros: int | None) -> None:
@@ -164,6 +176,7 @@ class Replayer:
         ad of each of the nine's sizes, by the body a flight line has
         (:func:`adfunnel.sim.flight.campaign_body`)."""
         adv = self._post("/v1/advertisers", {"name": line.key})
+        self.advertiser_ids.append(adv["id"])
         campaign = self._post("/v1/campaigns",
                               campaign_body(sc, line, adv["id"], goal, budget_micros))
         self.direct[campaign["id"]] = {"line": line, "goal": goal,
@@ -176,6 +189,7 @@ class Replayer:
                 "format": "banner", "width": w, "height": h,
             })
             self.landing[ad["id"]] = ad["landing_url"]
+            self.ad_sizes[ad["id"]] = size
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         r = self.http.post(path, json=body)
@@ -222,6 +236,9 @@ class Replayer:
     def _one(self, row: LogRow, ctr_by_campaign: dict[int, float]) -> None:
         s = self.stats
         s.requests += 1
+        size = self.sizes[f"{row.width}x{row.height}"]
+        size[0] += 1
+        self.placements_sent[row.slot_id] += 1
         t0 = time.perf_counter()
         # the request's id names the row (the seed's run, its place in it): a
         # sponsorship's share draw depends on it, so the report on the seed only
@@ -235,6 +252,7 @@ class Replayer:
             return
         for ad in r.json()["ads"]:
             s.filled_slots += 1
+            size[1] += 1
             self.catalogue_slots += ad["campaign_id"] in self.catalogue_ids
             self._count_capped(row, ad["campaign_id"])
             if ad["campaign_id"] in self.direct:

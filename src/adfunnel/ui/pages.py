@@ -32,10 +32,13 @@ LOGIN_URL = "/ui/login"
 Handler = Callable[..., Awaitable[Response]]
 
 
-def make_templates() -> Jinja2Templates:
+def make_templates(currency: str = "") -> Jinja2Templates:
+    """The templates; the ``money`` filter names ``currency`` (the server's) unless a
+    template passes another."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
-    env.filters["money"] = views.money
+    env.filters["money"] = lambda micros, c=currency: views.money(micros, c)
+    env.globals["CURRENCY"] = currency
     env.filters["units"] = micros_to_units
     env.filters["pretty_json"] = pretty_json
     env.globals["STATIC"] = STATIC_URL
@@ -53,11 +56,11 @@ def make_templates() -> Jinja2Templates:
 
 class Pages:
     """Renders templates and wraps page handlers for one ui router; ``sessions`` resolves
-    the viewer from the session cookie."""
+    the viewer from the session cookie; money is shown in ``currency`` (the server's)."""
 
-    def __init__(self, sessions: Sessions) -> None:
+    def __init__(self, sessions: Sessions, currency: str = "") -> None:
         self.sessions = sessions
-        self.templates = make_templates()
+        self.templates = make_templates(currency)
 
     def render(self, request: Request, name: str, viewer: Viewer | None, status: int = 200,
                **context: Any) -> HTMLResponse:

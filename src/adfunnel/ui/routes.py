@@ -12,6 +12,10 @@ Pages::
                                      (sale: priority, goal, budget period, flight
                                      budget, pacing mode; adfunnel.ui.selling)
     GET  /ui/campaigns/{id}/report.csv?from=&to=   rollups per local hour as CSV
+    GET  /ui/placements              placements (admin), each linked to its report page
+    GET  /ui/placements/{id}?from=&to=&granularity=&time_zone=   a placement's requests,
+                                     fill, revenue and eCPM: totals, by tier, per day or
+                                     hour (admin; adfunnel.ui.placement_pages)
     GET  /ui/review                  pending ads (reviewer, admin); POST /ui/review/{ad}/{verdict}
     GET  /ui/explain?request_id=     one decision: winners and every candidate's reason
     GET  /ui/forecasts, POST /ui/forecasts   availability forecast form and answer (admin)
@@ -42,6 +46,7 @@ from adfunnel.ui.campaign_pages import add_campaign_routes
 from adfunnel.ui.facts import ServerFacts
 from adfunnel.ui.forecast_pages import add_forecast_routes
 from adfunnel.ui.pages import LOGIN_URL, Pages, done
+from adfunnel.ui.placement_pages import add_placement_routes
 from adfunnel.ui.session import (
     COOKIE,
     SESSION_TTL_S,
@@ -62,7 +67,7 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
     """The ``/ui`` routes over an embedded runtime (:class:`adfunnel.runtime.embedded.Runtime`);
     ``sessions`` opens, resolves and ends the server-side sessions (``ApiKeys``)."""
     router = APIRouter(include_in_schema=False)
-    pages = Pages(sessions)
+    pages = Pages(sessions, rt.settings.currency)
     render, page = pages.render, pages.page
     proxies = parse_networks(rt.settings.trusted_proxies)  # whose X-Forwarded-Proto counts
 
@@ -102,6 +107,7 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
 
     add_campaign_routes(router, pages, ServerFacts(rt))
     add_forecast_routes(router, pages)
+    add_placement_routes(router, pages)
 
     # -- review and explain ---------------------------------------------------------------
     @router.get("/ui/review")
