@@ -20,6 +20,11 @@ shutdown: the upsert adds, so many processes and restarts sum. Buckets are UTC
 quarter-hours, so every local hour and day in every zone (:30 and :45 offsets included)
 is a whole number of them, as in the ledger rollups (:mod:`adfunnel.billing.rollups`).
 A request counts in the quarter-hour of the injected clock when it is answered.
+
+The select route is open, and its placement id is the client's: each id would become a
+row per quarter-hour. So one process counts at most :data:`MAX_PLACEMENTS_PER_QUARTER`
+distinct ids in a quarter-hour; requests of further ids count under :data:`OTHER`
+(nothing is lost from the totals, and a flood of made-up ids adds one row).
 """
 
 from __future__ import annotations
@@ -38,6 +43,12 @@ from adfunnel.serving.placement_tables import placement_traffic
 from adfunnel.serving.tiers import TIERS
 
 QUARTER_S = 900
+#: Distinct placement ids one process counts per quarter-hour (the replay's busiest
+#: quarter-hour of the iPinYou trace, whose slot ids are its placements, has far fewer).
+MAX_PLACEMENTS_PER_QUARTER = 2_000
+#: Where requests of ids beyond that count: no placement the operator creates has this
+#: id (created ids are 1-200 of ``[A-Za-z0-9._:-]``).
+OTHER = "(other)"
 #: The counted columns, in the order of a count list: requests, slots, then the slots
 #: filled by each tier in serving order (:data:`adfunnel.serving.tiers.TIERS`).
 COLUMNS = ("requests", "slots", *(f"filled_{t}" for t in TIERS))
@@ -61,6 +72,7 @@ class PlacementCounter:
         self._counts: Counts = {}
         self._lock = threading.Lock()
         self._quarter: tuple[float, datetime] | None = None  # the last quarter used
+        self._names: tuple[datetime | None, set[str]] = (None, set())  # ids counted in it
 
     def add(self, placement: str, slots: int, tiers: Iterable[str] = ()) -> None:
         """One answered request of ``placement`` asking for ``slots`` slots; ``tiers``:
@@ -74,8 +86,15 @@ class PlacementCounter:
         if held is None or not held[0] <= t < held[0] + QUARTER_S:  # most adds share it
             quarter = quarter_of(datetime.fromtimestamp(t, UTC))
             held = self._quarter = (quarter.timestamp(), quarter)
-        key = (placement, held[1])
         with self._lock:
+            quarter, names = self._names
+            if quarter != held[1]:
+                quarter, names = self._names = (held[1], set())
+            if placement not in names:
+                if len(names) >= MAX_PLACEMENTS_PER_QUARTER:
+                    placement = OTHER
+                names.add(placement)
+            key = (placement, held[1])
             row = self._counts.get(key)
             if row is None:
                 row = self._counts[key] = [0] * len(COLUMNS)
