@@ -6,7 +6,8 @@ simulation from the requests it sent.
 
 Mutations seen red: the sample not fed by the simulation's requests (``FlightRun``
 without ``rt.requests.sampler.record``: every forecast 0); the forecast's booked-line
-allocation skipped (``available`` = ``matching``: news left 0.66 of it, error > +40 %).
+allocation skipped (``available`` = ``matching``: the booked line leaves about two
+thirds of news, so that forecast errs by about +40 %).
 """
 
 from __future__ import annotations
