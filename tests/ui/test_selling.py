@@ -16,7 +16,7 @@ from adfunnel.campaigns.model import BudgetPeriod, Goal, GoalMetric, PacingMode,
 from adfunnel.runtime.embedded import Runtime
 from adfunnel.ui.forms import FieldProblem
 from adfunnel.ui.selling import goal_from_form, plan_view, sale_fields
-from tests.ui.test_pages import client, log_in, rt, world  # noqa: F401  (fixtures)
+from tests.ui.test_pages import ADMIN_KEY, client, log_in, rt, world  # noqa: F401  (fixtures)
 
 #: The new-campaign form of a guaranteed line: 2,000,000 impressions at a CPM of 5.00.
 GUARANTEED = {"name": "News, four weeks", "objective": "impressions", "bid_type": "CPM",
@@ -54,12 +54,17 @@ def test_goal_and_sale_fields_from_the_form() -> None:
 
 def test_new_guaranteed_line_from_the_form_and_its_progress(
         rt: Runtime, client: TestClient, world: dict[str, Any]) -> None:  # noqa: F811
-    log_in(client, world["key_a"])
-    r = client.post("/ui/campaigns", data={**GUARANTEED, "bid_type": "CPC"})
-    assert r.status_code == 422 and 'data-field="bid_type"' in r.text
-    r = client.post("/ui/campaigns", data={**GUARANTEED, "goal_total": "0"})
-    assert r.status_code == 422 and 'data-field="goal.total"' in r.text
+    log_in(client, world["key_a"])  # an advertiser may not sell itself a direct line
     r = client.post("/ui/campaigns", data=GUARANTEED)
+    assert r.status_code == 422 and 'data-field="priority"' in r.text, r.text
+    log_in(client, ADMIN_KEY)  # the operator sells it
+    r = client.post("/ui/campaigns", data={**GUARANTEED, "bid_type": "CPC",
+                                           "advertiser_id": str(world["a"])})
+    assert r.status_code == 422 and 'data-field="bid_type"' in r.text
+    r = client.post("/ui/campaigns", data={**GUARANTEED, "goal_total": "0",
+                                           "advertiser_id": str(world["a"])})
+    assert r.status_code == 422 and 'data-field="goal.total"' in r.text
+    r = client.post("/ui/campaigns", data={**GUARANTEED, "advertiser_id": str(world["a"])})
     assert r.status_code == 303, r.text
     cid = int(r.headers["location"].rsplit("/", 1)[1])
     made = rt.store.get_campaign(cid)
@@ -92,6 +97,10 @@ def test_the_selling_form_edits_the_line_and_shows_refusals_by_field(
     sponsor = {"version": "1", "priority": "sponsorship", "goal_metric": "",
                "goal_share": "1.5", "goal_total": "", "budget_period": "day",
                "flight_budget": "", "pacing_mode": "even"}
+    r = client.post(url, data={**sponsor, "goal_share": "0.5"})  # the advertiser: refused
+    assert r.status_code == 422 and 'data-field="priority"' in r.text
+    assert rt.store.get_campaign(cid).priority is Priority.AUCTION
+    log_in(client, ADMIN_KEY)  # the operator sells the sponsorship
     r = client.post(url, data=sponsor, headers={"HX-Request": "true"})
     assert 'data-field="goal.share"' in r.text and 'value="1.5"' in r.text
     r = client.post(url, data={**sponsor, "goal_share": "0.5"})

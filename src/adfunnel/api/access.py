@@ -17,7 +17,15 @@ from adfunnel.api.schemas import AdIn, AdPatch
 from adfunnel.auth.http import forbidden, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.campaigns.errors import NotFound
-from adfunnel.campaigns.model import Ad, AdStatus, Advertiser, Campaign, CampaignStatus, ReviewState
+from adfunnel.campaigns.model import (
+    Ad,
+    AdStatus,
+    Advertiser,
+    Campaign,
+    CampaignStatus,
+    Priority,
+    ReviewState,
+)
 from adfunnel.campaigns.store import CampaignStore
 from adfunnel.http_errors import ApiError
 
@@ -116,3 +124,35 @@ def ad_changes(who: Principal, body: AdPatch, changes: dict[str, Any]) -> dict[s
     if REVIEWED_FIELDS & body.model_fields_set:
         changes = {**changes, "review_state": ReviewState.PENDING}
     return changes
+
+
+#: Why an advertiser key may not write a direct line's terms.
+DIRECT_TERMS = ("sponsorship and guaranteed lines are sold by the operator: their terms "
+                "(priority, goal, contract rate, budget, flight, targeting) need an admin key")
+
+
+def direct_line_terms(who: Principal, current: Priority | None, changes: dict[str, Any]
+                      ) -> None:
+    """Refuse an advertiser key's write of a direct line's terms: creating a campaign
+    (``current`` None) whose ``priority`` is not ``auction``, moving a campaign to
+    another priority, or changing any field of a sponsorship or guaranteed line. Such a
+    line is served ahead of the auction and below the placement's reserve at its
+    contract rate, so an advertiser that set its own would take every slot at any price.
+    Pausing and resuming stay the advertiser's (they only hold its own delivery back).
+
+    Raises:
+        ApiError: 403 naming ``priority`` or the first field changed.
+    """
+    if who.role is Role.ADMIN:
+        return
+    wanted = changes.get("priority")
+    if current is None:
+        if wanted not in (None, Priority.AUCTION):
+            raise forbidden("priority", DIRECT_TERMS)
+        return
+    if wanted is not None and wanted is not current:
+        raise forbidden("priority", DIRECT_TERMS)
+    if current is not Priority.AUCTION:
+        fields = [f for f in changes if f != "version"]
+        if fields:
+            raise forbidden(fields[0], DIRECT_TERMS)

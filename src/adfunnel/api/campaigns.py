@@ -204,6 +204,7 @@ def make_advertiser_router(
         values = body.model_dump(exclude={"targeting"})
         values["dayparts"] = tuple(values["dayparts"])
         values["frequency_caps"] = tuple(values["frequency_caps"])
+        access.direct_line_terms(who, None, values)
         check_money(values, more=sale_defaults(values))
         if body.targeting is not None:
             values["targeting"] = canonical_targeting(body.targeting)
@@ -247,6 +248,7 @@ def make_advertiser_router(
     def patch_campaign(campaign_id: int, body: CampaignPatch, who: Writer) -> CampaignWritten:
         current = access.campaign(store, who, campaign_id, write=True)
         changes = patch_changes(body, CAMPAIGN_NULLABLE)
+        access.direct_line_terms(who, current.priority, changes)
         if (changes.get("priority") is Priority.GUARANTEED and "budget_period" not in changes
                 and current.budget_period is not BudgetPeriod.FLIGHT):
             changes["budget_period"] = BudgetPeriod.FLIGHT  # a guaranteed line's period
@@ -306,6 +308,7 @@ def make_advertiser_router(
         for name in ("lifetime_budget_micros", "flight_budget_micros"):
             if name in body.model_fields_set:
                 changes[name] = getattr(body, name)
+        access.direct_line_terms(who, current.priority, changes)
         check_money(changes, current)
         return written_out(store.update_campaign(campaign_id, changes, body.version),
                            clock.now())

@@ -1,0 +1,83 @@
+"""Direct lines are the operator's to sell: an advertiser key may not create a
+sponsorship or guaranteed line, move a campaign into those tiers, or change a direct
+line's terms (they are served ahead of the auction and below the reserve at their
+contract rate: an advertiser that set its own took every slot at 1 micro CPM). It may
+still run its auction campaigns and pause or resume a direct line.
+
+Mutation seen red: ``access.direct_line_terms`` returning at once (every refusal below
+answers 200/201)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from adfunnel.clock import ManualClock
+from adfunnel.runtime.asgi import build_app
+from adfunnel.runtime.embedded import Runtime, build_runtime
+from adfunnel.settings import load_settings
+from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
+
+
+@pytest.fixture
+def rt() -> Iterator[Runtime]:
+    settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
+                             admin_key=ADMIN_KEY)
+    runtime = build_runtime(settings, ManualClock(datetime(2026, 11, 2, tzinfo=UTC)), seed=1)
+    yield runtime
+    runtime.close()
+
+
+def _body(advertiser: int, **more: Any) -> dict[str, Any]:
+    return {"advertiser_id": advertiser, "name": "c", "objective": "impressions",
+            "bid_type": "CPM", "bid_micros": 2_000_000, "daily_budget_micros": 10_000_000,
+            "time_zone": "UTC", "flight_start": "2026-11-02", **more}
+
+
+GUARANTEED = {"priority": "guaranteed", "flight_end": "2026-11-08",
+              "goal": {"metric": "impressions", "total": 500}}
+
+
+def _refused(r: Any, field: str) -> None:
+    assert r.status_code == 403, r.text
+    assert r.json()["fields"][0]["field"] == field
+
+
+def test_an_advertiser_key_cannot_set_a_direct_lines_terms(rt: Runtime) -> None:
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
+        adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
+        key = rt.keys.issue("advertiser", adv).key
+        own = {"Authorization": f"Bearer {key}"}
+        r = admin.post("/v1/campaigns", json=_body(adv, bid_micros=1, priority="sponsorship",
+                                                   goal={"metric": "share", "share": 1}),
+                       headers=own)
+        _refused(r, "priority")
+        body = {k: v for k, v in _body(adv, **GUARANTEED).items() if k != "daily_budget_micros"}
+        _refused(admin.post("/v1/campaigns", json=body, headers=own), "priority")
+        auction = admin.post("/v1/campaigns", json=_body(adv), headers=own)
+        assert auction.status_code == 201, auction.text
+        aid = auction.json()["id"]
+        _refused(admin.patch(f"/v1/campaigns/{aid}", headers=own, json={
+            "priority": "sponsorship", "goal": {"metric": "share", "share": 1},
+            "version": 1}), "priority")
+        r = admin.patch(f"/v1/campaigns/{aid}", json={"bid_micros": 1_500_000, "version": 1},
+                        headers=own)
+        assert r.status_code == 200, r.text  # its auction campaign stays its own
+        line = admin.post("/v1/campaigns", json=body)  # the operator sells the line
+        assert line.status_code == 201, line.text
+        lid = line.json()["id"]
+        _refused(admin.patch(f"/v1/campaigns/{lid}", json={"bid_micros": 1, "version": 1},
+                             headers=own), "bid_micros")
+        _refused(admin.patch(f"/v1/campaigns/{lid}", headers=own, json={
+            "goal": {"metric": "impressions", "total": 10**9}, "version": 1}), "goal")
+        _refused(admin.put(f"/v1/campaigns/{lid}/budget", headers=own, json={
+            "daily_budget_micros": 1, "flight_budget_micros": 1, "version": 1}),
+            "daily_budget_micros")
+        r = admin.post(f"/v1/campaigns/{lid}:pause", headers=own, json={"version": 1})
+        assert r.status_code == 200 and r.json()["status"] == "paused", r.text
+        r = admin.patch(f"/v1/campaigns/{lid}", json={"bid_micros": 3_000_000, "version": 2})
+        assert r.status_code == 200, r.text  # the admin still may
