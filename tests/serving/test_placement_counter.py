@@ -33,3 +33,18 @@ def test_ids_beyond_the_bound_count_as_other_and_totals_hold(
     clock.advance(900.0)  # a new quarter-hour: new ids count again
     counter.add("made-up-12", 1)
     assert {p for p, _ in counter.drain()} == {"made-up-12"}
+
+
+def test_a_created_placement_is_never_counted_as_other(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flood of made-up ids cannot empty a created placement's report (a trial sent
+    2,001 made-up ids, then ``feed``'s hour read 0 requests). Mutation seen red: the
+    bound applied to created placements too."""
+    monkeypatch.setattr(placement_traffic, "MAX_PLACEMENTS_PER_QUARTER", 3)
+    clock = ManualClock(datetime(2026, 11, 2, 10, 0, tzinfo=UTC))
+    counter = PlacementCounter(clock, configured=lambda p: p == "feed")
+    for i in range(10):
+        counter.add(f"junk-{i}", 1)
+    counter.add("feed", 2, ["auction", "house"])
+    counts = {p: n for (p, _), n in counter.drain().items()}
+    assert counts["feed"][:2] == [1, 2] and counts[OTHER][0] == 7

@@ -175,7 +175,8 @@ def build_runtime(
         traffic = SqlTrafficLog(engine)
         background.append(Periodic(lambda: traffic.add(eligible.drain()),
                                    settings.traffic_flush_s, "eligible-flush", clock).start())
-    placements = PlacementTraffic(clock, engine)  # added to the table every few seconds
+    # added to the table every few seconds; created placements never count as (other)
+    placements = PlacementTraffic(clock, engine, lambda p: p in catalog.placements)
     background.append(Periodic(placements.flush, settings.traffic_flush_s,
                                "placement-traffic-flush", clock).start())
     caps = make_cap_store(settings, clock)

@@ -23,14 +23,16 @@ A request counts in the quarter-hour of the injected clock when it is answered.
 
 The select route is open, and its placement id is the client's: each id would become a
 row per quarter-hour. So one process counts at most :data:`MAX_PLACEMENTS_PER_QUARTER`
-distinct ids in a quarter-hour; requests of further ids count under :data:`OTHER`
-(nothing is lost from the totals, and a flood of made-up ids adds one row).
+distinct ids in a quarter-hour; requests of further ids that the operator has not
+created count under :data:`OTHER` (nothing is lost from the totals, and a flood of
+made-up ids adds one row). A created placement always counts under its own id, so no
+flood can empty its report.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine, select
@@ -67,8 +69,10 @@ def quarter_of(at: datetime) -> datetime:
 class PlacementCounter:
     """In-memory counts of one process, per (placement, UTC quarter-hour); thread-safe."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, configured: Callable[[str], bool] = lambda _: False
+                 ) -> None:
         self.clock = clock
+        self.configured = configured  # a placement the operator created (never OTHER)
         self._counts: Counts = {}
         self._lock = threading.Lock()
         self._quarter: tuple[float, datetime] | None = None  # the last quarter used
@@ -91,7 +95,7 @@ class PlacementCounter:
             if quarter != held[1]:
                 quarter, names = self._names = (held[1], set())
             if placement not in names:
-                if len(names) >= MAX_PLACEMENTS_PER_QUARTER:
+                if len(names) >= MAX_PLACEMENTS_PER_QUARTER and not self.configured(placement):
                     placement = OTHER
                 names.add(placement)
             key = (placement, held[1])
@@ -167,8 +171,9 @@ class PlacementTraffic:
     and what the report reads (after adding this process's counts, so one process's
     report is exact; other processes' counts arrive within their flush period)."""
 
-    def __init__(self, clock: Clock, engine: Engine) -> None:
-        self.counter = PlacementCounter(clock)
+    def __init__(self, clock: Clock, engine: Engine,
+                 configured: Callable[[str], bool] = lambda _: False) -> None:
+        self.counter = PlacementCounter(clock, configured)
         self.table = SqlPlacementTraffic(engine)
 
     def flush(self) -> None:
