@@ -81,3 +81,29 @@ def test_an_advertiser_key_cannot_set_a_direct_lines_terms(rt: Runtime) -> None:
         assert r.status_code == 200 and r.json()["status"] == "paused", r.text
         r = admin.patch(f"/v1/campaigns/{lid}", json={"bid_micros": 3_000_000, "version": 2})
         assert r.status_code == 200, r.text  # the admin still may
+
+
+def test_a_goal_is_never_lowered_below_what_it_delivered(rt: Runtime) -> None:
+    """A guaranteed line that delivered (and billed) 144 impressions may not get a goal
+    of 100: nothing beyond a goal is billed, and the dashboard read "44 beyond the goal
+    (not billed)" for impressions that were. 144 or more is fine. Mutation seen red: the
+    check removed (200 for 100)."""
+    from datetime import date
+
+    from adfunnel.billing.model import EventType, LedgerEvent
+
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
+        adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
+        body = {k: v for k, v in _body(adv, **GUARANTEED).items() if k != "daily_budget_micros"}
+        lid = admin.post("/v1/campaigns", json=body).json()["id"]
+        for i in range(144):
+            rt.ledger.record(LedgerEvent(f"i{i}", EventType.IMPRESSION, lid, 1, "p", "CPM",
+                                         2_000_000, datetime(2026, 11, 2, 1, tzinfo=UTC),
+                                         date(2026, 11, 2)), 10**12)
+        r = admin.patch(f"/v1/campaigns/{lid}", json={
+            "goal": {"metric": "impressions", "total": 100}, "version": 1})
+        assert r.status_code == 422 and r.json()["fields"][0]["field"] == "goal.total", r.text
+        assert "144" in r.json()["fields"][0]["problem"]
+        r = admin.patch(f"/v1/campaigns/{lid}", json={
+            "goal": {"metric": "impressions", "total": 144}, "version": 1})
+        assert r.status_code == 200, r.text

@@ -193,7 +193,8 @@ def report_span(first: date | None, last: date | None, today: date,
     if first > last:
         raise validation_error(("from", "must be on or before to"))
     if last - first >= timedelta(days=limit_days):
-        raise validation_error(("to", f"a {granularity}ly report spans at most "
+        raise validation_error(("to", f"{'a daily' if granularity == 'day' else 'an hourly'}"
+                                      f" report spans at most "
                                       f"{limit_days} days"))
     return first, last
 

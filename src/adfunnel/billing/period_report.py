@@ -65,3 +65,19 @@ def period_report(ledger: DayTotalsReader, campaign: Campaign, today: date) -> d
                    over_delivery=max(0, events - goal.total),
                    goal_shortfall=max(0, goal.total - events))
     return out
+
+
+def goal_below_delivered(ledger: DayTotalsReader, campaign: Campaign, metric: str,
+                         total: int, today: date) -> str | None:
+    """Why ``campaign``'s goal may not become ``total`` ``metric`` events (its goal's
+    metric unchanged): it already delivered more (the ledger, over its period to
+    ``today``), and they were billed — nothing beyond a goal is billed, so a goal is
+    never lowered below what it has delivered. None when it may."""
+    goal = campaign.goal
+    if goal is None or goal.metric is GoalMetric.SHARE or goal.metric.value != metric:
+        return None
+    rep = period_report(ledger, campaign, today)
+    events = int(rep["goal_delivered"] or 0) + int(rep["over_delivery"] or 0)
+    if total < events:
+        return f"is below the {events} {metric} already delivered and billed"
+    return None
