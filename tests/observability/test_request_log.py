@@ -196,3 +196,26 @@ def test_a_quiet_path_has_an_id_but_no_access_line(access_lines: io.StringIO, pa
 def test_other_paths_are_logged_beside_quiet_ones(access_lines: io.StringIO) -> None:
     call(RequestLog(bare_204, quiet_paths=BEACON_PATHS), path="/v1/campaigns")
     assert [x["path"] for x in lines(access_lines)] == ["/v1/campaigns"]
+
+
+def test_a_path_cannot_forge_a_log_line() -> None:
+    """A percent-encoded newline or NUL in the path is written escaped in the text log:
+    ``/x%0a2026-12-03 ... ERROR ...`` forged a convincing line, a NUL made grep call the
+    log binary. Mutation seen red: the path logged as decoded."""
+    from adfunnel.observability.logs import TextLines
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(TextLines())
+    log = logging.getLogger(ACCESS_LOGGER)
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        call(RequestLog(bare_204), path="/nothing\n2026-12-03T12:00:00.000Z ERROR forged\x00")
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    text = out.getvalue()
+    assert text.count("\n") == 1 and "\x00" not in text, text
+    assert "/nothing\\x0a2026-12-03T12:00:00.000Z ERROR forged\\x00" in text

@@ -106,9 +106,20 @@ def _with_id(scope: dict[str, Any], send: Any, status: list[int] | None) -> Any:
     return send_with_id
 
 
+#: Control characters, which a percent-encoded path decodes to (``%0a``, ``%00``).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def loggable_path(path: str) -> str:
+    """``path`` with its control characters written as ``\\xNN``: a client's
+    ``/x%0a2026-12-03 ERROR ...`` would otherwise forge a line of the text log (and a
+    NUL make it binary to grep)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", path)
+
+
 def _access_line(log: logging.Logger, scope: dict[str, Any], status: int, start: float) -> None:
     latency_ms = round((time.perf_counter() - start) * 1000.0, 3)
-    method, path, rid = scope["method"], scope["path"], scope[REQUEST_ID_KEY]
+    method, path, rid = scope["method"], loggable_path(scope["path"]), scope[REQUEST_ID_KEY]
     log.info("%s %s %d %.3f ms %s", method, path, status, latency_ms, rid,
              extra={"method": method, "path": path, "status": status,
                     "latency_ms": latency_ms, "request_id": rid})
