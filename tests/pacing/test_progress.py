@@ -120,3 +120,14 @@ def test_the_plans_days_add_up_to_its_target(at_h: float, anchor: int, spent: in
     assert per_day[0] == 0.0 and per_day[-1] == 0.0  # 1 and 9 March: outside the flight
     first_anchor_day = int(hours.day[min(anchor, len(hours) - 1)])
     assert all(v == 0.0 for d, v in zip(days, per_day, strict=True) if d < first_anchor_day)
+
+
+def test_a_ratio_of_a_few_events_does_not_scale_the_plan() -> None:
+    """Ten minutes into a flight (1 event planned, none billed yet) the projection is the
+    plan as it stands, not 0 of the goal; with enough planned events the ratio counts.
+    Mutation seen red: MIN_RATIO_EVENTS back at 1."""
+    from adfunnel.pacing.progress import MIN_RATIO_EVENTS, recent_ratio
+
+    assert recent_ratio(0, 1, 0, 1) == 1.0
+    assert recent_ratio(0, MIN_RATIO_EVENTS, 0, MIN_RATIO_EVENTS) == 0.0
+    assert recent_ratio(3, 5, 30, MIN_RATIO_EVENTS + 20) == 30 / (MIN_RATIO_EVENTS + 20)

@@ -17,9 +17,12 @@ plans fewer events than the goal).
   date, ≥ 0);
 - ``ratio``: the recent delivery ratio, the goal events the ledger counted on the last
   :data:`RECENT_DAYS` local days (yesterday and today so far, within the flight) ÷ what
-  the plan gave those days up to now; when the plan gave them less than one event (the
-  flight's first minutes, a plan just re-made), the ratio of the whole flight to date
-  (delivered ÷ planned to date); with nothing planned yet, 1 (the plan as it stands).
+  the plan gave those days up to now; when the plan gave them fewer than
+  :data:`MIN_RATIO_EVENTS` events (the flight's first minutes, a plan just re-made: a
+  ratio of a few events is noise — a line read 10 minutes into its flight, 1 event
+  planned and none yet billed, projected 0 of 500), the ratio of the whole flight to
+  date (delivered ÷ planned to date) under the same rule; else 1 (the plan as it
+  stands).
 - once the flight has ended, the projection is what was delivered.
 
 Limits, stated: the rule extrapolates the recent days as they were; it does not model
@@ -46,6 +49,9 @@ from typing import Any
 
 #: The local days the recent delivery ratio looks at: yesterday and today so far.
 RECENT_DAYS = 2
+#: Planned events a delivery ratio needs before it scales the rest of the plan (a
+#: Poisson count of 20 is known to about ±22 %).
+MIN_RATIO_EVENTS = 20
 #: A pace within 1 ± this is on track; below behind, above ahead.
 PACE_BAND = 0.05
 
@@ -61,11 +67,12 @@ def events_of_micros(micros: int, goal_total: int, goal_cost: int) -> int:
 def recent_ratio(recent_delivered: int, recent_planned: int, delivered: int,
                  planned_to_date: int) -> float:
     """The delivery ratio the rest of the plan is scaled by (module docstring): recent
-    delivered ÷ recent planned when the plan gave the recent days at least one event,
-    else delivered ÷ planned to date, else 1. Always ≥ 0."""
-    if recent_planned >= 1:
+    delivered ÷ recent planned when the plan gave the recent days at least
+    :data:`MIN_RATIO_EVENTS` events, else delivered ÷ planned to date under the same
+    rule, else 1. Always ≥ 0."""
+    if recent_planned >= MIN_RATIO_EVENTS:
         return max(0, recent_delivered) / recent_planned
-    if planned_to_date >= 1:
+    if planned_to_date >= MIN_RATIO_EVENTS:
         return max(0, delivered) / planned_to_date
     return 1.0
 
