@@ -158,10 +158,9 @@ def _scenario_names() -> str:
 
 def simulate(
     scenario: Annotated[str, typer.Option(help=f"Scenario name: {_scenario_names()}. "
-                                          "'flight' is a week of direct and auction lines "
-                                          "through a real embedded server; 'forecast' asks "
-                                          "availability forecasts after a week of history "
-                                          "and judges them on the next.")] = "baseline",
+                                          "'flight': a week of direct and auction lines on "
+                                          "a real server; 'forecast': forecasts judged on "
+                                          "the week after.")] = "baseline",
     report: Annotated[Path | None, typer.Option(help="Write the JSON report here.", show_default="none")] = None,
     plots: Annotated[Path | None, typer.Option(help="Directory for one PNG per campaign (day scenarios).", show_default="none")] = None,
     seed: Annotated[int, typer.Option()] = 0,
