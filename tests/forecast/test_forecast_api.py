@@ -100,6 +100,26 @@ def test_problems_are_422_naming_the_field(client: TestClient, change: dict[str,
     assert field in _fields(client.post("/v1/forecasts", json={**BODY, **change}))
 
 
+def test_a_requested_placement_never_created_is_forecast(client: TestClient) -> None:
+    """An id that only ever came in ad requests (the replay's slot ids) is forecast, as
+    its placement report answers; one never seen is still 422. Mutation seen red: only
+    created placements known."""
+    for i in range(10):
+        r = client.post("/v1/ads:select", json={
+            "user": {"key": f"s{i}", "attributes": {"geo.country": "US"}},
+            "placement": {"id": "slot-77"},
+            "slots": [{"id": "s", "position": 1, "width": 300, "height": 250}]})
+        assert r.status_code in (200, 204)
+    client.put("/v1/admin/clock", json={"now": "2026-11-02T02:00:00+00:00"})
+    r = client.post("/v1/forecasts", json={**BODY, "placements": ["slot-77"]})
+    assert r.status_code == 200, r.text
+    # two hours of history, 0 and 10 requests of it: the 22 hours not seen take their
+    # mean (README, Limits), 0 + 10 + 22 × 5
+    assert r.json()["matching_impressions"] == 120
+    assert _fields(client.post("/v1/forecasts", json={**BODY, "placements": ["slot-78"]})
+                   ) == ["placements[0]"]
+
+
 def _guaranteed(client: TestClient, total: int) -> dict[str, Any]:
     adv = client.post("/v1/advertisers", json={"name": f"adv {total}"}).json()
     r = client.post("/v1/campaigns", json={
