@@ -146,6 +146,21 @@ def test_a_goal_above_availability_is_booked_with_a_warning(client: TestClient) 
     assert sorted(ln["takes_impressions"] for ln in f["contending_lines"]) == [200, 1_000]
 
 
+def test_a_goal_raised_above_availability_warns_too(client: TestClient) -> None:
+    """A line booked within availability (1,000 of 1,200) and raised to 1,500 by a
+    patch is changed all the same, with the warning; a patch of its name alone re-checks
+    nothing. Mutation seen red: the patch never re-checking."""
+    line = _guaranteed(client, 1_000)
+    r = client.patch(f"/v1/campaigns/{line['id']}", json={
+        "goal": {"metric": "impressions", "total": 1_500}, "version": line["version"]})
+    assert r.status_code == 200, r.text
+    assert [w["code"] for w in r.json()["warnings"]] == ["goal_exceeds_availability"]
+    assert r.json()["warnings"][0]["available_impressions"] == 1_200
+    r = client.patch(f"/v1/campaigns/{line['id']}", json={
+        "name": "renamed", "version": r.json()["version"]})
+    assert r.status_code == 200 and "goal_exceeds_availability" not in r.text
+
+
 def test_no_history_no_warning(rt: Runtime) -> None:
     """A new server has no request history: a guaranteed line is booked without a
     warning (nothing is known, rather than "0 available")."""
