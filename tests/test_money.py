@@ -49,3 +49,16 @@ def test_bound_and_floor() -> None:
 def test_bad_carry_or_price_is_refused(carry: int, price: int) -> None:
     with pytest.raises(MoneyError):
         bill_per_mille(carry, price)
+
+
+@given(st.integers(min_value=-(10**15), max_value=10**15))
+def test_money_shown_to_people_hides_nothing(micros: int) -> None:
+    """What the dashboard shows reads back to the exact micros (0.669 USD, not 0.66 for
+    669,000 micros), with at least two decimals. Mutation seen red: cents truncated."""
+    from decimal import Decimal
+
+    from adfunnel.money import format_units
+
+    text = format_units(micros)
+    assert len(text.split(".")[1]) >= 2
+    assert Decimal(text.replace(",", "")) * 1_000_000 == micros

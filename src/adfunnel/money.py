@@ -95,11 +95,13 @@ def bill_per_mille(carry_millimicros: int, price_per_mille: int) -> tuple[Micros
 
 
 def format_units(amount: int, currency: str = "") -> str:
-    """Render micros as a decimal string with 2 decimals for people (never for math)."""
+    """Render micros as a decimal string for people (never for math): 2 decimals, more
+    (up to 6) where the amount is not a whole cent, so nothing is hidden by truncation
+    (669,000 micros is ``0.669``, not ``0.66``)."""
     sign = "-" if amount < 0 else ""
     whole, frac = divmod(abs(amount), MICROS_PER_UNIT)
-    cents = frac // 10_000
-    text = f"{sign}{whole:,}.{cents:02d}"
+    digits = f"{frac:06d}".rstrip("0").ljust(2, "0")
+    text = f"{sign}{whole:,}.{digits}"
     return f"{text} {currency}".strip()
 
 

@@ -100,6 +100,26 @@ def test_problems_are_422_naming_the_field(client: TestClient, change: dict[str,
     assert field in _fields(client.post("/v1/forecasts", json={**BODY, **change}))
 
 
+def test_a_requested_placement_never_created_is_forecast(client: TestClient) -> None:
+    """An id that only ever came in ad requests (the replay's slot ids) is forecast, as
+    its placement report answers; one never seen is still 422. Mutation seen red: only
+    created placements known."""
+    for i in range(10):
+        r = client.post("/v1/ads:select", json={
+            "user": {"key": f"s{i}", "attributes": {"geo.country": "US"}},
+            "placement": {"id": "slot-77"},
+            "slots": [{"id": "s", "position": 1, "width": 300, "height": 250}]})
+        assert r.status_code in (200, 204)
+    client.put("/v1/admin/clock", json={"now": "2026-11-02T02:00:00+00:00"})
+    r = client.post("/v1/forecasts", json={**BODY, "placements": ["slot-77"]})
+    assert r.status_code == 200, r.text
+    # two hours of history, 0 and 10 requests of it: the 22 hours not seen take their
+    # mean (README, Limits), 0 + 10 + 22 × 5
+    assert r.json()["matching_impressions"] == 120
+    assert _fields(client.post("/v1/forecasts", json={**BODY, "placements": ["slot-78"]})
+                   ) == ["placements[0]"]
+
+
 def _guaranteed(client: TestClient, total: int) -> dict[str, Any]:
     adv = client.post("/v1/advertisers", json={"name": f"adv {total}"}).json()
     r = client.post("/v1/campaigns", json={
@@ -124,6 +144,21 @@ def test_a_goal_above_availability_is_booked_with_a_warning(client: TestClient) 
     f = client.post("/v1/forecasts", json=BODY).json()
     assert f["available_impressions"] == 0
     assert sorted(ln["takes_impressions"] for ln in f["contending_lines"]) == [200, 1_000]
+
+
+def test_a_goal_raised_above_availability_warns_too(client: TestClient) -> None:
+    """A line booked within availability (1,000 of 1,200) and raised to 1,500 by a
+    patch is changed all the same, with the warning; a patch of its name alone re-checks
+    nothing. Mutation seen red: the patch never re-checking."""
+    line = _guaranteed(client, 1_000)
+    r = client.patch(f"/v1/campaigns/{line['id']}", json={
+        "goal": {"metric": "impressions", "total": 1_500}, "version": line["version"]})
+    assert r.status_code == 200, r.text
+    assert [w["code"] for w in r.json()["warnings"]] == ["goal_exceeds_availability"]
+    assert r.json()["warnings"][0]["available_impressions"] == 1_200
+    r = client.patch(f"/v1/campaigns/{line['id']}", json={
+        "name": "renamed", "version": r.json()["version"]})
+    assert r.status_code == 200 and "goal_exceeds_availability" not in r.text
 
 
 def test_no_history_no_warning(rt: Runtime) -> None:

@@ -92,3 +92,17 @@ def test_a_direct_line_below_its_day_target_at_p_1_is_not_limited_by_bid(priorit
     auction = replace(HEALTHY, pacing_status="limited_by_bid_or_audience")
     assert delivery_status(auction) is DeliveryStatus.LIMITED_BY_BID
 
+
+
+def test_nothing_today_says_nothing_in_the_days_first_hour() -> None:
+    """Five minutes after local midnight no campaign has matched or won anything yet: a
+    guaranteed line read "limited by targeting" then. From an hour in, the same facts
+    say it. Mutation seen red: the rules ignoring ``day_elapsed_s``."""
+    idle = replace(HEALTHY, matched_requests=0, served_micros=0, billed_micros=0,
+                   capped_requests=0, priority="guaranteed")
+    assert delivery_status(replace(idle, day_elapsed_s=300)) is DeliveryStatus.DELIVERING
+    assert delivery_status(replace(idle, day_elapsed_s=3_600)) \
+        is DeliveryStatus.LIMITED_BY_TARGETING
+    unwon = replace(HEALTHY, served_micros=0, billed_micros=0)
+    assert delivery_status(replace(unwon, day_elapsed_s=300)) is DeliveryStatus.DELIVERING
+    assert delivery_status(replace(unwon, day_elapsed_s=7_200)) is DeliveryStatus.LIMITED_BY_BID

@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from adfunnel.clock import ManualClock
 from adfunnel.runtime.asgi import build_app
-from adfunnel.runtime.embedded import Runtime, build_runtime
-from adfunnel.settings import load_settings
+from adfunnel.runtime.embedded import Runtime
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
+from tests.forecast.test_forecast_api import rt  # noqa: F401  (the fixture: T0, manual clock)
 from tests.ui.test_pages import log_in
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
@@ -34,16 +33,7 @@ FORM = {"targeting": '{"attr": "geo.country", "in": ["US"]}', "placements": "fee
 
 
 @pytest.fixture
-def rt() -> Iterator[Runtime]:
-    settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
-                             admin_key=ADMIN_KEY)
-    runtime = build_runtime(settings, ManualClock(T0), seed=1)
-    yield runtime
-    runtime.close()
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
+def client(rt: Runtime) -> Iterator[TestClient]:  # noqa: F811
     """A day of history (US and FR requests on ``feed``) and a guaranteed line on US
     mobile requests booked over the forecast's flight."""
     with TestClient(build_app(rt), headers=ADMIN_HEADERS, follow_redirects=False) as c:
@@ -102,7 +92,7 @@ def test_the_forms_problems_are_named(client: TestClient) -> None:
     assert 'value="2026-11-01"' in page.text  # the form keeps what was typed
 
 
-def test_only_the_admin_sees_forecasts(rt: Runtime, client: TestClient) -> None:
+def test_only_the_admin_sees_forecasts(rt: Runtime, client: TestClient) -> None:  # noqa: F811
     adv = rt.store.create_advertiser("A")
     log_in(client, rt.keys.issue("advertiser", adv.id).key)
     for r in (client.get("/ui/forecasts", headers={"Authorization": ""}),

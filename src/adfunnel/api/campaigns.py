@@ -124,6 +124,9 @@ OptionalVersion = Annotated[VersionIn | None, Body()]
 
 #: Longest report span in days, unless ``settings_like.report_max_days`` says otherwise.
 DEFAULT_REPORT_MAX_DAYS = 366
+#: The fields of a guaranteed line that change what it is booked against (a patch of
+#: any re-checks its availability).
+BOOKING_FIELDS = frozenset({"goal", "priority", "flight_start", "flight_end", "targeting"})
 
 
 def make_advertiser_router(
@@ -214,9 +217,14 @@ def make_advertiser_router(
             raise validation_error(("advertiser_id", "no such advertiser")) from exc
         created = store.create_campaign(**values)
         response.headers["Location"] = f"/v1/campaigns/{created.id}"
-        out = written_out(created, clock.now())
-        available = availability(created) if availability is not None else None
-        total = created.goal.total if created.goal is not None else None
+        return with_availability(written_out(created, clock.now()), created)
+
+    def with_availability(out: CampaignWritten, c: Campaign) -> CampaignWritten:
+        """``out`` with a ``goal_exceeds_availability`` warning when ``c`` is a
+        guaranteed line whose goal is above what the forecast leaves it (it is booked
+        all the same: the operator may overbook)."""
+        available = availability(c) if availability is not None else None
+        total = c.goal.total if c.goal is not None else None
         if available is not None and total is not None and total > available:
             out.warnings = [*out.warnings, FieldProblemOut(
                 field="goal.total", code="goal_exceeds_availability",
@@ -264,8 +272,11 @@ def make_advertiser_router(
             raise validation_error(("status", "archive with DELETE /v1/campaigns/{id}"))
         if "targeting" in changes and changes["targeting"] is not None:
             changes["targeting"] = canonical_targeting(body.targeting)
-        return written_out(store.update_campaign(campaign_id, changes, body.version),
-                           clock.now())
+        updated = store.update_campaign(campaign_id, changes, body.version)
+        out = written_out(updated, clock.now())
+        if changes.keys() & BOOKING_FIELDS:  # what it is booked for changed: re-check
+            out = with_availability(out, updated)
+        return out
 
     @router.delete("/v1/campaigns/{campaign_id}", status_code=204)
     def archive_campaign(campaign_id: int, who: Writer) -> Response:

@@ -18,7 +18,8 @@ the server's now are left out). ``placements`` empty: every placement. ``goal``
      "goal_fits": true | false | null, "limits": "..."}
 
 Errors: 422 naming the field (``flight_end`` before ``flight_start``, a flight over 366
-days, an unknown time zone, targeting problems by path, an unknown placement), 403 for a
+days, an unknown time zone, targeting problems by path, a placement neither created
+nor in the kept history of requests), 403 for a
 role other than admin. The forecast itself is :mod:`adfunnel.forecast.availability`;
 :class:`Forecaster` gathers its inputs: the request sample (this process's closed hours
 flushed first), the booked lines and what they delivered to date (the ledger).
@@ -124,6 +125,18 @@ class Forecaster:
         self.history_days = history_days
         self.pctr_prior = pctr_prior
 
+    def knows_placement(self, placement: str) -> bool:
+        """A placement the operator created, or one the kept history has requests of
+        (requested without being created, as the placement report accepts it)."""
+        try:
+            self.store.get_placement(placement)
+            return True
+        except NotFound:
+            if self.keeper is None:
+                return False
+            self.keeper.flush()  # this process's closed hours first
+            return self.keeper.store.has_placement(placement)
+
     def run(self, expr: Expr, start: datetime, end: datetime, tz: str,
             exclude: int | None = None) -> tuple[Forecast, dict[int, BookedLine]]:
         """The forecast of ``expr`` over ``[start, end)`` in zone ``tz``, against every
@@ -220,9 +233,7 @@ def make_forecast_router(forecaster: Forecaster) -> APIRouter:
         elif (body.flight_end - body.flight_start).days >= MAX_FLIGHT_DAYS:
             problems.append(("flight_end", f"a flight of at most {MAX_FLIGHT_DAYS} days"))
         for i, p in enumerate(body.placements):
-            try:
-                forecaster.store.get_placement(p)
-            except NotFound:
+            if not forecaster.knows_placement(p):
                 problems.append((f"placements[{i}]", "no such placement"))
         if problems:
             raise validation_error(*problems)

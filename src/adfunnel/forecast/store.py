@@ -66,6 +66,14 @@ class SqlRequestSample:
             return int(conn.execute(delete(request_sample).where(
                 request_sample.c.hour_start < cut)).rowcount or 0)
 
+    def has_placement(self, placement: str) -> bool:
+        """Whether the kept history holds a request of ``placement`` (an id that was
+        requested without being created: the replay's slot ids)."""
+        t = request_sample.c
+        q = select(t.id).where(t.placement == placement).limit(1)
+        with connection_guard(self.engine), self.engine.connect() as conn:
+            return conn.execute(q).first() is not None
+
     def first_hour(self, since: datetime) -> datetime | None:
         """The earliest hour start at or after ``since`` with a row (None: none)."""
         t = request_sample.c

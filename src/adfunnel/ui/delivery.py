@@ -26,6 +26,10 @@ spend)::
                           budget is a cap, not a target) and a guaranteed line is
                           served ahead of the auction, so neither is outbid
     delivering            otherwise
+
+The rules that read "nothing today" (matched no request, won nothing) wait until the
+local day is :data:`EARLY_S` old: a few minutes after midnight no campaign has matched
+or won anything yet (a guaranteed line read "limited by targeting" at 00:05).
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ class DeliveryStatus(StrEnum):
 #: Share of a campaign's matched requests refused by its frequency caps from which it
 #: is ``capped`` rather than limited by its bid.
 CAPPED_SHARE = 0.5
+#: Seconds into the local day before "nothing today" says anything (module docstring).
+EARLY_S = 3_600.0
 
 #: Budget service states and pacing statuses that mean "held back for budget".
 _BUDGET_STATES = frozenset({"exhausted"})
@@ -96,6 +102,8 @@ class DeliveryFacts:
     served_micros: int = 0
     billed_micros: int = 0
     priority: str = "auction"
+    #: seconds since the campaign's local midnight (its today's counts' window)
+    day_elapsed_s: float = 86_400.0
 
 
 def delivery_status(f: DeliveryFacts) -> DeliveryStatus:
@@ -131,14 +139,14 @@ def _audience(f: DeliveryFacts) -> DeliveryStatus | None:
     if f.matched_requests is None:
         return None
     if f.matched_requests <= 0:
-        return DeliveryStatus.LIMITED_BY_TARGETING
+        return DeliveryStatus.LIMITED_BY_TARGETING if f.day_elapsed_s >= EARLY_S else None
     if f.capped_requests >= CAPPED_SHARE * f.matched_requests:
         return DeliveryStatus.CAPPED
     return None
 
 
 def _bid(f: DeliveryFacts) -> DeliveryStatus | None:
-    won_nothing = f.served_micros <= 0 and f.billed_micros <= 0
+    won_nothing = f.served_micros <= 0 and f.billed_micros <= 0 and f.day_elapsed_s >= EARLY_S
     if won_nothing or (f.pacing_status == _BID_PACING and f.priority == "auction"):
         return DeliveryStatus.LIMITED_BY_BID
     return None

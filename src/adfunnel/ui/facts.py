@@ -18,7 +18,7 @@ from typing import Any
 
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.days import DAY_S
-from adfunnel.campaigns.schedule import local_day, zone
+from adfunnel.campaigns.schedule import day_bounds, local_day, zone
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.ui.budget_reads import BudgetReads, budget_reads
 from adfunnel.ui.delivery import DeliveryFacts
@@ -121,6 +121,8 @@ class ServerFacts:
             served_micros=budget.served_micros if budget else 0,
             billed_micros=billed_today,
             priority=str(campaign.get("priority", "auction")),
+            day_elapsed_s=(self.now() - day_bounds(today, campaign["time_zone"])[0]
+                           ).total_seconds(),
         )
 
     def ads_of(self, campaign_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
