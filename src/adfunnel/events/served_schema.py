@@ -72,6 +72,10 @@ class WinnerRecord(msgspec.Struct, forbid_unknown_fields=False):
     #: the tier that filled the slot: sponsorship, guaranteed or auction (None: a
     #: record written before tiers were logged)
     tier: str | None = None
+    #: the click model's own pCTR of the winner, before the recalibration factor
+    #: (``pctr`` is the one used: raw × factor); None where the model did not give it
+    #: (no model, a fallback, an ad it was not trained on, or an older record)
+    model_pctr: float | None = None
 
 
 class ServedRecord(msgspec.Struct, forbid_unknown_fields=False):

@@ -138,7 +138,8 @@ def join_served_with_billed(
     ``exploration``; the winner's ``slot_id``, ``position``, ``impression_id``,
     ``ad_id``, ``campaign_id``, ``advertiser_id``, ``bid_type``, ``bid_micros``,
     ``price_micros``, ``charge_micros``, ``expected_micros``, ``pctr``, ``pcvr``,
-    ``quality_micros``, ``total_micros``, ``pacing_p``, ``propensity``; and from the
+    ``quality_micros``, ``total_micros``, ``pacing_p``, ``propensity``, ``model_pctr``
+    (the model's raw pCTR before recalibration; ``pctr`` is the one used); and from the
     billed rows ``impressed`` (an impression row exists), ``clicked`` (a click row
     exists), ``converted`` (a billed conversion row exists), ``billed_micros`` (sum
     over the impression's rows, 0 without any). A winner never rendered keeps its row
@@ -188,7 +189,7 @@ def join_served_with_billed(
                w.slot_id, w.position, w.impression_id, w.ad_id, w.campaign_id,
                w.advertiser_id, w.bid_type, w.bid_micros, w.price_micros, w.charge_micros,
                w.expected_micros, w.pctr, w.pcvr, w.quality_micros, w.total_micros,
-               w.pacing_p, w.propensity,
+               w.pacing_p, w.propensity, w.model_pctr,
                coalesce(b.impressed, false) AS impressed,
                coalesce(b.clicked, false) AS clicked,
                coalesce(b.converted, false) AS converted,

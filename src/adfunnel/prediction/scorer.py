@@ -8,6 +8,10 @@ the served log. The stage has a share of the request's deadline (``budget_ms``):
 it cannot start with that much left, takes longer, or fails, the decision keeps the
 pre-rank scores and is flagged ``fallback`` (counted in
 ``adfunnel_model_fallback_total`` by cause).
+
+The model's probabilities are multiplied by the recalibration factor of its version and
+the request's placement (:mod:`adfunnel.prediction.recalibration`, published by the
+recalibration job): the pCTR that ranks, prices and bids is the recalibrated one.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from prometheus_client import Counter
 from adfunnel.clock import monotonic_ms
 from adfunnel.prediction.calibration import CalibrationMonitor
 from adfunnel.prediction.features import candidate_tokens, request_tokens
-from adfunnel.prediction.model import ClickModel
+from adfunnel.prediction.model import P_MIN, ClickModel
+from adfunnel.prediction.published import PublishedFactors
 
 _log = logging.getLogger(__name__)
 
@@ -47,12 +52,14 @@ class ModelScorer:
             candidates (None: the configured constant).
         recall_sample: share of decisions (probability) that also score every
             candidate to measure the pre-rank's recall.
+        factors: the recalibration factors published by the job (None: factor 1).
     """
 
     def __init__(self, model: ClickModel, budget_ms: float = 2.0,
                  monitor: CalibrationMonitor | None = None,
                  cvr_model: ClickModel | None = None, *,
-                 recall_sample: float = 0.01) -> None:
+                 recall_sample: float = 0.01,
+                 factors: PublishedFactors | None = None) -> None:
         if cvr_model is not None and cvr_model.target != "conversion":
             raise ValueError("cvr_model must be a conversion model (target conversion)")
         if budget_ms <= 0:
@@ -62,6 +69,7 @@ class ModelScorer:
         self.budget_ms = budget_ms
         self.monitor = monitor
         self.cvr_model = cvr_model
+        self.factors = factors
         #: share of decisions that also score every candidate, to measure the
         #: pre-rank's recall (a measurement; default 1 %)
         self.recall_sample = recall_sample
@@ -82,19 +90,25 @@ class ModelScorer:
             checked, hits = self._recall
         return {"checked": checked, "recall": round(hits / checked, 4) if checked else None}
 
+    def factor(self, placement: str) -> float:
+        """The recalibration factor of this model's pCTR on ``placement`` now."""
+        return 1.0 if self.factors is None else self.factors.factor(self.version, placement)
+
     def pctr(self, request: Mapping[str, Any], candidates: Sequence[tuple[int, int, int, str]],
-             deadline_at_ms: float, *, measuring: bool = False
-             ) -> tuple[np.ndarray | None, str | None]:
+             deadline_at_ms: float, *, measuring: bool = False,
+             factor: float | None = None) -> tuple[np.ndarray | None, str | None]:
         """Calibrated pCTR per candidate (ad id, campaign id, advertiser id, bid type) at
         ``request["position"]``, or (None, cause) when the decision must fall back (see
         :meth:`pctr_by_position`)."""
         found, cause = self.pctr_by_position(request, [request["position"]], candidates,
-                                             deadline_at_ms, measuring=measuring)
+                                             deadline_at_ms, measuring=measuring,
+                                             factor=factor)
         return (None, cause) if found is None else (found[request["position"]], None)
 
     def pctr_by_position(self, request: Mapping[str, Any], positions: Sequence[int],
                          candidates: Sequence[tuple[int, int, int, str]],
-                         deadline_at_ms: float, *, measuring: bool = False
+                         deadline_at_ms: float, *, measuring: bool = False,
+                         factor: float | None = None
                          ) -> tuple[dict[int, np.ndarray] | None, str | None]:
         """Calibrated pCTR per candidate (ad id, campaign id, advertiser id, bid type) at
         each slot position of ``positions``: the candidates' own tokens are summed once,
@@ -105,13 +119,16 @@ class ModelScorer:
 
         ``request``: ``placement``, ``exchange``, ``domain``, ``hour`` (UTC) and
         ``attributes``, as the served log records them. ``measuring``: a measurement,
-        not the decision's scoring (no fallback counted, no time budget).
+        not the decision's scoring (no fallback counted, no time budget). ``factor``:
+        the recalibration factor the pCTRs are multiplied by (None: :meth:`factor` of
+        the placement now), the product kept inside [P_MIN, 1 − P_MIN].
         """
         start = monotonic_ms()
         if start + self.budget_ms > deadline_at_ms:
             return (None, "no_time") if measuring else self._fallback("no_time")
         try:
             placement, model = request["placement"], self.model
+            f = self.factor(placement) if factor is None else factor
             rows = [candidate_tokens(placement, ad, camp, adv, bid_type)
                     for ad, camp, adv, bid_type in candidates]
             own = model.logits_serving(rows)
@@ -119,7 +136,8 @@ class ModelScorer:
             for k in positions:
                 shared = request_tokens(placement, k, request["exchange"], request["domain"],
                                         request["hour"], request["attributes"])
-                out[k] = model.calibrate(own + model.shared_logit(shared))
+                p = model.calibrate(own + model.shared_logit(shared))
+                out[k] = p if f == 1.0 else np.clip(p * f, P_MIN, 1 - P_MIN)
             cvr = self.cvr_model
             if cvr is not None and not measuring:  # pCVR of a click: one position suffices
                 shared = request_tokens(placement, positions[0], request["exchange"],

@@ -172,7 +172,9 @@ def build_app(rt: Runtime) -> RequestLog:
         model = None if scorer is None else {
             "version": scorer.version, "budget_ms": scorer.budget_ms,
             "prerank_recall": scorer.prerank_recall(),
-            "calibration": scorer.monitor.status() if scorer.monitor is not None else None}
+            # the ratio of the pCTR serving used (recalibrated), and the factors in use
+            "calibration": scorer.monitor.status() if scorer.monitor is not None else None,
+            "recalibration": rt.factors.status() if rt.factors is not None else None}
         return JSONResponse({"decisions": d.decisions, "late": d.late, "shed": d.shed,
                              "deadline_miss_rate": round(d.miss_rate(), 4),
                              "filled_slots": d.filled_slots,

@@ -42,10 +42,12 @@ from adfunnel.frequency.store import FrequencyStore, MemoryFrequencyStore
 from adfunnel.index import ScanIndex
 from adfunnel.ivt.lists import IpRanges
 from adfunnel.ivt.rules import Tier1Rules
+from adfunnel.learn.recalibration_job import RecalibrationJob
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
 from adfunnel.prediction.calibration import CalibrationMonitor
 from adfunnel.prediction.model import ClickModel, ModelError
+from adfunnel.prediction.published import PublishedFactors
 from adfunnel.prediction.scorer import ModelScorer
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.runtime.compiled import warm_up
@@ -89,6 +91,8 @@ class Runtime:
     requests: SampleKeeper | None = None
     #: requests and filled slots per placement (the operator's placement report)
     placements: PlacementTraffic | None = None
+    #: the click model's recalibration factors serving uses (the recalibration job's)
+    factors: PublishedFactors | None = None
     _closed: bool = False
 
     def ready(self) -> bool:
@@ -189,15 +193,15 @@ def build_runtime(
         candidate_limit=settings.candidate_limit, first_limit=settings.first_candidates,
         rng=_decision_rng(seed if seed is not None else settings.seed), eligible=eligible,
     )
-    monitor = CalibrationMonitor()
+    monitor, factors = CalibrationMonitor(), PublishedFactors()
     cvr = (ClickModel.load(Path(settings.cvr_model_dir))
            if settings.cvr_model_dir is not None else None)
     if settings.model_dir is not None:
         decider.scorer = ModelScorer(ClickModel.load(Path(settings.model_dir)),
                                      settings.model_budget_ms, monitor, cvr,
-                                     recall_sample=settings.recall_sample)
+                                     recall_sample=settings.recall_sample, factors=factors)
         decider.exploration_share = settings.exploration_share
-    follow_model_releases(catalog, decider, settings, monitor, cvr)
+    follow_model_releases(catalog, decider, settings, monitor, cvr, factors)
     rollups = make_rollup_store(engine)
     dirty = DirtyHours(rollups)  # hours the aggregator touched, refreshed every few seconds
     background.append(Periodic(dirty.flush, settings.rollup_refresh_s, "rollup-refresh", clock,
@@ -218,6 +222,12 @@ def build_runtime(
         directory = settings.served_log_dir
         background.append(Periodic(lambda: compact(directory, clock.now()),
                                    settings.served_compact_s, "served-compact", clock).start())
+        # the click model's factors, from the served log and the ledger (on a manual
+        # clock in the mover's thread: a replay's decisions see the hour's factors)
+        recal = RecalibrationJob(directory, engine, clock, factors, flush=served.flush,
+                                 window_s=settings.recalibration_window_s)
+        background.append(Periodic(recal.run, settings.recalibration_s, "recalibrate",
+                                   clock, run_on_move=True).start())
     requests = SampleKeeper(
         RequestSampler(clock.now, request_attributes, settings.forecast_sample_per_hour,
                        seed=seed if seed is not None else settings.seed),
@@ -227,7 +237,7 @@ def build_runtime(
     return Runtime(settings, clock, engine, store, ledger, catalog, gate, ctr, decider,
                    tracker, decisions, change_feed, background, DecisionQueue(decider), caps,
                    events, rollups, ApiKeys(SqlKeyStore(engine), clock, settings.admin_key),
-                   served, requests, placements)
+                   served, requests, placements, factors)
 
 
 #: Seconds of the injected clock between refreshes of the rollup hours the aggregator
@@ -247,7 +257,8 @@ def make_ivt_rules(settings: Settings) -> Tier1Rules | None:
 
 
 def follow_model_releases(catalog: Catalog, decider: ColumnarDecider, settings: Settings,
-                          monitor: CalibrationMonitor, cvr: ClickModel | None = None) -> None:
+                          monitor: CalibrationMonitor, cvr: ClickModel | None = None,
+                          factors: PublishedFactors | None = None) -> None:
     """Serve with the active model releases of the change log (``POST
     /v1/admin/models``) — the click model, and the conversion model of CPA candidates —
     switching when another becomes active, without a restart. A release whose artifact
@@ -273,11 +284,13 @@ def follow_model_releases(catalog: Catalog, decider: ColumnarDecider, settings: 
             if current is not None:
                 decider.scorer = ModelScorer(current.model, settings.model_budget_ms,
                                              monitor, model,
-                                             recall_sample=settings.recall_sample)
+                                             recall_sample=settings.recall_sample,
+                                             factors=factors)
         else:
             decider.scorer = ModelScorer(model, settings.model_budget_ms, monitor,
                                          state["conversion"],
-                                         recall_sample=settings.recall_sample)
+                                         recall_sample=settings.recall_sample,
+                                         factors=factors)
             decider.exploration_share = settings.exploration_share
         log.info("serving with %s model %s (release %d)", release.target, model.version,
                  release.id)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+import numpy as np
+
 from adfunnel.auction.gsp import Candidate, Rejection, Win
 from adfunnel.budget.gate import Served, SpendGate
 from adfunnel.campaigns.creative import HTML_FORMAT
@@ -81,6 +83,11 @@ class Decision:
     model_version: str | None = None
     #: the model was configured but the prior's scores decided (late, no time, error)
     fallback: bool = False
+    #: the recalibration factor the model's pCTRs were multiplied by (None: the model
+    #: did not score), and the ad ids whose pCTR the model gave (the others kept the
+    #: prior's): the served log keeps each winner's raw model pCTR beside the used one
+    calibration_factor: float | None = None
+    model_scored: np.ndarray | None = None
     #: in the exploration slice (None: no exploration configured)
     exploration: bool | None = None
     #: slot id -> probability that the ad shown there was shown (exploration configured)

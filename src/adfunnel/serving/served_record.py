@@ -92,6 +92,7 @@ def build_record(
     slot id -> propensity of the ad shown there. Pure: reads its arguments only.
     """
     positions = {s.id: s.position for s in request.slots}
+    factor, scored = decision.calibration_factor, decision.model_scored
     pacing = pacing or {}
     propensities = propensities or {}
     winners = []
@@ -116,6 +117,8 @@ def build_record(
             pacing_p=pacing.get(p.campaign.id),
             propensity=propensities.get(p.win.slot_id),
             tier=p.tier,
+            model_pctr=(float(cand.pctr) / factor if factor and scored is not None
+                        and p.ad.id in scored else None),
         ))
     kept = decision.rejections[:max_rejections]
     return ServedRecord(

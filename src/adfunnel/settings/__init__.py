@@ -152,6 +152,9 @@ class Settings(BaseSettings):
     served_log_salt: str | None = Field(default=None, min_length=16, repr=False)
     #: seconds between compactions of the served log's closed hours into Parquet
     served_compact_s: float = Field(default=300.0, gt=0)
+    #: click-model recalibration: s between runs, s of decisions read (learn/recalibration_job)
+    recalibration_s: float = Field(default=3600.0, gt=0)
+    recalibration_window_s: float = Field(default=86_400.0, gt=600)
     #: seconds of the server's clock between refreshes of the report rollups (the hours
     #: the aggregator touched); a replay on a manual clock that moves every request
     #: sets it longer, as each refresh is a database transaction

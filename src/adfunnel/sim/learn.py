@@ -22,7 +22,7 @@ import math
 import random
 import time
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -136,4 +136,29 @@ def last_day_figures(served_dir: Path, database_url: str, version: str, day_star
     smoothed = np.array([(counts[(r["ad_id"], r["placement"])][1] + prior * strength)
                          / (counts[(r["ad_id"], r["placement"])][0] + strength) for r in last])
     return {"rows": len(last), "model": evaluate(labels, predicted),
+            "raw": calibration_of(last),
+            "by_day": calibration_by_day([r for r in rows if r.get("impressed")]),
             "baseline": evaluate(labels, np.clip(smoothed, 1e-6, 1 - 1e-6))}
+
+
+def calibration_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of rendered winners (joined rows): ``rows``, ``clicks``, ``calibration_ratio``
+    (Σ pCTR serving used ÷ clicks), ``raw_calibration_ratio`` (Σ of the model's own pCTR
+    before recalibration, the used one where the model gave none ÷ clicks) and
+    ``factor`` (Σ used ÷ Σ raw); ratios None without a click."""
+    used = sum(float(r["pctr"]) for r in rows)
+    raw = sum(float(r["pctr"] if r.get("model_pctr") is None else r["model_pctr"])
+              for r in rows)
+    clicks = sum(bool(r.get("clicked")) for r in rows)
+    return {"rows": len(rows), "clicks": clicks,
+            "calibration_ratio": round(used / clicks, 4) if clicks else None,
+            "raw_calibration_ratio": round(raw / clicks, 4) if clicks else None,
+            "factor": round(used / raw, 4) if raw else None}
+
+
+def calibration_by_day(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """:func:`calibration_of` per UTC day of the decisions (``YYYY-MM-DD``)."""
+    days: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        days[datetime.fromtimestamp(r["time"], UTC).date().isoformat()].append(r)
+    return {day: calibration_of(found) for day, found in sorted(days.items())}

@@ -165,7 +165,12 @@ def model_report(learned: dict[str, Any], served_dir: Path, url: str, rows: list
         "held_out": learned.get("metrics"),
         "last_day_rows": figures["rows"],
         "normalized_entropy": model.get("normalized_entropy"),
+        # of the pCTR serving used (recalibrated), and of the model's own beside it
         "calibration_ratio": model.get("calibration_ratio"),
+        "raw_calibration_ratio": (figures.get("raw") or {}).get("raw_calibration_ratio"),
+        "calibration_factor": (figures.get("raw") or {}).get("factor"),
+        "calibration_by_day": figures.get("by_day"),
+        "recalibration": serving.get("recalibration"),
         "auc": model.get("auc"),
         "fallback_share": round(learned["fallbacks"] / decisions, 4) if decisions else None,
         # share of checked decisions whose best candidate by the model the pre-rank kept;

@@ -48,7 +48,8 @@ class PrerankStage:
                  deadline_at_ms: float, decision: Decision, seed: int) -> None:
         """Step 5: the model's pCTR for the ``prerank_keep`` best by the prior's scores
         (ties at the cut kept), at each slot run's position (the candidates' own tokens
-        summed once); each run ranks and prices on its position's (``_at_position``),
+        summed once), recalibrated by the factor of the model's version and the
+        placement; each run ranks and prices on its position's (``_at_position``),
         the others keep the prior's. On a fallback the prior's scores stand and the
         decision says so."""
         decision.model_version = scorer.version
@@ -66,13 +67,17 @@ class PrerankStage:
         request = {"placement": p.id, "position": positions[0],
                    "exchange": p.exchange, "domain": p.domain, "hour": now.astimezone(UTC).hour,
                    "attributes": req.user.attributes}
-        found, _cause = scorer.pctr_by_position(request, positions, candidates, deadline_at_ms)
+        factor = scorer.factor(p.id)  # read once: one decision, one published table
+        found, _cause = scorer.pctr_by_position(request, positions, candidates, deadline_at_ms,
+                                                factor=factor)
         if found is None:
             decision.fallback = True
             return
+        decision.calibration_factor = factor
+        decision.model_scored = ids[top][scorer.model.knows(ids[top])]
         if len(top) < len(ids) and unit(seed, 0, RECALL) < scorer.recall_sample:
             self._check_recall(scorer, request, ids, camp, s, top, found[positions[0]],
-                               deadline_at_ms)
+                               deadline_at_ms, factor)
         pcvr = found.pop(PCVR, None)
         if pcvr is not None:  # CPA candidates the conversion model knows: its pCVR
             cpa = s["bid_type"][top] == 2
@@ -87,7 +92,7 @@ class PrerankStage:
 
     def _check_recall(self, scorer: ModelScorer, request: dict[str, object], ids: np.ndarray,
                       camp: np.ndarray, s: dict[str, np.ndarray], top: np.ndarray,
-                      top_pctr: np.ndarray, deadline_at_ms: float) -> None:
+                      top_pctr: np.ndarray, deadline_at_ms: float, factor: float) -> None:
         """Pre-rank recall, on a sample of decisions: would the best candidate by the
         total serving ranks on, over every candidate, have been among those pre-rank
         kept? The others are scored too (a measurement: skipped without the time for
@@ -98,7 +103,8 @@ class PrerankStage:
                               s["advertiser"][rest].tolist(),
                               [BID_TYPES[b].value for b in s["bid_type"][rest].tolist()],
                               strict=True))
-        rest_pctr, _ = scorer.pctr(request, candidates, deadline_at_ms, measuring=True)
+        rest_pctr, _ = scorer.pctr(request, candidates, deadline_at_ms, measuring=True,
+                                   factor=factor)
         if rest_pctr is None:
             return
         kept = serving_pctr(scorer, ids[top], top_pctr, s["pctr"][top])
