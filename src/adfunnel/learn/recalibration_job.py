@@ -46,8 +46,7 @@ CLICK_DELAY_S = 300.0
 def evidence_of(joined: pa.Table) -> dict[tuple[str, str], Evidence]:
     """Per (model version, placement) of joined rows (the trainer's input): billed
     impressions the model scored (raw ``model_pctr`` known), Σ raw pCTR, billed clicks."""
-    scored = joined.filter(pc.and_(pc.field("impressed"),
-                                   pc.is_valid(pc.field("model_pctr"))))
+    scored = joined.filter(pc.field("impressed") & pc.field("model_pctr").is_valid())
     if scored.num_rows == 0:
         return {}
     rows = scored.select(["model_version", "placement", "model_pctr", "clicked"])
