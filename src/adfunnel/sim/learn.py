@@ -145,15 +145,20 @@ def calibration_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Of rendered winners (joined rows): ``rows``, ``clicks``, ``calibration_ratio``
     (Σ pCTR serving used ÷ clicks), ``raw_calibration_ratio`` (Σ of the model's own pCTR
     before recalibration, the used one where the model gave none ÷ clicks) and
-    ``factor`` (Σ used ÷ Σ raw); ratios None without a click."""
+    ``factor`` (Σ used ÷ Σ raw); ratios None without a click. ``recalibrated``: the
+    same of the rows served with a factor other than 1 (None: none was)."""
     used = sum(float(r["pctr"]) for r in rows)
     raw = sum(float(r["pctr"] if r.get("model_pctr") is None else r["model_pctr"])
               for r in rows)
     clicks = sum(bool(r.get("clicked")) for r in rows)
+    moved = [r for r in rows if r.get("model_pctr") is not None
+             and abs(float(r["pctr"]) - float(r["model_pctr"])) > 1e-12]
     return {"rows": len(rows), "clicks": clicks,
             "calibration_ratio": round(used / clicks, 4) if clicks else None,
             "raw_calibration_ratio": round(raw / clicks, 4) if clicks else None,
-            "factor": round(used / raw, 4) if raw else None}
+            "factor": round(used / raw, 4) if raw else None,
+            "recalibrated": calibration_of(moved) if moved and len(moved) < len(rows)
+            else None}
 
 
 def calibration_by_day(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -169,6 +169,8 @@ def model_report(learned: dict[str, Any], served_dir: Path, url: str, rows: list
         "calibration_ratio": model.get("calibration_ratio"),
         "raw_calibration_ratio": (figures.get("raw") or {}).get("raw_calibration_ratio"),
         "calibration_factor": (figures.get("raw") or {}).get("factor"),
+        # the same over the last day's winners served with a factor other than 1
+        "recalibrated": (figures.get("raw") or {}).get("recalibrated"),
         "calibration_by_day": figures.get("by_day"),
         "recalibration": serving.get("recalibration"),
         "auc": model.get("auc"),
