@@ -92,6 +92,28 @@ def test_the_models_pctr_ranks_and_prices(world: tuple[Runtime, ColumnarDecider,
     assert 0 < placed.win.price_micros <= 800_000
 
 
+def test_a_published_factor_scales_the_pctr_that_ranks_and_prices(
+        world: tuple[Runtime, ColumnarDecider, list[int]]) -> None:
+    """Red when the predict stage or the scorer ignores the published factor (the
+    winner keeps the raw pCTR), or applies another placement's or version's."""
+    from adfunnel.prediction.published import PublishedFactors
+    from adfunnel.prediction.recalibration import FactorTable
+
+    _, decider, ads = world
+    model, factors = model_favouring(ads[1]), PublishedFactors()
+    decider.scorer = ModelScorer(model, budget_ms=500, factors=factors)
+    raw = decide(decider)
+    factors.publish(FactorTable({model.version: 0.9, "other": 3.0},
+                                {(model.version, "feed"): 0.5,
+                                 (model.version, "side"): 2.0}), START, (START, START))
+    d = decide(decider)
+    [before], [after] = raw.placed, d.placed
+    assert raw.calibration_factor == 1.0 and d.calibration_factor == 0.5
+    assert after.win.candidate.pctr == pytest.approx(before.win.candidate.pctr * 0.5)
+    assert after.win.price_micros >= before.win.price_micros  # a price divides by pCTR
+    assert ads[1] in d.model_scored
+
+
 def test_out_of_time_the_pre_rank_scores_decide(
         world: tuple[Runtime, ColumnarDecider, list[int]]) -> None:
     _, decider, ads = world

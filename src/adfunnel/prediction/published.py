@@ -71,7 +71,7 @@ class PublishedFactors:
         series = {(v, ALL): f for v, f in t.versions.items()}
         for v in t.versions:
             own = sorted(((s, f) for (vv, s), f in t.segments.items() if vv == v),
-                         key=lambda sf: -t.evidence[(v, sf[0])].observed)[:MAX_SERIES]
+                         key=lambda sf: -_clicks(t, v, sf[0]))[:MAX_SERIES]
             series.update(((v, s), f) for s, f in own)
         for key in self._series - series.keys():  # segments that lost their own factor
             with contextlib.suppress(KeyError):  # (another process's runtime in tests)
@@ -79,6 +79,11 @@ class PublishedFactors:
         for (v, s), f in series.items():
             FACTOR.labels(v, s).set(f)
         self._series = set(series)
+
+
+def _clicks(t: FactorTable, version: str, segment: str) -> int:
+    found = t.evidence.get((version, segment))
+    return 0 if found is None else found.observed
 
 
 def _figures(e: Any) -> dict[str, Any]:
