@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adfunnel.bidding.strategy import auto_bid_micros, value_per_impression_micros
+from adfunnel.bidding.strategy import auto_bid_micros, auto_bids_micros, value_per_impression_micros
 from adfunnel.pacing.bid_multiplier import LAMBDA_MAX
 
 values = st.floats(0, 1e12)
@@ -50,3 +51,11 @@ def test_value_per_impression() -> None:
         10_000)
     with pytest.raises(ValueError):
         value_per_impression_micros(0.01, 0.5, 1, "view")  # type: ignore[arg-type]
+
+
+@given(st.lists(st.tuples(values, lams), min_size=1, max_size=50))
+def test_array_bids_equal_the_scalar_bid(pairs) -> None:
+    """Red when the array version rounds where the scalar one floors."""
+    v = np.array([p[0] for p in pairs])
+    lam = np.array([p[1] for p in pairs])
+    assert auto_bids_micros(v, lam).tolist() == [auto_bid_micros(a, b) for a, b in pairs]

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adfunnel.pacing.bid_multiplier import (
     LAMBDA_MAX,
     MAX_STEP_CHANGE,
+    MultiplierArrays,
+    MultiplierGains,
     MultiplierState,
     at_bound,
     clamp_step,
     start_multiplier,
     step,
+    step_arrays,
 )
 
 BUDGET = 10_000_000_000
@@ -123,3 +127,34 @@ def test_at_bound_only_at_lambda_max() -> None:
     assert at_bound(LAMBDA_MAX)
     assert not at_bound(LAMBDA_MAX * 0.999)
     assert not at_bound(1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(states, st.lists(st.tuples(spends, st.integers(0, 3),
+                                                     st.floats(-1e10, 1e10)),
+                                           min_size=1, max_size=8)),
+                min_size=1, max_size=6),
+       st.floats(0.1, 2.0), st.floats(0.01, 5.0))
+def test_array_steps_equal_scalar_steps_bit_for_bit(lanes, kp, volume_ref) -> None:
+    """Several steps of several lanes (each its own gain) through step_arrays and through
+    step: identical floats. Red when step_arrays' direction rules are swapped."""
+    steps = min(len(inputs) for _, inputs in lanes)
+    gains = [MultiplierGains(kp=kp * (i + 1), volume_ref=volume_ref) for i in range(len(lanes))]
+    arr = MultiplierArrays(*(np.array([getattr(s, f) for s, _ in lanes])
+                             for f in MultiplierState.__slots__))
+    vector_gains = MultiplierGains(kp=np.array([g.kp for g in gains]),  # type: ignore[arg-type]
+                                   volume_ref=volume_ref)
+    scalar = [s for s, _ in lanes]
+    target = BUDGET / 8640
+    for t in range(steps):
+        spend = np.array([inputs[t][0] for _, inputs in lanes])
+        charges = np.array([inputs[t][1] for _, inputs in lanes])
+        behind = np.array([inputs[t][2] for _, inputs in lanes])
+        arr = step_arrays(arr, spend, np.full(len(lanes), target), 10.0,
+                          budget_micros=np.full(len(lanes), BUDGET), charges=charges,
+                          behind_micros=behind, gains=vector_gains)
+        scalar = [step(s, spend[i], target, 10.0, budget_micros=BUDGET, charges=charges[i],
+                       behind_micros=behind[i], gains=gains[i])[0]
+                  for i, s in enumerate(scalar)]
+        for f in MultiplierState.__slots__:
+            assert getattr(arr, f).tolist() == [getattr(s, f) for s in scalar], f

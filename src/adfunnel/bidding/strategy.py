@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+import numpy as np
+
 Action = Literal["click", "conversion"]
 
 #: The smallest bid an automatic strategy makes, micros: a bid of 0 would be no bid.
@@ -58,3 +60,12 @@ def auto_bid_micros(value_micros: float, lam: float) -> int:
         return 0
     bid = math.floor(value_micros / max(1.0, lam))
     return max(MIN_BID_MICROS, min(bid, math.floor(value_micros)))
+
+
+def auto_bids_micros(values_micros: np.ndarray, lams: np.ndarray) -> np.ndarray:
+    """:func:`auto_bid_micros` element by element (int64 array; equal to it, tested): for
+    many campaigns, or replayed episodes, at once."""
+    values = np.asarray(values_micros, dtype=np.float64)
+    bids = np.floor(values / np.maximum(1.0, lams))
+    bids = np.maximum(MIN_BID_MICROS, np.minimum(bids, np.floor(values)))
+    return np.where(values >= MIN_BID_MICROS, bids, 0).astype(np.int64)
