@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adfunnel.bidding.shading import ShadingModel, WinCurve, fit, shaded_bid
+from adfunnel.bidding.shading import ShadingModel, ShadingTable, WinCurve, fit, shaded_bid
 
 price_lists = st.lists(st.integers(0, 10**6), min_size=1, max_size=300)
 curves = st.builds(WinCurve.from_prices, price_lists, st.integers(2, 64))
@@ -75,3 +76,14 @@ def test_json_round_trip_and_validation() -> None:
     bad = model.to_json().replace('"cum": [1,', '"cum": [999,')
     with pytest.raises(ValueError):
         ShadingModel.from_json(bad)
+
+
+@settings(max_examples=100, deadline=None)
+@given(curves, st.lists(st.integers(0, 3 * 10**6), min_size=1, max_size=30),
+       st.integers(10, 10**6))
+def test_table_lookup_equals_the_shaded_bid(curve, values, max_value) -> None:
+    """Red when a table cut short at max_value is marked saturated (values beyond it then
+    read as its last bid)."""
+    table = ShadingTable.build(curve, max_value=max_value)
+    got = table.lookup(np.array(values))
+    assert got.tolist() == [shaded_bid(v, curve) for v in values]

@@ -241,15 +241,14 @@ def step_arrays(
     budget = np.asarray(budget_micros, dtype=np.float64)
     spend = np.maximum(0.0, np.asarray(spend_micros, dtype=np.float64))
     target = np.maximum(0.0, np.asarray(target_micros, dtype=np.float64))
-    n = len(state.lam)
-    gain = {f: np.broadcast_to(np.asarray(getattr(gains, f), dtype=np.float64), (n,))
+    gain = {f: np.asarray(getattr(gains, f), dtype=np.float64)
             for f in MultiplierGains.__slots__}
     floor = gain["denominator_floor_share"] * budget * dt_s / 3600.0
 
     dev = (target - spend) / budget
-    x = dt_s / gain["leak_s"]
+    x = dt_s / gain["leak_s"]  # a scalar unless leak_s is an array
     steps, where = np.unique(x, return_inverse=True)
-    leak = np.array([math.exp(-u) for u in steps.tolist()])[where.reshape(-1)]
+    leak = np.array([math.exp(-u) for u in steps.tolist()])[where.reshape(x.shape)]
     c = gain["integral_clamp"]
     integral = np.maximum(-c, np.minimum(c, state.integral * leak + dev))
 
@@ -268,7 +267,8 @@ def step_arrays(
     behind = np.asarray(behind_micros, dtype=np.float64)
     idle = (spend <= 0.0) & (volume <= 0) & (ratio < 1.0) & ((prior_charges >= 1.0) | (behind > 0))
     g = np.where(idle, np.maximum(g, gain["kp"] * gain["idle_share"]), g)
-    lam_new = _compound(state.lam, np.ascontiguousarray(g), ratio)
+    g = np.broadcast_to(g, state.lam.shape)
+    lam_new = _compound(state.lam, np.ascontiguousarray(g), np.ascontiguousarray(ratio))
     lam_new = np.where(behind < 0, np.maximum(lam_new, state.lam), lam_new)
     lam_new = np.where(behind > 0, np.minimum(lam_new, state.lam), lam_new)
     lo = np.maximum(LAMBDA_MIN, state.lam * (1.0 - MAX_STEP_CHANGE))
