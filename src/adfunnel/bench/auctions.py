@@ -92,11 +92,13 @@ def load(folder: Path, name: str) -> Advertiser:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """Totals per lane (one lane = one episode under one setting): ``clicks``,
-    ``impressions``, ``spend`` (price units) as int64 arrays."""
+    ``impressions``, ``spend`` (price units) as int64 arrays; ``expected_clicks`` the sum
+    of the pCTR of the impressions won (float64; None where not kept)."""
 
     clicks: np.ndarray
     impressions: np.ndarray
     spend: np.ndarray
+    expected_clicks: np.ndarray | None = None
 
 
 def lin_replay(ep: Episodes, avg_ctr: float, budget: int, b0: np.ndarray) -> Outcome:
