@@ -45,13 +45,13 @@ def _episodes(rows: list[list[tuple[int, int, float]]]) -> Episodes:
 def test_lin_bids_the_floor_capped_at_300_and_the_remaining_budget() -> None:
     """b0 = 100, average CTR 0.01: bids ⌊pCTR × 10,000⌋. Red when the remaining-budget cap
     is dropped (the third auction would be won above the budget)."""
-    ep = _episodes([[(1, 50, 0.0051), (0, 60, 0.0059), (1, 40, 0.05), (0, 0, 0.0)]])
+    ep = _episodes([[(1, 50, 0.0051), (0, 60, 0.0059), (1, 55, 0.05), (0, 0, 0.0)]])
     out = lin_replay(ep, 0.01, 100, np.array([100]))
-    # bids 51, 59, min(500, 300, 50) = 50, 0: wins the 1st (50), loses the 2nd (59 < 60),
-    # wins the 3rd (50 ≥ 40), and the 4th at price 0 with a bid of 0 (the study's rule)
-    assert out.spend.tolist() == [90]
-    assert out.impressions.tolist() == [3]
-    assert out.clicks.tolist() == [2]
+    # bids 51, 59, min(500, 300, 50) = 50, 0: wins the 1st (50), loses the 2nd (59 < 60)
+    # and the 3rd (50 < 55), wins the 4th at price 0 with a bid of 0 (the study's rule)
+    assert out.spend.tolist() == [50]
+    assert out.impressions.tolist() == [2]
+    assert out.clicks.tolist() == [1]
 
 
 def test_spend_matching_scale() -> None:
