@@ -206,8 +206,11 @@ def bench_bidding(
     names = tuple(x.strip() for x in advertisers.split(",") if x.strip())
     with progress_bar(console, f"bench bidding: {len(names)} advertisers x {len(c0s)} c0"):
         result = run_bidding_bench(data, names, c0s)
-    _bench_summary("bench bidding", {"totals": result["totals"], "wall_s": result["wall_s"]},
-                   None)
+    shown = {f"c0={Fraction(t['c0']).limit_denominator()} {t['auction']}":
+             {k: v for k, v in t.items() if k.endswith(("_clicks", "_over_budget", "ratio"))}
+             for t in result["totals"]}
+    _bench_summary("bench bidding", {**shown, "wall_s": result["wall_s"],
+                                     "cpu_s": result["cpu_s"]}, None)
     if json_path is not None:
         json_path.write_text(json.dumps(result, indent=2))
         console.print(f"rows written to {json_path}")
