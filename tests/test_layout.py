@@ -24,7 +24,7 @@ LADDER: list[set[str]] = [
      "http_errors", "body_limit", "internal_auth", "observability", "auth", "geo"},
     {"targeting"},
     {"campaigns"},
-    {"index", "auction", "pacing", "frequency", "prediction", "ivt"},
+    {"index", "auction", "bidding", "pacing", "frequency", "prediction", "ivt"},
     {"budget", "forecast"},
     {"events"},
     {"tracking", "billing"},

@@ -185,6 +185,37 @@ def bench_events(
     _bench_summary("bench events", result, json_path)
 
 
+@bench_app.command("bidding")
+def bench_bidding(
+    advertisers: Annotated[str, typer.Option(help="Comma-separated iPinYou advertisers.")] = "1458,2259,2261,2821,2997,3358,3386,3427,3476",
+    c0: Annotated[str, typer.Option(help="Comma-separated budget shares c0 (fractions like 1/32).")] = "1/32,1/16,1/8,1/4,1/2",
+    data: Annotated[Path | None, typer.Option(help="Folder of <adv>.validation.txt and <adv>.train-info.txt.", show_default="shared/data/ipinyou/rlbdp_click_marketprice_pctr")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the rows here.", show_default="none")] = None,
+) -> None:
+    """Automatic bidding (λ-paced value bids, first-price shading) against linear bidding on
+    the iPinYou auctions of Cai et al. (WSDM 2017); tuned on episodes 1-50, measured on 51-100."""
+    from fractions import Fraction
+
+    from adfunnel.bench.bidding import run_bidding_bench
+
+    try:
+        c0s = tuple(float(Fraction(x.strip())) for x in c0.split(",") if x.strip())
+    except (ValueError, ZeroDivisionError):
+        console.print("[red]--c0: comma-separated fractions, e.g. 1/32,1/16[/red]")
+        raise typer.Exit(2) from None
+    names = tuple(x.strip() for x in advertisers.split(",") if x.strip())
+    with progress_bar(console, f"bench bidding: {len(names)} advertisers x {len(c0s)} c0"):
+        result = run_bidding_bench(data, names, c0s)
+    shown = {f"c0={Fraction(t['c0']).limit_denominator()} {t['auction']}":
+             {k: v for k, v in t.items() if k.endswith(("_clicks", "_over_budget", "ratio"))}
+             for t in result["totals"]}
+    _bench_summary("bench bidding", {**shown, "wall_s": result["wall_s"],
+                                     "cpu_s": result["cpu_s"]}, None)
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2))
+        console.print(f"rows written to {json_path}")
+
+
 def _bench_summary(title: str, result: dict, json_path: Path | None) -> None:
     """The figures as a table with units (cli/summary.py); the exact values as JSON at
     ``json_path``."""
