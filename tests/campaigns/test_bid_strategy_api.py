@@ -19,6 +19,7 @@ from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.campaigns.model import BidStrategy
 from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import FixedClock, ManualClock
+from adfunnel.settings import DEFAULT_MAX_BID_MICROS
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 from tests.campaigns.conftest import NOW
 
@@ -163,3 +164,19 @@ def test_the_readmes_example_runs(api: TestClient, adv: int) -> None:
     assert (r.json()["bid_micros"], r.json()["bid_cap_micros"]) == (800_000, 800_000)
     got = problems(api.patch(f"/v1/campaigns/{r.json()['id']}", json=bodies[1]))
     assert list(got) == ["bid_type", "target_cpa_micros"]
+
+
+def test_a_derived_bid_above_the_servers_limit_names_its_source(
+        api: TestClient, adv: int) -> None:
+    """A ceiling of 1 % of a huge budget above ``max_bid_micros`` asks for a cap; a cap or
+    target above it is named itself, never the derived ``bid_micros``. Red when the API
+    reports the derived ``bid_micros``."""
+    huge = problems(create(api, adv, CPC, bid_strategy="max_clicks",
+                           daily_budget_micros=DEFAULT_MAX_BID_MICROS * 1_000))
+    assert list(huge) == ["bid_cap_micros"] and "max_bid_micros" in huge["bid_cap_micros"]
+    high = problems(create(api, adv, CPA, bid_strategy="target_cpa",
+                           target_cpa_micros=DEFAULT_MAX_BID_MICROS + 1))
+    assert list(high) == ["target_cpa_micros"]
+    capped = create(api, adv, CPC, bid_strategy="max_clicks", bid_cap_micros=1_000_000,
+                    daily_budget_micros=DEFAULT_MAX_BID_MICROS * 1_000)
+    assert capped.status_code == 201, capped.text

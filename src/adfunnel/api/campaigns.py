@@ -109,7 +109,7 @@ from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.period_report import goal_below_delivered, period_report
 from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.sql_rollups import make_rollup_store
-from adfunnel.campaigns.bidding_terms import bidding_terms
+from adfunnel.campaigns.bidding_terms import bidding_terms, name_the_source
 from adfunnel.campaigns.checks import money_limit_problems
 from adfunnel.campaigns.errors import NotFound
 from adfunnel.campaigns.model import BudgetPeriod, Campaign, CampaignStatus, Priority
@@ -169,7 +169,9 @@ def make_advertiser_router(
                     more: list[tuple[str, str]] | None = None) -> None:
         """422 naming each bid or budget above the server's limits (and ``more``),
         together with every rule the record would break in the store: all at once."""
-        problems = [*(more or []), *money_limit_problems(values, max_bid, max_budget, current)]
+        problems = name_the_source(
+            [*(more or []), *money_limit_problems(values, max_bid, max_budget, current)],
+            values, current)
         if problems:
             named = {field for field, _ in problems}
             problems += [p for p in campaign_problems(values, current) if p[0] not in named]

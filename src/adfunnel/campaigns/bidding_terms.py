@@ -162,6 +162,27 @@ def bidding_terms(values: dict[str, Any], current: Campaign | None,
     return problems
 
 
+def name_the_source(problems: list[Problem], values: dict[str, Any],
+                    current: Campaign | None) -> list[Problem]:
+    """``problems`` with a limit broken by a *derived* ``bid_micros`` named by what it is
+    derived from: a cap or target above the limit is already named by itself, a ceiling
+    from the budget asks for ``bid_cap_micros`` (the client never gave ``bid_micros``)."""
+    strategy = values.get("bid_strategy", getattr(current, "bid_strategy", None))
+    if not is_automatic(strategy):
+        return problems
+    named = {f for f, _ in problems}
+    out: list[Problem] = []
+    for field, problem in problems:
+        if field == "bid_micros" and "derived" not in problem:
+            if strategy is BidStrategy.TARGET_CPA or "bid_cap_micros" in named:
+                continue
+            if values.get("bid_cap_micros", getattr(current, "bid_cap_micros", None)) is None:
+                field, problem = "bid_cap_micros", (
+                    f"is required here: 1 % of the period's budget, the derived bid, {problem}")
+        out.append((field, problem))
+    return out
+
+
 _ACTION = {BidType.CPC: "click", BidType.CPA: "conversion", BidType.CPM: "mille"}
 
 
