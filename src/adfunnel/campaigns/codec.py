@@ -9,7 +9,8 @@ Three forms of one record (:class:`Advertiser`, :class:`Campaign`, :class:`Ad`,
   a cooldown cap ``{"level", "cooldown_s"}``), targeting as its canonical *text*, a
   placement's country reserves as an object and its house ad as an object or null, an
   ad's creative as its object with ``type`` or null, a campaign's goal as
-  ``{"metric", "share" | "total"}`` or null), which
+  ``{"metric", "share" | "total"}`` or null, its ``bid_strategy_since`` as an ISO 8601
+  instant with its offset or null), which
   the change log stores as JSON text and ad servers decode with :func:`from_payload`;
 - a *row*: the column values of ``adfunnel.campaigns.tables`` (dates as ``date``;
   dayparts, caps, a campaign's goal, an ad's creative and a placement's reserves, sizes,
