@@ -91,6 +91,23 @@ def test_campaigns_document_how_they_are_sold(document: dict) -> None:
     assert "flight_budget_micros" in schemas["BudgetIn"]["properties"]
 
 
+def test_bid_strategies_and_auction_types_are_documented(document: dict) -> None:
+    """#27: the strategy fields in the campaign bodies (``bid_micros`` optional on create:
+    derived for automatic strategies) and the placements' ``auction_type``. Red when
+    CampaignIn requires ``bid_micros`` again."""
+    schemas = document["components"]["schemas"]
+    terms = {"bid_strategy", "bid_cap_micros", "target_cpa_micros"}
+    for name in ("CampaignIn", "CampaignPatch", "CampaignOut"):
+        assert terms <= set(schemas[name]["properties"]), name
+    assert "bid_strategy_since" in schemas["CampaignOut"]["properties"]
+    assert "bid_micros" not in schemas["CampaignIn"]["required"]
+    assert schemas["BidStrategy"]["enum"] == [
+        "manual", "max_clicks", "max_conversions", "target_cpa"]
+    for name in ("PlacementIn", "PlacementPatch", "PlacementOut"):
+        assert "auction_type" in schemas[name]["properties"], name
+    assert schemas["AuctionType"]["enum"] == ["second_price", "first_price"]
+
+
 def test_forecasts_are_documented(document: dict) -> None:
     """#26: ``POST /v1/forecasts`` with its body and answer (``from`` by its name), the
     admin's (401/403 declared), and the campaign write's warning fields."""

@@ -148,3 +148,45 @@ def test_campaigns_from_before_0018_are_auction_lines_by_day(
             BudgetPeriod.AVERAGE_DAY)
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_records_from_before_0021_bid_manually_at_second_price(
+        db: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Migration 0021 (#27) gives existing campaigns ``manual`` bidding with no cap,
+    target or strategy instant, and existing placements ``second_price``: they bid and
+    price as before. Red when the migration's server default of ``bid_strategy`` is
+    missing (the old row cannot be read)."""
+    from sqlalchemy import text
+
+    from adfunnel.campaigns.model import AuctionType, BidStrategy
+    from adfunnel.campaigns.sql_store import SqlCampaignStore
+
+    url = (f"sqlite:///{tmp_path / 'b.db'}" if db == "sqlite"
+           else request.getfixturevalue("pg_schema_url"))
+    engine = make_engine(url)
+    try:
+        upgrade(engine, "0020")
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO advertisers (id, name, version, updated_at) "
+                              "VALUES (1, 'a', 1, '2026-12-01 00:00:00')"))
+            conn.execute(text(
+                "INSERT INTO campaigns (id, advertiser_id, name, objective, bid_type, "
+                "bid_micros, daily_budget_micros, time_zone, flight_start, dayparts, "
+                "status, pacing_mode, frequency_caps, version, updated_at) VALUES "
+                "(3, 1, 'old', 'clicks', 'CPC', 400000, 10000000, 'UTC', '2026-12-01', "
+                "'[]', 'active', 'even', '[]', 1, '2026-12-01 00:00:00')"))
+            conn.execute(text(
+                "INSERT INTO placements (id, name, reserve_cpm_micros, "
+                "country_reserves_cpm_micros, allowed_sizes, allowed_formats, version, "
+                "updated_at) VALUES ('feed', 'Feed', 0, '{}', '[]', '[]', 1, "
+                "'2026-12-01 00:00:00')"))
+        upgrade(engine)
+        store = SqlCampaignStore(engine)
+        old = store.get_campaign(3)
+        assert (old.bid_strategy, old.bid_cap_micros, old.target_cpa_micros,
+                old.bid_strategy_since, old.bid_micros) == (
+            BidStrategy.MANUAL, None, None, None, 400_000)
+        assert store.get_placement("feed").auction_type is AuctionType.SECOND_PRICE
+    finally:
+        engine.dispose()

@@ -9,7 +9,8 @@ Three forms of one record (:class:`Advertiser`, :class:`Campaign`, :class:`Ad`,
   a cooldown cap ``{"level", "cooldown_s"}``), targeting as its canonical *text*, a
   placement's country reserves as an object and its house ad as an object or null, an
   ad's creative as its object with ``type`` or null, a campaign's goal as
-  ``{"metric", "share" | "total"}`` or null), which
+  ``{"metric", "share" | "total"}`` or null, its ``bid_strategy_since`` as an ISO 8601
+  instant with its offset or null), which
   the change log stores as JSON text and ad servers decode with :func:`from_payload`;
 - a *row*: the column values of ``adfunnel.campaigns.tables`` (dates as ``date``;
   dayparts, caps, a campaign's goal, an ad's creative and a placement's reserves, sizes,
@@ -24,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import fields
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 from adfunnel.campaigns.creative import KINDS as CREATIVE_KINDS
@@ -35,6 +36,8 @@ from adfunnel.campaigns.model import (
     Ad,
     AdStatus,
     Advertiser,
+    AuctionType,
+    BidStrategy,
     BidType,
     BillableEvent,
     BudgetPeriod,
@@ -75,10 +78,11 @@ _ENUMS: dict[str, dict[str, type]] = {
         "billable_event": BillableEvent,
         "priority": Priority,
         "budget_period": BudgetPeriod,
+        "bid_strategy": BidStrategy,
     },
     "ad": {"review_state": ReviewState, "status": AdStatus},
     "advertiser": {},
-    "placement": {},
+    "placement": {"auction_type": AuctionType},
     "model": {},
 }
 _DATES = ("flight_start", "flight_end")
@@ -205,10 +209,22 @@ def coerce_fields(entity: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     goal = kwargs.get("goal")
     if goal is not None and not isinstance(goal, Goal):
         kwargs["goal"] = _goal(goal)
+    if kwargs.get("bid_strategy_since") is not None:
+        kwargs["bid_strategy_since"] = _aware(kwargs["bid_strategy_since"])
     creative = kwargs.get("creative")
     if creative is not None and not isinstance(creative, tuple(CREATIVE_KINDS.values())):
         kwargs["creative"] = creative_from_plain(creative)
     return _coerce_placement(kwargs)
+
+
+def _aware(value: Any) -> Any:
+    """An instant from its ISO text (payloads) or column value; a naive one (SQLite keeps
+    no offset) is UTC, as every stored instant is."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime) and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value
 
 
 def _cap(c: Mapping[str, Any]) -> FrequencyCap:
