@@ -1,4 +1,5 @@
-"""Runs every auction scenario in tests/auction/golden/*.json (add a case without code)."""
+"""Runs every auction scenario in tests/auction/golden/*.json (add a case without code); a
+case may name its ``auction_type`` (default ``second_price``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from adfunnel.auction import Candidate, run_auction
-from adfunnel.campaigns.model import BidType
+from adfunnel.campaigns.model import AuctionType, BidType
 
 CASES = sorted((Path(__file__).parent / "golden").glob("*.json"))
 
@@ -30,7 +31,7 @@ def test_golden_auction(path: Path) -> None:
     rng = random.Random(case["seed"]) if "seed" in case else None
     result = run_auction(
         [_candidate(c) for c in case["candidates"]], case["slots"], case["reserve_cpm_micros"],
-        rng=rng,
+        rng=rng, auction_type=AuctionType(case.get("auction_type", "second_price")),
     )
     wins = [
         {"slot_id": w.slot_id, "ad_id": w.candidate.ad_id, "price_micros": w.price_micros}

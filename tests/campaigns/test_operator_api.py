@@ -61,7 +61,7 @@ def test_placement_create_read_list(
         "id": "feed-top", "name": "Feed, top", "reserve_cpm_micros": 500_000,
         "country_reserves_cpm_micros": {"DE": 1_000_000, "US": 2_000_000},  # codes upper-cased
         "allowed_sizes": ["300x250", "728x90"], "allowed_formats": ["banner"],
-        "house_ad": HOUSE, "version": 1, "allowed_origins": [],
+        "house_ad": HOUSE, "version": 1, "allowed_origins": [], "auction_type": "second_price",
     }
     assert client.get("/v1/placements/feed-top").json() == placement
     assert client.get("/v1/placements").json()["items"] == [placement]
@@ -188,3 +188,18 @@ def test_bad_quality_is_named(client: TestClient, ad: dict[str, Any], bad: Any) 
     assert_invalid(client.put(f"/v1/ads/{ad['id']}/quality", json={"quality_micros": bad}),
                    "quality_micros")
     assert client.get(f"/v1/ads/{ad['id']}").json()["quality_micros"] == 0
+
+
+def test_placement_auction_type_is_set_patched_and_checked(
+        client: TestClient, store: SqlCampaignStore) -> None:
+    """A placement prices first or second price (#27), stored and shown. Red when
+    PlacementOut leaves ``auction_type`` out."""
+    r = client.post("/v1/placements", json={"id": "fp", "name": "First price",
+                                            "auction_type": "first_price"})
+    assert r.status_code == 201, r.text
+    assert r.json()["auction_type"] == "first_price"
+    assert store.get_placement("fp").auction_type == "first_price"
+    r = client.patch("/v1/placements/fp", json={"auction_type": "second_price"})
+    assert (r.json()["auction_type"], r.json()["version"]) == ("second_price", 2)
+    assert_invalid(client.patch("/v1/placements/fp", json={"auction_type": "vickrey"}),
+                   "auction_type")

@@ -24,6 +24,8 @@ from adfunnel.campaigns.migrate import alembic_config, current_revision, upgrade
 from adfunnel.campaigns.model import (
     Ad,
     Advertiser,
+    AuctionType,
+    BidStrategy,
     BidType,
     Campaign,
     CampaignStatus,
@@ -569,3 +571,32 @@ def test_ad_quality_is_stored_signed_and_bounded(store: SqlCampaignStore) -> Non
             store.update_ad(ad.id, {"quality_micros": bad})
         assert err.value.field == "quality_micros"
     assert log_count(store) == before and store.get_ad(ad.id) == worse
+
+
+@pytest.mark.slow
+def test_bid_strategy_terms_round_trip(store: SqlCampaignStore) -> None:
+    """#27: a strategy, its target and the instant its terms changed come back equal from
+    the table, the change log and a payload, on every backend; a placement's auction
+    type too. Red when the codec leaves ``bid_strategy_since`` naive (SQLite drops the
+    offset) or the table lacks a column."""
+    adv = store.create_advertiser("a")
+    since = datetime(2026, 11, 3, 15, 30, 1, 250_000, tzinfo=UTC)
+    camp = new_campaign(store, adv.id, objective="conversions", bid_type="CPA",
+                        bid_micros=20_000_000, bid_strategy="target_cpa",
+                        target_cpa_micros=20_000_000, bid_strategy_since=since)
+    assert camp.bid_strategy is BidStrategy.TARGET_CPA
+    assert store.get_campaign(camp.id) == camp
+    assert store.get_campaign(camp.id).bid_strategy_since == since
+    assert store.changes_since(0)[-1].record == camp
+    assert codec.from_payload("campaign", codec.dumps_payload(camp)) == camp
+    with pytest.raises(InvalidChange) as err:  # the store keeps the derived bid
+        store.update_campaign(camp.id, {"bid_micros": 1})
+    assert err.value.field == "bid_micros"
+    capped = store.update_campaign(camp.id, {
+        "bid_strategy": "max_clicks", "bid_type": "CPC", "target_cpa_micros": None,
+        "bid_cap_micros": 2_000_000, "bid_micros": 2_000_000})
+    assert store.get_campaign(camp.id) == capped
+    p = new_placement(store, auction_type="first_price")
+    assert p.auction_type is AuctionType.FIRST_PRICE
+    assert store.get_placement(p.id) == p
+    assert codec.from_payload("placement", codec.dumps_payload(p)) == p

@@ -1,10 +1,11 @@
 """Differential test: the columnar decider against the per-candidate reference path.
 
 Random catalogues (statuses, flights, dayparts in several time zones, shapes, placement
-rules, reserves, bid types, quality, multi-creative campaigns with click counts) and
-random requests, decided by both paths from the same seed over identical worlds: same
-winners, slots, prices and expected costs, same budget-gate side effects (refusals,
-demand, wanted slices), same eligible-traffic counts, same reason tallies.
+rules, reserves, second or first price, bid types, quality, multi-creative campaigns with
+click counts) and random requests, decided by both paths from the same seed over
+identical worlds: same winners, slots, prices and expected costs, same budget-gate side
+effects (refusals, demand, wanted slices), same eligible-traffic counts, same reason
+tallies. Red when the columnar fill prices every placement second price (#27).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from adfunnel.campaigns.model import (
     Ad,
     AdStatus,
     Advertiser,
+    AuctionType,
     BidType,
     Campaign,
     CampaignStatus,
@@ -132,13 +134,14 @@ def _ad(rng: random.Random, aid: int, campaigns: list[Campaign]) -> Ad:
               quality_micros=rng.choice([0, 0, 0, 100, -200, 1_500]))
 
 
-def _placements(rng: random.Random) -> list[Placement]:
+def _placements(rng: random.Random, auction_type: AuctionType) -> list[Placement]:
     return [
         Placement("feed", "feed", reserve_cpm_micros=rng.choice([0, 500_000, 1_000_000]),
                   country_reserves_cpm_micros={"US": 1_500_000},
                   allowed_sizes=rng.choice([(), ("300x250",)]),
                   allowed_formats=rng.choice([(), ("banner",)]),
-                  house_ad=HouseAd("house.png", "https://h.test/", "banner", 728, 90)),
+                  house_ad=HouseAd("house.png", "https://h.test/", "banner", 728, 90),
+                  auction_type=auction_type),
     ]
 
 
@@ -167,6 +170,8 @@ class World:
 
     def __init__(self, seed: int, gate_kind: str, index: str, direct: bool = False) -> None:
         rng = random.Random(seed)
+        # odd worlds price first (#27): both paths must pass the placement's type through
+        pricing = AuctionType.FIRST_PRICE if seed % 2 else AuctionType.SECOND_PRICE
         self.now = datetime(2026, 3, 8, 6, 30, tzinfo=UTC) + timedelta(
             minutes=rng.randint(0, 60 * 24 * 6))
         today = self.now.date()
@@ -181,7 +186,7 @@ class World:
             "shaped": lambda: Catalog.shaped(factory=ConjunctionIndex),
         }[index]()
         self.catalog.load(Snapshot([Advertiser(i, f"a{i}") for i in range(1, n_adv + 1)],
-                                   campaigns, ads, 0, _placements(rng)))
+                                   campaigns, ads, 0, _placements(rng, pricing)))
         self.ctr = SmoothedCtr(0.01, 100.0)
         for ad in rng.sample(ads, len(ads) // 3):
             for _ in range(rng.randint(1, 300)):

@@ -41,6 +41,12 @@ at once in a 422): a guaranteed line's period defaults to ``flight`` (also when 
 makes a line guaranteed), and with ``flight`` the daily budget may be left out (0: no
 daily ceiling). ``PUT .../budget`` also sets ``flight_budget_micros``.
 
+How a campaign bids (``bid_strategy``, ``bid_cap_micros``, ``target_cpa_micros``) is set
+by :func:`adfunnel.campaigns.bidding_terms.bidding_terms` on create, PATCH and budget
+writes: an automatic strategy's ``bid_micros`` is derived (given: 422 naming it) and
+follows its cap, target or budget; a change of strategy, cap or target stamps
+``bid_strategy_since`` (the budget service restarts λ then).
+
 Campaign writes (create, PATCH, budget) also answer ``warnings`` — ``[{"field",
 "problem"}]``, only when the campaign cannot deliver as written
 (``adfunnel.campaigns.checks``).
@@ -103,6 +109,7 @@ from adfunnel.billing.ledger import Ledger
 from adfunnel.billing.period_report import goal_below_delivered, period_report
 from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.sql_rollups import make_rollup_store
+from adfunnel.campaigns.bidding_terms import bidding_terms
 from adfunnel.campaigns.checks import money_limit_problems
 from adfunnel.campaigns.errors import NotFound
 from adfunnel.campaigns.model import BudgetPeriod, Campaign, CampaignStatus, Priority
@@ -208,7 +215,8 @@ def make_advertiser_router(
         values["dayparts"] = tuple(values["dayparts"])
         values["frequency_caps"] = tuple(values["frequency_caps"])
         access.direct_line_terms(who, None, values)
-        check_money(values, more=sale_defaults(values))
+        more = sale_defaults(values)  # first: a derived bid reads the period's budget
+        check_money(values, more=[*more, *bidding_terms(values, None, clock.now())])
         if body.targeting is not None:
             values["targeting"] = canonical_targeting(body.targeting)
         try:
@@ -267,7 +275,7 @@ def make_advertiser_router(
         if (changes.get("priority") is Priority.GUARANTEED and "budget_period" not in changes
                 and current.budget_period is not BudgetPeriod.FLIGHT):
             changes["budget_period"] = BudgetPeriod.FLIGHT  # a guaranteed line's period
-        check_money(changes, current)
+        check_money(changes, current, bidding_terms(changes, current, clock.now()))
         if changes.get("status") is CampaignStatus.ARCHIVED:
             raise validation_error(("status", "archive with DELETE /v1/campaigns/{id}"))
         if "targeting" in changes and changes["targeting"] is not None:
@@ -327,7 +335,7 @@ def make_advertiser_router(
             if name in body.model_fields_set:
                 changes[name] = getattr(body, name)
         access.direct_line_terms(who, current.priority, changes)
-        check_money(changes, current)
+        check_money(changes, current, bidding_terms(changes, current, clock.now()))
         return written_out(store.update_campaign(campaign_id, changes, body.version),
                            clock.now())
 

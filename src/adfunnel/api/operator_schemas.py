@@ -12,6 +12,7 @@ import pycountry
 from pydantic import AfterValidator, BaseModel, Field, Strict
 
 from adfunnel.api.schemas import LandingUrl, Name, Size, Text, Version, _In, _not_blank
+from adfunnel.campaigns.model import AuctionType
 from adfunnel.campaigns.validate import (
     MAX_ALLOWED,
     MAX_ORIGIN_CHARS,
@@ -103,6 +104,8 @@ class PlacementIn(_In):
     allowed_formats: Formats = []  # noqa: RUF012
     house_ad: HouseAdIn | None = None
     allowed_origins: Origins = []  # noqa: RUF012
+    #: ``second_price`` (GSP) or ``first_price`` (the winner pays its bid)
+    auction_type: AuctionType = AuctionType.SECOND_PRICE
 
 
 class PlacementPatch(_In):
@@ -117,6 +120,7 @@ class PlacementPatch(_In):
     allowed_formats: Formats | None = None
     house_ad: HouseAdIn | None = None
     allowed_origins: Origins | None = None
+    auction_type: AuctionType | None = None
 
 
 #: Placement patch fields that may be set to ``null``.
@@ -141,6 +145,7 @@ class PlacementOut(BaseModel):
     house_ad: HouseAdOut | None
     version: int
     allowed_origins: list[str]
+    auction_type: str
 
 
 class QualityIn(_In):

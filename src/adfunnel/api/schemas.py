@@ -15,7 +15,7 @@ routes (placements, quality, models) :mod:`adfunnel.api.operator_schemas`.
 from __future__ import annotations
 
 import re
-from datetime import date
+from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
@@ -26,6 +26,7 @@ from adfunnel.campaigns.model import (
     MAX_ATTRIBUTION_WINDOW_S,
     MAX_COOLDOWN_S,
     AdStatus,
+    BidStrategy,
     BidType,
     BillableEvent,
     BudgetPeriod,
@@ -170,13 +171,19 @@ class CampaignIn(_In):
     most 30.4x). A guaranteed line's period defaults to ``flight``, any other's to
     ``day``. ``daily_budget_micros`` may be left out with ``flight`` (stored 0: no daily
     ceiling); given, it caps any one local day.
+
+    How it bids (``adfunnel.campaigns.bidding_terms``): ``bid_strategy`` ``manual`` (the
+    default) needs ``bid_micros``; for ``max_clicks`` (CPC), ``max_conversions`` and
+    ``target_cpa`` (CPA) ``bid_micros`` is derived and must be left out:
+    ``target_cpa_micros``, or ``bid_cap_micros``, or 1 % of the period's budget.
     """
 
     advertiser_id: Annotated[int, Strict(), Field(ge=1)]
     name: Annotated[Name, AfterValidator(_not_blank)]
     objective: Objective
     bid_type: BidType
-    bid_micros: PositiveMicros
+    #: required with ``manual``; derived (leave it out) with an automatic strategy
+    bid_micros: PositiveMicros | None = None
     daily_budget_micros: Micros | None = None
     lifetime_budget_micros: Micros | None = None
     time_zone: TimeZone
@@ -196,6 +203,11 @@ class CampaignIn(_In):
     budget_period: BudgetPeriod | None = None
     #: the budget of the whole flight (``budget_period`` flight), micros
     flight_budget_micros: PositiveMicros | None = None
+    bid_strategy: BidStrategy = BidStrategy.MANUAL
+    #: max_clicks / max_conversions: the most one click or conversion may be bid, micros
+    bid_cap_micros: PositiveMicros | None = None
+    #: target_cpa (required): the flight's average cost per conversion at most, micros
+    target_cpa_micros: PositiveMicros | None = None
 
 
 class CampaignPatch(_In):
@@ -228,11 +240,16 @@ class CampaignPatch(_In):
     goal: GoalIn | None = None
     budget_period: BudgetPeriod | None = None
     flight_budget_micros: PositiveMicros | None = None
+    #: a change of strategy, cap or target restarts the pacing multiplier λ; a new
+    #: strategy drops the old one's cap or target unless the patch sets it
+    bid_strategy: BidStrategy | None = None
+    bid_cap_micros: PositiveMicros | None = None
+    target_cpa_micros: PositiveMicros | None = None
 
 
 #: Patch fields that may be set to ``null``.
 CAMPAIGN_NULLABLE = frozenset({"lifetime_budget_micros", "flight_end", "targeting", "goal",
-                               "flight_budget_micros"})
+                               "flight_budget_micros", "bid_cap_micros", "target_cpa_micros"})
 
 
 class BudgetIn(_In):
@@ -305,6 +322,11 @@ class CampaignOut(BaseModel):
     goal: GoalOut | None
     budget_period: str
     flight_budget_micros: int | None
+    bid_strategy: str
+    bid_cap_micros: int | None
+    target_cpa_micros: int | None
+    #: when the strategy, cap or target last changed (UTC; λ restarted then)
+    bid_strategy_since: datetime | None
     version: int
 
 

@@ -1,4 +1,5 @@
-"""Generalised second-price auction on total value with quality and reserve.
+"""Generalised second-price (and first-price) auction on total value with quality and
+reserve.
 
 DESIGN.md §The funnel, step 6:
 
@@ -23,12 +24,17 @@ DESIGN.md §The funnel, step 6:
   CPM price is billed per impression as price ÷ 1000 with the fraction carried by the
   ledger, so no charge is rounded against the advertiser.
 
+A placement of ``auction_type`` ``first_price`` ranks, drops and limits candidates
+exactly so, and charges each winner its own bid in its unit (≥ the reserve in that unit,
+as eligibility requires); ``second_price`` (the default) charges the GSP price above.
+
 Worked example (DESIGN.md): A bids $2.00 CPC at 1.5 % with quality +$0.002, B bids
 $3.00 at 0.8 % with quality −$0.001: totals 0.032 vs 0.023, A wins and pays
 (0.023 − 0.002) / 0.015 = $1.40 per click.
 
 Invariants (property-tested): price ≤ bid, and price ≥ reserve in the bid's unit
-wherever that is ≤ bid, for every winner; winners are distinct campaigns; a winner's
+wherever that is ≤ bid, for every winner, in both auction types; second price charges
+the GSP price, first price the bid; winners are distinct campaigns; a winner's
 total ≥ the next winner's total.
 """
 
@@ -41,7 +47,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from adfunnel.auction.draws import TIE_BREAK, unit
-from adfunnel.campaigns.model import BidType
+from adfunnel.campaigns.model import AuctionType, BidType
 from adfunnel.money import MILLE, ceil_micros
 
 BELOW_RESERVE = "below_reserve"
@@ -125,8 +131,10 @@ def run_auction(
     one_per_advertiser: bool = True,
     rng: random.Random | None = None,
     tie_seed: int | None = None,
+    auction_type: AuctionType = AuctionType.SECOND_PRICE,
 ) -> AuctionResult:
-    """Fill ``slot_ids`` (already in position order) from ``candidates``.
+    """Fill ``slot_ids`` (already in position order) from ``candidates``, priced by
+    ``auction_type`` (second price: GSP; first price: each winner's bid).
 
     ``reserve_cpm_micros`` is the floor per thousand impressions for this placement.
     Exact ties of total value are broken uniformly at random by a key per ad drawn from
@@ -166,7 +174,9 @@ def run_auction(
         if i >= len(slot_ids):
             rejections.append(Rejection(c.ad_id, c.campaign_id, OUTRANKED))
             continue
-        if i + 1 < len(ranked):
+        if auction_type is AuctionType.FIRST_PRICE:
+            price = c.bid_micros  # eligible: the bid is at least the reserve in its unit
+        elif i + 1 < len(ranked):
             price = gsp_price(c, ranked[i + 1].total, reserve_cpm_micros)
         else:  # the last winner: its next total is the reserve
             price = last_price(c, reserve_cpm_micros)

@@ -22,6 +22,8 @@ from adfunnel.campaigns.model import BidType, BudgetPeriod, Campaign
 from adfunnel.campaigns.sales import goal_cost, goal_cost_micros
 from adfunnel.campaigns.schedule import local_day
 
+#: A bid, and what an automatic strategy's bid is derived from (a cap, a target).
+_BID_FIELDS = ("bid_micros", "bid_cap_micros", "target_cpa_micros")
 _BUDGET_FIELDS = ("daily_budget_micros", "lifetime_budget_micros", "flight_budget_micros")
 
 
@@ -37,10 +39,11 @@ def money_limit_problems(values: dict[str, object], max_bid_micros: int,
     budget too: above ``max_budget_micros`` it is refused as ``goal.total``. An edit's
     goal or bid is priced with the other from ``current`` (the campaign before it)."""
     problems: list[tuple[str, str]] = []
-    bid = values.get("bid_micros")
-    if isinstance(bid, int) and bid > max_bid_micros:
-        problems.append(("bid_micros", f"must be <= {max_bid_micros} micros (the server's "
-                                       "max_bid_micros)"))
+    for field in _BID_FIELDS:
+        bid = values.get(field)
+        if isinstance(bid, int) and bid > max_bid_micros:
+            problems.append((field, f"must be <= {max_bid_micros} micros (the server's "
+                                    "max_bid_micros)"))
     for field in _BUDGET_FIELDS:
         budget = values.get(field)
         if isinstance(budget, int) and budget > max_budget_micros:

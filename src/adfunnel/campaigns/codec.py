@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import fields
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 from adfunnel.campaigns.creative import KINDS as CREATIVE_KINDS
@@ -35,6 +35,8 @@ from adfunnel.campaigns.model import (
     Ad,
     AdStatus,
     Advertiser,
+    AuctionType,
+    BidStrategy,
     BidType,
     BillableEvent,
     BudgetPeriod,
@@ -75,10 +77,11 @@ _ENUMS: dict[str, dict[str, type]] = {
         "billable_event": BillableEvent,
         "priority": Priority,
         "budget_period": BudgetPeriod,
+        "bid_strategy": BidStrategy,
     },
     "ad": {"review_state": ReviewState, "status": AdStatus},
     "advertiser": {},
-    "placement": {},
+    "placement": {"auction_type": AuctionType},
     "model": {},
 }
 _DATES = ("flight_start", "flight_end")
@@ -205,10 +208,22 @@ def coerce_fields(entity: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     goal = kwargs.get("goal")
     if goal is not None and not isinstance(goal, Goal):
         kwargs["goal"] = _goal(goal)
+    if kwargs.get("bid_strategy_since") is not None:
+        kwargs["bid_strategy_since"] = _aware(kwargs["bid_strategy_since"])
     creative = kwargs.get("creative")
     if creative is not None and not isinstance(creative, tuple(CREATIVE_KINDS.values())):
         kwargs["creative"] = creative_from_plain(creative)
     return _coerce_placement(kwargs)
+
+
+def _aware(value: Any) -> Any:
+    """An instant from its ISO text (payloads) or column value; a naive one (SQLite keeps
+    no offset) is UTC, as every stored instant is."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime) and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value
 
 
 def _cap(c: Mapping[str, Any]) -> FrequencyCap:

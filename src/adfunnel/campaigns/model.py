@@ -38,6 +38,29 @@ class BidType(StrEnum):
     CPA = "CPA"
 
 
+class BidStrategy(StrEnum):
+    """How the bid of each auction is set (README §Bid strategies and auction types):
+    ``manual`` bids ``bid_micros`` as given (pacing throttles); the automatic ones bid
+    pCTR × v / λ per auction, v the value of one action (``bid_micros``, derived by
+    :mod:`adfunnel.campaigns.bidding_terms`) and λ ≥ 1 the pacing multiplier:
+    ``max_clicks`` (CPC) and ``max_conversions`` (CPA) spend the period's budget for the
+    most actions, ``target_cpa`` (CPA) keeps the flight's cost per conversion ≤
+    ``target_cpa_micros``."""
+
+    MANUAL = "manual"
+    MAX_CLICKS = "max_clicks"
+    MAX_CONVERSIONS = "max_conversions"
+    TARGET_CPA = "target_cpa"
+
+
+class AuctionType(StrEnum):
+    """How a placement's auction prices its winners: ``second_price`` (GSP: the least bid
+    that keeps the rank) or ``first_price`` (the winner pays its bid)."""
+
+    SECOND_PRICE = "second_price"
+    FIRST_PRICE = "first_price"
+
+
 class CampaignStatus(StrEnum):
     ACTIVE = "active"
     PAUSED = "paused"
@@ -242,6 +265,17 @@ class Campaign:
     budget_period: BudgetPeriod = BudgetPeriod.DAY
     #: the budget of the whole flight (``budget_period`` flight without a goal), micros
     flight_budget_micros: int | None = None
+    #: how each auction's bid is set; automatic strategies derive ``bid_micros``
+    #: (:mod:`adfunnel.campaigns.bidding_terms`)
+    bid_strategy: BidStrategy = BidStrategy.MANUAL
+    #: max_clicks / max_conversions: never bid more per action, micros (None: no cap)
+    bid_cap_micros: int | None = None
+    #: target_cpa: the flight's average cost per conversion at most this, micros
+    target_cpa_micros: int | None = None
+    #: when the strategy terms (strategy, cap, target, the period's budget of an
+    #: automatic strategy) last changed, aware UTC from the injected clock; the budget
+    #: service restarts λ at its safe value when it moves. None: not since creation.
+    bid_strategy_since: datetime | None = None
 
     @property
     def max_charge_micros(self) -> int:
@@ -346,6 +380,9 @@ class Placement:
     house_ad: HouseAd | None = None
     version: int = 1
     allowed_origins: tuple[str, ...] = ()
+    #: second price (GSP) or first price; quality, reserves and one ad per campaign and
+    #: advertiser per page hold in both (:func:`adfunnel.auction.gsp.run_auction`)
+    auction_type: AuctionType = AuctionType.SECOND_PRICE
 
     def reserve_for(self, countries: Iterable[str]) -> int:
         """The configured reserve (micros per mille) for a request from ``countries``

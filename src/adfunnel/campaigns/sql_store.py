@@ -26,7 +26,7 @@ filed under the table's integer ``row_id`` (``change_log.entity_id`` is an integ
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import Engine, select, true
@@ -39,6 +39,8 @@ from adfunnel.campaigns.model import (
     Ad,
     AdStatus,
     Advertiser,
+    AuctionType,
+    BidStrategy,
     BidType,
     BillableEvent,
     BudgetPeriod,
@@ -132,12 +134,19 @@ class SqlCampaignStore:
         goal: Goal | Mapping[str, Any] | None = None,
         budget_period: BudgetPeriod | str = BudgetPeriod.DAY,
         flight_budget_micros: int | None = None,
+        bid_strategy: BidStrategy | str = BidStrategy.MANUAL,
+        bid_cap_micros: int | None = None,
+        target_cpa_micros: int | None = None,
+        bid_strategy_since: datetime | None = None,
     ) -> Campaign:
         """Create a campaign (version 1). Money in micros; dates local to ``time_zone``.
 
         ``targeting`` is canonical expression text (already validated) or ``None``.
         ``priority``, ``goal`` (a :class:`Goal` or its plain object), ``budget_period``
-        and ``flight_budget_micros`` say how it is sold (:mod:`adfunnel.campaigns.sales`).
+        and ``flight_budget_micros`` say how it is sold (:mod:`adfunnel.campaigns.sales`);
+        ``bid_strategy`` with its cap or target how it bids (an automatic strategy's
+        ``bid_micros`` is the derived one: :func:`adfunnel.campaigns.bidding_terms.bidding_terms`
+        fills it and ``bid_strategy_since``).
 
         Raises:
             NotFound: no such advertiser.
@@ -250,6 +259,7 @@ class SqlCampaignStore:
         allowed_formats: tuple[str, ...] = (),
         house_ad: HouseAd | None = None,
         allowed_origins: tuple[str, ...] = (),
+        auction_type: AuctionType | str = AuctionType.SECOND_PRICE,
     ) -> Placement:
         """Create a placement (version 1). Reserves are micros per mille; country codes
         ISO 3166-1 alpha-2 in upper case; sizes ``WIDTHxHEIGHT``.

@@ -14,7 +14,7 @@ against the domain rules of :mod:`adfunnel.campaigns.validate`; errors are those
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import date
+from datetime import date, datetime
 from typing import Any, Protocol
 
 from adfunnel.campaigns.creative import Creative
@@ -23,6 +23,8 @@ from adfunnel.campaigns.model import (
     Ad,
     AdStatus,
     Advertiser,
+    AuctionType,
+    BidStrategy,
     BidType,
     BillableEvent,
     BudgetPeriod,
@@ -87,6 +89,10 @@ class CampaignStore(Protocol):
         goal: Goal | Mapping[str, Any] | None = None,
         budget_period: BudgetPeriod | str = BudgetPeriod.DAY,
         flight_budget_micros: int | None = None,
+        bid_strategy: BidStrategy | str = BidStrategy.MANUAL,
+        bid_cap_micros: int | None = None,
+        target_cpa_micros: int | None = None,
+        bid_strategy_since: datetime | None = None,
     ) -> Campaign: ...
 
     def get_campaign(self, campaign_id: int) -> Campaign: ...
@@ -136,6 +142,7 @@ class CampaignStore(Protocol):
         allowed_formats: tuple[str, ...] = (),
         house_ad: HouseAd | None = None,
         allowed_origins: tuple[str, ...] = (),
+        auction_type: AuctionType | str = AuctionType.SECOND_PRICE,
     ) -> Placement: ...
 
     def get_placement(self, placement_id: str) -> Placement: ...

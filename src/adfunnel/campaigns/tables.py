@@ -73,6 +73,11 @@ campaigns = Table(
     Column("goal", Text, nullable=True),  # JSON {"metric", "share" | "total"}, or NULL
     Column("budget_period", String(16), nullable=False, server_default="day"),
     Column("flight_budget_micros", BigInteger, nullable=True),
+    # migration 0021 (#27): how it bids; rows from before bid manually, as they did
+    Column("bid_strategy", String(16), nullable=False, server_default="manual"),
+    Column("bid_cap_micros", BigInteger, nullable=True),
+    Column("target_cpa_micros", BigInteger, nullable=True),
+    Column("bid_strategy_since", DateTime(timezone=True), nullable=True),
     Index("ix_campaigns_advertiser", "advertiser_id"),
     sqlite_autoincrement=True,
 )
@@ -115,6 +120,8 @@ placements = Table(
     Column("version", Integer, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("allowed_origins", Text, nullable=False, server_default="[]"),  # JSON list
+    # migration 0021 (#27): rows from before keep the second-price auction
+    Column("auction_type", String(16), nullable=False, server_default="second_price"),
     UniqueConstraint("id", name="uq_placements_id"),
     sqlite_autoincrement=True,
 )

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import pycountry
 
 from adfunnel.campaigns import codec
+from adfunnel.campaigns.bidding_terms import strategy_problems
 from adfunnel.campaigns.creative import check_creative
 from adfunnel.campaigns.errors import InvalidChange
 from adfunnel.campaigns.landing import landing_url_problem
@@ -29,6 +30,7 @@ from adfunnel.campaigns.model import (
     MAX_COOLDOWN_S,
     Ad,
     Advertiser,
+    AuctionType,
     Campaign,
     CapLevel,
     CapWindow,
@@ -104,8 +106,9 @@ def check_record(record: Advertiser | Campaign | Ad | Placement) -> None:
 
 
 def _check_campaign(c: Campaign) -> None:
-    """The rules of a campaign's fields (first broken one), its flight budget and how it
-    is sold (:mod:`adfunnel.campaigns.sales`), all reported at once."""
+    """The rules of a campaign's fields (first broken one), its flight budget, how it is
+    sold (:mod:`adfunnel.campaigns.sales`) and how it bids
+    (:mod:`adfunnel.campaigns.bidding_terms`), all reported at once."""
     problems: list[tuple[str, str]] = []
     for check in (_check_campaign_fields, _check_flight_budget):
         try:
@@ -113,6 +116,7 @@ def _check_campaign(c: Campaign) -> None:
         except InvalidChange as exc:
             problems += exc.problems
     problems += [p for p in sale_problems(c) if p not in problems]
+    problems += [p for p in strategy_problems(c) if p not in problems]
     if problems:
         raise InvalidChange.of(problems)
 
@@ -149,6 +153,9 @@ def _check_campaign_fields(c: Campaign) -> None:
         _check_cap(cap, f"frequency_caps[{i}]")
     if c.targeting is not None and not isinstance(c.targeting, str):
         raise InvalidChange("targeting", "must be the canonical expression text")
+    since = c.bid_strategy_since
+    if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
+        raise InvalidChange("bid_strategy_since", "must be an aware datetime")
 
 
 def _check_cap(cap: FrequencyCap, where: str) -> None:
@@ -228,6 +235,8 @@ def _check_placement(p: Placement) -> None:
                 "no default port, no path")
     if p.house_ad is not None:
         _check_house_ad(p, p.house_ad)
+    if not isinstance(p.auction_type, AuctionType):
+        raise InvalidChange("auction_type", f"must be one of {', '.join(AuctionType)}")
 
 
 def normalise_origin(text: str) -> str:

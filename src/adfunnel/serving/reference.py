@@ -20,7 +20,14 @@ from datetime import datetime
 from adfunnel.auction.draws import PACING_COIN, unit
 from adfunnel.auction.gsp import Candidate, Rejection, run_auction
 from adfunnel.budget.gate import PACED_OUT, SpendGate
-from adfunnel.campaigns.model import Ad, AdStatus, Campaign, CampaignStatus, Priority
+from adfunnel.campaigns.model import (
+    Ad,
+    AdStatus,
+    AuctionType,
+    Campaign,
+    CampaignStatus,
+    Priority,
+)
 from adfunnel.campaigns.schedule import in_daypart, in_flight
 from adfunnel.clock import Clock, monotonic_ms
 from adfunnel.frequency.windows import CapPlan
@@ -335,14 +342,18 @@ class ReferenceDecider:
                 if (ad.format, ad.width, ad.height) == shape
                 and c.id not in placed_campaigns and c.advertiser_id not in placed_advertisers
             ]
-            reserve = applied_reserve(req, run[0], self.catalog.placements.get(req.placement.id))
+            placement = self.catalog.placements.get(req.placement.id)
+            reserve = applied_reserve(req, run[0], placement)
+            pricing = placement.auction_type if placement else AuctionType.SECOND_PRICE
             if direct:  # sponsorships, guaranteed lines, then the auction on the rest
                 lines = direct_lines(pool, direct, rank)
                 fill = fill_run([s.id for s in run], lines,
-                                [x for x in pool if x.campaign_id not in direct], reserve, seed)
+                                [x for x in pool if x.campaign_id not in direct], reserve, seed,
+                                pricing)
                 wins, tiers, rejections = fill.wins, fill.tiers, fill.rejections
             else:
-                result = run_auction(pool, [s.id for s in run], reserve, tie_seed=seed)
+                result = run_auction(pool, [s.id for s in run], reserve, tie_seed=seed,
+                                     auction_type=pricing)
                 wins, tiers, rejections = result.wins, {}, result.rejections
             for win in wins:
                 ad, c = by_ad[win.candidate.ad_id]

@@ -50,7 +50,7 @@ from adfunnel.auction.gsp import (
     run_auction,
 )
 from adfunnel.budget.gate import BUDGET_EXHAUSTED, PACED_OUT
-from adfunnel.campaigns.model import Campaign, Priority
+from adfunnel.campaigns.model import AuctionType, Campaign, Priority
 
 SPONSORSHIP = "sponsorship"
 GUARANTEED = "guaranteed"
@@ -199,11 +199,11 @@ def fill_direct(slot_ids: Sequence[str], lines: Sequence[DirectLine],
 
 def fill_run(slot_ids: Sequence[str], lines: Sequence[DirectLine],
              auction: Sequence[Candidate], reserve_cpm_micros: int, tie_seed: int,
-             ) -> RunFill:
+             auction_type: AuctionType = AuctionType.SECOND_PRICE) -> RunFill:
     """One slot run, every tier: :func:`fill_direct`, then the GSP auction
     (:func:`~adfunnel.auction.gsp.run_auction`) among ``auction`` candidates whose campaign
     and advertiser no direct winner holds (the others: ``same_advertiser_on_page``), on
-    the slots left."""
+    the slots left, priced by the placement's ``auction_type``."""
     out = fill_direct(slot_ids, lines, tie_seed)
     taken_c = {w.candidate.campaign_id for w in out.wins}
     taken_a = {w.candidate.advertiser_id for w in out.wins}
@@ -212,7 +212,8 @@ def fill_run(slot_ids: Sequence[str], lines: Sequence[DirectLine],
     # an auction campaign shares no campaign with a direct line: only its advertiser
     out.rejections += [Rejection(c.ad_id, c.campaign_id, SAME_ADVERTISER) for c in auction
                        if c.campaign_id in taken_c or c.advertiser_id in taken_a]
-    result = run_auction(pool, out.rest, reserve_cpm_micros, tie_seed=tie_seed)
+    result = run_auction(pool, out.rest, reserve_cpm_micros, tie_seed=tie_seed,
+                         auction_type=auction_type)
     for w in result.wins:
         out.tiers[w.slot_id] = AUCTION
     by_slot = {w.slot_id: w for w in [*out.wins, *result.wins]}

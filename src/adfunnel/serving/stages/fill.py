@@ -21,6 +21,7 @@ from adfunnel.auction.gsp import (
     run_auction,
 )
 from adfunnel.budget.gate import NO_SLICE
+from adfunnel.campaigns.model import AuctionType
 from adfunnel.frequency.windows import CapPlan
 from adfunnel.money import MILLE
 from adfunnel.serving.caps import CapGate, add_counts
@@ -76,6 +77,7 @@ class FillStage:
         counts = decision.reason_counts
         assert counts is not None
         placement = self.catalog.placements.get(req.placement.id)
+        pricing = placement.auction_type if placement else AuctionType.SECOND_PRICE
         in_page = np.zeros(len(ids), dtype=bool)  # campaign or advertiser placed already
         cols = self.catalog.columns
         kinds = self._kinds(camp)  # None: no direct line among the candidates
@@ -113,7 +115,7 @@ class FillStage:
                 eligible &= lazy != LAZY_REFUSED
             for round_ in itertools.count():
                 result, prefix, kept = self._auction_prefix(
-                    ids, camp, s, np.flatnonzero(eligible), slot_ids, reserve, seed)
+                    ids, camp, s, np.flatnonzero(eligible), slot_ids, reserve, seed, pricing)
                 waiting = lazy[prefix] == LAZY_PENDING
                 if not waiting.any():
                     break
@@ -131,7 +133,7 @@ class FillStage:
             wins = result.wins
             if decision.exploration is not None:
                 wins = self._explore(ids, camp, s, eligible, run, reserve, seed, wins,
-                                     decision)
+                                     decision, pricing)
             self._place([*(direct.wins if direct else []), *wins], direct, req, camp, s,
                         versions, in_page, now, decision)
 
@@ -186,13 +188,15 @@ class FillStage:
 
     def _explore(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
                  eligible: np.ndarray, run: list[SlotIn], reserve: int, seed: int,
-                 greedy: list[Win], decision: Decision) -> list[Win]:
+                 greedy: list[Win], decision: Decision,
+                 pricing: AuctionType = AuctionType.SECOND_PRICE) -> list[Win]:
         """The slot run's winners with exploration configured, and their propensities.
 
         Slot by slot, the exploration pick is uniform among the eligible candidates
         (above the reserve, budget, pacing and caps passed) whose campaign and
-        advertiser have no ad on the page yet; it pays the reserve (a lone bidder's
-        GSP price), so it never bids above its bid or below the reserve. The
+        advertiser have no ad on the page yet; it pays what a lone bidder pays (second
+        price: the reserve; first price: its bid), so never above its bid nor below the
+        reserve. The
         propensity of what a slot shows is (1 − ε)·[the auction's winner] + ε / n, n
         the candidates it was picked among (given the slots before it).
         """
@@ -208,7 +212,7 @@ class FillStage:
             if decision.exploration:
                 i = int(pool[int(unit(seed, k + 1, EXPLORE) * len(pool))])
                 single = run_auction([self._candidate_at(i, ids, camp, s)], [slot.id],
-                                     reserve, tie_seed=seed)
+                                     reserve, tie_seed=seed, auction_type=pricing)
                 if not single.wins:
                     continue
                 win = single.wins[0]
@@ -226,7 +230,8 @@ class FillStage:
 
     def _auction_prefix(self, ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
                         eligible: np.ndarray, slot_ids: list[str], reserve: int,
-                        seed: int) -> tuple[AuctionResult, np.ndarray, int]:
+                        seed: int, pricing: AuctionType = AuctionType.SECOND_PRICE,
+                        ) -> tuple[AuctionResult, np.ndarray, int]:
         """The reference auction over the shortest prefix of the ranking that decides it.
 
         Pre-rank keeps the best ``prerank_keep`` of ``eligible`` (ties at the cut kept);
@@ -240,7 +245,8 @@ class FillStage:
                                        self.prerank_keep, len(slot_ids) + 1,
                                        unit_base(seed, TIE_BREAK))
         cands = [self._candidate_at(i, ids, camp, s) for i in prefix.tolist()]
-        return run_auction(cands, slot_ids, reserve, tie_seed=seed), prefix, kept
+        return (run_auction(cands, slot_ids, reserve, tie_seed=seed, auction_type=pricing),
+                prefix, kept)
 
     def _candidate_at(self, i: int, ids: np.ndarray, camp: np.ndarray,
                       s: dict[str, np.ndarray]) -> Candidate:
