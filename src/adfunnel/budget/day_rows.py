@@ -212,6 +212,7 @@ class DayRows:
         if self._period:
             self._period_allot(rows, now)
         t.p[rows] = self._first_p(slots, days, rows, now)
+        self._first_lams(slots, days, rows, now)
         keys = (s.cid[slots] << DAY_BITS) | days
         self._row_of.update(zip(keys.tolist(), rows.tolist(), strict=True))
         t.nxt[rows] = s.head[slots]
@@ -307,6 +308,8 @@ class DayRows:
                     self._slice_row.pop(sid, None)
             hist = t.p_hist[old]
             self._history.release(hist[hist >= 0])
+            hist = t.lam_hist[old]
+            self._lam_history.release(hist[hist >= 0])
             sl = t.slot[old]
             s.cur[sl] = np.where(s.cur[sl] == old, -1, s.cur[sl])
             t.live[old] = False

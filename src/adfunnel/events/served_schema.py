@@ -72,6 +72,9 @@ class WinnerRecord(msgspec.Struct, forbid_unknown_fields=False):
     #: the tier that filled the slot: sponsorship, guaranteed or auction (None: a
     #: record written before tiers were logged)
     tier: str | None = None
+    #: the bid multiplier λ of an automatic campaign when it was served (its bid
+    #: ``bid_micros`` = ⌊v ÷ λ⌋); None: a manual bid, or not given
+    bid_multiplier: float | None = None
 
 
 class ServedRecord(msgspec.Struct, forbid_unknown_fields=False):
