@@ -95,6 +95,12 @@ class CampaignDay:
                                           float(t.charges_avg[r]))
 
     @property
+    def lam(self) -> float:
+        """The bid multiplier λ ≥ 1 the campaign-day bids with (1 unless the campaign is
+        automatic and paced: :mod:`adfunnel.budget.multipliers`)."""
+        return float(self._s._lam_published(np.array([self.row]))[0][0])
+
+    @property
     def state(self) -> BudgetState:
         return STATES[int(self._col("state")[self.row])]
 

@@ -215,7 +215,8 @@ class BudgetService(Catalogue, Plans, Periods, DayRows, States, Reports, Grants,
         in_flight = np.maximum(0, t.bucket_sum[cur] + t.sl_used[cur] - t.settled_after[cur])
         return BudgetSnapshot(owned.ids.copy(), t.state[cur], t.p[cur],
                               self._slots.daily[owned.slots], billed,
-                              billed + in_flight + self._live_slices(cur, now))
+                              billed + in_flight + self._live_slices(cur, now),
+                              self._lam_published(cur)[0])
 
     def _live_slices(self, rows: np.ndarray, now: float) -> np.ndarray:
         """Per entry of ``rows``: the amount of its open, unexpired slices, micros (only
