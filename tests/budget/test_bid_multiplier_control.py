@@ -12,6 +12,7 @@ import pytest
 
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.gate import LocalSpendGate
+from adfunnel.budget.metrics import CampaignSeries
 from adfunnel.budget.multipliers import LAM_PUBLISH_SHARE, START_LAMBDA, split_control
 from adfunnel.budget.protocol import (
     BilledUpdate,
@@ -22,6 +23,7 @@ from adfunnel.budget.protocol import (
     ReportEntry,
 )
 from adfunnel.budget.service import BudgetService
+from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.campaigns.model import BidStrategy, BidType, Campaign, Objective, PacingMode
 from adfunnel.clock import ManualClock
 from adfunnel.pacing.bid_multiplier import LAMBDA_MAX
@@ -196,3 +198,27 @@ def test_manual_and_accelerated_campaigns_publish_lambda_one() -> None:
     fast = Shard(replace(_auto(), pacing_mode=PacingMode.ACCELERATED))
     fast.run(3, 58_000)
     assert [d.lam for d in fast.svc.directives()] == [1.0]
+
+
+def test_lambda_reaches_the_snapshot_the_status_and_the_metric_series() -> None:
+    """The snapshot, the status records and ``adfunnel_bid_multiplier`` (top campaigns
+    by spend, the rest folded into ``other`` as their mean) carry λ. Red when the
+    snapshot leaves λ out (``lam`` None: every series reads 1)."""
+    shard = Shard(_manual())
+    shard.svc.upsert_campaign(replace(_auto(), version=2))
+    shard.svc.upsert_campaign(replace(_manual(), id=2, name="m"))
+    shard.run(2, 58_000)
+    t = shard.clock.now().timestamp()
+    snap = shard.svc.snapshot(t)
+    lam = shard.lam()
+    assert lam > 1.0
+    assert dict(zip(snap.campaign_id.tolist(), snap.multipliers().tolist(),
+                    strict=True)) == {1: pytest.approx(lam), 2: 1.0}
+    series = CampaignSeries()
+    series.follow(lambda: snap, top=1)
+    got = {tuple(s.labels.values()): s.value for fam in series.collect()
+           if fam.name == "adfunnel_bid_multiplier" for s in fam.samples}
+    assert got == {("1",): pytest.approx(lam), ("other",): 1.0}
+    rows = [{"campaign_id": 1, "state": "open", "p": 1.0, "budget_micros": 1,
+             "billed_micros": 0, "committed_micros": 0, "lam": 3.0}]
+    assert BudgetSnapshot.from_status(rows).multipliers().tolist() == [3.0]
