@@ -27,6 +27,7 @@ from adfunnel.campaigns.model import (
     AdStatus,
     Advertiser,
     AuctionType,
+    BidStrategy,
     BidType,
     Campaign,
     CampaignStatus,
@@ -126,6 +127,22 @@ def _direct_lines(rng: random.Random, campaigns: list[Campaign]) -> list[Campaig
     return out
 
 
+def _automatic(rng: random.Random, campaigns: list[Campaign],
+               lams: dict[int, float]) -> list[Campaign]:
+    """About half of the auction CPC and CPA campaigns made automatic (max_clicks,
+    target_cpa; ``bid_micros`` stays their value v), each with a λ in ``lams``."""
+    out = []
+    for c in campaigns:
+        if c.priority is Priority.AUCTION and c.bid_type is not BidType.CPM and rng.random() < 0.5:
+            if c.bid_type is BidType.CPC:
+                c = replace(c, bid_strategy=BidStrategy.MAX_CLICKS)
+            else:
+                c = replace(c, bid_strategy=BidStrategy.TARGET_CPA, target_cpa_micros=c.bid_micros)
+            lams[c.id] = rng.choice([1.0, 1.7, 3.0, 40.0, 1e4])
+        out.append(c)
+    return out
+
+
 def _ad(rng: random.Random, aid: int, campaigns: list[Campaign]) -> Ad:
     c = rng.choice(campaigns)
     fmt, w, h = rng.choice(SHAPES)
@@ -168,7 +185,8 @@ def _request(rng: random.Random, seq: int) -> SelectRequest:
 class World:
     """One random catalogue with its gate, pCTR counts and clock, built from a seed."""
 
-    def __init__(self, seed: int, gate_kind: str, index: str, direct: bool = False) -> None:
+    def __init__(self, seed: int, gate_kind: str, index: str, direct: bool = False,
+                 auto: bool = False) -> None:
         rng = random.Random(seed)
         # odd worlds price first (#27): both paths must pass the placement's type through
         pricing = AuctionType.FIRST_PRICE if seed % 2 else AuctionType.SECOND_PRICE
@@ -179,6 +197,10 @@ class World:
         campaigns = [_campaign(rng, cid, n_adv, today) for cid in range(1, n_camp + 1)]
         if direct:  # some lines sell direct (their own draws: the worlds above unchanged)
             campaigns = _direct_lines(random.Random(seed * 7 + 1), campaigns)
+        #: λ of the automatic campaigns (their own draws: the worlds above unchanged)
+        self.lams: dict[int, float] = {}
+        if auto:
+            campaigns = _automatic(random.Random(seed * 11 + 3), campaigns, self.lams)
         ads = [_ad(rng, aid, campaigns) for aid in range(1, rng.randint(5, 160))]
         self.catalog = {
             "scan": lambda: Catalog(ScanIndex()),
@@ -215,7 +237,8 @@ class World:
             if rng.random() < 0.15:  # a stale state for another day
                 day = (local_day(self.now, c.time_zone) - timedelta(days=1)).isoformat()
             state = rng.choices(["open", "metered", "exhausted", "stopped"], [6, 2, 1, 1])[0]
-            directives.append(Directive(c.id, state, rng.choice([1.0, 1.0, 0.5, 0.1]), day))
+            directives.append(Directive(c.id, state, rng.choice([1.0, 1.0, 0.5, 0.1]), day,
+                                        self.lams.get(c.id, 1.0)))
             if state == "metered" and rng.random() < 0.5:
                 grants.append(SliceGrant(f"g{c.id}", c.id, day, rng.choice([10, 10**9]),
                                          self.now.timestamp() + 30))
@@ -313,6 +336,42 @@ def test_columnar_path_equals_reference_with_direct_lines(gate_kind: str, keep: 
     assert min(tiers[t] for t in (SPONSORSHIP, GUARANTEED, AUCTION, HOUSE)) > 0, tiers
     need = [SHARE_NOT_DRAWN, GOAL_MET] + ([AHEAD_OF_PLAN] if gate_kind == "client" else [])
     assert all(reasons[r] > 0 for r in need), reasons
+
+
+@pytest.mark.parametrize("gate_kind", ["local", "client"])
+def test_automatic_campaigns_bid_value_over_lambda_on_both_paths(gate_kind: str) -> None:
+    """Automatic campaigns (max_clicks, target_cpa) with λ from the budget client: both
+    paths bid ⌊v ÷ λ⌋ for them (v their ``bid_micros``) and the campaign's bid for
+    manual ones, with the same winners, prices and reasons. Red when the columnar path
+    bids v (``_auto_bids`` returning ``bid``: the differential fails), or when both
+    do (the bid check below)."""
+    checked = {"auto": 0, "manual": 0}
+    for world_seed in range(12):
+        index = ("scan", "conjunction", "shaped")[world_seed % 3]
+        ref_world, col_world = (World(world_seed, gate_kind, index, auto=True)
+                                for _ in range(2))
+        ref = ref_world.decider(columnar=False, decision_seed=world_seed, keep=200)
+        col = col_world.decider(columnar=True, decision_seed=world_seed, keep=200)
+        rng = random.Random(1000 + world_seed)
+        for i in range(15):
+            req = _request(rng, i)
+            deadline = monotonic_ms() + 60_000
+            a = ref.decide(req, f"r{i}", deadline)
+            b = col.decide(req, f"r{i}", deadline)
+            where = f"world {world_seed}, request {i}"
+            assert _outcome(b) == _outcome(a), where
+            assert _split(b.reason_counts or {}) == _split(a.rejection_counts()), where
+            for p in b.placed:
+                c, bid = p.campaign, p.win.candidate.bid_micros
+                if c.bid_strategy is BidStrategy.MANUAL:
+                    assert bid == c.bid_micros
+                    checked["manual"] += 1
+                else:
+                    lam = col_world.lams[c.id] if gate_kind == "client" else 1.0
+                    assert bid == max(1, int(c.bid_micros // lam)), where
+                    checked["auto"] += 1 if lam > 1 else 0
+        assert _gate_effects(col_world.gate) == _gate_effects(ref_world.gate)
+    assert checked["manual"] > 0 and (checked["auto"] > 0 or gate_kind == "local"), checked
 
 
 def test_explain_requests_keep_every_reason() -> None:

@@ -141,7 +141,8 @@ def _fill(engine: Engine, n: int, rng: np.random.Generator) -> int:
     rows = [(i + 1, 1, f"c{i + 1}", "clicks", bid_type[i], int(bids[i]), int(budgets[i]), None,
              ZONES[zone[i]], "2026-01-01", None, "[]", status[i], pacing[i], "[]", None, 1, stamp,
              DEFAULT_ATTRIBUTION_WINDOW_S, "rendered",  # billable_event (migration 0017)
-             "auction", None, "day", None)  # priority, goal, budget period, flight (0018)
+             "auction", None, "day", None,  # priority, goal, budget period, flight (0018)
+             "manual", None, None, None)  # strategy, cap, target, since (0021)
             for i in range(n)]
     _insert(engine, campaigns, rows)
     spend = np.flatnonzero(rng.random(n) < SPEND_SHARE)

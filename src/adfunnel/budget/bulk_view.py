@@ -4,7 +4,8 @@ campaigns; a column per field cost a random memory read per field and campaign).
 
 Per campaign id: the local day (date ordinal) whose state is open, the day it is
 stopped, its held slice with the most room on its latest day (day, room, expiry) and
-its pacing rate p. Written under the client's lock by its directives and slices; read
+its pacing rate p and bid multiplier λ (1 unless automatic). Written under the
+client's lock by its directives and slices; read
 by :meth:`adfunnel.budget.client.BudgetClient.bulk_admit`.
 """
 
@@ -15,12 +16,12 @@ from numba import njit
 
 from adfunnel.dense import DENSE_IDS
 
-#: One campaign's bulk view (40 bytes).
+#: One campaign's bulk view (48 bytes).
 VIEW_FIELDS = np.dtype([("open_day", np.int32), ("stopped_day", np.int32),
                         ("slice_day", np.int32), ("p", np.float64), ("slice_room", np.int64),
-                        ("slice_exp", np.float64)], align=True)
+                        ("slice_exp", np.float64), ("lam", np.float64)], align=True)
 _FILL = {"open_day": -1, "stopped_day": -1, "slice_day": -1, "p": 1.0, "slice_room": 0,
-         "slice_exp": 0.0}
+         "slice_exp": 0.0, "lam": 1.0}
 #: bulk answers (adfunnel.budget.gate: ADMIT, ASK)
 _ADMIT, _ASK = 0, 2
 
@@ -53,6 +54,10 @@ class BulkView:
         """p of each campaign (float64[n]; 1.0 where never set)."""
         return _pacing(self.values, campaign_ids.astype(np.int64, copy=False))
 
+    def multipliers(self, campaign_ids: np.ndarray) -> np.ndarray:
+        """λ of each campaign (float64[n]; 1.0 where never set)."""
+        return _multipliers(self.values, campaign_ids.astype(np.int64, copy=False))
+
 
 def _filled(n: int) -> np.ndarray:
     out = np.zeros(n, dtype=VIEW_FIELDS)
@@ -68,6 +73,16 @@ def _pacing(view: np.ndarray, cids: np.ndarray) -> np.ndarray:
         c = cids[i]
         if 0 <= c < len(view):
             out[i] = view[c]["p"]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _multipliers(view: np.ndarray, cids: np.ndarray) -> np.ndarray:
+    out = np.ones(len(cids), np.float64)
+    for i in range(len(cids)):
+        c = cids[i]
+        if 0 <= c < len(view):
+            out[i] = view[c]["lam"]
     return out
 
 

@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 from adfunnel.budget.columns import BID_TYPES, NO_END, PERIODS, PRIORITIES, CampaignColumns
-from adfunnel.campaigns.model import BudgetPeriod, CampaignStatus, Daypart, PacingMode
+from adfunnel.campaigns.model import BidStrategy, BudgetPeriod, CampaignStatus, Daypart, PacingMode
 from adfunnel.campaigns.tables import campaigns as campaigns_table
 from adfunnel.db import connection_guard
 
@@ -51,7 +51,8 @@ def read_campaign_columns(engine: Engine) -> CampaignColumns:
             _code(t.priority, [p.value for p in PRIORITIES]),
             _code(t.budget_period, [p.value for p in PERIODS]),
             func.coalesce(t.flight_budget_micros, -1),
-            func.coalesce(_goal_total(engine, t.goal), -1))
+            func.coalesce(_goal_total(engine, t.goal), -1),
+            _code(t.bid_strategy, [BidStrategy.MANUAL.value]))
         sql = str(q.compile(engine, compile_kwargs={"literal_binds": True}))
         cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
@@ -62,7 +63,7 @@ def read_campaign_columns(engine: Engine) -> CampaignColumns:
         # the few campaigns with dayparts (their curves keep to them): one more query
         parts = {int(i): _dayparts(text) for i, text in conn.execute(
             select(t.id, t.dayparts).where(t.dayparts != "[]"))}
-    m = np.array(rows, dtype=np.int64).reshape(len(rows), 15)
+    m = np.array(rows, dtype=np.int64).reshape(len(rows), 16)
     pacing = m[:, 7]
     dayparts = {k: v for k, v in parts.items() if v}
     return CampaignColumns(
@@ -74,8 +75,8 @@ def read_campaign_columns(engine: Engine) -> CampaignColumns:
         flight_budget=m[:, 13].copy(), goal_total=m[:, 14].copy(), front=pacing == 2,
         dayparts=dayparts,
         # the campaigns whose record the service reads (their periods, dayparts,
-        # frontloading): adfunnel.budget.periods.special
-        special=(m[:, 12] != PERIODS.index(BudgetPeriod.DAY)) | (pacing == 2)
+        # frontloading: adfunnel.budget.periods.special; an automatic strategy: λ)
+        special=(m[:, 12] != PERIODS.index(BudgetPeriod.DAY)) | (pacing == 2) | (m[:, 15] != 0)
         | np.isin(m[:, 0], np.fromiter(dayparts, dtype=np.int64, count=len(dayparts))))
 
 

@@ -95,7 +95,7 @@ class Catalogue:
         except LookupError:
             return
         slot = self._slot_of[campaign_id]
-        self._write_slot(slot, c)
+        self._write_slot(slot, c, known=False)
         self._period_note(slot, c, now)
 
     def campaign(self, campaign_id: int) -> Campaign:
@@ -120,12 +120,18 @@ class Catalogue:
             self._slot_of[c.id] = slot
             self._slots.cid[slot] = c.id
             self._slots.shape[slot] = self._pending_shapes.pop(c.id, -1)
+            self._campaigns[c.id] = c
+            self._write_slot(slot, c, known=False)
+            return slot
         self._campaigns[c.id] = c
         self._write_slot(slot, c)
         return slot
 
-    def _write_slot(self, slot: int, c: Campaign) -> None:
+    def _write_slot(self, slot: int, c: Campaign, *, known: bool = True) -> None:
+        """Write ``c`` into its slot; ``known``: the slot held its record before (a λ
+        restart reads the old bid, ``adfunnel.budget.multipliers``)."""
         s = self._slots
+        self._note_strategy(slot, c, known)  # before the old bid is overwritten
         before = (s.owned[slot], s.tz[slot], s.bid[slot], s.lifetime[slot] >= 0)
         s.version[slot] = c.version
         s.bid[slot] = BID_CODE[c.bid_type]

@@ -129,6 +129,7 @@ class BudgetClient:
         self._lock = threading.Lock()
         self._state: dict[tuple[int, date], BudgetState] = {}
         self._p: dict[int, float] = {}
+        self._lam: dict[int, float] = {}  # λ of automatic campaigns (absent: 1)
         self._epoch = [""] * shards
         # acknowledged spend by (campaign, day, bucket end): re-sent to a new instance
         self._history: list[dict[tuple[int, str, float], int]] = [{} for _ in range(shards)]
@@ -209,6 +210,12 @@ class BudgetClient:
         with self._lock:
             return self._p.get(campaign_id, 1.0)
 
+    def bid_multiplier(self, campaign_id: int) -> float:
+        """λ from the service's last reply (1.0 before the first, and for a campaign
+        that is not automatic): an automatic campaign bids pCTR × v ÷ λ."""
+        with self._lock:
+            return self._lam.get(campaign_id, 1.0)
+
     def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
                    charges: np.ndarray, budgets: np.ndarray, t: float) -> np.ndarray:
         """:class:`~adfunnel.budget.gate.BulkGate`: ADMIT where :meth:`admit` would answer
@@ -241,18 +248,28 @@ class BudgetClient:
 
     def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
         """p of each campaign (float64[n]), as :meth:`pacing_rate` answers."""
-        out = self._bulk.pacing(campaign_ids)
+        return self._bulk_read(self._bulk.pacing, self._p, campaign_ids)
+
+    def bulk_multiplier(self, campaign_ids: np.ndarray) -> np.ndarray:
+        """λ of each campaign (float64[n]), as :meth:`bid_multiplier` answers."""
+        return self._bulk_read(self._bulk.multipliers, self._lam, campaign_ids)
+
+    def _bulk_read(self, read: Callable[[np.ndarray], np.ndarray], held: dict[int, float],
+                   campaign_ids: np.ndarray) -> np.ndarray:
+        """The bulk view's values (ids below ``DENSE_IDS``), ``held``'s for the others."""
+        out = read(campaign_ids)
         big = campaign_ids >= DENSE_IDS
         if big.any():
             with self._lock:
-                out[big] = [self._p.get(int(c), 1.0) for c in campaign_ids[big]]
+                out[big] = [held.get(int(c), 1.0) for c in campaign_ids[big]]
         return out
 
     def _note_directive(self, campaign_id: int, day: date | None, state: BudgetState,
-                        p: float) -> None:
+                        p: float, lam: float = 1.0) -> None:
         """Keep the bulk view in step with one directive (called under the lock)."""
         bulk = self._bulk
         bulk.set(campaign_id, "p", p)
+        bulk.set(campaign_id, "lam", lam)
         if day is None:
             return
         ordinal = day.toordinal()
@@ -406,7 +423,8 @@ class BudgetClient:
                 if d.campaign_id in self._demand:
                     self._asking.add(d.campaign_id)
             self._p[d.campaign_id] = d.p
-            self._note_directive(d.campaign_id, day, state, d.p)
+            self._lam[d.campaign_id] = d.lam
+            self._note_directive(d.campaign_id, day, state, d.p, d.lam)
 
     def _day_of(self, iso: str) -> date | None:
         """``date.fromisoformat`` with a small cache (a reply names few distinct days)."""

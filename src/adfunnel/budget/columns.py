@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from adfunnel.campaigns.model import (
+    BidStrategy,
     BidType,
     BudgetPeriod,
     Campaign,
@@ -70,8 +71,8 @@ class CampaignColumns:
     front: np.ndarray
     dayparts: dict[int, tuple[Daypart, ...]] = field(default_factory=dict)
     #: campaigns whose record the service reads once loaded (a budget period other
-    #: than day, dayparts, frontloading; bool); None: none (a table read without
-    #: the columns)
+    #: than day, dayparts, frontloading, an automatic bid strategy; bool); None: none
+    #: (a table read without the columns)
     special: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -115,7 +116,8 @@ class CampaignColumns:
             col((c.pacing_mode is PacingMode.FRONTLOADED for c in campaigns), np.bool_),
             {c.id: tuple(c.dayparts) for c in campaigns if c.dayparts},
             col((c.budget_period is not BudgetPeriod.DAY or bool(c.dayparts)
-                 or c.pacing_mode is PacingMode.FRONTLOADED for c in campaigns), np.bool_))
+                 or c.pacing_mode is PacingMode.FRONTLOADED
+                 or c.bid_strategy is not BidStrategy.MANUAL for c in campaigns), np.bool_))
 
 
 def _goal_total(c: Campaign) -> int:

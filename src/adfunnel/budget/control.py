@@ -1,5 +1,5 @@
-"""The control loop: a PI step of every campaign-day's p, and p kept by minute for the
-next day.
+"""The control loop: a PI step of every campaign-day's p (and λ of automatic campaigns,
+:mod:`adfunnel.budget.multipliers`), and p kept by minute for the next day.
 
 A part of :class:`~adfunnel.budget.service.BudgetService` (mixed in: its state is
 declared in ``BudgetService.__init__``). Every ``control_interval_s`` the controller
@@ -150,7 +150,8 @@ class Control:
         t.last_committed[rows] = spent
         budget = t.plan_budget[rows]
         charge = s.charge[t.slot[rows]]
-        state = controller.ControllerArrays(t.p[rows], t.integral[rows], t.spend_avg[rows],
+        p_old = t.p[rows]
+        state = controller.ControllerArrays(p_old, t.integral[rows], t.spend_avg[rows],
                                             t.target_avg[rows], t.charges_avg[rows])
         new = controller.step_arrays(
             state, t.step_spend[rows], target, dt, budget_micros=budget,
@@ -161,6 +162,10 @@ class Control:
         t.p[rows], t.integral[rows] = new.p, new.integral
         t.spend_avg[rows], t.target_avg[rows] = new.spend_avg, new.target_avg
         t.charges_avg[rows] = new.charges_avg
+        auto = s.auto[t.slot[rows]]
+        if auto.any():  # automatic campaigns: λ does the cut, p is the fallback
+            self._step_lam(rows[auto], dt[auto], target[auto], (target1 - spent)[auto],
+                           p_old[auto], now)
 
     def _first_p(self, slots: np.ndarray, days: np.ndarray, rows: np.ndarray,
                  now: float) -> np.ndarray:

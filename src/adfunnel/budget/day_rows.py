@@ -95,6 +95,12 @@ class CampaignDay:
                                           float(t.charges_avg[r]))
 
     @property
+    def lam(self) -> float:
+        """The bid multiplier λ ≥ 1 the campaign-day bids with (1 unless the campaign is
+        automatic and paced: :mod:`adfunnel.budget.multipliers`)."""
+        return float(self._s._lam_published(np.array([self.row]))[0][0])
+
+    @property
     def state(self) -> BudgetState:
         return STATES[int(self._col("state")[self.row])]
 
@@ -212,6 +218,7 @@ class DayRows:
         if self._period:
             self._period_allot(rows, now)
         t.p[rows] = self._first_p(slots, days, rows, now)
+        self._first_lams(slots, days, rows, now)
         keys = (s.cid[slots] << DAY_BITS) | days
         self._row_of.update(zip(keys.tolist(), rows.tolist(), strict=True))
         t.nxt[rows] = s.head[slots]
@@ -307,6 +314,8 @@ class DayRows:
                     self._slice_row.pop(sid, None)
             hist = t.p_hist[old]
             self._history.release(hist[hist >= 0])
+            hist = t.lam_hist[old]
+            self._lam_history.release(hist[hist >= 0])
             sl = t.slot[old]
             s.cur[sl] = np.where(s.cur[sl] == old, -1, s.cur[sl])
             t.live[old] = False

@@ -28,7 +28,8 @@ DAY_S = 86_400
 def day_view(service: BudgetService, campaign_id: int, now: float,
              plan_step_s: int | None = None) -> dict[str, Any] | None:
     """The campaign's day at ``now`` (Unix s) as JSON-able fields: ``day`` (ISO),
-    ``state``, ``pacing_status``, ``p`` (probability), ``budget_micros`` (the day's
+    ``state``, ``pacing_status``, ``p`` (probability), ``lam`` (the bid multiplier λ
+    of an automatic campaign, 1 for others), ``budget_micros`` (the day's
     budget, lifetime budget included), ``billed_micros``, ``served_micros`` (spend
     reported served), ``period`` (a flight's or average day's: allotment, spend,
     plan; null for a day campaign), and with ``plan_step_s`` the pacing plan on a grid of that step
@@ -41,7 +42,7 @@ def day_view(service: BudgetService, campaign_id: int, now: float,
         return None
     out: dict[str, Any] = {
         "campaign_id": campaign_id, "day": cd.day.isoformat(), "state": cd.state.value,
-        "pacing_status": cd.status.value, "p": float(cd.ctl.p),
+        "pacing_status": cd.status.value, "p": float(cd.ctl.p), "lam": cd.lam,
         "budget_micros": cd.day_budget(), "billed_micros": cd.billed,
         "served_micros": cd.served_total,
         # a flight's or average day's figures (adfunnel.budget.periods); null for a day

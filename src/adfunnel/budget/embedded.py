@@ -206,6 +206,13 @@ class InProcessBudget:
     def bulk_pacing(self, campaign_ids: np.ndarray) -> np.ndarray:
         return self.client.bulk_pacing(campaign_ids)
 
+    def bid_multiplier(self, campaign_id: int) -> float:
+        """λ of an automatic campaign from the in-process service (1.0 for others)."""
+        return self.client.bid_multiplier(campaign_id)
+
+    def bulk_multiplier(self, campaign_ids: np.ndarray) -> np.ndarray:
+        return self.client.bulk_multiplier(campaign_ids)
+
     def record_served(self, served: Served) -> None:
         self.client.record_served(served)
 

@@ -113,6 +113,21 @@ class BulkGate(Protocol):
         ...
 
 
+def bid_multipliers(gate: object, campaign_ids: np.ndarray) -> np.ndarray:
+    """λ of each campaign (float64[n], ≥ 1) from a spend gate: its ``bulk_multiplier``, or
+    1.0 for a gate that has none (no budget service controls bids: a test's gate)."""
+    bulk = getattr(gate, "bulk_multiplier", None)
+    if bulk is None:
+        return np.ones(len(campaign_ids))
+    return np.asarray(bulk(campaign_ids), dtype=np.float64)
+
+
+def bid_multiplier(gate: object, campaign_id: int) -> float:
+    """λ of one campaign from a spend gate (:func:`bid_multipliers`, one at a time)."""
+    one = getattr(gate, "bid_multiplier", None)
+    return 1.0 if one is None else float(one(campaign_id))
+
+
 class LocalSpendGate:
     """Committed spend held in one server process (embedded mode).
 
@@ -162,6 +177,14 @@ class LocalSpendGate:
 
     def pacing_rate(self, campaign_id: int) -> float:
         return 1.0
+
+    def bid_multiplier(self, campaign_id: int) -> float:
+        """λ: 1.0 (no budget service controls bids here: automatic campaigns bid their
+        value pCTR × v, and the budget stops them)."""
+        return 1.0
+
+    def bulk_multiplier(self, campaign_ids: np.ndarray) -> np.ndarray:
+        return np.ones(len(campaign_ids))
 
     def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
                    charges: np.ndarray, budgets: np.ndarray, t: float) -> np.ndarray:

@@ -1,6 +1,7 @@
 """The per-campaign budget series of Prometheus, read from a budget service at scrape time.
 
-``adfunnel_pacing_p``, ``adfunnel_overdelivery_pct``, ``adfunnel_budget_state``,
+``adfunnel_pacing_p``, ``adfunnel_bid_multiplier`` (λ of automatic bidding, 1 for
+manual bids), ``adfunnel_overdelivery_pct``, ``adfunnel_budget_state``,
 ``adfunnel_daily_spend_micros`` and ``adfunnel_daily_budget_micros``, per campaign:
 :class:`CampaignSeries`, from the budget service's state at scrape
 (:class:`~adfunnel.budget.snapshot.BudgetSnapshot`); the process-wide series are in
@@ -9,7 +10,7 @@
 Per-campaign series are bounded: the ``top`` campaigns by today's billed spend keep
 their own ``campaign`` label, every other campaign is folded into ``campaign="other"``
 (spend, budget and state counts summed; overdelivery % of the folded totals; pacing p
-their mean), so a million campaigns are still a few hundred series. Overdelivery counts
+and λ their mean), so a million campaigns are still a few hundred series. Overdelivery counts
 committed spend (billed + the expected cost of serves not yet billed): what is past the
 budget becomes absorbed overspend when it bills.
 """
@@ -68,6 +69,10 @@ class CampaignSeries(Collector):
             "p": GaugeMetricFamily("adfunnel_pacing_p", "Pacing rate p of the campaign's "
                                    "current day (other: mean of the folded campaigns)",
                                    labels=["campaign"]),
+            "lam": GaugeMetricFamily("adfunnel_bid_multiplier", "Bid multiplier λ of "
+                                     "the campaign's current day: an automatic campaign "
+                                     "bids pCTR × value ÷ λ (1: manual; other: mean of "
+                                     "the folded campaigns)", labels=["campaign"]),
             "over": GaugeMetricFamily("adfunnel_overdelivery_pct", "overdelivery %: "
                                       "committed spend (billed + served, not yet billed) "
                                       "past the daily budget / daily budget × 100",
@@ -103,6 +108,7 @@ def _add(fams: dict[str, GaugeMetricFamily], label: str, cols: BudgetSnapshot,
     over = int(np.maximum(0, cols.committed_micros[which] - budget_each).sum())
     counts = np.bincount(cols.state[which], minlength=len(STATE_NAMES))
     fams["p"].add_metric([label], float(cols.p[which].mean()))
+    fams["lam"].add_metric([label], float(cols.multipliers()[which].mean()))
     fams["over"].add_metric([label], 100.0 * over / budget if budget else 0.0)
     fams["spend"].add_metric([label], billed)
     fams["budget"].add_metric([label], budget)

@@ -258,7 +258,7 @@ async def _metrics(_: Request) -> Response:
 def _status_of(cid: int, cd: CampaignDay, now: float) -> dict[str, object]:
     return {
         "campaign_id": cid, "day": cd.day.isoformat(), "state": cd.state.value,
-        "status": cd.status.value, "p": round(cd.ctl.p, 6),
+        "status": cd.status.value, "p": round(cd.ctl.p, 6), "lam": round(cd.lam, 6),
         "budget_micros": cd.daily_budget_micros, "billed_micros": cd.billed,
         "committed_micros": cd.committed(now), "slices_open": len(cd.slices),
     }

@@ -95,12 +95,19 @@ class Report(msgspec.Struct, frozen=True):
 class Directive(msgspec.Struct, frozen=True):
     """Budget state (``adfunnel.budget.slices.BudgetState`` value) and participation
     probability of one campaign on its local ``day`` (ISO date): budget state is kept
-    per campaign and local day, so yesterday's "exhausted" never stops today."""
+    per campaign and local day, so yesterday's "exhausted" never stops today.
+
+    ``lam``: the bid multiplier λ ≥ 1 of an automatic campaign (bid = pCTR × v ÷ λ,
+    :mod:`adfunnel.budget.multipliers`); 1 for every other. Its default keeps the
+    messages of servers and services from before λ decoding (a missing ``lam`` is 1).
+    A change of λ alone is published when it moved by more than 1 %
+    (``LAM_PUBLISH_SHARE``)."""
 
     campaign_id: int
     state: str
     p: float
     day: str = ""
+    lam: float = 1.0
 
 
 class SliceGrant(msgspec.Struct, frozen=True):

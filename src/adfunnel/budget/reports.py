@@ -163,10 +163,11 @@ class Reports:
         cids = s.cid[t.slot[rows]].tolist()
         states = t.pub_state[rows].tolist()
         ps = t.pub_p[rows].tolist()
+        lams = np.nan_to_num(t.pub_lam[rows], nan=1.0).tolist()
         days = [self._day_iso(d) for d in t.day[rows].tolist()]
         vals = STATE_VALUES
-        return [Directive(c, vals[st], p, d)
-                for c, st, p, d in zip(cids, states, ps, days, strict=True)]
+        return [Directive(c, vals[st], p, d, lam)
+                for c, st, p, d, lam in zip(cids, states, ps, days, lams, strict=True)]
 
     def _day_iso(self, ordinal: int) -> str:
         s = self._days_iso.get(ordinal)

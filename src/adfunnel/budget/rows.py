@@ -63,6 +63,9 @@ SLOT_COLUMNS: dict[str, tuple[type, float]] = {
     "even": (_B, 0), "accel": (_B, 0), "active": (_B, 0), "owned": (_B, 0),
     "fstart": (_I64, 0), "fend": (_I64, NO_END), "tz": (_I64, 0), "shape": (_I64, -1),
     "created": (_F64, NAN), "cur": (_I64, -1), "head": (_I64, -1),
+    # automatic bidding (adfunnel.budget.multipliers): an automatic strategy, its
+    # bid_strategy_since (Unix s; NaN: none) and its latest λ (NaN: none yet)
+    "auto": (_B, 0), "since": (_F64, NAN), "lam_last": (_F64, NAN),
 }
 #: Per campaign-day (a row). Curve: ``total`` weight of the active minutes (``flat``:
 #: none, each minute weighs 1), ``peak_share`` per second, and a cursor (``cur_m``
@@ -92,6 +95,11 @@ ROW_COLUMNS: dict[str, tuple[type, float]] = {
     # the day's budget of a flight or average-day campaign (-1: a day campaign's row,
     # whose budget is its daily budget; adfunnel.budget.periods)
     "allot": (_I64, -1),
+    # the bid multiplier λ of an automatic campaign's day and its controller state (the
+    # averages < 0: none yet), λ last published, its row of quarter hours (-1: none)
+    "lam": (_F64, 1), "lam_integral": (_F64, 0), "lam_spend_avg": (_F64, -1),
+    "lam_target_avg": (_F64, -1), "lam_charges_avg": (_F64, -1), "pub_lam": (_F64, NAN),
+    "lam_hist": (_I64, -1),
 }
 
 

@@ -53,6 +53,7 @@ The service is one class over parts of one job each, mixed in and sharing the st
 :mod:`~adfunnel.budget.plans` (shapes, curves, targets), :mod:`~adfunnel.budget.periods`
 (flight and average-day budgets of each day), :mod:`~adfunnel.budget.day_rows`
 (campaign-day rows and their view), :mod:`~adfunnel.budget.states` (state rules, warm-up),
+:mod:`~adfunnel.budget.multipliers` (λ of automatic campaigns),
 :mod:`~adfunnel.budget.reports` (the report protocol), :mod:`~adfunnel.budget.grants`
 (slices), :mod:`~adfunnel.budget.billed_spend` (the billed feed) and
 :mod:`~adfunnel.budget.control` (the control loop).
@@ -75,6 +76,7 @@ from adfunnel.budget.columns import OwnedCampaigns
 from adfunnel.budget.control import Control
 from adfunnel.budget.day_rows import DAY_BITS, CampaignDay, DayRows
 from adfunnel.budget.grants import Grants
+from adfunnel.budget.multipliers import LamHistory, Multipliers
 from adfunnel.budget.periods import Periods, PeriodSlot
 from adfunnel.budget.plans import Plans
 from adfunnel.budget.protocol import Directive, Reply
@@ -98,7 +100,7 @@ from adfunnel.pacing.curve_bank import CurveBank
 
 
 class BudgetService(Catalogue, Plans, Periods, DayRows, States, Reports, Grants, BilledSpend,
-                    Control):
+                    Control, Multipliers):
     """One shard of the budget & pacing service.
 
     Args:
@@ -160,6 +162,7 @@ class BudgetService(Catalogue, Plans, Periods, DayRows, States, Reports, Grants,
         self._owned_cache: OwnedCampaigns | None = None
         self._yesterday_p: dict[tuple[int, date], dict[int, float]] = {}
         self._history = History()
+        self._lam_history = LamHistory()  # λ by quarter hour of automatic campaign-days
         self._step_minutes: dict[int, np.ndarray] = {}  # day-zone -> minutes with a step
         # sparse per-row state: only rows that have any
         self._buckets: dict[int, deque[tuple[float, int]]] = {}
@@ -212,7 +215,8 @@ class BudgetService(Catalogue, Plans, Periods, DayRows, States, Reports, Grants,
         in_flight = np.maximum(0, t.bucket_sum[cur] + t.sl_used[cur] - t.settled_after[cur])
         return BudgetSnapshot(owned.ids.copy(), t.state[cur], t.p[cur],
                               self._slots.daily[owned.slots], billed,
-                              billed + in_flight + self._live_slices(cur, now))
+                              billed + in_flight + self._live_slices(cur, now),
+                              self._lam_published(cur)[0])
 
     def _live_slices(self, rows: np.ndarray, now: float) -> np.ndarray:
         """Per entry of ``rows``: the amount of its open, unexpired slices, micros (only

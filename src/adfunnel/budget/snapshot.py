@@ -29,6 +29,8 @@ class BudgetSnapshot:
         billed_micros: billed on the day (int64, micros).
         committed_micros: billed + in flight + live slices (int64, micros), as
             :meth:`adfunnel.budget.day_rows.CampaignDay.committed` counts it.
+        lam: bid multiplier λ (float64, ≥ 1; 1 for campaigns that are not automatic);
+            None: not given (read as 1).
     """
 
     campaign_id: np.ndarray
@@ -37,6 +39,11 @@ class BudgetSnapshot:
     budget_micros: np.ndarray
     billed_micros: np.ndarray
     committed_micros: np.ndarray
+    lam: np.ndarray | None = None
+
+    def multipliers(self) -> np.ndarray:
+        """λ of each campaign (ones when not given)."""
+        return np.ones(len(self.campaign_id)) if self.lam is None else self.lam
 
     def __len__(self) -> int:
         return len(self.campaign_id)
@@ -44,7 +51,8 @@ class BudgetSnapshot:
     @classmethod
     def from_status(cls, rows: Sequence[Mapping[str, Any]]) -> BudgetSnapshot:
         """From ``BudgetServiceProcess.status()`` records (``campaign_id``, ``state``,
-        ``p``, ``budget_micros``, ``billed_micros``, ``committed_micros``).
+        ``p``, ``budget_micros``, ``billed_micros``, ``committed_micros``; ``lam``, 1
+        where missing).
 
         Raises:
             ValueError: a state that is not one of :data:`STATE_NAMES`.
@@ -55,4 +63,5 @@ class BudgetSnapshot:
         return cls(ints("campaign_id"),
                    np.array([STATE_NAMES.index(str(r["state"])) for r in rows], dtype=np.int8),
                    np.array([float(r["p"]) for r in rows], dtype=np.float64),
-                   ints("budget_micros"), ints("billed_micros"), ints("committed_micros"))
+                   ints("budget_micros"), ints("billed_micros"), ints("committed_micros"),
+                   np.array([float(r.get("lam", 1.0)) for r in rows], dtype=np.float64))

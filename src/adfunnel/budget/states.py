@@ -112,18 +112,21 @@ class States:
         self._publish(rows)
 
     def _publish(self, rows: np.ndarray) -> None:
-        """Directive values of ``rows``; the rows whose (state, p) changed get a new
-        version and enter the change log."""
+        """Directive values of ``rows``; the rows whose (state, p) changed, or whose λ
+        moved by more than ``LAM_PUBLISH_SHARE``, get a new version and enter the change
+        log."""
         t, s = self._rows, self._slots
         st = t.state[rows]
         p = np.where(st == STOPPED, 0.0, np.where(s.accel[t.slot[rows]], 1.0, t.p[rows]))
-        changed = (st != t.pub_state[rows]) | (p != t.pub_p[rows])
+        lam, lam_moved = self._lam_published(rows)
+        changed = (st != t.pub_state[rows]) | (p != t.pub_p[rows]) | lam_moved
         if not changed.any():
             return
         ch = rows[changed]
         self._version += 1
         t.pub_state[ch] = st[changed]
         t.pub_p[ch] = p[changed]
+        t.pub_lam[ch] = lam[changed]
         t.ver[ch] = self._version
         self._log_vers.append(self._version)
         self._log_rows.append(ch.copy())

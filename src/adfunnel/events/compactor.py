@@ -68,6 +68,7 @@ _WINNER = pa.struct([
     ("pcvr", pa.float64()), ("quality_micros", pa.float64()), ("total_micros", pa.float64()),
     ("pacing_p", pa.float64()), ("propensity", pa.float64()), ("tier", pa.string()),
     ("model_pctr", pa.float64()),
+    ("bid_multiplier", pa.float64()),
 ])
 _REJECTION = pa.struct([
     ("ad_id", pa.int64()), ("campaign_id", pa.int64()), ("reason", pa.string()),

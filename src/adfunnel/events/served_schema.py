@@ -76,6 +76,9 @@ class WinnerRecord(msgspec.Struct, forbid_unknown_fields=False):
     #: (``pctr`` is the one used: raw × factor); None where the model did not give it
     #: (no model, a fallback, an ad it was not trained on, or an older record)
     model_pctr: float | None = None
+    #: the bid multiplier λ of an automatic campaign when it was served (its bid
+    #: ``bid_micros`` = ⌊v ÷ λ⌋); None: a manual bid, or not given
+    bid_multiplier: float | None = None
 
 
 class ServedRecord(msgspec.Struct, forbid_unknown_fields=False):

@@ -28,6 +28,7 @@ def warm_up() -> None:
     ids = np.zeros(1, dtype=np.int64)
     view = BulkView()
     view.pacing(ids)
+    view.multipliers(ids)
     demand = (np.zeros(1), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32))
     bulk_answers(view.values, ids, np.zeros(1, dtype=np.int32), ids, 0.0,
                  np.zeros(1, dtype=bool), *demand)

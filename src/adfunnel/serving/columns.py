@@ -29,6 +29,7 @@ from datetime import datetime
 
 import numpy as np
 
+from adfunnel.budget.multipliers import automatic
 from adfunnel.campaigns.model import Ad, AdStatus, BidType, Campaign, CampaignStatus, Daypart
 from adfunnel.campaigns.schedule import zone
 from adfunnel.pacing.flight import period_budgets
@@ -52,17 +53,19 @@ BID_TYPES = (BidType.CPM, BidType.CPC, BidType.CPA)
 #: its candidates' fields with one cache line, not one per column.
 AD_FIELDS = np.dtype([("version", np.int64), ("campaign", np.int64), ("quality", np.int64),
                       ("shape", np.int32), ("active", np.bool_)], align=True)
-#: One campaign's serving fields, packed in one record (64 bytes). ``status`` −1: no
-#: such campaign (never written).
+#: One campaign's serving fields, packed in one record (72 bytes). ``status`` −1: no
+#: such campaign (never written). ``auto``: an automatic bid strategy, whose ``bid``
+#: is the value v of one action, bid as ⌊v ÷ λ⌋ (:mod:`adfunnel.bidding.strategy`).
 CAMPAIGN_FIELDS = np.dtype([
     ("version", np.int64), ("advertiser", np.int64), ("bid", np.int64), ("charge", np.int64),
     ("daily", np.int64), ("lifetime", np.int64), ("start", np.int32), ("end", np.int32),
     ("daypart", np.int32), ("zone", np.int16), ("status", np.int8), ("bid_type", np.int8),
+    ("auto", np.bool_),
 ], align=True)
 _AD_FILL = {"version": 0, "campaign": -1, "quality": 0, "shape": -1, "active": False}
 _CAMPAIGN_FILL = {"version": 0, "advertiser": -1, "bid": 0, "charge": 0, "daily": -1,
                   "lifetime": -1, "start": 0, "end": NO_END, "daypart": 0, "zone": 0,
-                  "status": -1, "bid_type": 0}
+                  "status": -1, "bid_type": 0, "auto": False}
 
 
 class _Records:
@@ -163,6 +166,7 @@ class ColumnsView:
     c_status = property(lambda self: self.campaigns["status"])
     c_bid_type = property(lambda self: self.campaigns["bid_type"])
     c_bid = property(lambda self: self.campaigns["bid"])
+    c_auto = property(lambda self: self.campaigns["auto"])
     c_charge = property(lambda self: self.campaigns["charge"])
     c_daily = property(lambda self: self.campaigns["daily"])
     c_lifetime = property(lambda self: self.campaigns["lifetime"])
@@ -223,6 +227,7 @@ class CatalogColumns:
         rows["status"] = [STATUS_CODES[c.status] for c in cs]
         rows["bid_type"] = [BID_CODES[c.bid_type] for c in cs]
         rows["bid"] = [c.bid_micros for c in cs]
+        rows["auto"] = [automatic(c) for c in cs]
         rows["charge"] = [c.max_charge_micros for c in cs]
         rows["daily"] = [period_budgets(c)[0] for c in cs]  # a flight's day: its limits
         rows["lifetime"] = [_lifetime(c) for c in cs]

@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Callable, Collection
+from functools import partial
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -46,6 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from adfunnel.budget.gate import bid_multiplier
 from adfunnel.clock import monotonic_ms
 from adfunnel.events.served_log import ServedLog
 from adfunnel.http_errors import error_response as error_response
@@ -252,6 +254,7 @@ class ServingEndpoints:
         if self.served is not None:  # queued (never waits; dropped and counted when full)
             self.served.record(decision_source(
                 decision, req, pacing_rate=self.decider.gate.pacing_rate,
+                bid_multiplier=partial(bid_multiplier, self.decider.gate),
                 model_version=decision.model_version, exploration=decision.exploration,
                 propensities=decision.propensities or None))
         if not decision.placed and not decision.house:

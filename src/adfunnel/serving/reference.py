@@ -19,7 +19,9 @@ from datetime import datetime
 
 from adfunnel.auction.draws import PACING_COIN, unit
 from adfunnel.auction.gsp import Candidate, Rejection, run_auction
-from adfunnel.budget.gate import PACED_OUT, SpendGate
+from adfunnel.bidding.strategy import auto_bid_micros
+from adfunnel.budget.gate import PACED_OUT, SpendGate, bid_multiplier
+from adfunnel.budget.multipliers import automatic
 from adfunnel.campaigns.model import (
     Ad,
     AdStatus,
@@ -314,8 +316,12 @@ class ReferenceDecider:
         return None
 
     def _candidate(self, ad: Ad, c: Campaign, placement: str) -> Candidate:
+        """The candidate of ``ad``: an automatic campaign bids ⌊v ÷ λ⌋ (``bid_micros``
+        holds v; λ from the spend gate), a manual one its ``bid_micros``."""
+        bid = (auto_bid_micros(c.bid_micros, bid_multiplier(self.gate, c.id)) if automatic(c)
+               else c.bid_micros)
         return Candidate(
-            ad.id, c.id, c.advertiser_id, c.bid_type, c.bid_micros,
+            ad.id, c.id, c.advertiser_id, c.bid_type, bid,
             self.ctr.pctr(ad.id, placement), self.pcvr, quality_micros=ad.quality_micros,
         )
 

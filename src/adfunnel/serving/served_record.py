@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
+from adfunnel.budget.multipliers import automatic
 from adfunnel.events.served_log import DEFAULT_MAX_REJECTIONS
 from adfunnel.events.served_schema import (
     RejectionRecord,
@@ -37,6 +38,7 @@ class DecisionSource(NamedTuple):
     exploration: bool | None
     propensities: Mapping[str, float] | None
     model_version: str | None
+    multipliers: dict[int, float] | None = None
 
     @property
     def request_id(self) -> str:
@@ -49,7 +51,8 @@ class DecisionSource(NamedTuple):
         return build_record(
             self.decision, self.request, time_s, salt, pacing=self.pacing,
             exploration=self.exploration, propensities=self.propensities,
-            model_version=self.model_version, max_rejections=max_rejections)
+            model_version=self.model_version, max_rejections=max_rejections,
+            multipliers=self.multipliers)
 
 
 def decision_source(
@@ -60,18 +63,24 @@ def decision_source(
     exploration: bool | None = None,
     propensities: Mapping[str, float] | None = None,
     model_version: str | None = None,
+    bid_multiplier: Callable[[int], float] | None = None,
 ) -> DecisionSource:
     """What :meth:`ServedLog.record <adfunnel.events.served_log.ServedLog.record>` queues
     for ``decision`` (made for ``request``); O(winners), on the request path.
 
     ``pacing_rate``: campaign id -> participation probability now (e.g. the spend gate's
     ``pacing_rate``), read here for each winner; ``propensities``: slot id ->
-    propensity; ``exploration``, ``model_version``: stored as given. Do not mutate the
-    decision or the request afterwards: the writer thread reads them later.
+    propensity; ``exploration``, ``model_version``: stored as given;
+    ``bid_multiplier``: campaign id -> λ now (the spend gate's ``bid_multiplier``),
+    read for each winner of an automatic campaign. Do not mutate the decision or the
+    request afterwards: the writer thread reads them later.
     """
     pacing = ({p.campaign.id: float(pacing_rate(p.campaign.id)) for p in decision.placed}
               if pacing_rate is not None else None)
-    return DecisionSource(decision, request, pacing, exploration, propensities, model_version)
+    lams = ({p.campaign.id: float(bid_multiplier(p.campaign.id)) for p in decision.placed
+             if automatic(p.campaign)} if bid_multiplier is not None else None)
+    return DecisionSource(decision, request, pacing, exploration, propensities, model_version,
+                          lams)
 
 
 def build_record(
@@ -85,16 +94,19 @@ def build_record(
     propensities: Mapping[str, float] | None = None,
     model_version: str | None = None,
     max_rejections: int = DEFAULT_MAX_REJECTIONS,
+    multipliers: Mapping[int, float] | None = None,
 ) -> ServedRecord:
     """The :class:`ServedRecord` of ``decision`` made for ``request`` at ``time_s``.
 
     ``pacing``: campaign id -> pacing probability at decision time; ``propensities``:
-    slot id -> propensity of the ad shown there. Pure: reads its arguments only.
+    slot id -> propensity of the ad shown there; ``multipliers``: campaign id -> λ of
+    the automatic campaigns at decision time. Pure: reads its arguments only.
     """
     positions = {s.id: s.position for s in request.slots}
     factor, scored = decision.calibration_factor, decision.model_scored
     pacing = pacing or {}
     propensities = propensities or {}
+    multipliers = multipliers or {}
     winners = []
     for p in decision.placed:
         cand = p.win.candidate
@@ -119,6 +131,7 @@ def build_record(
             tier=p.tier,
             model_pctr=(float(cand.pctr) / factor if factor and scored is not None
                         and p.ad.id in scored else None),
+            bid_multiplier=multipliers.get(p.campaign.id),
         ))
     kept = decision.rejections[:max_rejections]
     return ServedRecord(

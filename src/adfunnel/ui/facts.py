@@ -37,6 +37,8 @@ class BudgetRow:
     budget_micros: int
     billed_micros: int
     served_micros: int
+    #: the bid multiplier λ of an automatic campaign (1: manual, or a shard before λ)
+    lam: float = 1.0
 
 
 def local_midnight(day: date, time_zone: str) -> datetime:
@@ -71,7 +73,8 @@ class ServerFacts:
         days = await self.reads.days(list(campaign_ids))
         return {cid: BudgetRow(d["state"], d["pacing_status"], float(d["p"]),
                                int(d["budget_micros"]), int(d["billed_micros"]),
-                               int(d["served_micros"])) for cid, d in days.items()}
+                               int(d["served_micros"]), float(d.get("lam", 1.0)))
+                for cid, d in days.items()}
 
     def budget_refusals(self, campaign_id: int, day: date) -> int:
         """Admits of the campaign on its local ``day`` refused for budget by this

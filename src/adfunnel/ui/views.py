@@ -48,7 +48,8 @@ def _row(c: dict[str, Any], ads: list[dict[str, Any]], facts: ServerFacts, budge
     day_budget = budget.budget_micros if budget else c["daily_budget_micros"]
     return {"campaign": c, "status": status, "spend_micros": spent,
             "budget_micros": day_budget, "spend_pct": _pct(spent, day_budget),
-            "p": budget.p if budget else None, "ads": len(ads),
+            "p": budget.p if budget else None, "lam": budget.lam if budget else None,
+            "ads": len(ads),
             "pending_ads": sum(1 for a in ads if a.get("review_state") != "approved"),
             "matched": matched, "capped": capped, "facts": known}
 

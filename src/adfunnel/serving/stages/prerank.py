@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 import numpy as np
 
 from adfunnel.auction.draws import RECALL, unit
+from adfunnel.bidding.strategy import auto_bids_micros
+from adfunnel.budget.gate import SpendGate, bid_multipliers
 from adfunnel.money import MILLE
 from adfunnel.prediction.scorer import PCVR, ModelScorer
 from adfunnel.prediction.smoothed import SmoothedCtr
@@ -27,6 +29,7 @@ class PrerankStage:
     of it: the decider holds the prior, the default pCVR and the cut)."""
 
     ctr: SmoothedCtr
+    gate: SpendGate
     pcvr: float
     prerank_keep: int
 
@@ -36,12 +39,25 @@ class PrerankStage:
         pctr, seen = self.ctr.pctr_array(ids, placement)
         shape, quality, bid_type, bid, advertiser = candidate_fields(ids, camp, view.ads,
                                                                      view.campaigns)
+        bid = self._auto_bids(camp, bid, view)
         if seen.any():
             self._rotate(ids, camp, shape, pctr, seen, placement)
         rate, total = totals(bid_type, bid, quality, pctr, self.pcvr)
         return {"pctr": pctr, "rate": rate, "total": total, "shape": shape,
                 "bid": bid, "bid_type": bid_type, "quality": quality, "advertiser": advertiser,
                 "pcvr": np.full(len(ids), self.pcvr)}
+
+    def _auto_bids(self, camp: np.ndarray, bid: np.ndarray, view: ColumnsView) -> np.ndarray:
+        """The bid the auction sees per candidate: ⌊v ÷ λ⌋ for automatic campaigns
+        (``bid`` holds v, λ from the spend gate: :func:`~adfunnel.bidding.strategy.
+        auto_bids_micros`), the campaign's bid for manual ones. Every total, rate,
+        price and reserve check follows from it."""
+        auto = view.c_auto[camp]
+        if not auto.any():
+            return bid
+        out = bid.copy()
+        out[auto] = auto_bids_micros(bid[auto], bid_multipliers(self.gate, camp[auto]))
+        return out
 
     def _predict(self, scorer: ModelScorer, req: SelectRequest, ids: np.ndarray,
                  camp: np.ndarray, s: dict[str, np.ndarray], now: datetime,
