@@ -1,0 +1,79 @@
+"""First-price shading of many candidates at once, in the bid's unit. Pure.
+
+:func:`adfunnel.bidding.shading.shaded_bid` answers one value per call; the ad server
+shades every automatic candidate of a first-price slot run, so :func:`shaded_bids` is
+the same maximiser over an array of values (equal to it element by element,
+property-tested) and :func:`shade_unit_bids` turns a candidate's bid in its unit (per
+mille / click / conversion, after λ) into its shaded bid in that unit. Both deciders
+(columnar and reference) call :func:`shade_unit_bids`, so the two paths shade alike by
+construction.
+
+The curve's prices are *totals* per impression (value + quality, the auction's rank
+key: what the winner had to reach, :mod:`adfunnel.serving.beats`). A candidate of
+quality q bidding b per impression reaches the total t = b + q, so its surplus
+(v − b) × P(beat ≤ b + q) is ((v + q) − t) × P(beat ≤ t): the shaded total is
+``shaded_bid(v + q)`` and the per-impression bid that total less q.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from adfunnel.bidding.shading import WinCurve, shaded_bid
+from adfunnel.bidding.strategy import MIN_BID_MICROS
+
+_NO_SURPLUS = np.iinfo(np.int64).min
+
+
+def shaded_bids(values_micros: np.ndarray, curve: WinCurve) -> np.ndarray:
+    """:func:`~adfunnel.bidding.shading.shaded_bid` of each value (micros per impression,
+    floats): int64 bids, 0 where no bid has a positive expected surplus. Exact integer
+    surplus (n × knots int64); values so large that it could overflow take the scalar
+    function."""
+    values = np.asarray(values_micros, dtype=np.float64)
+    v = np.where(values >= 0, np.floor(np.nan_to_num(values, nan=0.0, posinf=0.0)), 0.0)
+    big = v * curve.n >= 2.0**62
+    v_int = np.where(big, 0, v).astype(np.int64)
+    prices = np.asarray(curve.prices, dtype=np.int64)
+    knots = np.maximum(prices, MIN_BID_MICROS)
+    cum = np.asarray(curve.cum, dtype=np.int64)
+    k = np.searchsorted(prices, v_int, side="right")  # knots priced at or below the value
+    surplus = (v_int[:, None] - knots[None, :]) * cum[None, :]
+    surplus = np.where(np.arange(len(prices))[None, :] < k[:, None], surplus, _NO_SURPLUS)
+    best = len(prices) - 1 - np.argmax(surplus[:, ::-1], axis=1)  # the highest maximiser
+    top = surplus[np.arange(len(v_int)), best]
+    out = np.where((k > 0) & (v_int >= MIN_BID_MICROS) & (top > 0), knots[best], 0)
+    for i in np.flatnonzero(big).tolist():
+        out[i] = shaded_bid(float(values[i]), curve)
+    return out.astype(np.int64)
+
+
+def shade_unit_bids(bids: np.ndarray, rates: np.ndarray, quality: np.ndarray,
+                    curve: WinCurve, reserve_per_impression: float) -> np.ndarray:
+    """The shaded bids in each candidate's unit (int64 micros per mille / click /
+    conversion) of candidates bidding ``bids`` (their unshaded bids in that unit) at
+    action rates ``rates`` (actions per impression) with ``quality`` (micros per
+    impression).
+
+    The shaded total t = :func:`shaded_bids` (bid × rate + quality) is bid as
+    ⌈(t − quality) ÷ rate⌉ in the unit (rounded up so the total reaches t), raised to
+    the reserve in the unit ⌈reserve ÷ rate⌉ (no bid under it can win: the curve's
+    prices mix slots with other reserves) and to ``MIN_BID_MICROS``, and never above
+    the unshaded bid. A candidate with no action rate keeps its bid.
+
+    Invariants (property-tested): MIN_BID_MICROS ≤ shaded ≤ unshaded wherever the
+    unshaded bid is ≥ MIN_BID_MICROS; equal to the scalar path.
+    """
+    bids = np.asarray(bids, dtype=np.int64)
+    rates = np.asarray(rates, dtype=np.float64)
+    quality = np.asarray(quality, dtype=np.float64)
+    if not len(bids):
+        return bids.copy()
+    positive = rates > 0
+    safe = np.where(positive, rates, 1.0)
+    target = shaded_bids(bids * rates + quality, curve).astype(np.float64)
+    in_unit = np.ceil((target - quality) / safe)
+    floor = np.ceil(reserve_per_impression / safe)
+    shaded = np.maximum(np.maximum(in_unit, floor), MIN_BID_MICROS)
+    shaded = np.minimum(shaded, bids.astype(np.float64)).astype(np.int64)
+    return np.where(positive, shaded, bids)
