@@ -67,6 +67,7 @@ _WINNER = pa.struct([
     ("charge_micros", pa.int64()), ("expected_micros", pa.int64()), ("pctr", pa.float64()),
     ("pcvr", pa.float64()), ("quality_micros", pa.float64()), ("total_micros", pa.float64()),
     ("pacing_p", pa.float64()), ("propensity", pa.float64()), ("tier", pa.string()),
+    ("beat_micros", pa.float64()), ("unshaded_bid_micros", pa.int64()),
 ])
 _REJECTION = pa.struct([
     ("ad_id", pa.int64()), ("campaign_id", pa.int64()), ("reason", pa.string()),

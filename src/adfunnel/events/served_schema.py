@@ -72,6 +72,15 @@ class WinnerRecord(msgspec.Struct, forbid_unknown_fields=False):
     #: the tier that filled the slot: sponsorship, guaranteed or auction (None: a
     #: record written before tiers were logged)
     tier: str | None = None
+    #: the total per impression (micros, a float as the auction ranks) the auction's
+    #: winner had to reach to keep its slot: the next ranked candidate's total, or the
+    #: reserve per impression when none ranked after it (None: not an auction win, an
+    #: exploration pick, or a record written before it was logged). The observations
+    #: first-price shading is fitted on (:mod:`adfunnel.learn.shading_fit`).
+    beat_micros: float | None = None
+    #: the winner's bid before first-price shading, in the bid's unit (None: not shaded;
+    #: ``bid_micros`` is then the bid it came with)
+    unshaded_bid_micros: int | None = None
 
 
 class ServedRecord(msgspec.Struct, forbid_unknown_fields=False):

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from adfunnel.campaigns.model import (
+    MODEL_TARGETS,
     Ad,
     Advertiser,
     BidType,
@@ -152,7 +153,7 @@ class Catalog(CampaignReadModel):
         return max(active, key=lambda m: m.id) if active else None
 
     def _model_changed(self) -> None:
-        for target in ("click", "conversion"):
+        for target in MODEL_TARGETS:
             active = self.active_model(target)
             if active is None or active == self._active_models.get(target):
                 continue

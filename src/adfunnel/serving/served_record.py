@@ -116,6 +116,8 @@ def build_record(
             pacing_p=pacing.get(p.campaign.id),
             propensity=propensities.get(p.win.slot_id),
             tier=p.tier,
+            beat_micros=decision.beats.get(p.win.slot_id),
+            unshaded_bid_micros=decision.unshaded.get(p.win.slot_id),
         ))
     kept = decision.rejections[:max_rejections]
     return ServedRecord(
