@@ -26,6 +26,15 @@ def test_the_array_maximiser_equals_the_scalar_one(observed: list[int], vs: list
     assert shaded_bids(np.array(vs), curve).tolist() == [shaded_bid(v, curve) for v in vs]
 
 
+def test_ties_go_to_the_highest_bid_and_knots_above_the_value_never_count() -> None:
+    """Prices 2, 4 and 100: at value 6, bids 2 and 4 tie at a surplus of 4 (the highest
+    is kept); 100 is above the value, 1.5 below every price (no bid). Red when the array
+    keeps the lowest maximiser, or bids where no surplus is positive."""
+    curve = WinCurve.from_prices([2, 4, 100])
+    assert shaded_bids(np.array([6.0, 1.5]), curve).tolist() == [4, 0] == [
+        shaded_bid(6.0, curve), shaded_bid(1.5, curve)]
+
+
 def test_values_too_large_for_int64_take_the_exact_path() -> None:
     """Red when the overflow guard is dropped (the int64 surplus wraps)."""
     curve = WinCurve.from_prices([1, 2**40, 2**45])

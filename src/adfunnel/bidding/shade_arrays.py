@@ -22,9 +22,6 @@ import numpy as np
 from adfunnel.bidding.shading import WinCurve, shaded_bid
 from adfunnel.bidding.strategy import MIN_BID_MICROS
 
-_NO_SURPLUS = np.iinfo(np.int64).min
-
-
 def shaded_bids(values_micros: np.ndarray, curve: WinCurve) -> np.ndarray:
     """:func:`~adfunnel.bidding.shading.shaded_bid` of each value (micros per impression,
     floats): int64 bids, 0 where no bid has a positive expected surplus. Exact integer
@@ -37,12 +34,11 @@ def shaded_bids(values_micros: np.ndarray, curve: WinCurve) -> np.ndarray:
     prices = np.asarray(curve.prices, dtype=np.int64)
     knots = np.maximum(prices, MIN_BID_MICROS)
     cum = np.asarray(curve.cum, dtype=np.int64)
-    k = np.searchsorted(prices, v_int, side="right")  # knots priced at or below the value
+    # a knot above the value has a negative surplus (cum ≥ 1): it never maximises
     surplus = (v_int[:, None] - knots[None, :]) * cum[None, :]
-    surplus = np.where(np.arange(len(prices))[None, :] < k[:, None], surplus, _NO_SURPLUS)
     best = len(prices) - 1 - np.argmax(surplus[:, ::-1], axis=1)  # the highest maximiser
     top = surplus[np.arange(len(v_int)), best]
-    out = np.where((k > 0) & (v_int >= MIN_BID_MICROS) & (top > 0), knots[best], 0)
+    out = np.where((v_int >= MIN_BID_MICROS) & (top > 0), knots[best], 0)
     for i in np.flatnonzero(big).tolist():
         out[i] = shaded_bid(float(values[i]), curve)
     return out.astype(np.int64)
