@@ -22,6 +22,7 @@ import numpy as np
 from adfunnel.bidding.shading import WinCurve, shaded_bid
 from adfunnel.bidding.strategy import MIN_BID_MICROS
 
+
 def shaded_bids(values_micros: np.ndarray, curve: WinCurve) -> np.ndarray:
     """:func:`~adfunnel.bidding.shading.shaded_bid` of each value (micros per impression,
     floats): int64 bids, 0 where no bid has a positive expected surplus. Exact integer
