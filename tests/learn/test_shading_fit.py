@@ -39,10 +39,10 @@ def _write(directory: Path, records: list[ServedRecord]) -> None:
 
 
 def _log(tmp_path: Path) -> Path:
-    """Hour 09: 500 prices to beat uniform on 1,000..10,000 (50 of each); hour 10: ten
+    """Hour 21: 500 prices to beat uniform on 1,000..10,000 (50 of each); hour 22: ten
     prices of 20,000.2; a direct line's win (no beat); a 728-wide slot; one the day
     before (outside the window)."""
-    nine, ten = DAY + timedelta(hours=9), DAY + timedelta(hours=10)
+    nine, ten = DAY + timedelta(hours=21), DAY + timedelta(hours=22)
     records = [_record(i, nine + timedelta(seconds=i), float(1_000 * (1 + i % 10)))
                for i in range(500)]
     records += [_record(500 + i, ten, 20_000.2) for i in range(10)]
@@ -55,19 +55,19 @@ def _log(tmp_path: Path) -> Path:
 def test_a_known_price_distribution_gives_its_curve(tmp_path: Path) -> None:
     """Red when the fit reads the winner's own total instead of the price it beat (every
     curve a point at 10,000), when it ignores the window, or when the slot's size or the
-    UTC hour is taken from elsewhere (no ``feed|300x250|9`` curve)."""
+    UTC hour is taken from elsewhere (no ``feed|300x250|21`` curve)."""
     directory = _log(tmp_path)
     release = fit_release(directory, DAY, DAY + timedelta(days=1), min_observations=100)
     model = release.model
-    nine = model.curves["feed|300x250|9"]
+    nine = model.curves["feed|300x250|21"]
     assert nine.n == 500 and nine.prices == tuple(range(1_000, 10_001, 1_000))
     assert [nine.p_win(b) for b in (999, 1_000, 5_000, 10_000)] == [0.0, 0.1, 0.5, 1.0]
     assert shaded_bid(10_000, nine) == 5_000  # (10,000 − b) × b / 10,000 peaks at 5,000
-    # hour 10 has ten prices (under 100): it backs off to placement × size
-    assert model.curves["feed|300x250|10"].prices == (20_001,)  # 20,000.2 rounded up
-    assert model.curve_for("feed", "300x250", 10) is model.curves["feed|300x250|*"]
+    # hour 22 has ten prices (under 100): it backs off to placement × size
+    assert model.curves["feed|300x250|22"].prices == (20_001,)  # 20,000.2 rounded up
+    assert model.curve_for("feed", "300x250", 22) is model.curves["feed|300x250|*"]
     assert model.curves["feed|300x250|*"].n == 510
-    assert model.curves["feed|728x250|10"].n == 1 and model.curves["*|*|*"].n == 511
+    assert model.curves["feed|728x250|22"].n == 1 and model.curves["*|*|*"].n == 511
     assert release.metrics["observations"] == 511
 
 
@@ -88,6 +88,7 @@ def test_the_release_loads_back_with_its_version(tmp_path: Path) -> None:
 
 
 def test_an_empty_window_fits_nothing(tmp_path: Path) -> None:
+    """Red when the query ignores the window (a fit from every hour of the log)."""
     directory = _log(tmp_path)
     assert observations(directory, DAY + timedelta(days=2), DAY + timedelta(days=3)) == []
     with pytest.raises(NoObservations):
