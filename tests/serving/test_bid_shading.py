@@ -45,13 +45,15 @@ def _release() -> ShadingRelease:
     return ShadingRelease(fit(obs))
 
 
-def _decider(strategies: list[BidStrategy], release: ShadingRelease | None) -> ColumnarDecider:
-    """One CPC campaign per strategy (advertisers apart), bidding VALUE per click, each
-    with a 300x250 ad; placement ``fp`` prices first, ``sp`` second."""
-    campaigns = [Campaign(i + 1, i + 1, f"c{i}", Objective.CLICKS, BidType.CPC, VALUE, 10**9,
+def _decider(strategies: list[BidStrategy], release: ShadingRelease | None,
+             bids: list[int] | None = None) -> ColumnarDecider:
+    """One CPC campaign per strategy (advertisers apart), bidding ``bids`` (VALUE) per
+    click, each with a 300x250 ad; placement ``fp`` prices first, ``sp`` second."""
+    bids = bids or [VALUE] * len(strategies)
+    campaigns = [Campaign(i + 1, i + 1, f"c{i}", Objective.CLICKS, BidType.CPC, b, 10**9,
                           "UTC", NOW.date(), bid_strategy=s,
-                          bid_cap_micros=VALUE if s is not BidStrategy.MANUAL else None)
-                 for i, s in enumerate(strategies)]
+                          bid_cap_micros=b if s is not BidStrategy.MANUAL else None)
+                 for i, (s, b) in enumerate(zip(strategies, bids, strict=True))]
     ads = [Ad(10 + c.id, c.id, "https://x.test/", f"cr/{c.id}", "banner", 300, 250,
               ReviewState.APPROVED) for c in campaigns]
     catalog = Catalog.shaped(factory=ConjunctionIndex)
@@ -109,6 +111,17 @@ def test_the_winner_beats_the_runner_up_and_each_pays_at_most_its_bid() -> None:
     candidate's total is not recomputed (it ties at 20,000)."""
     fast, ref = _both(_decider([BidStrategy.MAX_CLICKS, BidStrategy.MANUAL], _release()), "fp")
     assert _won(fast) == _won(ref) == (2, VALUE, VALUE, {}, {"s1": 10_000.0})
+
+
+def test_the_shaded_total_ranks_the_candidate() -> None:
+    """Automatic 2.00 (shaded to 1.00: 10,000 per impression), manual 1.50 and 1.20: the
+    1.50 wins and beat the 1.20's 12,000. Red when the columnar path ranks the shaded
+    candidate by its unshaded total (its decisive prefix stops at the 1.50 and the
+    shaded 10,000 becomes the price to beat)."""
+    decider = _decider([BidStrategy.MAX_CLICKS, BidStrategy.MANUAL, BidStrategy.MANUAL],
+                       _release(), [VALUE, 1_500_000, 1_200_000])
+    fast, ref = _both(decider, "fp")
+    assert _won(fast) == _won(ref) == (2, 1_500_000, 1_500_000, {}, {"s1": 12_000.0})
 
 
 def test_no_release_no_shading_and_explain_says_so() -> None:
