@@ -24,6 +24,7 @@ from adfunnel.campaigns.model import (
     ReviewState,
 )
 from adfunnel.clock import ManualClock, monotonic_ms
+from adfunnel.events.compactor import records_table
 from adfunnel.index import ConjunctionIndex
 from adfunnel.prediction.shading_release import ShadingRelease
 from adfunnel.prediction.smoothed import SmoothedCtr
@@ -31,7 +32,8 @@ from adfunnel.serving.bid_shading import NO_RELEASE
 from adfunnel.serving.catalog import Catalog, Snapshot
 from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.decision import Decision
-from adfunnel.serving.request import decode_request
+from adfunnel.serving.request import SelectRequest, decode_request
+from adfunnel.serving.served_record import build_record
 
 NOW = datetime(2026, 7, 15, 14, 30, tzinfo=UTC)
 VALUE = 2_000_000  # per click; at the prior's pCTR of 1 %: 20,000 micros per impression
@@ -66,14 +68,16 @@ def _decider(strategies: list[BidStrategy], release: ShadingRelease | None,
     return decider
 
 
+def _request(placement: str, explain: bool = False) -> SelectRequest:
+    return decode_request(msgspec.json.encode({
+        "explain": explain, "user": {"key": "u"}, "placement": {"id": placement},
+        "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}]}))
+
+
 def _both(decider: ColumnarDecider, placement: str) -> tuple[Decision, Decision]:
     """The columnar decision and the reference path's (an explain request) of one slot."""
-    out = []
-    for explain in (False, True):
-        req = decode_request(msgspec.json.encode({
-            "explain": explain, "user": {"key": "u"}, "placement": {"id": placement},
-            "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}]}))
-        out.append(decider.decide(req, "r", monotonic_ms() + 60_000))
+    out = [decider.decide(_request(placement, explain), "r", monotonic_ms() + 60_000)
+           for explain in (False, True)]
     return out[0], out[1]
 
 
@@ -130,3 +134,13 @@ def test_no_release_no_shading_and_explain_says_so() -> None:
     fast, ref = _both(_decider([BidStrategy.MAX_CLICKS], None), "fp")
     assert _won(fast) == _won(ref) == (1, VALUE, VALUE, {}, {"s1": 0.0})
     assert ref.shading == [f"s1: {NO_RELEASE}"]
+
+
+def test_the_served_log_keeps_the_unshaded_bid_and_the_price_beaten() -> None:
+    """Red when the served record, or its Parquet schema, drops ``unshaded_bid_micros``
+    or ``beat_micros``."""
+    fast, _ = _both(_decider([BidStrategy.MAX_CLICKS], _release()), "fp")
+    record = build_record(fast, _request("fp"), NOW.timestamp(), b"salt")
+    [w] = records_table([record]).to_pylist()[0]["winners"]
+    assert (w["bid_micros"], w["price_micros"], w["unshaded_bid_micros"], w["beat_micros"]) == (
+        SHADED, SHADED, VALUE, 0.0)
