@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 from adfunnel.bidding.shading import shaded_bid
+from adfunnel.cli import app
 from adfunnel.events.compactor import parquet_path, records_table
 from adfunnel.events.served_schema import ServedRecord, SlotRecord, WinnerRecord
 from adfunnel.learn.shading_fit import NoObservations, fit_release, observations
@@ -93,3 +95,17 @@ def test_an_empty_window_fits_nothing(tmp_path: Path) -> None:
     assert observations(directory, DAY + timedelta(days=2), DAY + timedelta(days=3)) == []
     with pytest.raises(NoObservations):
         fit_release(directory, DAY + timedelta(days=2), DAY + timedelta(days=3))
+
+
+def test_the_command_writes_a_release_that_loads(tmp_path: Path) -> None:
+    """``adfunnel model shading-fit``: red when it writes no release, or fits another
+    window than the last ``--days``."""
+    directory = _log(tmp_path / "log")
+    days = (datetime.now(UTC) - DAY).days + 2  # the log's day and the one before it
+    done = CliRunner().invoke(app, ["model", "shading-fit", "--input", str(directory),
+                                    "--out", str(tmp_path / "rel"), "--days", str(days),
+                                    "--min-observations", "100"])
+    assert done.exit_code == 0, done.output
+    release = ShadingRelease.load(tmp_path / "rel")
+    assert release.metrics["observations"] == 512  # the day before counts too
+    assert release.model.curve_for("feed", "300x250", 21).n == 501  # its 21:00 too
