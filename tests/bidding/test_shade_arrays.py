@@ -35,6 +35,24 @@ def test_ties_go_to_the_highest_bid_and_knots_above_the_value_never_count() -> N
         shaded_bid(6.0, curve), shaded_bid(1.5, curve)]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4)), min_size=1, max_size=12),
+       st.lists(st.integers(0, 60), min_size=1, max_size=20))
+def test_curves_read_from_json_with_flat_or_zero_counts(steps: list[tuple[int, int]],
+                                                        vs: list[int]) -> None:
+    """A released curve may repeat counts or start at 0 (``from_json`` checks only that
+    they never decrease): red when the envelope bids on a line of count 0, or keeps the
+    lower of two equal lines."""
+    prices, cum, p, c = [], [], -1, 0
+    for dp, dc in steps:
+        p, c = p + 1 + dp, c + dc
+        prices.append(p)
+        cum.append(c)
+    curve = WinCurve(tuple(prices), tuple(cum), max(cum[-1], 1))
+    assert shaded_bids(np.array(vs, dtype=np.float64), curve).tolist() == [
+        shaded_bid(v, curve) for v in vs]
+
+
 def test_values_too_large_for_int64_take_the_exact_path() -> None:
     """Red when the overflow guard is dropped (the int64 surplus wraps)."""
     curve = WinCurve.from_prices([1, 2**40, 2**45])
