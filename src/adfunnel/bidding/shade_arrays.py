@@ -60,8 +60,8 @@ def _envelope(curve: WinCurve) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         b = max(p, MIN_BID_MICROS)
         while lines:
             cj, bj = lines[-1]
-            t = _ceil_div(c * b - cj * bj, c - cj) if c > cj else (
-                _NEVER if b > bj else starts[-1])
+            # an equal count: the line is never above the last one (b ≥ its b)
+            t = _ceil_div(c * b - cj * bj, c - cj) if c > cj else _NEVER
             if t > starts[-1]:
                 break
             lines.pop()
