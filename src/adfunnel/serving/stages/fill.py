@@ -167,11 +167,13 @@ class FillStage:
         """The price each auction winner of the run beat, and its unshaded bid."""
         if not result.wins:
             return
-        at = {int(a): i for i, a in enumerate(ids.tolist())}
+        def at(ad: int) -> int:  # a few look-ups per run: no index of every candidate
+            return int(np.flatnonzero(ids == ad)[0])
+
         beats = run_beats(result.wins, result.rejections,
-                          lambda ad: self._candidate_at(at[ad], ids, camp, s).total, reserve)
+                          lambda ad: self._candidate_at(at(ad), ids, camp, s).total, reserve)
         record_run(decision.beats, decision.unshaded, result.wins, wins, beats,
-                   lambda ad: int(bids[at[ad]]))
+                   lambda ad: int(bids[at(ad)]))
 
     def _place(self, wins: list[Win], direct: RunFill | None, req: SelectRequest,
                camp: np.ndarray, s: dict[str, np.ndarray], versions: Versions,
