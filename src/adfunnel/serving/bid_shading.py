@@ -65,13 +65,28 @@ def run_curve(release: ShadingRelease | None, pricing: AuctionType, placement: s
     return curve
 
 
-def automatic(campaign_of: Callable[[int], Campaign | None], campaign_ids: np.ndarray,
-              ) -> np.ndarray:
-    """Per candidate (its campaign id): whether its campaign bids automatically."""
-    uniq, inverse = np.unique(campaign_ids, return_inverse=True)
-    flags = np.fromiter((is_automatic(getattr(campaign_of(int(c)), "bid_strategy", None))
-                         for c in uniq.tolist()), dtype=bool, count=len(uniq))
-    return flags[inverse]
+class AutomaticBook:
+    """Which campaigns bid automatically: the catalogue puts each campaign it applies;
+    decisions read :meth:`mask` (a sorted id array, swapped whole on a change, so a
+    reader sees the old or the new one)."""
+
+    def __init__(self) -> None:
+        self._ids: set[int] = set()
+        self._array = np.empty(0, dtype=np.int64)
+
+    def put(self, campaigns: Iterable[Campaign]) -> None:
+        changed = False
+        for c in campaigns:
+            auto = is_automatic(c.bid_strategy)
+            if auto != (c.id in self._ids):
+                changed = True
+                (self._ids.add if auto else self._ids.discard)(c.id)
+        if changed:
+            self._array = np.array(sorted(self._ids), dtype=np.int64)
+
+    def mask(self, campaign_ids: np.ndarray) -> np.ndarray:
+        """Per candidate (its campaign id): whether its campaign bids automatically."""
+        return np.isin(campaign_ids, self._array)
 
 
 def shade_columns(s: dict[str, np.ndarray], auto: np.ndarray, curve: WinCurve,

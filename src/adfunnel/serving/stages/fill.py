@@ -26,7 +26,6 @@ from adfunnel.frequency.windows import CapPlan
 from adfunnel.money import MILLE
 from adfunnel.prediction.shading_release import ShadingRelease
 from adfunnel.serving.bid_shading import (
-    automatic,
     record_run,
     run_beats,
     run_curve,
@@ -158,7 +157,7 @@ class FillStage:
         curve = run_curve(self.shading, pricing, req.placement.id, slot, now, None)
         if curve is None or not len(camp):
             return s
-        auto = automatic(self.catalog.campaigns.get, camp)
+        auto = self.catalog.automatic.mask(camp)
         return shade_columns(s, auto, curve, reserve) if auto.any() else s
 
     def _record_run(self, decision: Decision, result: AuctionResult, wins: list[Win],
