@@ -5,6 +5,7 @@ explain says when no release shades."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import msgspec
@@ -19,6 +20,7 @@ from adfunnel.campaigns.model import (
     BidStrategy,
     BidType,
     Campaign,
+    ChangeRecord,
     Objective,
     Placement,
     ReviewState,
@@ -144,3 +146,14 @@ def test_the_served_log_keeps_the_unshaded_bid_and_the_price_beaten() -> None:
     [w] = records_table([record]).to_pylist()[0]["winners"]
     assert (w["bid_micros"], w["price_micros"], w["unshaded_bid_micros"], w["beat_micros"]) == (
         SHADED, SHADED, VALUE, 0.0)
+
+
+def test_a_campaign_switched_to_manual_is_no_longer_shaded() -> None:
+    """Red when the catalogue's book of automatic campaigns is not updated on a change
+    (the columnar path keeps shading a campaign now bidding manually)."""
+    decider = _decider([BidStrategy.MAX_CLICKS], _release())
+    held = decider.catalog.campaigns[1]
+    manual = replace(held, version=2, bid_strategy=BidStrategy.MANUAL, bid_cap_micros=None)
+    assert decider.catalog.apply_local(ChangeRecord(5, "campaign", 1, 2, manual, NOW))
+    fast, ref = _both(decider, "fp")
+    assert _won(fast) == _won(ref) == (1, VALUE, VALUE, {}, {"s1": 0.0})
