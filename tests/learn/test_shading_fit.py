@@ -3,6 +3,7 @@ distribution give the expected curve, with back-off, in a release that loads bac
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 from adfunnel.bidding.shading import shaded_bid
 from adfunnel.cli import app
-from adfunnel.events.compactor import parquet_path, records_table
+from adfunnel.events.compactor import compact, parquet_path, records_table
 from adfunnel.events.served_schema import ServedRecord, SlotRecord, WinnerRecord
 from adfunnel.learn.shading_fit import NoObservations, fit_release, observations
 from adfunnel.prediction.model import ModelError
@@ -109,3 +110,26 @@ def test_the_command_writes_a_release_that_loads(tmp_path: Path) -> None:
     release = ShadingRelease.load(tmp_path / "rel")
     assert release.metrics["observations"] == 512  # the day before counts too
     assert release.model.curve_for("feed", "300x250", 21).n == 501  # its 21:00 too
+
+
+@pytest.mark.slow
+def test_real_decisions_through_the_served_log_fit_their_prices_to_beat(
+        tmp_path: Path) -> None:
+    """Twenty decisions of both deciders (second price) → served log → Parquet → fit: one
+    observation per auction winner, the price it beat. Red when the served record drops
+    ``beat_micros`` (nothing to fit) or the fit joins a winner to another slot's size."""
+    from tests.events.test_served_log import START, World, _record_hours, _served_log
+
+    world = World()
+    log = _served_log(tmp_path, world)
+    made = _record_hours(world, log)
+    log.close()
+    compact(tmp_path, START + timedelta(hours=3))
+    want = sorted((req.placement.id, f"{s.width}x{s.height}", math.ceil(d.beats[p.win.slot_id]))
+                  for d, req in made for p in d.placed for s in req.slots
+                  if s.id == p.win.slot_id)
+    got = observations(tmp_path, START - timedelta(hours=1), START + timedelta(hours=3))
+    assert len(got) == len(want) > 20
+    assert sorted((placement, size, price) for placement, size, _, price in got) == want
+    assert {size for _, size, _, _ in got} == {"300x250"}
+    assert {hour for _, _, hour, _ in got} == {9, 10}
