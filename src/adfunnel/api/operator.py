@@ -98,13 +98,16 @@ def make_operator_router(store: CampaignStore) -> APIRouter:
 
     @router.post("/v1/admin/models", status_code=201, response_model=ModelOut)
     def register_model(body: ModelIn, response: Response) -> ModelOut:
-        """Serve with this model (a click model, or the conversion model of CPA
-        candidates) from now on: every ad server loads it through the change log,
-        without a restart."""
+        """Serve with this model (a click model, the conversion model of CPA
+        candidates, or a shading release: first-price shading's win curves) from now
+        on: every ad server loads it through the change log, without a restart."""
         from adfunnel.prediction.model import ClickModel, ModelError
+        from adfunnel.prediction.shading_release import ShadingRelease, is_shading_artifact
 
+        path = Path(body.path)
         try:
-            model = ClickModel.load(Path(body.path))
+            model: ClickModel | ShadingRelease = (
+                ShadingRelease.load(path) if is_shading_artifact(path) else ClickModel.load(path))
         except ModelError as exc:
             raise validation_error(("path", str(exc))) from None
         release = store.register_model(model.version, body.path, model.dataset,

@@ -333,6 +333,10 @@ class HouseAd:
     height: int
 
 
+#: What a model release serves: pCTR, pCVR, or first-price shading's win curves.
+MODEL_TARGETS = ("click", "conversion", "shading")
+
+
 @dataclass(frozen=True, slots=True)
 class ModelRelease:
     """A model artifact registered for serving (DESIGN.md §The funnel, step 5).
@@ -342,7 +346,7 @@ class ModelRelease:
     pCVR of CPA candidates). For each target, ad servers serve with the *active*
     release of highest ``id``; a new registration is active and leaves the older ones
     of its target inactive, through the change log, so every process switches without a
-    restart.
+    restart. ``shading``: a shading release (:mod:`adfunnel.prediction.shading_release`).
     """
 
     id: int

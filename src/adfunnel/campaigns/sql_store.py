@@ -36,6 +36,7 @@ from adfunnel.campaigns.creative import Creative
 from adfunnel.campaigns.errors import InvalidChange
 from adfunnel.campaigns.model import (
     DEFAULT_ATTRIBUTION_WINDOW_S,
+    MODEL_TARGETS,
     Ad,
     AdStatus,
     Advertiser,
@@ -297,16 +298,17 @@ class SqlCampaignStore:
 
     def register_model(self, model_version: str, path: str, dataset: str,
                        target: str = "click") -> ModelRelease:
-        """Register a model artifact as the active one of its ``target`` (``click`` or
-        ``conversion``); the releases of that target active before it become inactive
-        (each change is in the change log, so ad servers follow).
+        """Register a model artifact as the active one of its ``target`` (``click``,
+        ``conversion``, or ``shading``: first-price shading's win curves); the releases
+        of that target active before it become inactive (each change is in the change
+        log, so ad servers follow).
 
         Raises:
             InvalidChange: an empty or too long path, version or dataset, or an unknown
                 target.
         """
-        if target not in ("click", "conversion"):
-            raise InvalidChange("target", "must be click or conversion")
+        if target not in MODEL_TARGETS:
+            raise InvalidChange("target", "must be click, conversion or shading")
         release = self._records.create("model", {"model_version": model_version, "path": path,
                                                  "dataset": dataset, "active": True,
                                                  "target": target})

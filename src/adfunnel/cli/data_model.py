@@ -1,5 +1,5 @@
-"""The served log and the click model: ``adfunnel events query`` and ``adfunnel model
-train | evaluate | ope``."""
+"""The served log and the models: ``adfunnel events query`` and ``adfunnel model
+train | evaluate | ope | shading-fit``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from adfunnel.cli.console import console, first_line
 
 events_app = typer.Typer(help="The served log: SQL over its hourly Parquet files.")
 model_app = typer.Typer(help="The click model: train and evaluate (hashed logistic regression, "
-                        "isotonic calibration).")
+                        "isotonic calibration); first-price shading's win curves.")
 
 
 @events_app.command("query")
@@ -155,6 +155,40 @@ def model_ope(
     if format_ == "served-log":
         result["left_out_without_propensity"] = left_out
     _emit(result, json_path)
+
+
+@model_app.command("shading-fit")
+def model_shading_fit(
+    input_path: Annotated[Path, typer.Option("--input", help="The served log's directory (serve --served-log).")],
+    out: Annotated[Path, typer.Option(help="Directory the shading release is written to.")],
+    days: Annotated[float, typer.Option(help="The window: the served log's last DAYS days (UTC, up to now).")] = 7.0,
+    min_observations: Annotated[int, typer.Option(help="Segments with fewer prices back off to coarser ones.")] = 200,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the release's figures here.", show_default="none")] = None,
+) -> None:
+    """Fit first-price shading's win curves (per placement × slot size × hour, with
+    back-off) from the served log's prices to beat; write a shading release to --out
+    (register it with POST /v1/admin/models to serve with it)."""
+    from datetime import timedelta
+
+    from adfunnel.events.compactor import compact
+    from adfunnel.learn.shading_fit import NoObservations, fit_release
+
+    if days <= 0 or min_observations < 1:
+        console.print("[red]--days must be > 0 and --min-observations >= 1[/red]")
+        raise typer.Exit(2)
+    if not input_path.is_dir():
+        console.print(f"[red]no served log at {input_path}[/red]")
+        raise typer.Exit(2)
+    now = datetime.now(UTC)
+    try:
+        compact(input_path, now)
+        release = fit_release(input_path, now - timedelta(days=days), now,
+                              min_observations=min_observations)
+        release.save(out)
+    except (NoObservations, OSError) as exc:
+        console.print(f"[red]{first_line(exc)}[/red]")
+        raise typer.Exit(1) from None
+    _emit({"version": release.version, "out": str(out), **release.metrics}, json_path)
 
 
 def _emit(result: dict, json_path: Path | None) -> None:

@@ -69,6 +69,7 @@ _WINNER = pa.struct([
     ("pacing_p", pa.float64()), ("propensity", pa.float64()), ("tier", pa.string()),
     ("model_pctr", pa.float64()),
     ("bid_multiplier", pa.float64()),
+    ("beat_micros", pa.float64()), ("unshaded_bid_micros", pa.int64()),
 ])
 _REJECTION = pa.struct([
     ("ad_id", pa.int64()), ("campaign_id", pa.int64()), ("reason", pa.string()),

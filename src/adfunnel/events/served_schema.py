@@ -79,6 +79,15 @@ class WinnerRecord(msgspec.Struct, forbid_unknown_fields=False):
     #: the bid multiplier λ of an automatic campaign when it was served (its bid
     #: ``bid_micros`` = ⌊v ÷ λ⌋); None: a manual bid, or not given
     bid_multiplier: float | None = None
+    #: the total per impression (micros, a float as the auction ranks) the auction's
+    #: winner had to reach to keep its slot: the next ranked candidate's total, or the
+    #: reserve per impression when none ranked after it (None: not an auction win, an
+    #: exploration pick, or a record written before it was logged). The observations
+    #: first-price shading is fitted on (:mod:`adfunnel.learn.shading_fit`).
+    beat_micros: float | None = None
+    #: the winner's bid before first-price shading, in the bid's unit (None: not shaded;
+    #: ``bid_micros`` is then the bid it came with)
+    unshaded_bid_micros: int | None = None
 
 
 class ServedRecord(msgspec.Struct, forbid_unknown_fields=False):

@@ -49,6 +49,7 @@ from adfunnel.prediction.calibration import CalibrationMonitor
 from adfunnel.prediction.model import ClickModel, ModelError
 from adfunnel.prediction.published import PublishedFactors
 from adfunnel.prediction.scorer import ModelScorer
+from adfunnel.prediction.shading_release import ShadingRelease
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.runtime.compiled import warm_up
 from adfunnel.runtime.event_plane import EventPlane, make_event_plane
@@ -260,14 +261,18 @@ def follow_model_releases(catalog: Catalog, decider: ColumnarDecider, settings: 
                           monitor: CalibrationMonitor, cvr: ClickModel | None = None,
                           factors: PublishedFactors | None = None) -> None:
     """Serve with the active model releases of the change log (``POST
-    /v1/admin/models``) — the click model, and the conversion model of CPA candidates —
-    switching when another becomes active, without a restart. A release whose artifact
+    /v1/admin/models``) — the click model, the conversion model of CPA candidates, and
+    first-price shading's win curves (:func:`use_shading`) — switching when another
+    becomes active, without a restart. A release whose artifact
     cannot be loaded, or is not the version and target registered, is logged and the
     current model kept. A conversion model waits for a click model to serve with."""
     log = logging.getLogger("adfunnel.model")
     state: dict[str, ClickModel | None] = {"conversion": cvr}
 
     def use(release: ModelRelease) -> None:
+        if release.target == "shading":
+            use_shading(decider, release)
+            return
         try:
             model = ClickModel.load(Path(release.path))
         except ModelError as exc:
@@ -296,10 +301,29 @@ def follow_model_releases(catalog: Catalog, decider: ColumnarDecider, settings: 
                  release.id)
 
     catalog.model_listeners.append(use)
-    for target in ("conversion", "click"):
+    for target in ("conversion", "click", "shading"):
         found = catalog.active_model(target)
         if found is not None:
             use(found)
+
+
+def use_shading(decider: ColumnarDecider, release: ModelRelease) -> None:
+    """Shade automatic bids on first-price placements with a shading release
+    (:mod:`adfunnel.serving.bid_shading`); one that cannot be loaded, or is not the
+    version registered, is logged and the current curves kept."""
+    log = logging.getLogger("adfunnel.model")
+    try:
+        loaded = ShadingRelease.load(Path(release.path))
+    except ModelError as exc:
+        log.error("shading release %d not loaded: %s", release.id, exc)
+        return
+    if loaded.version != release.model_version:
+        log.error("shading release %d: %s holds version %s, not %s", release.id,
+                  release.path, loaded.version, release.model_version)
+        return
+    decider.shading = loaded
+    log.info("shading first-price bids with release %s (release %d)", loaded.version,
+             release.id)
 
 
 def make_served_log(settings: Settings, clock: Clock) -> ServedLog | None:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from adfunnel.campaigns.model import (
+    MODEL_TARGETS,
     Ad,
     Advertiser,
     BidType,
@@ -34,6 +35,7 @@ from adfunnel.index.base import AdIndex
 from adfunnel.index.conjunction import ConjunctionIndex
 from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import MILLE
+from adfunnel.serving.bid_shading import AutomaticBook
 from adfunnel.serving.caps import CapBook
 from adfunnel.serving.columns import CatalogColumns
 from adfunnel.serving.direct_book import DirectBook
@@ -87,6 +89,7 @@ class Catalog(CampaignReadModel):
         self.columns = CatalogColumns()
         self.caps = CapBook()  # which campaigns have frequency caps
         self.direct = DirectBook()  # which campaigns are sponsorship or guaranteed lines
+        self.automatic = AutomaticBook()  # which campaigns bid automatically (shading)
         self.models: dict[int, ModelRelease] = {}  # registered click models, by id
         #: called with a target's new active model release whenever it changes
         self.model_listeners: list[Callable[[ModelRelease], None]] = []
@@ -125,6 +128,7 @@ class Catalog(CampaignReadModel):
             self.columns.put_campaigns(list(self.campaigns.values()))
             self.caps.put(c for c in self.campaigns.values() if c.frequency_caps)
             self.direct.put(self.campaigns.values())
+            self.automatic.put(self.campaigns.values())
             self.columns.put_ads(list(self.ads.values()))
             self.index.build(self._entries(self.ads.values())[0])
             self.position = max(self.position, snapshot.last_seq)
@@ -152,7 +156,7 @@ class Catalog(CampaignReadModel):
         return max(active, key=lambda m: m.id) if active else None
 
     def _model_changed(self) -> None:
-        for target in ("click", "conversion"):
+        for target in MODEL_TARGETS:
             active = self.active_model(target)
             if active is None or active == self._active_models.get(target):
                 continue
@@ -192,6 +196,7 @@ class Catalog(CampaignReadModel):
         if c.priority is not Priority.AUCTION or (held is not None
                                                   and held.priority is not Priority.AUCTION):
             self.direct.put([c])
+        self.automatic.put([c])
         if held is None or held.targeting != c.targeting:
             self._targeting[c.id] = _compile(c)
         self._reindex(self.ads[a] for a in self._ads_by_campaign.get(c.id, ()))

@@ -53,6 +53,7 @@ from adfunnel.index.base import ArrayRetrieval, query_array
 from adfunnel.index.shaped import ShapedIndex
 from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.scorer import ModelScorer
+from adfunnel.prediction.shading_release import ShadingRelease
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.caps import CapGate
 from adfunnel.serving.catalog import Catalog
@@ -149,6 +150,8 @@ class ColumnarDecider(FilterStage, GatingStage, PrerankStage, FillStage):
         #: share of decisions in the exploration slice, while a model decides (a
         #: uniform pick among the eligible candidates above the reserve, per slot)
         self.exploration_share = 0.0
+        #: first-price shading's win curves, a shading release (None: bids unshaded)
+        self.shading: ShadingRelease | None = None
         self._placement_reasons: dict[str, tuple[int, int, np.ndarray]] = {}
         self._distinct = Scratch()
 
@@ -251,7 +254,7 @@ class ColumnarDecider(FilterStage, GatingStage, PrerankStage, FillStage):
         ref.token_key, ref.token_ttl_s, ref.pcvr = self.token_key, self.token_ttl_s, self.pcvr
         ref.retrieval_limit, ref.rng, ref.eligible = self.retrieval_limit, self.rng, self.eligible
         ref.same_retrieval, ref.caps, ref.capped = self.same_retrieval, self.caps, self.capped
-        ref.supply = self.supply
+        ref.supply, ref.shading = self.supply, self.shading
         return ref
 
     def _retrieve(self, req: SelectRequest, limit: int | None = None) -> ArrayRetrieval:

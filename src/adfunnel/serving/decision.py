@@ -95,6 +95,13 @@ class Decision:
     #: what the decision counted in the frequency-cap store (None: nothing); given back
     #: by the decider's ``abandon`` when the answer is not sent
     cap_counts: CapCounts | None = None
+    #: first-price shading, per slot run (explain requests: whether and with which
+    #: curve automatic bids were shaded; :mod:`adfunnel.serving.bid_shading`)
+    shading: list[str] = field(default_factory=list)
+    #: slot id -> the auction winner's bid before shading, where it was shaded
+    unshaded: dict[str, int] = field(default_factory=dict)
+    #: slot id -> the total per impression the auction's winner had to beat (micros)
+    beats: dict[str, float] = field(default_factory=dict)
 
     def slot_tiers(self) -> dict[str, str]:
         """The tier that filled each filled slot (``sponsorship``, ``guaranteed``,

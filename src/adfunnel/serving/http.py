@@ -320,7 +320,8 @@ class ServingEndpoints:
         )
         return SelectResponse(d.request_id, ads, d.index_version, late=d.late,
                               rejections=rejections,
-                              tiers=d.slot_tiers() if explain else None)
+                              tiers=d.slot_tiers() if explain else None,
+                              shading=d.shading if explain and d.shading else None)
 
     async def noop(self, _: Request) -> Response:
         """``noop_asgi`` as a Starlette endpoint."""

@@ -22,6 +22,7 @@ from adfunnel.auction.gsp import Candidate, Rejection, run_auction
 from adfunnel.bidding.strategy import auto_bid_micros
 from adfunnel.budget.gate import PACED_OUT, SpendGate, bid_multiplier
 from adfunnel.budget.multipliers import automatic
+from adfunnel.campaigns.bidding_terms import is_automatic
 from adfunnel.campaigns.model import (
     Ad,
     AdStatus,
@@ -36,7 +37,9 @@ from adfunnel.frequency.windows import CapPlan
 from adfunnel.index.base import Retrieval
 from adfunnel.index.shaped import ShapedIndex
 from adfunnel.pacing.traffic_log import EligibleCounter
+from adfunnel.prediction.shading_release import ShadingRelease
 from adfunnel.prediction.smoothed import SmoothedCtr
+from adfunnel.serving.bid_shading import record_reference_run, shade_reference_run
 from adfunnel.serving.caps import CAPPED, CapGate, add_counts
 from adfunnel.serving.catalog import Catalog
 from adfunnel.serving.decision import (
@@ -130,6 +133,8 @@ class ReferenceDecider:
         self.capped = capped if capped is not None else EligibleCounter()
         #: per decision, the guaranteed lines eligible (HWM's serving order)
         self.supply = supply if supply is not None else GuaranteedSupply()
+        #: first-price shading's win curves (None: automatic bids are not shaded)
+        self.shading: ShadingRelease | None = None
 
     def decide(self, req: SelectRequest, request_id: str, deadline_at_ms: float) -> Decision:
         """Decide ``req`` before ``deadline_at_ms`` (a :func:`monotonic_ms` instant).
@@ -335,6 +340,7 @@ class ReferenceDecider:
     ) -> None:
         candidates = rotate_creatives(candidates, self.ctr, req.placement.id)
         by_ad = {cand.ad_id: (ad, c) for cand, ad, c in candidates}
+        auto = {c.id for _, _, c in candidates if is_automatic(c.bid_strategy)}
         placed_campaigns: set[int] = set()
         placed_advertisers: set[int] = set()
         direct = {c.id: KIND_OF[c.priority] for _, _, c in candidates
@@ -351,6 +357,9 @@ class ReferenceDecider:
             placement = self.catalog.placements.get(req.placement.id)
             reserve = applied_reserve(req, run[0], placement)
             pricing = placement.auction_type if placement else AuctionType.SECOND_PRICE
+            came, pool = pool, shade_reference_run(pool, auto, self.shading, pricing,
+                                                   req.placement.id, run[0], now, reserve,
+                                                   decision.shading)
             if direct:  # sponsorships, guaranteed lines, then the auction on the rest
                 lines = direct_lines(pool, direct, rank)
                 fill = fill_run([s.id for s in run], lines,
@@ -361,6 +370,10 @@ class ReferenceDecider:
                 result = run_auction(pool, [s.id for s in run], reserve, tie_seed=seed,
                                      auction_type=pricing)
                 wins, tiers, rejections = result.wins, {}, result.rejections
+            record_reference_run(
+                decision.beats, decision.unshaded, wins,
+                {w.slot_id for w in wins if tiers.get(w.slot_id, AUCTION) == AUCTION},
+                [r for r in rejections if r.campaign_id not in direct], pool, came, reserve)
             for win in wins:
                 ad, c = by_ad[win.candidate.ad_id]
                 placed_campaigns.add(c.id)

@@ -105,6 +105,9 @@ class SelectResponse(msgspec.Struct, omit_defaults=True):
     #: explain requests: the tier that filled each slot (slot id -> ``sponsorship``,
     #: ``guaranteed``, ``auction`` or ``house``)
     tiers: dict[str, str] | None = None
+    #: explain requests: per first-price slot run, whether and with which win curve
+    #: automatic bids were shaded (``no shading release: automatic bids unshaded``)
+    shading: list[str] | None = None
 
 
 _decoder = msgspec.json.Decoder(SelectRequest)

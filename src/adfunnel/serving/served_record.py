@@ -132,6 +132,8 @@ def build_record(
             model_pctr=(float(cand.pctr) / factor if factor and scored is not None
                         and p.ad.id in scored else None),
             bid_multiplier=multipliers.get(p.campaign.id),
+            beat_micros=decision.beats.get(p.win.slot_id),
+            unshaded_bid_micros=decision.unshaded.get(p.win.slot_id),
         ))
     kept = decision.rejections[:max_rejections]
     return ServedRecord(

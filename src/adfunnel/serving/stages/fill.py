@@ -24,6 +24,13 @@ from adfunnel.budget.gate import NO_SLICE
 from adfunnel.campaigns.model import AuctionType
 from adfunnel.frequency.windows import CapPlan
 from adfunnel.money import MILLE
+from adfunnel.prediction.shading_release import ShadingRelease
+from adfunnel.serving.bid_shading import (
+    record_run,
+    run_beats,
+    run_curve,
+    shade_columns,
+)
 from adfunnel.serving.caps import CapGate, add_counts
 from adfunnel.serving.catalog import Catalog
 from adfunnel.serving.columns import BID_TYPES, ColumnsView
@@ -70,6 +77,7 @@ class FillStage:
     token_key: bytes
     token_ttl_s: int
     supply: GuaranteedSupply
+    shading: ShadingRelease | None
 
     def _auction_columns(self, req: SelectRequest, ids: np.ndarray, camp: np.ndarray,
                          s: dict[str, np.ndarray], versions: Versions, view: ColumnsView,
@@ -81,11 +89,14 @@ class FillStage:
         in_page = np.zeros(len(ids), dtype=bool)  # campaign or advertiser placed already
         cols = self.catalog.columns
         kinds = self._kinds(camp)  # None: no direct line among the candidates
+        base = s  # the bids as they came (after λ); each run shades its own copy
         for run in slot_runs(req.slots):
+            s = base
             at_position(s, run[0].position)  # the model's pCTR at this run's position
             pool = (s["shape"] == cols.shape_code(run[0].format, run[0].width, run[0].height))
             pool &= ~in_page
             reserve = applied_reserve(req, run[0], placement)
+            s = self._shade_run(req, run[0], base, camp, pricing, now, reserve)
             slot_ids = [x.id for x in run]
             direct: RunFill | None = None
             if kinds is not None:  # sponsorships and guaranteed lines first (tiers)
@@ -134,8 +145,34 @@ class FillStage:
             if decision.exploration is not None:
                 wins = self._explore(ids, camp, s, eligible, run, reserve, seed, wins,
                                      decision, pricing)
+            self._record_run(decision, result, wins, ids, camp, s, base["bid"], reserve)
             self._place([*(direct.wins if direct else []), *wins], direct, req, camp, s,
                         versions, in_page, now, decision)
+
+    def _shade_run(self, req: SelectRequest, slot: SlotIn, s: dict[str, np.ndarray],
+                   camp: np.ndarray, pricing: AuctionType, now: datetime,
+                   reserve: int) -> dict[str, np.ndarray]:
+        """The run's scores with automatic candidates' bids shaded on a first-price
+        placement (:mod:`adfunnel.serving.bid_shading`); ``s`` itself otherwise."""
+        curve = run_curve(self.shading, pricing, req.placement.id, slot, now, None)
+        if curve is None or not len(camp):
+            return s
+        auto = self.catalog.automatic.mask(camp)
+        return shade_columns(s, auto, curve, reserve) if auto.any() else s
+
+    def _record_run(self, decision: Decision, result: AuctionResult, wins: list[Win],
+                    ids: np.ndarray, camp: np.ndarray, s: dict[str, np.ndarray],
+                    bids: np.ndarray, reserve: int) -> None:
+        """The price each auction winner of the run beat, and its unshaded bid."""
+        if not result.wins:
+            return
+        def at(ad: int) -> int:  # a few look-ups per run: no index of every candidate
+            return int(np.flatnonzero(ids == ad)[0])
+
+        beats = run_beats(result.wins, result.rejections,
+                          lambda ad: self._candidate_at(at(ad), ids, camp, s).total, reserve)
+        record_run(decision.beats, decision.unshaded, result.wins, wins, beats,
+                   lambda ad: int(bids[at(ad)]))
 
     def _place(self, wins: list[Win], direct: RunFill | None, req: SelectRequest,
                camp: np.ndarray, s: dict[str, np.ndarray], versions: Versions,
