@@ -102,9 +102,9 @@ def auction(pctr: np.ndarray, market_micros: np.ndarray, bid_per_click_micros: i
     p = np.asarray(pctr, dtype=np.float64)
     m = np.asarray(market_micros, dtype=np.int64)
     won = (p > 0) & (p * bid >= m) & (bid > 0)
-    safe = np.where(p > 0, p, 1.0)
-    raw = np.ceil(m / safe - 1e-9)
-    price = np.minimum(bid, np.maximum(0, raw)).astype(np.int64)
+    raw = np.zeros(len(p))
+    np.divide(m, p, out=raw, where=won)  # won: m ÷ pCTR ≤ bid, no overflow
+    price = np.minimum(bid, np.maximum(0.0, np.ceil(raw - 1e-9))).astype(np.int64)
     return won, np.where(won, price, 0)
 
 
