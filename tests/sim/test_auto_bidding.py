@@ -64,9 +64,10 @@ def _short() -> dict[str, Any]:
 def test_max_clicks_delivers_never_overspends_and_beats_its_manual_twin() -> None:
     """The issue's targets on the short form (10:00–14:00 Berlin, two passes ~25 s).
 
-    Red when λ is frozen at 1 in the bids (``bid = auto_bid_micros(v, 1.0)`` in
-    ``DaySim._landscape_requests``): ahead of plan, λ goes to its bound and throttling
-    takes over; red when the manual twin bids 3 × the average CPC (more clicks)."""
+    Red when λ is frozen at 1 in the bids (``auto_bid_micros(v, 1.0)`` in
+    ``DaySim._landscape_requests``): the service's λ runs to its bound, throttling takes
+    over, 149 clicks against the twin's 325; red when the twin bids 3 × the average CPC
+    (the bid check; its clicks stay below: 287 against 344, 260 at 1.5 ×)."""
     r = _short()
     auto, manual = r["max_clicks"], r["manual"]
     assert auto["traffic_allows"]  # λ = 1 would bill ≥ 1.05 × the window's ask
