@@ -85,3 +85,24 @@ def test_max_clicks_delivers_never_overspends_and_beats_its_manual_twin() -> Non
     # λ did the cut: it left its cold start and bid below the value most of the time
     assert 1.0 <= auto["lambda_min"] < 10.0 < auto["lambda_max"]
     assert np.median([v for _, v in auto["lambda_steps"][1:]]) > 1.5
+
+
+@pytest.mark.slow
+def test_simulate_auto_bidding_prints_both_strategies_and_every_verdict(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``adfunnel simulate --scenario auto-bidding`` reaches the two-pass run (the short
+    form's result, not run again) and prints both rows and the three verdicts. Red when
+    the CLI sends the name to the one-pass day simulation (unknown scenario, exit 2)."""
+    from typer.testing import CliRunner
+
+    from adfunnel.cli import app
+    from adfunnel.sim import auto_bidding
+
+    monkeypatch.setattr(auto_bidding, "run_auto_bidding", lambda *a, **k: _short())
+    done = CliRunner().invoke(app, ["simulate", "--scenario", "auto-bidding", "--short"])
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert any(x.startswith("max_clicks ") for x in lines)
+    assert any(x.startswith("manual ") for x in lines)
+    assert sum("[met]" in x for x in lines) == 3
+    assert "auto-bidding" in CliRunner().invoke(app, ["simulate", "--help"]).output
