@@ -17,6 +17,8 @@ from adfunnel.money import format_units
 #: The availability forecast check (:mod:`adfunnel.sim.forecast_check`): two weeks on a
 #: real embedded server.
 FORECAST = "forecast"
+#: The automatic bidding scenario (:mod:`adfunnel.sim.auto_bidding`): two passes of a day.
+AUTO_BIDDING = "auto-bidding"
 
 
 def replay(
@@ -153,7 +155,7 @@ def _scenario_names() -> str:
     from adfunnel.sim.flight_scenarios import flight_scenarios
     from adfunnel.sim.scenarios import scenarios
 
-    return ", ".join([*scenarios(), *flight_scenarios(), FORECAST])
+    return ", ".join([*scenarios(), AUTO_BIDDING, *flight_scenarios(), FORECAST])
 
 
 def simulate(
@@ -176,6 +178,9 @@ def simulate(
     if scenario == FORECAST:
         _simulate_forecast(report, seed, short)
         return
+    if scenario == AUTO_BIDDING:
+        _simulate_auto_bidding(report, seed, short)
+        return
     from adfunnel.sim.day_report import SUMMARY_UNITS, run_simulation, summary_lines
 
     try:
@@ -192,6 +197,18 @@ def simulate(
         console.print(f"report written to {report}")
     if plots is not None:
         console.print(f"plots (PNG) written to {plots}/")
+
+
+def _simulate_auto_bidding(report: Path | None, seed: int, short: bool) -> None:
+    """``simulate --scenario auto-bidding``: max_clicks, then its manual twin."""
+    from adfunnel.sim.auto_bidding import run_auto_bidding, summary_lines
+
+    with progress_bar(console, "simulating auto-bidding (simulated time, two passes)") as update:
+        result = run_auto_bidding(report, seed=seed, short=short, progress=update)
+    for line in summary_lines(result):
+        typer.echo(line)
+    if report is not None:
+        console.print(f"report written to {report}")
 
 
 def _simulate_forecast(report: Path | None, seed: int, short: bool) -> None:

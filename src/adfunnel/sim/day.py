@@ -9,7 +9,11 @@ N simulated ad servers, each with its own :class:`~adfunnel.budget.client.Budget
 conversion delays. Only the clock (:class:`~adfunnel.clock.ManualClock`, set to each
 event's time) and the transport (an in-memory one with delays, outages and crashes)
 are the simulation's own; the auction is a stand-in (win with a fixed probability,
-pay a uniform share of the bid), since budgets and pacing are what is measured.
+pay a uniform share of the bid), since budgets and pacing are what is measured, except
+for campaigns with a real bid landscape (``SimCampaign.landscape``,
+:mod:`adfunnel.sim.landscape`): their requests draw pCTR and a competing price from the
+iPinYou data and they bid pCTR × their bid per click — ⌊v ÷ λ⌋ for an automatic
+strategy, λ read from the ad server's budget client as serving reads it.
 
 Eligible requests per campaign follow its traffic shape (the iPinYou hour-of-day
 curve unless the scenario says otherwise) in its local time, Poisson per server per
@@ -30,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from adfunnel.bidding.strategy import auto_bid_micros
 from adfunnel.billing.batch import LedgerWrite
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
@@ -41,6 +46,7 @@ from adfunnel.budget.protocol import Reply, Report
 from adfunnel.budget.service import BudgetService
 from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import (
+    BidStrategy,
     BidType,
     BillableEvent,
     Campaign,
@@ -52,6 +58,7 @@ from adfunnel.campaigns.schedule import day_bounds, local_day, zone
 from adfunnel.clock import ManualClock
 from adfunnel.money import ceil_micros, cpm_to_impression
 from adfunnel.pacing.curve import hourly_to_minutely
+from adfunnel.sim.landscape import Landscape, auction, ceiling_charges, load_landscape
 from adfunnel.sim.scenarios import Scenario, SimCampaign
 from adfunnel.sim.traffic import ipinyou_hourly, normalised
 
@@ -91,6 +98,14 @@ class Track:
     committed_shortfall: int = 0
     after_exhausted_s: float | None = None  # latest admit after the budget ran out
     after_pause_s: float | None = None  # latest admit after a pause
+    # real-landscape campaigns: their own random source for requests, rows and clicks
+    # (the same traffic in every run of a seed, whatever the controllers do), what the
+    # requests would bill at the campaign's ceiling bid (λ = 1) by local day as
+    # [billed, clicks], the λ its bids used (lowest, highest) and λ at each control step
+    rng: np.random.Generator | None = None
+    ceiling: dict[date, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    lam_used: list[float] = field(default_factory=list)
+    lam_steps: list[tuple[float, float]] = field(default_factory=list)
 
 
 class _Net:
@@ -137,7 +152,7 @@ class DaySim:
                 id=c.id, advertiser_id=c.id, name=f"c{c.id}", objective=Objective.CLICKS,
                 bid_type=c.bid_type, bid_micros=c.bid_micros, daily_budget_micros=c.budget_micros,
                 time_zone=c.time_zone, flight_start=sc.day - timedelta(days=2),
-                pacing_mode=c.pacing,
+                pacing_mode=c.pacing, bid_strategy=c.strategy,
                 # the day simulation bills served impressions directly (no beacons, no
                 # viewability measured): as campaigns billed on render
                 billable_event=BillableEvent.RENDERED,
@@ -146,9 +161,15 @@ class DaySim:
             mins = hourly_to_minutely(hist)
             mean_h = sum(hist) / 24.0
             mult = [v * 60.0 / mean_h for v in mins]
-            cost = mean_expected(c)
-            rate = c.budget_micros * c.potential / (86400.0 * c.win * cost)
+            if c.landscape:
+                rate = c.requests_per_day / 86400.0
+            else:
+                rate = c.budget_micros * c.potential / (86400.0 * c.win * mean_expected(c))
             self.tracks[c.id] = Track(c, camp, mult, rate, server_active=[True] * sc.servers)
+            if c.landscape:  # one stream for every such campaign of a seed: same traffic
+                self.tracks[c.id].rng = np.random.default_rng([seed, 27])
+        self.landscape: Landscape | None = (
+            load_landscape() if any(c.landscape for c in sc.campaigns) else None)
         self.services = [self._fresh_service(i) for i in range(sc.shards)]
         self.restarted: dict[str, Any] | None = None
         self.alive = [True] * sc.servers
@@ -225,6 +246,8 @@ class DaySim:
             1.0 if cd.campaign.pacing_mode is PacingMode.ACCELERATED else cd.ctl.p)
         tr.steps.append((now, p, cd.state.value, cd.plan.target_micros(now - cd.start_s),
                          cd.plan.budget_micros, cd.day.toordinal()))
+        if tr.rng is not None:
+            tr.lam_steps.append((now, cd.lam))
 
     # -- traffic --------------------------------------------------------------------------
     def traffic(self) -> None:
@@ -244,12 +267,18 @@ class DaySim:
                 m *= tr.sc.traffic(loc.hour, loc.minute)
             lams.append(tr.rate_mean * m / len(alive))
         counts = self.rng.poisson(np.array(lams), size=(len(alive), len(tracks)))
+        for ci, tr in enumerate(tracks):
+            if tr.rng is not None:  # its own stream (Track.rng)
+                counts[:, ci] = tr.rng.poisson(lams[ci], size=len(alive))
         for si, server in enumerate(alive):
             client = self.clients[server]
             row = counts[si]
             for ci, tr in enumerate(tracks):
                 n = int(row[ci])
                 if n == 0 or not tr.server_active[server]:
+                    continue
+                if tr.rng is not None:
+                    self._landscape_requests(server, tr, n, at, locals_[ci].date())
                     continue
                 tr.eligible[locals_[ci].date()] += n
                 p = client.pacing_rate(tr.campaign.id)
@@ -260,18 +289,48 @@ class DaySim:
                 for _ in range(w):
                     self._try_serve(server, tr, at, locals_[ci].date())
 
-    def _try_serve(self, server: int, tr: Track, at: datetime, day: date) -> None:
+    def _landscape_requests(self, server: int, tr: Track, n: int, at: datetime,
+                            day: date) -> None:
+        """``n`` eligible requests of a real-landscape campaign on ``server``: rows and
+        click draws from the campaign's own stream, what they would bill at its ceiling
+        bid, participation p, then the auctions at its bid per click (⌊v ÷ λ⌋ for an
+        automatic strategy, λ from the server's budget client) and a serve per win."""
+        assert tr.rng is not None and self.landscape is not None
+        c, client = tr.campaign, self.clients[server]
+        tr.eligible[day] += n
+        pctr, market, clicked = self.landscape.draw(tr.rng, n)
+        billed, clicks = ceiling_charges(pctr, market, clicked, c.bid_micros)
+        tr.ceiling[day][0] += billed
+        tr.ceiling[day][1] += clicks
+        keep = self.rng.random(n) < client.pacing_rate(c.id)
+        bid = c.bid_micros
+        if c.bid_strategy is not BidStrategy.MANUAL:
+            tr.lam_used.append(client.bid_multiplier(c.id))
+            bid = auto_bid_micros(c.bid_micros, tr.lam_used[-1])
+        won, price = auction(pctr, market, bid)
+        won &= keep
+        for i in np.flatnonzero(won).tolist():
+            self._try_serve(server, tr, at, day,
+                            (int(price[i]), float(pctr[i]), bool(clicked[i])))
+
+    def _try_serve(self, server: int, tr: Track, at: datetime, day: date,
+                   won: tuple[int, float, bool] | None = None) -> None:
+        """One won auction: admit, record the serve, bill its events. ``won``: a real
+        auction's (price per click in micros, pCTR, clicked); None = the stand-in's."""
         client = self.clients[server]
         c, sc = tr.campaign, tr.sc
         if client.admit(c, at, c.max_charge_micros) is not None:
             return
         self._note_admit(tr)
         lo, hi = sc.price_frac
-        price = int(c.bid_micros * (lo + (hi - lo) * float(self.rng.random())))
+        if won is not None:
+            price, pctr = won[0], won[1]
+        else:
+            price, pctr = int(c.bid_micros * (lo + (hi - lo) * float(self.rng.random()))), sc.pctr
         if sc.bid_type is BidType.CPM:
             expected = worst = cpm_to_impression(price)
         elif sc.bid_type is BidType.CPC:
-            expected, worst = ceil_micros(price * sc.pctr), price
+            expected, worst = ceil_micros(price * pctr), price
         else:
             expected, worst = ceil_micros(price * sc.pctr * sc.pcvr), price
         t = self.now
@@ -293,11 +352,11 @@ class DaySim:
         occ = t + 0.2 + 1.8 * r[1]
         self.push(occ + lag, self.bill, (tr, imp, EventType.IMPRESSION, 0, occ, t, 0))
         if sc.bid_type is BidType.CPC:
-            prob, mean, window = sc.pctr, self.sc.click_delay_mean_s, self.sc.click_window_s
+            prob, mean, window = pctr, self.sc.click_delay_mean_s, self.sc.click_window_s
         else:
             prob = sc.pctr * sc.pcvr
             mean, window = self.sc.conversion_delay_mean_s, self.sc.conversion_window_s
-        if r[0] < prob:
+        if (r[0] < prob) if won is None else won[2]:
             late = self.sc.click_delay_range_s if sc.bid_type is BidType.CPC else None
             if late is not None:
                 d = float(self.rng.uniform(*late))

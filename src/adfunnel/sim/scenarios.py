@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 
-from adfunnel.campaigns.model import BidType, PacingMode
+from adfunnel.campaigns.model import BidStrategy, BidType, PacingMode
 from adfunnel.sim.traffic import ipinyou_hourly, normalised
 
 USD = 1_000_000
@@ -27,6 +27,12 @@ class SimCampaign:
     it wins. ``history``: hourly shape of its last 7 days (None = the iPinYou shape).
     ``traffic``: local (hour, minute) -> multiplier of its real traffic over the
     history shape (viral, dead hour).
+
+    ``landscape``: its auctions are real ones (:mod:`adfunnel.sim.landscape`): each
+    eligible request draws a pCTR and a competing price, the campaign bids pCTR × its
+    bid per click (⌊v ÷ λ⌋ for an automatic ``strategy``) and pays the competing price
+    per click; ``requests_per_day`` then sets its eligible traffic (``potential``,
+    ``win``, ``price_frac`` and ``pctr`` are not used).
     """
 
     id: int
@@ -43,6 +49,9 @@ class SimCampaign:
     history: tuple[float, ...] | None = None
     traffic: Callable[[int, int], float] | None = None
     forced: tuple[tuple[int, int, int], ...] = ()  # (hour, minute, serves) on server 0
+    strategy: BidStrategy = BidStrategy.MANUAL
+    landscape: bool = False
+    requests_per_day: float = 0.0
 
 
 @dataclass(frozen=True)
