@@ -10,6 +10,7 @@ from datetime import UTC, date, datetime
 import numpy as np
 import pytest
 
+from adfunnel.budget.bulk_view import UNKNOWN_LAMBDA
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.gate import LocalSpendGate
 from adfunnel.budget.metrics import CampaignSeries
@@ -153,9 +154,12 @@ def test_a_new_day_starts_from_yesterdays_lambda() -> None:
 
 
 def test_directives_carry_lambda_published_past_a_one_percent_move() -> None:
-    """The reply's directive carries λ; the client answers it (one and in bulk), 1 for a
-    campaign it has not heard of, as the local gate does. A move under 1 % publishes
-    nothing. Red when ``_lam_published`` ignores λ (no directive after the switch)."""
+    """The reply's directive carries λ; the client answers it (one and in bulk), and the
+    lowest bids (``UNKNOWN_LAMBDA``) for a campaign it has not heard of: a server that
+    has not heard from the service never lets an automatic campaign bid its whole value
+    (red with the bulk view's fill at 1.0, or the dict's default at 1.0). The local gate,
+    with no service, answers 1. A move under 1 % publishes nothing. Red when
+    ``_lam_published`` ignores λ (no directive after the switch)."""
     shard = Shard(_manual())
     shard.svc.upsert_campaign(replace(_auto(), version=2))
     shard.run(1, 11_600)
@@ -165,7 +169,8 @@ def test_directives_carry_lambda_published_past_a_one_percent_move() -> None:
     client.handle_reply(shard.reply)
     assert client.bid_multiplier(1) == pytest.approx(shard.lam())
     assert client.bulk_multiplier(np.array([1, 2, 1 << 40])).tolist() == [
-        pytest.approx(shard.lam()), 1.0, 1.0]
+        pytest.approx(shard.lam()), UNKNOWN_LAMBDA, UNKNOWN_LAMBDA]
+    assert client.bid_multiplier(2) == UNKNOWN_LAMBDA
     assert LocalSpendGate().bid_multiplier(1) == 1.0
     t, row = shard.svc._rows, shard.svc.current(1, shard.clock.now().timestamp()).row
     version = shard.svc._version

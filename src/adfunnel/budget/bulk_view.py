@@ -15,13 +15,19 @@ import numpy as np
 from numba import njit
 
 from adfunnel.dense import DENSE_IDS
+from adfunnel.pacing.bid_multiplier import LAMBDA_MAX
+
+#: λ of a campaign no directive has spoken of yet: the lowest bids. A server that has
+#: not heard from the budget service (just started, a new campaign) must not let an
+#: automatic campaign bid its whole value v; manual campaigns never read λ.
+UNKNOWN_LAMBDA = LAMBDA_MAX
 
 #: One campaign's bulk view (48 bytes).
 VIEW_FIELDS = np.dtype([("open_day", np.int32), ("stopped_day", np.int32),
                         ("slice_day", np.int32), ("p", np.float64), ("slice_room", np.int64),
                         ("slice_exp", np.float64), ("lam", np.float64)], align=True)
 _FILL = {"open_day": -1, "stopped_day": -1, "slice_day": -1, "p": 1.0, "slice_room": 0,
-         "slice_exp": 0.0, "lam": 1.0}
+         "slice_exp": 0.0, "lam": UNKNOWN_LAMBDA}
 #: bulk answers (adfunnel.budget.gate: ADMIT, ASK)
 _ADMIT, _ASK = 0, 2
 
@@ -78,7 +84,7 @@ def _pacing(view: np.ndarray, cids: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, nogil=True)
 def _multipliers(view: np.ndarray, cids: np.ndarray) -> np.ndarray:
-    out = np.ones(len(cids), np.float64)
+    out = np.full(len(cids), UNKNOWN_LAMBDA, np.float64)
     for i in range(len(cids)):
         c = cids[i]
         if 0 <= c < len(view):

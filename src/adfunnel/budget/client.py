@@ -40,7 +40,7 @@ from typing import Protocol
 
 import numpy as np
 
-from adfunnel.budget.bulk_view import BulkView, bulk_answers
+from adfunnel.budget.bulk_view import UNKNOWN_LAMBDA, BulkView, bulk_answers
 from adfunnel.budget.demand import Demand, DemandBook
 from adfunnel.budget.gate import BUDGET_EXHAUSTED, DENSE_IDS, NO_SLICE, Served
 from adfunnel.budget.protocol import (
@@ -211,10 +211,10 @@ class BudgetClient:
             return self._p.get(campaign_id, 1.0)
 
     def bid_multiplier(self, campaign_id: int) -> float:
-        """λ from the service's last reply (1.0 before the first, and for a campaign
-        that is not automatic): an automatic campaign bids pCTR × v ÷ λ."""
+        """λ from the service's last reply (``UNKNOWN_LAMBDA``, the lowest bids, before
+        the first): an automatic campaign bids pCTR × v ÷ λ."""
         with self._lock:
-            return self._lam.get(campaign_id, 1.0)
+            return self._lam.get(campaign_id, UNKNOWN_LAMBDA)
 
     def bulk_admit(self, campaign_ids: np.ndarray, day_ordinals: np.ndarray,
                    charges: np.ndarray, budgets: np.ndarray, t: float) -> np.ndarray:
@@ -252,16 +252,16 @@ class BudgetClient:
 
     def bulk_multiplier(self, campaign_ids: np.ndarray) -> np.ndarray:
         """λ of each campaign (float64[n]), as :meth:`bid_multiplier` answers."""
-        return self._bulk_read(self._bulk.multipliers, self._lam, campaign_ids)
+        return self._bulk_read(self._bulk.multipliers, self._lam, campaign_ids, UNKNOWN_LAMBDA)
 
     def _bulk_read(self, read: Callable[[np.ndarray], np.ndarray], held: dict[int, float],
-                   campaign_ids: np.ndarray) -> np.ndarray:
-        """The bulk view's values (ids below ``DENSE_IDS``), ``held``'s for the others."""
+                   campaign_ids: np.ndarray, unknown: float = 1.0) -> np.ndarray:
+        """The bulk view's values (ids < ``DENSE_IDS``), else ``held``'s (or ``unknown``)."""
         out = read(campaign_ids)
         big = campaign_ids >= DENSE_IDS
         if big.any():
             with self._lock:
-                out[big] = [held.get(int(c), 1.0) for c in campaign_ids[big]]
+                out[big] = [held.get(int(c), unknown) for c in campaign_ids[big]]
         return out
 
     def _note_directive(self, campaign_id: int, day: date | None, state: BudgetState,
