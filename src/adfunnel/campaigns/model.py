@@ -272,9 +272,10 @@ class Campaign:
     bid_cap_micros: int | None = None
     #: target_cpa: the flight's average cost per conversion at most this, micros
     target_cpa_micros: int | None = None
-    #: when the strategy terms (strategy, cap, target, the period's budget of an
-    #: automatic strategy) last changed, aware UTC from the injected clock; the budget
-    #: service restarts λ at its safe value when it moves. None: not since creation.
+    #: when the strategy terms (strategy, cap, target) last changed, aware UTC from the
+    #: injected clock; the budget service restarts λ at its safe value when it moves. A
+    #: budget change keeps λ: an uncapped strategy's bids then scale with its new value
+    #: (v = budget / 100), as a larger budget asks. None: not since creation.
     bid_strategy_since: datetime | None = None
 
     @property
