@@ -17,6 +17,7 @@ from starlette.responses import RedirectResponse, Response
 
 from adfunnel.ui import views
 from adfunnel.ui.api_client import ApiAnswer, ApiClient, ApiFailure
+from adfunnel.ui.bidding import bidding_fields
 from adfunnel.ui.facts import ServerFacts
 from adfunnel.ui.forms import (
     FieldProblem,
@@ -176,6 +177,10 @@ def _targeting_call(form: Any) -> tuple[str, str, dict[str, Any]]:
                          "version": _version(form)}
 
 
+def _bidding_call(form: Any) -> tuple[str, str, dict[str, Any]]:
+    return "PATCH", "", {**bidding_fields(form, edit=True), "version": _version(form)}
+
+
 def _ad_call(form: Any) -> tuple[str, str, dict[str, Any]]:
     return "POST", "/ads", {"landing_url": form.get("landing_url", "").strip(),
                             "creative_ref": form.get("creative_ref", "").strip(),
@@ -190,7 +195,7 @@ def _ad_call(form: Any) -> tuple[str, str, dict[str, Any]]:
 EDIT_FORMS: dict[str, tuple[str, EditCall]] = {
     "budget": ("budget", _budget_call), "status": ("status", _status_call),
     "sale": ("sale", _sale_call), "targeting": ("targeting", _targeting_call),
-    "ads": ("ad", _ad_call),
+    "ads": ("ad", _ad_call), "bidding": ("bidding", _bidding_call),
 }
 
 
@@ -203,7 +208,7 @@ def campaign_body(form: dict[str, str], viewer: Viewer) -> dict[str, Any]:
         "name": form.get("name", ""),
         "objective": form.get("objective", "clicks"),
         "bid_type": form.get("bid_type", "CPM"),
-        "bid_micros": units_to_micros(form.get("bid", ""), "bid_micros"),
+        **bidding_fields(form, edit=False),
         "time_zone": form.get("time_zone", "UTC").strip() or "UTC",
         "flight_start": form.get("flight_start", ""),
         "billable_event": form.get("billable_event", "viewable"),

@@ -20,6 +20,7 @@ from starlette.templating import Jinja2Templates
 from adfunnel.money import MICROS_PER_UNIT
 from adfunnel.ui import views
 from adfunnel.ui.api_client import ApiAnswer, ApiClient, ApiFailure
+from adfunnel.ui.bidding import BID_STRATEGIES
 from adfunnel.ui.forms import WEEKDAYS, dayparts_rows, micros_to_units, pretty_json, submitted_rows
 from adfunnel.ui.selling import BUDGET_PERIODS, GOAL_METRICS, PACING_MODES, PRIORITIES
 from adfunnel.ui.session import Sessions, Viewer, current_viewer
@@ -48,6 +49,7 @@ def make_templates(currency: str = "") -> Jinja2Templates:
     env.globals["dayparts_rows"] = dayparts_rows
     env.globals["submitted_rows"] = submitted_rows
     env.globals["PRIORITIES"] = PRIORITIES
+    env.globals["BID_STRATEGIES"] = BID_STRATEGIES
     env.globals["GOAL_METRICS"] = GOAL_METRICS
     env.globals["BUDGET_PERIODS"] = BUDGET_PERIODS
     env.globals["PACING_MODES"] = PACING_MODES
