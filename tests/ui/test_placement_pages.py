@@ -88,6 +88,7 @@ def test_the_placement_page_shows_the_reports_figures_in_the_servers_currency(
     log_in(client, ADMIN_KEY)
     listed = client.get("/ui/placements")
     assert listed.status_code == 200 and 'href="/ui/placements/feed"' in listed.text
+    assert '<td class="auction-type">second price</td>' in listed.text  # the default
     campaigns = client.get("/ui/campaigns").text
     assert 'href="/ui/placements"' in campaigns  # the nav links it
     assert "900.00 EUR CPM" in campaigns  # every page names the server's currency
