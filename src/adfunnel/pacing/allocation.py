@@ -32,6 +32,7 @@ span; a sample's weights are scaled so). Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -69,11 +70,14 @@ def high_water_mark(supply: Sequence[SupplyNode], demand: Mapping[int, float]) -
     ``supply`` (request types: eligible line ids, weight ≥ 0). Lines of ``demand`` that no
     request type lists get alpha 0 (nothing eligible). Module doc for the rule."""
     nodes = [(frozenset(ids), float(w)) for ids, w in supply if w > 0]
-    eligible = {j: 0.0 for j in demand}
+    weights: dict[int, list[float]] = {j: [] for j in demand}
     for ids, w in nodes:
         for j in ids:
-            if j in eligible:
-                eligible[j] += w
+            if j in weights:
+                weights[j].append(w)
+    # fsum: exactly rounded, so a line's supply (and the order) never depends on the
+    # order the request types come in (a running float sum does, in its last bit)
+    eligible = {j: math.fsum(ws) for j, ws in weights.items()}
     order = contention_order(eligible)
     left = [w for _, w in nodes]
     alpha: dict[int, float] = {}
