@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -53,9 +53,13 @@ def replay(
     if learn and server is not None:
         console.print("[red]--learn needs the replay's own server: leave out --server[/red]")
         raise typer.Exit(2)
-    if auto_bidding is not None and auto_bidding != COMPARE:
+    if auto_bidding is not None:
         try:
-            parse_mode(auto_bidding)
+            if auto_bidding != COMPARE:
+                parse_mode(auto_bidding)
+            elif server is not None or database_url is not None:
+                raise ValueError("--auto-bidding compare starts a fresh server for each "
+                                 "pass: leave out --server and --database-url")
         except ValueError as exc:
             console.print(f"[red]{exc}[/red]")
             raise typer.Exit(2) from None
@@ -64,11 +68,11 @@ def replay(
     with Progress(console=console) as progress:
         task = progress.add_task("replaying", total=len(rows) * (
             2 if auto_bidding == COMPARE else 1))
-        kwargs = {"server": server, "database_url": database_url, "seed": seed,
-                  "ctr_scale": ctr_scale, "pctr_prior": pctr_prior, "speed": speed,
-                  "progress": lambda n: progress.advance(task, n), "event_log": event_log,
-                  "learn": learn, "catalogue": catalogue, "api_key": api_key,
-                  "direct": direct}
+        kwargs: dict[str, Any] = {
+            "server": server, "database_url": database_url, "seed": seed,
+            "ctr_scale": ctr_scale, "pctr_prior": pctr_prior, "speed": speed,
+            "progress": lambda n: progress.advance(task, n), "event_log": event_log,
+            "learn": learn, "catalogue": catalogue, "api_key": api_key, "direct": direct}
         if auto_bidding == COMPARE:
             both = compare(rows, run_replay, report, **kwargs)
         else:

@@ -172,7 +172,15 @@ def compare(rows: list[LogRow], run: Callable[..., dict[str, Any]],
     """Both passes on ``rows`` by ``run`` (:func:`adfunnel.sim.replay.run_replay`, with
     ``kwargs``): max_clicks, then manual at its average CPC. Returns (and writes to
     ``report_path`` as JSON) ``{"design", "rows", "wall_s", "max_clicks", "manual",
-    "targets"}``, each target ``{"target", "value", "met"}`` (met null: not judged)."""
+    "targets"}``, each target ``{"target", "value", "met"}`` (met null: not judged).
+
+    Raises:
+        ValueError: ``server`` or ``database_url`` given: each pass needs a fresh server
+        (the second would meet the first's campaigns and spend).
+    """
+    if kwargs.get("server") or kwargs.get("database_url"):
+        raise ValueError("--auto-bidding compare starts a fresh server for each pass: "
+                         "leave out --server and --database-url")
     t = time.perf_counter()
     first = run(rows, auto_bidding=MAX_CLICKS, **kwargs)["auto_bidding"]
     # no click: nothing to copy; the twin bids the cap
