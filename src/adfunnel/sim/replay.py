@@ -29,7 +29,7 @@ from typing import Any
 
 from adfunnel.sim import replay_report
 from adfunnel.sim.invalid import HELD_OUT_PROVIDERS
-from adfunnel.sim.ipinyou import LogRow
+from adfunnel.sim.ipinyou import CHINA, LogRow
 from adfunnel.sim.ivt_recall import measure_ivt
 from adfunnel.sim.learn import AttributeClicks, split_last_day, train_and_register
 from adfunnel.sim.potential import judge_delivery
@@ -185,7 +185,8 @@ def run_replay(
         if auto_id is not None:
             lam = served_lambda(served_dir, auto_id) if proc is not None else None
             report["auto_bidding"] = auto_figures(
-                next(c for c in report["campaigns"] if c["campaign_id"] == auto_id), lam)
+                next(c for c in report["campaigns"] if c["campaign_id"] == auto_id), lam,
+                sorted({r.timestamp.astimezone(CHINA).date().isoformat() for r in rows}))
         else:
             report["auto_bidding"] = None
         if proc is not None:

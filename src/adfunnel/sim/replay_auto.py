@@ -49,6 +49,9 @@ TRAFFIC_ALLOWS_MARGIN = 1.05
 #: Share of the budget the max_clicks campaign must bill on such a day.
 DELIVERY_MIN = 0.98
 MAX_CLICKS = "max_clicks"
+CEILING = "ceiling"
+#: The ceiling pass's daily budget (1,000 CNY): never reached on this log.
+CEILING_BUDGET_MICROS = 1_000_000_000
 COMPARE = "compare"
 
 
@@ -59,6 +62,9 @@ class AutoMode:
 
     strategy: str
     cpc_micros: int | None = None
+    #: max_clicks accelerated (published λ = 1) with a budget that never binds: what the
+    #: campaign bills at its ceiling under the replay's real competition
+    ceiling: bool = False
 
 
 def parse_mode(value: str) -> AutoMode:
@@ -69,6 +75,8 @@ def parse_mode(value: str) -> AutoMode:
     """
     if value == MAX_CLICKS:
         return AutoMode(MAX_CLICKS)
+    if value == CEILING:
+        return AutoMode(MAX_CLICKS, ceiling=True)
     kind, _, cpc = value.partition(":")
     if kind == "manual" and cpc.isdigit() and int(cpc) > 0:
         return AutoMode("manual", int(cpc))
@@ -88,8 +96,9 @@ def auto_body(mode: AutoMode, advertiser_id: int, start: datetime) -> dict[str, 
     body: dict[str, Any] = {
         "advertiser_id": advertiser_id, "name": f"auto-{mode.strategy}",
         "objective": "clicks", "bid_type": "CPC",
-        "daily_budget_micros": AUTO_BUDGET_MICROS, "time_zone": "Asia/Shanghai",
-        "flight_start": start.date().isoformat(), "pacing_mode": "even",
+        "daily_budget_micros": CEILING_BUDGET_MICROS if mode.ceiling else AUTO_BUDGET_MICROS,
+        "time_zone": "Asia/Shanghai", "flight_start": start.date().isoformat(),
+        "pacing_mode": "accelerated" if mode.ceiling else "even",
         "billable_event": "rendered", "targeting": AUTO_TARGETING,
     }
     if mode.strategy == MAX_CLICKS:
@@ -120,22 +129,26 @@ def create_auto(replayer: Any, start: datetime, mode: AutoMode) -> int:
     return int(campaign["id"])
 
 
-def auto_figures(campaign: dict[str, Any], lam: dict[str, Any] | None) -> dict[str, Any]:
+def auto_figures(campaign: dict[str, Any], lam: dict[str, Any] | None,
+                 dates: list[str]) -> dict[str, Any]:
     """One pass's figures of the campaign, from its entry of the replay report's
     ``campaigns`` (ledger; days judged by :func:`adfunnel.sim.potential.judge_delivery`)
     and ``lam`` (:func:`served_lambda`): per day billed ÷ budget, clicks, absorbed
     overspend, potential at λ = 1 and whether traffic allows the budget; the totals;
     the average CPC (billed ÷ clicks: a CPC campaign bills clicks only)."""
     budget = campaign["daily_budget_micros"]
+    reported = {d["date"]: d for d in campaign["days"]}
+    # every local day of the rows, those the ledger has nothing of with zeros
+    zero = {"billed_micros": 0, "clicks": 0, "absorbed_overspend_micros": 0}
     days = [{"date": d["date"], "budget_micros": budget, "billed_micros": d["billed_micros"],
              "share": round(d["billed_micros"] / budget, 4), "clicks": d["clicks"],
              "absorbed_overspend_micros": d["absorbed_overspend_micros"],
              "potential_micros": d.get("potential_micros", 0),
              "traffic_allows": d.get("potential_micros", 0) >= TRAFFIC_ALLOWS_MARGIN * budget}
-            for d in campaign["days"]]
-    allowed = [d for d in days if d["traffic_allows"]]
+            for date in sorted(set(dates) | set(reported))
+            for d in ({"date": date, **zero, **reported.get(date, {})},)]
     billed, clicks = campaign["billed_micros"], campaign["clicks"]
-    return {
+    return judged({
         "campaign_id": campaign["campaign_id"], "name": campaign["name"],
         "bid_micros": campaign["bid_micros"], "daily_budget_micros": budget,
         "billed_micros": billed, "budget_micros": budget * len(days),
@@ -144,12 +157,32 @@ def auto_figures(campaign: dict[str, Any], lam: dict[str, Any] | None) -> dict[s
         "avg_cpc_micros": round(billed / clicks) if clicks else None,
         "days_above_budget": [d["date"] for d in days if d["billed_micros"] > budget
                               or d["absorbed_overspend_micros"] > 0],
-        "traffic_allows_days": len(allowed),
-        "met_days": sum(d["share"] >= DELIVERY_MIN for d in allowed),
-        "allowed_share": (round(sum(d["billed_micros"] for d in allowed)
-                                / (budget * len(allowed)), 4) if allowed else None),
         "lambda": lam, "days": days,
-    }
+    })
+
+
+def judged(fig: dict[str, Any]) -> dict[str, Any]:
+    """``fig`` with its days that traffic allows counted, those that met
+    :data:`DELIVERY_MIN`, and the share billed over them."""
+    allowed = [d for d in fig["days"] if d["traffic_allows"]]
+    fig["traffic_allows_days"] = len(allowed)
+    fig["met_days"] = sum(d["share"] >= DELIVERY_MIN for d in allowed)
+    fig["allowed_share"] = (round(sum(d["billed_micros"] for d in allowed)
+                                  / (fig["daily_budget_micros"] * len(allowed)), 4)
+                            if allowed else None)
+    return fig
+
+
+def by_ceiling(fig: dict[str, Any], ceiling: dict[str, Any]) -> dict[str, Any]:
+    """``fig`` judged by the ceiling pass instead of the potential model: a day traffic
+    allows is one the same campaign at λ = 1 (accelerated, a budget that never binds)
+    billed ≥ 1.05 × the budget on, in a replay of the same rows (``ceiling_micros``)."""
+    spent = {d["date"]: d["billed_micros"] for d in ceiling["days"]}
+    for d in fig["days"]:
+        d["ceiling_micros"] = spent.get(d["date"], 0)
+        d["traffic_allows"] = d["ceiling_micros"] >= TRAFFIC_ALLOWS_MARGIN * d["budget_micros"]
+    fig["judged_by"] = "ceiling pass"
+    return judged(fig)
 
 
 def served_lambda(served_dir: Path, campaign_id: int) -> dict[str, Any]:
@@ -168,11 +201,14 @@ def served_lambda(served_dir: Path, campaign_id: int) -> dict[str, Any]:
 
 
 def compare(rows: list[LogRow], run: Callable[..., dict[str, Any]],
-            report_path: Path | None = None, **kwargs: Any) -> dict[str, Any]:
+            report_path: Path | None = None, ceiling: bool = False,
+            **kwargs: Any) -> dict[str, Any]:
     """Both passes on ``rows`` by ``run`` (:func:`adfunnel.sim.replay.run_replay`, with
-    ``kwargs``): max_clicks, then manual at its average CPC. Returns (and writes to
-    ``report_path`` as JSON) ``{"design", "rows", "wall_s", "max_clicks", "manual",
-    "targets"}``, each target ``{"target", "value", "met"}`` (met null: not judged).
+    ``kwargs``): max_clicks, then manual at its average CPC; with ``ceiling`` a third,
+    the ceiling pass, which judges the days instead of the potential model
+    (:func:`by_ceiling`). Returns (and writes to ``report_path`` as JSON) ``{"design",
+    "rows", "wall_s", "max_clicks", "manual", "ceiling", "targets"}``, each target
+    ``{"target", "value", "met"}`` (met null: not judged).
 
     Raises:
         ValueError: ``server`` or ``database_url`` given: each pass needs a fresh server
@@ -186,12 +222,16 @@ def compare(rows: list[LogRow], run: Callable[..., dict[str, Any]],
     # no click: nothing to copy; the twin bids the cap
     cpc = first["avg_cpc_micros"] or AUTO_CAP_MICROS
     twin = run(rows, auto_bidding=f"manual:{cpc}", **kwargs)["auto_bidding"]
+    top = run(rows, auto_bidding=CEILING, **kwargs)["auto_bidding"] if ceiling else None
+    if top is not None:
+        first = by_ceiling(first, top)
     result = {
         "design": "two replays on the same rows: max_clicks first, then a manual twin "
                   "bidding its realised average CPC (ledger)",
         "rows": [len(rows), rows[0].timestamp.isoformat(), rows[-1].timestamp.isoformat()],
         "wall_s": round(time.perf_counter() - t, 1),
-        "max_clicks": first, "manual": twin, "targets": targets(first, twin),
+        "max_clicks": first, "manual": twin, "ceiling": top,
+        "targets": targets(first, twin),
     }
     if report_path is not None:
         report_path.write_text(json.dumps(result, indent=1))
@@ -220,8 +260,10 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
            f"{result['design']}",
            f"{'pass':<11} {'bid':>7} {'budget':>7} {'billed':>7} {'share':>6} {'clicks':>6} "
            f"{'avg CPC':>7} {'λ min':>6} {'λ max':>6}  per day billed/budget (clicks)"]
-    for name in ("max_clicks", "manual"):
-        c = result[name]
+    for name in ("max_clicks", "manual", "ceiling"):
+        c = result.get(name)
+        if c is None:  # no ceiling pass
+            continue
         lam = c["lambda"] or {}
         lo, hi = (("n/a", "n/a") if lam.get("min") is None
                   else (f"{lam['min']:.2f}", f"{lam['max']:.2f}"))
