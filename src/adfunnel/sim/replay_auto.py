@@ -13,8 +13,10 @@ log is 1.3 CNY a day at v ≤ 1 CNY, under 2 % of a 100 CNY budget).
 Budget, checked against what traffic allows: at λ = 1 (the bid = the cap, 2 CNY) the
 replay's potential model (:mod:`adfunnel.sim.potential`: every row it is eligible for
 won, at the second price, by expected clicks; an upper bound) bills 9.67 to 18.10 CNY a
-day on the full log (19-25 Oct 2013), ≥ 1.05 × the 8 CNY budget every day. Each day's
-figure is in the report (``days[].potential_micros``) and judges that day.
+day on the full log (19-25 Oct 2013), ≥ 1.05 × the 8 CNY budget every day
+(``days[].potential_micros``). The ceiling pass (``--auto-bidding ceiling``: the same
+campaign at λ = 1 in a replay of the same rows, real rivals) billed far less, 0 to
+13.46 CNY a day (seed 7, README): :func:`compare` judges the days by it.
 
 The comparison is two replays on the same rows (a twin in the same replay would bid in
 the same auctions): first the max_clicks campaign, then the same campaign bidding manual
