@@ -28,6 +28,7 @@ def test_every_row_is_one_request(report: dict) -> None:
     assert 0 < report["filled_slots"] <= report["requests"]
     assert report["latency_ms"]["p50"] > 0
     assert report["catalogue"] is None  # no --catalogue: the nine advertisers only
+    assert report["auto_bidding"] is None  # no --auto-bidding: no automatic campaign
 
 
 def _one_charge(c: dict) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -36,12 +36,14 @@ def replay(
     catalogue: Annotated[int, typer.Option(min=0, help="Add N run-of-network CPC campaigns (one banner each) so requests have more candidates than the pre-rank keeps; with --learn the report's model.prerank_recall is measured on every model decision.")] = 0,
     api_key: Annotated[str | None, typer.Option(envvar="ADFUNNEL_API_KEY", help="Admin API key of the --server (the started server gets one of its own).", show_default="none, or ADFUNNEL_API_KEY")] = None,
     direct: Annotated[bool, typer.Option(help="Add a guaranteed line (exchange 2, goal a third of its matching supply) and a sponsorship (exchange 1, share 0.5, two days) and report `direct_lines`.")] = True,
+    auto_bidding: Annotated[str | None, typer.Option(help="Add an automatic bidding campaign (exchange 1, 8 CNY a day) and report `auto_bidding`: max_clicks, manual:<cpc micros>, or ceiling (max_clicks at λ = 1, a budget that never binds); compare: three replays of the rows, max_clicks, manual at its average CPC, and ceiling (which judges the days traffic allows), and report them.", show_default="none")] = None,
 ) -> None:
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
     from rich.progress import Progress
 
     from adfunnel.sim.ipinyou import load_rows
     from adfunnel.sim.replay import run_replay
+    from adfunnel.sim.replay_auto import COMPARE, compare, parse_mode, summary_lines
 
     try:
         rows = load_rows(limit)[::every]
@@ -51,15 +53,35 @@ def replay(
     if learn and server is not None:
         console.print("[red]--learn needs the replay's own server: leave out --server[/red]")
         raise typer.Exit(2)
+    if auto_bidding is not None:
+        try:
+            if auto_bidding != COMPARE:
+                parse_mode(auto_bidding)
+            elif server is not None or database_url is not None:
+                raise ValueError("--auto-bidding compare starts a fresh server for each "
+                                 "pass: leave out --server and --database-url")
+        except ValueError as exc:
+            console.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from None
     if server is None:
         console.print("starting a server (embedded SQLite, manual clock) …")
     with Progress(console=console) as progress:
-        task = progress.add_task("replaying", total=len(rows))
-        result = run_replay(rows, server=server, database_url=database_url, seed=seed,
-                            ctr_scale=ctr_scale, pctr_prior=pctr_prior, speed=speed,
-                            progress=lambda n: progress.advance(task, n), event_log=event_log,
-                            learn=learn, catalogue=catalogue, api_key=api_key,
-                            direct=direct)
+        task = progress.add_task("replaying", total=len(rows) * (
+            3 if auto_bidding == COMPARE else 1))
+        kwargs: dict[str, Any] = {
+            "server": server, "database_url": database_url, "seed": seed,
+            "ctr_scale": ctr_scale, "pctr_prior": pctr_prior, "speed": speed,
+            "progress": lambda n: progress.advance(task, n), "event_log": event_log,
+            "learn": learn, "catalogue": catalogue, "api_key": api_key, "direct": direct}
+        if auto_bidding == COMPARE:
+            both = compare(rows, run_replay, report, ceiling=True, **kwargs)
+        else:
+            result = run_replay(rows, auto_bidding=auto_bidding, **kwargs)
+    if auto_bidding == COMPARE:
+        for line in summary_lines(both):
+            typer.echo(line)
+        console.print(f"report written to {report}")
+        return
     report.write_text(json.dumps(result, indent=2))
     print_replay_summary(result)
     console.print(f"report written to {report}")

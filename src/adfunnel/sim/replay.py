@@ -29,10 +29,11 @@ from typing import Any
 
 from adfunnel.sim import replay_report
 from adfunnel.sim.invalid import HELD_OUT_PROVIDERS
-from adfunnel.sim.ipinyou import LogRow
+from adfunnel.sim.ipinyou import CHINA, LogRow
 from adfunnel.sim.ivt_recall import measure_ivt
 from adfunnel.sim.learn import AttributeClicks, split_last_day, train_and_register
 from adfunnel.sim.potential import judge_delivery
+from adfunnel.sim.replay_auto import auto_figures, create_auto, parse_mode, served_lambda
 from adfunnel.sim.replay_direct import DirectSetup, direct_report
 from adfunnel.sim.replay_sales import sales_report
 from adfunnel.sim.replayer import Replayer
@@ -58,6 +59,7 @@ def run_replay(
     catalogue: int = 0,
     api_key: str | None = None,
     direct: bool = True,
+    auto_bidding: str | None = None,
 ) -> dict[str, Any]:
     """Replay ``rows`` against ``server`` (with its admin key ``api_key``), or against a
     server started here (with an admin key of its own), and report.
@@ -69,6 +71,10 @@ def run_replay(
     ``direct`` (the default) adds a guaranteed line and a sponsorship, their goal and
     budget sized from the rows' matching supply counted before the run, and reports
     ``direct_lines`` (:mod:`adfunnel.sim.replay_direct`; null without them).
+
+    ``auto_bidding`` (``max_clicks`` or ``manual:<cpc micros>``; ValueError otherwise)
+    adds the campaign of :mod:`adfunnel.sim.replay_auto` and reports ``auto_bidding``
+    (:func:`~adfunnel.sim.replay_auto.auto_figures`; null without it).
 
     ``catalogue`` adds that many run-of-network CPC campaigns
     (:meth:`Replayer.create_catalogue`), so that requests have more candidates than the
@@ -88,6 +94,8 @@ def run_replay(
         raise ValueError("--learn trains on the served log and ledger of the server the "
                          "replay starts: it cannot be used with --server")
     first, last = first_last(rows)
+    mode = parse_mode(auto_bidding) if auto_bidding is not None else None
+    auto_id: int | None = None
     lines = DirectSetup(rows) if direct else None  # sized before the run
     with tempfile.TemporaryDirectory() as tmp:
         work = workdir or Path(tmp)
@@ -137,6 +145,8 @@ def run_replay(
         try:
             replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})
             replayer.create_campaigns(first)
+            if mode is not None:
+                auto_id = create_auto(replayer, first, mode)
             if lines is not None:
                 lines.create(replayer)
             replayer.create_catalogue(rows, first, catalogue)
@@ -172,6 +182,13 @@ def run_replay(
         report["model"] = (replay_report.model_report(learned, served_dir, url, rows,
                                                       pctr_prior)
                            if learned is not None else None)
+        if auto_id is not None:
+            lam = served_lambda(served_dir, auto_id) if proc is not None else None
+            report["auto_bidding"] = auto_figures(
+                next(c for c in report["campaigns"] if c["campaign_id"] == auto_id), lam,
+                sorted({r.timestamp.astimezone(CHINA).date().isoformat() for r in rows}))
+        else:
+            report["auto_bidding"] = None
         if proc is not None:
             measure_ivt(report["events"], replayer.injected, replayer.genuine, url)
         return report
