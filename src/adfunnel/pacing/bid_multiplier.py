@@ -38,11 +38,11 @@ the budget service's 10 s step), so the bound costs little reaction time.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from adfunnel.pacing.controller import _compound
+from adfunnel.pacing.controller import Gains, _compound
 
 #: Lowest λ: bids never above the value.
 LAMBDA_MIN = 1.0
@@ -53,33 +53,21 @@ MAX_STEP_CHANGE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
-class MultiplierGains:
-    """Controller tuning (the p controller's :class:`~adfunnel.pacing.controller.Gains`,
-    same meanings).
+class MultiplierGains(Gains):
+    """Controller tuning: the p controller's :class:`~adfunnel.pacing.controller.Gains`
+    (same fields, same meanings, the budget being the period's) and one more.
 
-    ``kp``: exponent applied to the rate ratio at full volume (1 = dead-beat).
-    ``catch_up_s``: seconds over which the integral (a spend deviation) is made up.
-    ``leak_s``: time constant of the integral's leak (seconds).
-    ``integral_clamp``: bound of the integral, as a share of the budget.
-    ``denominator_floor_share``: floor of expected spend per hour, share of the budget.
-    ``volume_ref``: charges per step at which the gains reach half their full value.
-    ``smoothing``: weight of the newest step in the spend / target / charge averages.
     ``idle_share``: share of ``kp`` applied at least when a step won nothing although
     charges were due (or the campaign is behind): without it, a campaign whose bids
     win nothing would have no volume and λ would never fall.
     """
 
-    kp: float = 0.6
-    catch_up_s: float = 1200.0
-    leak_s: float = 4 * 3600.0
-    integral_clamp: float = 0.03
-    denominator_floor_share: float = 0.01
-    volume_ref: float = 4.0
-    smoothing: float = 0.35
     idle_share: float = 0.5
 
 
 DEFAULT_GAINS = MultiplierGains()
+#: Every gain's name (the p controller's and ``idle_share``).
+GAIN_FIELDS = tuple(f.name for f in fields(MultiplierGains))
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +230,7 @@ def step_arrays(
     spend = np.maximum(0.0, np.asarray(spend_micros, dtype=np.float64))
     target = np.maximum(0.0, np.asarray(target_micros, dtype=np.float64))
     gain = {f: np.asarray(getattr(gains, f), dtype=np.float64)
-            for f in MultiplierGains.__slots__}
+            for f in GAIN_FIELDS}
     floor = gain["denominator_floor_share"] * budget * dt_s / 3600.0
 
     dev = (target - spend) / budget
