@@ -8,10 +8,11 @@ fields are ignored, as the spec requires; ``ext`` objects are kept as raw values
 Refused (:class:`BidRequestError`, answered 400 naming the field path, e.g.
 ``imp[1].id``): malformed JSON or not an object; a wrong type; a field the spec makes
 required missing (``id``, ``imp`` with at least one imp, ``imp.id``, ``native.request``,
-``video.mimes``, ``audio.mimes``, ``pmp.deals[].id``, ``metric.type`` and ``value``, the
-``schain`` essentials); a duplicate or empty imp id; a negative size, floor, bitrate
-or ``tmax``; a 0/1 flag outside 0/1; more than one of ``site``, ``app`` and ``dooh``;
-nesting too deep; more than :data:`MAX_IMPS` imps.
+``video.mimes``, ``audio.mimes``, ``pmp.deals[].id``, ``metric.type`` and ``value``,
+``schain``'s ``complete``, ``nodes``, ``ver`` and each node's ``asi`` and ``sid``; a
+node's ``hp``, required too, is often left out by exchanges: not refused); a duplicate
+or empty imp id; a negative size, floor, bitrate or ``tmax``; a 0/1 flag outside 0/1;
+more than one of ``site``, ``app`` and ``dooh``; nesting too deep; more than :data:`MAX_IMPS` imps.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Banner(msgspec.Struct):
 
 
 class Native(msgspec.Struct):
-    request: str  # the Native Ads request, a JSON text (a separate IAB spec)
+    request: NonEmpty  # the Native Ads request, a JSON text (a separate IAB spec)
     ver: str | None = None
 
 
@@ -160,7 +161,7 @@ class Regs(msgspec.Struct):
 class SupplyChainNode(msgspec.Struct):
     asi: str
     sid: str
-    hp: Flag
+    hp: Flag | None = None  # required by the spec, often left out: kept, not refused
 
 
 class SupplyChain(msgspec.Struct):
