@@ -118,6 +118,8 @@ class OpenRtbEndpoint:
         mapped = map_request(req, config)
         if mapped.select is None:
             return self._no_bid(req, mapped.no_bid, wants_reasons)
+        if serving.sample is not None:  # the availability forecast's request sample
+            serving.sample(mapped.select)
         decider = serving.decider
         now = decider.clock.now()  # type: ignore[attr-defined]
         prices: dict[str, int] = {}
