@@ -99,3 +99,17 @@ def test_exchange_keys_and_billing_on_the_beacon(client: TestClient) -> None:
     assert r.status_code == 200, r.text
     token = r.json()["seatbid"][0]["bid"][0]["burl"].split("t=", 1)[1].split("&", 1)[0]
     assert verify(token, KEY, START.timestamp()).billable_event == "rendered"
+
+
+@pytest.mark.slow
+def test_an_ad_with_nothing_to_render_is_no_bid_and_commits_nothing(
+        client: TestClient, runtime: Runtime, monkeypatch: Any) -> None:
+    """Breaks if a winner without markup still commits its expected cost (tried: the
+    decision's ``placed`` left unfiltered in ``_bids``: one serve committed)."""
+    banner_campaign(client, bid_micros=BID, ad={"creative_ref": "cr/1.png"})
+    committed: list[Any] = []
+    monkeypatch.setattr(runtime.decider.gate, "record_served", committed.append)
+    r = client.post("/openrtb2/bid?nbr=1", json=banner_request())
+    assert (r.status_code, r.json()["nbr"]) == (200, 507), r.text
+    assert r.json()["ext"]["adfunnel"]["reasons"] == {"imp-1": "no_markup"}
+    assert committed == []

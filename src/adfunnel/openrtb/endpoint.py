@@ -19,7 +19,6 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -122,22 +121,24 @@ class OpenRtbEndpoint:
             serving.sample(mapped.select)
         decider = serving.decider
         now = decider.clock.now()  # type: ignore[attr-defined]
-        prices: dict[str, int] = {}
+        bids: list[Bid] = []
+        reasons = {t.imp_id: "no_fill" for t in mapped.imps.values()}
 
         def adjust(decision: Decision) -> None:
-            prices.update(reprice(
+            # before the deadline check: what is committed is exactly what is answered
+            prices = reprice(
                 decision, mapped, key=decider.token_key,  # type: ignore[attr-defined]
                 token_ttl_s=decider.token_ttl_s,  # type: ignore[attr-defined]
                 release=getattr(decider, "shading", None), now=now,
-                billable_event=self.billable_event))
+                billable_event=self.billable_event)
+            bids.extend(self._bids(decision, mapped, prices, reasons))
 
         request_id = f"ortb-{req.id}"[:128]
         committed = await serving.runner.run(mapped.select, request_id,
                                              start + mapped.deadline_ms, adjust)
-        if committed.outcome != DECIDED or committed.decision is None:
+        if committed.outcome != DECIDED:
             _COUNTS["shed" if committed.outcome == "shed" else "late"].inc()
             return _NO_CONTENT
-        bids, reasons = self._bids(committed.decision, mapped, prices, now)
         if not bids:
             return self._no_bid(req, {**mapped.no_bid, **reasons}, wants_reasons)
         _COUNTS["bid"].inc()
@@ -145,25 +146,28 @@ class OpenRtbEndpoint:
         return 200, [_JSON, (b"content-length", b"%d" % len(out))], out
 
     def _bids(self, decision: Decision, mapped: Mapped, prices: dict[str, int],
-              now: datetime) -> tuple[list[Bid], dict[str, str]]:
-        """The bids of the decision's winners; the no-fill reason of every other imp."""
+              reasons: dict[str, str]) -> list[Bid]:
+        """The bids of the decision's winners; a winner with nothing to render is dropped
+        from the decision (``no_markup`` in ``reasons``, which loses each imp bid on)."""
         base = self.serving.url_prefix
         bids: list[Bid] = []
-        won: set[str] = set()
+        kept = []
         for p in decision.placed:
             terms = mapped.imps[p.win.slot_id]
             urls = notice_urls(p.token, base)
             adm = ad_markup(p.ad, urls, p.token, base, p.ad.width, p.ad.height)
             if adm is None:
+                reasons[terms.imp_id] = "no_markup"
                 continue
-            won.add(terms.imp_id)
+            kept.append(p)
+            del reasons[terms.imp_id]
             bids.append(Bid(
                 id=p.served.impression_id, impid=terms.imp_id,
                 price=spec_price(prices[p.win.slot_id]), adid=str(p.ad.id),
                 crid=_crid(p.ad), w=p.ad.width, h=p.ad.height, adm=adm, nurl=urls.nurl,
                 burl=urls.burl, lurl=urls.lurl, adomain=_adomain(p.ad)))
-        reasons = {t.imp_id: "no_fill" for t in mapped.imps.values() if t.imp_id not in won}
-        return bids, reasons
+        decision.placed = kept
+        return bids
 
     def _no_bid(self, req: BidRequest, reasons: dict[str, str], wants: bool) -> Answer:
         _COUNTS["no_bid"].inc()
