@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 from prometheus_client import Counter
 
 from adfunnel.campaigns.model import Ad
@@ -134,8 +135,10 @@ class OpenRtbEndpoint:
             bids.extend(self._bids(decision, mapped, prices, reasons))
 
         request_id = f"ortb-{req.id}"[:128]
-        committed = await serving.runner.run(mapped.select, request_id,
-                                             start + mapped.deadline_ms, adjust)
+        schain = req.source.schain if req.source is not None else None
+        committed = await serving.runner.run(
+            mapped.select, request_id, start + mapped.deadline_ms, adjust,
+            supply_chain=msgspec.json.encode(schain).decode() if schain else None)
         if committed.outcome != DECIDED:
             _COUNTS["shed" if committed.outcome == "shed" else "late"].inc()
             return _NO_CONTENT

@@ -158,10 +158,13 @@ class Regs(msgspec.Struct):
     ext: Ext = None
 
 
-class SupplyChainNode(msgspec.Struct):
+class SupplyChainNode(msgspec.Struct, omit_defaults=True):
     asi: str
     sid: str
     hp: Flag | None = None  # required by the spec, often left out: kept, not refused
+    rid: str | None = None
+    name: str | None = None
+    domain: str | None = None
 
 
 class SupplyChain(msgspec.Struct):

@@ -68,10 +68,12 @@ class DecisionRunner:
         self.placements = placements
 
     async def run(self, req: SelectRequest, request_id: str, deadline_ms: float,
-                  adjust: Callable[[Decision], None] | None = None) -> Committed:
+                  adjust: Callable[[Decision], None] | None = None,
+                  supply_chain: str | None = None) -> Committed:
         """Decide ``req`` before ``deadline_ms`` (a :func:`monotonic_ms` instant) and
         commit it if still in time. ``adjust`` may rewrite the decision's winners (in
-        place) before the deadline check and the commit."""
+        place) before the deadline check and the commit; ``supply_chain``: an OpenRTB
+        request's ``source.schain`` (JSON text) for the served log."""
         outcome = await self.queue.decide(req, request_id, deadline_ms)
         decision = outcome.decision
         placements = self.placements
@@ -98,5 +100,5 @@ class DecisionRunner:
                 decision, req, pacing_rate=self.decider.gate.pacing_rate,
                 bid_multiplier=partial(bid_multiplier, self.decider.gate),
                 model_version=decision.model_version, exploration=decision.exploration,
-                propensities=decision.propensities or None))
+                propensities=decision.propensities or None, supply_chain=supply_chain))
         return Committed(DECIDED, decision)
