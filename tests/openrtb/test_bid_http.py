@@ -113,3 +113,16 @@ def test_an_ad_with_nothing_to_render_is_no_bid_and_commits_nothing(
     assert (r.status_code, r.json()["nbr"]) == (200, 507), r.text
     assert r.json()["ext"]["adfunnel"]["reasons"] == {"imp-1": "no_markup"}
     assert committed == []
+
+
+@pytest.mark.slow
+def test_a_late_decision_is_204_and_commits_nothing(client: TestClient, runtime: Runtime,
+                                                    monkeypatch: Any) -> None:
+    """Breaks if a decision found past its deadline still bids or commits (tried: the
+    runner's deadline check removed: 200 and one serve committed)."""
+    banner_campaign(client, bid_micros=BID)
+    committed: list[Any] = []
+    monkeypatch.setattr(runtime.decider.gate, "record_served", committed.append)
+    monkeypatch.setattr("adfunnel.serving.commit.monotonic_ms", lambda: float("inf"))
+    r = _bid(client, banner_request())
+    assert (r.status_code, r.content, committed) == (204, b"", [])
