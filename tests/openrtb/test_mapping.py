@@ -72,7 +72,7 @@ def test_what_cannot_bid_gets_a_reason() -> None:
     mapped = _map(imp=imps)
     assert mapped.no_bid == {"v": UNSUPPORTED_MEDIA, "g": UNKNOWN_CURRENCY}
     [slot] = mapped.select.slots
-    assert (slot.id, slot.position, slot.width, slot.height) == ("b", 3, 728, 90)
+    assert (slot.id, slot.position, slot.width, slot.height) == ("b", 1, 728, 90)
     refused = _map(cur=["EUR"])
     assert refused.select is None and refused.no_bid == {"imp-1": CURRENCY_NOT_ACCEPTED}
 
@@ -107,3 +107,13 @@ def test_the_placement_is_the_operators_where_configured() -> None:
     assert _map(site={"page": "https://n.test/a"}).select.placement.domain == "n.test"
     assert map_request(decode_bid_request(b'{"id":"r","imp":[{"id":"i","banner":{"w":1,'
                                           b'"h":1}}]}'), EUR).select.placement.id == "openrtb"
+
+
+def test_slot_ids_stay_unique_and_short() -> None:
+    """Breaks if a long imp id's slot id can meet another imp's (tried: ``f"#{i}"`` only
+    for ids over 64 characters, without the ``#`` rule: "#1" twice)."""
+    imps = [{"id": "#1", "banner": {"w": 300, "h": 250}},
+            {"id": "x" * 65, "banner": {"w": 300, "h": 250}}]
+    mapped = _map(imp=imps)
+    assert [s.id for s in mapped.select.slots] == ["#0", "#1"]
+    assert [t.imp_id for t in mapped.imps.values()] == ["#1", "x" * 65]

@@ -2,10 +2,13 @@
 fill. Pure (no clock, no I/O): the endpoint hands in what it knows (:class:`MappingConfig`).
 
 - **Slots**: one per imp with a ``banner`` (format ``banner``, size ``w``×``h``, else the
-  first ``format[]`` entry with both sides), position = the imp's index + 1. An imp with
+  first ``format[]`` entry with both sides). An imp with
   only ``native``, ``video`` or ``audio`` gets no slot (no bid, reason
   ``unsupported_media``): we hold no such creatives for an exchange (native markup is
-  not built yet). Sizes 0 or over the select limit: no slot (``no_size``).
+  not built yet). Sizes 0 or over the select limit: no slot (``no_size``). Slot ids are
+  the imp ids (``#<index>`` for one over 64 characters or starting with ``#``);
+  positions run 1, 2, … over the imps that became slots, in request order; at most
+  ``max_slots`` slots (the rest: ``too_many_imps``).
 - **Placement**: the first of the imps' ``tagid``, the ``site.id``/``app.id``, the
   site's domain (``site.domain``, else the host of ``site.page``) or the app's
   ``bundle`` that the operator has configured as a placement (so its reserves, sizes,
@@ -124,9 +127,10 @@ def map_request(req: BidRequest, config: MappingConfig) -> Mapped:
         if terms is None or len(slots) >= config.max_slots:
             no_bid[imp.id] = reason or TOO_MANY_IMPS
             continue
-        slot_id = imp.id if len(imp.id) <= 64 and imp.id not in imps else f"#{i}"
+        # "#<index>" for an id a slot cannot carry: no imp id kept as is starts with "#"
+        slot_id = imp.id if len(imp.id) <= 64 and not imp.id.startswith("#") else f"#{i}"
         w, h = terms.sizes[0]
-        slots.append(SlotIn(id=slot_id, position=i + 1, width=w, height=h,
+        slots.append(SlotIn(id=slot_id, position=len(slots) + 1, width=w, height=h,
                             reserve_cpm_micros=terms.floor_micros))
         imps[slot_id] = terms
     if not slots:
