@@ -32,9 +32,10 @@ from adfunnel.http_errors import ApiError
 #: A caller that may change advertiser records: an admin or an advertiser (403 else).
 Writer = Annotated[Principal, Depends(require_role(Role.ADMIN, Role.ADVERTISER))]
 
-#: Ad fields whose change by an advertiser needs a new review.
+#: Ad fields whose change by an advertiser needs a new review (the reviewer checks the
+#: declared categories, domains and app too: dropping one would dodge block lists).
 REVIEWED_FIELDS = frozenset({"landing_url", "creative_ref", "creative", "format", "width",
-                             "height"})
+                             "height", "categories", "adomain", "bundle"})
 
 
 def _allowed(who: Principal, advertiser_id: int, write: bool) -> bool:

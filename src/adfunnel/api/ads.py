@@ -61,7 +61,8 @@ def add_ad_routes(router: APIRouter, store: CampaignStore, uploads: UploadLookup
     @router.patch("/v1/ads/{ad_id}", response_model=AdOut)
     def patch_ad(ad_id: int, body: AdPatch, who: Writer, request: Request) -> AdOut:
         current = access.ad(store, who, ad_id, write=True)
-        changes = access.ad_changes(who, body, patch_changes(body, frozenset({"creative"})))
+        changes = access.ad_changes(who, body,
+                                    patch_changes(body, frozenset({"creative", "bundle"})))
         if body.creative is not None:
             owner = store.get_campaign(current.campaign_id).advertiser_id
             changes["creative"] = creative_of(body.creative, uploads, owner,

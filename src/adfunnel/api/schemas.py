@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
+from adfunnel.api.block_fields import Bundle, Categories, Domains
 from adfunnel.campaigns.landing import landing_url_problem, uri_problem
 from adfunnel.campaigns.model import (
     DEFAULT_ATTRIBUTION_WINDOW_S,
@@ -395,6 +396,9 @@ class AdIn(_In):
     height: Size
     review_state: ReviewState = ReviewState.APPROVED
     status: AdStatus = AdStatus.ACTIVE
+    categories: Categories = []
+    adomain: Domains = []
+    bundle: Bundle | None = None
 
 
 class AdPatch(_In):
@@ -407,6 +411,9 @@ class AdPatch(_In):
     height: Size | None = None
     review_state: ReviewState | None = None
     status: AdStatus | None = None
+    categories: Categories | None = None
+    adomain: Domains | None = None
+    bundle: Bundle | None = None  # null removes it
 
 
 class AdOut(BaseModel):
@@ -422,3 +429,6 @@ class AdOut(BaseModel):
     quality_micros: int  # set by the operator (PUT /v1/ads/{id}/quality)
     version: int
     creative: dict[str, Any] | None = None  # as given, with its "type"; null without one
+    categories: list[str] = []  # canonical IAB content taxonomy 1.0 ids
+    adomain: list[str] = []  # canonical (lower case, A-label) advertiser domains
+    bundle: str | None = None

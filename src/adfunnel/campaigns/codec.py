@@ -10,11 +10,12 @@ Three forms of one record (:class:`Advertiser`, :class:`Campaign`, :class:`Ad`,
   placement's country reserves as an object and its house ad as an object or null, an
   ad's creative as its object with ``type`` or null, a campaign's goal as
   ``{"metric", "share" | "total"}`` or null, its ``bid_strategy_since`` as an ISO 8601
-  instant with its offset or null), which
+  instant with its offset or null, an ad's ``categories`` and ``adomain`` as arrays
+  (absent from payloads written before them: empty)), which
   the change log stores as JSON text and ad servers decode with :func:`from_payload`;
 - a *row*: the column values of ``adfunnel.campaigns.tables`` (dates as ``date``;
-  dayparts, caps, a campaign's goal, an ad's creative and a placement's reserves, sizes,
-  formats and house ad as JSON text).
+  dayparts, caps, a campaign's goal, an ad's creative, categories and adomain and a
+  placement's reserves, sizes, formats and house ad as JSON text).
 
 Money stays integer micros in every form. Targeting and landing URLs are strings
 carried unchanged, so every form round-trips byte-identically.
@@ -93,7 +94,10 @@ _JSON_COLUMNS = frozenset({
     "allowed_origins",
     "creative",
     "goal",
+    "categories", "adomain",
 })
+#: An ad's lists of strings (tuples in the dataclass, JSON arrays in payloads and rows).
+_AD_LISTS = ("categories", "adomain")
 
 
 def entity_of(record: Record) -> str:
@@ -214,6 +218,13 @@ def coerce_fields(entity: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     creative = kwargs.get("creative")
     if creative is not None and not isinstance(creative, tuple(CREATIVE_KINDS.values())):
         kwargs["creative"] = creative_from_plain(creative)
+    if entity == "ad":
+        for name in _AD_LISTS:
+            if name in kwargs:
+                given = kwargs[name]
+                if isinstance(given, str):  # tuple() would split it into characters
+                    raise TypeError(f"{name} must be a list of strings")
+                kwargs[name] = tuple(given or ())
     return _coerce_placement(kwargs)
 
 

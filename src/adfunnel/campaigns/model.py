@@ -297,7 +297,9 @@ class Ad:
     (positive or negative, DESIGN.md §The funnel step 6); advertisers cannot set it.
     ``creative`` is what the ad shows (``adfunnel.campaigns.creative``); an ad made
     before creatives had content has only ``creative_ref`` (which is "" for an ad given
-    only a creative).
+    only a creative). ``categories`` (IAB content taxonomy 1.0 ids), ``adomain``
+    (advertiser domains) and ``bundle`` (the app it promotes) are what a request's block
+    lists refuse (``adfunnel.targeting.blocks``), stored canonical and deduplicated.
     """
 
     id: int
@@ -312,6 +314,9 @@ class Ad:
     quality_micros: int = 0
     version: int = 1
     creative: Creative | None = None
+    categories: tuple[str, ...] = ()
+    adomain: tuple[str, ...] = ()
+    bundle: str | None = None
 
 
 #: Campaign and ad id carried by a house ad's token: no stored record has id 0, and the

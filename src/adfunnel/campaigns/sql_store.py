@@ -25,7 +25,7 @@ filed under the table's integer ``row_id`` (``change_log.entity_id`` is an integ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
@@ -201,17 +201,23 @@ class SqlCampaignStore:
         status: AdStatus | str = AdStatus.ACTIVE,
         quality_micros: int = 0,
         creative: Creative | None = None,
+        categories: Sequence[str] = (),
+        adomain: Sequence[str] = (),
+        bundle: str | None = None,
     ) -> Ad:
         """Create an ad of a campaign (version 1); ``landing_url`` is kept byte-for-byte.
 
         ``quality_micros`` is the operator's quality, micros per impression (may be < 0).
         ``creative`` is what it shows (``adfunnel.campaigns.creative``); with one,
-        ``creative_ref`` may be left empty.
+        ``creative_ref`` may be left empty. ``categories`` (IAB content taxonomy 1.0
+        ids), ``adomain`` (advertiser domains) and ``bundle`` are what block lists refuse;
+        they are stored canonical (``adfunnel.targeting.blocks``).
 
         Raises:
             NotFound: no such campaign.
             InvalidChange: a non-http(s) URL, a size <= 0, an unknown state, a quality
-                beyond ±MAX_QUALITY_MICROS, an invalid creative (``creative.<field>``).
+                beyond ±MAX_QUALITY_MICROS, an invalid creative (``creative.<field>``),
+                a category, domain or bundle not of its form (or too many).
         """
         values = {k: v for k, v in locals().items() if k != "self"}
         return self._records.create("ad", values, parent=("campaign", campaign_id))

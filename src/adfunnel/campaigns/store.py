@@ -13,7 +13,7 @@ against the domain rules of :mod:`adfunnel.campaigns.validate`; errors are those
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any, Protocol
 
@@ -117,6 +117,9 @@ class CampaignStore(Protocol):
         review_state: ReviewState | str = ReviewState.APPROVED,
         status: AdStatus | str = AdStatus.ACTIVE,
         creative: Creative | None = None,
+        categories: Sequence[str] = (),
+        adomain: Sequence[str] = (),
+        bundle: str | None = None,
     ) -> Ad: ...
 
     def get_ad(self, ad_id: int) -> Ad: ...

@@ -100,6 +100,10 @@ ads = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
     # last, as migration 0015 added it: JSON of the creative with content, or NULL
     Column("creative", Text, nullable=True),
+    # migration 0022: what block lists refuse (JSON arrays of canonical values; a bundle)
+    Column("categories", Text, nullable=False, server_default="[]"),
+    Column("adomain", Text, nullable=False, server_default="[]"),
+    Column("bundle", String(255), nullable=True),
     Index("ix_ads_campaign", "campaign_id"),
     sqlite_autoincrement=True,
 )

@@ -41,6 +41,15 @@ from adfunnel.campaigns.model import (
 )
 from adfunnel.campaigns.sales import sale_problems
 from adfunnel.campaigns.schedule import is_valid_zone
+from adfunnel.targeting.blocks import (
+    MAX_CATEGORIES,
+    MAX_DOMAINS,
+    BlockValueError,
+    normalise_bundle,
+    normalise_category,
+    normalise_domain,
+    normalise_list,
+)
 
 #: Largest |quality| of an ad, micros per impression (1,000 units of money).
 MAX_QUALITY_MICROS = 10**9
@@ -56,7 +65,10 @@ MAX_ALLOWED = 100
 
 
 def coerce_values(entity: str, values: dict[str, Any]) -> dict[str, Any]:
-    """Enum strings and plain daypart/cap objects to their types, as InvalidChange."""
+    """Enum strings and plain daypart/cap objects to their types, an ad's block fields
+    to their canonical form (:func:`normalise_blocks`), as InvalidChange."""
+    if entity == "ad":
+        normalise_blocks(values)
     for name, value in list(values.items()):
         try:
             codec.coerce_fields(entity, {name: value})
@@ -65,6 +77,32 @@ def coerce_values(entity: str, values: dict[str, Any]) -> dict[str, Any]:
         except (ValueError, KeyError, TypeError) as exc:
             raise InvalidChange(name, f"invalid value {value!r}") from exc
     return codec.coerce_fields(entity, values)
+
+
+#: An ad's list fields a block list matches: field -> (one value's rule, most values).
+_BLOCK_LISTS = {"categories": (normalise_category, MAX_CATEGORIES),
+                "adomain": (normalise_domain, MAX_DOMAINS)}
+
+
+def normalise_blocks(values: dict[str, Any]) -> dict[str, Any]:
+    """Put an ad's ``categories``, ``adomain`` (canonical, deduplicated, bounded) and
+    ``bundle`` (trimmed; None stays None) present in ``values`` in canonical form, in
+    place; returns ``values``.
+
+    Raises:
+        InvalidChange: naming the field (``categories``, ``adomain``, ``bundle``).
+    """
+    try:
+        for name, (one, limit) in _BLOCK_LISTS.items():
+            if name in values:
+                where = name
+                values[name] = normalise_list(values[name], one, limit)
+        if values.get("bundle") is not None:
+            where = "bundle"
+            values["bundle"] = normalise_bundle(values["bundle"])
+    except BlockValueError as exc:
+        raise InvalidChange(where, str(exc)) from None
+    return values
 
 
 def campaign_problems(values: dict[str, Any], current: Campaign | None = None
@@ -200,6 +238,11 @@ def _check_ad(ad: Ad) -> None:
         raise InvalidChange(
             "quality_micros", f"must be an integer of micros within ±{MAX_QUALITY_MICROS}"
         )
+    given = {"categories": ad.categories, "adomain": ad.adomain, "bundle": ad.bundle}
+    canonical = normalise_blocks(dict(given))  # a record built around coerce_values
+    for name, value in given.items():
+        if canonical[name] != value:
+            raise InvalidChange(name, "must be in canonical form (normalise_blocks)")
 
 
 def _check_creative(ad: Ad | HouseAd, where: str) -> None:

@@ -36,6 +36,7 @@ from adfunnel.index.conjunction import ConjunctionIndex
 from adfunnel.index.shaped import ShapedIndex
 from adfunnel.money import MILLE
 from adfunnel.serving.bid_shading import AutomaticBook
+from adfunnel.serving.blocks import BlockBook
 from adfunnel.serving.caps import CapBook
 from adfunnel.serving.columns import CatalogColumns
 from adfunnel.serving.direct_book import DirectBook
@@ -90,6 +91,7 @@ class Catalog(CampaignReadModel):
         self.caps = CapBook()  # which campaigns have frequency caps
         self.direct = DirectBook()  # which campaigns are sponsorship or guaranteed lines
         self.automatic = AutomaticBook()  # which campaigns bid automatically (shading)
+        self.blocks = BlockBook()  # ads by what a request's block lists could name
         self.models: dict[int, ModelRelease] = {}  # registered click models, by id
         #: called with a target's new active model release whenever it changes
         self.model_listeners: list[Callable[[ModelRelease], None]] = []
@@ -130,6 +132,7 @@ class Catalog(CampaignReadModel):
             self.direct.put(self.campaigns.values())
             self.automatic.put(self.campaigns.values())
             self.columns.put_ads(list(self.ads.values()))
+            self.blocks.put(self.ads.values())
             self.index.build(self._entries(self.ads.values())[0])
             self.position = max(self.position, snapshot.last_seq)
             for m in snapshot.models:
@@ -209,6 +212,7 @@ class Catalog(CampaignReadModel):
         self.ads[ad.id] = ad
         self._ads_by_campaign.setdefault(ad.campaign_id, set()).add(ad.id)
         self.columns.put_ads([ad])
+        self.blocks.put((ad,))  # before the index makes a new ad retrievable
         self._reindex((ad,))
         return True
 

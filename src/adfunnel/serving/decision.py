@@ -39,6 +39,9 @@ FORMAT_NOT_ALLOWED = "format_not_allowed"
 #: an html ad (format ``html``) on a placement that does not list ``html`` among its
 #: allowed formats, or on one the operator has not configured: markup is opt-in
 HTML_NOT_ALLOWED = "html_not_allowed"
+#: an ad in a category, of a domain or for an app the request's block lists refuse
+#: (detail names which: ``category IAB7``; ``adfunnel.serving.blocks``)
+BLOCKED = "blocked"
 DEADLINE = "deadline"
 #: Reason carried (in counts) by eligible candidates beyond the pre-rank cut.
 PRERANK_CUT = "prerank_cut"

@@ -40,10 +40,12 @@ from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.prediction.shading_release import ShadingRelease
 from adfunnel.prediction.smoothed import SmoothedCtr
 from adfunnel.serving.bid_shading import record_reference_run, shade_reference_run
+from adfunnel.serving.blocks import request_blocks
 from adfunnel.serving.caps import CAPPED, CapGate, add_counts
 from adfunnel.serving.catalog import Catalog
 from adfunnel.serving.decision import (
     AD_PAUSED,
+    BLOCKED,
     CAMPAIGN_COMPLETED,
     CAMPAIGN_ENDED,
     CAMPAIGN_PAUSED,
@@ -212,6 +214,7 @@ class ReferenceDecider:
         sizes = {(s.format, s.width, s.height) for s in req.slots}
         cat = self.catalog
         placement = cat.placements.get(req.placement.id)
+        blocks = request_blocks(req)  # None without block lists
         for i, ad_id in enumerate(ad_ids):
             if i % _CHECK_EVERY == _CHECK_EVERY - 1 and monotonic_ms() >= deadline_at_ms:
                 decision.late = True
@@ -225,13 +228,15 @@ class ReferenceDecider:
                 reason = NO_FITTING_SLOT
             if reason is None:
                 reason = placement_rejection(placement, ad.format, ad.width, ad.height)
+            detail = blocks.detail(ad) if reason is None and blocks is not None else None
+            reason = BLOCKED if detail is not None else reason
             if reason is None:
                 if campaign.id not in verdicts:
                     verdicts[campaign.id] = self._campaign_verdict(campaign, now, seed,
                                                                    request_id, seen)
                 reason = verdicts[campaign.id]
             if reason is not None:
-                decision.rejections.append(Rejection(ad.id, campaign.id, reason))
+                decision.rejections.append(Rejection(ad.id, campaign.id, reason, detail))
                 continue
             out.append((self._candidate(ad, campaign, req.placement.id), ad, campaign))
         return out

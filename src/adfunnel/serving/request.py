@@ -9,6 +9,10 @@ Request::
 
 ``reserve_cpm_micros`` is the reserve price per thousand impressions (a slot's own
 reserve overrides the placement's). Attribute values are strings or lists of strings.
+Optional block lists (OpenRTB ``bcat``/``badv``/``bapp``): ``blocked_categories`` (IAB
+content taxonomy ids; one blocks its subcategories), ``blocked_domains`` (advertiser
+domains; one blocks its sub-domains) and ``blocked_apps`` (bundle ids); an ad that
+declares a blocked one is not served (reason ``blocked``, :mod:`adfunnel.targeting.blocks`).
 """
 
 from __future__ import annotations
@@ -66,6 +70,9 @@ class SelectRequest(msgspec.Struct, forbid_unknown_fields=True):
     deadline_ms: int | None = None
     request_id: str | None = None
     explain: bool = False
+    blocked_categories: list[str] = []
+    blocked_domains: list[str] = []
+    blocked_apps: list[str] = []
 
 
 class AdOut(msgspec.Struct):
@@ -160,6 +167,9 @@ MAX_RESERVE_CPM_MICROS = 10**12
 MAX_ID_CHARS = {"request_id": 128, "user.key": 256, "placement.id": 200, "placement.exchange":
                 200, "placement.domain": 200}
 MAX_VALUES = 1_000
+#: Most entries of one block list, and the longest entry (OpenRTB sends a few hundred).
+MAX_BLOCKED = 2_000
+MAX_BLOCKED_CHARS = 256
 
 
 def _check(req: SelectRequest, max_slots: int) -> list[tuple[str, str]]:
@@ -192,7 +202,19 @@ def _check(req: SelectRequest, max_slots: int) -> list[tuple[str, str]]:
         elif len(value) > MAX_ID_CHARS[name]:
             problems.append((name, f"longer than {MAX_ID_CHARS[name]} characters"))
     problems += _check_attributes(req.user.attributes)
+    for name in ("blocked_categories", "blocked_domains", "blocked_apps"):
+        problems += _block_list_problems(name, getattr(req, name))
     return problems
+
+
+def _block_list_problems(name: str, values: list[str]) -> list[tuple[str, str]]:
+    if len(values) > MAX_BLOCKED:
+        return [(name, f"more than {MAX_BLOCKED} entries")]
+    for i, value in enumerate(values):  # msgspec has checked they are strings
+        if not value.strip() or len(value) > MAX_BLOCKED_CHARS:
+            return [(f"{name}[{i}]", f"must be 1 to {MAX_BLOCKED_CHARS} characters, "
+                                     "not blank")]
+    return []
 
 
 def _reserve_problem(field: str, value: int) -> list[tuple[str, str]]:

@@ -1,7 +1,8 @@
 """Step 1 of the columnar decision, the filter: boolean masks over the retrieved ads'
 columns (ad status, slot shape, the placement's allowed sizes and formats, html only where
-listed), then once per distinct campaign, in first-retrieved order, status, flight and
-daypart; and the reason codes the columnar stages count rejections by.
+listed), the request's block lists (:mod:`adfunnel.serving.blocks`), then once per
+distinct campaign, in first-retrieved order, status, flight and daypart; and the reason
+codes the columnar stages count rejections by.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import numpy as np
 
 from adfunnel.budget.gate import BUDGET_EXHAUSTED, PACED_OUT
 from adfunnel.campaigns.model import Placement
+from adfunnel.serving.blocks import drop_blocked, request_blocks
 from adfunnel.serving.catalog import Catalog
 from adfunnel.serving.columns import MAX_DENSE_ID, ColumnsView
 from adfunnel.serving.decision import (
     AD_PAUSED,
+    BLOCKED,
     CAMPAIGN_COMPLETED,
     CAMPAIGN_ENDED,
     CAMPAIGN_PAUSED,
@@ -38,6 +41,7 @@ REASONS: tuple[str | None, ...] = (
     None, AD_PAUSED, NO_FITTING_SLOT, SIZE_NOT_ALLOWED, FORMAT_NOT_ALLOWED,
     CAMPAIGN_PAUSED, CAMPAIGN_ENDED, CAMPAIGN_COMPLETED, OUT_OF_FLIGHT, OUTSIDE_DAYPART,
     PACED_OUT, BUDGET_EXHAUSTED, HTML_NOT_ALLOWED, GOAL_MET, AHEAD_OF_PLAN, SHARE_NOT_DRAWN,
+    BLOCKED,
 )
 #: reason -> its code (its index in :data:`REASONS`)
 CODE = {r: i for i, r in enumerate(REASONS) if r is not None}
@@ -88,6 +92,11 @@ class FilterStage:
                                                MAX_DENSE_ID)
         if big:
             return None
+        blocks = request_blocks(req)  # None without block lists: nothing to pay
+        if blocks is not None:
+            n, keep, (camp, ad_version) = drop_blocked(self.catalog.blocks, blocks, keep,
+                                                       camp, ad_version)
+            tally[CODE[BLOCKED]] += n
         for code in np.flatnonzero(tally).tolist():
             add_reason(counts, REASONS[code] or "", int(tally[code]))
         return keep, camp, Versions(keep, ad_version)
