@@ -126,3 +126,32 @@ def test_a_late_decision_is_204_and_commits_nothing(client: TestClient, runtime:
     monkeypatch.setattr("adfunnel.serving.commit.monotonic_ms", lambda: float("inf"))
     r = _bid(client, banner_request())
     assert (r.status_code, r.content, committed) == (204, b"", [])
+
+
+@pytest.mark.slow
+def test_blocked_categories_and_domains_are_never_bid(client: TestClient) -> None:
+    """Breaks if ``bcat``/``badv`` are not handed to the funnel (tried: the
+    ``blocked_*`` lists left empty in ``map_request``: the IAB7-39 ad wins at 3.00), or
+    an ad without a declared domain is bid with a blocked landing host (tried: the
+    ``blocked`` check removed from ``_bids``: ``x.test`` bid despite badv)."""
+    banner_campaign(client, bid_micros=3_000_000, ad={"categories": ["IAB7-39"]})
+    banner_campaign(client, bid_micros=2_900_000, ad={"adomain": ["www.shop.test"]})
+    banner_campaign(client, bid_micros=2_800_000)  # landing https://x.test/…, no adomain
+    banner_campaign(client, bid_micros=1_000_000, ad={"adomain": ["ok.test"],
+                                                      "categories": ["IAB1"]})
+    request = banner_request(bcat=["IAB7"], badv=["shop.test"])
+    r = _bid(client, request)
+    assert r.status_code == 200, r.text
+    assert response_problems(r.json(), request) == []
+    [bid] = r.json()["seatbid"][0]["bid"]
+    assert (bid["price"], bid["adomain"], bid.get("cat", [])) == (2.8, ["x.test"], [])
+    # the landing host blocked too: that winner is dropped, and its slot stays unbid
+    # (the funnel blocks declared domains only: the 1.00 ad lost the slot internally)
+    blocked = banner_request(bcat=["IAB7"], badv=["shop.test", "x.test"])
+    r = client.post("/openrtb2/bid?nbr=1", json=blocked)
+    assert (r.status_code, r.json().get("nbr")) == (200, 509), r.text
+    assert r.json()["ext"]["adfunnel"]["reasons"] == {"imp-1": "blocked"}
+    declared = banner_request(bcat=["IAB7"], badv=["shop.test"], imp=[{
+        "id": "imp-1", "banner": {"w": 300, "h": 250}, "bidfloor": 2.85}])
+    r = _bid(client, declared)  # only the blocked ads could pay 2.85 or more
+    assert r.status_code == 204, r.text

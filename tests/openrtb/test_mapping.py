@@ -117,3 +117,14 @@ def test_slot_ids_stay_unique_and_short() -> None:
     mapped = _map(imp=imps)
     assert [s.id for s in mapped.select.slots] == ["#0", "#1"]
     assert [t.imp_id for t in mapped.imps.values()] == ["#1", "x" * 65]
+
+
+def test_block_lists_reach_the_request_and_an_overlong_one_bids_nothing() -> None:
+    """Breaks if block lists are truncated rather than refused (tried: ``_refused``
+    without the length check: a slot is made under a list of 2,001 domains)."""
+    mapped = _map(bcat=["IAB7", " "], badv=["shop.test", "x" * 300], bapp=["com.a"])
+    select = mapped.select
+    assert (select.blocked_categories, select.blocked_domains, select.blocked_apps) == (
+        ["IAB7"], ["shop.test"], ["com.a"])
+    too_many = _map(badv=[f"d{i}.test" for i in range(2_001)])
+    assert too_many.select is None and too_many.no_bid == {"imp-1": "too_many_blocks"}

@@ -12,7 +12,10 @@ request it answers. Independent of the code under test: it reads the JSON as pla
   ``bidfloor`` (when in the response's currency); ``w``/``h`` positive integers that fit
   the imp's banner (``w``×``h`` or a ``format`` entry); ``adid``, ``crid``, ``adm``,
   ``nurl``, ``burl``, ``lurl`` strings; ``adomain``, ``cat`` arrays of strings;
-  ``nurl``/``burl`` carry ``${AUCTION_PRICE}``.
+  ``nurl``/``burl`` carry ``${AUCTION_PRICE}``;
+- blocks: no ``cat`` of a bid is a blocked category (``bcat``) or one of its
+  subcategories (``IAB7`` blocks ``IAB7-39``); no ``adomain`` is a blocked domain
+  (``badv``) or one of its sub-domains.
 """
 
 from __future__ import annotations
@@ -55,12 +58,33 @@ def response_problems(response: Any, request: dict[str, Any]) -> list[str]:
         if "seat" in seat and not isinstance(seat["seat"], str):
             out.append(f"{where}.seat: not a string")
         for b, bid in enumerate(seat["bid"]):
-            out += _bid_problems(f"{where}.bid[{b}]", bid, imps, cur, seen_bids, seen_imps)
+            out += _bid_problems(f"{where}.bid[{b}]", bid, imps, cur, seen_bids, seen_imps,
+                                 request)
+    return out
+
+
+def _blocked(value: str, blocked: list[str], sep: str) -> bool:
+    """``value`` is a blocked entry or below one (``sep``: ``-`` for categories, whose
+    parent is the prefix before it; ``.`` for domains, whose parent is the suffix)."""
+    value = value.lower()
+    for b in (x.strip().lower() for x in blocked):
+        if value == b or (sep == "-" and value.startswith(b + "-")) or (
+                sep == "." and value.endswith("." + b)):
+            return True
+    return False
+
+
+def _block_problems(where: str, bid: dict[str, Any], request: dict[str, Any]) -> list[str]:
+    out = [f"{where}.cat: {c} is blocked by bcat" for c in bid.get("cat", [])
+           if isinstance(c, str) and _blocked(c, request.get("bcat", []), "-")]
+    out += [f"{where}.adomain: {d} is blocked by badv" for d in bid.get("adomain", [])
+            if isinstance(d, str) and _blocked(d, request.get("badv", []), ".")]
     return out
 
 
 def _bid_problems(where: str, bid: Any, imps: dict[str, Any], cur: str,
-                  seen_bids: set[str], seen_imps: set[str]) -> list[str]:
+                  seen_bids: set[str], seen_imps: set[str],
+                  request: dict[str, Any]) -> list[str]:
     if not isinstance(bid, dict):
         return [f"{where}: not an object"]
     out: list[str] = []
@@ -92,6 +116,7 @@ def _bid_problems(where: str, bid: Any, imps: dict[str, Any], cur: str,
         value = bid.get(name, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             out.append(f"{where}.{name}: not an array of strings")
+    out += _block_problems(where, bid, request)
     for name in ("nurl", "burl"):
         if name in bid and "${AUCTION_PRICE}" not in bid[name]:
             out.append(f"{where}.{name}: without the ${{AUCTION_PRICE}} macro")

@@ -32,11 +32,13 @@ from adfunnel.openrtb.markup import ad_markup
 from adfunnel.openrtb.pricing import BILLABLE_EVENT, reprice, spec_price
 from adfunnel.openrtb.request import BidRequest, BidRequestError, decode_bid_request
 from adfunnel.openrtb.response import Bid, bid_response, no_bid_response
+from adfunnel.serving.blocks import request_blocks
 from adfunnel.serving.commit import DECIDED
 from adfunnel.serving.deadline import arrival_ms
 from adfunnel.serving.decision import Decision
 from adfunnel.serving.http import Answer, ClientGone, ServingEndpoints, read_body
 from adfunnel.settings import Settings
+from adfunnel.targeting.blocks import blocking_domain, request_domain
 from adfunnel.tracking.notices import notice_urls
 
 BID_PATH = "/openrtb2/bid"
@@ -150,13 +152,22 @@ class OpenRtbEndpoint:
 
     def _bids(self, decision: Decision, mapped: Mapped, prices: dict[str, int],
               reasons: dict[str, str]) -> list[Bid]:
-        """The bids of the decision's winners; a winner with nothing to render is dropped
-        from the decision (``no_markup`` in ``reasons``, which loses each imp bid on)."""
+        """The bids of the decision's winners. Dropped from the decision (their reason in
+        ``reasons``, which loses each imp bid on): a winner with nothing to render
+        (``no_markup``), and one without a declared ``adomain`` whose landing host (the
+        ``adomain`` it would be bid with) ``badv`` blocks (``blocked``)."""
         base = self.serving.url_prefix
+        assert mapped.select is not None
+        blocks = request_blocks(mapped.select)
         bids: list[Bid] = []
         kept = []
         for p in decision.placed:
             terms = mapped.imps[p.win.slot_id]
+            adomain = _adomain(p.ad)
+            if blocks is not None and not p.ad.adomain and blocking_domain(
+                    [request_domain(d) for d in adomain], blocks.domains):
+                reasons[terms.imp_id] = "blocked"  # its landing host is in badv
+                continue
             urls = notice_urls(p.token, base)
             adm = ad_markup(p.ad, urls, p.token, base, p.ad.width, p.ad.height)
             if adm is None:
@@ -168,7 +179,8 @@ class OpenRtbEndpoint:
                 id=p.served.impression_id, impid=terms.imp_id,
                 price=spec_price(prices[p.win.slot_id]), adid=str(p.ad.id),
                 crid=_crid(p.ad), w=p.ad.width, h=p.ad.height, adm=adm, nurl=urls.nurl,
-                burl=urls.burl, lurl=urls.lurl, adomain=_adomain(p.ad)))
+                burl=urls.burl, lurl=urls.lurl, adomain=adomain,
+                cat=list(p.ad.categories)))
         decision.placed = kept
         return bids
 
@@ -218,10 +230,8 @@ def _crid(ad: Ad) -> str:
 
 
 def _adomain(ad: Ad) -> list[str]:
-    """The advertiser's domain: ``ad.adomain`` where ads carry it, else the landing
-    URL's host."""
-    given = getattr(ad, "adomain", None)
-    if given:
-        return list(given) if isinstance(given, (list, tuple)) else [str(given)]
+    """The advertiser's domains: the ad's ``adomain``, else its landing URL's host."""
+    if ad.adomain:
+        return list(ad.adomain)
     host = urlsplit(ad.landing_url).hostname
     return [host] if host else []

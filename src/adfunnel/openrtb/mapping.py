@@ -27,6 +27,10 @@ fill. Pure (no clock, no I/O): the endpoint hands in what it knows (:class:`Mapp
   of ``device.ip``/``ipv6`` (``country_of``); ``device_type`` from ``devicetype``;
   ``os``, ``browser`` (and the device type, when not given) from ``device.ua``;
   ``os`` from ``device.os``; ``language`` from ``device.language``.
+- **Blocks**: ``bcat``, ``badv``, ``bapp`` → ``blocked_categories``, ``blocked_domains``,
+  ``blocked_apps`` (the funnel never serves an ad that declares a blocked one,
+  :mod:`adfunnel.targeting.blocks`); a list over the funnel's limit: no bid at all
+  (``too_many_blocks``).
 - **Deadline**: ``tmax`` (default :data:`DEFAULT_TMAX_MS`) less the network margin.
 """
 
@@ -44,6 +48,8 @@ from adfunnel.money import MICROS_PER_UNIT
 from adfunnel.openrtb.request import BidRequest, Geo, Imp
 from adfunnel.serving.derived import OS_NAMES, user_agent_facts
 from adfunnel.serving.request import (
+    MAX_BLOCKED,
+    MAX_BLOCKED_CHARS,
     MAX_DEADLINE_MS,
     MAX_ID_CHARS,
     MAX_RESERVE_CPM_MICROS,
@@ -68,6 +74,7 @@ UNKNOWN_CURRENCY = "unknown_currency"
 FLOOR_TOO_HIGH = "floor_too_high"
 TOO_MANY_IMPS = "too_many_imps"
 CURRENCY_NOT_ACCEPTED = "currency_not_accepted"
+TOO_MANY_BLOCKS = "too_many_blocks"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +123,9 @@ def map_request(req: BidRequest, config: MappingConfig) -> Mapped:
     deadline = max(1, min((req.tmax or DEFAULT_TMAX_MS) - config.network_margin_ms,
                           MAX_DEADLINE_MS))
     first_price = req.at == 1
-    if req.cur and config.currency not in req.cur:
-        return Mapped(None, {}, {imp.id: CURRENCY_NOT_ACCEPTED for imp in req.imp},
-                      first_price, deadline)
+    refused = _refused(req, config)
+    if refused is not None:
+        return Mapped(None, {}, {imp.id: refused for imp in req.imp}, first_price, deadline)
     slots: list[SlotIn] = []
     imps: dict[str, ImpTerms] = {}
     no_bid: dict[str, str] = {}
@@ -138,8 +145,26 @@ def map_request(req: BidRequest, config: MappingConfig) -> Mapped:
     placement = PlacementIn(id=_placement_id(req, [t.index for t in imps.values()], config),
                             exchange=config.exchange, domain=_domain(req))
     select = SelectRequest(user=_user(req, config), placement=placement, slots=slots,
-                           deadline_ms=deadline, request_id=_short(req.id, 128))
+                           deadline_ms=deadline, request_id=_short(req.id, 128),
+                           blocked_categories=_block_list(req.bcat),
+                           blocked_domains=_block_list(req.badv),
+                           blocked_apps=_block_list(req.bapp))
     return Mapped(select, imps, no_bid, first_price, deadline)
+
+
+def _refused(req: BidRequest, config: MappingConfig) -> str | None:
+    """Why no imp of ``req`` can get a bid (None: each imp is judged on its own)."""
+    if req.cur and config.currency not in req.cur:
+        return CURRENCY_NOT_ACCEPTED
+    if max(len(req.bcat), len(req.badv), len(req.bapp)) > MAX_BLOCKED:
+        return TOO_MANY_BLOCKS  # never truncate a block list: bid on nothing instead
+    return None
+
+
+def _block_list(values: list[str]) -> list[str]:
+    """A block list as the funnel takes it: blank entries and those longer than any
+    category, domain or bundle an ad can declare are dropped (they block nothing)."""
+    return [v for v in values if v.strip() and len(v) <= MAX_BLOCKED_CHARS]
 
 
 def _imp_terms(index: int, imp: Imp, config: MappingConfig) -> tuple[ImpTerms | None, str]:

@@ -27,6 +27,8 @@ NBR_CODES = {
     "floor_too_high": 505,
     "too_many_imps": 506,
     "no_markup": 507,
+    "too_many_blocks": 508,
+    "blocked": 509,
 }
 
 
