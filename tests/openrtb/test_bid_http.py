@@ -155,3 +155,18 @@ def test_blocked_categories_and_domains_are_never_bid(client: TestClient) -> Non
         "id": "imp-1", "banner": {"w": 300, "h": 250}, "bidfloor": 2.85}])
     r = _bid(client, declared)  # only the blocked ads could pay 2.85 or more
     assert r.status_code == 204, r.text
+
+
+@pytest.mark.slow
+def test_an_imp_is_sized_by_the_first_of_its_sizes_the_catalogue_holds(
+        client: TestClient) -> None:
+    """Breaks if the slot always takes the imp's first size (tried: ``has_shape`` not
+    wired in ``build_app``: 728x90 first, no such ad, 204)."""
+    banner_campaign(client, 300, 600, bid_micros=BID)
+    request = banner_request(imp=[{"id": "imp-1", "banner": {
+        "w": 728, "h": 90, "format": [{"w": 728, "h": 90}, {"w": 300, "h": 600}]}}])
+    r = _bid(client, request)
+    assert r.status_code == 200, r.text
+    assert response_problems(r.json(), request) == []
+    [bid] = r.json()["seatbid"][0]["bid"]
+    assert (bid["w"], bid["h"]) == (300, 600)

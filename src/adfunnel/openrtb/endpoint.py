@@ -62,7 +62,8 @@ class OpenRtbEndpoint:
                  rates: Mapping[str, Any] | None = None, bills_on: str = "burl",
                  keys: Mapping[str, str] | None = None, network_margin_ms: int = 10,
                  has_placement: Callable[[str], bool] = lambda _: False,
-                 country_of: Callable[[str], str | None] | None = None) -> None:
+                 country_of: Callable[[str], str | None] | None = None,
+                 has_shape: Callable[[str, int, int], bool] = lambda *_: True) -> None:
         self.serving = serving
         self.currency = currency
         self.keys = [(name, key.encode()) for name, key in (keys or {}).items()]
@@ -70,17 +71,20 @@ class OpenRtbEndpoint:
         self.config = MappingConfig(currency=currency, rates=dict(rates or {}),
                                     max_slots=serving.max_slots,
                                     network_margin_ms=network_margin_ms,
-                                    has_placement=has_placement, country_of=country_of)
+                                    has_placement=has_placement, country_of=country_of,
+                                    has_shape=has_shape)
 
     @classmethod
     def from_settings(cls, serving: ServingEndpoints, s: Settings,
                       has_placement: Callable[[str], bool],
-                      country_of: Callable[[str], str | None] | None) -> OpenRtbEndpoint:
+                      country_of: Callable[[str], str | None] | None,
+                      has_shape: Callable[[str, int, int], bool] = lambda *_: True,
+                      ) -> OpenRtbEndpoint:
         """The endpoint of a serving process, as its settings say."""
         return cls(serving, currency=s.currency, rates=s.openrtb_exchange_rates,
                    bills_on=s.openrtb_bills_on, keys=s.openrtb_exchange_keys,
                    network_margin_ms=s.openrtb_network_margin_ms,
-                   has_placement=has_placement, country_of=country_of)
+                   has_placement=has_placement, country_of=country_of, has_shape=has_shape)
 
     def hot_routes(self) -> dict[tuple[str, str], Any]:
         """The bare ASGI handler :class:`~adfunnel.serving.deadline.ArrivalStamp` serves."""
@@ -208,6 +212,13 @@ class OpenRtbEndpoint:
             return None, _error(403, "forbidden", [(KEY_HEADER.decode(),
                                 "not an exchange key of this server")])
         return found, None
+
+
+def catalog_has_shape(index: object, shape: tuple[object, ...]) -> bool:
+    """Whether ``index`` (the catalogue's) holds ads of ``shape`` (format, width,
+    height); True for an index not partitioned by shape (it cannot tell)."""
+    shapes = getattr(index, "shapes", None)
+    return True if shapes is None else tuple(shape) in shapes()
 
 
 def _wants_reasons(scope: dict[str, Any], req: BidRequest) -> bool:

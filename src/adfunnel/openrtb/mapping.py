@@ -1,8 +1,9 @@
 """A ``BidRequest`` as our ad request: one :class:`SelectRequest`, one slot per imp we can
 fill. Pure (no clock, no I/O): the endpoint hands in what it knows (:class:`MappingConfig`).
 
-- **Slots**: one per imp with a ``banner`` (format ``banner``, size ``w``×``h``, else the
-  first ``format[]`` entry with both sides). An imp with
+- **Slots**: one per imp with a ``banner`` (format ``banner``), sized by the first of
+  its sizes (``w``×``h``, then each ``format[]`` entry with both sides) that the
+  catalogue holds ads of (``has_shape``), else the first. An imp with
   only ``native``, ``video`` or ``audio`` gets no slot (no bid, reason
   ``unsupported_media``): we hold no such creatives for an exchange (native markup is
   not built yet). Sizes 0 or over the select limit: no slot (``no_size``). Slot ids are
@@ -94,6 +95,9 @@ class MappingConfig:
     has_placement: Callable[[str], bool] = lambda _: False
     country_of: Callable[[str], str | None] | None = None
     exchange: str | None = None
+    #: whether the catalogue holds ads of a shape (format, width, height): an imp's
+    #: size is the first of its sizes that does (default: its first size)
+    has_shape: Callable[[str, int, int], bool] = lambda *_: True
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +140,8 @@ def map_request(req: BidRequest, config: MappingConfig) -> Mapped:
             continue
         # "#<index>" for an id a slot cannot carry: no imp id kept as is starts with "#"
         slot_id = imp.id if len(imp.id) <= 64 and not imp.id.startswith("#") else f"#{i}"
-        w, h = terms.sizes[0]
+        w, h = next((s for s in terms.sizes if config.has_shape("banner", *s)),
+                    terms.sizes[0])
         slots.append(SlotIn(id=slot_id, position=len(slots) + 1, width=w, height=h,
                             reserve_cpm_micros=terms.floor_micros))
         imps[slot_id] = terms

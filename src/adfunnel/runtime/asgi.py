@@ -44,7 +44,7 @@ from adfunnel.events.served_erasure import erase_user as erase_served
 from adfunnel.frequency.store import CapStoreUnavailable
 from adfunnel.observability.metrics import watch_change_feed, watch_fill
 from adfunnel.observability.request_log import RequestLog, quiet_paths
-from adfunnel.openrtb.endpoint import OpenRtbEndpoint
+from adfunnel.openrtb.endpoint import OpenRtbEndpoint, catalog_has_shape
 from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.runtime.heap import freeze_heap
 from adfunnel.serving.deadline import ArrivalStamp
@@ -130,7 +130,8 @@ def build_app(rt: Runtime) -> RequestLog:
     # POST /openrtb2/bid: the bidder endpoint on the same decider and logs
     openrtb = OpenRtbEndpoint.from_settings(
         serving, s, has_placement=lambda pid: rt.catalog.placements.get(pid) is not None,
-        country_of=derive.countries.country if derive and derive.countries else None)
+        country_of=derive.countries.country if derive and derive.countries else None,
+        has_shape=lambda *shape: catalog_has_shape(rt.catalog.index, shape))
     for route in (*serving.routes(), *tracking.routes()):
         app.router.routes.append(route)
     # the ad tag, the html creatives' frame and, while it is on, the demo page
