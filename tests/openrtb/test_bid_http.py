@@ -170,3 +170,15 @@ def test_an_imp_is_sized_by_the_first_of_its_sizes_the_catalogue_holds(
     assert response_problems(r.json(), request) == []
     [bid] = r.json()["seatbid"][0]["bid"]
     assert (bid["w"], bid["h"]) == (300, 600)
+
+
+@pytest.mark.slow
+def test_a_secure_imp_gets_no_insecure_markup(client: TestClient) -> None:
+    """Breaks if ``imp.secure`` is ignored (tried: the ``not_secure`` check removed: the
+    http:// image is bid into an https page)."""
+    banner_campaign(client, bid_micros=BID, ad={"creative_ref": "http://cdn.test/a.png"})
+    imp = {"id": "imp-1", "banner": {"w": 300, "h": 250}, "secure": 1}
+    r = client.post("/openrtb2/bid?nbr=1", json=banner_request(imp=[imp]))
+    assert r.json()["ext"]["adfunnel"]["reasons"] == {"imp-1": "not_secure"}, r.text
+    r = _bid(client, banner_request(imp=[{**imp, "secure": 0}]))
+    assert r.status_code == 200, r.text

@@ -17,6 +17,7 @@ Nothing in a request makes a 5xx but a server not ready (503).
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -48,6 +49,7 @@ OPENRTB_OUTCOMES = Counter("adfunnel_openrtb_requests", "OpenRTB bid requests by
 _COUNTS = {o: OPENRTB_OUTCOMES.labels(o) for o in ("bid", "no_bid", "shed", "late", "refused")}
 _JSON = (b"content-type", b"application/json")
 _NO_CONTENT: Answer = (204, [], b"")
+_log = logging.getLogger("adfunnel.openrtb")
 
 
 class OpenRtbEndpoint:
@@ -65,6 +67,9 @@ class OpenRtbEndpoint:
                  country_of: Callable[[str], str | None] | None = None,
                  has_shape: Callable[[str, int, int], bool] = lambda *_: True) -> None:
         self.serving = serving
+        if not serving.url_prefix:
+            _log.warning("public_base_url is not set: OpenRTB bids carry relative notice "
+                         "and markup URLs, which an exchange cannot call")
         self.currency = currency
         self.keys = [(name, key.encode()) for name, key in (keys or {}).items()]
         self.billable_event = BILLABLE_EVENT[bills_on]
@@ -158,7 +163,8 @@ class OpenRtbEndpoint:
               reasons: dict[str, str]) -> list[Bid]:
         """The bids of the decision's winners. Dropped from the decision (their reason in
         ``reasons``, which loses each imp bid on): a winner with nothing to render
-        (``no_markup``), and one without a declared ``adomain`` whose landing host (the
+        (``no_markup``), one an ``imp.secure`` imp cannot load (``not_secure``: markup or
+        notice URLs not all https), and one without a declared ``adomain`` whose landing host (the
         ``adomain`` it would be bid with) ``badv`` blocks (``blocked``)."""
         base = self.serving.url_prefix
         assert mapped.select is not None
@@ -176,6 +182,9 @@ class OpenRtbEndpoint:
             adm = ad_markup(p.ad, urls, p.token, base, p.ad.width, p.ad.height)
             if adm is None:
                 reasons[terms.imp_id] = "no_markup"
+                continue
+            if terms.secure and ("http://" in adm or not urls.nurl.startswith("https://")):
+                reasons[terms.imp_id] = "not_secure"  # an https page cannot load it
                 continue
             kept.append(p)
             del reasons[terms.imp_id]

@@ -108,6 +108,7 @@ class ImpTerms:
     imp_id: str
     floor_micros: int  # CPM micros in our currency, rounded up
     sizes: tuple[tuple[int, int], ...]  # every size the imp allows (w, h)
+    secure: bool = False  # the imp needs https markup and URLs (``imp.secure = 1``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +186,7 @@ def _imp_terms(index: int, imp: Imp, config: MappingConfig) -> tuple[ImpTerms | 
         return None, UNKNOWN_CURRENCY
     if floor > MAX_RESERVE_CPM_MICROS:
         return None, FLOOR_TOO_HIGH
-    return ImpTerms(index, imp.id, floor, sizes), ""
+    return ImpTerms(index, imp.id, floor, sizes, secure=imp.secure == 1), ""
 
 
 def _sizes(imp: Imp) -> list[tuple[int, int]]:

@@ -29,6 +29,7 @@ NBR_CODES = {
     "no_markup": 507,
     "too_many_blocks": 508,
     "blocked": 509,
+    "not_secure": 510,
 }
 
 
