@@ -106,32 +106,45 @@ class OpenRtbEndpoint:
     async def bid(self, scope: dict[str, Any], receive: Any) -> Answer:
         """The answer to one bid request (module doc)."""
         start = arrival_ms(scope)
-        serving = self.serving
-        if not serving.ready():
-            return _error(503, "not_ready", [("server", "behind the change log")])
-        exchange, refused = self._exchange(scope)
-        if refused is not None:
+        req, exchange, refused = await self._read(scope, receive)
+        if req is None:
             _COUNTS["refused"].inc()
+            assert refused is not None
             return refused
-        body = await read_body(scope, receive, serving.max_body_bytes)
-        if body is None:
-            _COUNTS["refused"].inc()
-            return _error(413, "too_large", [("body", f"over {serving.max_body_bytes} bytes")])
-        try:
-            req = decode_bid_request(body)
-        except BidRequestError as exc:
-            _COUNTS["refused"].inc()
-            return _error(400, "invalid_bid_request", exc.fields)
         wants_reasons = _wants_reasons(scope, req)
-        config = self.config
-        if exchange is not None:
-            config = replace(config, exchange=exchange)
+        config = self.config if exchange is None else replace(self.config, exchange=exchange)
         mapped = map_request(req, config)
         if mapped.select is None:
             return self._no_bid(req, mapped.no_bid, wants_reasons)
+        serving = self.serving
         if serving.sample is not None:  # the availability forecast's request sample
             serving.sample(mapped.select)
-        decider = serving.decider
+        return await self._decide(req, mapped, start, wants_reasons)
+
+    async def _read(self, scope: dict[str, Any], receive: Any
+                    ) -> tuple[BidRequest | None, str | None, Answer | None]:
+        """(the request, the calling exchange's name), or (None, None, the refusal:
+        503 not ready, 401/403 key, 413 too large, 400 naming the field)."""
+        serving = self.serving
+        if not serving.ready():
+            return None, None, _error(503, "not_ready", [("server", "behind the change log")])
+        exchange, refused = self._exchange(scope)
+        if refused is not None:
+            return None, None, refused
+        body = await read_body(scope, receive, serving.max_body_bytes)
+        if body is None:
+            return None, None, _error(413, "too_large",
+                                      [("body", f"over {serving.max_body_bytes} bytes")])
+        try:
+            return decode_bid_request(body), exchange, None
+        except BidRequestError as exc:
+            return None, None, _error(400, "invalid_bid_request", exc.fields)
+
+    async def _decide(self, req: BidRequest, mapped: Mapped, start: float,
+                      wants_reasons: bool) -> Answer:
+        """Decide, reprice and commit in time (the shared runner); the bids or 204."""
+        assert mapped.select is not None
+        decider = self.serving.decider
         now = decider.clock.now()  # type: ignore[attr-defined]
         bids: list[Bid] = []
         reasons = {t.imp_id: "no_fill" for t in mapped.imps.values()}
@@ -147,7 +160,7 @@ class OpenRtbEndpoint:
 
         request_id = f"ortb-{req.id}"[:128]
         schain = req.source.schain if req.source is not None else None
-        committed = await serving.runner.run(
+        committed = await self.serving.runner.run(
             mapped.select, request_id, start + mapped.deadline_ms, adjust,
             supply_chain=msgspec.json.encode(schain).decode() if schain else None)
         if committed.outcome != DECIDED:
