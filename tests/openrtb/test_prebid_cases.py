@@ -7,7 +7,8 @@ catalogue has an image ad of every banner size the cases ask for. Every request:
 - no 5xx;
 - a valid one (and ``preferred-media-type-not-defined``, filed under invalid but expected
   200): 200 with a ``BidResponse`` the validator (:mod:`tests.openrtb.validator`) passes,
-  or 204 — the native-only and sizeless ones get no bid, every other one a bid;
+  or 204 — the sizeless ones (no banner size, no native main image size) get no bid,
+  every other one a bid;
 - an invalid one whose fault is in OpenRTB 2.6 itself: 400 naming the field
   (:data:`EXPECTED_FIELD`); the others are Prebid-only (:data:`PREBID_ONLY`, each with
   its reason) and are answered as a valid request would be (200 or 204).
@@ -122,7 +123,8 @@ PREBID_ONLY = {
         "eventtracker-methods-empty.json", "eventtracker-methods-large.json",
         "request-context-invalid.json", "request-plcmttype-invalid.json")},
 }
-#: valid cases answered 204: native only (no native bids yet) or no banner size at all.
+#: valid cases answered 204: native ones whose request gives no main image size (a
+#: native slot's size), or no banner size at all.
 NO_BID_VALID = ("valid-native/", "interstitial-no-size.json", "imp-info-invalid.json")
 SIZES = [(300, 250), (300, 600), (300, 300), (1920, 1080), (600, 500)]
 

@@ -12,7 +12,8 @@ request it answers. Independent of the code under test: it reads the JSON as pla
   ``bidfloor`` (when in the response's currency); ``w``/``h`` positive integers that fit
   the imp's banner (``w``×``h`` or a ``format`` entry); ``adid``, ``crid``, ``adm``,
   ``nurl``, ``burl``, ``lurl`` strings; ``adomain``, ``cat`` arrays of strings;
-  ``nurl``/``burl`` carry ``${AUCTION_PRICE}``;
+  ``nurl``/``burl`` carry ``${AUCTION_PRICE}``; on a native imp (no banner), ``adm``
+  a Native Ads response (JSON with ``assets`` and ``link``) instead of a size;
 - blocks: no ``cat`` of a bid is a blocked category (``bcat``) or one of its
   subcategories (``IAB7`` blocks ``IAB7-39``); no ``adomain`` is a blocked domain
   (``badv``) or one of its sub-domains.
@@ -20,6 +21,7 @@ request it answers. Independent of the code under test: it reads the JSON as pla
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -123,7 +125,22 @@ def _bid_problems(where: str, bid: Any, imps: dict[str, Any], cur: str,
     return out
 
 
+def _native_problems(where: str, bid: dict[str, Any]) -> list[str]:
+    """A native bid's ``adm``: a Native Ads response (JSON, ``assets`` and ``link``)."""
+    try:
+        doc = json.loads(bid.get("adm", ""))
+    except ValueError:
+        return [f"{where}.adm: not a native response (JSON)"]
+    native = doc.get("native", doc) if isinstance(doc, dict) else None
+    if not isinstance(native, dict) or not isinstance(native.get("assets"), list) or (
+            not isinstance(native.get("link"), dict)):
+        return [f"{where}.adm: a native response needs assets and link"]
+    return []
+
+
 def _size_problems(where: str, bid: dict[str, Any], imp: dict[str, Any]) -> list[str]:
+    if imp.get("banner") is None and isinstance(imp.get("native"), dict):
+        return _native_problems(where, bid)
     w, h = bid.get("w"), bid.get("h")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (w, h)):
         return [f"{where}.w/h: positive integers required for a banner, got {w!r}x{h!r}"]

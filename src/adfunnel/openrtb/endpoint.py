@@ -30,6 +30,7 @@ from adfunnel.campaigns.model import Ad
 from adfunnel.http_errors import error_response
 from adfunnel.openrtb.mapping import Mapped, MappingConfig, map_request
 from adfunnel.openrtb.markup import ad_markup
+from adfunnel.openrtb.native import native_adm
 from adfunnel.openrtb.pricing import BILLABLE_EVENT, reprice, spec_price
 from adfunnel.openrtb.request import BidRequest, BidRequestError, decode_bid_request
 from adfunnel.openrtb.response import Bid, bid_response, no_bid_response
@@ -192,7 +193,8 @@ class OpenRtbEndpoint:
                 reasons[terms.imp_id] = "blocked"  # its landing host is in badv
                 continue
             urls = notice_urls(p.token, base)
-            adm = ad_markup(p.ad, urls, p.token, base, p.ad.width, p.ad.height)
+            adm = (ad_markup(p.ad, urls, p.token, base, p.ad.width, p.ad.height)
+                   if terms.native is None else native_adm(p.ad, urls, terms.native))
             if adm is None:
                 reasons[terms.imp_id] = "no_markup"
                 continue

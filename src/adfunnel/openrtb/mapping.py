@@ -3,10 +3,11 @@ fill. Pure (no clock, no I/O): the endpoint hands in what it knows (:class:`Mapp
 
 - **Slots**: one per imp with a ``banner`` (format ``banner``), sized by the first of
   its sizes (``w``×``h``, then each ``format[]`` entry with both sides) that the
-  catalogue holds ads of (``has_shape``), else the first. An imp with
-  only ``native``, ``video`` or ``audio`` gets no slot (no bid, reason
-  ``unsupported_media``): we hold no such creatives for an exchange (native markup is
-  not built yet). Sizes 0 or over the select limit: no slot (``no_size``). Slot ids are
+  catalogue holds ads of (``has_shape``), else the first; one per imp with only a
+  ``native`` (format ``native``, sized by its main image asset: :mod:`.native`; an
+  unreadable native request: ``no_markup``). An imp with only ``video`` or ``audio``
+  gets no slot (no bid, ``unsupported_media``): we hold no such creatives. No size, or
+  one over the select limit: no slot (``no_size``). Slot ids are
   the imp ids (``#<index>`` for one over 64 characters or starting with ``#``);
   positions run 1, 2, … over the imps that became slots, in request order; at most
   ``max_slots`` slots (the rest: ``too_many_imps``).
@@ -46,6 +47,7 @@ from urllib.parse import urlsplit
 import pycountry
 
 from adfunnel.money import MICROS_PER_UNIT
+from adfunnel.openrtb.native import NativeAsk, native_assets, native_size
 from adfunnel.openrtb.request import BidRequest, Geo, Imp
 from adfunnel.serving.derived import OS_NAMES, user_agent_facts
 from adfunnel.serving.request import (
@@ -76,6 +78,7 @@ FLOOR_TOO_HIGH = "floor_too_high"
 TOO_MANY_IMPS = "too_many_imps"
 CURRENCY_NOT_ACCEPTED = "currency_not_accepted"
 TOO_MANY_BLOCKS = "too_many_blocks"
+NO_MARKUP = "no_markup"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,13 @@ class ImpTerms:
     floor_micros: int  # CPM micros in our currency, rounded up
     sizes: tuple[tuple[int, int], ...]  # every size the imp allows (w, h)
     secure: bool = False  # the imp needs https markup and URLs (``imp.secure = 1``)
+    #: a native imp's assets (None: a banner imp)
+    native: NativeAsk | None = None
+
+    @property
+    def format(self) -> str:
+        """The slot's format: ``native`` or ``banner``."""
+        return "banner" if self.native is None else "native"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +151,10 @@ def map_request(req: BidRequest, config: MappingConfig) -> Mapped:
             continue
         # "#<index>" for an id a slot cannot carry: no imp id kept as is starts with "#"
         slot_id = imp.id if len(imp.id) <= 64 and not imp.id.startswith("#") else f"#{i}"
-        w, h = next((s for s in terms.sizes if config.has_shape("banner", *s)),
+        w, h = next((s for s in terms.sizes if config.has_shape(terms.format, *s)),
                     terms.sizes[0])
         slots.append(SlotIn(id=slot_id, position=len(slots) + 1, width=w, height=h,
+                            format=terms.format,
                             reserve_cpm_micros=terms.floor_micros))
         imps[slot_id] = terms
     if not slots:
@@ -175,9 +186,18 @@ def _block_list(values: list[str]) -> list[str]:
 
 def _imp_terms(index: int, imp: Imp, config: MappingConfig) -> tuple[ImpTerms | None, str]:
     """The imp's slot terms, or None and the reason it gets no bid."""
-    if imp.banner is None:
+    native = None
+    if imp.banner is not None:
+        found = _sizes(imp)
+    elif imp.native is not None:
+        native = native_assets(imp.native.request)
+        if native is None:
+            return None, NO_MARKUP
+        size = native_size(native)
+        found = [size] if size else []
+    else:
         return None, UNSUPPORTED_MEDIA
-    sizes = tuple((w, h) for w, h in _sizes(imp) if 0 < w <= MAX_SLOT_PIXELS
+    sizes = tuple((w, h) for w, h in found if 0 < w <= MAX_SLOT_PIXELS
                   and 0 < h <= MAX_SLOT_PIXELS)
     if not sizes:
         return None, NO_SIZE
@@ -186,7 +206,7 @@ def _imp_terms(index: int, imp: Imp, config: MappingConfig) -> tuple[ImpTerms | 
         return None, UNKNOWN_CURRENCY
     if floor > MAX_RESERVE_CPM_MICROS:
         return None, FLOOR_TOO_HIGH
-    return ImpTerms(index, imp.id, floor, sizes, secure=imp.secure == 1), ""
+    return ImpTerms(index, imp.id, floor, sizes, secure=imp.secure == 1, native=native), ""
 
 
 def _sizes(imp: Imp) -> list[tuple[int, int]]:
