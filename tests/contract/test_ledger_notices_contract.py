@@ -1,0 +1,76 @@
+"""The ledger's OpenRTB notice rows, run against MemoryLedger, SqlLedger on SQLite and on
+PostgreSQL: win and loss notices are measured (no money, once per impression id); a bid's
+expected cost is settled once, by the first of its billed impression and its loss."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+from adfunnel.billing.ledger import LedgerWrite
+from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
+
+from .conftest import LedgerBackend
+
+DAY = date(2026, 3, 14)
+NOON = datetime(2026, 3, 14, 12, tzinfo=UTC)
+BIG = 10**12
+EXPECTED = 1_800
+
+
+def row(imp: str, event_type: EventType, *, charge: int = 0,
+        expected: int = EXPECTED) -> LedgerEvent:
+    """A CPM bid's row: the impression charges its clearing price per mille."""
+    return LedgerEvent(impression_id=imp, event_type=event_type, campaign_id=1, ad_id=10,
+                       placement="rtb", billing_type="CPM", charge_micros=charge,
+                       occurred_at=NOON + timedelta(minutes=1), day=DAY,
+                       charge_per_mille=True, served_at=NOON, expected_micros=expected)
+
+
+def test_a_loss_settles_its_bids_expected_cost_once(ledger_backend: LedgerBackend) -> None:
+    """Breaks if a loss row carries no settled cost (SQL: ``settles_micros``), or if a
+    replayed loss adds a second row."""
+    ledger = ledger_backend.open()
+    assert ledger.record(row("a", EventType.LOSS), 0).outcome is Outcome.MEASURED
+    assert ledger.record(row("a", EventType.LOSS), 0).outcome is Outcome.DUPLICATE
+    assert ledger.settled_since(DAY, NOON) == {1: EXPECTED}
+    assert ledger.billed_on(DAY) == {}
+    assert ledger.stats().measured_rows == 1
+
+
+def test_a_loss_after_its_billed_impression_settles_nothing_again(
+        ledger_backend: LedgerBackend) -> None:
+    """Breaks if the planner's loss row keeps its expected cost when the impression has a
+    row (the budget service would take the bid out of flight twice)."""
+    ledger = ledger_backend.open()
+    billed = ledger.record(row("b", EventType.IMPRESSION, charge=1_234_567), BIG)
+    assert billed == Recorded(Outcome.BILLED, 1_234, 0)
+    assert ledger.record(row("b", EventType.LOSS), BIG).outcome is Outcome.MEASURED
+    assert ledger.settled_since(DAY, NOON) == {1: EXPECTED}
+
+
+def test_an_impression_billed_after_its_loss_settles_nothing_again(
+        ledger_backend: LedgerBackend) -> None:
+    """An exchange that bills after it said we lost is billed (the billing notice is the
+    money signal), its bid settled once. Breaks if the impression after a loss keeps its
+    expected cost."""
+    ledger = ledger_backend.open()
+    ledger.record(row("c", EventType.LOSS), BIG)
+    recorded = ledger.record(row("c", EventType.IMPRESSION, charge=2_000_000), BIG)
+    assert recorded == Recorded(Outcome.BILLED, 2_000, 0)
+    assert ledger.settled_since(DAY, NOON) == {1: EXPECTED}
+
+
+def test_in_one_batch_the_bid_is_settled_once_too(ledger_backend: LedgerBackend) -> None:
+    """Breaks if the planner reads only the stored rows, not the batch's overlay."""
+    ledger = ledger_backend.open()
+    plan = ledger.record_many([
+        LedgerWrite(row("d", EventType.IMPRESSION, charge=1_000_000), BIG),
+        LedgerWrite(row("d", EventType.LOSS), BIG),
+        LedgerWrite(row("e", EventType.LOSS), BIG),
+        LedgerWrite(row("e", EventType.IMPRESSION, charge=1_000_000), BIG),
+        LedgerWrite(row("f", EventType.WIN, expected=0), BIG),
+    ])
+    assert [r.outcome for r in plan.recorded] == [
+        Outcome.BILLED, Outcome.MEASURED, Outcome.MEASURED, Outcome.BILLED, Outcome.MEASURED]
+    assert ledger.settled_since(DAY, NOON) == {1: 2 * EXPECTED}
+    assert ledger.billed_on(DAY) == {1: 2_000}
