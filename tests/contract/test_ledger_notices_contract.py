@@ -8,6 +8,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from adfunnel.billing.ledger import LedgerWrite
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.billing.rollups import rollup_rows
 
 from .conftest import LedgerBackend
 
@@ -27,8 +28,9 @@ def row(imp: str, event_type: EventType, *, charge: int = 0,
 
 
 def test_a_loss_settles_its_bids_expected_cost_once(ledger_backend: LedgerBackend) -> None:
-    """Breaks if a loss row carries no settled cost (SQL: ``settles_micros``), or if a
-    replayed loss adds a second row."""
+    """Breaks if the planner's loss row carries no settled cost (``_measure`` writing
+    expected 0 for every measurement row; SQL: ``settles_micros``), or if the duplicate
+    check is off (the replayed loss is MEASURED again)."""
     ledger = ledger_backend.open()
     assert ledger.record(row("a", EventType.LOSS), 0).outcome is Outcome.MEASURED
     assert ledger.record(row("a", EventType.LOSS), 0).outcome is Outcome.DUPLICATE
@@ -61,7 +63,8 @@ def test_an_impression_billed_after_its_loss_settles_nothing_again(
 
 
 def test_in_one_batch_the_bid_is_settled_once_too(ledger_backend: LedgerBackend) -> None:
-    """Breaks if the planner reads only the stored rows, not the batch's overlay."""
+    """Breaks if the planner's loss check reads only the stored rows (``_view_row_time``),
+    not the batch's overlay."""
     ledger = ledger_backend.open()
     plan = ledger.record_many([
         LedgerWrite(row("d", EventType.IMPRESSION, charge=1_000_000), BIG),
@@ -74,3 +77,13 @@ def test_in_one_batch_the_bid_is_settled_once_too(ledger_backend: LedgerBackend)
         Outcome.BILLED, Outcome.MEASURED, Outcome.MEASURED, Outcome.BILLED, Outcome.MEASURED]
     assert ledger.settled_since(DAY, NOON) == {1: 2 * EXPECTED}
     assert ledger.billed_on(DAY) == {1: 2_000}
+
+
+def test_win_and_loss_rows_count_nothing_in_the_rollups() -> None:
+    """Breaks if the memory rollups count a win or loss row as a conversion (their
+    fall-through branch), as the SQL rollups never do (they count each type by name)."""
+    valid = [(row("g", EventType.IMPRESSION, charge=1_000_000), 1_000, 0),
+             (row("g", EventType.WIN, expected=0), 0, 0), (row("g", EventType.LOSS), 0, 0)]
+    (rollup,) = rollup_rows(valid, [])
+    assert (rollup.impressions, rollup.clicks, rollup.conversions, rollup.billed_micros,
+            rollup.rendered, rollup.viewable) == (1, 0, 0, 1_000, 0, 0)

@@ -109,9 +109,10 @@ def counted(notice: str, outcome: str) -> float:
 
 
 def test_the_billing_notice_bills_the_clearing_price_once(world: World) -> None:
-    """Breaks if the notice bills the token's bid instead of ``p`` (2,000 micros), if it
-    drops the expected cost (the reservation stays in flight), or if a replay bills
-    again (the ledger's uniqueness: the second batch is forced past the log's dedupe)."""
+    """Breaks if the notice bills the token's bid instead of ``p`` (2,000 micros), if the
+    event drops the token's expected cost (settled: the billed 1,234 instead of 1,800),
+    or if a replay bills again (the planner's duplicate check off: the second delivery,
+    forced past the log's dedupe window, bills 1,234 more)."""
     world.bid()
     assert world.in_flight() == EXPECTED
     before = counted("bill", "billed")
@@ -123,6 +124,7 @@ def test_the_billing_notice_bills_the_clearing_price_once(world: World) -> None:
     assert event.expected_micros == EXPECTED and event.client_ip == ""
     assert world.billed() == 1_234  # per mille, the fraction carried by the ledger
     assert world.in_flight() == 0
+    assert world.ledger.settled_since(DAY, START) == {7: EXPECTED}  # the budget service's
     assert counted("bill", "billed") == before + 1
     assert world.get(url) == (204, {})  # the exchange retries: the log drops it
     world.clock.advance(DEFAULT_DEDUPE_WINDOW_S + 1)
@@ -132,7 +134,8 @@ def test_the_billing_notice_bills_the_clearing_price_once(world: World) -> None:
 
 
 def test_a_price_above_the_bid_is_refused_and_counted(world: World) -> None:
-    """Breaks if ``within_bid`` is not applied (the exchange bills 2.000001 > our 2.00)."""
+    """Breaks if the desk parses ``p`` with ``cpm_micros`` instead of ``within_bid``
+    (the exchange bills 2.000001 > our 2.00)."""
     before = counted("bill", "refused_above_bid")
     status, body = world.get(path(notice_urls(token()).burl, AUCTION_PRICE="2.000001"))
     assert status == 400 and body["error"] == "invalid_price"
@@ -144,7 +147,8 @@ def test_a_price_above_the_bid_is_refused_and_counted(world: World) -> None:
 
 
 def test_an_unsubstituted_macro_is_refused_naming_p(world: World) -> None:
-    """Breaks if the literal ``${AUCTION_PRICE}`` is read as a price or as 0."""
+    """Breaks if the ``${`` check of ``cpm_micros`` is dropped (refused as not a number,
+    not as ``unsubstituted``)."""
     status, body = world.get(notice_urls(token()).burl)  # the exchange substituted nothing
     assert status == 400 and body["fields"][0]["field"] == "p"
     assert "unsubstituted" in body["fields"][0]["problem"]
@@ -156,7 +160,8 @@ def test_an_unsubstituted_macro_is_refused_naming_p(world: World) -> None:
 
 @pytest.mark.parametrize("notice", ["burl", "nurl", "lurl"])
 def test_forged_and_expired_tokens_are_refused_and_counted(world: World, notice: str) -> None:
-    """Breaks if a notice skips ``verify`` (a forged token bills) or its expiry."""
+    """Breaks if the desk verifies with a wrong key list (the forged key accepted as a
+    previous one) or at time 0 (the expired token accepted)."""
     forged = getattr(notice_urls(token(key=b"x" * 32)), notice)
     status, body = world.get(path(forged, AUCTION_PRICE="1", AUCTION_LOSS="102",
                                   AUCTION_MIN_TO_WIN="3"))
@@ -175,8 +180,9 @@ def test_forged_and_expired_tokens_are_refused_and_counted(world: World, notice:
 
 
 def test_a_loss_releases_the_reservation_once(world: World) -> None:
-    """Breaks if the loss event drops the expected cost (``ledger_event`` settles only
-    billable events), or if the aggregator does not release it in the gate."""
+    """Breaks if ``ledger_event`` settles only billable events (the loss row settles 0),
+    if the aggregator does not release a new loss in the gate, or if the planner's
+    duplicate check is off (the replayed loss settles 1,800 again)."""
     world.bid()
     lurl = path(notice_urls(token()).lurl, AUCTION_LOSS="102", AUCTION_MIN_TO_WIN="2.5")
     assert world.get(lurl) == (204, {})
@@ -192,8 +198,8 @@ def test_a_loss_releases_the_reservation_once(world: World) -> None:
 
 
 def test_a_loss_after_the_bill_releases_nothing_twice(world: World) -> None:
-    """Breaks if the ledger's loss row settles the expected cost although the billed
-    impression settled it (the budget service would count it out of flight twice)."""
+    """Breaks if the planner's loss row keeps its expected cost although the billed
+    impression settled it (settled 3,600: out of the budget's flight twice)."""
     world.bid()
     assert world.get(path(notice_urls(token()).burl, AUCTION_PRICE="1.5"))[0] == 204
     assert world.billed() == 1_500
@@ -205,8 +211,8 @@ def test_a_loss_after_the_bill_releases_nothing_twice(world: World) -> None:
 
 def test_loss_notices_with_unknown_or_bad_fields(world: World) -> None:
     """Unsubstituted ``r`` and ``m`` are unknown, not refused; a malformed one is refused
-    naming it; ``r = 0`` (Bid Won) is no loss. Breaks if the macros are parsed as values
-    or a bad ``r`` is accepted."""
+    naming it; ``r = 0`` (Bid Won) is no loss. Breaks if ``r = 0`` is accepted, or if an
+    unsubstituted ``m`` is parsed (refused as ``unsubstituted``)."""
     assert world.get(notice_urls(token("a")).lurl) == (204, {})
     (event,) = world.appended()
     assert (event.loss_reason, event.notice_micros) == (None, None)
@@ -218,7 +224,7 @@ def test_loss_notices_with_unknown_or_bad_fields(world: World) -> None:
 
 
 def test_the_win_notice_records_the_clearing_price_and_bills_nothing(world: World) -> None:
-    """Breaks if the win notice appends an impression (nurl would bill) or loses ``p``."""
+    """Breaks if the win notice appends an impression (nurl would bill)."""
     world.bid()
     assert world.get(path(notice_urls(token()).nurl, AUCTION_PRICE="1.75")) == (204, {})
     (event,) = world.appended()
@@ -230,8 +236,9 @@ def test_the_win_notice_records_the_clearing_price_and_bills_nothing(world: Worl
 
 def test_a_bid_billed_on_render_bills_p_on_i_and_nothing_on_the_notice(world: World) -> None:
     """``billable_event = rendered``: the markup's ``/i?p=`` bills ``p``, the billing
-    notice is counted and bills nothing. Breaks if ``/i`` bills the token's bid, or if
-    the notice ignores the token's billable event (two impressions would race)."""
+    notice is counted and bills nothing. Breaks if ``/i`` bills the token's bid (``p``
+    ignored), or if the notice ignores the token's billable event (it appends an
+    impression: two would race)."""
     t = token(billable_event="rendered")
     urls = notice_urls(t)
     assert world.get(path(urls.burl, AUCTION_PRICE="1.1")) == (204, {})
@@ -245,7 +252,7 @@ def test_a_bid_billed_on_render_bills_p_on_i_and_nothing_on_the_notice(world: Wo
 
 
 def test_i_with_a_bad_p_is_refused_naming_p_and_stores_nothing(world: World) -> None:
-    """Breaks if ``/i`` reads an above-bid or unsubstituted ``p`` (or ignores it)."""
+    """Breaks if ``/i`` ignores ``p`` (stores the beacon at the token's price)."""
     urls = notice_urls(token(billable_event="rendered"))
     for price in ("2.5", "${AUCTION_PRICE}"):
         status, body = world.get(urls.impression.replace("${AUCTION_PRICE}", price))
@@ -255,7 +262,8 @@ def test_i_with_a_bad_p_is_refused_naming_p_and_stores_nothing(world: World) -> 
 
 
 def test_i_of_a_notice_billed_bid_records_the_render_only(world: World) -> None:
-    """Breaks if ``/i`` bills a bid whose billing notice bills it (billed twice)."""
+    """Breaks if ``/i`` bills a bid whose billing notice bills it (the beacon's
+    ``bills`` true for ``notice`` tokens: billed twice)."""
     urls = notice_urls(token())
     assert world.get(path(urls.impression, AUCTION_PRICE="1.5"))[0] == 204
     assert [e.event_type for e in world.appended()] == [EventType.RENDER]
