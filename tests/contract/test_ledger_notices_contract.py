@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
-from adfunnel.billing.ledger import LedgerWrite
+from sqlalchemy import select
+
+from adfunnel.billing.ledger import LedgerWrite, MemoryLedger
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.billing.rollups import rollup_rows
+from adfunnel.billing.tables import ledger as ledger_table
 
 from .conftest import LedgerBackend
 
@@ -18,13 +21,28 @@ BIG = 10**12
 EXPECTED = 1_800
 
 
-def row(imp: str, event_type: EventType, *, charge: int = 0,
-        expected: int = EXPECTED) -> LedgerEvent:
+def row(imp: str, event_type: EventType, *, charge: int = 0, expected: int = EXPECTED,
+        notice: int | None = None, reason: int | None = None) -> LedgerEvent:
     """A CPM bid's row: the impression charges its clearing price per mille."""
     return LedgerEvent(impression_id=imp, event_type=event_type, campaign_id=1, ad_id=10,
                        placement="rtb", billing_type="CPM", charge_micros=charge,
                        occurred_at=NOON + timedelta(minutes=1), day=DAY,
-                       charge_per_mille=True, served_at=NOON, expected_micros=expected)
+                       charge_per_mille=True, served_at=NOON, expected_micros=expected,
+                       notice_micros=notice, loss_reason=reason)
+
+
+def stored_notice(backend: LedgerBackend, ledger: object, imp: str,
+                  event_type: EventType) -> tuple[int | None, int | None]:
+    """(notice_micros, loss_reason) of a stored row, as the win-price history reads it."""
+    if isinstance(ledger, MemoryLedger):
+        valid, _ = ledger.rows_between(NOON - timedelta(days=1), NOON + timedelta(days=1))
+        (e,) = [e for e, _, _ in valid if (e.impression_id, e.event_type) == (imp, event_type)]
+        return e.notice_micros, e.loss_reason
+    t = ledger_table.c
+    with backend.engines[-1].connect() as conn:
+        found = conn.execute(select(t.notice_micros, t.loss_reason).where(
+            t.impression_id == imp, t.event_type == event_type.value)).one()
+    return found[0], found[1]
 
 
 def test_a_loss_settles_its_bids_expected_cost_once(ledger_backend: LedgerBackend) -> None:
@@ -87,3 +105,17 @@ def test_win_and_loss_rows_count_nothing_in_the_rollups() -> None:
     (rollup,) = rollup_rows(valid, [])
     assert (rollup.impressions, rollup.clicks, rollup.conversions, rollup.billed_micros,
             rollup.rendered, rollup.viewable) == (1, 0, 0, 1_000, 0, 0)
+
+
+def test_win_and_loss_rows_keep_the_notices_price_and_reason(
+        ledger_backend: LedgerBackend) -> None:
+    """The win-price history: a win's clearing price, a loss's minimum bid to win and
+    reason code are stored with the row (one by one, and in a batch: PostgreSQL's COPY).
+    Breaks if the SQL rows leave the columns out (``ledger_row`` / the COPY)."""
+    ledger = ledger_backend.open()
+    ledger.record(row("h", EventType.WIN, expected=0, notice=1_750_000), 0)
+    ledger.record_many([LedgerWrite(row("i", EventType.LOSS, notice=2_500_000, reason=102)),
+                        LedgerWrite(row("j", EventType.LOSS))])
+    assert stored_notice(ledger_backend, ledger, "h", EventType.WIN) == (1_750_000, None)
+    assert stored_notice(ledger_backend, ledger, "i", EventType.LOSS) == (2_500_000, 102)
+    assert stored_notice(ledger_backend, ledger, "j", EventType.LOSS) == (None, None)

@@ -5,7 +5,7 @@ reservation once; the win notice is recorded; ``/i`` with ``p`` bills ``p``."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from prometheus_client import REGISTRY
@@ -30,6 +30,7 @@ KEY = b"k" * 32
 START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)
 T0 = int(START.timestamp())
 DAY = date(2026, 7, 15)
+HOUR = timedelta(hours=1)
 BID = 2_000_000  # our bid: $2.00 CPM
 EXPECTED = 1_800  # the bid's cost per impression the budget counted in flight
 
@@ -180,7 +181,8 @@ def test_forged_and_expired_tokens_are_refused_and_counted(world: World, notice:
 
 
 def test_a_loss_releases_the_reservation_once(world: World) -> None:
-    """Breaks if ``ledger_event`` settles only billable events (the loss row settles 0),
+    """Breaks if ``ledger_event`` settles only billable events (the loss row settles 0) or
+    drops the notice's price and reason (the win-price history),
     if the aggregator does not release a new loss in the gate, or if the planner's
     duplicate check is off (the replayed loss settles 1,800 again)."""
     world.bid()
@@ -191,6 +193,8 @@ def test_a_loss_releases_the_reservation_once(world: World) -> None:
         EventType.LOSS, 102, 2_500_000)
     assert world.in_flight() == 0 and world.billed() == 0
     assert world.ledger.settled_since(DAY, START) == {7: EXPECTED}
+    (stored,) = [e for e, _, _ in world.ledger.rows_between(START, START + HOUR)[0]]
+    assert (stored.notice_micros, stored.loss_reason) == (2_500_000, 102)  # the history
     world.clock.advance(DEFAULT_DEDUPE_WINDOW_S + 1)
     world.log.publish_many([event])  # replayed past the log's dedupe: nothing again
     assert world.in_flight() == 0

@@ -52,11 +52,14 @@ def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
         charge_per_mille=billing_type == _CPM,
         attribution_window_s=(campaign.attribution_window_s
                               if event_type is EventType.CONVERSION else None),
+        notice_micros=event.notice_micros if event_type in _NOTICES else None,
+        loss_reason=event.loss_reason if event_type is _LOSS else None,
     )
 
 
 _CPM = BidType.CPM.value
 _LOSS = EventType.LOSS
+_NOTICES = frozenset({EventType.WIN, EventType.LOSS})
 
 
 def _served(served_at: int) -> datetime:

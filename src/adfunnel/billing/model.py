@@ -71,6 +71,10 @@ class LedgerEvent:
     expected_micros: int | None = None
     #: a conversion bills only within this many seconds after its click (None: any time)
     attribution_window_s: int | None = None
+    #: an OpenRTB win's clearing price or a loss's minimum bid to win (CPM micros), and a
+    #: loss's reason code (OpenRTB 2.6 §5.25): the win-price history; None elsewhere
+    notice_micros: int | None = None
+    loss_reason: int | None = None
 
     @property
     def charge_millimicros(self) -> int:
