@@ -272,3 +272,17 @@ def test_i_of_a_notice_billed_bid_records_the_render_only(world: World) -> None:
     assert world.get(path(urls.impression, AUCTION_PRICE="1.5"))[0] == 204
     assert [e.event_type for e in world.appended()] == [EventType.RENDER]
     assert world.billed() == 0
+
+
+def test_the_hot_i_handler_bills_p_as_the_routed_one(world: World) -> None:
+    """The bare ASGI ``/i`` (what ``serve`` answers a feed's beacons with) reads ``p`` too.
+    Breaks if ``_pixel_asgi`` passes no price (the impression bills the bid, 2,000)."""
+    endpoints = TrackingEndpoints(world.tracker)
+
+    async def hot(scope: dict, receive: object, send: object) -> None:
+        await endpoints.impression_asgi(scope, receive, send)
+
+    url = path(notice_urls(token(billable_event="rendered")).impression,
+               AUCTION_PRICE="1.2345678")
+    assert TestClient(hot).get(url).status_code == 204
+    assert world.billed() == 1_234

@@ -31,7 +31,9 @@ exactly as before. Both events get the beacon's one invalid-traffic verdict.
 above the token's bid) instead of the token's price; a refused ``p`` stores nothing
 (outcome ``price:<reason>``, counted ``price_refused_<reason>``). Where ``/i`` does not
 bill (billable event ``notice`` or ``viewable``) ``p`` is ignored. The exchange's own
-notices are :mod:`adfunnel.tracking.notice_desk`.
+notices are :mod:`adfunnel.tracking.notice_desk`. Known limit: the token does not say
+whether it was an exchange bid, so ``p`` is honoured on any token billed on render; a
+page can thereby bill its own ad below the token's price (never above it).
 
 Billing happens later, in the aggregator (:mod:`adfunnel.billing.aggregator`), which
 reads the log. An invalid-traffic event is appended too, carrying its reason, so IVT is

@@ -142,7 +142,9 @@ class TrackingEndpoints:
     async def _pixel_asgi(self, event_type: EventType, scope: dict[str, Any], receive: Any,
                           send: Any) -> None:
         origin = cross_origin(scope)
-        price = query_value(scope, "p") if event_type is EventType.RENDER else None
+        # the feed's beacons carry no ``p``: their query is not split a second time
+        price = (query_value(scope, "p") if event_type is EventType.RENDER
+                 and b"p=" in scope.get("query_string", b"") else None)
         result = await self.tracker.beacon(event_type, query_value(scope, "t"),
                                            self._scope_client(scope), origin=origin,
                                            price=price)
