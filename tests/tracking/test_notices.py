@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from adfunnel.billing.aggregator import Aggregator
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.budget.gate import LocalSpendGate, Served
-from adfunnel.campaigns.model import BidType, Campaign, Objective
+from adfunnel.campaigns.model import HOUSE_ID, BidType, Campaign, Objective
 from adfunnel.clock import ManualClock
 from adfunnel.events.log import DEFAULT_DEDUPE_WINDOW_S
 from adfunnel.events.memory_log import MemoryEventLog
@@ -286,3 +286,12 @@ def test_the_hot_i_handler_bills_p_as_the_routed_one(world: World) -> None:
                AUCTION_PRICE="1.2345678")
     assert TestClient(hot).get(url).status_code == 204
     assert world.billed() == 1_234
+
+
+def test_a_house_ads_notice_is_counted_and_never_appended(world: World) -> None:
+    """Breaks if the desk skips the house check (a house ad's impression would be
+    appended and bill the operator's own campaign id)."""
+    url = path(notice_urls(token(campaign_id=HOUSE_ID)).burl, AUCTION_PRICE="1")
+    assert world.get(url) == (204, {})
+    assert world.appended() == []
+    assert world.tracker.counts()["notice_bill_house"] == 1

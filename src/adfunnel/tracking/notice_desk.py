@@ -126,9 +126,9 @@ class NoticeDesk:
 
     async def bill(self, token: str | None, price: str | None) -> NoticeResult:
         """The billing notice (``/rtb/bill``): ``price`` is the clearing price text."""
-        claims, refused = self._verify(BILL, token)
-        if claims is None:
-            return refused  # type: ignore[return-value]
+        claims = self._verify(BILL, token)
+        if isinstance(claims, NoticeResult):
+            return claims
         try:
             micros = within_bid(price, claims.price_micros)
         except PriceRefused as exc:
@@ -141,9 +141,9 @@ class NoticeDesk:
 
     async def win(self, token: str | None, price: str | None) -> NoticeResult:
         """The win notice (``/rtb/win``): records the clearing price, bills nothing."""
-        claims, refused = self._verify(WIN, token)
-        if claims is None:
-            return refused  # type: ignore[return-value]
+        claims = self._verify(WIN, token)
+        if isinstance(claims, NoticeResult):
+            return claims
         try:
             micros = within_bid(price, claims.price_micros)
         except PriceRefused as exc:
@@ -156,9 +156,9 @@ class NoticeDesk:
         """The loss notice (``/rtb/loss``): ``reason`` the loss reason code text,
         ``min_to_win`` the minimum bid to win (decimal CPM); releases the bid's
         reservation (through the ledger), bills nothing."""
-        claims, refused = self._verify(LOSS, token)
-        if claims is None:
-            return refused  # type: ignore[return-value]
+        claims = self._verify(LOSS, token)
+        if isinstance(claims, NoticeResult):
+            return claims
         code: int | None = None
         if reason and not is_unsubstituted(reason):
             text = reason.strip()
@@ -177,10 +177,9 @@ class NoticeDesk:
         event = self._event(EventType.LOSS, claims, notice_micros=floor, loss_reason=code)
         return await self._append(LOSS, RECORDED, event)
 
-    def _verify(self, notice: str, token: str | None
-                ) -> tuple[TokenClaims | None, NoticeResult | None]:
-        """The token's claims, or (None, the refusal): a forged, malformed or expired
-        token, or a house ad's (counted, never appended)."""
+    def _verify(self, notice: str, token: str | None) -> TokenClaims | NoticeResult:
+        """The token's claims, or the answer without them: a forged, malformed or
+        expired token refused, or a house ad's (counted, never appended)."""
         tracker = self.tracker
         try:
             if not token:
@@ -189,10 +188,10 @@ class NoticeDesk:
                             tracker.previous_keys)
         except InvalidToken as exc:
             tracker.count("invalid_tokens", f"invalid_tokens_{exc.reason}")
-            return None, self._refuse(notice, "t", exc.reason, f"invalid token: {exc.reason}")
+            return self._refuse(notice, "t", exc.reason, f"invalid token: {exc.reason}")
         if claims.campaign_id == HOUSE_ID:  # a house ad never bids: nothing to record
-            return None, self._done(notice, NoticeResult(HOUSE))
-        return claims, None
+            return self._done(notice, NoticeResult(HOUSE))
+        return claims
 
     def _event(self, event_type: EventType, claims: TokenClaims, *,
                price_micros: int | None = None, notice_micros: int | None = None,
