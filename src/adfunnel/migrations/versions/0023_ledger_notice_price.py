@@ -4,8 +4,8 @@ rounded down; NULL for every other row and a loss that named none) and a loss's
 OpenRTB loss reason code (``loss_reason``; NULL = none): the win-price history that
 first-price shading reads beside the served log.
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 Create Date: 2026-12-03
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0022"
-down_revision: str | None = "0021"
+revision: str = "0023"
+down_revision: str | None = "0022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
