@@ -239,11 +239,11 @@ def test_the_win_notice_records_the_clearing_price_and_bills_nothing(world: Worl
 
 
 def test_a_bid_billed_on_render_bills_p_on_i_and_nothing_on_the_notice(world: World) -> None:
-    """``billable_event = rendered``: the markup's ``/i?p=`` bills ``p``, the billing
+    """``billable_event = exchange_beacon``: the markup's ``/i?p=`` bills ``p``, the billing
     notice is counted and bills nothing. Breaks if ``/i`` bills the token's bid (``p``
     ignored), or if the notice ignores the token's billable event (it appends an
     impression: two would race)."""
-    t = token(billable_event="rendered")
+    t = token(billable_event="exchange_beacon")
     urls = notice_urls(t)
     assert world.get(path(urls.burl, AUCTION_PRICE="1.1")) == (204, {})
     assert world.tracker.counts()["notice_bill_recorded"] == 1
@@ -257,12 +257,27 @@ def test_a_bid_billed_on_render_bills_p_on_i_and_nothing_on_the_notice(world: Wo
 
 def test_i_with_a_bad_p_is_refused_naming_p_and_stores_nothing(world: World) -> None:
     """Breaks if ``/i`` ignores ``p`` (stores the beacon at the token's price)."""
-    urls = notice_urls(token(billable_event="rendered"))
+    urls = notice_urls(token(billable_event="exchange_beacon"))
     for price in ("2.5", "${AUCTION_PRICE}"):
         status, body = world.get(urls.impression.replace("${AUCTION_PRICE}", price))
         assert status == 400 and body["error"] == "invalid_price"
         assert body["fields"][0]["field"] == "p"
     assert world.appended() == []
+
+
+def test_a_page_cannot_lower_the_price_of_an_ordinary_serve_with_p(world: World) -> None:
+    """A token billed on render that is not an exchange bid (``rendered``: an
+    ``ads:select`` serve) bills its own price whatever ``p`` says, and a missing ``p`` on
+    an exchange bid's beacon stores nothing (its bid is no clearing price). Breaks if
+    ``/i`` honours ``p`` for any token billed on render (the page bills 0), or bills the
+    bid when an ``exchange_beacon`` token comes without ``p``."""
+    t = token(billable_event="rendered")
+    assert world.get(f"/i?t={t}&p=0")[0] == 204
+    assert world.billed() == BID // 1000
+    exchange = token(billable_event="exchange_beacon")
+    status, body = world.get(f"/i?t={exchange}")
+    assert status == 400 and body["fields"][0]["field"] == "p"
+    assert world.billed() == BID // 1000
 
 
 def test_i_of_a_notice_billed_bid_records_the_render_only(world: World) -> None:
@@ -282,7 +297,7 @@ def test_the_hot_i_handler_bills_p_as_the_routed_one(world: World) -> None:
     async def hot(scope: dict, receive: object, send: object) -> None:
         await endpoints.impression_asgi(scope, receive, send)
 
-    url = path(notice_urls(token(billable_event="rendered")).impression,
+    url = path(notice_urls(token(billable_event="exchange_beacon")).impression,
                AUCTION_PRICE="1.2345678")
     assert TestClient(hot).get(url).status_code == 204
     assert world.billed() == 1_234

@@ -25,15 +25,14 @@ the claim are ``rendered``) also appends the ``impression``, the event that bill
 exactly as before. Both events get the beacon's one invalid-traffic verdict.
 
 **OpenRTB markup.** The impression beacon in an OpenRTB bid's markup is
-``/i?t=…&p=${AUCTION_PRICE}``: when ``/i`` bills (the token's billable event is
-``rendered``) and carries ``p``, the impression bills the clearing price ``p`` names
+``/i?t=…&p=${AUCTION_PRICE}``. When the endpoint bills on that beacon the token's
+billable event is ``exchange_beacon``: ``/i`` then bills the clearing price ``p`` names
 (:func:`~adfunnel.tracking.clearing_price.within_bid`: CPM micros rounded down, never
-above the token's bid) instead of the token's price; a refused ``p`` stores nothing
-(outcome ``price:<reason>``, counted ``price_refused_<reason>``). Where ``/i`` does not
-bill (billable event ``notice`` or ``viewable``) ``p`` is ignored. The exchange's own
-notices are :mod:`adfunnel.tracking.notice_desk`. Known limit: the token does not say
-whether it was an exchange bid, so ``p`` is honoured on any token billed on render; a
-page can thereby bill its own ad below the token's price (never above it).
+above the token's bid), and a missing or refused ``p`` stores nothing (outcome
+``price:<reason>``, counted ``price_refused_<reason>``). Any other token ignores ``p``:
+a page cannot lower the price of an ad it was served through ``ads:select`` (the
+token's own price bills). The exchange's own notices are
+:mod:`adfunnel.tracking.notice_desk`.
 
 Billing happens later, in the aggregator (:mod:`adfunnel.billing.aggregator`), which
 reads the log. An invalid-traffic event is appended too, carrying its reason, so IVT is
@@ -73,6 +72,7 @@ from adfunnel.ivt.rules import EventFacts, Tier1Rules
 from adfunnel.tracking.clearing_price import PriceRefused, within_bid
 from adfunnel.tracking.client import ClientFacts
 from adfunnel.tracking.token import (
+    EXCHANGE_BEACON,
     InvalidToken,
     TokenClaims,
     sign_click_id,
@@ -97,8 +97,10 @@ def _beacons(event: str, outcome: str) -> Counter:
     """The labelled child of :data:`BEACONS` (``labels`` takes a lock and a lookup)."""
     return BEACONS.labels(event, outcome)
 
-#: The measurement beacon that also stores the impression, by the token's billable event.
-_BILLS_BESIDE = {EventType.RENDER: "rendered", EventType.VIEWABLE: "viewable"}
+#: The measurement beacon that also stores the impression, by the token's billable event
+#: (``notice``: neither; the billing notice bills).
+_BILLS_ON = {"rendered": EventType.RENDER, "viewable": EventType.VIEWABLE,
+             EXCHANGE_BEACON: EventType.RENDER}
 
 #: Outcomes of :class:`BeaconResult`.
 APPENDED = "appended"
@@ -316,9 +318,10 @@ class Tracker:
             self._count(f"house_{event_type.value}")
             _beacons(event_type.value, HOUSE).inc()
             return BeaconResult(HOUSE, landing)
-        bills = _BILLS_BESIDE.get(event_type) == claims.billable_event
+        bills = _BILLS_ON.get(claims.billable_event) is event_type
+        clearing = bills and claims.billable_event == EXCHANGE_BEACON
         price_micros = claims.price_micros
-        if price is not None and bills:  # an OpenRTB markup's beacon: bill the clearing price
+        if clearing:  # an OpenRTB markup's beacon: bill the clearing price it carries
             try:
                 price_micros = within_bid(price, claims.price_micros)
             except PriceRefused as exc:
@@ -337,7 +340,7 @@ class Tracker:
             # a conversion names its click: the impression the click id was issued for
             click_id=claims.impression_id if event_type is EventType.CONVERSION else None,
             tracked_ns=time.time_ns(),
-            notice_micros=price_micros if price is not None and bills else None,
+            notice_micros=price_micros if clearing else None,
         )
         click_id = None
         if event_type is EventType.CLICK:  # what only the click reveals (README, /v)

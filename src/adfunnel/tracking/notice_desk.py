@@ -17,7 +17,7 @@ configuration when it bid:
   ledger bills it per mille with its carried fraction, as any CPM impression, and
   settles the bid's in-flight reservation. The impression beacon ``/i`` in the markup
   records the render only.
-- ``rendered``: the markup's ``/i?t=&p=`` bills the clearing price
+- ``exchange_beacon``: the markup's ``/i?t=&p=`` bills the clearing price
   (:class:`~adfunnel.tracking.beacons.Tracker`); a billing notice is checked, counted
   (outcome ``recorded``) and bills nothing.
 
