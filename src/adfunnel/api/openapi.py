@@ -164,6 +164,23 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "responses": {"204": _NO_CONTENT,
                       **{str(c): _error(c) for c in (400, 403, 422, 503)}}}
         for method in ("get", "post")},
+    **{path: {"get": {
+        "tags": ["tracking"], "summary": summary,
+        "description": "An exchange's OpenRTB notice (README, \"OpenRTB notices\"); open, "
+                       "worthless without the bid's signed token. 204; 400 naming t, p, r "
+                       "or m (a refused token, or price: missing, unsubstituted, negative, "
+                       "not a number, above the bid).",
+        "parameters": [_TOKEN, *params],
+        "responses": {"204": {"description": "Taken (a replay records nothing again)"},
+                      **{str(c): _error(c) for c in (400, 503)}}}}
+        for path, summary, params in (
+            ("/rtb/bill", "Billing notice (burl): bills the clearing price once",
+             [_query("p", "${AUCTION_PRICE}: the clearing price, CPM", required=True)]),
+            ("/rtb/win", "Win notice (nurl): records the clearing price, bills nothing",
+             [_query("p", "${AUCTION_PRICE}: the clearing price, CPM", required=True)]),
+            ("/rtb/loss", "Loss notice (lurl): releases the bid's reservation",
+             [_query("r", "${AUCTION_LOSS}: the loss reason code"),
+              _query("m", "${AUCTION_MIN_TO_WIN}: the minimum bid to win, CPM")]))},
     "/v1/decisions/{request_id}": {"get": {
         "tags": ["explain"], "summary": "Explain a recent decision",
         "description": "Winners, prices and every rejection with its reason.",

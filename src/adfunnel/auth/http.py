@@ -32,6 +32,8 @@ OPEN_PATHS = frozenset({
     "/healthz", "/readyz", "/v1/ads:select", "/i", "/c", "/v", "/v1/bench/noop",
     "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
     "/tag.js", "/f", "/demo",  # the ad tag, an html creative's frame, the demo page
+    # an exchange's OpenRTB notices: no key, a signed token (tracking/notice_desk.py)
+    "/rtb/win", "/rtb/bill", "/rtb/loss",
 })
 #: Path prefixes anyone may call. ``/ui`` checks its own session cookie
 #: (``adfunnel.ui``), ``/static`` holds the documents' assets, ``/creatives/files/``

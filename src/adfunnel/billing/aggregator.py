@@ -24,6 +24,10 @@ Render and viewable events (measurement: the tracker's ``/i`` and ``/vi``) get t
 ledger row once per impression id with no money (outcome ``measured``): they reach
 neither the budget gate nor the click model nor tier 2, and count only in the rollups'
 ``rendered`` and ``viewable``. The impression event beside one of them bills as ever.
+OpenRTB win and loss notices are measured the same way; a new loss also releases its
+bid's outstanding expected cost in the gate (:meth:`SpendGate.record_billed` with 0
+billed, settling: a second release of the same impression finds nothing) and, through
+its ledger row, in the budget service's in-flight estimate.
 
 A conversion bills a CPA campaign its target CPA (the token's price) when it is the
 first for its click and comes within the campaign's attribution window after the click
@@ -277,6 +281,9 @@ class Aggregator:
                 return True
             case Outcome.MEASURED:  # render, viewable: the rollups count it, nothing bills
                 self.stats.measured += 1
+                if row.event_type is EventType.LOSS:  # the bid's reservation is released
+                    self.gate.record_billed(row.campaign_id, row.day, 0, row.impression_id,
+                                            True)
                 return True
             case Outcome.DUPLICATE:
                 self.stats.duplicates += 1

@@ -10,8 +10,10 @@ SQL ledger with a few set-based statements. The rules are those of
 (a click before its impression — beacons race, and a crashed reader's batch is
 redelivered after later events) is **held**, once, and billed when the prerequisite is
 recorded, in the same transaction; so replaying any part of the log bills exactly what
-the first pass billed. A measurement event (``render``, ``viewable``) gets its row once,
-with no money, and touches no day or lifetime total (:data:`MEASURED`).
+the first pass billed. A measurement event (``render``, ``viewable``, an OpenRTB ``win``
+or ``loss``) gets its row once, with no money, and touches no day or lifetime total
+(:data:`MEASURED`). The expected cost of an OpenRTB bid is settled once: by the first of
+its billed impression and its loss notice (the other's row settles 0).
 
 A batch's types (writes, held events, the plan, the view) are in
 :mod:`adfunnel.billing.batch_model`; the money rules of one write in
@@ -21,6 +23,7 @@ A batch's types (writes, held events, the plan, the view) are in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import date, datetime
 
 from adfunnel.billing.batch_model import (
@@ -122,13 +125,23 @@ class _Planner:
             return _HELD if held.waiting else _NOT_BILLABLE
         if key[1] in MEASUREMENT:
             return self._measure(key, w)
+        if (key[1] is EventType.IMPRESSION and w.event.expected_micros
+                and self._row_time((key[0], EventType.LOSS)) is not None):
+            # a loss notice settled the bid's expected cost already: bill, settle nothing
+            w = replace(w, event=replace(w.event, expected_micros=0))
         return self._valid(key, w)
 
     def _measure(self, key: Key, w: LedgerWrite) -> Recorded:
-        """A new render or viewable row: no charge, no prerequisite, no day or lifetime
-        total (it is counted by the rollups, never billed)."""
-        self._rows[key] = w.event.occurred_at
-        self.plan.rows.append(NewRow(w.event, 0, 0, 0, 0))
+        """A new measurement row (render, viewable, OpenRTB win or loss): no charge, no
+        prerequisite, no day or lifetime total (it is counted by the rollups, never
+        billed). A loss settles its bid's expected cost, unless its impression (billed
+        by the billing notice) settled it already: the reservation is released once."""
+        event = w.event
+        if (key[1] is EventType.LOSS and event.expected_micros
+                and self._row_time((key[0], EventType.IMPRESSION)) is not None):
+            event = replace(event, expected_micros=0)
+        self._rows[key] = event.occurred_at
+        self.plan.rows.append(NewRow(event, 0, 0, 0, 0))
         return MEASURED
 
     def _invalid_traffic(self, key: Key, w: LedgerWrite) -> Recorded:

@@ -29,7 +29,8 @@ _BILLS_ON = {BidType.CPM.value: EventType.IMPRESSION, BidType.CPC.value: EventTy
 def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
     """The ledger row of ``event`` for ``campaign``: charged its price when it is the
     event its billing type bills (a CPM price per mille, exactly), else 0; its day is
-    the campaign's local day of the event."""
+    the campaign's local day of the event. A loss carries the bid's expected cost: it
+    settles the reservation (the ledger settles it once, :mod:`adfunnel.billing.batch`)."""
     event_type = EVENT_TYPES[event.event_type]  # a StrEnum member hashes as its value
     occurred = datetime.fromtimestamp(event.occurred_at, tz=UTC)
     billing_type = event.billing_type
@@ -45,15 +46,20 @@ def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
         occurred_at=occurred,
         day=local_day(occurred, campaign.time_zone),
         served_at=_served(event.served_at),
-        # the billable event settles its serve's in-flight estimate; others nothing
-        expected_micros=event.expected_micros if billable else 0,
+        # the billable event settles its serve's in-flight estimate, as does an OpenRTB
+        # loss notice (the bid will never bill); others nothing
+        expected_micros=event.expected_micros if billable or event_type is _LOSS else 0,
         charge_per_mille=billing_type == _CPM,
         attribution_window_s=(campaign.attribution_window_s
                               if event_type is EventType.CONVERSION else None),
+        notice_micros=event.notice_micros if event_type in _NOTICES else None,
+        loss_reason=event.loss_reason if event_type is _LOSS else None,
     )
 
 
 _CPM = BidType.CPM.value
+_LOSS = EventType.LOSS
+_NOTICES = frozenset({EventType.WIN, EventType.LOSS})
 
 
 def _served(served_at: int) -> datetime:

@@ -15,10 +15,15 @@ class EventType(StrEnum):
     #: never billed, never counted as impressions, clicks or conversions
     RENDER = "render"
     VIEWABLE = "viewable"
+    #: an exchange's OpenRTB win and loss notices (README, "OpenRTB notices"): measured
+    #: once per impression id, never billed; a new loss row settles its bid's expected
+    #: cost (``LedgerEvent.expected_micros``) unless the impression settled it already
+    WIN = "win"
+    LOSS = "loss"
 
 
 #: The event types that are measurement only (their ledger rows carry no money).
-MEASUREMENT = frozenset({EventType.RENDER, EventType.VIEWABLE})
+MEASUREMENT = frozenset({EventType.RENDER, EventType.VIEWABLE, EventType.WIN, EventType.LOSS})
 
 
 #: value (or member: a StrEnum member hashes and compares as its value) -> member, a
@@ -66,6 +71,10 @@ class LedgerEvent:
     expected_micros: int | None = None
     #: a conversion bills only within this many seconds after its click (None: any time)
     attribution_window_s: int | None = None
+    #: an OpenRTB win's clearing price or a loss's minimum bid to win (CPM micros), and a
+    #: loss's reason code (OpenRTB 2.6 §5.25): the win-price history; None elsewhere
+    notice_micros: int | None = None
+    loss_reason: int | None = None
 
     @property
     def charge_millimicros(self) -> int:

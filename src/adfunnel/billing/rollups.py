@@ -342,6 +342,8 @@ class _Sums:
             self.rendered += 1
         elif event_type is EventType.VIEWABLE:
             self.viewable += 1
+        elif event_type is EventType.WIN or event_type is EventType.LOSS:
+            return  # an OpenRTB notice's measurement: no count of the rollups, no money
         else:
             self.conversions += 1
         self.billed += billed

@@ -73,7 +73,8 @@ def ledger_row(row: NewRow) -> dict[str, object]:
             "billing_type": e.billing_type, "charge_micros": row.charge,
             "charge_millimicros": row.exact, "billed_micros": row.billed,
             "absorbed_micros": row.absorbed, "day": e.day, "occurred_at": e.occurred_at,
-            "served_at": e.served_at, "settles_micros": e.expected_micros}
+            "served_at": e.served_at, "settles_micros": e.expected_micros,
+            "notice_micros": e.notice_micros, "loss_reason": e.loss_reason}
 
 
 def pg_copy_ledger(conn: Connection, rows: Sequence[NewRow]) -> None:
@@ -98,7 +99,8 @@ def pg_copy_ledger(conn: Connection, rows: Sequence[NewRow]) -> None:
                 e = r.event
                 write((e.impression_id, names[e.event_type], e.campaign_id, e.ad_id,
                        e.placement, e.billing_type, r.charge, r.exact, r.billed, r.absorbed,
-                       e.day, e.occurred_at, e.served_at, e.expected_micros))
+                       e.day, e.occurred_at, e.served_at, e.expected_micros,
+                       e.notice_micros, e.loss_reason))
     except psycopg.errors.UniqueViolation as exc:
         raise LedgerConflict("a ledger row of this batch was recorded concurrently") from exc
 
@@ -108,9 +110,10 @@ _EVENT_TYPE_TEXT: dict[str, str] = {t.value: t.value for t in EventType}
 _PG_COPY_LEDGER = (
     "COPY ledger (impression_id, event_type, campaign_id, ad_id, placement, billing_type,"
     " charge_micros, charge_millimicros, billed_micros, absorbed_micros, day, occurred_at,"
-    " served_at, settles_micros) FROM STDIN (FORMAT BINARY)")
+    " served_at, settles_micros, notice_micros, loss_reason) FROM STDIN (FORMAT BINARY)")
 _PG_COPY_LEDGER_TYPES = ("text", "text", "int8", "int8", "text", "text", "int8", "int8",
-                         "int8", "int8", "date", "timestamptz", "timestamptz", "int8")
+                         "int8", "int8", "date", "timestamptz", "timestamptz", "int8", "int8",
+                         "int4")
 
 
 def ivt_row(e: LedgerEvent, reason: str) -> dict[str, object]:

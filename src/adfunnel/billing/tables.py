@@ -42,6 +42,10 @@ ledger = Table(
     # the serve's expected cost this row settles (LedgerEvent.expected_micros); NULL =
     # unknown, billed_micros stands in
     Column("settles_micros", BigInteger, nullable=True),
+    # an OpenRTB win or loss notice's price (a win's clearing price, a loss's minimum bid
+    # to win; CPM micros) and a loss's reason code: the win-price history (0022)
+    Column("notice_micros", BigInteger, nullable=True),
+    Column("loss_reason", Integer, nullable=True),
     # The double-billing guard: replaying any event stream is always safe.
     UniqueConstraint("impression_id", "event_type", name="uq_ledger_impression_event"),
     Index("ix_ledger_campaign_day", "campaign_id", "day"),

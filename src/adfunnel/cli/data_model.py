@@ -164,14 +164,19 @@ def model_shading_fit(
     days: Annotated[float, typer.Option(help="The window: the served log's last DAYS days (UTC, up to now).")] = 7.0,
     min_observations: Annotated[int, typer.Option(help="Segments with fewer prices back off to coarser ones.")] = 200,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the release's figures here.", show_default="none")] = None,
+    database_url: Annotated[str | None, typer.Option(help="The ledger whose OpenRTB win and loss notices give the prices to beat of our exchange bids.", show_default="none")] = None,
 ) -> None:
     """Fit first-price shading's win curves (per placement × slot size × hour, with
-    back-off) from the served log's prices to beat; write a shading release to --out
+    back-off) from the served log's prices to beat (an exchange's win and loss notices
+    in the ledger at --database-url where given); write a shading release to --out
     (register it with POST /v1/admin/models to serve with it)."""
     from datetime import timedelta
 
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from adfunnel.db import make_engine
     from adfunnel.events.compactor import compact
-    from adfunnel.learn.shading_fit import NoObservations, fit_release
+    from adfunnel.learn.shading_fit import NoObservations, fit_release, notice_prices
 
     if days <= 0 or min_observations < 1:
         console.print("[red]--days must be > 0 and --min-observations >= 1[/red]")
@@ -180,12 +185,20 @@ def model_shading_fit(
         console.print(f"[red]no served log at {input_path}[/red]")
         raise typer.Exit(2)
     now = datetime.now(UTC)
+    since = now - timedelta(days=days)
     try:
+        notices = None
+        if database_url is not None:
+            engine = make_engine(database_url)
+            try:
+                notices = notice_prices(engine, since)
+            finally:
+                engine.dispose()
         compact(input_path, now)
-        release = fit_release(input_path, now - timedelta(days=days), now,
-                              min_observations=min_observations)
+        release = fit_release(input_path, since, now, min_observations=min_observations,
+                              notices=notices)
         release.save(out)
-    except (NoObservations, OSError) as exc:
+    except (NoObservations, OSError, SQLAlchemyError) as exc:
         console.print(f"[red]{first_line(exc)}[/red]")
         raise typer.Exit(1) from None
     _emit({"version": release.version, "out": str(out), **release.metrics}, json_path)

@@ -27,8 +27,10 @@ from adfunnel.events.log import (
 )
 from adfunnel.events.model import Event, EventType, decode, encode, partition_of
 
-#: The msg id endings of render and viewable events (valid or invalid traffic).
-_MEASURED_SUFFIXES = tuple(f":{t.value}{ivt}" for t in (EventType.RENDER, EventType.VIEWABLE)
+#: The msg id endings of measurement events (render, viewable, OpenRTB win and loss
+#: notices; valid or invalid traffic).
+_MEASURED_SUFFIXES = tuple(f":{t.value}{ivt}" for t in (EventType.RENDER, EventType.VIEWABLE,
+                                                         EventType.WIN, EventType.LOSS)
                            for ivt in ("", ":ivt"))
 
 

@@ -66,6 +66,9 @@ class EventType(StrEnum):
     ``render`` (``/i``: the ad was rendered in the page) and ``viewable`` (``/vi``: it met
     the MRC viewable standard) are measurement: recorded once, never billed. The
     ``impression`` is the billed one, appended beside the campaign's billable event.
+    ``win`` and ``loss`` are an exchange's OpenRTB win and loss notices
+    (:mod:`adfunnel.tracking.notice_desk`): measurement too, never billed; a loss
+    settles its bid's in-flight expected cost.
     """
 
     IMPRESSION = "impression"
@@ -73,6 +76,8 @@ class EventType(StrEnum):
     CONVERSION = "conversion"
     RENDER = "render"
     VIEWABLE = "viewable"
+    WIN = "win"
+    LOSS = "loss"
 
 
 class MalformedEvent(ValueError):
@@ -84,7 +89,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
     """One tracked event; immutable.
 
     Fields:
-        event_type: impression, click, conversion, render or viewable.
+        event_type: impression, click, conversion, render, viewable, win or loss.
         impression_id: the served impression (token), 1-64 of ``[A-Za-z0-9_-]``.
         campaign_id, ad_id: ids from the token, ints in [0, 2**63 - 1].
         placement: the token's placement, 1-200 characters.
@@ -108,6 +113,11 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
             once, and never billed.
         tracked_ns: wall-clock nanoseconds when the tracker appended it (not a domain
             time: only the beacon-to-ledger lag is measured from it), or None.
+        notice_micros: the price an exchange's OpenRTB notice named, CPM micros
+            (rounded down): a win's or a billed notice's clearing price, a loss's
+            minimum bid to win (None: the loss named none; other events).
+        loss_reason: a loss notice's OpenRTB loss reason code (OpenRTB 2.6 §5.25;
+            None: not given), else None.
 
     Invariant: :attr:`msg_id` = ``f"{impression_id}:{event_type}"`` (with ``:ivt``
     appended for invalid traffic) is the log's dedupe key and matches the ledger's
@@ -139,6 +149,8 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
     click_id: _Id | None = None
     ivt_reason: _Reason | None = None
     tracked_ns: _Int64 | None = None
+    notice_micros: _Int64 | None = None
+    loss_reason: _Int64 | None = None
 
     def __post_init__(self) -> None:
         if _DECODING.active:  # the decoder checked the same constraints
@@ -148,13 +160,15 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
                 f"impression_id: 1-64 of [A-Za-z0-9_-], got {self.impression_id!r:.80}"
             )
         ints = (self.campaign_id, self.ad_id, self.price_micros, self.served_at)
-        optional = (self.expected_micros, self.conversion_value_micros, self.tracked_ns)
+        optional = (self.expected_micros, self.conversion_value_micros, self.tracked_ns,
+                    self.notice_micros, self.loss_reason)
         if not (all(type(v) is int and 0 <= v <= _INT64_MAX for v in ints)  # not bool
                 and all(v is None or (type(v) is int and 0 <= v <= _INT64_MAX)
                         for v in optional)):
             for name in ("campaign_id", "ad_id", "price_micros", "served_at"):
                 _check_int64(name, getattr(self, name))
-            for name in ("expected_micros", "conversion_value_micros", "tracked_ns"):
+            for name in ("expected_micros", "conversion_value_micros", "tracked_ns",
+                         "notice_micros", "loss_reason"):
                 value = getattr(self, name)
                 if value is not None:
                     _check_int64(name, value)

@@ -10,27 +10,44 @@ threshold is the same quantity whatever the winner was charged. Winners without 
 ``beat_micros`` (direct lines, exploration picks, records logged before it) are left
 out. :func:`adfunnel.bidding.shading.fit` makes one curve per segment and per coarser
 back-off key (placement × size, placement, everything).
+
+**An exchange's notices** (OpenRTB, :mod:`adfunnel.tracking.notice_desk`), when given
+(:func:`notice_prices`: the ledger's win and loss rows), replace the served log's price
+to beat of the bid they are about (by impression id): our own auction only decided
+which ad bid; the exchange's auction decided whether it won. A loss's minimum bid to
+win is the price to beat; a win's clearing price is it only when below our bid (a
+second-price exchange charges the price to beat; a first-price one charges the bid,
+which says only that the price to beat was not above it: censored, left out), and so
+is a bid whose notices name no price. CPM micros per mille become micros per impression
+(÷ 1000, rounded up as the served log's prices are).
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from datetime import datetime
 
+from sqlalchemy import Engine, select
+
 from adfunnel.bidding.shading import DEFAULT_MIN_OBSERVATIONS, fit
+from adfunnel.billing.model import EventType
+from adfunnel.billing.tables import ledger
 from adfunnel.learn.query import query
 from adfunnel.prediction.shading_release import ShadingRelease
 
 Observation = tuple[str, str, int, int]
+#: impression id -> (``win`` or ``loss``, the notice's price in CPM micros, or None)
+Notices = Mapping[str, tuple[str, int | None]]
 
 _SQL = """
 WITH w AS (SELECT request_id, placement, time, unnest(winners) AS w FROM served
            WHERE time >= ? AND time < ?),
      s AS (SELECT request_id, unnest(slots) AS s FROM served WHERE time >= ? AND time < ?)
-SELECT w.placement, s.s.width, s.s.height, w.time, w.w.beat_micros
+SELECT w.placement, s.s.width, s.s.height, w.time, w.w.beat_micros, w.w.impression_id,
+       w.w.bid_micros
 FROM w JOIN s ON w.request_id = s.request_id AND w.w.slot_id = s.s.id
-WHERE w.w.beat_micros IS NOT NULL
 ORDER BY w.time, w.request_id, w.w.slot_id
 """
 
@@ -40,23 +57,59 @@ class NoObservations(ValueError):
 
 
 def observations(directory: str | os.PathLike[str], since: datetime,
-                 until: datetime) -> list[Observation]:
+                 until: datetime, notices: Notices | None = None) -> list[Observation]:
     """``(placement, "WxH", UTC hour, price to beat in micros)`` of every auction win
-    decided in [since, until) (compacted hours only: :mod:`adfunnel.learn.query`)."""
+    decided in [since, until) (compacted hours only: :mod:`adfunnel.learn.query`), the
+    price to beat of a bid with ``notices`` taken from them (module docstring)."""
     lo, hi = since.timestamp(), until.timestamp()
-    rows = query(directory, _SQL, [lo, hi, lo, hi])
-    return [(str(p), f"{w}x{h}", int(t // 3600 % 24), math.ceil(beat))
-            for p, w, h, t, beat in rows]
+    out: list[Observation] = []
+    for p, w, h, t, beat, impression_id, bid in query(directory, _SQL, [lo, hi, lo, hi]):
+        notice = notices.get(impression_id) if notices else None
+        if notice is not None:
+            beat = _notice_beat(notice, bid)
+        if beat is not None:
+            out.append((str(p), f"{w}x{h}", int(t // 3600 % 24), math.ceil(beat)))
+    return out
+
+
+def _notice_beat(notice: tuple[str, int | None], bid_micros: int) -> float | None:
+    """The price to beat per impression (micros) an exchange's notice names, or None."""
+    kind, micros = notice
+    if micros is None or (kind == EventType.WIN.value and micros >= bid_micros):
+        return None  # no price, or a first-price win: the price to beat is censored
+    return micros / 1000
+
+
+def notice_prices(engine: Engine, since: datetime) -> dict[str, tuple[str, int | None]]:
+    """The ledger's OpenRTB notices that occurred at or after ``since`` (a bid's come
+    after its decision): impression id -> (``win`` or ``loss``, price in CPM micros or
+    None); a loss wins over a win of the same bid (its minimum bid to win is exact).
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the read failed.
+    """
+    t = ledger.c
+    stmt = (select(t.impression_id, t.event_type, t.notice_micros)
+            .where(t.event_type.in_([EventType.WIN.value, EventType.LOSS.value]),
+                   t.occurred_at >= since))
+    found: dict[str, tuple[str, int | None]] = {}
+    with engine.connect() as conn:
+        for impression_id, kind, micros in conn.execute(stmt):
+            if impression_id not in found or kind == EventType.LOSS.value:
+                found[impression_id] = (kind, None if micros is None else int(micros))
+    return found
 
 
 def fit_release(directory: str | os.PathLike[str], since: datetime, until: datetime, *,
-                min_observations: int = DEFAULT_MIN_OBSERVATIONS) -> ShadingRelease:
-    """The shading release fitted on the served log's window [since, until).
+                min_observations: int = DEFAULT_MIN_OBSERVATIONS,
+                notices: Notices | None = None) -> ShadingRelease:
+    """The shading release fitted on the served log's window [since, until), with an
+    exchange's ``notices`` (:func:`notice_prices`) where given.
 
     Raises:
         NoObservations: nothing to fit.
     """
-    obs = observations(directory, since, until)
+    obs = observations(directory, since, until, notices)
     if not obs:
         raise NoObservations(f"no auction win with a price to beat in the served log "
                              f"between {since.isoformat()} and {until.isoformat()}")

@@ -24,6 +24,16 @@ measurement, recorded once and never billed; the beacon that matches the token's
 the claim are ``rendered``) also appends the ``impression``, the event that bills
 exactly as before. Both events get the beacon's one invalid-traffic verdict.
 
+**OpenRTB markup.** The impression beacon in an OpenRTB bid's markup is
+``/i?t=…&p=${AUCTION_PRICE}``. When the endpoint bills on that beacon the token's
+billable event is ``exchange_beacon``: ``/i`` then bills the clearing price ``p`` names
+(:func:`~adfunnel.tracking.clearing_price.within_bid`: CPM micros rounded down, never
+above the token's bid), and a missing or refused ``p`` stores nothing (outcome
+``price:<reason>``, counted ``price_refused_<reason>``). Any other token ignores ``p``:
+a page cannot lower the price of an ad it was served through ``ads:select`` (the
+token's own price bills). The exchange's own notices are
+:mod:`adfunnel.tracking.notice_desk`.
+
 Billing happens later, in the aggregator (:mod:`adfunnel.billing.aggregator`), which
 reads the log. An invalid-traffic event is appended too, carrying its reason, so IVT is
 counted by reason exactly once and never billed; a flagged click is still redirected,
@@ -59,8 +69,10 @@ from adfunnel.events.model import MAX_USER_AGENT_CHARS, Event, EventType
 from adfunnel.events.publisher import EventRefused
 from adfunnel.ivt.reasons import Reason
 from adfunnel.ivt.rules import EventFacts, Tier1Rules
+from adfunnel.tracking.clearing_price import PriceRefused, within_bid
 from adfunnel.tracking.client import ClientFacts
 from adfunnel.tracking.token import (
+    EXCHANGE_BEACON,
     InvalidToken,
     TokenClaims,
     sign_click_id,
@@ -85,8 +97,10 @@ def _beacons(event: str, outcome: str) -> Counter:
     """The labelled child of :data:`BEACONS` (``labels`` takes a lock and a lookup)."""
     return BEACONS.labels(event, outcome)
 
-#: The measurement beacon that also stores the impression, by the token's billable event.
-_BILLS_BESIDE = {EventType.RENDER: "rendered", EventType.VIEWABLE: "viewable"}
+#: The measurement beacon that also stores the impression, by the token's billable event
+#: (``notice``: neither; the billing notice bills).
+_BILLS_ON = {"rendered": EventType.RENDER, "viewable": EventType.VIEWABLE,
+             EXCHANGE_BEACON: EventType.RENDER}
 
 #: Outcomes of :class:`BeaconResult`.
 APPENDED = "appended"
@@ -228,6 +242,10 @@ class Tracker:
         with self._lock:
             return dict(self._counts)
 
+    def count(self, *names: str) -> None:
+        """Add one to each of the counts ``names`` (:meth:`counts`)."""
+        self._count(*names)
+
     def _count(self, *names: str) -> None:
         with self._lock:
             for name in names:
@@ -235,14 +253,15 @@ class Tracker:
 
     async def beacon(self, event_type: EventType, token: str | None,
                      client: ClientFacts | None = None, value_micros: int | None = None,
-                     origin: str | None = None) -> BeaconResult:
+                     origin: str | None = None, price: str | None = None) -> BeaconResult:
         """Any beacon, for an asyncio server: the same as :meth:`impression` (``render``),
         :meth:`viewable`, :meth:`click` and :meth:`conversion`, waiting for the store
         without holding a thread (many beacons share one round trip to the log).
         ``origin``: a browser's cross-origin ``Origin``
         (:func:`~adfunnel.tracking.cors.cross_origin`): refused (:data:`ORIGIN_REFUSED`,
-        nothing stored) unless the token's placement allows it."""
-        result = self._prepare(token, event_type, client, value_micros, origin)
+        nothing stored) unless the token's placement allows it. ``price``: the ``p`` of
+        an OpenRTB markup's ``/i`` (the clearing price, decimal CPM), or None."""
+        result = self._prepare(token, event_type, client, value_micros, origin, price)
         if result.event is None:
             return result
         try:
@@ -267,7 +286,8 @@ class Tracker:
         return self._appended(result)
 
     def _prepare(self, token: str | None, event_type: EventType, client: ClientFacts | None,
-                 value_micros: int | None, origin: str | None = None) -> BeaconResult:
+                 value_micros: int | None, origin: str | None = None,
+                 price: str | None = None) -> BeaconResult:
         """Verify and judge a beacon: a final result (refused token, house ad, expired
         click), or the event to store (``event`` set, ``outcome`` what it will be once
         stored). A conversion's ``token`` is a click id (:func:`verify_click_id`). A
@@ -298,11 +318,21 @@ class Tracker:
             self._count(f"house_{event_type.value}")
             _beacons(event_type.value, HOUSE).inc()
             return BeaconResult(HOUSE, landing)
+        bills = _BILLS_ON.get(claims.billable_event) is event_type
+        clearing = bills and claims.billable_event == EXCHANGE_BEACON
+        price_micros = claims.price_micros
+        if clearing:  # an OpenRTB markup's beacon: bill the clearing price it carries
+            try:
+                price_micros = within_bid(price, claims.price_micros)
+            except PriceRefused as exc:
+                self._count(f"price_refused_{exc.reason}")
+                _beacons(event_type.value, f"price_{exc.reason}").inc()
+                return BeaconResult(f"price:{exc.reason}")
         reason = self._invalid(claims, event_type, client, now_s)
         event = Event(
             event_type=event_type, impression_id=claims.impression_id,
             campaign_id=claims.campaign_id, ad_id=claims.ad_id, placement=claims.placement,
-            price_micros=claims.price_micros, billing_type=claims.billing_type,
+            price_micros=price_micros, billing_type=claims.billing_type,
             served_at=claims.issued_at, expected_micros=claims.expected_micros,
             occurred_at=now_s, client_ip=(client.ip or "") if client else "",
             user_agent=(client.user_agent or "")[:MAX_USER_AGENT_CHARS] if client else "",
@@ -310,13 +340,14 @@ class Tracker:
             # a conversion names its click: the impression the click id was issued for
             click_id=claims.impression_id if event_type is EventType.CONVERSION else None,
             tracked_ns=time.time_ns(),
+            notice_micros=price_micros if clearing else None,
         )
         click_id = None
         if event_type is EventType.CLICK:  # what only the click reveals (README, /v)
             click_id = sign_click_id(claims, round(now_s * 1000), self.token_key,
                                      invalid=reason is not None)
         outcome = APPENDED if reason is None else f"ivt:{reason}"
-        if _BILLS_BESIDE.get(event_type) == claims.billable_event:
+        if bills:
             impression = msgspec.structs.replace(event, event_type=EventType.IMPRESSION)
             return BeaconResult(outcome, landing, impression, measured=event)
         return BeaconResult(outcome, landing, event, click_id)

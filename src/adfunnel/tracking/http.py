@@ -7,11 +7,17 @@ database: the event is in the log (or the spool) when the answer leaves. The rou
 coroutines: a beacon waits for the store without holding a thread, and concurrent
 beacons share the publisher's rounds (group commit).
 
-- ``/i?t=<token>``: the ad was rendered → 204; or, when the request's ``Accept`` names an
-  image type first (what ``<img>`` sends: ``image/avif,image/webp,…``), 200 with a 1×1
-  transparent GIF (``image/gif``, not cached), recorded exactly the same. Stores a
-  ``render`` event, and the billed ``impression`` when the token's billable event is
-  ``rendered`` (:class:`~adfunnel.tracking.beacons.Tracker`).
+- ``/i?t=<token>[&p=<clearing price>]``: the ad was rendered → 204; or, when the
+  request's ``Accept`` names an image type first (what ``<img>`` sends:
+  ``image/avif,image/webp,…``), 200 with a 1×1 transparent GIF (``image/gif``, not
+  cached), recorded exactly the same. Stores a ``render`` event, and the billed
+  ``impression`` when the token's billable event is ``rendered``
+  (:class:`~adfunnel.tracking.beacons.Tracker`). ``p`` (an OpenRTB bid's markup:
+  ``${AUCTION_PRICE}`` substituted by the exchange) bills that clearing price instead
+  of the token's; a bad or unsubstituted ``p``, or one above the bid, is 400
+  ``invalid_price`` naming ``p``, nothing stored.
+- ``/rtb/win``, ``/rtb/bill``, ``/rtb/loss``: an exchange's OpenRTB notices
+  (:mod:`adfunnel.tracking.notice_routes`).
 - ``/vi?t=<token>``: the ad was viewable (MRC standard, measured by the page's tag) →
   answered as ``/i``; stores a ``viewable`` event, and the billed ``impression`` when the
   token's billable event is ``viewable``.
@@ -54,8 +60,10 @@ from adfunnel.campaigns.landing import LandingUrlError, to_uri
 from adfunnel.events.model import EventType
 from adfunnel.http_errors import error_response
 from adfunnel.tracking.beacons import ORIGIN_REFUSED, UNAVAILABLE, BeaconResult, Tracker
+from adfunnel.tracking.clearing_price import PriceRefused
 from adfunnel.tracking.client import ClientFacts, ClientResolver, Network
 from adfunnel.tracking.cors import allow_origin_headers, cross_origin, origin_refused
+from adfunnel.tracking.notice_routes import notice_routes
 
 _INT64_MAX = 2**63 - 1
 #: Replaced in a landing URL by the click id (URL-safe as it is).
@@ -80,6 +88,7 @@ class TrackingEndpoints:
             Route("/vi", self.viewable, methods=["GET"]),
             Route("/c", self.click, methods=["GET"]),
             Route("/v", self.conversion, methods=["GET", "POST"]),
+            *notice_routes(self.tracker),
         ]
 
     def hot_routes(self) -> dict[tuple[str, str], Any]:
@@ -117,8 +126,9 @@ class TrackingEndpoints:
 
     async def _pixel_beacon(self, event_type: EventType, request: Request) -> Response:
         origin = cross_origin(request.scope)
+        price = request.query_params.get("p") if event_type is EventType.RENDER else None
         result = await self.tracker.beacon(event_type, request.query_params.get("t"),
-                                           self._client(request), origin=origin)
+                                           self._client(request), origin=origin, price=price)
         return _refused(result, origin=origin) or _pixel_answer(request.scope, origin)
 
     async def impression_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -132,8 +142,12 @@ class TrackingEndpoints:
     async def _pixel_asgi(self, event_type: EventType, scope: dict[str, Any], receive: Any,
                           send: Any) -> None:
         origin = cross_origin(scope)
+        # the feed's beacons carry no ``p``: their query is not split a second time
+        price = (query_value(scope, "p") if event_type is EventType.RENDER
+                 and b"p=" in scope.get("query_string", b"") else None)
         result = await self.tracker.beacon(event_type, query_value(scope, "t"),
-                                           self._scope_client(scope), origin=origin)
+                                           self._scope_client(scope), origin=origin,
+                                           price=price)
         refused = _refused(result, origin=origin)
         if refused is not None:
             await refused(scope, receive, send)
@@ -276,6 +290,10 @@ def _refused(result: BeaconResult, name: str = "t",
         return origin_refused(origin or "", result.placement or "")
     if result.outcome.startswith("invalid:"):
         return error_response(400, "invalid_token", [(name, result.outcome.split(":", 1)[1])])
+    if result.outcome.startswith("price:"):  # an OpenRTB markup's clearing price
+        reason = result.outcome.split(":", 1)[1]
+        return error_response(400, "invalid_price",
+                              [("p", f"{reason}: {PriceRefused(reason).problem}")])  # type: ignore[arg-type]
     if result.outcome == UNAVAILABLE:
         return error_response(503, "event_log_unavailable",
                               [(name, "the event could not be stored; retry")],

@@ -58,9 +58,13 @@ MAX_IMPRESSION_ID_CHARS = 64
 #: Longest placement name (the ledger column is 200 characters).
 MAX_PLACEMENT_CHARS = 200
 #: What bills a CPM impression: the ``/vi`` beacon (viewable), the ``/i`` beacon
-#: (rendered), or an OpenRTB billing notice (``notice``: ``/rtb/bill``; neither beacon
-#: bills then, :mod:`adfunnel.tracking.notices`).
-BILLABLE_EVENTS = frozenset({"viewable", "rendered", "notice"})
+#: (rendered), for an OpenRTB bid its billing notice (``notice``: ``/rtb/bill``; neither
+#: beacon bills then) or its markup's ``/i`` at the clearing price ``p`` it carries
+#: (``exchange_beacon``), :mod:`adfunnel.tracking.notices`.
+BILLABLE_EVENTS = frozenset({"viewable", "rendered", "notice", "exchange_beacon"})
+#: The billable event of an OpenRTB bid billed on its markup's ``/i``: only such a token
+#: bills the clearing price ``p`` the beacon carries (any other bills its own price).
+EXCHANGE_BEACON = "exchange_beacon"
 #: What a token from before version 4 bills on (every impression billed on render then).
 LEGACY_BILLABLE_EVENT = "rendered"
 
@@ -107,14 +111,15 @@ class TokenClaims:
     the budget counted it (DESIGN.md §The funnel, step 7); None in older tokens.
     ``billable_event``: ``viewable`` or ``rendered``, the beacon that bills the
     impression (the campaign's setting when it was served; ``rendered`` in tokens from
-    before version 4), or ``notice`` for an OpenRTB bid, whose billing notice bills it.
+    before version 4); for an OpenRTB bid ``notice`` (its billing notice bills it) or
+    ``exchange_beacon`` (its markup's ``/i`` bills the clearing price it carries).
 
     Raises:
         ValueError: on construction, for a field outside its domain: impression id
             not 1-64 of ``[A-Za-z0-9_-]``, ids or price negative or above int64,
             unknown billing type, placement empty or over 200 characters, negative
             times or ``expires_at < issued_at``, a billable event other than
-            ``viewable``, ``rendered`` or ``notice``.
+            ``viewable``, ``rendered``, ``notice`` or ``exchange_beacon``.
     """
 
     impression_id: str
@@ -159,7 +164,7 @@ class TokenClaims:
                               or not 0 <= e <= _INT64_MAX):
             raise ValueError(f"expected_micros: an int in [0, 2**63 - 1] or None, got {e!r}")
         if not isinstance(self.billable_event, str) or self.billable_event not in BILLABLE_EVENTS:
-            raise ValueError(f"billable_event: viewable, rendered or notice, got "
+            raise ValueError(f"billable_event: viewable, rendered, notice or exchange_beacon, got "
                              f"{self.billable_event!r:.40}")
 
 
