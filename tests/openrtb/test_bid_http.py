@@ -98,7 +98,7 @@ def test_exchange_keys_and_billing_on_the_beacon(client: TestClient) -> None:
     r = _bid(client, banner_request(), headers={"x-openrtb-key": "x" * 20})
     assert r.status_code == 200, r.text
     token = r.json()["seatbid"][0]["bid"][0]["burl"].split("t=", 1)[1].split("&", 1)[0]
-    assert verify(token, KEY, START.timestamp()).billable_event == "rendered"
+    assert verify(token, KEY, START.timestamp()).billable_event == "exchange_beacon"
 
 
 @pytest.mark.slow

@@ -18,8 +18,9 @@
 ``price_micros`` = our bid (the ceiling of any clearing price a notice may bill),
 ``expected_micros`` = ⌈bid ÷ 1000⌉ (the worst cost of one impression: the budget counts
 it in flight, so the serve's :class:`~adfunnel.budget.gate.Served` is rewritten to it),
-``billable_event`` ``notice`` (the billing notice bills) or ``rendered`` (the impression
-beacon in ``adm`` bills: ``openrtb_bills_on = beacon``).
+``billable_event`` ``notice`` (the billing notice bills) or ``exchange_beacon`` (the
+impression beacon in ``adm`` bills the clearing price it carries: ``openrtb_bills_on =
+beacon``; :mod:`adfunnel.tracking.notice_desk`).
 
 At the spec's boundary a price becomes a float in currency units, rounded DOWN to the
 micro (:func:`spec_price`): never above what the token lets us be billed.
@@ -44,10 +45,10 @@ from adfunnel.openrtb.mapping import Mapped
 from adfunnel.prediction.shading_release import ShadingRelease
 from adfunnel.serving.bid_shading import run_curve
 from adfunnel.serving.decision import Decision, Placed
-from adfunnel.tracking.token import TokenClaims, sign
+from adfunnel.tracking.token import EXCHANGE_BEACON, TokenClaims, sign
 
 #: ``billable_event`` of a bid's token, by ``openrtb_bills_on``.
-BILLABLE_EVENT = {"burl": "notice", "beacon": "rendered"}
+BILLABLE_EVENT = {"burl": "notice", "beacon": EXCHANGE_BEACON}
 _MICRO = Decimal(1).scaleb(-6)
 
 
