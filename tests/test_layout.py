@@ -29,7 +29,7 @@ LADDER: list[set[str]] = [
     {"events"},
     {"tracking", "billing"},
     {"serving"},
-    {"api", "ui", "learn", "web"},
+    {"api", "ui", "learn", "web", "openrtb"},
     {"sim", "runtime", "migrations"},
     {"bench"},
     {"cli", "__main__"},

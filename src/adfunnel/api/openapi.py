@@ -114,6 +114,21 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                                      {"$ref": "#/components/schemas/ServingSelectResponse"}),
                       "204": {"description": "No ad (no fill, shed or late)"},
                       **{str(c): _error(c) for c in (400, 403, 413, 422)}}}},
+    "/openrtb2/bid": {"post": {
+        "tags": ["serving"], "summary": "OpenRTB 2.6 bidder endpoint: bid on an exchange's "
+                                        "BidRequest",
+        "description": "An OpenRTB 2.6 BidRequest; 200 with a BidResponse (one bid per imp "
+                       "won, price CPM in cur, adm, nurl/burl/lurl), or 204 (no bid, shed, "
+                       "late: tmax from arrival). ?nbr=1 or ext.adfunnel.nbr: a no-bid is "
+                       "200 with nbr and reasons. 400 naming the field (a path such as "
+                       "imp[1].id). With openrtb_exchange_keys set, x-openrtb-key is "
+                       "required (401/403 naming it). README: OpenRTB.",
+        "parameters": [_query("nbr", "1: answer a no-bid with its reasons (200)")],
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"type": "object", "description": "OpenRTB 2.6 BidRequest"}}}},
+        "responses": {"200": _json("A BidResponse (or a no-bid with reasons)"),
+                      "204": {"description": "No bid (or shed, or late)"},
+                      **{str(c): _error(c) for c in (400, 401, 403, 413, 503)}}}},
     "/i": {"get": {
         "tags": ["tracking"], "summary": "Rendered beacon: the ad was rendered in the page",
         "parameters": [_TOKEN],

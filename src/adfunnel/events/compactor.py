@@ -96,6 +96,7 @@ SCHEMA = pa.schema([
     ("index_version", pa.int64()),
     ("exploration", pa.bool_()),
     ("model_version", pa.string()),
+    ("supply_chain", pa.string()),
     ("schema_version", pa.int64()),
 ], metadata={b"adfunnel.schema_version": str(SCHEMA_VERSION).encode()})
 

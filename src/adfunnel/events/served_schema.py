@@ -124,6 +124,9 @@ class ServedRecord(msgspec.Struct, forbid_unknown_fields=False):
     index_version: int
     exploration: bool | None = None
     model_version: str | None = None
+    #: an OpenRTB request's ``source.schain`` (the supply chain, compact JSON text);
+    #: None: not an OpenRTB request, or it gave none
+    supply_chain: str | None = None
     schema_version: int = SCHEMA_VERSION
 
 

@@ -44,6 +44,7 @@ from adfunnel.events.served_erasure import erase_user as erase_served
 from adfunnel.frequency.store import CapStoreUnavailable
 from adfunnel.observability.metrics import watch_change_feed, watch_fill
 from adfunnel.observability.request_log import RequestLog, quiet_paths
+from adfunnel.openrtb.endpoint import OpenRtbEndpoint, catalog_has_shape
 from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.runtime.heap import freeze_heap
 from adfunnel.serving.deadline import ArrivalStamp
@@ -115,17 +116,22 @@ def build_app(rt: Runtime) -> RequestLog:
     app.include_router(make_conversion_router(rt.tracker, lambda cid: _advertiser_of(rt, cid)))
     install_ui(app, rt, rt.keys)  # the dashboard at /ui (its own server-side sessions)
     install_openapi(app)  # the whole server's document, the lean routes included
+    derive = client_derivation(s.derive_client_facts, parse_networks(s.trusted_proxies))
     serving = ServingEndpoints(rt.queue, rt.decisions,
                                default_deadline_ms=s.default_deadline_ms,
                                max_body_bytes=s.max_body_bytes, ready=rt.ready,
                                served=rt.served, is_admin=admin_header(rt.keys),
                                max_slots=s.max_slots, public_base_url=s.public_base_url,
-                               derive=client_derivation(s.derive_client_facts,
-                                                        parse_networks(s.trusted_proxies)),
+                               derive=derive,
                                origins=rt.catalog.allowed_origins,
                                sample=rt.requests.sampler.record if rt.requests else None,
                                placements=rt.placements.counter if rt.placements else None)
     tracking = TrackingEndpoints(rt.tracker, parse_networks(s.trusted_proxies))
+    # POST /openrtb2/bid: the bidder endpoint on the same decider and logs
+    openrtb = OpenRtbEndpoint.from_settings(
+        serving, s, has_placement=lambda pid: rt.catalog.placements.get(pid) is not None,
+        country_of=derive.countries.country if derive and derive.countries else None,
+        has_shape=lambda *shape: catalog_has_shape(rt.catalog.index, shape))
     for route in (*serving.routes(), *tracking.routes()):
         app.router.routes.append(route)
     # the ad tag, the html creatives' frame and, while it is on, the demo page
@@ -251,7 +257,8 @@ def build_app(rt: Runtime) -> RequestLog:
     app.add_route("/v1/budget/pacing", budget_pacing, methods=["GET"])
     app.add_route("/v1/users/{key}", erase_user, methods=["DELETE"])
     # outside the framework: a select's deadline starts as early as we see it
-    stamped = ArrivalStamp(app, routes={**serving.hot_routes(), **tracking.hot_routes()})
+    stamped = ArrivalStamp(app, routes={**serving.hot_routes(), **tracking.hot_routes(),
+                                            **openrtb.hot_routes()})
     # CORS preflights of the select and beacon routes, for the origins placements allow
     cors = PlacementCors(stamped, rt.catalog.any_allowed_origins)
     return RequestLog(cors, access_log=s.access_log,

@@ -39,7 +39,6 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Callable, Collection
-from functools import partial
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -47,19 +46,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from adfunnel.budget.gate import bid_multiplier
 from adfunnel.clock import monotonic_ms
 from adfunnel.events.served_log import ServedLog
 from adfunnel.http_errors import error_response as error_response
 from adfunnel.observability.request_log import REQUEST_ID_KEY, name_request
 from adfunnel.serving.answer import with_creative
-from adfunnel.serving.deadline import (
-    SELECT_PATH,
-    SHED_EXPIRED,
-    SHED_QUEUE,
-    DecisionQueue,
-    arrival_ms,
-)
+from adfunnel.serving.commit import SHED_COUNTERS as SHED_COUNTERS
+from adfunnel.serving.commit import SHED_REQUESTS as SHED_REQUESTS
+from adfunnel.serving.commit import DecisionRunner
+from adfunnel.serving.deadline import SELECT_PATH, DecisionQueue, arrival_ms
 from adfunnel.serving.decision import Decision
 from adfunnel.serving.decision_log import DecisionLog
 from adfunnel.serving.placement_traffic import PlacementCounter
@@ -73,17 +68,11 @@ from adfunnel.serving.request import (
     decode_request,
     encode,
 )
-from adfunnel.serving.served_record import decision_source
 from adfunnel.tracking.cors import allow_origin_headers, cross_origin, origin_refused
 
 SELECT_LATENCY = Histogram(
     "adfunnel_select_seconds", "Ad request latency inside the server, from arrival",
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
-)
-SHED_REQUESTS = Counter(
-    "adfunnel_shed_requests", "Ad requests shed (204, never decided) because they could not "
-    "start before their deadline: reason queue (on arrival) or expired (in the queue)",
-    ["reason"],
 )
 DEADLINE_MISS_RATE = Gauge(
     "adfunnel_deadline_miss_rate", "deadline_miss_rate: (late + shed) / ad requests, over "
@@ -97,7 +86,6 @@ NOOP_PATH = "/v1/bench/noop"
 # the labelled children, bound once (``labels()`` takes a lock and a dict lookup per call)
 OUTCOME_COUNTERS = {o: SELECT_OUTCOMES.labels(o)
                     for o in ("filled", "no_fill", "shed", "late", "not_ready")}
-SHED_COUNTERS = {r: SHED_REQUESTS.labels(r) for r in (SHED_QUEUE, SHED_EXPIRED)}
 
 #: Response header of a 204 select naming why no ad came back.
 OUTCOME_HEADER = b"x-adfunnel-outcome"
@@ -158,6 +146,8 @@ class ServingEndpoints:
         self.default_deadline_ms = default_deadline_ms
         self.max_body_bytes = max_body_bytes
         self.ready = ready or (lambda: True)
+        # decide, commit in time, log: shared with POST /openrtb2/bid (serving/commit.py)
+        self.runner = DecisionRunner(queue, log, served=served, placements=placements)
         self.answered = 0  # ad requests answered (filled, no fill, shed or late)
         self.filled = 0  # of which with an ad
 
@@ -232,31 +222,10 @@ class ServingEndpoints:
             request_id = name_request(scope, req.request_id)
         else:
             request_id = scope.get(REQUEST_ID_KEY) or f"{self._id_prefix}-{next(self._ids):x}"
-        outcome = await self.queue.decide(req, request_id, deadline)
-        decision = outcome.decision
-        placements = self.placements
+        committed = await self.runner.run(req, request_id, deadline)
+        decision = committed.decision
         if decision is None:
-            if placements is not None:
-                placements.add(req.placement.id, len(req.slots))
-            self.log.count_shed()
-            SHED_COUNTERS[outcome.shed or SHED_QUEUE].inc()
-            return self._no_ad(start, "shed", request_id)
-        if monotonic_ms() >= deadline:  # checked just before commit: late work commits nothing
-            self.decider.abandon(decision)  # and gives back the caps it counted
-            if placements is not None:
-                placements.add(req.placement.id, len(req.slots))
-            self.log.count_late()
-            return self._no_ad(start, "late", request_id)
-        self.decider.commit(decision)
-        self.log.append(decision)
-        if placements is not None:
-            placements.add(req.placement.id, len(req.slots), decision.slot_tiers().values())
-        if self.served is not None:  # queued (never waits; dropped and counted when full)
-            self.served.record(decision_source(
-                decision, req, pacing_rate=self.decider.gate.pacing_rate,
-                bid_multiplier=partial(bid_multiplier, self.decider.gate),
-                model_version=decision.model_version, exploration=decision.exploration,
-                propensities=decision.propensities or None))
+            return self._no_ad(start, committed.outcome, request_id)
         if not decision.placed and not decision.house:
             return self._no_ad(start, "no_fill", request_id)
         self._observe(start, "filled")

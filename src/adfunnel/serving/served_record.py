@@ -39,6 +39,8 @@ class DecisionSource(NamedTuple):
     propensities: Mapping[str, float] | None
     model_version: str | None
     multipliers: dict[int, float] | None = None
+    #: an OpenRTB request's supply chain (``source.schain`` as JSON text)
+    supply_chain: str | None = None
 
     @property
     def request_id(self) -> str:
@@ -52,7 +54,7 @@ class DecisionSource(NamedTuple):
             self.decision, self.request, time_s, salt, pacing=self.pacing,
             exploration=self.exploration, propensities=self.propensities,
             model_version=self.model_version, max_rejections=max_rejections,
-            multipliers=self.multipliers)
+            multipliers=self.multipliers, supply_chain=self.supply_chain)
 
 
 def decision_source(
@@ -64,6 +66,7 @@ def decision_source(
     propensities: Mapping[str, float] | None = None,
     model_version: str | None = None,
     bid_multiplier: Callable[[int], float] | None = None,
+    supply_chain: str | None = None,
 ) -> DecisionSource:
     """What :meth:`ServedLog.record <adfunnel.events.served_log.ServedLog.record>` queues
     for ``decision`` (made for ``request``); O(winners), on the request path.
@@ -72,7 +75,8 @@ def decision_source(
     ``pacing_rate``), read here for each winner; ``propensities``: slot id ->
     propensity; ``exploration``, ``model_version``: stored as given;
     ``bid_multiplier``: campaign id -> λ now (the spend gate's ``bid_multiplier``),
-    read for each winner of an automatic campaign. Do not mutate the decision or the
+    read for each winner of an automatic campaign; ``supply_chain``: an OpenRTB
+    request's ``source.schain`` (JSON text), stored as given. Do not mutate the decision or the
     request afterwards: the writer thread reads them later.
     """
     pacing = ({p.campaign.id: float(pacing_rate(p.campaign.id)) for p in decision.placed}
@@ -80,7 +84,7 @@ def decision_source(
     lams = ({p.campaign.id: float(bid_multiplier(p.campaign.id)) for p in decision.placed
              if automatic(p.campaign)} if bid_multiplier is not None else None)
     return DecisionSource(decision, request, pacing, exploration, propensities, model_version,
-                          lams)
+                          lams, supply_chain)
 
 
 def build_record(
@@ -95,6 +99,7 @@ def build_record(
     model_version: str | None = None,
     max_rejections: int = DEFAULT_MAX_REJECTIONS,
     multipliers: Mapping[int, float] | None = None,
+    supply_chain: str | None = None,
 ) -> ServedRecord:
     """The :class:`ServedRecord` of ``decision`` made for ``request`` at ``time_s``.
 
@@ -156,6 +161,7 @@ def build_record(
         index_version=decision.index_version,
         exploration=exploration,
         model_version=model_version,
+        supply_chain=supply_chain,
     )
 
 

@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adfunnel.secret_file import data_dir, load_or_create
 from adfunnel.settings.ivt import Tier2Config, held_in, parse_rate_limit
+from adfunnel.settings.openrtb import OpenRtbSettings
 
 #: Default largest bid, micros: 1,000 currency units (a CPM per thousand impressions,
 #: a CPC per click, a CPA per conversion).
@@ -51,8 +52,9 @@ UPLOAD_FORM_OVERHEAD = 16_384
 _REQUIRED: ContextVar[frozenset[str]] = ContextVar("required_settings", default=frozenset())
 
 
-class Settings(BaseSettings):
-    """Process settings. Units are in the names (``_s`` seconds, ``_ms`` milliseconds)."""
+class Settings(OpenRtbSettings, BaseSettings):
+    """Process settings. Units are in the names (``_s`` seconds, ``_ms`` milliseconds);
+    the ``openrtb_*`` keys are :class:`~adfunnel.settings.openrtb.OpenRtbSettings`'."""
 
     model_config = SettingsConfigDict(env_prefix="ADFUNNEL_", extra="forbid")
 

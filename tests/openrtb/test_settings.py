@@ -1,0 +1,35 @@
+"""The OpenRTB settings: exchange keys from a file, never shown; rates checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adfunnel.settings import SettingsError, load_settings
+
+
+def test_exchange_keys_come_from_a_file_and_never_show(tmp_path: Path) -> None:
+    """Breaks if the file is not read (tried: ``_keys_from_file`` returning at once: no
+    ``ex2``), or a key reaches a repr or an error (tried: ``repr=True`` on the field)."""
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"ex2": "s" * 24}))
+    s = load_settings(database_url="sqlite://", openrtb_exchange_keys={"ex1": "t" * 24},
+                      openrtb_exchange_keys_file=str(path))
+    assert s.openrtb_exchange_keys == {"ex1": "t" * 24, "ex2": "s" * 24}
+    assert "s" * 24 not in repr(s) and "t" * 24 not in repr(s)
+    path.write_text(json.dumps({"ex3": "short-secret"}))
+    with pytest.raises(SettingsError) as err:
+        load_settings(database_url="sqlite://", openrtb_exchange_keys_file=str(path))
+    assert "ex3" in str(err.value) and "short-secret" not in str(err.value)
+
+
+def test_exchange_rates_must_be_positive_iso_codes() -> None:
+    """Breaks if rates are not checked (tried: ``_rates`` returning ``v`` at once)."""
+    with pytest.raises(SettingsError, match="openrtb_exchange_rates"):
+        load_settings(database_url="sqlite://", openrtb_exchange_rates={"eur": "1.1"})
+    with pytest.raises(SettingsError, match="positive"):
+        load_settings(database_url="sqlite://", openrtb_exchange_rates={"EUR": "0"})
+    s = load_settings(database_url="sqlite://", openrtb_exchange_rates={"EUR": "1.08"})
+    assert str(s.openrtb_exchange_rates["EUR"]) == "1.08"
