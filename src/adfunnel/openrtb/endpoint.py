@@ -152,12 +152,17 @@ class OpenRtbEndpoint:
 
         def adjust(decision: Decision) -> None:
             # before the deadline check: what is committed is exactly what is answered
+            won = [p.ad.id for p in decision.placed]
             prices = reprice(
                 decision, mapped, key=decider.token_key,  # type: ignore[attr-defined]
                 token_ttl_s=decider.token_ttl_s,  # type: ignore[attr-defined]
                 release=getattr(decider, "shading", None), now=now,
                 billable_event=self.billable_event)
             bids.extend(self._bids(decision, mapped, prices, reasons))
+            kept = {p.ad.id for p in decision.placed}
+            dropped = [a for a in won if a not in kept]
+            if dropped:  # not answered: their cap counts go back, the kept keep theirs
+                decider.abandon(decision, dropped)
 
         request_id = f"ortb-{req.id}"[:128]
         schain = req.source.schain if req.source is not None else None

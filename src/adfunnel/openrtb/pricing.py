@@ -98,8 +98,9 @@ def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
     the winners under their floor dropped, house fills dropped (never bid). Returns
     slot id -> our bid (CPM micros), for the winners kept.
 
-    A dropped winner commits no spend; the frequency caps its decision counted stay
-    counted (a rare case: a floor in another currency rounds a hair above our bid)."""
+    A dropped winner commits no spend; the endpoint gives back the frequency-cap counts
+    its decision made (:meth:`~adfunnel.serving.decider.ColumnarDecider.abandon` with
+    its ad id), the kept winners keep theirs."""
     select = mapped.select
     assert select is not None
     placement = select.placement.id
