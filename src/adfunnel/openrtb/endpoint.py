@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import msgspec
 from prometheus_client import Counter
 
+from adfunnel.budget.gate import fits
 from adfunnel.campaigns.model import Ad
 from adfunnel.http_errors import error_response
 from adfunnel.openrtb.mapping import Mapped, MappingConfig, map_request
@@ -157,7 +158,8 @@ class OpenRtbEndpoint:
                 decision, mapped, key=decider.token_key,  # type: ignore[attr-defined]
                 token_ttl_s=decider.token_ttl_s,  # type: ignore[attr-defined]
                 release=getattr(decider, "shading", None), now=now,
-                billable_event=self.billable_event)
+                billable_event=self.billable_event, reasons=reasons,
+                room=lambda c, micros: fits(decider.gate, c, now, micros))
             bids.extend(self._bids(decision, mapped, prices, reasons))
             kept = {p.ad.id for p in decision.placed}
             dropped = [a for a in won if a not in kept]

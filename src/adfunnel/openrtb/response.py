@@ -30,6 +30,7 @@ NBR_CODES = {
     "too_many_blocks": 508,
     "blocked": 509,
     "not_secure": 510,
+    "budget_exhausted": 511,
 }
 
 
