@@ -35,13 +35,11 @@ from adfunnel.openrtb.native import native_adm
 from adfunnel.openrtb.pricing import BILLABLE_EVENT, reprice, spec_price
 from adfunnel.openrtb.request import BidRequest, BidRequestError, decode_bid_request
 from adfunnel.openrtb.response import Bid, bid_response, no_bid_response
-from adfunnel.serving.blocks import request_blocks
 from adfunnel.serving.commit import DECIDED
 from adfunnel.serving.deadline import arrival_ms
 from adfunnel.serving.decision import Decision
 from adfunnel.serving.http import Answer, ClientGone, ServingEndpoints, read_body
 from adfunnel.settings import Settings
-from adfunnel.targeting.blocks import blocking_domain, request_domain
 from adfunnel.tracking.notices import notice_urls
 
 BID_PATH = "/openrtb2/bid"
@@ -184,21 +182,16 @@ class OpenRtbEndpoint:
               reasons: dict[str, str]) -> list[Bid]:
         """The bids of the decision's winners. Dropped from the decision (their reason in
         ``reasons``, which loses each imp bid on): a winner with nothing to render
-        (``no_markup``), one an ``imp.secure`` imp cannot load (``not_secure``: markup or
-        notice URLs not all https), and one without a declared ``adomain`` whose landing host (the
-        ``adomain`` it would be bid with) ``badv`` blocks (``blocked``)."""
+        (``no_markup``), and one an ``imp.secure`` imp cannot load (``not_secure``: markup
+        or notice URLs not all https). An ad bid with its landing host as ``adomain`` is
+        judged by that host in the funnel already (``badv``:
+        :func:`adfunnel.targeting.blocks.ad_domains`)."""
         base = self.serving.url_prefix
         assert mapped.select is not None
-        blocks = request_blocks(mapped.select)
         bids: list[Bid] = []
         kept = []
         for p in decision.placed:
             terms = mapped.imps[p.win.slot_id]
-            adomain = _adomain(p.ad)
-            if blocks is not None and not p.ad.adomain and blocking_domain(
-                    [request_domain(d) for d in adomain], blocks.domains):
-                reasons[terms.imp_id] = "blocked"  # its landing host is in badv
-                continue
             urls = notice_urls(p.token, base)
             adm = (ad_markup(p.ad, urls, p.token, base, p.ad.width, p.ad.height)
                    if terms.native is None else native_adm(p.ad, urls, terms.native))
@@ -214,8 +207,8 @@ class OpenRtbEndpoint:
                 id=p.served.impression_id, impid=terms.imp_id,
                 price=spec_price(prices[p.win.slot_id]), adid=str(p.ad.id),
                 crid=_crid(p.ad), w=p.ad.width, h=p.ad.height, adm=adm, nurl=urls.nurl,
-                burl=urls.burl, lurl=urls.lurl, adomain=adomain,
-                cat=list(p.ad.categories)))
+                burl=urls.burl, lurl=urls.lurl,
+                adomain=_adomain(p.ad), cat=list(p.ad.categories)))
         decision.placed = kept
         return bids
 

@@ -12,7 +12,10 @@ and normalising what an ad declares) and the serving side (matching):
 - a blocked domain blocks itself and its sub-domains, case-insensitively: ``ford.com``
   blocks ``www.ford.com``, not ``myford.com``;
 - a blocked app blocks the bundle of exactly that name (bundle ids are case-sensitive
-  on Android; iTunes ids are digits).
+  on Android; iTunes ids are digits);
+- an ad that declares no ``adomain`` is judged by its landing URL's host
+  (:func:`ad_domains`): it is the ``adomain`` an OpenRTB bid of it carries, so ``badv``
+  refuses it in the funnel, where a lower allowed ad can still take the slot.
 
 Both rules are written as the *ancestors* of a declared value (:func:`category_keys`,
 :func:`domain_keys`): a value is blocked when one of its keys is in the blocked set. The
@@ -22,8 +25,10 @@ few dictionary look-ups, not a scan of the catalogue.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
 
 import idna
 
@@ -156,6 +161,23 @@ def request_domain(value: str) -> str:
         return normalise_domain(value)
     except BlockValueError:
         return value.strip().lower()
+
+
+def ad_domains(adomain: tuple[str, ...], landing_url: str) -> tuple[str, ...]:
+    """The advertiser domains a block list judges an ad by: those it declares
+    (``adomain``), else its landing URL's host — the ``adomain`` an OpenRTB bid of it
+    carries — compared as a request's blocked domain is (:func:`request_domain`:
+    canonical when a host name, else lower case, e.g. an address); none without a host."""
+    return tuple(adomain) if adomain else _landing_domain(landing_url)
+
+
+@functools.lru_cache(maxsize=4096)
+def _landing_domain(landing_url: str) -> tuple[str, ...]:
+    try:
+        host = urlsplit(landing_url).hostname
+    except ValueError:
+        return ()
+    return (request_domain(host),) if host else ()
 
 
 def blocking_category(categories: Iterable[str], blocked: frozenset[str]) -> str | None:
