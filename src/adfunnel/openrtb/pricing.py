@@ -98,7 +98,8 @@ def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
             reasons: dict[str, str] | None = None) -> dict[str, int]:
     """Rewrite ``decision`` for the exchange, in place: each winner re-signed at its bid,
     the winners under their floor dropped, house fills dropped (never bid). Returns
-    slot id -> our bid (CPM micros), for the winners kept.
+    slot id -> our bid (CPM micros), for the winners kept (also ``decision.bids``, with
+    the auction type in ``decision.openrtb_at``: the served log's price).
 
     ``room(campaign, micros)``: whether the campaign's budget (or slice) has room now
     for that worst cost (:func:`adfunnel.budget.gate.fits`): each bid's worst cost
@@ -139,6 +140,8 @@ def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
         prices[p.win.slot_id] = price
     decision.placed = kept
     decision.house = []
+    decision.openrtb_at = 1 if mapped.first_price else 2
+    decision.bids = prices
     return prices
 
 

@@ -106,6 +106,11 @@ class Decision:
     unshaded: dict[str, int] = field(default_factory=dict)
     #: slot id -> the total per impression the auction's winner had to beat (micros)
     beats: dict[str, float] = field(default_factory=dict)
+    #: an OpenRTB request's auction type (1 first price, 2 second; None: not OpenRTB),
+    #: and slot id -> the bid we sent for the winner there (CPM micros): the served
+    #: log's winner price (:mod:`adfunnel.openrtb.pricing`)
+    openrtb_at: int | None = None
+    bids: dict[str, int] = field(default_factory=dict)
 
     def slot_tiers(self) -> dict[str, str]:
         """The tier that filled each filled slot (``sponsorship``, ``guaranteed``,
