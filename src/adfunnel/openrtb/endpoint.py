@@ -41,6 +41,7 @@ from adfunnel.serving.decision import Decision
 from adfunnel.serving.http import Answer, ClientGone, ServingEndpoints, read_body
 from adfunnel.settings import Settings
 from adfunnel.tracking.notices import notice_urls
+from adfunnel.tracking.token import TEST_BID
 
 BID_PATH = "/openrtb2/bid"
 KEY_HEADER = b"x-openrtb-key"
@@ -117,7 +118,7 @@ class OpenRtbEndpoint:
         if mapped.select is None:
             return self._no_bid(req, mapped.no_bid, wants_reasons)
         serving = self.serving
-        if serving.sample is not None:  # the availability forecast's request sample
+        if serving.sample is not None and req.test != 1:  # the forecast's request sample
             serving.sample(mapped.select)
         return await self._decide(req, mapped, start, wants_reasons)
 
@@ -148,6 +149,7 @@ class OpenRtbEndpoint:
         now = decider.clock.now()  # type: ignore[attr-defined]
         bids: list[Bid] = []
         reasons = {t.imp_id: "no_fill" for t in mapped.imps.values()}
+        test = req.test == 1  # no billing: tokens that never bill, nothing committed
 
         def adjust(decision: Decision) -> None:
             # before the deadline check: what is committed is exactly what is answered
@@ -156,7 +158,7 @@ class OpenRtbEndpoint:
                 decision, mapped, key=decider.token_key,  # type: ignore[attr-defined]
                 token_ttl_s=decider.token_ttl_s,  # type: ignore[attr-defined]
                 release=getattr(decider, "shading", None), now=now,
-                billable_event=self.billable_event, reasons=reasons,
+                billable_event=TEST_BID if test else self.billable_event, reasons=reasons,
                 room=lambda c, micros: fits(decider.gate, c, now, micros))
             bids.extend(self._bids(decision, mapped, prices, reasons))
             kept = {p.ad.id for p in decision.placed}
@@ -168,7 +170,8 @@ class OpenRtbEndpoint:
         schain = req.source.schain if req.source is not None else None
         committed = await self.serving.runner.run(
             mapped.select, request_id, start + mapped.deadline_ms, adjust,
-            supply_chain=msgspec.json.encode(schain).decode() if schain else None)
+            supply_chain=msgspec.json.encode(schain).decode() if schain else None,
+            dry_run=test)
         if committed.outcome != DECIDED:
             _COUNTS["shed" if committed.outcome == "shed" else "late"].inc()
             return _NO_CONTENT
