@@ -20,6 +20,8 @@ import hmac
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import datetime
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -145,27 +147,11 @@ class OpenRtbEndpoint:
                       wants_reasons: bool) -> Answer:
         """Decide, reprice and commit in time (the shared runner); the bids or 204."""
         assert mapped.select is not None
-        decider = self.serving.decider
-        now = decider.clock.now()  # type: ignore[attr-defined]
         bids: list[Bid] = []
         reasons = {t.imp_id: "no_fill" for t in mapped.imps.values()}
         test = req.test == 1  # no billing: tokens that never bill, nothing committed
-
-        def adjust(decision: Decision) -> None:
-            # before the deadline check: what is committed is exactly what is answered
-            won = [p.ad.id for p in decision.placed]
-            prices = reprice(
-                decision, mapped, key=decider.token_key,  # type: ignore[attr-defined]
-                token_ttl_s=decider.token_ttl_s,  # type: ignore[attr-defined]
-                release=getattr(decider, "shading", None), now=now,
-                billable_event=TEST_BID if test else self.billable_event, reasons=reasons,
-                room=lambda c, micros: fits(decider.gate, c, now, micros))
-            bids.extend(self._bids(decision, mapped, prices, reasons))
-            kept = {p.ad.id for p in decision.placed}
-            dropped = [a for a in won if a not in kept]
-            if dropped:  # not answered: their cap counts go back, the kept keep theirs
-                decider.abandon(decision, dropped)
-
+        adjust = partial(self._adjust, mapped=mapped, test=test, bids=bids, reasons=reasons,
+                         now=self.serving.decider.clock.now())  # type: ignore[attr-defined]
         request_id = f"ortb-{req.id}"[:128]
         schain = req.source.schain if req.source is not None else None
         committed = await self.serving.runner.run(
@@ -181,6 +167,27 @@ class OpenRtbEndpoint:
         out = bid_response(req.id, bids, self.currency, request_id)
         return 200, [_JSON, (b"content-length", b"%d" % len(out))], out
 
+    def _adjust(self, decision: Decision, *, mapped: Mapped, now: datetime, test: bool,
+                bids: list[Bid], reasons: dict[str, str]) -> None:
+        """The runner's ``adjust``, before the deadline check (what is committed is
+        exactly what is answered): the winners repriced and re-signed as bids
+        (:func:`reprice`, each one's worst cost re-checked against its budget; a
+        ``test`` request's tokens never bill), their bids appended to ``bids``; the
+        winners dropped give back their frequency-cap counts (the kept keep theirs)."""
+        decider = self.serving.decider
+        won = [p.ad.id for p in decision.placed]
+        prices = reprice(
+            decision, mapped, key=decider.token_key,  # type: ignore[attr-defined]
+            token_ttl_s=decider.token_ttl_s,  # type: ignore[attr-defined]
+            release=getattr(decider, "shading", None), now=now,
+            billable_event=TEST_BID if test else self.billable_event, reasons=reasons,
+            room=lambda c, micros: fits(decider.gate, c, now, micros))
+        bids.extend(self._bids(decision, mapped, prices, reasons))
+        kept = {p.ad.id for p in decision.placed}
+        dropped = [a for a in won if a not in kept]
+        if dropped:
+            decider.abandon(decision, dropped)
+
     def _bids(self, decision: Decision, mapped: Mapped, prices: dict[str, int],
               reasons: dict[str, str]) -> list[Bid]:
         """The bids of the decision's winners. Dropped from the decision (their reason in
@@ -190,7 +197,6 @@ class OpenRtbEndpoint:
         judged by that host in the funnel already (``badv``:
         :func:`adfunnel.targeting.blocks.ad_domains`)."""
         base = self.serving.url_prefix
-        assert mapped.select is not None
         bids: list[Bid] = []
         kept = []
         for p in decision.placed:
