@@ -32,6 +32,7 @@ from adfunnel.targeting.blocks import (
     blocking_domain,
     category_keys,
     domain_keys,
+    landing_domain,
     request_category,
     request_domain,
 )
@@ -91,13 +92,22 @@ def _parse(categories: tuple[str, ...], domains: tuple[str, ...], apps: tuple[st
 
 
 def ad_keys(ad: Ad) -> frozenset[tuple[str, str]]:
-    """Every book key whose block refuses ``ad``."""
+    """Every book key whose block refuses ``ad``. An ad that declares nothing has its
+    landing host's keys: one set shared by the ads of that host (a catalogue of 100,000
+    such ads holds a dictionary entry each, not a set each)."""
+    if not (ad.categories or ad.adomain or ad.bundle is not None):
+        return _domain_keys(landing_domain(ad.landing_url))
     keys = [("c", k) for c in ad.categories for k in category_keys(c)]
     keys += [("d", k) for d in ad_domains(ad.adomain, ad.landing_url)
              for k in domain_keys(d)]
     if ad.bundle is not None:
         keys.append(("b", ad.bundle))
     return frozenset(keys)
+
+
+@lru_cache(maxsize=65_536)
+def _domain_keys(domains: tuple[str, ...]) -> frozenset[tuple[str, str]]:
+    return frozenset(("d", k) for d in domains for k in domain_keys(d))
 
 
 class BlockBook:

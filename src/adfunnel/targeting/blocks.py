@@ -41,6 +41,8 @@ MAX_CATEGORIES = 10
 MAX_DOMAINS = 5
 #: Longest app bundle or store id (Android package names are at most 255 characters).
 MAX_BUNDLE_CHARS = 255
+#: A URL's scheme and authority (RFC 3986): the landing host is in the group.
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
 #: Longest DNS name (RFC 1035).
 MAX_DOMAIN_CHARS = 253
 
@@ -168,13 +170,21 @@ def ad_domains(adomain: tuple[str, ...], landing_url: str) -> tuple[str, ...]:
     (``adomain``), else its landing URL's host — the ``adomain`` an OpenRTB bid of it
     carries — compared as a request's blocked domain is (:func:`request_domain`:
     canonical when a host name, else lower case, e.g. an address); none without a host."""
-    return tuple(adomain) if adomain else _landing_domain(landing_url)
+    return tuple(adomain) if adomain else landing_domain(landing_url)
 
 
-@functools.lru_cache(maxsize=4096)
-def _landing_domain(landing_url: str) -> tuple[str, ...]:
+def landing_domain(landing_url: str) -> tuple[str, ...]:
+    """The landing URL's host as a one-domain tuple (:func:`ad_domains`), () without
+    one; the same tuple object for every URL of one authority (a catalogue holds many
+    URLs of a few hosts: each authority is parsed once)."""
+    found = _AUTHORITY.match(landing_url)
+    return _authority_domain(found.group(1)) if found else ()
+
+
+@functools.lru_cache(maxsize=65_536)
+def _authority_domain(authority: str) -> tuple[str, ...]:
     try:
-        host = urlsplit(landing_url).hostname
+        host = urlsplit(f"//{authority}").hostname  # userinfo, port, brackets, case
     except ValueError:
         return ()
     return (request_domain(host),) if host else ()
