@@ -26,8 +26,9 @@ Semantics:
   check, so it cannot wait for the answer): an ad served and never rendered still
   counts. A decision whose answer turns out late after its count gives its counts
   back (:meth:`CapGate.release`, DESIGN.md §The funnel: only answers sent in time
-  commit caps); where the store fails then, they stay counted (users see fewer ads,
-  never more).
+  commit caps), and so does a winner dropped from an answer that is sent (an OpenRTB
+  bid under its floor, say: its own counts only, :meth:`CapCounts.split`); where the
+  store fails then, they stay counted (users see fewer ads, never more).
 """
 
 from __future__ import annotations
