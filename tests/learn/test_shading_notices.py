@@ -85,3 +85,21 @@ def test_the_command_reads_the_ledgers_notices(tmp_path: Path) -> None:
     assert done.exit_code == 0, done.output
     curve = ShadingRelease.load(tmp_path / "rel").model.curves["feed|300x250|21"]
     assert curve.n == 4 and curve.prices == (600, 2_500, 3_000, 9_999)
+
+
+def test_an_openrtb_bid_is_judged_by_the_bid_sent_and_its_auction_type(
+        tmp_path: Path) -> None:
+    """Two OpenRTB bids of a CPC campaign (its bid 1.00 a click; sent as 0.30 CPM, the
+    served log's price): a second-price win at 0.30 (our bid: censored), a first-price
+    win at 0.25 (censored whatever its price); a second-price win at 0.20 is a price to
+    beat. Red when the fit compares notices with the per-click bid (tried: ``_RTB`` read
+    as ``_NO_RTB``: 300 and 250 appear), or ignores ``at`` (tried: ``at == 1`` dropped
+    from ``_notice_beat``: 250 appears)."""
+    records = [_record(i, NINE + timedelta(seconds=i), 9_999.0) for i in range(3)]
+    for r, at in zip(records, (2, 1, 2), strict=True):
+        r.winners[0].price_micros, r.winners[0].openrtb_at = 300_000, at
+    directory = tmp_path / "rtb"
+    _write(directory, records)
+    notices = {"imp0": ("win", 300_000), "imp1": ("win", 250_000), "imp2": ("win", 200_000)}
+    got = observations(directory, DAY, DAY + timedelta(days=1), notices)
+    assert [price for _, _, _, price in got] == [200]

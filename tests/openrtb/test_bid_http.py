@@ -132,8 +132,10 @@ def test_a_late_decision_is_204_and_commits_nothing(client: TestClient, runtime:
 def test_blocked_categories_and_domains_are_never_bid(client: TestClient) -> None:
     """Breaks if ``bcat``/``badv`` are not handed to the funnel (tried: the
     ``blocked_*`` lists left empty in ``map_request``: the IAB7-39 ad wins at 3.00), or
-    an ad without a declared domain is bid with a blocked landing host (tried: the
-    ``blocked`` check removed from ``_bids``: ``x.test`` bid despite badv)."""
+    an ad without a declared domain is judged by its declared domains only in the
+    funnel (tried: ``ad_domains`` answering ``adomain`` only: with ``x.test`` blocked
+    the 2.80 ad still wins the slot internally, and is either bid under a blocked
+    ``adomain`` or leaves the slot unbid, where the allowed 1.00 ad should be bid)."""
     banner_campaign(client, bid_micros=3_000_000, ad={"categories": ["IAB7-39"]})
     banner_campaign(client, bid_micros=2_900_000, ad={"adomain": ["www.shop.test"]})
     banner_campaign(client, bid_micros=2_800_000)  # landing https://x.test/…, no adomain
@@ -145,12 +147,13 @@ def test_blocked_categories_and_domains_are_never_bid(client: TestClient) -> Non
     assert response_problems(r.json(), request) == []
     [bid] = r.json()["seatbid"][0]["bid"]
     assert (bid["price"], bid["adomain"], bid.get("cat", [])) == (2.8, ["x.test"], [])
-    # the landing host blocked too: that winner is dropped, and its slot stays unbid
-    # (the funnel blocks declared domains only: the 1.00 ad lost the slot internally)
-    blocked = banner_request(bcat=["IAB7"], badv=["shop.test", "x.test"])
-    r = client.post("/openrtb2/bid?nbr=1", json=blocked)
-    assert (r.status_code, r.json().get("nbr")) == (200, 509), r.text
-    assert r.json()["ext"]["adfunnel"]["reasons"] == {"imp-1": "blocked"}
+    # the landing host blocked too: the funnel refuses that ad, the allowed one wins
+    blocked = banner_request(bcat=["IAB7"], badv=["shop.test", "X.test"])
+    r = _bid(client, blocked)
+    assert r.status_code == 200, r.text
+    assert response_problems(r.json(), blocked) == []
+    [bid] = r.json()["seatbid"][0]["bid"]
+    assert (bid["price"], bid["adomain"], bid["cat"]) == (1.0, ["ok.test"], ["IAB1"])
     declared = banner_request(bcat=["IAB7"], badv=["shop.test"], imp=[{
         "id": "imp-1", "banner": {"w": 300, "h": 250}, "bidfloor": 2.85}])
     r = _bid(client, declared)  # only the blocked ads could pay 2.85 or more

@@ -34,7 +34,6 @@ import itertools
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Protocol
 
@@ -43,6 +42,7 @@ import numpy as np
 from adfunnel.budget.bulk_view import UNKNOWN_LAMBDA, BulkView, bulk_answers
 from adfunnel.budget.demand import Demand, DemandBook
 from adfunnel.budget.gate import BUDGET_EXHAUSTED, DENSE_IDS, NO_SLICE, Served
+from adfunnel.budget.held import Acc, HeldSlice
 from adfunnel.budget.protocol import (
     CampaignSpend,
     Directive,
@@ -86,26 +86,6 @@ class ReportTransport(Protocol):
     def send_report(self, report: Report, on_reply: Callable[[Reply], None]) -> None: ...
 
 
-@dataclass(slots=True)
-class HeldSlice:
-    slice_id: str
-    campaign_id: int
-    day: date
-    amount: int
-    expires_at: float
-    used: int = 0
-    last_used: float = 0.0
-    worst_case: bool = False
-
-
-@dataclass(slots=True)
-class _Acc:
-    open: int = 0
-    sliced: int = 0
-    demand: int = 0
-    charges: int = 0
-
-
 class BudgetClient:
     """Budget client of one ad server (implements ``adfunnel.budget.gate.SpendGate``).
 
@@ -136,7 +116,7 @@ class BudgetClient:
         self._last_reply: list[float] = [clock.now().timestamp()] * shards
         self._seq = [0] * shards
         self._pending: list[list[ReportEntry]] = [[] for _ in range(shards)]
-        self._acc: dict[tuple[int, date], _Acc] = {}
+        self._acc: dict[tuple[int, date], Acc] = {}
         self._slices: dict[int, list[HeldSlice]] = {}
         self._closed: list[list[SliceUse]] = [[] for _ in range(shards)]
         self._wants: set[int] = set()
@@ -184,9 +164,20 @@ class BudgetClient:
             if state is BudgetState.METERED:
                 self._wants.add(cid)
                 self.stats["refused_no_slice"] += 1
-                self._acc.setdefault((cid, day), _Acc()).demand += max_charge_micros
+                self._acc.setdefault((cid, day), Acc()).demand += max_charge_micros
                 return self._refuse(cid, day, NO_SLICE, count_refusal)
             return self._refuse(cid, day, BUDGET_EXHAUSTED, count_refusal)
+
+    def fits(self, campaign: Campaign, now: datetime, charge_micros: int) -> bool:
+        """:func:`~adfunnel.budget.gate.fits`: :meth:`admit`'s answer for a serve about to
+        be committed, without its side effects (no demand, no slice wanted, no refusal
+        counted): open, or not stopped with a held slice of the day with room."""
+        day, t = local_day(now, campaign.time_zone), now.timestamp()
+        with self._lock:
+            state = self._effective_state(campaign.id, day, t)
+            return state is BudgetState.OPEN or (
+                state is not BudgetState.STOPPED
+                and self._slice_with_room(campaign.id, day, t, charge_micros) is not None)
 
     def _refuse(self, cid: int, day: date, reason: str, count: bool) -> str:
         if count:
@@ -297,7 +288,7 @@ class BudgetClient:
         cid = served.campaign_id
         worst = getattr(served, "max_charge_micros", 0) or served.expected_micros
         with self._lock:
-            acc = self._acc.setdefault((cid, served.day), _Acc())
+            acc = self._acc.setdefault((cid, served.day), Acc())
             acc.charges += 1
             acc.demand += worst
             t = self.clock.now().timestamp()

@@ -191,6 +191,10 @@ class InProcessBudget:
                 client.note_refusal(c.id, local_day(now, c.time_zone))
         return reasons
 
+    def fits(self, campaign: Campaign, now: datetime, charge_micros: int) -> bool:
+        """The client's :meth:`~adfunnel.budget.client.BudgetClient.fits`."""
+        return self.client.fits(campaign, now, charge_micros)
+
     def pacing_rate(self, campaign_id: int) -> float:
         return self.client.pacing_rate(campaign_id)
 

@@ -122,6 +122,21 @@ def bid_multipliers(gate: object, campaign_ids: np.ndarray) -> np.ndarray:
     return np.asarray(bulk(campaign_ids), dtype=np.float64)
 
 
+def fits(gate: SpendGate, campaign: Campaign, now: datetime, charge_micros: int) -> bool:
+    """Whether ``campaign`` has room now for one more serve whose worst cost is
+    ``charge_micros`` (micros), asked just before that serve is committed: the gate's
+    ``fits`` (side-effect free: no demand, no refusal counted), else its ``admit``.
+
+    A decision admits a campaign for its largest charge, but decisions of one queue
+    turn are all admitted before any of them commits (:class:`~adfunnel.serving.
+    deadline.DecisionQueue`): a serve re-checked here, with nothing awaited before its
+    commit, never takes a budget or slice past what it holds."""
+    one = getattr(gate, "fits", None)
+    if one is not None:
+        return bool(one(campaign, now, charge_micros))
+    return gate.admit(campaign, now, charge_micros) is None
+
+
 def bid_multiplier(gate: object, campaign_id: int) -> float:
     """λ of one campaign from a spend gate (:func:`bid_multipliers`, one at a time)."""
     one = getattr(gate, "bid_multiplier", None)
@@ -174,6 +189,10 @@ class LocalSpendGate:
         if committed + max_charge_micros > budget:
             return BUDGET_EXHAUSTED
         return None
+
+    def fits(self, campaign: Campaign, now: datetime, charge_micros: int) -> bool:
+        """:func:`fits`: :meth:`admit`'s rule (it has no side effect here)."""
+        return self.admit(campaign, now, charge_micros) is None
 
     def pacing_rate(self, campaign_id: int) -> float:
         return 1.0

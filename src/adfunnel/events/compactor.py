@@ -70,6 +70,7 @@ _WINNER = pa.struct([
     ("model_pctr", pa.float64()),
     ("bid_multiplier", pa.float64()),
     ("beat_micros", pa.float64()), ("unshaded_bid_micros", pa.int64()),
+    ("openrtb_at", pa.int64()),
 ])
 _REJECTION = pa.struct([
     ("ad_id", pa.int64()), ("campaign_id", pa.int64()), ("reason", pa.string()),

@@ -88,6 +88,12 @@ class WinnerRecord(msgspec.Struct, forbid_unknown_fields=False):
     #: the winner's bid before first-price shading, in the bid's unit (None: not shaded;
     #: ``bid_micros`` is then the bid it came with)
     unshaded_bid_micros: int | None = None
+    #: an OpenRTB bid's auction type (1 first price, 2 second price; None: not an
+    #: OpenRTB bid). Where set, ``price_micros`` is the bid we sent the exchange, CPM
+    #: micros per mille whatever ``bid_type`` (the internal auction only chose the ad;
+    #: the exchange's auction prices it), and ``charge_micros``/``expected_micros`` its
+    #: worst cost per impression
+    openrtb_at: int | None = None
 
 
 class ServedRecord(msgspec.Struct, forbid_unknown_fields=False):

@@ -18,8 +18,10 @@ which ad bid; the exchange's auction decided whether it won. A loss's minimum bi
 win is the price to beat; a win's clearing price is it only when below our bid (a
 second-price exchange charges the price to beat; a first-price one charges the bid,
 which says only that the price to beat was not above it: censored, left out), and so
-is a bid whose notices name no price. CPM micros per mille become micros per impression
-(÷ 1000, rounded up as the served log's prices are).
+is a bid whose notices name no price. The bid compared is the one sent (the served log's
+``price_micros`` of an OpenRTB winner, CPM micros, with its auction type ``openrtb_at``:
+a win at ``at`` 1 is censored whatever its price). CPM micros per mille become micros
+per impression (÷ 1000, rounded up as the served log's prices are).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import os
 from collections.abc import Mapping
 from datetime import datetime
 
+import duckdb
 from sqlalchemy import Engine, select
 
 from adfunnel.bidding.shading import DEFAULT_MIN_OBSERVATIONS, fit
@@ -46,10 +49,15 @@ WITH w AS (SELECT request_id, placement, time, unnest(winners) AS w FROM served
            WHERE time >= ? AND time < ?),
      s AS (SELECT request_id, unnest(slots) AS s FROM served WHERE time >= ? AND time < ?)
 SELECT w.placement, s.s.width, s.s.height, w.time, w.w.beat_micros, w.w.impression_id,
-       w.w.bid_micros
+       w.w.bid_micros, {rtb}
 FROM w JOIN s ON w.request_id = s.request_id AND w.w.slot_id = s.s.id
 ORDER BY w.time, w.request_id, w.w.slot_id
 """
+
+
+#: an OpenRTB bid's CPM bid (the served log's price) and auction type; a log written
+#: before they were kept has neither (every winner then compares its own bid)
+_RTB, _NO_RTB = "w.w.price_micros, w.w.openrtb_at", "NULL, NULL"
 
 
 class NoObservations(ValueError):
@@ -62,20 +70,27 @@ def observations(directory: str | os.PathLike[str], since: datetime,
     decided in [since, until) (compacted hours only: :mod:`adfunnel.learn.query`), the
     price to beat of a bid with ``notices`` taken from them (module docstring)."""
     lo, hi = since.timestamp(), until.timestamp()
+    try:
+        rows = query(directory, _SQL.format(rtb=_RTB), [lo, hi, lo, hi])
+    except duckdb.BinderException:  # no file of the window has the OpenRTB fields yet
+        rows = query(directory, _SQL.format(rtb=_NO_RTB), [lo, hi, lo, hi])
     out: list[Observation] = []
-    for p, w, h, t, beat, impression_id, bid in query(directory, _SQL, [lo, hi, lo, hi]):
+    for p, w, h, t, beat, impression_id, bid, rtb_bid, at in rows:
         notice = notices.get(impression_id) if notices else None
         if notice is not None:
-            beat = _notice_beat(notice, bid)
+            beat = _notice_beat(notice, bid if at is None else rtb_bid, at)
         if beat is not None:
             out.append((str(p), f"{w}x{h}", int(t // 3600 % 24), math.ceil(beat)))
     return out
 
 
-def _notice_beat(notice: tuple[str, int | None], bid_micros: int) -> float | None:
-    """The price to beat per impression (micros) an exchange's notice names, or None."""
+def _notice_beat(notice: tuple[str, int | None], bid_micros: int,
+                 at: int | None = None) -> float | None:
+    """The price to beat per impression (micros) an exchange's notice names, or None.
+    ``bid_micros``: the bid the notice is about, CPM micros (an OpenRTB bid's, from the
+    served log's price); ``at``: its auction type (None: unknown)."""
     kind, micros = notice
-    if micros is None or (kind == EventType.WIN.value and micros >= bid_micros):
+    if micros is None or (kind == EventType.WIN.value and (at == 1 or micros >= bid_micros)):
         return None  # no price, or a first-price win: the price to beat is censored
     return micros / 1000
 

@@ -20,12 +20,15 @@ import hmac
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import datetime
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
 from prometheus_client import Counter
 
+from adfunnel.budget.gate import fits
 from adfunnel.campaigns.model import Ad
 from adfunnel.http_errors import error_response
 from adfunnel.openrtb.mapping import Mapped, MappingConfig, map_request
@@ -34,14 +37,13 @@ from adfunnel.openrtb.native import native_adm
 from adfunnel.openrtb.pricing import BILLABLE_EVENT, reprice, spec_price
 from adfunnel.openrtb.request import BidRequest, BidRequestError, decode_bid_request
 from adfunnel.openrtb.response import Bid, bid_response, no_bid_response
-from adfunnel.serving.blocks import request_blocks
 from adfunnel.serving.commit import DECIDED
 from adfunnel.serving.deadline import arrival_ms
 from adfunnel.serving.decision import Decision
 from adfunnel.serving.http import Answer, ClientGone, ServingEndpoints, read_body
 from adfunnel.settings import Settings
-from adfunnel.targeting.blocks import blocking_domain, request_domain
 from adfunnel.tracking.notices import notice_urls
+from adfunnel.tracking.token import TEST_BID
 
 BID_PATH = "/openrtb2/bid"
 KEY_HEADER = b"x-openrtb-key"
@@ -118,7 +120,7 @@ class OpenRtbEndpoint:
         if mapped.select is None:
             return self._no_bid(req, mapped.no_bid, wants_reasons)
         serving = self.serving
-        if serving.sample is not None:  # the availability forecast's request sample
+        if serving.sample is not None and req.test != 1:  # the forecast's request sample
             serving.sample(mapped.select)
         return await self._decide(req, mapped, start, wants_reasons)
 
@@ -145,25 +147,17 @@ class OpenRtbEndpoint:
                       wants_reasons: bool) -> Answer:
         """Decide, reprice and commit in time (the shared runner); the bids or 204."""
         assert mapped.select is not None
-        decider = self.serving.decider
-        now = decider.clock.now()  # type: ignore[attr-defined]
         bids: list[Bid] = []
         reasons = {t.imp_id: "no_fill" for t in mapped.imps.values()}
-
-        def adjust(decision: Decision) -> None:
-            # before the deadline check: what is committed is exactly what is answered
-            prices = reprice(
-                decision, mapped, key=decider.token_key,  # type: ignore[attr-defined]
-                token_ttl_s=decider.token_ttl_s,  # type: ignore[attr-defined]
-                release=getattr(decider, "shading", None), now=now,
-                billable_event=self.billable_event)
-            bids.extend(self._bids(decision, mapped, prices, reasons))
-
+        test = req.test == 1  # no billing: tokens that never bill, nothing committed
+        adjust = partial(self._adjust, mapped=mapped, test=test, bids=bids, reasons=reasons,
+                         now=self.serving.decider.clock.now())  # type: ignore[attr-defined]
         request_id = f"ortb-{req.id}"[:128]
         schain = req.source.schain if req.source is not None else None
         committed = await self.serving.runner.run(
             mapped.select, request_id, start + mapped.deadline_ms, adjust,
-            supply_chain=msgspec.json.encode(schain).decode() if schain else None)
+            supply_chain=msgspec.json.encode(schain).decode() if schain else None,
+            dry_run=test)
         if committed.outcome != DECIDED:
             _COUNTS["shed" if committed.outcome == "shed" else "late"].inc()
             return _NO_CONTENT
@@ -173,25 +167,40 @@ class OpenRtbEndpoint:
         out = bid_response(req.id, bids, self.currency, request_id)
         return 200, [_JSON, (b"content-length", b"%d" % len(out))], out
 
+    def _adjust(self, decision: Decision, *, mapped: Mapped, now: datetime, test: bool,
+                bids: list[Bid], reasons: dict[str, str]) -> None:
+        """The runner's ``adjust``, before the deadline check (what is committed is
+        exactly what is answered): the winners repriced and re-signed as bids
+        (:func:`reprice`, each one's worst cost re-checked against its budget; a
+        ``test`` request's tokens never bill), their bids appended to ``bids``; the
+        winners dropped give back their frequency-cap counts (the kept keep theirs)."""
+        decider = self.serving.decider
+        won = [p.ad.id for p in decision.placed]
+        prices = reprice(
+            decision, mapped, key=decider.token_key,  # type: ignore[attr-defined]
+            token_ttl_s=decider.token_ttl_s,  # type: ignore[attr-defined]
+            release=getattr(decider, "shading", None), now=now,
+            billable_event=TEST_BID if test else self.billable_event, reasons=reasons,
+            room=lambda c, micros: fits(decider.gate, c, now, micros))
+        bids.extend(self._bids(decision, mapped, prices, reasons))
+        kept = {p.ad.id for p in decision.placed}
+        dropped = [a for a in won if a not in kept]
+        if dropped:
+            decider.abandon(decision, dropped)
+
     def _bids(self, decision: Decision, mapped: Mapped, prices: dict[str, int],
               reasons: dict[str, str]) -> list[Bid]:
         """The bids of the decision's winners. Dropped from the decision (their reason in
         ``reasons``, which loses each imp bid on): a winner with nothing to render
-        (``no_markup``), one an ``imp.secure`` imp cannot load (``not_secure``: markup or
-        notice URLs not all https), and one without a declared ``adomain`` whose landing host (the
-        ``adomain`` it would be bid with) ``badv`` blocks (``blocked``)."""
+        (``no_markup``), and one an ``imp.secure`` imp cannot load (``not_secure``: markup
+        or notice URLs not all https). An ad bid with its landing host as ``adomain`` is
+        judged by that host in the funnel already (``badv``:
+        :func:`adfunnel.targeting.blocks.ad_domains`)."""
         base = self.serving.url_prefix
-        assert mapped.select is not None
-        blocks = request_blocks(mapped.select)
         bids: list[Bid] = []
         kept = []
         for p in decision.placed:
             terms = mapped.imps[p.win.slot_id]
-            adomain = _adomain(p.ad)
-            if blocks is not None and not p.ad.adomain and blocking_domain(
-                    [request_domain(d) for d in adomain], blocks.domains):
-                reasons[terms.imp_id] = "blocked"  # its landing host is in badv
-                continue
             urls = notice_urls(p.token, base)
             adm = (ad_markup(p.ad, urls, p.token, base, p.ad.width, p.ad.height)
                    if terms.native is None else native_adm(p.ad, urls, terms.native))
@@ -207,8 +216,8 @@ class OpenRtbEndpoint:
                 id=p.served.impression_id, impid=terms.imp_id,
                 price=spec_price(prices[p.win.slot_id]), adid=str(p.ad.id),
                 crid=_crid(p.ad), w=p.ad.width, h=p.ad.height, adm=adm, nurl=urls.nurl,
-                burl=urls.burl, lurl=urls.lurl, adomain=adomain,
-                cat=list(p.ad.categories)))
+                burl=urls.burl, lurl=urls.lurl,
+                adomain=_adomain(p.ad), cat=list(p.ad.categories)))
         decision.placed = kept
         return bids
 

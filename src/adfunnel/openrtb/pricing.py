@@ -38,8 +38,9 @@ import numpy as np
 from adfunnel.auction.gsp import Candidate
 from adfunnel.bidding.shade_arrays import shade_unit_bids
 from adfunnel.bidding.shading import WinCurve
+from adfunnel.budget.gate import BUDGET_EXHAUSTED
 from adfunnel.campaigns.bidding_terms import is_automatic
-from adfunnel.campaigns.model import AuctionType, BidType
+from adfunnel.campaigns.model import AuctionType, BidType, Campaign
 from adfunnel.money import MICROS_PER_UNIT, MILLE, impression_charge_bound
 from adfunnel.openrtb.mapping import Mapped
 from adfunnel.prediction.shading_release import ShadingRelease
@@ -92,20 +93,30 @@ def bid_token(p: Placed, price_micros: int, placement: str, token_ttl_s: int,
 
 
 def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
-            release: ShadingRelease | None, now: datetime, billable_event: str
-            ) -> dict[str, int]:
+            release: ShadingRelease | None, now: datetime, billable_event: str,
+            room: Callable[[Campaign, int], bool] = lambda *_: True,
+            reasons: dict[str, str] | None = None) -> dict[str, int]:
     """Rewrite ``decision`` for the exchange, in place: each winner re-signed at its bid,
     the winners under their floor dropped, house fills dropped (never bid). Returns
-    slot id -> our bid (CPM micros), for the winners kept.
+    slot id -> our bid (CPM micros), for the winners kept (also ``decision.bids``, with
+    the auction type in ``decision.openrtb_at``: the served log's price).
 
-    A dropped winner commits no spend; the frequency caps its decision counted stay
-    counted (a rare case: a floor in another currency rounds a hair above our bid)."""
+    ``room(campaign, micros)``: whether the campaign's budget (or slice) has room now
+    for that worst cost (:func:`adfunnel.budget.gate.fits`): each bid's worst cost
+    ⌈bid ÷ 1000⌉, with its campaign's other bids of the decision, is what the commit
+    puts in flight, so a winner without room is dropped (``budget_exhausted`` in
+    ``reasons``, by imp id).
+
+    A dropped winner commits no spend; the endpoint gives back the frequency-cap counts
+    its decision made (:meth:`~adfunnel.serving.decider.ColumnarDecider.abandon` with
+    its ad id), the kept winners keep theirs."""
     select = mapped.select
     assert select is not None
     placement = select.placement.id
     slots = {s.id: s for s in select.slots}
     kept: list[Placed] = []
     prices: dict[str, int] = {}
+    held: dict[int, int] = {}  # campaign id -> worst cost of its bids kept, micros
     for p in decision.placed:
         terms = mapped.imps.get(p.win.slot_id)
         if terms is None:
@@ -119,10 +130,18 @@ def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
                           curve, terms.floor_micros)
         if price <= 0 or price < terms.floor_micros:
             continue
+        worst = held.get(p.campaign.id, 0) + impression_charge_bound(price)
+        if not room(p.campaign, worst):
+            if reasons is not None:
+                reasons[terms.imp_id] = BUDGET_EXHAUSTED
+            continue
+        held[p.campaign.id] = worst
         kept.append(bid_token(p, price, placement, token_ttl_s, billable_event, key))
         prices[p.win.slot_id] = price
     decision.placed = kept
     decision.house = []
+    decision.openrtb_at = 1 if mapped.first_price else 2
+    decision.bids = prices
     return prices
 
 

@@ -28,8 +28,10 @@ NBR_CODES = {
     "too_many_imps": 506,
     "no_markup": 507,
     "too_many_blocks": 508,
-    "blocked": 509,
+    # 509 (``blocked``, a landing host in badv found after the auction) is retired: the
+    # funnel judges such an ad by its landing host (never reuse the code)
     "not_secure": 510,
+    "budget_exhausted": 511,
 }
 
 

@@ -6,9 +6,10 @@
 - :meth:`RequestBlocks.detail` is the reference path's per-ad check (what blocks it:
   ``category IAB7``, ``domain ford.com``, ``app com.foo``);
 - :class:`BlockBook` is the catalogue's inverted index: every ad filed under each key a
-  block could name (its categories and their parents, its domains and their parent
-  domains, its bundle; :mod:`adfunnel.targeting.blocks`), so the columnar path finds
-  the blocked ads with one look-up per blocked entry, and caches that answer per
+  block could name (its categories and their parents, its domains — declared, else
+  its landing host — and their parent domains, its bundle;
+  :mod:`adfunnel.targeting.blocks`), so the columnar path finds the blocked ads with
+  one look-up per blocked entry, and caches that answer per
   distinct block lists (exchanges repeat theirs on every request);
 - :func:`drop_blocked` removes them from the columnar filter's candidates.
 """
@@ -26,10 +27,12 @@ import numpy as np
 from adfunnel.campaigns.model import Ad
 from adfunnel.serving.request import SelectRequest
 from adfunnel.targeting.blocks import (
+    ad_domains,
     blocking_category,
     blocking_domain,
     category_keys,
     domain_keys,
+    landing_domain,
     request_category,
     request_domain,
 )
@@ -55,8 +58,8 @@ class RequestBlocks:
             found = blocking_category(ad.categories, self.categories)
             if found is not None:
                 return f"category {found}"
-        if ad.adomain and self.domains:
-            found = blocking_domain(ad.adomain, self.domains)
+        if self.domains:
+            found = blocking_domain(ad_domains(ad.adomain, ad.landing_url), self.domains)
             if found is not None:
                 return f"domain {found}"
         if ad.bundle is not None and ad.bundle in self.apps:
@@ -89,12 +92,22 @@ def _parse(categories: tuple[str, ...], domains: tuple[str, ...], apps: tuple[st
 
 
 def ad_keys(ad: Ad) -> frozenset[tuple[str, str]]:
-    """Every book key whose block refuses ``ad``."""
+    """Every book key whose block refuses ``ad``. An ad that declares nothing has its
+    landing host's keys: one set shared by the ads of that host (a catalogue of 100,000
+    such ads holds a dictionary entry each, not a set each)."""
+    if not (ad.categories or ad.adomain or ad.bundle is not None):
+        return _domain_keys(landing_domain(ad.landing_url))
     keys = [("c", k) for c in ad.categories for k in category_keys(c)]
-    keys += [("d", k) for d in ad.adomain for k in domain_keys(d)]
+    keys += [("d", k) for d in ad_domains(ad.adomain, ad.landing_url)
+             for k in domain_keys(d)]
     if ad.bundle is not None:
         keys.append(("b", ad.bundle))
     return frozenset(keys)
+
+
+@lru_cache(maxsize=65_536)
+def _domain_keys(domains: tuple[str, ...]) -> frozenset[tuple[str, str]]:
+    return frozenset(("d", k) for d in domains for k in domain_keys(d))
 
 
 class BlockBook:

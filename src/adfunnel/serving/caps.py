@@ -26,14 +26,15 @@ Semantics:
   check, so it cannot wait for the answer): an ad served and never rendered still
   counts. A decision whose answer turns out late after its count gives its counts
   back (:meth:`CapGate.release`, DESIGN.md §The funnel: only answers sent in time
-  commit caps); where the store fails then, they stay counted (users see fewer ads,
-  never more).
+  commit caps), and so does a winner dropped from an answer that is sent (an OpenRTB
+  bid under its floor, say: its own counts only, :meth:`CapCounts.split`); where the
+  store fails then, they stay counted (users see fewer ads, never more).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -204,21 +205,36 @@ class CapCounts:
         user_key: the user the serves were counted for.
         plans: the counted winners' cap plans, in the order counted.
         at: the instant they were counted at (the decision's ``now``).
+        ads: the counted winners' ad ids, parallel to ``plans`` (a winner dropped from
+            the answer gives back its own counts only: :meth:`split`).
     """
 
     user_key: str
     plans: list[CapPlan]
     at: datetime
+    ads: list[int] = field(default_factory=list)
+
+    def split(self, ad_ids: Collection[int]) -> tuple[CapCounts, CapCounts]:
+        """(the counts of the winners ``ad_ids``, the others' counts)."""
+        given = CapCounts(self.user_key, [], self.at, [])
+        kept = CapCounts(self.user_key, [], self.at, [])
+        for ad_id, plan in zip(self.ads, self.plans, strict=True):
+            into = given if ad_id in ad_ids else kept
+            into.ads.append(ad_id)
+            into.plans.append(plan)
+        return given, kept
 
 
 def add_counts(held: CapCounts | None, user_key: str, at: datetime,
-               plans: list[CapPlan]) -> CapCounts | None:
-    """``held`` (a decision's cap counts so far, or None) with ``plans`` counted too."""
-    if not plans:
+               counted: list[tuple[int, CapPlan]]) -> CapCounts | None:
+    """``held`` (a decision's cap counts so far, or None) with ``counted`` ((ad id, its
+    cap plan) of each winner counted) counted too."""
+    if not counted:
         return held
     if held is None:
-        return CapCounts(user_key, plans, at)
-    held.plans.extend(plans)
+        held = CapCounts(user_key, [], at, [])
+    held.ads.extend(a for a, _ in counted)
+    held.plans.extend(p for _, p in counted)
     return held
 
 

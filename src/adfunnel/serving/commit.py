@@ -69,11 +69,14 @@ class DecisionRunner:
 
     async def run(self, req: SelectRequest, request_id: str, deadline_ms: float,
                   adjust: Callable[[Decision], None] | None = None,
-                  supply_chain: str | None = None) -> Committed:
+                  supply_chain: str | None = None, dry_run: bool = False) -> Committed:
         """Decide ``req`` before ``deadline_ms`` (a :func:`monotonic_ms` instant) and
         commit it if still in time. ``adjust`` may rewrite the decision's winners (in
         place) before the deadline check and the commit; ``supply_chain``: an OpenRTB
-        request's ``source.schain`` (JSON text) for the served log."""
+        request's ``source.schain`` (JSON text) for the served log. ``dry_run`` (an
+        OpenRTB ``test = 1`` request): answered, but nothing is committed — no spend,
+        its cap counts given back, no served log or placement count; only the decision
+        log keeps it (to look at)."""
         outcome = await self.queue.decide(req, request_id, deadline_ms)
         decision = outcome.decision
         placements = self.placements
@@ -91,6 +94,10 @@ class DecisionRunner:
                 placements.add(req.placement.id, len(req.slots))
             self.log.count_late()
             return Committed(LATE)
+        if dry_run:
+            self.decider.abandon(decision)
+            self.log.append(decision)
+            return Committed(DECIDED, decision)
         self.decider.commit(decision)
         self.log.append(decision)
         if placements is not None:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Collection
 
 import numpy as np
 
@@ -240,11 +241,13 @@ class ColumnarDecider(FilterStage, GatingStage, PrerankStage, FillStage):
                 scorer.monitor.served(p.served.impression_id, scorer.version,
                                       float(p.win.candidate.pctr))
 
-    def abandon(self, decision: Decision) -> None:
+    def abandon(self, decision: Decision, ad_ids: Collection[int] | None = None) -> None:
         """The answer to ``decision`` is not sent (found late after the decision): give
         back the frequency-cap counts it made, the one thing :meth:`decide` writes
-        (DESIGN.md §The funnel: only answers sent in time commit spend, caps or logs)."""
-        give_back_caps(decision, self.caps)
+        (DESIGN.md §The funnel: only answers sent in time commit spend, caps or logs).
+        ``ad_ids``: only those winners are not sent (dropped from the answer after the
+        decision, e.g. an OpenRTB bid under its floor): only their counts go back."""
+        give_back_caps(decision, self.caps, ad_ids)
 
     def _reference(self) -> ReferenceDecider:
         """The reference path, wired as this decider is now (the runtime and tests may

@@ -8,6 +8,7 @@ decision log, the served log, benchmarks) import only this module. Nothing here 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -105,6 +106,11 @@ class Decision:
     unshaded: dict[str, int] = field(default_factory=dict)
     #: slot id -> the total per impression the auction's winner had to beat (micros)
     beats: dict[str, float] = field(default_factory=dict)
+    #: an OpenRTB request's auction type (1 first price, 2 second; None: not OpenRTB),
+    #: and slot id -> the bid we sent for the winner there (CPM micros): the served
+    #: log's winner price (:mod:`adfunnel.openrtb.pricing`)
+    openrtb_at: int | None = None
+    bids: dict[str, int] = field(default_factory=dict)
 
     def slot_tiers(self) -> dict[str, str]:
         """The tier that filled each filled slot (``sponsorship``, ``guaranteed``,
@@ -132,7 +138,7 @@ class Decides(Protocol):
 
     def commit(self, decision: Decision) -> None: ...
 
-    def abandon(self, decision: Decision) -> None: ...
+    def abandon(self, decision: Decision, ad_ids: Collection[int] | None = None) -> None: ...
 
 
 def commit_served(decision: Decision, gate: SpendGate) -> None:
@@ -142,12 +148,22 @@ def commit_served(decision: Decision, gate: SpendGate) -> None:
         gate.record_served(p.served)
 
 
-def give_back_caps(decision: Decision, caps: CapGate | None) -> None:
+def give_back_caps(decision: Decision, caps: CapGate | None,
+                   ad_ids: Collection[int] | None = None) -> None:
     """Give back the frequency-cap counts of a decision whose answer is not sent, the one
-    thing a decision writes (once: the decision forgets them)."""
-    counts, decision.cap_counts = decision.cap_counts, None
-    if counts is not None and caps is not None:
-        caps.release(counts)
+    thing a decision writes (once: the decision forgets them). ``ad_ids``: only those
+    of these winners (dropped from an answer that is sent: the others keep theirs);
+    None: every count of the decision."""
+    counts = decision.cap_counts
+    if counts is None:
+        return
+    if ad_ids is None:
+        given, decision.cap_counts = counts, None
+    else:
+        given, kept = counts.split(ad_ids)
+        decision.cap_counts = kept if kept.plans else None
+    if given.plans and caps is not None:
+        caps.release(given)
 
 
 def place(win: Win, ad: Ad, c: Campaign, placement: str, now: datetime, token_key: bytes,

@@ -14,6 +14,7 @@ what it has (or nothing).
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 from dataclasses import replace
 from datetime import datetime
 
@@ -192,11 +193,13 @@ class ReferenceDecider:
         """
         commit_served(decision, self.gate)
 
-    def abandon(self, decision: Decision) -> None:
+    def abandon(self, decision: Decision, ad_ids: Collection[int] | None = None) -> None:
         """The answer to ``decision`` is not sent (found late after the decision): give
         back the frequency-cap counts it made, the one thing :meth:`decide` writes
-        (DESIGN.md §The funnel: only answers sent in time commit spend, caps or logs)."""
-        give_back_caps(decision, self.caps)
+        (DESIGN.md §The funnel: only answers sent in time commit spend, caps or logs).
+        ``ad_ids``: only those winners are not sent (dropped from the answer after the
+        decision, e.g. an OpenRTB bid under its floor): only their counts go back."""
+        give_back_caps(decision, self.caps, ad_ids)
 
     def _filter(
         self,
@@ -285,7 +288,7 @@ class ReferenceDecider:
             lost = {p.ad.id for p, a in zip(todo, answers, strict=True) if a is not None}
             counted.update(p.ad.id for p, a in zip(todo, answers, strict=True) if a is None)
             decision.cap_counts = add_counts(decision.cap_counts, req.user.key, now,
-                                           [plans[p.ad.id] for p, a
+                                           [(p.ad.id, plans[p.ad.id]) for p, a
                                             in zip(todo, answers, strict=True) if a is None])
             refused += [Rejection(p.ad.id, p.campaign.id, a, COUNTED_FIRST.get(a))
                         for p, a in zip(todo, answers, strict=True) if a is not None]

@@ -105,7 +105,9 @@ def build_record(
 
     ``pacing``: campaign id -> pacing probability at decision time; ``propensities``:
     slot id -> propensity of the ad shown there; ``multipliers``: campaign id -> λ of
-    the automatic campaigns at decision time. Pure: reads its arguments only.
+    the automatic campaigns at decision time. An OpenRTB winner's price is the bid we
+    sent (``decision.bids``, CPM micros) with its auction type (``openrtb_at``). Pure:
+    reads its arguments only.
     """
     positions = {s.id: s.position for s in request.slots}
     factor, scored = decision.calibration_factor, decision.model_scored
@@ -124,7 +126,7 @@ def build_record(
             advertiser_id=p.campaign.advertiser_id,
             bid_type=p.campaign.bid_type.value,
             bid_micros=cand.bid_micros,
-            price_micros=p.win.price_micros,
+            price_micros=decision.bids.get(p.win.slot_id, p.win.price_micros),
             charge_micros=p.charge_micros,
             expected_micros=p.served.expected_micros,
             pctr=float(cand.pctr),
@@ -139,6 +141,7 @@ def build_record(
             bid_multiplier=multipliers.get(p.campaign.id),
             beat_micros=decision.beats.get(p.win.slot_id),
             unshaded_bid_micros=decision.unshaded.get(p.win.slot_id),
+            openrtb_at=decision.openrtb_at if p.win.slot_id in decision.bids else None,
         ))
     kept = decision.rejections[:max_rejections]
     return ServedRecord(

@@ -12,7 +12,10 @@ and normalising what an ad declares) and the serving side (matching):
 - a blocked domain blocks itself and its sub-domains, case-insensitively: ``ford.com``
   blocks ``www.ford.com``, not ``myford.com``;
 - a blocked app blocks the bundle of exactly that name (bundle ids are case-sensitive
-  on Android; iTunes ids are digits).
+  on Android; iTunes ids are digits);
+- an ad that declares no ``adomain`` is judged by its landing URL's host
+  (:func:`ad_domains`): it is the ``adomain`` an OpenRTB bid of it carries, so ``badv``
+  refuses it in the funnel, where a lower allowed ad can still take the slot.
 
 Both rules are written as the *ancestors* of a declared value (:func:`category_keys`,
 :func:`domain_keys`): a value is blocked when one of its keys is in the blocked set. The
@@ -22,8 +25,10 @@ few dictionary look-ups, not a scan of the catalogue.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
 
 import idna
 
@@ -36,6 +41,8 @@ MAX_CATEGORIES = 10
 MAX_DOMAINS = 5
 #: Longest app bundle or store id (Android package names are at most 255 characters).
 MAX_BUNDLE_CHARS = 255
+#: A URL's scheme and authority (RFC 3986): the landing host is in the group.
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
 #: Longest DNS name (RFC 1035).
 MAX_DOMAIN_CHARS = 253
 
@@ -156,6 +163,31 @@ def request_domain(value: str) -> str:
         return normalise_domain(value)
     except BlockValueError:
         return value.strip().lower()
+
+
+def ad_domains(adomain: tuple[str, ...], landing_url: str) -> tuple[str, ...]:
+    """The advertiser domains a block list judges an ad by: those it declares
+    (``adomain``), else its landing URL's host — the ``adomain`` an OpenRTB bid of it
+    carries — compared as a request's blocked domain is (:func:`request_domain`:
+    canonical when a host name, else lower case, e.g. an address); none without a host."""
+    return tuple(adomain) if adomain else landing_domain(landing_url)
+
+
+def landing_domain(landing_url: str) -> tuple[str, ...]:
+    """The landing URL's host as a one-domain tuple (:func:`ad_domains`), () without
+    one; the same tuple object for every URL of one authority (a catalogue holds many
+    URLs of a few hosts: each authority is parsed once)."""
+    found = _AUTHORITY.match(landing_url)
+    return _authority_domain(found.group(1)) if found else ()
+
+
+@functools.lru_cache(maxsize=65_536)
+def _authority_domain(authority: str) -> tuple[str, ...]:
+    try:
+        host = urlsplit(f"//{authority}").hostname  # userinfo, port, brackets, case
+    except ValueError:
+        return ()
+    return (request_domain(host),) if host else ()
 
 
 def blocking_category(categories: Iterable[str], blocked: frozenset[str]) -> str | None:

@@ -73,6 +73,7 @@ from adfunnel.tracking.clearing_price import PriceRefused, within_bid
 from adfunnel.tracking.client import ClientFacts
 from adfunnel.tracking.token import (
     EXCHANGE_BEACON,
+    TEST_BID,
     InvalidToken,
     TokenClaims,
     sign_click_id,
@@ -105,6 +106,7 @@ _BILLS_ON = {"rendered": EventType.RENDER, "viewable": EventType.VIEWABLE,
 #: Outcomes of :class:`BeaconResult`.
 APPENDED = "appended"
 HOUSE = "house"
+TEST = "test"  # an OpenRTB test bid's beacon (``test = 1``): answered, never stored
 EXPIRED = "expired"
 UNAVAILABLE = "unavailable"
 #: A beacon from a browser on an origin its placement does not allow (tracking/cors.py).
@@ -318,6 +320,10 @@ class Tracker:
             self._count(f"house_{event_type.value}")
             _beacons(event_type.value, HOUSE).inc()
             return BeaconResult(HOUSE, landing)
+        if claims.billable_event == TEST_BID:  # an OpenRTB test bid: answered, not stored
+            self._count(f"test_{event_type.value}")
+            _beacons(event_type.value, TEST).inc()
+            return BeaconResult(TEST, landing)
         bills = _BILLS_ON.get(claims.billable_event) is event_type
         clearing = bills and claims.billable_event == EXCHANGE_BEACON
         price_micros = claims.price_micros

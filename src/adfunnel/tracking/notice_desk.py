@@ -74,7 +74,7 @@ from adfunnel.tracking.clearing_price import (
     is_unsubstituted,
     within_bid,
 )
-from adfunnel.tracking.token import InvalidToken, TokenClaims, verify
+from adfunnel.tracking.token import TEST_BID, InvalidToken, TokenClaims, verify
 
 NOTICES = Counter("adfunnel_rtb_notices_total", "OpenRTB notices by notice and outcome",
                   ["notice", "outcome"])
@@ -85,6 +85,7 @@ BILLED = "billed"
 RECORDED = "recorded"
 UNAVAILABLE = "unavailable"
 HOUSE = "house"
+TEST = "test"  # a test request's bid (``test = 1``): answered, nothing stored
 #: Largest loss reason code accepted (OpenRTB: 0-10, 100-104, 200-211, 1000+ exchange's).
 MAX_LOSS_REASON = 2**31 - 1
 
@@ -191,6 +192,8 @@ class NoticeDesk:
             return self._refuse(notice, "t", exc.reason, f"invalid token: {exc.reason}")
         if claims.campaign_id == HOUSE_ID:  # a house ad never bids: nothing to record
             return self._done(notice, NoticeResult(HOUSE))
+        if claims.billable_event == TEST_BID:  # a test request's bid: nothing bills
+            return self._done(notice, NoticeResult(TEST))
         return claims
 
     def _event(self, event_type: EventType, claims: TokenClaims, *,

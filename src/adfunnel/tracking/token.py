@@ -60,8 +60,12 @@ MAX_PLACEMENT_CHARS = 200
 #: What bills a CPM impression: the ``/vi`` beacon (viewable), the ``/i`` beacon
 #: (rendered), for an OpenRTB bid its billing notice (``notice``: ``/rtb/bill``; neither
 #: beacon bills then) or its markup's ``/i`` at the clearing price ``p`` it carries
-#: (``exchange_beacon``), :mod:`adfunnel.tracking.notices`.
-BILLABLE_EVENTS = frozenset({"viewable", "rendered", "notice", "exchange_beacon"})
+#: (``exchange_beacon``), :mod:`adfunnel.tracking.notices`; for an OpenRTB bid of a
+#: test request (``test = 1``) nothing (``test``: :data:`TEST_BID`).
+BILLABLE_EVENTS = frozenset({"viewable", "rendered", "notice", "exchange_beacon", "test"})
+#: The billable event of an OpenRTB test bid: no beacon or notice of it bills, and none
+#: is stored (answered as a house ad's: counted only).
+TEST_BID = "test"
 #: The billable event of an OpenRTB bid billed on its markup's ``/i``: only such a token
 #: bills the clearing price ``p`` the beacon carries (any other bills its own price).
 EXCHANGE_BEACON = "exchange_beacon"
@@ -164,8 +168,8 @@ class TokenClaims:
                               or not 0 <= e <= _INT64_MAX):
             raise ValueError(f"expected_micros: an int in [0, 2**63 - 1] or None, got {e!r}")
         if not isinstance(self.billable_event, str) or self.billable_event not in BILLABLE_EVENTS:
-            raise ValueError(f"billable_event: viewable, rendered, notice or exchange_beacon, got "
-                             f"{self.billable_event!r:.40}")
+            raise ValueError("billable_event: viewable, rendered, notice, exchange_beacon or "
+                             f"test, got {self.billable_event!r:.40}")
 
 
 def new_impression_id() -> str:

@@ -319,7 +319,7 @@ class FillStage:
                 else:
                     refused[a] = refused.get(a, 0) + 1
             decision.cap_counts = add_counts(decision.cap_counts, req.user.key, now,
-                                           [plans[p.ad.id] for p, a
+                                           [(p.ad.id, plans[p.ad.id]) for p, a
                                             in zip(todo, answers, strict=True) if a is None])
             if not lost:
                 break
