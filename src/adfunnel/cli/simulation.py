@@ -36,6 +36,7 @@ def replay(
     catalogue: Annotated[int, typer.Option(min=0, help="Add N run-of-network CPC campaigns (one banner each) so requests have more candidates than the pre-rank keeps; with --learn the report's model.prerank_recall is measured on every model decision.")] = 0,
     api_key: Annotated[str | None, typer.Option(envvar="ADFUNNEL_API_KEY", help="Admin API key of the --server (the started server gets one of its own).", show_default="none, or ADFUNNEL_API_KEY")] = None,
     direct: Annotated[bool, typer.Option(help="Add a guaranteed line (exchange 2, goal a third of its matching supply) and a sponsorship (exchange 1, share 0.5, two days) and report `direct_lines`.")] = True,
+    openrtb: Annotated[bool, typer.Option(help="Sell the nine campaigns over OpenRTB 2.6 (POST /openrtb2/bid), the replay playing the exchange (second price against each row's real payprice; win, billing and loss notices, a few forged, late and above-the-bid ones), and report `openrtb`; no direct lines.")] = False,
     auto_bidding: Annotated[str | None, typer.Option(help="Add an automatic bidding campaign (exchange 1, 8 CNY a day) and report `auto_bidding`: max_clicks, manual:<cpc micros>, or ceiling (max_clicks at λ = 1, a budget that never binds); compare: three replays of the rows, max_clicks, manual at its average CPC, and ceiling (which judges the days traffic allows), and report them.", show_default="none")] = None,
 ) -> None:
     """Replay the real iPinYou log (12,526 rows) through a real server and report."""
@@ -72,7 +73,8 @@ def replay(
             "server": server, "database_url": database_url, "seed": seed,
             "ctr_scale": ctr_scale, "pctr_prior": pctr_prior, "speed": speed,
             "progress": lambda n: progress.advance(task, n), "event_log": event_log,
-            "learn": learn, "catalogue": catalogue, "api_key": api_key, "direct": direct}
+            "learn": learn, "catalogue": catalogue, "api_key": api_key, "direct": direct,
+            "openrtb": openrtb}
         if auto_bidding == COMPARE:
             both = compare(rows, run_replay, report, ceiling=True, **kwargs)
         else:
@@ -84,6 +86,8 @@ def replay(
         return
     report.write_text(json.dumps(result, indent=2))
     print_replay_summary(result)
+    for line in _openrtb_summary(result.get("openrtb")):
+        console.print(line, markup=False)
     console.print(f"report written to {report}")
 
 
@@ -114,6 +118,25 @@ def print_replay_summary(result: dict) -> None:
     if by_source:
         console.print("IVT recall (flagged/injected): " + "  ".join(
             f"{source} {n['flagged']}/{n['injected']}" for source, n in by_source.items()))
+
+
+def _openrtb_summary(rtb: dict | None) -> list[str]:
+    """``--openrtb``: bids, wins, spend, clearing prices, bad notices refused."""
+    if not rtb:
+        return []
+    clearing = rtb["clearing"] or {}
+    spend = "n/a" if rtb["spend_micros"] is None else format_units(rtb["spend_micros"])
+    out = [f"openrtb: requests {rtb['requests']}  bids {rtb['bids']}  wins {rtb['wins']}  "
+           f"win rate {rtb['win_rate']}  spend {spend}  clearing/bid mean "
+           f"{clearing.get('mean_ratio_to_bid')} (above the bid: {clearing.get('above_bid')})",
+           "  no bids: " + "  ".join(f"{k} {v}" for k, v in rtb["no_bids"].items())]
+    out += [f"  {kind} notices: sent {n['sent']}, refused by the server {n['refused_by_server']}"
+            for kind, n in rtb["bad_notices"].items()]
+    if rtb["money_checks"] is not None:
+        m = rtb["money_checks"]
+        out.append(f"  campaign-days above budget {len(m['above_budget_days'])}  billed twice "
+                   f"{m['billed_twice']}  late notices billed {m['late_billed']}")
+    return out
 
 
 def _direct_lines_summary(direct: dict | None) -> list[str]:

@@ -35,6 +35,8 @@ from adfunnel.sim.learn import AttributeClicks, split_last_day, train_and_regist
 from adfunnel.sim.potential import judge_delivery
 from adfunnel.sim.replay_auto import auto_figures, create_auto, parse_mode, served_lambda
 from adfunnel.sim.replay_direct import DirectSetup, direct_report
+from adfunnel.sim.replay_openrtb import EXCHANGE_KEYS, OpenRtbReplayer
+from adfunnel.sim.replay_openrtb_report import openrtb_report
 from adfunnel.sim.replay_sales import sales_report
 from adfunnel.sim.replayer import Replayer
 
@@ -60,6 +62,7 @@ def run_replay(
     api_key: str | None = None,
     direct: bool = True,
     auto_bidding: str | None = None,
+    openrtb: bool = False,
 ) -> dict[str, Any]:
     """Replay ``rows`` against ``server`` (with its admin key ``api_key``), or against a
     server started here (with an admin key of its own), and report.
@@ -81,6 +84,11 @@ def run_replay(
     pre-rank keeps; with ``learn`` the started server then checks the pre-rank's recall
     on every model decision (``model.prerank_recall``).
 
+    ``openrtb`` sells the nine campaigns over OpenRTB 2.6 instead, the replay playing
+    the exchange (:mod:`adfunnel.sim.replay_openrtb`; no direct lines, no delivery
+    judgement: the potential model is the select path's), and reports ``openrtb``
+    (:mod:`adfunnel.sim.replay_openrtb_report`; null without it).
+
     The started server uses ``database_url`` (default: a SQLite file in ``workdir`` or a
     temporary directory), a manual clock, and ``pctr_prior`` as its prior click rate.
     Its event log is in memory, or NATS JetStream at ``event_log`` (a stream of this
@@ -96,7 +104,7 @@ def run_replay(
     first, last = first_last(rows)
     mode = parse_mode(auto_bidding) if auto_bidding is not None else None
     auto_id: int | None = None
-    lines = DirectSetup(rows) if direct else None  # sized before the run
+    lines = DirectSetup(rows) if direct and not openrtb else None  # sized before the run
     with tempfile.TemporaryDirectory() as tmp:
         work = workdir or Path(tmp)
         proc = None
@@ -136,11 +144,13 @@ def run_replay(
                                             "ADFUNNEL_IVT_HELD_OUT_LISTS":
                                                 json.dumps(HELD_OUT_PROVIDERS),
                                             **recall_env, **events_env,
+                                            **(_openrtb_env() if openrtb else {}),
                                             **(server_env or {})})
             server = proc.url
             api_key = proc.admin_key
-        replayer = Replayer(server, seed=seed, ctr_scale=ctr_scale, speed=speed,
-                            token_key=secret.encode() if secret else None, api_key=api_key)
+        kind = OpenRtbReplayer if openrtb else Replayer
+        replayer = kind(server, seed=seed, ctr_scale=ctr_scale, speed=speed,
+                        token_key=secret.encode() if secret else None, api_key=api_key)
         learned: dict[str, Any] | None = None
         try:
             replayer.http.put("/v1/admin/clock", json={"now": first.isoformat()})
@@ -165,8 +175,10 @@ def run_replay(
             else:
                 replayer.replay(rows, progress)
             report = replay_report.report(replayer, first, last)
-            report["delivery"] = judge_delivery(
+            report["delivery"] = None if openrtb else judge_delivery(
                 report["campaigns"], replay_report.potential(replayer, rows, pctr_prior))
+            report["openrtb"] = (openrtb_report(replayer, url if proc is not None else None)
+                                 if isinstance(replayer, OpenRtbReplayer) else None)
             report["direct_lines"] = (direct_report(replayer, lines) if lines is not None
                                       else None)
             # last: it moves the server's clock past a rollup refresh
@@ -192,6 +204,12 @@ def run_replay(
         if proc is not None:
             measure_ivt(report["events"], replayer.injected, replayer.genuine, url)
         return report
+
+
+def _openrtb_env() -> dict[str, str]:
+    """The started server's OpenRTB settings: the three exchanges' keys (their names are
+    the log's ``adexchange``, the ``exchange`` attribute campaigns target)."""
+    return {"ADFUNNEL_OPENRTB_EXCHANGE_KEYS": json.dumps(EXCHANGE_KEYS)}
 
 
 def _fallbacks(metrics: str) -> int:

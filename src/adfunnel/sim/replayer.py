@@ -61,6 +61,10 @@ class Replayer:
     """Drives a running server at ``base_url`` with the log rows, as an admin
     (``api_key``)."""
 
+    #: prefixed to the nine campaigns' ``creative_ref`` (an http(s) one is an image the
+    #: OpenRTB markup can show: :mod:`adfunnel.sim.replay_openrtb`)
+    creative_prefix = ""
+
     def __init__(self, base_url: str, *, seed: int = 7, ctr_scale: float = 3.0,
                  speed: float | None = None, data_root: Path | None = None,
                  token_key: bytes | None = None, api_key: str | None = None) -> None:
@@ -138,7 +142,7 @@ class Replayer:
                 w, h = (int(x) for x in size.split("x"))
                 ad = self._post(f"/v1/campaigns/{campaign['id']}/ads", {
                     "landing_url": landing_url(plan.advertiser),
-                    "creative_ref": f"ipinyou/{plan.advertiser}/{size}.png",
+                    "creative_ref": f"{self.creative_prefix}ipinyou/{plan.advertiser}/{size}.png",
                     "format": "banner", "width": w, "height": h,
                 })
                 self.landing[ad["id"]] = ad["landing_url"]
