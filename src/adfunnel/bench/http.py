@@ -286,9 +286,11 @@ def _campaign(i: int, targeting: str, bid_micros: int, start: date) -> Campaign:
 
 
 def _ad(i: int, width: int, height: int) -> Ad:
-    """Ad ``i`` of campaign ``i``: an approved banner."""
+    """Ad ``i`` of campaign ``i``: an approved banner whose creative is an https image
+    (so an OpenRTB bid has markup to render: :mod:`adfunnel.openrtb.markup`)."""
     return Ad(id=i, campaign_id=i, landing_url=f"https://example.test/{i}",
-              creative_ref=f"bench/{i}.png", format="banner", width=width, height=height)
+              creative_ref=f"https://cdn.example.test/bench/{i}.png", format="banner",
+              width=width, height=height)
 
 
 def _ad_sizes(reqs: list[dict[str, frozenset[str]]], gen: np.random.Generator,
@@ -330,12 +332,14 @@ def select_body(req: dict[str, frozenset[str]], n: int) -> bytes:
 
 
 class BenchServer:
-    """``adfunnel serve --workers W`` on ``url``, ready on every worker."""
+    """``adfunnel serve --workers W`` on ``url``, ready on every worker (``extra_env``:
+    settings beside this process's environment)."""
 
-    def __init__(self, url: str, workers: int, log_path: Path | None, timeout_s: float) -> None:
+    def __init__(self, url: str, workers: int, log_path: Path | None, timeout_s: float,
+                 extra_env: dict[str, str] | None = None) -> None:
         args = ["serve", "--database-url", url, "--clock", "system", "--workers", str(workers)]
         self.proc = ManagedProcess(args, health_path="/readyz", log_path=log_path,
-                                   timeout_s=timeout_s)
+                                   timeout_s=timeout_s, extra_env=extra_env)
         self.url = self.proc.url
         try:
             wait_workers(self.url, workers, timeout_s)
