@@ -57,6 +57,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -119,11 +120,7 @@ def run_http_bench(ads: int = 100_000, workers: int = 1, concurrency: int = 16,
         raise ValueError(f"load must be wrk, python or auto, got {load!r}")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        path = db_path or Path(tmp) / "http-bench.sqlite3"
-        url = f"sqlite:///{path}"
-        exprs, reqs, source = _workload(ads, seed)
-        if not path.exists():
-            populate(make_engine(url), ads, exprs, reqs, seed)
+        url, reqs, source = catalogue(db_path or Path(tmp) / "http-bench.sqlite3", ads, seed)
         populate_s = time.monotonic() - t0
         bodies = [select_body(r, n) for n, r in enumerate(reqs)]
         with BenchServer(url, workers, log_path, start_timeout_s) as server:
@@ -145,6 +142,20 @@ def _workload(ads: int, seed: int) -> tuple[list[Expr], list[dict[str, frozenset
     rng = random.Random(seed)
     exprs, reqs, source = _real(rng, min(ads, MAX_TEMPLATES), REQUESTS, None)
     return exprs, reqs, source
+
+
+def catalogue(path: Path, ads: int, seed: int,
+              rewrite: Callable[[Expr], Expr] | None = None,
+              ) -> tuple[str, list[dict[str, frozenset[str]]], str]:
+    """(the SQLite URL of the catalogue at ``path``, the workload's requests, their
+    source): the database is written (:func:`populate`, each targeting through
+    ``rewrite`` first) unless it exists, when it is reused as it is."""
+    url = f"sqlite:///{path}"
+    exprs, reqs, source = _workload(ads, seed)
+    if not path.exists():
+        populate(make_engine(url), ads, [rewrite(e) for e in exprs] if rewrite else exprs,
+                 reqs, seed)
+    return url, reqs, source
 
 
 def expr_json(expr: Expr) -> dict[str, Any]:

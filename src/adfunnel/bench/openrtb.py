@@ -52,13 +52,11 @@ from adfunnel.bench.http import (
     DEADLINE_MS,
     SELECT_PATH,
     BenchServer,
-    _workload,
+    catalogue,
     cpu_seconds,
     generator_cpu_seconds,
-    populate,
 )
 from adfunnel.bench.overload import Tally, drive_requests, encode_request
-from adfunnel.db import make_engine
 from adfunnel.openrtb.endpoint import BID_PATH
 from adfunnel.openrtb.mapping import MappingConfig, map_request
 from adfunnel.openrtb.request import decode_bid_request
@@ -120,11 +118,8 @@ def run_openrtb_bench(ads: int = 100_000, workers: int = 1, concurrency: int = 1
     load_before = os.getloadavg()
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        path = db_path or Path(tmp) / "openrtb-bench.sqlite3"
-        url = f"sqlite:///{path}"
-        exprs, reqs, source = _workload(ads, seed)
-        if not path.exists():
-            populate(make_engine(url), ads, [iso_regions(e) for e in exprs], reqs, seed)
+        url, reqs, source = catalogue(db_path or Path(tmp) / "openrtb-bench.sqlite3", ads,
+                                      seed, iso_regions)
         pairs = [request_pair(r, n) for n, r in enumerate(reqs)]
         bodies = {"select": [s for s, _ in pairs], "openrtb": [o for _, o in pairs]}
         paths = {"select": SELECT_PATH, "openrtb": BID_PATH}
