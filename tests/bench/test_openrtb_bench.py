@@ -59,7 +59,8 @@ def test_a_tiny_run_measures_both_routes_and_both_fill() -> None:
     have nothing to render (tried: the catalogue's creative back to ``bench/1.png``:
     OpenRTB ``fill_rate`` 0, every answer a 204 no_fill) or a route is sent the other's
     bodies (tried: ``/openrtb2/bid`` driven with the select bodies: every answer a 400, no
-    decision, ``per_core_ratio`` None)."""
+    decision, ``per_core_ratio`` None), or the paired check compares unlike rows (tried:
+    the OpenRTB bodies shifted by one in :func:`same_answers`' zip: agreement ~0.8)."""
     r = run_openrtb_bench(ads=200, concurrency=2, duration_s=1.0, rounds=1, warmup_s=0.3)
     for key in ("ads", "workers", "concurrency", "duration_s_per_route", "rounds",
                 "rate_ratio", "per_core_ratio", "targets", "loadavg_before", "setup_s"):
@@ -75,3 +76,6 @@ def test_a_tiny_run_measures_both_routes_and_both_fill() -> None:
     assert r["openrtb"]["request_bytes"] > r["select"]["request_bytes"]
     # the same asks fill alike (each side's window sees a different share of the rows)
     assert abs(r["openrtb"]["fill_rate"] - r["select"]["fill_rate"]) < 0.15
+    # and, sent one by one, the same rows with the same ads
+    assert r["paired_requests"] == 200 and r["paired_fill_agreement"] >= 0.95
+    assert r["paired_same_ad"] >= 0.9

@@ -19,7 +19,9 @@ on one server, one catalogue, one run.
    placement, slot, floor, user key, attributes, block lists and deadline. What OpenRTB
    does not carry into our request is left out of both: ``interests`` and ``audiences``
    (``user.data`` is not mapped) and ``exchange`` (only an exchange key names it);
-3. a warm-up window of each route, then ``rounds`` rounds, each a window of
+3. a warm-up window of each route; the first :data:`PAIRED` pairs sent once to each
+   route (:func:`same_answers`: do both fill the same rows with the same ad?); then
+   ``rounds`` rounds, each a window of
    ``duration_s / rounds`` seconds on each route, the order alternating (select first in
    even rounds), so drift of the shared machine falls on both alike. The load generator
    is the asyncio client of :mod:`adfunnel.bench.overload` (a closed loop on
@@ -30,7 +32,8 @@ Result (per route under ``select`` and ``openrtb``; latency client-side, ms):
 the route's windows), ``fill_rate`` (200 ÷ decided), ``p50_ms``/``p99_ms`` over every
 answer of every window, ``p99_ms_windows``, ``busy_cores`` (server CPU ÷ wall),
 ``per_core`` (decisions/s ÷ busy cores), ``load_generator_busy_cores``, shed and late
-shares, ``request_bytes`` (mean body size); and ``rate_ratio`` (OpenRTB ÷ select
+shares, ``request_bytes`` (mean body size); ``paired_fill_agreement`` and
+``paired_same_ad`` (:func:`same_answers`); and ``rate_ratio`` (OpenRTB ÷ select
 decisions/s), ``targets`` (rate ≥ 80 % of select's, OpenRTB p99 ≤ 25 ms: met or not),
 the load settings, the machine's load average before and after (``os.getloadavg``).
 """
@@ -44,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 import numpy as np
 import uvloop
@@ -74,6 +78,8 @@ COUNTRY3 = {"CN": "CHN"}
 TARGET_RATE_RATIO = 0.8
 TARGET_P99_MS = 25.0
 ROUTES = ("select", "openrtb")
+#: request pairs sent once to each route before the timed windows (:func:`same_answers`)
+PAIRED = 200
 #: desktop user agents telling ua-parser the log's (os, browser); ``{v}``: a version
 _UAS = {
     ("windows", "ie"): "Mozilla/5.0 (Windows NT 6.1; WOW64; Trident/7.0; rv:11.0) like Gecko",
@@ -133,13 +139,14 @@ def run_openrtb_bench(ads: int = 100_000, workers: int = 1, concurrency: int = 1
             for route in ROUTES:  # first-use caches, first budget slices: not counted
                 if warmup_s > 0:
                     _window(server, wire[route], concurrency, warmup_s)
+            same = same_answers(server.url, bodies["select"][:PAIRED], bodies["openrtb"][:PAIRED])
             windows: dict[str, list[Window]] = {r: [] for r in ROUTES}
             for k in range(rounds):
                 for route in ROUTES if k % 2 == 0 else ROUTES[::-1]:
                     windows[route].append(_window(server, wire[route], concurrency,
                                                   duration_s / rounds))
     sides = {r: _side(windows[r], bodies[r]) for r in ROUTES}
-    return _report(sides, {
+    return _report(sides, {**same,
         "ads": ads, "workers": workers, "concurrency": concurrency,
         "duration_s_per_route": duration_s, "rounds": rounds,
         "window_s": round(duration_s / rounds, 3), "warmup_s_per_route": warmup_s,
@@ -238,6 +245,26 @@ def request_pair(req: dict[str, frozenset[str]], n: int) -> tuple[bytes, bytes]:
     if mapped.select is None:
         raise AssertionError(f"bid request {n} maps to no ad request: {mapped.no_bid}")
     return msgspec.json.encode(mapped.select), ortb
+
+
+def same_answers(url: str, select: list[bytes], openrtb: list[bytes]) -> dict[str, Any]:
+    """Each pair sent once to each route, one after the other (untimed): the share of
+    pairs both fill or both leave unfilled (``paired_fill_agreement``), and of those both
+    fill, the share won by the same ad (``paired_same_ad``; pacing coins and
+    exploration may part them)."""
+    agree = both = same_ad = 0
+    with httpx.Client(base_url=url, timeout=30.0,
+                      headers={"content-type": "application/json"}) as http:
+        for s, o in zip(select, openrtb, strict=True):
+            a, b = http.post(SELECT_PATH, content=s), http.post(BID_PATH, content=o)
+            agree += (a.status_code == 200) == (b.status_code == 200)
+            if a.status_code == b.status_code == 200:
+                both += 1
+                same_ad += (str(a.json()["ads"][0]["ad_id"])
+                            == b.json()["seatbid"][0]["bid"][0]["adid"])
+    return {"paired_requests": len(select),
+            "paired_fill_agreement": round(agree / len(select), 4) if select else None,
+            "paired_same_ad": round(same_ad / both, 4) if both else None}
 
 
 # ---- the load -----------------------------------------------------------------------------
