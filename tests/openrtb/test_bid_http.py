@@ -67,10 +67,13 @@ def test_no_bid_answers_204_or_the_reasons_asked_for(client: TestClient) -> None
     """Breaks if a no-bid answers a body unasked (tried: ``wants_reasons`` always true:
     200 where 204 is due), or a floor above every bid still bids (tried: the slot's
     ``reserve_cpm_micros`` 0 and ``reprice``'s floor check removed together: either
-    alone still refuses the 2.51 floor)."""
+    alone still refuses the 2.51 floor), or a 204 does not say why as select's does
+    (tried: the no-bid 204 without ``x-adfunnel-outcome``: the benchmark cannot tell it
+    from a late one)."""
     banner_campaign(client, bid_micros=BID)
     video = banner_request(imp=[{"id": "v", "video": {"mimes": ["video/mp4"]}}])
-    assert _bid(client, video).status_code == 204
+    r = _bid(client, video)
+    assert (r.status_code, r.headers.get("x-adfunnel-outcome")) == (204, "no_fill")
     r = client.post("/openrtb2/bid?nbr=1", json=video)
     assert (r.status_code, r.json()["nbr"]) == (200, 502), r.text
     asked = banner_request(ext={"adfunnel": {"nbr": True}}, cur=["EUR"])
@@ -119,13 +122,15 @@ def test_an_ad_with_nothing_to_render_is_no_bid_and_commits_nothing(
 def test_a_late_decision_is_204_and_commits_nothing(client: TestClient, runtime: Runtime,
                                                     monkeypatch: Any) -> None:
     """Breaks if a decision found past its deadline still bids or commits (tried: the
-    runner's deadline check removed: 200 and one serve committed)."""
+    runner's deadline check removed: 200 and one serve committed), or its 204 is not
+    named late (tried: the late answer with the no-fill header)."""
     banner_campaign(client, bid_micros=BID)
     committed: list[Any] = []
     monkeypatch.setattr(runtime.decider.gate, "record_served", committed.append)
     monkeypatch.setattr("adfunnel.serving.commit.monotonic_ms", lambda: float("inf"))
     r = _bid(client, banner_request())
     assert (r.status_code, r.content, committed) == (204, b"", [])
+    assert r.headers["x-adfunnel-outcome"] == "late"
 
 
 @pytest.mark.slow

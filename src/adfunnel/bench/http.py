@@ -57,6 +57,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -119,11 +120,7 @@ def run_http_bench(ads: int = 100_000, workers: int = 1, concurrency: int = 16,
         raise ValueError(f"load must be wrk, python or auto, got {load!r}")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        path = db_path or Path(tmp) / "http-bench.sqlite3"
-        url = f"sqlite:///{path}"
-        exprs, reqs, source = _workload(ads, seed)
-        if not path.exists():
-            populate(make_engine(url), ads, exprs, reqs, seed)
+        url, reqs, source = catalogue(db_path or Path(tmp) / "http-bench.sqlite3", ads, seed)
         populate_s = time.monotonic() - t0
         bodies = [select_body(r, n) for n, r in enumerate(reqs)]
         with BenchServer(url, workers, log_path, start_timeout_s) as server:
@@ -145,6 +142,20 @@ def _workload(ads: int, seed: int) -> tuple[list[Expr], list[dict[str, frozenset
     rng = random.Random(seed)
     exprs, reqs, source = _real(rng, min(ads, MAX_TEMPLATES), REQUESTS, None)
     return exprs, reqs, source
+
+
+def catalogue(path: Path, ads: int, seed: int,
+              rewrite: Callable[[Expr], Expr] | None = None,
+              ) -> tuple[str, list[dict[str, frozenset[str]]], str]:
+    """(the SQLite URL of the catalogue at ``path``, the workload's requests, their
+    source): the database is written (:func:`populate`, each targeting through
+    ``rewrite`` first) unless it exists, when it is reused as it is."""
+    url = f"sqlite:///{path}"
+    exprs, reqs, source = _workload(ads, seed)
+    if not path.exists():
+        populate(make_engine(url), ads, [rewrite(e) for e in exprs] if rewrite else exprs,
+                 reqs, seed)
+    return url, reqs, source
 
 
 def expr_json(expr: Expr) -> dict[str, Any]:
@@ -286,9 +297,11 @@ def _campaign(i: int, targeting: str, bid_micros: int, start: date) -> Campaign:
 
 
 def _ad(i: int, width: int, height: int) -> Ad:
-    """Ad ``i`` of campaign ``i``: an approved banner."""
+    """Ad ``i`` of campaign ``i``: an approved banner whose creative is an https image
+    (so an OpenRTB bid has markup to render: :mod:`adfunnel.openrtb.markup`)."""
     return Ad(id=i, campaign_id=i, landing_url=f"https://example.test/{i}",
-              creative_ref=f"bench/{i}.png", format="banner", width=width, height=height)
+              creative_ref=f"https://cdn.example.test/bench/{i}.png", format="banner",
+              width=width, height=height)
 
 
 def _ad_sizes(reqs: list[dict[str, frozenset[str]]], gen: np.random.Generator,
@@ -330,12 +343,14 @@ def select_body(req: dict[str, frozenset[str]], n: int) -> bytes:
 
 
 class BenchServer:
-    """``adfunnel serve --workers W`` on ``url``, ready on every worker."""
+    """``adfunnel serve --workers W`` on ``url``, ready on every worker (``extra_env``:
+    settings beside this process's environment)."""
 
-    def __init__(self, url: str, workers: int, log_path: Path | None, timeout_s: float) -> None:
+    def __init__(self, url: str, workers: int, log_path: Path | None, timeout_s: float,
+                 extra_env: dict[str, str] | None = None) -> None:
         args = ["serve", "--database-url", url, "--clock", "system", "--workers", str(workers)]
         self.proc = ManagedProcess(args, health_path="/readyz", log_path=log_path,
-                                   timeout_s=timeout_s)
+                                   timeout_s=timeout_s, extra_env=extra_env)
         self.url = self.proc.url
         try:
             wait_workers(self.url, workers, timeout_s)

@@ -6,6 +6,7 @@ in time (:class:`~adfunnel.serving.commit.DecisionRunner`, the one path both tak
 winners repriced as bids and re-signed before the deadline check (:mod:`.pricing`), and
 answered with markup and notice URLs (:mod:`.markup`, :mod:`.response`). The deadline
 is ``tmax`` less the network margin, from the request's arrival; shed or late: 204.
+Every 204 names why in ``x-adfunnel-outcome`` (``no_fill``, ``shed``, ``late``), as select's.
 
 Who may call: open by default (exchanges call bidders without our API keys). With
 ``openrtb_exchange_keys`` set, the header ``x-openrtb-key`` must hold one of them
@@ -40,7 +41,13 @@ from adfunnel.openrtb.response import Bid, bid_response, no_bid_response
 from adfunnel.serving.commit import DECIDED
 from adfunnel.serving.deadline import arrival_ms
 from adfunnel.serving.decision import Decision
-from adfunnel.serving.http import Answer, ClientGone, ServingEndpoints, read_body
+from adfunnel.serving.http import (
+    OUTCOME_HEADER,
+    Answer,
+    ClientGone,
+    ServingEndpoints,
+    read_body,
+)
 from adfunnel.settings import Settings
 from adfunnel.tracking.notices import notice_urls
 from adfunnel.tracking.token import TEST_BID
@@ -51,7 +58,10 @@ OPENRTB_OUTCOMES = Counter("adfunnel_openrtb_requests", "OpenRTB bid requests by
                            "(bid, no_bid, shed, late, refused)", ["outcome"])
 _COUNTS = {o: OPENRTB_OUTCOMES.labels(o) for o in ("bid", "no_bid", "shed", "late", "refused")}
 _JSON = (b"content-type", b"application/json")
-_NO_CONTENT: Answer = (204, [], b"")
+#: 204s name why, as select's do (``x-adfunnel-outcome``): exchanges ignore the header;
+#: a load generator or an operator's probe tells no fill from shed or late by it
+_NO_CONTENT: dict[str, Answer] = {o: (204, [(OUTCOME_HEADER, o.encode())], b"")
+                                  for o in ("no_fill", "shed", "late")}
 _log = logging.getLogger("adfunnel.openrtb")
 
 
@@ -159,8 +169,9 @@ class OpenRtbEndpoint:
             supply_chain=msgspec.json.encode(schain).decode() if schain else None,
             dry_run=test)
         if committed.outcome != DECIDED:
-            _COUNTS["shed" if committed.outcome == "shed" else "late"].inc()
-            return _NO_CONTENT
+            outcome = "shed" if committed.outcome == "shed" else "late"
+            _COUNTS[outcome].inc()
+            return _NO_CONTENT[outcome]
         if not bids:
             return self._no_bid(req, {**mapped.no_bid, **reasons}, wants_reasons)
         _COUNTS["bid"].inc()
@@ -224,7 +235,7 @@ class OpenRtbEndpoint:
     def _no_bid(self, req: BidRequest, reasons: dict[str, str], wants: bool) -> Answer:
         _COUNTS["no_bid"].inc()
         if not wants:
-            return _NO_CONTENT
+            return _NO_CONTENT["no_fill"]
         out = no_bid_response(req.id, reasons)
         return 200, [_JSON, (b"content-length", b"%d" % len(out))], out
 
