@@ -17,12 +17,12 @@ more than one of ``site``, ``app`` and ``dooh``; nesting too deep; more than :da
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 import msgspec
 
 from adfunnel.json_depth import nesting_problem
+from adfunnel.serving.request import msgspec_field
 
 #: Most imps one request may carry (far above any exchange's: each imp is a slot).
 MAX_IMPS = 100
@@ -207,7 +207,6 @@ class BidRequestError(ValueError):
 
 
 _decoder = msgspec.json.Decoder(BidRequest)
-_FIELD_IN_MESSAGE = re.compile(r"(?:unknown|required) field `([^`]+)`")
 
 
 def decode_bid_request(body: bytes) -> BidRequest:
@@ -222,26 +221,13 @@ def decode_bid_request(body: bytes) -> BidRequest:
     try:
         req = _decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise BidRequestError([_field_of(str(exc))]) from None
+        raise BidRequestError([msgspec_field(str(exc))]) from None
     except msgspec.DecodeError as exc:
         raise BidRequestError([("body", f"malformed JSON: {exc}")]) from None
     problems = check(req)
     if problems:
         raise BidRequestError(problems)
     return req
-
-
-def _field_of(message: str) -> tuple[str, str]:
-    """(field path, problem) of a msgspec message ("Expected `int`, got `str` - at
-    `$.imp[0].bidfloor`", or "Object missing required field `id` - at `$.imp[0]`")."""
-    problem, sep, where = message.rpartition(" - at `")
-    if not sep:
-        problem, where = message, "$"
-    path = where.rstrip("`").removeprefix("$").removeprefix(".")
-    named = _FIELD_IN_MESSAGE.search(problem)
-    if named is not None:
-        path = f"{path}.{named.group(1)}" if path else named.group(1)
-    return path or "body", problem
 
 
 def check(req: BidRequest) -> list[tuple[str, str]]:

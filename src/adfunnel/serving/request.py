@@ -134,7 +134,7 @@ def decode_request(body: bytes, max_slots: int = MAX_SLOTS) -> SelectRequest:
     try:
         req = _decoder.decode(body)
     except msgspec.ValidationError as exc:
-        field, _, problem = _split_msgspec(str(exc))
+        field, problem = msgspec_field(str(exc))
         raise RequestError([(field, problem)]) from None
     except msgspec.DecodeError as exc:
         raise RequestError([("body", f"malformed JSON: {exc}")], status=400) from None
@@ -144,9 +144,10 @@ def decode_request(body: bytes, max_slots: int = MAX_SLOTS) -> SelectRequest:
     return req
 
 
-def _split_msgspec(message: str) -> tuple[str, str, str]:
-    # msgspec: "Expected `int`, got `str` - at `$.slots[0].width`" or
-    # "Object contains unknown field `x`" / "Object missing required field `x`" (at the root)
+def msgspec_field(message: str) -> tuple[str, str]:
+    """(field path, problem) of a msgspec validation message: "Expected `int`, got `str`
+    - at `$.slots[0].width`" → ("slots[0].width", "Expected `int`, got `str`"); "Object
+    missing required field `x`" (at the root) → ("x", ...); no path → "body"."""
     problem, sep, where = message.rpartition(" - at `")
     if not sep:
         problem, where = message, "$"
@@ -154,7 +155,7 @@ def _split_msgspec(message: str) -> tuple[str, str, str]:
     named = _FIELD_IN_MESSAGE.search(problem)
     if named is not None:
         path = f"{path}.{named.group(1)}" if path else named.group(1)
-    return path or "body", "", problem
+    return path or "body", problem
 
 
 _FIELD_IN_MESSAGE = re.compile(r"(?:unknown|required) field `([^`]+)`")
