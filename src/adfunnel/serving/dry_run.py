@@ -123,8 +123,9 @@ def dry_admit(gate: SpendGate, campaign: Campaign, now: datetime,
     metered, no slice with room held: supposed granted); else ``budget_exhausted``."""
     if fits(gate, campaign, now, charge_micros):
         return None
-    client = getattr(gate, "client", gate)  # the embedded service's budget client
-    state = getattr(client, "state", None)
+    # a budget client's state (the fleet's is the gate; the embedded service holds one)
+    state = getattr(gate, "state", None) or getattr(getattr(gate, "client", None), "state",
+                                                    None)
     if state is not None and state(campaign.id, local_day(now, campaign.time_zone),
                                    now.timestamp()) is BudgetState.METERED:
         return None
