@@ -10,7 +10,9 @@ after a late answer, but its record, expiry and cooldown stamps moved), and the 
 draw of the next decision (``rng``). :func:`decide_dry` runs one decision with each of
 them swapped for a stand-in that reads through and writes nothing, and puts them back
 before it returns, on the same thread with nothing awaited in between (the decision
-queue's consumer: no other decision runs meanwhile):
+queue's consumer: no other decision of the server runs meanwhile; a caller deciding on
+the same decider from another thread at that moment, which the server never does, would
+see the stand-ins):
 
 - the counters (``eligible``, ``capped``, ``supply``): adds and observations dropped,
   every read (``supply.order``, ``capped.peek``) the real one's;
