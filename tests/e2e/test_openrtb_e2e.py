@@ -139,7 +139,7 @@ def test_a_short_openrtb_replay_on_postgresql(pg_schema_url: str, tmp_path: Path
         assert n["sent"] >= 1 and n["refused_by_server"] == n["sent"], kind
     assert rtb["requests"] == 120 and rtb["bids"] > 0
     assert rtb["wins"] >= 10 and rtb["losses"] > 0
-    assert rtb["notices_server"]["bill_billed"] == rtb["billed_impressions"]
+    assert rtb["notices_server"]["bill_appended"] == rtb["billed_impressions"]
     assert rtb["clearing"]["above_bid"] == 0
     assert 0 < rtb["clearing"]["mean_ratio_to_bid"] <= 1
     m = rtb["money_checks"]

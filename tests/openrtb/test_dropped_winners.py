@@ -70,8 +70,9 @@ class Together:
         self.decided = 0
         self.all_in: asyncio.Event | None = None
 
-    async def decide(self, req: SelectRequest, request_id: str, deadline_ms: float) -> Outcome:
-        outcome = await self.queue.decide(req, request_id, deadline_ms)
+    async def decide(self, req: SelectRequest, request_id: str, deadline_ms: float,
+                     dry_run: bool = False) -> Outcome:
+        outcome = await self.queue.decide(req, request_id, deadline_ms, dry_run)
         self.all_in = self.all_in or asyncio.Event()
         self.decided += 1
         if self.decided >= self.n:

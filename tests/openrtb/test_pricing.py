@@ -15,6 +15,7 @@ from adfunnel.campaigns.model import Ad, BidStrategy, BidType, Campaign, Objecti
 from adfunnel.openrtb.mapping import MappingConfig, map_request
 from adfunnel.openrtb.pricing import bid_price, reprice, spec_price, value_cpm_micros
 from adfunnel.openrtb.request import decode_bid_request
+from adfunnel.openrtb.response import no_bid_response
 from adfunnel.serving.decision import Decision, Placed
 from adfunnel.tracking.token import verify
 from tests.openrtb.conftest import banner_request
@@ -89,8 +90,12 @@ def test_the_token_and_the_committed_cost_are_the_bids() -> None:
 
 def test_a_bid_under_the_floor_is_no_bid() -> None:
     """Breaks if a winner under the imp's floor is bid (tried: the floor check removed:
-    2.40 bid against a 2.50 floor)."""
+    2.40 bid against a 2.50 floor), or if its no-bid reason is lost (tried: the
+    ``BELOW_FLOOR`` reason not set: ``no_fill`` stays, nbr 0 instead of 505)."""
     decision = Decision("r", [_placed(BidType.CPM, 2_400_000)], [], 1)
+    reasons = {"imp-1": "no_fill"}
     prices = reprice(decision, _mapped(2.5), key=KEY, token_ttl_s=3600, release=None,
-                     now=NOW, billable_event="notice")
+                     now=NOW, billable_event="notice", reasons=reasons)
     assert prices == {} and decision.placed == []
+    assert reasons == {"imp-1": "below_floor"}
+    assert msgspec.json.decode(no_bid_response("r", reasons))["nbr"] == 505

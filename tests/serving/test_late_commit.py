@@ -48,10 +48,12 @@ class LateHandBack:
         self.late = True
         self.handed: list[Outcome] = []
 
-    async def decide(self, req: SelectRequest, request_id: str, deadline_ms: float) -> Outcome:
+    async def decide(self, req: SelectRequest, request_id: str, deadline_ms: float,
+                     dry_run: bool = False) -> Outcome:
         if not self.late:
-            return await self.queue.decide(req, request_id, deadline_ms)
-        outcome = await self.queue.decide(req, request_id, deadline_ms + DECIDER_SLACK_MS)
+            return await self.queue.decide(req, request_id, deadline_ms, dry_run)
+        outcome = await self.queue.decide(req, request_id, deadline_ms + DECIDER_SLACK_MS,
+                                          dry_run)
         give_up = monotonic_ms() + WAIT_BOUND_MS
         while monotonic_ms() < deadline_ms:  # wait on the condition: the deadline passed
             assert monotonic_ms() < give_up, "the request's deadline never passed"

@@ -116,7 +116,6 @@ def test_the_billing_notice_bills_the_clearing_price_once(world: World) -> None:
     forced past the log's dedupe window, bills 1,234 more)."""
     world.bid()
     assert world.in_flight() == EXPECTED
-    before = counted("bill", "billed")
     url = path(notice_urls(token()).burl, AUCTION_PRICE="1.2345678")
     assert world.get(url) == (204, {})
     (event,) = world.appended()
@@ -126,12 +125,41 @@ def test_the_billing_notice_bills_the_clearing_price_once(world: World) -> None:
     assert world.billed() == 1_234  # per mille, the fraction carried by the ledger
     assert world.in_flight() == 0
     assert world.ledger.settled_since(DAY, START) == {7: EXPECTED}  # the budget service's
-    assert counted("bill", "billed") == before + 1
     assert world.get(url) == (204, {})  # the exchange retries: the log drops it
     world.clock.advance(DEFAULT_DEDUPE_WINDOW_S + 1)
     world.log.publish_many([event])  # and past the log's dedupe window, the ledger does
     assert world.billed() == 1_234
     assert world.ledger.counters()["duplicates_rejected"] == 1
+
+
+def test_a_replayed_billing_notice_is_counted_duplicate_not_billed(world: World) -> None:
+    """``adfunnel_rtb_notices_total{notice="bill"}``: the desk counts each notice it hands
+    to the log (``appended``), the aggregator what the ledger did with it: ``billed`` once,
+    a replay past the log's dedupe window ``duplicate``.
+
+    Breaks if the desk counts an appended notice as billed (tried: ``APPENDED`` back to
+    ``"billed"``: appended +0, billed +3), if the aggregator counts no billing notice
+    (tried: the ``event.billing_notice`` tally in ``Aggregator._after`` removed:
+    duplicate +0), if it counts every one as billed (tried: the tally keyed ``"billed"``
+    whatever the ledger's outcome: billed +2, duplicate +0), or if the event loses its
+    mark (tried: ``billing_notice`` not passed to the event: the mark False)."""
+    world.bid()
+    before = {o: counted("bill", o) for o in ("appended", "billed", "duplicate")}
+    url = path(notice_urls(token()).burl, AUCTION_PRICE="1.5")
+    assert world.get(url) == (204, {})
+    (event,) = world.appended()
+    assert event.billing_notice
+    assert world.billed() == 1_500
+    assert world.get(url) == (204, {})  # a replay within the window: the log drops it
+    world.clock.advance(DEFAULT_DEDUPE_WINDOW_S + 1)
+    # past the window (and the token's expiry, so over HTTP it would be refused), the
+    # same event delivered again: the ledger's duplicate
+    world.log.publish_many([event])
+    assert world.billed() == 1_500
+    after = {o: counted("bill", o) - before[o] for o in before}
+    assert after == {"appended": 2, "billed": 1, "duplicate": 1}
+    assert world.tracker.counts()["notice_bill_appended"] == 2
+    assert "notice_bill_billed" not in world.tracker.counts()
 
 
 def test_a_price_above_the_bid_is_refused_and_counted(world: World) -> None:

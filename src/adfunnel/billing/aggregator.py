@@ -275,6 +275,8 @@ class Aggregator:
         """Count what recording ``event`` did, feed and score it when billed; True when
         it changed the ledger's figures (its hour needs a rollup refresh)."""
         self._outcome(_PLAIN[event.event_type], _PLAIN[recorded.outcome])
+        if event.billing_notice:  # billed, or a replay the ledger held already: duplicate
+            self._batch.billing_notices[_PLAIN[recorded.outcome]] += 1
         match recorded.outcome:
             case Outcome.INVALID:
                 self.stats.invalid += 1

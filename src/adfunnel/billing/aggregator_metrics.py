@@ -14,7 +14,7 @@ from prometheus_client import Counter, Histogram
 
 from adfunnel.billing.model import Recorded
 from adfunnel.events.log import Delivery
-from adfunnel.observability.metrics import ABSORBED_OVERSPEND, BILLED
+from adfunnel.observability.metrics import ABSORBED_OVERSPEND, BILLED, RTB_NOTICES
 
 #: Most lag samples kept for the p50/p99 figures.
 LAG_SAMPLES = 100_000
@@ -94,6 +94,8 @@ class BatchMetrics:
     absorbed_micros: int = 0
     #: (event type, outcome) -> events
     outcomes: Tally[tuple[str, str]] = field(default_factory=Tally)
+    #: the ledger's outcome -> OpenRTB billing notices' impressions recorded with it
+    billing_notices: Tally[str] = field(default_factory=Tally)
 
     def add_money(self, recorded: Recorded) -> None:
         self.billed_micros += recorded.billed_micros
@@ -108,7 +110,12 @@ class BatchMetrics:
         self.billed_micros = self.absorbed_micros = 0
 
     def flush_outcomes(self) -> None:
-        """Add the batch's events by type and outcome to :data:`AGGREGATED`."""
+        """Add the batch's events by type and outcome to :data:`AGGREGATED`, and its
+        billing notices' by the ledger's outcome to ``adfunnel_rtb_notices_total``
+        (``notice="bill"``: ``billed`` only where the ledger inserted the row)."""
         for (event_type, outcome), n in self.outcomes.items():
             AGGREGATED.labels(event_type, outcome).inc(n)
         self.outcomes.clear()
+        for outcome, n in self.billing_notices.items():
+            RTB_NOTICES.labels("bill", outcome).inc(n)
+        self.billing_notices.clear()

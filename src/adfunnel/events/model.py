@@ -118,6 +118,9 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
             minimum bid to win (None: the loss named none; other events).
         loss_reason: a loss notice's OpenRTB loss reason code (OpenRTB 2.6 §5.25;
             None: not given), else None.
+        billing_notice: True for the impression of an exchange's OpenRTB billing notice
+            (``/rtb/bill``): the aggregator counts what the ledger did with it
+            (:mod:`adfunnel.tracking.notice_desk`). Left out of the wire while False.
 
     Invariant: :attr:`msg_id` = ``f"{impression_id}:{event_type}"`` (with ``:ivt``
     appended for invalid traffic) is the log's dedupe key and matches the ledger's
@@ -151,6 +154,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
     tracked_ns: _Int64 | None = None
     notice_micros: _Int64 | None = None
     loss_reason: _Int64 | None = None
+    billing_notice: bool = False
 
     def __post_init__(self) -> None:
         if _DECODING.active:  # the decoder checked the same constraints
@@ -172,6 +176,8 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
                 value = getattr(self, name)
                 if value is not None:
                     _check_int64(name, value)
+        if type(self.billing_notice) is not bool:
+            raise ValueError(f"billing_notice: a bool, got {self.billing_notice!r:.20}")
         if self.billing_type not in BILLING_TYPES:
             raise ValueError(f"billing_type: CPM, CPC or CPA, got {self.billing_type!r:.20}")
         if not self.placement or len(self.placement) > MAX_PLACEMENT_CHARS:

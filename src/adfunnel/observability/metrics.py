@@ -30,6 +30,12 @@ BILLED = Counter("adfunnel_billed_micros", "Micros billed into the ledger by the
                  "of this process")
 FILL_RATE = Gauge("adfunnel_fill_rate", "fill rate: ad requests answered with an ad / ad "
                   "requests, since this process started (0 before the first)")
+#: OpenRTB notices by notice and outcome: the tracker's notice desk counts each notice it
+#: answers (``appended``, ``recorded``, ``refused_<reason>``, …); the aggregator counts a
+#: billing notice's impression by what the ledger did with it (``billed``: inserted,
+#: ``duplicate``: a replay it already holds, …)
+RTB_NOTICES = Counter("adfunnel_rtb_notices", "OpenRTB notices by notice and outcome",
+                      ["notice", "outcome"])
 CHANGE_FEED_LAG = Gauge(
     "adfunnel_change_feed_lag_seconds", "How far the catalogue may be behind the change "
     "log: the larger of the last record's commit-to-apply lag and the time since the feed "

@@ -41,6 +41,7 @@ from adfunnel.openrtb.response import Bid, bid_response, no_bid_response
 from adfunnel.serving.commit import DECIDED
 from adfunnel.serving.deadline import arrival_ms
 from adfunnel.serving.decision import Decision
+from adfunnel.serving.dry_run import dry_admit
 from adfunnel.serving.http import (
     OUTCOME_HEADER,
     Answer,
@@ -183,7 +184,8 @@ class OpenRtbEndpoint:
         """The runner's ``adjust``, before the deadline check (what is committed is
         exactly what is answered): the winners repriced and re-signed as bids
         (:func:`reprice`, each one's worst cost re-checked against its budget; a
-        ``test`` request's tokens never bill), their bids appended to ``bids``; the
+        ``test`` request's tokens never bill, and its check is the dry run's,
+        :func:`~adfunnel.serving.dry_run.dry_admit`), their bids appended to ``bids``; the
         winners dropped give back their frequency-cap counts (the kept keep theirs)."""
         decider = self.serving.decider
         won = [p.ad.id for p in decision.placed]
@@ -192,7 +194,8 @@ class OpenRtbEndpoint:
             token_ttl_s=decider.token_ttl_s,  # type: ignore[attr-defined]
             release=getattr(decider, "shading", None), now=now,
             billable_event=TEST_BID if test else self.billable_event, reasons=reasons,
-            room=lambda c, micros: fits(decider.gate, c, now, micros))
+            room=lambda c, micros: (dry_admit(decider.gate, c, now, micros) is None if test
+                                    else fits(decider.gate, c, now, micros)))
         bids.extend(self._bids(decision, mapped, prices, reasons))
         kept = {p.ad.id for p in decision.placed}
         dropped = [a for a in won if a not in kept]

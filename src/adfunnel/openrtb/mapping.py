@@ -24,6 +24,9 @@ fill. Pure (no clock, no I/O): the endpoint hands in what it knows (:class:`Mapp
   or GDPR applying (``regs.gdpr``, else ``regs.ext.gdpr``) without a consent string
   (``user.consent``, else ``user.ext.consent``): no user key and no ``interests`` or
   ``audiences`` (the consent string is not decoded: any non-empty one counts).
+- **Interests and audiences** (:mod:`.interests`, with consent only): ``user.data``
+  segments → ``audiences``; ``user``, ``site``/``app`` and ``content`` keywords and
+  categories → ``interests``.
 - **Attributes**: ``geo.country`` (alpha-3 → our alpha-2), ``geo.region``
   (``CC-REGION``), ``geo.city`` from ``device.geo``, else ``user.geo``, else the country
   of ``device.ip``/``ipv6`` (``country_of``); ``device_type`` from ``devicetype``;
@@ -47,6 +50,7 @@ from urllib.parse import urlsplit
 import pycountry
 
 from adfunnel.money import MICROS_PER_UNIT
+from adfunnel.openrtb.interests import interest_attributes
 from adfunnel.openrtb.native import NativeAsk, native_assets, native_size
 from adfunnel.openrtb.request import BidRequest, Geo, Imp
 from adfunnel.serving.derived import OS_NAMES, user_agent_facts
@@ -259,6 +263,8 @@ def _user(req: BidRequest, config: MappingConfig) -> UserIn:
     if limited:
         for name in PERSONAL_ATTRIBUTES:
             attrs.pop(name, None)
+    else:  # segments, keywords and categories: only with consent
+        attrs.update(interest_attributes(req))
     return UserIn(key=key, attributes=attrs)
 
 

@@ -48,6 +48,9 @@ from adfunnel.serving.bid_shading import run_curve
 from adfunnel.serving.decision import Decision, Placed
 from adfunnel.tracking.token import EXCHANGE_BEACON, TokenClaims, sign
 
+#: No-bid reason of an imp whose internal winner's bid is under the imp's floor (a
+#: first-price shade or a CPC/CPA value under it; the auction's reserve is the floor).
+BELOW_FLOOR = "below_floor"
 #: ``billable_event`` of a bid's token, by ``openrtb_bills_on``.
 BILLABLE_EVENT = {"burl": "notice", "beacon": EXCHANGE_BEACON}
 _MICRO = Decimal(1).scaleb(-6)
@@ -101,6 +104,7 @@ def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
     slot id -> our bid (CPM micros), for the winners kept (also ``decision.bids``, with
     the auction type in ``decision.openrtb_at``: the served log's price).
 
+    A winner under its floor is dropped with ``below_floor`` in ``reasons``.
     ``room(campaign, micros)``: whether the campaign's budget (or slice) has room now
     for that worst cost (:func:`adfunnel.budget.gate.fits`): each bid's worst cost
     ⌈bid ÷ 1000⌉, with its campaign's other bids of the decision, is what the commit
@@ -129,6 +133,8 @@ def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
         price = bid_price(p, decision.unshaded.get(p.win.slot_id), mapped.first_price,
                           curve, terms.floor_micros)
         if price <= 0 or price < terms.floor_micros:
+            if reasons is not None and price > 0:  # won inside, under the exchange's floor
+                reasons[terms.imp_id] = BELOW_FLOOR
             continue
         worst = held.get(p.campaign.id, 0) + impression_charge_bound(price)
         if not room(p.campaign, worst):

@@ -110,11 +110,39 @@ class Publisher(msgspec.Struct):
     domain: str | None = None
 
 
+class Segment(msgspec.Struct):
+    id: str | None = None
+    name: str | None = None
+    value: str | None = None
+
+
+class Data(msgspec.Struct):
+    """A data provider's segments of the user (§3.2.21)."""
+
+    id: str | None = None
+    name: str | None = None
+    segment: list[Segment] = []
+
+
+class Content(msgspec.Struct):
+    """What the page or app shows (§3.2.16): its categories and keywords."""
+
+    cat: list[str] = []
+    keywords: str | None = None  # comma-separated
+    kwarray: list[str] = []  # 2.6: the keywords as an array
+
+
 class Site(msgspec.Struct):
     id: str | None = None
     domain: str | None = None
     page: str | None = None
     publisher: Publisher | None = None
+    cat: list[str] = []  # IAB content categories of the site
+    sectioncat: list[str] = []
+    pagecat: list[str] = []
+    keywords: str | None = None
+    kwarray: list[str] = []
+    content: Content | None = None
 
 
 class App(msgspec.Struct):
@@ -122,6 +150,12 @@ class App(msgspec.Struct):
     domain: str | None = None
     bundle: str | None = None
     publisher: Publisher | None = None
+    cat: list[str] = []
+    sectioncat: list[str] = []
+    pagecat: list[str] = []
+    keywords: str | None = None
+    kwarray: list[str] = []
+    content: Content | None = None
 
 
 class Geo(msgspec.Struct):
@@ -149,6 +183,9 @@ class User(msgspec.Struct):
     buyeruid: str | None = None
     geo: Geo | None = None
     consent: str | None = None  # the TCF consent string (2.6; earlier in ``ext.consent``)
+    keywords: str | None = None  # comma-separated
+    kwarray: list[str] = []
+    data: list[Data] = []
     ext: Ext = None
 
 

@@ -75,11 +75,13 @@ class DecisionRunner:
         place) before the deadline check and the commit; ``supply_chain``: an OpenRTB
         request's ``source.schain`` (JSON text) for the served log. ``dry_run`` (an
         OpenRTB ``test = 1`` request): answered, but nothing is committed — no spend,
-        its cap counts given back, no served log or placement count; only the decision
-        log keeps it (to look at)."""
-        outcome = await self.queue.decide(req, request_id, deadline_ms)
+        decided writing nothing (:mod:`adfunnel.serving.dry_run`: no pacing traffic,
+        supply, cap count, budget demand or draw), no served log or placement count,
+        shed or late alike; only the decision log keeps it (to look at) and counts it
+        when shed or late."""
+        outcome = await self.queue.decide(req, request_id, deadline_ms, dry_run)
         decision = outcome.decision
-        placements = self.placements
+        placements = None if dry_run else self.placements
         if decision is None:
             if placements is not None:
                 placements.add(req.placement.id, len(req.slots))
@@ -94,8 +96,7 @@ class DecisionRunner:
                 placements.add(req.placement.id, len(req.slots))
             self.log.count_late()
             return Committed(LATE)
-        if dry_run:
-            self.decider.abandon(decision)
+        if dry_run:  # its decision made no cap counts; a dropped winner's were none either
             self.log.append(decision)
             return Committed(DECIDED, decision)
         self.decider.commit(decision)

@@ -16,6 +16,7 @@ from typing import Any
 
 from adfunnel.clock import monotonic_ms
 from adfunnel.serving.decision import Decides, Decision
+from adfunnel.serving.dry_run import decide_dry
 from adfunnel.serving.request import SelectRequest
 
 #: Scope key of the arrival instant (monotonic ms), set by :class:`ArrivalStamp`.
@@ -113,13 +114,15 @@ class DecisionQueue:
         """Requests waiting for a decision."""
         return len(self._queue)
 
-    async def decide(self, req: SelectRequest, request_id: str, deadline_ms: float) -> Outcome:
-        """Decide ``req`` before ``deadline_ms`` (monotonic ms), or shed it."""
+    async def decide(self, req: SelectRequest, request_id: str, deadline_ms: float,
+                     dry_run: bool = False) -> Outcome:
+        """Decide ``req`` before ``deadline_ms`` (monotonic ms), or shed it. ``dry_run``:
+        decided writing nothing (:func:`~adfunnel.serving.dry_run.decide_dry`)."""
         waiting = len(self._queue)
         if waiting and monotonic_ms() + (waiting + 1) * self.service_ms > deadline_ms:
             return Outcome(None, SHED_QUEUE)
         loop = asyncio.get_running_loop()
-        job = _Job(req, request_id, deadline_ms, loop.create_future())
+        job = _Job(req, request_id, deadline_ms, loop.create_future(), dry_run)
         self._queue.append(job)
         if self._consumer is None:
             self._consumer = loop.create_task(self._consume())
@@ -145,7 +148,10 @@ class DecisionQueue:
         start = monotonic_ms()
         if start >= job.deadline_ms:
             return Outcome(None, SHED_EXPIRED)
-        decision = self.decider.decide(job.req, job.request_id, job.deadline_ms)
+        if job.dry_run:
+            decision = decide_dry(self.decider, job.req, job.request_id, job.deadline_ms)
+        else:
+            decision = self.decider.decide(job.req, job.request_id, job.deadline_ms)
         self.service_ms += self.alpha * ((monotonic_ms() - start) - self.service_ms)
         return Outcome(decision)
 
@@ -156,3 +162,4 @@ class _Job:
     request_id: str
     deadline_ms: float
     done: asyncio.Future[Outcome]
+    dry_run: bool = False

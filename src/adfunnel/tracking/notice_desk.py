@@ -51,9 +51,15 @@ a person: the tier-1 invalid-traffic rules (about browsers and their addresses) 
 applied, and the event's address is left empty so tier-2's per-address windows do not
 lump an exchange's notices together.
 
-Counted: Prometheus ``adfunnel_rtb_notices_total{notice, outcome}`` (outcome ``billed``,
-``recorded``, ``refused_<reason>``, ``unavailable``, ``house``) and the tracker's counts
-(``notice_<notice>_<outcome>``).
+Counted: Prometheus ``adfunnel_rtb_notices_total{notice, outcome}`` and the tracker's
+counts (``notice_<notice>_<outcome>``), outcome ``appended`` (a billing notice's
+impression handed to the log), ``recorded``, ``refused_<reason>``, ``unavailable``,
+``house``, ``test``. Whether a billing notice billed is the ledger's to say, so the
+aggregator that records its impression (``Event.billing_notice``) counts it in the same
+Prometheus series, ``notice="bill"``, by the ledger's outcome: ``billed`` (inserted),
+``duplicate`` (a replay: the ledger holds that impression already), ``invalid``, …. A
+replay within the log's dedupe window is dropped by the log (its ``duplicates``) and
+reaches no aggregator: ``billed`` counts billing notices that billed, each once.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from prometheus_client import Counter
 from adfunnel.campaigns.model import HOUSE_ID
 from adfunnel.events.model import Event, EventType
 from adfunnel.events.publisher import EventRefused
+from adfunnel.observability.metrics import RTB_NOTICES
 from adfunnel.tracking.beacons import Tracker
 from adfunnel.tracking.clearing_price import (
     MAX_CPM_MICROS,
@@ -76,12 +83,11 @@ from adfunnel.tracking.clearing_price import (
 )
 from adfunnel.tracking.token import TEST_BID, InvalidToken, TokenClaims, verify
 
-NOTICES = Counter("adfunnel_rtb_notices_total", "OpenRTB notices by notice and outcome",
-                  ["notice", "outcome"])
+NOTICES = RTB_NOTICES
 
 WIN, BILL, LOSS = "win", "bill", "loss"
 #: Outcomes of :class:`NoticeResult`.
-BILLED = "billed"
+APPENDED = "appended"  # a billing notice's impression handed to the log (bills once)
 RECORDED = "recorded"
 UNAVAILABLE = "unavailable"
 HOUSE = "house"
@@ -100,7 +106,8 @@ def _notices(notice: str, outcome: str) -> Counter:
 class NoticeResult:
     """What the desk did with one notice.
 
-    ``outcome``: ``billed`` (an impression appended), ``recorded`` (a win or loss
+    ``outcome``: ``appended`` (a billing notice's impression appended: the ledger bills
+    it unless it holds it already), ``recorded`` (a win or loss
     appended, or a billing notice that does not bill), ``house``, ``unavailable``
     (nothing could store it: answer 503) or ``refused``. A refused notice names the
     query parameter at fault (``field``: ``t``, ``p``, ``r`` or ``m``), its ``reason``
@@ -137,8 +144,8 @@ class NoticeDesk:
         if claims.billable_event != "notice":  # the markup's beacon bills this bid
             return self._done(BILL, NoticeResult(RECORDED))
         event = self._event(EventType.IMPRESSION, claims, price_micros=micros,
-                            notice_micros=micros)
-        return await self._append(BILL, BILLED, event)
+                            notice_micros=micros, billing_notice=True)
+        return await self._append(BILL, APPENDED, event)
 
     async def win(self, token: str | None, price: str | None) -> NoticeResult:
         """The win notice (``/rtb/win``): records the clearing price, bills nothing."""
@@ -198,7 +205,7 @@ class NoticeDesk:
 
     def _event(self, event_type: EventType, claims: TokenClaims, *,
                price_micros: int | None = None, notice_micros: int | None = None,
-               loss_reason: int | None = None) -> Event:
+               loss_reason: int | None = None, billing_notice: bool = False) -> Event:
         """The event of a notice about ``claims``' bid; ``price_micros`` (the billed
         price, CPM micros) is the token's bid unless given. No client address: an
         exchange's server sent it (module docstring)."""
@@ -211,6 +218,7 @@ class NoticeDesk:
             expected_micros=claims.expected_micros,
             occurred_at=self.tracker.clock.now().timestamp(), client_ip="", user_agent="",
             notice_micros=notice_micros, loss_reason=loss_reason,
+            billing_notice=billing_notice,
         )
 
     async def _append(self, notice: str, outcome: str, event: Event) -> NoticeResult:
