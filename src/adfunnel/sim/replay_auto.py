@@ -2,10 +2,22 @@
 advertiser on the real iPinYou rows, against a manual twin, both judged from the ledger.
 
 Opt-in (``adfunnel replay --auto-bidding``): the default replay and its figures do not
-change. The campaign (:func:`auto_body`) targets like 2997 (exchange 1), paces evenly
-(λ steps only for evenly paced campaigns, :mod:`adfunnel.budget.multipliers`), bids at
-most ``AUTO_CAP_MICROS`` per click and clicks by 2997's real CTR under the replay's click
-model (the advertiser whose traffic it copies). Its value is the cap, not 1 % of the
+change. The campaign (:func:`auto_body`) targets like 2997 (exchange 1), is paced
+(pacing mode ``even``, the product's default; λ steps only for paced campaigns,
+:mod:`adfunnel.budget.multipliers`), bids at most ``AUTO_CAP_MICROS`` per click and
+clicks by 2997's real CTR under the replay's click model (the advertiser whose traffic
+it copies). "Even" is not flat: its plan follows the campaign's traffic shape, the means
+per lived hour of its eligible requests (:mod:`adfunnel.pacing.hour_means`), which the
+replay's server logs and refreshes every 5 minutes of log time — measured on 20 Oct
+2013, the plan puts 98.8 % of the day's budget before 18:00 and none after 19:00, where
+the trace's day ends.
+
+Why a day stops short (:func:`stop_fields`): its cap is a quarter of its budget, and
+the budget service grants nothing once less than one charge (the cap, the most one
+click can bill) remains, so a day ends at the first click that takes its billed spend
+above budget − cap; billing ≥ 98 % needs that click to land within 2 % of the budget.
+
+Its value is the cap, not 1 % of the
 budget: this log earns about eight clicks a day on exchange 1 when every row is won,
 so v = budget ÷ 100 could never spend a budget (what it would bill at λ = 1 on the full
 log is 1.3 CNY a day at v ≤ 1 CNY, under 2 % of a 100 CNY budget).
