@@ -17,10 +17,10 @@ the budget service grants nothing once less than one charge (the cap, the most o
 click can bill) remains, so a day ends at the first click that takes its billed spend
 above budget − cap; billing ≥ 98 % needs that click to land within 2 % of the budget.
 
-Its value is the cap, not 1 % of the
-budget: this log earns about eight clicks a day on exchange 1 when every row is won,
-so v = budget ÷ 100 could never spend a budget (what it would bill at λ = 1 on the full
-log is 1.3 CNY a day at v ≤ 1 CNY, under 2 % of a 100 CNY budget).
+Its value is the cap, not 1 % of the budget: this log earns about eight clicks a day
+on exchange 1 when every row is won, so v = budget ÷ 100 could never spend a budget
+(what it would bill at λ = 1 on the full log is 1.3 CNY a day at v ≤ 1 CNY, under 2 %
+of a 100 CNY budget).
 
 Budget, checked against what traffic allows: at λ = 1 (the bid = the cap, 2 CNY) the
 replay's potential model (:mod:`adfunnel.sim.potential`: every row it is eligible for
