@@ -202,7 +202,7 @@ def stop_fields(budget: int, billed: int, charge: int, budget_bound: bool | None
     ``stopped_below_one_charge`` (budget bound with less than one ``charge`` left — the
     campaign's bid per click, the most one click can bill — so the budget service
     granted nothing more: DESIGN.md §Money and budgets, "grants stop when less than one
-    charge remains"; a CPC campaign whose cap is a quarter of its budget can stop up to
+    click price remains"; a CPC campaign whose cap is a quarter of its budget can stop up to
     a quarter short), and from the served log its served ads that day, their λ range
     and the local time of the last (``served``: :func:`served_lambda`'s ``days``)."""
     left = max(0, budget - billed)
