@@ -17,6 +17,8 @@ from adfunnel.sim.replay_auto import (
     auto_figures,
     by_ceiling,
     parse_mode,
+    stop_fields,
+    summary_lines,
     targets,
 )
 
@@ -90,3 +92,48 @@ def test_every_day_of_the_rows_and_the_ceiling_judges() -> None:
     g = by_ceiling(f, top)
     assert [d["traffic_allows"] for d in g["days"]] == [True, False]
     assert (g["traffic_allows_days"], g["met_days"], g["allowed_share"]) == (1, 1, 1.0)
+
+
+@given(st.integers(0, 2 * AUTO_BUDGET_MICROS), st.booleans() | st.none())
+def test_a_day_stopped_below_one_charge(billed: int, bound: bool | None) -> None:
+    """A day stopped below one charge is one refused for budget with less than one click
+    price (the cap) left: the budget service grants nothing below one charge. Breaks if
+    a day with exactly one charge left counts (tried: ``left <= charge``, falsified at
+    billed = budget − cap) or one never refused for budget does (tried: dropping
+    ``bool(budget_bound) and``)."""
+    f = stop_fields(AUTO_BUDGET_MICROS, billed, AUTO_CAP_MICROS, bound, None)
+    left = max(0, AUTO_BUDGET_MICROS - billed)
+    assert f["left_micros"] == left and f["budget_bound"] is bound
+    assert f["stopped_below_one_charge"] == (bound is True and left < AUTO_CAP_MICROS)
+    assert (f["served"], f["lambda_min"], f["last_served"]) == (0, None, None)
+    edge = stop_fields(AUTO_BUDGET_MICROS, AUTO_BUDGET_MICROS - AUTO_CAP_MICROS,
+                       AUTO_CAP_MICROS, True, None)
+    assert edge["stopped_below_one_charge"] is False  # one whole charge can still be granted
+
+
+def test_the_replays_short_day_is_named() -> None:
+    """20 Oct 2013 as measured (seed 7, README): refused for budget at 6.45 of 8 CNY, its
+    last serve at 13:02, traffic allowing the budget (the ceiling pass billed 13.46): the
+    figures name it among the days missed below one charge, and the summary prints when
+    and with how much left. Breaks if the served log's per-day figures are not read into
+    the days (tried: ``served = {}`` in ``auto_figures``) or the judged days leave the
+    stop out (tried: ``missed_below_one_charge`` without the stop condition: it then also
+    names 19 Oct's traffic-less miss)."""
+    camp = _campaign([(3_742_782, 2, 0, 0), (6_447_205, 4, 0, 0)])
+    camp["days"][0]["budget_bound"] = False  # 19 Oct: the trace's day ended first
+    camp["days"][1]["budget_bound"] = True
+    lam = {"served": 719, "min": 1.0, "max": 1.15, "bid_min_micros": 1, "bid_max_micros": 2,
+           "days": {"2013-10-20": {"served": 276, "min": 1.0, "max": 1.006,
+                                   "last": "13:02:03"}}}
+    top = {"days": [{"date": "2013-10-19", "billed_micros": 8_500_000},
+                    {"date": "2013-10-20", "billed_micros": 13_460_000}]}
+    f = by_ceiling(auto_figures(camp, lam, []), top)
+    assert f["days"][1]["last_served"] == "13:02:03" and f["days"][1]["served"] == 276
+    assert f["days"][1]["left_micros"] == 1_552_795
+    assert (f["traffic_allows_days"], f["met_days"]) == (2, 0)
+    assert f["missed_below_one_charge"] == ["2013-10-20"]
+    result = {"rows": [1, "a", "b"], "wall_s": 0.0, "design": "d", "max_clicks": f,
+              "manual": f, "ceiling": None, "targets": targets(f, f)}
+    lines = summary_lines(result)
+    assert any("stopped below one click price (2.00): 10-20 at 13:02:03 with 1.55 left"
+               in line for line in lines)

@@ -2,13 +2,25 @@
 advertiser on the real iPinYou rows, against a manual twin, both judged from the ledger.
 
 Opt-in (``adfunnel replay --auto-bidding``): the default replay and its figures do not
-change. The campaign (:func:`auto_body`) targets like 2997 (exchange 1), paces evenly
-(λ steps only for evenly paced campaigns, :mod:`adfunnel.budget.multipliers`), bids at
-most ``AUTO_CAP_MICROS`` per click and clicks by 2997's real CTR under the replay's click
-model (the advertiser whose traffic it copies). Its value is the cap, not 1 % of the
-budget: this log earns about eight clicks a day on exchange 1 when every row is won,
-so v = budget ÷ 100 could never spend a budget (what it would bill at λ = 1 on the full
-log is 1.3 CNY a day at v ≤ 1 CNY, under 2 % of a 100 CNY budget).
+change. The campaign (:func:`auto_body`) targets like 2997 (exchange 1), is paced
+(pacing mode ``even``, the product's default; λ steps only for paced campaigns,
+:mod:`adfunnel.budget.multipliers`), bids at most ``AUTO_CAP_MICROS`` per click and
+clicks by 2997's real CTR under the replay's click model (the advertiser whose traffic
+it copies). "Even" is not flat: its plan follows the campaign's traffic shape, the means
+per lived hour of its eligible requests (:mod:`adfunnel.pacing.hour_means`), which the
+replay's server logs and refreshes every 5 minutes of log time — measured on 20 Oct
+2013, the plan puts 98.8 % of the day's budget before 18:00 and none after 19:00, where
+the trace's day ends.
+
+Why a day stops short (:func:`stop_fields`): its cap is a quarter of its budget, and
+the budget service grants nothing once less than one charge (the cap, the most one
+click can bill) remains, so a day ends at the first click that takes its billed spend
+above budget − cap; billing ≥ 98 % needs that click to land within 2 % of the budget.
+
+Its value is the cap, not 1 % of the budget: this log earns about eight clicks a day
+on exchange 1 when every row is won, so v = budget ÷ 100 could never spend a budget
+(what it would bill at λ = 1 on the full log is 1.3 CNY a day at v ≤ 1 CNY, under 2 %
+of a 100 CNY budget).
 
 Budget, checked against what traffic allows: at λ = 1 (the bid = the cap, 2 CNY) the
 replay's potential model (:mod:`adfunnel.sim.potential`: every row it is eligible for
@@ -43,6 +55,8 @@ AUTO_LIKE = "2997"
 AUTO_TARGETING = {"attr": "exchange", "in": ["1"]}
 #: The max_clicks campaign's ``bid_cap_micros`` (its value v of a click): 2 CNY.
 AUTO_CAP_MICROS = 2_000_000
+#: Its time zone (the log's): its days and the served log's per-day figures.
+AUTO_TIME_ZONE = "Asia/Shanghai"
 #: Its daily budget (and the twin's), micros: 8 CNY (module docstring).
 AUTO_BUDGET_MICROS = 8_000_000
 #: A day "traffic allows" when its potential at λ = 1 reaches this × the budget (as the
@@ -99,7 +113,7 @@ def auto_body(mode: AutoMode, advertiser_id: int, start: datetime) -> dict[str, 
         "advertiser_id": advertiser_id, "name": f"auto-{mode.strategy}",
         "objective": "clicks", "bid_type": "CPC",
         "daily_budget_micros": CEILING_BUDGET_MICROS if mode.ceiling else AUTO_BUDGET_MICROS,
-        "time_zone": "Asia/Shanghai", "flight_start": start.date().isoformat(),
+        "time_zone": AUTO_TIME_ZONE, "flight_start": start.date().isoformat(),
         "pacing_mode": "accelerated" if mode.ceiling else "even",
         "billable_event": "rendered", "targeting": AUTO_TARGETING,
     }
@@ -136,17 +150,21 @@ def auto_figures(campaign: dict[str, Any], lam: dict[str, Any] | None,
     """One pass's figures of the campaign, from its entry of the replay report's
     ``campaigns`` (ledger; days judged by :func:`adfunnel.sim.potential.judge_delivery`)
     and ``lam`` (:func:`served_lambda`): per day billed ÷ budget, clicks, absorbed
-    overspend, potential at λ = 1 and whether traffic allows the budget; the totals;
-    the average CPC (billed ÷ clicks: a CPC campaign bills clicks only)."""
+    overspend, potential at λ = 1 and whether traffic allows the budget, and why a day
+    stopped short (:func:`stop_fields`); the totals; the average CPC (billed ÷ clicks: a
+    CPC campaign bills clicks only)."""
     budget = campaign["daily_budget_micros"]
     reported = {d["date"]: d for d in campaign["days"]}
+    served = (lam or {}).get("days") or {}
     # every local day of the rows, those the ledger has nothing of with zeros
     zero = {"billed_micros": 0, "clicks": 0, "absorbed_overspend_micros": 0}
     days = [{"date": d["date"], "budget_micros": budget, "billed_micros": d["billed_micros"],
              "share": round(d["billed_micros"] / budget, 4), "clicks": d["clicks"],
              "absorbed_overspend_micros": d["absorbed_overspend_micros"],
              "potential_micros": d.get("potential_micros", 0),
-             "traffic_allows": d.get("potential_micros", 0) >= TRAFFIC_ALLOWS_MARGIN * budget}
+             "traffic_allows": d.get("potential_micros", 0) >= TRAFFIC_ALLOWS_MARGIN * budget,
+             **stop_fields(budget, d["billed_micros"], campaign["bid_micros"],
+                           d.get("budget_bound"), served.get(d["date"]))}
             for date in sorted(set(dates) | set(reported))
             for d in ({"date": date, **zero, **reported.get(date, {})},)]
     billed, clicks = campaign["billed_micros"], campaign["clicks"]
@@ -172,7 +190,27 @@ def judged(fig: dict[str, Any]) -> dict[str, Any]:
     fig["allowed_share"] = (round(sum(d["billed_micros"] for d in allowed)
                                   / (fig["daily_budget_micros"] * len(allowed)), 4)
                             if allowed else None)
+    fig["missed_below_one_charge"] = [d["date"] for d in allowed if d["share"] < DELIVERY_MIN
+                                      and d["stopped_below_one_charge"]]
     return fig
+
+
+def stop_fields(budget: int, billed: int, charge: int, budget_bound: bool | None,
+                served: dict[str, Any] | None) -> dict[str, Any]:
+    """Why a day ended where it did: ``left_micros`` (budget − billed), ``budget_bound``
+    (refused for budget at least once, the report's; None: not known),
+    ``stopped_below_one_charge`` (budget bound with less than one ``charge`` left — the
+    campaign's bid per click, the most one click can bill — so the budget service
+    granted nothing more: DESIGN.md §Money and budgets, "grants stop when less than one
+    click price remains"; a CPC campaign whose cap is a quarter of its budget can stop up to
+    a quarter short), and from the served log its served ads that day, their λ range
+    and the local time of the last (``served``: :func:`served_lambda`'s ``days``)."""
+    left = max(0, budget - billed)
+    served = served or {}
+    return {"left_micros": left, "budget_bound": budget_bound,
+            "stopped_below_one_charge": bool(budget_bound) and left < charge,
+            "served": served.get("served", 0), "lambda_min": served.get("min"),
+            "lambda_max": served.get("max"), "last_served": served.get("last")}
 
 
 def by_ceiling(fig: dict[str, Any], ceiling: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +228,8 @@ def by_ceiling(fig: dict[str, Any], ceiling: dict[str, Any]) -> dict[str, Any]:
 def served_lambda(served_dir: Path, campaign_id: int) -> dict[str, Any]:
     """λ and the bid (micros per click) of the campaign's served ads, from the served
     log (compacted by then): min and max, and how many were served (a manual campaign
-    has no λ: null)."""
+    has no λ: null); ``days``: per local day (the campaign's time zone, Asia/Shanghai)
+    the same count and λ range and the local time of its last served ad ("HH:MM:SS")."""
     from adfunnel.learn.query import query
 
     [(n, lo, hi, bid_lo, bid_hi)] = query(
@@ -198,8 +237,16 @@ def served_lambda(served_dir: Path, campaign_id: int) -> dict[str, Any]:
                     "min(w.bid_micros), max(w.bid_micros) "
                     "from (select unnest(winners) as w from served) where w.campaign_id = ?",
         [campaign_id])
+    local = f"(to_timestamp(time) at time zone '{AUTO_TIME_ZONE}')"
+    days = {str(day): {"served": k, "min": lo_d, "max": hi_d, "last": str(last)}
+            for day, k, lo_d, hi_d, last in query(
+                served_dir, f"select cast({local} as date) d, count(*), "
+                            "min(w.bid_multiplier), max(w.bid_multiplier), "
+                            f"strftime(max({local}), '%H:%M:%S') "
+                            "from (select time, unnest(winners) as w from served) "
+                            "where w.campaign_id = ? group by d order by d", [campaign_id])}
     return {"served": n, "min": lo, "max": hi, "bid_min_micros": bid_lo,
-            "bid_max_micros": bid_hi}
+            "bid_max_micros": bid_hi, "days": days}
 
 
 def compare(rows: list[LogRow], run: Callable[..., dict[str, Any]],
@@ -275,6 +322,12 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                    f"{c['billed_micros'] / 1e6:>7.3f} {c['share'] or 0:>6.3f} "
                    f"{c['clicks']:>6} {(c['avg_cpc_micros'] or 0) / 1e6:>7.3f} "
                    f"{lo:>6} {hi:>6}  {days}")
+        stops = [f"{d['date'][5:]} at {d.get('last_served') or 'n/a'} with "
+                 f"{d['left_micros'] / 1e6:.2f} left" for d in c["days"]
+                 if d.get("stopped_below_one_charge")]
+        if stops:
+            out.append(f"{'':<11} stopped below one click price ({c['bid_micros'] / 1e6:.2f}): "
+                       + ", ".join(stops))
     for tg in result["targets"]:
         verdict = "n/a" if tg["met"] is None else ("met" if tg["met"] else "MISSED")
         out.append(f"  [{verdict}] {tg['target']}: {tg['value']}")
