@@ -16,7 +16,7 @@ from adfunnel.openrtb.mapping import MappingConfig, map_request
 from adfunnel.openrtb.pricing import bid_price, reprice, spec_price, value_cpm_micros
 from adfunnel.openrtb.request import decode_bid_request
 from adfunnel.serving.decision import Decision, Placed
-from adfunnel.tracking.token import verify
+from adfunnel.tracking.token import TokenClaims, verify
 from tests.openrtb.conftest import banner_request
 
 KEY = b"k" * 32
@@ -34,7 +34,9 @@ def _placed(bid_type: BidType, bid: int, pctr: float = 0.001,
             format="banner", width=300, height=250)
     cand = Candidate(3, 7, 1, bid_type, bid, pctr)
     served = Served(7, date(2026, 7, 15), "imp0001", 123, NOW.timestamp() + 3600, 456)
-    return Placed(Win(slot, cand, 1), ad, c, 456, "old-token", served)
+    claims = TokenClaims("imp0001", 3, 7, bid, bid_type.value, "p", int(NOW.timestamp()),
+                         int(NOW.timestamp()) + 3600, 123, "rendered")
+    return Placed(Win(slot, cand, 1), ad, c, 456, claims, served, token_key=b"old-key")
 
 
 def test_second_price_bids_the_value_and_first_price_shades_automatic_bids() -> None:

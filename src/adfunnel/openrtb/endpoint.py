@@ -3,9 +3,10 @@
 The request is parsed (:mod:`.request`: 400 naming the field), mapped to our ad request
 (:mod:`.mapping`), decided on the same funnel as ``/v1/ads:select`` and committed only
 in time (:class:`~adfunnel.serving.commit.DecisionRunner`, the one path both take), the
-winners repriced as bids and re-signed before the deadline check (:mod:`.pricing`), and
-answered with markup and notice URLs (:mod:`.markup`, :mod:`.response`). The deadline
-is ``tmax`` less the network margin, from the request's arrival; shed or late: 204.
+winners repriced as bids before the deadline check (:mod:`.pricing`; each token signed
+once, at its bid's price), and answered with markup and notice URLs (:mod:`.markup`,
+:mod:`.response`). The deadline is ``tmax`` less the network margin, from the request's
+arrival; shed or late: 204.
 Every 204 names why in ``x-adfunnel-outcome`` (``no_fill``, ``shed``, ``late``), as select's.
 
 Who may call: open by default (exchanges call bidders without our API keys). With
@@ -181,9 +182,9 @@ class OpenRtbEndpoint:
     def _adjust(self, decision: Decision, *, mapped: Mapped, now: datetime, test: bool,
                 bids: list[Bid], reasons: dict[str, str]) -> None:
         """The runner's ``adjust``, before the deadline check (what is committed is
-        exactly what is answered): the winners repriced and re-signed as bids
-        (:func:`reprice`, each one's worst cost re-checked against its budget; a
-        ``test`` request's tokens never bill), their bids appended to ``bids``; the
+        exactly what is answered): the winners repriced as bids, each token signed once,
+        at its bid's price (:func:`reprice`, each one's worst cost re-checked against its
+        budget; a ``test`` request's tokens never bill), their bids appended to ``bids``; the
         winners dropped give back their frequency-cap counts (the kept keep theirs)."""
         decider = self.serving.decider
         won = [p.ad.id for p in decision.placed]
