@@ -3,6 +3,7 @@ campaigns, floors hold, the token and the expected cost are the bid's, prices ro
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
@@ -96,3 +97,16 @@ def test_a_bid_under_the_floor_is_no_bid() -> None:
     prices = reprice(decision, _mapped(2.5), key=KEY, token_ttl_s=3600, release=None,
                      now=NOW, billable_event="notice")
     assert prices == {} and decision.placed == []
+
+
+def test_a_price_in_our_currency_is_the_exact_decimal_rounded_to_the_nearest_float() -> None:
+    """The fast path (rate 1: int ÷ int) gives the float of the exact decimal, as the
+    Decimal path does. Breaks if it multiplies by an inexact 1e-6 (tried: ``micros *
+    1e-6``: 5 micros became 4.9999999999999996e-06)."""
+    rng = random.Random(5)
+    values = [0, 1, 5, 999_999, 1_000_001, 2**53 + 1, 10**15 + 3]
+    values += [rng.randrange(1, 10**k) for k in range(2, 16) for _ in range(300)]
+    for micros in values:
+        exact = float(Decimal(micros).scaleb(-6))
+        assert spec_price(micros) == exact, micros
+        assert spec_price(micros, Decimal("1.000")) == exact, micros

@@ -18,6 +18,7 @@ Nothing in a request makes a 5xx but a server not ready (503).
 
 from __future__ import annotations
 
+import functools
 import hmac
 import logging
 from collections.abc import Callable, Mapping
@@ -213,8 +214,9 @@ class OpenRtbEndpoint:
         kept = []
         for p in decision.placed:
             terms = mapped.imps[p.win.slot_id]
-            urls = notice_urls(p.token, base)
-            adm = (ad_markup(p.ad, urls, p.token, base, p.ad.width, p.ad.height)
+            token = p.token  # signed here, once (Placed.token)
+            urls = notice_urls(token, base)
+            adm = (ad_markup(p.ad, token, base, p.ad.width, p.ad.height)
                    if terms.native is None else native_adm(p.ad, urls, terms.native))
             if adm is None:
                 reasons[terms.imp_id] = "no_markup"
@@ -289,5 +291,11 @@ def _adomain(ad: Ad) -> list[str]:
     """The advertiser's domains: the ad's ``adomain``, else its landing URL's host."""
     if ad.adomain:
         return list(ad.adomain)
-    host = urlsplit(ad.landing_url).hostname
+    host = _landing_host(ad.landing_url)
     return [host] if host else []
+
+
+@functools.lru_cache(maxsize=4096)
+def _landing_host(url: str) -> str | None:
+    """The host of a landing URL (parsed once per URL, not once per bid)."""
+    return urlsplit(url).hostname

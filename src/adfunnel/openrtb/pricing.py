@@ -154,5 +154,7 @@ def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
 def spec_price(micros: int, rate: Decimal = Decimal(1)) -> float:
     """``micros`` of our currency as the spec's price, in units of a currency worth
     ``rate`` of ours, rounded DOWN to the micro (1_234_567 → 1.234567)."""
+    if rate == 1:  # our own currency: nothing to round, and int ÷ int is the nearest float
+        return micros / MICROS_PER_UNIT  # of the exact quotient, as float(Decimal) is
     units = (Decimal(micros) / MICROS_PER_UNIT / rate).quantize(_MICRO, rounding=ROUND_FLOOR)
     return float(units)
