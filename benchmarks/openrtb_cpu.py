@@ -7,7 +7,10 @@ clock, the start-up heap frozen, as ``adfunnel serve`` builds it) and called as 
 directly — no sockets, no load generator — so the figure is the server's
 own CPU per request (``time.process_time``, all threads), steadier than the HTTP
 benchmark on a shared machine. Routes alternate in ``rounds`` windows of ``n`` requests
-each (the request pairs cycled); each route's figure is the median of its windows, µs.
+each (the request pairs cycled); each route's figure is the median of its windows, µs:
+``us_per_request`` in all, and ``us_outside_decide`` without the decider's ``decide``
+(the funnel both routes share, most of the CPU and most of its noise): each route's
+own work.
 
 python -m benchmarks.openrtb_cpu --db /tmp/ortb.sqlite3 --n 2000 --rounds 6 [--profile R]
 """
@@ -44,10 +47,31 @@ def _scope(path: str, body: bytes) -> dict[str, Any]:
                         (b"content-length", b"%d" % len(body))]}
 
 
+#: CPU seconds spent in the decider's ``decide`` (the shared funnel), while counted
+DECIDE_CPU = [0.0]
+
+
+def count_decide_cpu(decider: Any) -> None:
+    """Add the CPU of each ``decider.decide`` call to :data:`DECIDE_CPU` (the route's own
+    work is the rest: parsing, mapping, pricing, markup, answer, HTTP-free framing)."""
+    decide = decider.decide
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.process_time()
+        try:
+            return decide(*args, **kwargs)
+        finally:
+            DECIDE_CPU[0] += time.process_time() - t0
+
+    decider.decide = counted
+
+
 async def _window(app: Any, path: str, bodies: list[bytes], n: int, start: int,
-                  outcomes: dict[int, int]) -> float:
-    """CPU seconds of ``n`` requests (bodies cycled from ``start``), one at a time."""
+                  outcomes: dict[int, int]) -> tuple[float, float]:
+    """(CPU seconds, of which in ``decide``) of ``n`` requests (bodies cycled from
+    ``start``), one at a time."""
     statuses: list[int] = []
+    DECIDE_CPU[0] = 0.0
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
@@ -64,7 +88,7 @@ async def _window(app: Any, path: str, bodies: list[bytes], n: int, start: int,
     cpu = time.process_time() - cpu0
     for s in statuses:
         outcomes[s] = outcomes.get(s, 0) + 1
-    return cpu
+    return cpu, DECIDE_CPU[0]
 
 
 async def measure(app: Any, bodies: dict[str, list[bytes]], n: int, rounds: int,
@@ -74,16 +98,22 @@ async def measure(app: Any, bodies: dict[str, list[bytes]], n: int, rounds: int,
     for route in PATHS:  # warm-up: first-use caches, first budget slices
         await _window(app, PATHS[route], bodies[route], n, 0, {})
     us: dict[str, list[float]] = {r: [] for r in PATHS}
+    own: dict[str, list[float]] = {r: [] for r in PATHS}
     for k in range(rounds):
         for route in PATHS if k % 2 == 0 else list(PATHS)[::-1]:
-            cpu = await _window(app, PATHS[route], bodies[route], n, (k + 1) * n,
-                                outcomes[route])
+            cpu, decide = await _window(app, PATHS[route], bodies[route], n, (k + 1) * n,
+                                        outcomes[route])
             us[route].append(cpu / n * 1e6)
+            own[route].append((cpu - decide) / n * 1e6)
     out: dict[str, Any] = {r: {"us_per_request": round(statistics.median(v), 1),
+                               "us_outside_decide": round(statistics.median(own[r]), 1),
                                "us_windows": [round(x, 1) for x in v],
+                               "us_outside_decide_windows": [round(x, 1) for x in own[r]],
                                "statuses": outcomes[r]} for r, v in us.items()}
     out["cpu_ratio"] = round(out["openrtb"]["us_per_request"]
                              / out["select"]["us_per_request"], 3)
+    out["outside_decide_extra_us"] = round(out["openrtb"]["us_outside_decide"]
+                                           - out["select"]["us_outside_decide"], 1)
     if profile:
         prof = cProfile.Profile()
         prof.enable()
@@ -111,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     rt = build_runtime(settings)
     try:
         app = build_app(rt)
+        count_decide_cpu(rt.decider)
         freeze_heap()  # as a server process does after its start-up
         result = asyncio.run(measure(app, bodies, a.n, a.rounds, a.profile))
     finally:
