@@ -3,6 +3,7 @@ campaigns, floors hold, the token and the expected cost are the bid's, prices ro
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
@@ -17,7 +18,7 @@ from adfunnel.openrtb.pricing import bid_price, reprice, spec_price, value_cpm_m
 from adfunnel.openrtb.request import decode_bid_request
 from adfunnel.openrtb.response import no_bid_response
 from adfunnel.serving.decision import Decision, Placed
-from adfunnel.tracking.token import verify
+from adfunnel.tracking.token import TokenClaims, verify
 from tests.openrtb.conftest import banner_request
 
 KEY = b"k" * 32
@@ -35,7 +36,9 @@ def _placed(bid_type: BidType, bid: int, pctr: float = 0.001,
             format="banner", width=300, height=250)
     cand = Candidate(3, 7, 1, bid_type, bid, pctr)
     served = Served(7, date(2026, 7, 15), "imp0001", 123, NOW.timestamp() + 3600, 456)
-    return Placed(Win(slot, cand, 1), ad, c, 456, "old-token", served)
+    claims = TokenClaims("imp0001", 3, 7, bid, bid_type.value, "p", int(NOW.timestamp()),
+                         int(NOW.timestamp()) + 3600, 123, "rendered")
+    return Placed(Win(slot, cand, 1), ad, c, 456, claims, served, token_key=b"old-key")
 
 
 def test_second_price_bids_the_value_and_first_price_shades_automatic_bids() -> None:
@@ -99,3 +102,16 @@ def test_a_bid_under_the_floor_is_no_bid() -> None:
     assert prices == {} and decision.placed == []
     assert reasons == {"imp-1": "below_floor"}
     assert msgspec.json.decode(no_bid_response("r", reasons))["nbr"] == 505
+
+
+def test_a_price_in_our_currency_is_the_exact_decimal_rounded_to_the_nearest_float() -> None:
+    """The fast path (rate 1: int ÷ int) gives the float of the exact decimal, as the
+    Decimal path does. Breaks if it multiplies by an inexact 1e-6 (tried: ``micros *
+    1e-6``: 5 micros became 4.9999999999999996e-06)."""
+    rng = random.Random(5)
+    values = [0, 1, 5, 999_999, 1_000_001, 2**53 + 1, 10**15 + 3]
+    values += [rng.randrange(1, 10**k) for k in range(2, 16) for _ in range(300)]
+    for micros in values:
+        exact = float(Decimal(micros).scaleb(-6))
+        assert spec_price(micros) == exact, micros
+        assert spec_price(micros, Decimal("1.000")) == exact, micros

@@ -3,9 +3,10 @@
 The request is parsed (:mod:`.request`: 400 naming the field), mapped to our ad request
 (:mod:`.mapping`), decided on the same funnel as ``/v1/ads:select`` and committed only
 in time (:class:`~adfunnel.serving.commit.DecisionRunner`, the one path both take), the
-winners repriced as bids and re-signed before the deadline check (:mod:`.pricing`), and
-answered with markup and notice URLs (:mod:`.markup`, :mod:`.response`). The deadline
-is ``tmax`` less the network margin, from the request's arrival; shed or late: 204.
+winners repriced as bids before the deadline check (:mod:`.pricing`; each token signed
+once, at its bid's price), and answered with markup and notice URLs (:mod:`.markup`,
+:mod:`.response`). The deadline is ``tmax`` less the network margin, from the request's
+arrival; shed or late: 204.
 Every 204 names why in ``x-adfunnel-outcome`` (``no_fill``, ``shed``, ``late``), as select's.
 
 Who may call: open by default (exchanges call bidders without our API keys). With
@@ -17,6 +18,7 @@ Nothing in a request makes a 5xx but a server not ready (503).
 
 from __future__ import annotations
 
+import functools
 import hmac
 import logging
 from collections.abc import Callable, Mapping
@@ -182,9 +184,9 @@ class OpenRtbEndpoint:
     def _adjust(self, decision: Decision, *, mapped: Mapped, now: datetime, test: bool,
                 bids: list[Bid], reasons: dict[str, str]) -> None:
         """The runner's ``adjust``, before the deadline check (what is committed is
-        exactly what is answered): the winners repriced and re-signed as bids
-        (:func:`reprice`, each one's worst cost re-checked against its budget; a
-        ``test`` request's tokens never bill, and its check is the dry run's,
+        exactly what is answered): the winners repriced as bids, each token signed once,
+        at its bid's price (:func:`reprice`, each one's worst cost re-checked against its
+        budget; a ``test`` request's tokens never bill, and its check is the dry run's,
         :func:`~adfunnel.serving.dry_run.dry_admit`), their bids appended to ``bids``; the
         winners dropped give back their frequency-cap counts (the kept keep theirs)."""
         decider = self.serving.decider
@@ -215,8 +217,9 @@ class OpenRtbEndpoint:
         kept = []
         for p in decision.placed:
             terms = mapped.imps[p.win.slot_id]
-            urls = notice_urls(p.token, base)
-            adm = (ad_markup(p.ad, urls, p.token, base, p.ad.width, p.ad.height)
+            token = p.token  # signed here, once (Placed.token)
+            urls = notice_urls(token, base)
+            adm = (ad_markup(p.ad, token, base, p.ad.width, p.ad.height)
                    if terms.native is None else native_adm(p.ad, urls, terms.native))
             if adm is None:
                 reasons[terms.imp_id] = "no_markup"
@@ -291,5 +294,11 @@ def _adomain(ad: Ad) -> list[str]:
     """The advertiser's domains: the ad's ``adomain``, else its landing URL's host."""
     if ad.adomain:
         return list(ad.adomain)
-    host = urlsplit(ad.landing_url).hostname
+    host = _landing_host(ad.landing_url)
     return [host] if host else []
+
+
+@functools.lru_cache(maxsize=4096)
+def _landing_host(url: str) -> str | None:
+    """The host of a landing URL (parsed once per URL, not once per bid)."""
+    return urlsplit(url).hostname

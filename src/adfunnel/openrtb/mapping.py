@@ -185,6 +185,8 @@ def _refused(req: BidRequest, config: MappingConfig) -> str | None:
 def _block_list(values: list[str]) -> list[str]:
     """A block list as the funnel takes it: blank entries and those longer than any
     category, domain or bundle an ad can declare are dropped (they block nothing)."""
+    if not values:
+        return []
     return [v for v in values if v.strip() and len(v) <= MAX_BLOCKED_CHARS]
 
 
@@ -226,12 +228,20 @@ def floor_micros(bidfloor: float, currency: str, ours: str,
     """A floor (CPM in ``currency``) as CPM micros in ``ours``, rounded up; None when
     ``currency`` is neither ours nor in ``rates``. The float is read as its shortest
     decimal text (``1.1`` is 1.1, not 1.100000000000000088…)."""
+    if currency == ours:
+        return _own_floor_micros(bidfloor)
+    rate = rates.get(currency)
+    if rate is None:
+        return None
+    amount = Decimal(repr(bidfloor)) * rate
+    return int((amount * MICROS_PER_UNIT).to_integral_value(rounding=ROUND_CEILING))
+
+
+@functools.lru_cache(maxsize=1024)
+def _own_floor_micros(bidfloor: float) -> int:
+    """A floor in our currency as micros, rounded up (:func:`floor_micros`): exchanges
+    send a few distinct floors, so each is read as a decimal once, not once per imp."""
     amount = Decimal(repr(bidfloor))
-    if currency != ours:
-        rate = rates.get(currency)
-        if rate is None:
-            return None
-        amount *= rate
     return int((amount * MICROS_PER_UNIT).to_integral_value(rounding=ROUND_CEILING))
 
 

@@ -14,7 +14,8 @@
   placements: the decider's shading release); no curve, or a manual bid: the value;
 - a price under the imp's floor (rounded up to micros), or zero: no bid.
 
-**Token** (re-signed for the bid, same impression id): ``billing_type`` ``CPM``,
+**Token** (the bid's own claims, same impression id; signed once, when the answer reads
+it — the internal winner's claims are never signed): ``billing_type`` ``CPM``,
 ``price_micros`` = our bid (the ceiling of any clearing price a notice may bill),
 ``expected_micros`` = ⌈bid ÷ 1000⌉ (the worst cost of one impression: the budget counts
 it in flight, so the serve's :class:`~adfunnel.budget.gate.Served` is rewritten to it),
@@ -46,7 +47,7 @@ from adfunnel.openrtb.mapping import Mapped
 from adfunnel.prediction.shading_release import ShadingRelease
 from adfunnel.serving.bid_shading import run_curve
 from adfunnel.serving.decision import Decision, Placed
-from adfunnel.tracking.token import EXCHANGE_BEACON, TokenClaims, sign
+from adfunnel.tracking.token import EXCHANGE_BEACON, TokenClaims
 
 #: No-bid reason of an imp whose internal winner's bid is under the imp's floor (a
 #: first-price shade or a CPC/CPA value under it; the auction's reserve is the floor).
@@ -54,6 +55,7 @@ BELOW_FLOOR = "below_floor"
 #: ``billable_event`` of a bid's token, by ``openrtb_bills_on``.
 BILLABLE_EVENT = {"burl": "notice", "beacon": EXCHANGE_BEACON}
 _MICRO = Decimal(1).scaleb(-6)
+_CPM = BidType.CPM.value
 
 
 def value_cpm_micros(c: Candidate, bid_micros: int) -> int:
@@ -82,27 +84,31 @@ def bid_price(p: Placed, unshaded: int | None, first_price: bool,
 
 def bid_token(p: Placed, price_micros: int, placement: str, token_ttl_s: int,
               billable_event: str, key: bytes) -> Placed:
-    """``p`` re-signed for a bid of ``price_micros`` (CPM): its token, expected cost and
-    charge bound are the bid's (module doc); the impression id and expiry are kept."""
+    """``p`` with the claims of a bid of ``price_micros`` (CPM), signed under ``key`` when
+    its token is first read (:attr:`~adfunnel.serving.decision.Placed.token`: once per
+    bid): its token, expected cost and charge bound are the bid's (module doc); the
+    impression id and expiry are kept."""
     expected = impression_charge_bound(price_micros)
     expires = int(p.served.expires_at)
     claims = TokenClaims(
         impression_id=p.served.impression_id, ad_id=p.ad.id, campaign_id=p.campaign.id,
-        price_micros=price_micros, billing_type=BidType.CPM.value, placement=placement,
+        price_micros=price_micros, billing_type=_CPM, placement=placement,
         issued_at=max(0, expires - token_ttl_s), expires_at=expires,
         expected_micros=expected, billable_event=billable_event)
     served = replace(p.served, expected_micros=expected, max_charge_micros=expected)
-    return replace(p, charge_micros=expected, token=sign(claims, key), served=served)
+    # the new Placed holds no token (replace keeps none): signed once, at this price
+    return replace(p, charge_micros=expected, claims=claims, token_key=key, served=served)
 
 
 def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
             release: ShadingRelease | None, now: datetime, billable_event: str,
             room: Callable[[Campaign, int], bool] = lambda *_: True,
             reasons: dict[str, str] | None = None) -> dict[str, int]:
-    """Rewrite ``decision`` for the exchange, in place: each winner re-signed at its bid,
-    the winners under their floor dropped, house fills dropped (never bid). Returns
-    slot id -> our bid (CPM micros), for the winners kept (also ``decision.bids``, with
-    the auction type in ``decision.openrtb_at``: the served log's price).
+    """Rewrite ``decision`` for the exchange, in place: each winner given its bid's claims
+    (its token signed once, when first read), the winners under their floor dropped,
+    house fills dropped (never bid). Returns slot id -> our bid (CPM micros), for the
+    winners kept (also ``decision.bids``, with the auction type in
+    ``decision.openrtb_at``: the served log's price).
 
     A winner under its floor is dropped with ``below_floor`` in ``reasons``.
     ``room(campaign, micros)``: whether the campaign's budget (or slice) has room now
@@ -154,5 +160,7 @@ def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
 def spec_price(micros: int, rate: Decimal = Decimal(1)) -> float:
     """``micros`` of our currency as the spec's price, in units of a currency worth
     ``rate`` of ours, rounded DOWN to the micro (1_234_567 → 1.234567)."""
+    if rate == 1:  # our own currency: nothing to round, and int ÷ int is the nearest float
+        return micros / MICROS_PER_UNIT  # of the exact quotient, as float(Decimal) is
     units = (Decimal(micros) / MICROS_PER_UNIT / rate).quantize(_MICRO, rounding=ROUND_FLOOR)
     return float(units)

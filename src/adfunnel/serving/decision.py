@@ -58,17 +58,35 @@ COUNTED_FIRST = {CAPPED: "reached at count: a parallel serve came first"}
 
 @dataclass(frozen=True, slots=True)
 class Placed:
-    """A filled slot ready to answer: the auction's win plus what the response needs."""
+    """A filled slot ready to answer: the auction's win plus what the response needs.
+
+    The tracking token is signed once, when first read (:attr:`token`), from ``claims``
+    under ``token_key``: a winner the OpenRTB endpoint re-prices gets new claims
+    (:func:`dataclasses.replace` keeps no token) and is signed only at its bid's price,
+    and a winner dropped before the answer is never signed."""
 
     win: Win
     ad: Ad
     campaign: Campaign
     charge_micros: int  # most the billable event can bill (CPM impression: price/1000 rounded up)
-    token: str
+    claims: TokenClaims  # what the token vouches for (validated on construction)
     served: Served  # the expected spend the decider's ``commit`` records once the answer is sent
     #: the tier that filled the slot (:mod:`adfunnel.serving.tiers`): a sponsorship or
     #: guaranteed line at its contract rate, or the auction
     tier: str = AUCTION
+    #: the key the token is signed with (never shown: not in ``repr``)
+    token_key: bytes = field(kw_only=True, repr=False, compare=False)
+    _token: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def token(self) -> str:
+        """The signed token of ``claims`` (:func:`~adfunnel.tracking.token.sign`), signed
+        on first read and kept: the same text every read."""
+        token = self._token
+        if token is None:
+            token = sign(self.claims, self.token_key)
+            object.__setattr__(self, "_token", token)  # a cache, not a change of value
+        return token
 
 
 @dataclass(slots=True)
@@ -168,7 +186,7 @@ def give_back_caps(decision: Decision, caps: CapGate | None,
 
 def place(win: Win, ad: Ad, c: Campaign, placement: str, now: datetime, token_key: bytes,
           token_ttl_s: int, tier: str = AUCTION) -> Placed:
-    """A winner made ready to answer: its charge bound, expected cost and signed token.
+    """A winner made ready to answer: its charge bound, expected cost and token claims.
     ``tier``: the tier that filled the slot (a direct line's price is its contract rate)."""
     price = win.price_micros
     # the most this serve can bill per event (budget side: a bound, rounded up);
@@ -191,7 +209,9 @@ def place(win: Win, ad: Ad, c: Campaign, placement: str, now: datetime, token_ke
     )
     served = Served(c.id, local_day(now, c.time_zone), claims.impression_id,
                     expected, float(claims.expires_at), max_charge_micros=charge)
-    return Placed(win, ad, c, charge, sign(claims, token_key), served, tier)
+    # signed when the answer reads the token (Placed.token): an OpenRTB bid gets new
+    # claims at its own price, and signing here too would sign every bid twice
+    return Placed(win, ad, c, charge, claims, served, tier, token_key=token_key)
 
 
 def expected_cost(cand: Candidate, charge: int) -> int:

@@ -19,6 +19,7 @@ the price it names, never above the bid in the token, once per impression id.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 WIN_PATH = "/rtb/win"
@@ -49,11 +50,24 @@ def notice_urls(token: str, base_url: str = "") -> NoticeUrls:
     token is URL-safe base64 (no escaping needed); the macros stay literal for the
     exchange to substitute.
     """
-    base = base_url.rstrip("/")
+    win, bill, loss, impression, click = _prefixes(base_url)
     return NoticeUrls(
-        nurl=f"{base}{WIN_PATH}?t={token}&p={AUCTION_PRICE}",
-        burl=f"{base}{BILL_PATH}?t={token}&p={AUCTION_PRICE}",
-        lurl=f"{base}{LOSS_PATH}?t={token}&r={AUCTION_LOSS}&m={AUCTION_MIN_TO_WIN}",
-        impression=f"{base}/i?t={token}&p={AUCTION_PRICE}",
-        click=f"{base}/c?t={token}",
+        nurl=f"{win}{token}{_PRICE}",
+        burl=f"{bill}{token}{_PRICE}",
+        lurl=f"{loss}{token}{_LOSS}",
+        impression=f"{impression}{token}{_PRICE}",
+        click=f"{click}{token}",
     )
+
+
+_PRICE = f"&p={AUCTION_PRICE}"
+_LOSS = f"&r={AUCTION_LOSS}&m={AUCTION_MIN_TO_WIN}"
+
+
+@functools.lru_cache(maxsize=16)
+def _prefixes(base_url: str) -> tuple[str, str, str, str, str]:
+    """What comes before the token in each URL under ``base_url`` (a deployment has one:
+    built once, not once per bid)."""
+    base = base_url.rstrip("/")
+    return (f"{base}{WIN_PATH}?t=", f"{base}{BILL_PATH}?t=", f"{base}{LOSS_PATH}?t=",
+            f"{base}/i?t=", f"{base}/c?t=")
