@@ -115,6 +115,7 @@ class InProcessBudget:
             Job("billed", billed_every_s, self.process.feed_billed),
             Job("step", control_interval_s, self.process.step),
             Job("shapes", SHAPE_REFRESH_S, self._shapes),
+            Job("lams", self.process.lam_save_s, self.process.save_lams),
         ], name="embedded-budget", poll_s=poll_s)
         store.subscribe(self.process.apply_local)
         self.process.load()
@@ -130,7 +131,9 @@ class InProcessBudget:
         return self.ticker.run_due(t)
 
     def stop(self) -> None:
+        """Stop the schedule and write the λ that moved since the last write."""
         self.ticker.stop()
+        self.process.save_lams()
 
     def _report(self) -> None:
         self.process.poll_changes()
