@@ -170,3 +170,22 @@ def test_a_new_day_after_a_restart_starts_from_yesterdays_kept_quarter(
     q = _start(world)
     assert _lam(q, world.cid) == pytest.approx(noonish, rel=1e-6)  # float32 quarters
     q.stop()
+
+
+def test_the_in_process_service_keeps_lambda_across_a_restart(world: World) -> None:
+    """The ad server's embedded shard (``InProcessBudget``, its own ticker) writes λ on
+    its schedule and at stop, and a new one resumes it. Breaks if its ticker lacks the
+    ``lams`` job and its stop writes nothing (tried: both removed: λ 10⁴ again)."""
+    from adfunnel.budget.embedded import InProcessBudget
+
+    gate = InProcessBudget(world.store, SqlLedger(world.engine), world.clock,
+                           engine=world.engine, background=False)
+    for _ in range(20):  # behind plan with no spend: λ falls from the bound
+        world.clock.advance(STEP_S)
+    lam = gate.snapshot().multipliers()[0]
+    assert 1.0 < lam < START_LAMBDA
+    gate.stop()
+    again = InProcessBudget(world.store, SqlLedger(world.engine), world.clock,
+                            engine=world.engine, background=False)
+    assert again.snapshot().multipliers()[0] == lam
+    again.stop()

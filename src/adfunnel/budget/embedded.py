@@ -133,7 +133,7 @@ class InProcessBudget:
     def stop(self) -> None:
         """Stop the schedule and write the λ that moved since the last write."""
         self.ticker.stop()
-        self.process.save_lams()
+        self.process.stop()  # its own ticker never ran here: this writes λ
 
     def _report(self) -> None:
         self.process.poll_changes()

@@ -287,9 +287,13 @@ class BudgetServiceProcess:
         self.ticker.start()
 
     def stop(self) -> None:
-        """Stop the schedule and write the λ that moved since the last write."""
+        """Stop the schedule and write the λ that moved since the last write (a failed
+        write is logged: a stop is never refused for it)."""
         self.ticker.stop()
-        self.save_lams()
+        try:
+            self.save_lams()
+        except Exception:
+            log.exception("budget service: λ not written at stop")
 
 
 async def _metrics(_: Request) -> Response:
