@@ -174,8 +174,10 @@ def test_a_new_day_after_a_restart_starts_from_yesterdays_kept_quarter(
 
 def test_the_in_process_service_keeps_lambda_across_a_restart(world: World) -> None:
     """The ad server's embedded shard (``InProcessBudget``, its own ticker) writes λ on
-    its schedule and at stop, and a new one resumes it. Breaks if its ticker lacks the
-    ``lams`` job and its stop writes nothing (tried: both removed: λ 10⁴ again)."""
+    its schedule and at stop, and a new one resumes it. Breaks if its stop writes
+    nothing (tried: ``process.stop`` left out of ``InProcessBudget.stop``: the λ of the
+    last scheduled write, 3 steps earlier) or if neither writes (tried: the ``lams`` job
+    removed as well: λ 10⁴ again)."""
     from adfunnel.budget.embedded import InProcessBudget
 
     gate = InProcessBudget(world.store, SqlLedger(world.engine), world.clock,
