@@ -77,9 +77,9 @@ class ResumeMultipliers:
         for i in range(len(kept)):
             cid = int(kept.campaign_id[i])
             slot = self._slot_of.get(cid)
-            if slot is None or not s.auto[slot] or not _same(float(kept.since[i]),
-                                                             float(s.since[slot])):
-                continue
+            if (slot is None or not s.owned[slot] or not s.auto[slot]
+                    or not _same(float(kept.since[i]), float(s.since[slot]))):
+                continue  # another shard's, a manual campaign's, or of other terms
             n += 1
             key = cid << DAY_BITS | int(kept.day[i])
             q = kept.quarters[i]
@@ -103,10 +103,14 @@ class ResumeMultipliers:
         for i, (cid, d) in enumerate(zip(cids, days.tolist(), strict=True)):
             since = float(s.since[slots[i]])
             entry = self._kept.pop(cid << DAY_BITS | d, None)
+            # the days before are read here or never: let them go
+            y = self._kept.pop(cid << DAY_BITS | (d - 1), None)
+            self._kept.pop(cid << DAY_BITS | (d - 2), None)
             if entry is not None and _same(entry[6], since):
                 self._resume_row(int(rows[i]), entry, now)
                 continue
-            y = self._kept.get(cid << DAY_BITS | (d - 1)) if yrows[i] < 0 else None
+            if yrows[i] >= 0:  # yesterday is in memory: its own quarters were read
+                continue
             if y is None or not _same(y[6], since) or y[7] is None:
                 continue
             marks = np.flatnonzero(~np.isnan(y[7]))
