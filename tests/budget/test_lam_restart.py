@@ -1,7 +1,7 @@
 """λ survives a budget-service restart (issue #27): the process writes the λ state of its
 automatic campaign-days to ``budget_multipliers`` and a new process on the same store and
-clock resumes it; new strategy terms still restart λ at the safe value, and a new day
-still starts from yesterday's λ at the nearest quarter hour."""
+clock resumes it (SQLite and PostgreSQL); new strategy terms still restart λ at the safe
+value, and a new day still starts from yesterday's λ at the nearest quarter hour."""
 
 from __future__ import annotations
 
@@ -38,9 +38,12 @@ class World:
     cid: int
 
 
-@pytest.fixture
-def world(tmp_path) -> Iterator[World]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'lam.sqlite3'}")
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def world(request: pytest.FixtureRequest, tmp_path) -> Iterator[World]:
+    """An automatic campaign (max_clicks, v = 1 USD) in a migrated store: SQLite in
+    tmp_path, PostgreSQL in a schema of its own."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'lam.sqlite3'}" if request.param == "sqlite"
+                         else request.getfixturevalue("pg_schema_url"))
     upgrade(engine)
     clock = ManualClock(NOW)
     store = SqlCampaignStore(engine, clock)
