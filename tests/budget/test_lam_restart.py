@@ -194,3 +194,17 @@ def test_the_in_process_service_keeps_lambda_across_a_restart(world: World) -> N
                             engine=world.engine, background=False)
     assert again.snapshot().multipliers()[0] == lam
     again.stop()
+
+
+def test_a_standby_that_no_server_reports_to_writes_no_lambda(world: World) -> None:
+    """An instance no ad server reports to (a standby) steps λ on no spend; it writes
+    nothing, so it never overwrites the λ the servers' instance wrote. Breaks if the
+    write ignores who reports (tried: the ``HEARD_WITHIN_S`` check removed: 1 row)."""
+    p = _start(world)
+    for _ in range(20):
+        world.clock.advance(STEP_S)
+        p.ticker.run_due()
+    assert _lam(p, world.cid) < START_LAMBDA  # it stepped
+    p.stop()
+    with world.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(budget_multipliers)).scalar() == 0

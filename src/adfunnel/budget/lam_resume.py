@@ -5,7 +5,8 @@ declared in ``BudgetService.__init__``). Every row whose λ moved (a step, a res
 new strategy terms, a new day's first λ) is marked (``lam_dirty``);
 :meth:`ResumeMultipliers.kept_multipliers` hands the marked ones over as
 :class:`~adfunnel.budget.kept_lams.KeptLams` for the process to write
-(:mod:`adfunnel.budget.kept_lams`).
+(:mod:`adfunnel.budget.kept_lams`) — only while ad servers report to this instance
+(``HEARD_WITHIN_S``): a standby's λ, stepped on no spend, is never written.
 
 A starting service, after its campaigns are loaded (their strategy terms known), is
 given what was kept (:meth:`ResumeMultipliers.resume_multipliers`). Only entries of the
@@ -41,16 +42,25 @@ def _same(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
+#: Seconds since the last report of any ad server within which an instance's λ is
+#: written: a standby that no server reports to steps λ on no spend (it would walk every
+#: λ down to 1), and must not overwrite what the instance the servers follow wrote.
+HEARD_WITHIN_S = 300.0
+
+
 class ResumeMultipliers:
     """Kept λ of a :class:`~adfunnel.budget.service.BudgetService`: out and back in."""
 
-    def kept_multipliers(self) -> KeptLams:
+    def kept_multipliers(self, now: float) -> KeptLams:
         """The λ state of every live campaign-day whose λ moved since the last call
-        (the marks are cleared)."""
+        (the marks are cleared); none while no ad server reported here within
+        ``HEARD_WITHIN_S`` of ``now`` (Unix s)."""
         t, s = self._rows, self._slots
         n = t.n
         rows = np.flatnonzero(t.live[:n] & t.lam_dirty[:n])
         t.lam_dirty[rows] = False
+        if not any(now - at <= HEARD_WITHIN_S for at in self._heard.values()):
+            rows = rows[:0]
         hist = t.lam_hist[rows]
         quarters = np.full((len(rows), self._lam_history.data.shape[1]), np.nan,
                            dtype=np.float32)

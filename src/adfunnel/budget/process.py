@@ -186,7 +186,7 @@ class BudgetServiceProcess:
         lock, written outside it); once a UTC day, drop the days past keeping. Returns
         how many campaign-days were written."""
         with self.lock:
-            kept = self.service.kept_multipliers()
+            kept = self.service.kept_multipliers(self.clock.now().timestamp())
         try:
             n = self.lams.save(kept)
         except Exception:
