@@ -63,8 +63,14 @@ def _start(w: World) -> BudgetServiceProcess:
     p = BudgetServiceProcess(w.store, SqlLedger(w.engine), w.clock, engine=w.engine,
                              warmup_s=0.0)
     p.load()
-    p.ticker.run_due()
+    _tick(p)
     return p
+
+
+def _tick(p: BudgetServiceProcess) -> None:
+    """Run what is due at the clock's now: the schedule and the λ writes."""
+    p.ticker.run_due()
+    p.lam_ticker.run_due()
 
 
 def _run(p: BudgetServiceProcess, cid: int, steps: int, spend: int) -> None:
@@ -78,7 +84,7 @@ def _run(p: BudgetServiceProcess, cid: int, steps: int, spend: int) -> None:
                                                      10 if spend else 0)])
         with p.lock:
             svc.handle_report(Report(f"s{id(p)}", 0, t, [entry], epoch=svc.epoch))
-        p.ticker.run_due()
+        _tick(p)
 
 
 def _lam(p: BudgetServiceProcess, cid: int) -> float:
@@ -127,13 +133,14 @@ def test_a_restarted_service_publishes_the_lambda_it_had(world: World) -> None:
 def test_lambda_is_written_on_the_schedule_without_a_stop(world: World) -> None:
     """A crash loses at most ``LAM_SAVE_S`` of λ's walk: the periodic job writes it.
     Breaks if the ``lams`` job is left off the ticker (tried: the table stays empty and
-    the restart reads 10⁴)."""
+    the restart reads 10⁴; now: ``lam_ticker`` holding no job)."""
     p = _start(world)
     _run(p, world.cid, 20, 0)
     with world.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(budget_multipliers)).scalar() == 1
     lam_then = _lam(p, world.cid)
     p.ticker.stop()  # a crash: no final write
+    p.lam_ticker.stop()
     q = _start(world)
     # written at the last run of the job, at most 3 steps (30 s) before the crash
     assert lam_then <= _lam(q, world.cid) <= lam_then / 0.75 ** (LAM_SAVE_S / STEP_S)
@@ -203,7 +210,7 @@ def test_a_standby_that_no_server_reports_to_writes_no_lambda(world: World) -> N
     p = _start(world)
     for _ in range(20):
         world.clock.advance(STEP_S)
-        p.ticker.run_due()
+        _tick(p)
     assert _lam(p, world.cid) < START_LAMBDA  # it stepped
     p.stop()
     with world.engine.connect() as conn:

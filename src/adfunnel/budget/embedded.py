@@ -115,16 +115,18 @@ class InProcessBudget:
             Job("billed", billed_every_s, self.process.feed_billed),
             Job("step", control_interval_s, self.process.step),
             Job("shapes", SHAPE_REFRESH_S, self._shapes),
-            Job("lams", self.process.lam_save_s, self.process.save_lams),
         ], name="embedded-budget", poll_s=poll_s)
         store.subscribe(self.process.apply_local)
         self.process.load()
         self.ticker.run_due()  # campaigns, the day's billed spend, a first report
         self.client.report()  # names the service's epoch: the service is warm
+        lams = self.process.lam_ticker  # λ writes: their own thread (BudgetServiceProcess)
         if isinstance(clock, ManualClock):
             clock.on_move(lambda at: self.ticker.run_due(at.timestamp()))
+            clock.on_move(lambda at: lams.run_due(at.timestamp()))
         if background:
             self.ticker.start()
+            lams.start()
 
     def tick(self, t: float | None = None) -> list[str]:
         """Run whatever is due at domain time ``t`` (Unix s; default now)."""
@@ -133,7 +135,7 @@ class InProcessBudget:
     def stop(self) -> None:
         """Stop the schedule and write the λ that moved since the last write."""
         self.ticker.stop()
-        self.process.stop()  # its own ticker never ran here: this writes λ
+        self.process.stop()  # the λ writes' thread, and a last write
 
     def _report(self) -> None:
         self.process.poll_changes()

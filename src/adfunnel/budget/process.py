@@ -12,7 +12,8 @@
 
 Every schedule here runs on the injected clock (:class:`~adfunnel.periodic.Ticker`).
 The bid multipliers λ of automatic campaign-days that moved are written to the store's
-``budget_multipliers`` table every ``lam_save_s`` and at :meth:`~BudgetServiceProcess.stop`,
+``budget_multipliers`` table every ``lam_save_s`` (on a thread of their own,
+``lam_ticker``) and at :meth:`~BudgetServiceProcess.stop`,
 and read back at start (:mod:`adfunnel.budget.kept_lams`): a restarted shard resumes them.
 At start the shard reads the campaigns and the day's billed spend before it answers;
 it grants nothing until warm (``adfunnel.budget.service``).
@@ -112,8 +113,11 @@ class BudgetServiceProcess:
             Job("shapes", SHAPE_REFRESH_S, self.refresh_shapes),
             Job("billed", billed_every_s, self.feed_billed),
             Job("step", control_interval_s, self.step),
-            Job("lams", lam_save_s, self.save_lams),
         ], name="budget-service", poll_s=min(0.1, poll_s))
+        # λ writes on a thread of their own: at 10⁵ automatic campaign-days a write takes
+        # seconds (README), which must not hold up the control steps and billed feeds
+        self.lam_ticker = Ticker(clock, [Job("lams", lam_save_s, self.save_lams)],
+                                 name="budget-lams", poll_s=min(0.1, poll_s))
 
     def app(self, token: str, *, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
         """The shard's HTTP app plus ``GET /v1/status`` (budget state, p and pacing status
@@ -285,11 +289,13 @@ class BudgetServiceProcess:
         self.load()
         self.ticker.run_due()
         self.ticker.start()
+        self.lam_ticker.start()
 
     def stop(self) -> None:
         """Stop the schedule and write the λ that moved since the last write (a failed
         write is logged: a stop is never refused for it)."""
         self.ticker.stop()
+        self.lam_ticker.stop()
         try:
             self.save_lams()
         except Exception:
