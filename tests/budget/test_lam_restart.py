@@ -183,11 +183,11 @@ def test_a_new_day_after_a_restart_starts_from_yesterdays_kept_quarter(
 
 
 def test_the_in_process_service_keeps_lambda_across_a_restart(world: World) -> None:
-    """The ad server's embedded shard (``InProcessBudget``, its own ticker) writes λ on
+    """The ad server's embedded shard (``InProcessBudget``, its own tickers) writes λ on
     its schedule and at stop, and a new one resumes it. Breaks if its stop writes
     nothing (tried: ``process.stop`` left out of ``InProcessBudget.stop``: the λ of the
-    last scheduled write, 3 steps earlier) or if neither writes (tried: the ``lams`` job
-    removed as well: λ 10⁴ again)."""
+    last scheduled write, 3 steps earlier) or if neither writes (tried: also the manual
+    clock's moves no longer running ``lam_ticker``: λ 10⁴ again)."""
     from adfunnel.budget.embedded import InProcessBudget
 
     gate = InProcessBudget(world.store, SqlLedger(world.engine), world.clock,
