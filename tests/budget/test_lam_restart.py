@@ -215,3 +215,21 @@ def test_a_standby_that_no_server_reports_to_writes_no_lambda(world: World) -> N
     p.stop()
     with world.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(budget_multipliers)).scalar() == 0
+
+
+def test_a_failed_write_is_retried_at_the_next(world: World) -> None:
+    """The rows of a write that failed (the database away) are written by the next one.
+    Breaks if the marks are not put back (tried: no ``mark_unsaved`` call: 0 rows)."""
+    p = _start(world)
+    _run(p, world.cid, 2, 0)
+    save = p.lams.save
+
+    def away(_kept: object) -> int:
+        raise OSError("database away")
+
+    p.lams.save = away  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        p.save_lams()
+    p.lams.save = save  # type: ignore[method-assign]
+    assert p.save_lams() == 1
+    p.stop()
