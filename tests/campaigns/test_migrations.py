@@ -12,6 +12,7 @@ from sqlalchemy import inspect
 
 import adfunnel.billing.rollup_tables
 import adfunnel.billing.tables
+import adfunnel.budget.multiplier_tables
 import adfunnel.campaigns.tables
 import adfunnel.campaigns.uploads
 import adfunnel.forecast.tables

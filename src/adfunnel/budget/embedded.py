@@ -120,17 +120,22 @@ class InProcessBudget:
         self.process.load()
         self.ticker.run_due()  # campaigns, the day's billed spend, a first report
         self.client.report()  # names the service's epoch: the service is warm
+        lams = self.process.lam_ticker  # λ writes: their own thread (BudgetServiceProcess)
         if isinstance(clock, ManualClock):
             clock.on_move(lambda at: self.ticker.run_due(at.timestamp()))
+            clock.on_move(lambda at: lams.run_due(at.timestamp()))
         if background:
             self.ticker.start()
+            lams.start()
 
     def tick(self, t: float | None = None) -> list[str]:
         """Run whatever is due at domain time ``t`` (Unix s; default now)."""
         return self.ticker.run_due(t)
 
     def stop(self) -> None:
+        """Stop the schedule and write the λ that moved since the last write."""
         self.ticker.stop()
+        self.process.stop()  # the λ writes' thread, and a last write
 
     def _report(self) -> None:
         self.process.poll_changes()

@@ -21,7 +21,8 @@ of the billed action: a CPM bid says nothing of a click's worth), at ``START_LAM
 while the campaign is behind (to λ = 1 in 42 steps, 7 minutes at the 10 s step).
 A new day starts from yesterday's λ at the nearest quarter hour a step recorded (as
 p's first value does by minute, :meth:`~adfunnel.budget.control.Control._first_p`),
-else from the campaign's latest λ, else from ``START_LAMBDA``. λ is kept by quarter
+else from the campaign's latest λ, else from ``START_LAMBDA``; a restarted service
+resumes them from the store (:mod:`adfunnel.budget.lam_resume`). λ is kept by quarter
 hour in float32 (:class:`LamHistory`, 400 bytes per automatic campaign-day) where p
 keeps minutes in float64 (12 kB, only for the days whose p moved): λ moves on nearly
 every step of every automatic campaign, and 10⁶ of them by minute would take 12 GB.
@@ -142,6 +143,7 @@ class Multipliers:
             return
         t.lam[rows], t.lam_integral[rows] = lam, 0.0
         t.lam_spend_avg[rows] = t.lam_target_avg[rows] = t.lam_charges_avg[rows] = -1.0
+        t.lam_dirty[rows] = True
         hist = t.lam_hist[rows]
         self._lam_history.release(hist[hist >= 0])
         t.lam_hist[rows] = -1
@@ -167,6 +169,7 @@ class Multipliers:
             t.lam_spend_avg[r], t.lam_target_avg[r] = new.spend_avg, new.target_avg
             t.lam_charges_avg[r] = new.charges_avg
         self._slots.lam_last[t.slot[rows]] = t.lam[rows]
+        t.lam_dirty[rows] = True
         self._record_lam(rows, now)
 
     def _record_lam(self, rows: np.ndarray, now: float) -> None:
@@ -208,6 +211,9 @@ class Multipliers:
                 t.lam_hist[y] = -1
         t.lam[rows] = lam
         s.lam_last[slots] = lam
+        t.lam_dirty[rows] = True
+        if self._kept:  # what a restarted service read back (adfunnel.budget.lam_resume)
+            self._resume_kept(slots, days, rows, yrows, now)
 
     def _lam_published(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(λ to publish, changed enough to publish) of ``rows``: the row's λ for paced

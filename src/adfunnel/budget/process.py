@@ -11,6 +11,10 @@
   builds the process passes it in).
 
 Every schedule here runs on the injected clock (:class:`~adfunnel.periodic.Ticker`).
+The bid multipliers λ of automatic campaign-days that moved are written to the store's
+``budget_multipliers`` table every ``lam_save_s`` (on a thread of their own,
+``lam_ticker``) and at :meth:`~BudgetServiceProcess.stop`,
+and read back at start (:mod:`adfunnel.budget.kept_lams`): a restarted shard resumes them.
 At start the shard reads the campaigns and the day's billed spend before it answers;
 it grants nothing until warm (``adfunnel.budget.service``).
 
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime
+from datetime import date, datetime, timedelta
 
 import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -44,7 +48,9 @@ from adfunnel.budget.day_rows import CampaignDay
 from adfunnel.budget.days import add_day_routes
 from adfunnel.budget.feed import TOKEN_TTL_S, BilledFeeder
 from adfunnel.budget.http import MAX_BODY_BYTES, create_app
+from adfunnel.budget.kept_lams import KEEP_DAYS, LAM_SAVE_S, SqlLamStore
 from adfunnel.budget.metrics import CAMPAIGNS, METRICS_TOP_CAMPAIGNS
+from adfunnel.budget.multipliers import LAM_SLOTS
 from adfunnel.budget.service import BudgetService
 from adfunnel.budget.snapshot import BudgetSnapshot
 from adfunnel.budget.states import WARMUP_S
@@ -78,6 +84,7 @@ class BudgetServiceProcess:
         engine: Engine | None = None,
         warmup_s: float = WARMUP_S,
         expected_servers: set[str] | None = None,
+        lam_save_s: float = LAM_SAVE_S,
     ) -> None:
         self.store = store
         self.ledger = ledger
@@ -87,6 +94,9 @@ class BudgetServiceProcess:
                                      control_interval_s=control_interval_s, warmup_s=warmup_s,
                                      expected_servers=expected_servers)
         self.feeder = BilledFeeder(ledger, token_ttl_s=token_ttl_s)
+        self.lams = SqlLamStore(store.engine)
+        self._lams_forgotten: date | None = None  # the UTC day old λ was last dropped on
+        self.lam_save_s = lam_save_s
         self.lock = threading.Lock()
         self.control_interval_s = control_interval_s
         self.billed_every_s = billed_every_s
@@ -104,6 +114,10 @@ class BudgetServiceProcess:
             Job("billed", billed_every_s, self.feed_billed),
             Job("step", control_interval_s, self.step),
         ], name="budget-service", poll_s=min(0.1, poll_s))
+        # λ writes on a thread of their own: at 10⁵ automatic campaign-days a write takes
+        # seconds (README), which must not hold up the control steps and billed feeds
+        self.lam_ticker = Ticker(clock, [Job("lams", lam_save_s, self.save_lams)],
+                                 name="budget-lams", poll_s=min(0.1, poll_s))
 
     def app(self, token: str, *, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
         """The shard's HTTP app plus ``GET /v1/status`` (budget state, p and pacing status
@@ -159,6 +173,35 @@ class BudgetServiceProcess:
                     t.day: t.billed_micros for t in days(cid, first, last)}
             self.service.load_campaigns(cols)
             self.position = last_seq
+        self.resume_lams()
+
+    def resume_lams(self) -> int:
+        """λ of the automatic campaign-days kept in the store (since ``KEEP_DAYS`` before
+        today, UTC) handed to the service (:mod:`adfunnel.budget.lam_resume`): a restart
+        resumes them instead of starting every automatic campaign at the lowest bids.
+        Returns how many entries count (the campaign's current strategy terms)."""
+        now = self.clock.now()
+        kept = self.lams.load(now.date() - timedelta(days=KEEP_DAYS), LAM_SLOTS)
+        with self.lock:
+            return self.service.resume_multipliers(kept, now.timestamp())
+
+    def save_lams(self) -> int:
+        """Write the λ of campaign-days that moved since the last write (read under the
+        lock, written outside it); once a UTC day, drop the days past keeping. Returns
+        how many campaign-days were written."""
+        with self.lock:
+            kept = self.service.kept_multipliers(self.clock.now().timestamp())
+        try:
+            n = self.lams.save(kept)
+        except Exception:
+            with self.lock:  # not written: mark them again for the next write
+                self.service.mark_unsaved(kept)
+            raise
+        today = self.clock.now().date()
+        if self._lams_forgotten != today:
+            self.lams.forget(today)
+            self._lams_forgotten = today
+        return n
 
     def poll_changes(self) -> int:
         changes = self.store.changes_since(self.position, 1000)
@@ -246,9 +289,17 @@ class BudgetServiceProcess:
         self.load()
         self.ticker.run_due()
         self.ticker.start()
+        self.lam_ticker.start()
 
     def stop(self) -> None:
+        """Stop the schedule and write the λ that moved since the last write (a failed
+        write is logged: a stop is never refused for it)."""
         self.ticker.stop()
+        self.lam_ticker.stop()
+        try:
+            self.save_lams()
+        except Exception:
+            log.exception("budget service: λ not written at stop")
 
 
 async def _metrics(_: Request) -> Response:

@@ -96,10 +96,11 @@ ROW_COLUMNS: dict[str, tuple[type, float]] = {
     # whose budget is its daily budget; adfunnel.budget.periods)
     "allot": (_I64, -1),
     # the bid multiplier λ of an automatic campaign's day and its controller state (the
-    # averages < 0: none yet), λ last published, its row of quarter hours (-1: none)
+    # averages < 0: none yet), λ last published, its row of quarter hours (-1: none),
+    # and whether it moved since it was last handed to the store (adfunnel.budget.lam_resume)
     "lam": (_F64, 1), "lam_integral": (_F64, 0), "lam_spend_avg": (_F64, -1),
     "lam_target_avg": (_F64, -1), "lam_charges_avg": (_F64, -1), "pub_lam": (_F64, NAN),
-    "lam_hist": (_I64, -1),
+    "lam_hist": (_I64, -1), "lam_dirty": (_B, 0),
 }
 
 

@@ -54,6 +54,7 @@ The service is one class over parts of one job each, mixed in and sharing the st
 (flight and average-day budgets of each day), :mod:`~adfunnel.budget.day_rows`
 (campaign-day rows and their view), :mod:`~adfunnel.budget.states` (state rules, warm-up),
 :mod:`~adfunnel.budget.multipliers` (λ of automatic campaigns),
+:mod:`~adfunnel.budget.lam_resume` (λ kept across a restart),
 :mod:`~adfunnel.budget.reports` (the report protocol), :mod:`~adfunnel.budget.grants`
 (slices), :mod:`~adfunnel.budget.billed_spend` (the billed feed) and
 :mod:`~adfunnel.budget.control` (the control loop).
@@ -76,6 +77,7 @@ from adfunnel.budget.columns import OwnedCampaigns
 from adfunnel.budget.control import Control
 from adfunnel.budget.day_rows import DAY_BITS, CampaignDay, DayRows
 from adfunnel.budget.grants import Grants
+from adfunnel.budget.lam_resume import ResumeMultipliers
 from adfunnel.budget.multipliers import LamHistory, Multipliers
 from adfunnel.budget.periods import Periods, PeriodSlot
 from adfunnel.budget.plans import Plans
@@ -100,7 +102,7 @@ from adfunnel.pacing.curve_bank import CurveBank
 
 
 class BudgetService(Catalogue, Plans, Periods, DayRows, States, Reports, Grants, BilledSpend,
-                    Control, Multipliers):
+                    Control, Multipliers, ResumeMultipliers):
     """One shard of the budget & pacing service.
 
     Args:
@@ -163,6 +165,9 @@ class BudgetService(Catalogue, Plans, Periods, DayRows, States, Reports, Grants,
         self._yesterday_p: dict[tuple[int, date], dict[int, float]] = {}
         self._history = History()
         self._lam_history = LamHistory()  # λ by quarter hour of automatic campaign-days
+        # campaign-day key -> λ state read back at a restart, until its row is made
+        # (adfunnel.budget.lam_resume)
+        self._kept: dict[int, tuple] = {}
         self._step_minutes: dict[int, np.ndarray] = {}  # day-zone -> minutes with a step
         # sparse per-row state: only rows that have any
         self._buckets: dict[int, deque[tuple[float, int]]] = {}

@@ -43,6 +43,7 @@ from adfunnel.index import ScanIndex
 from adfunnel.ivt.lists import IpRanges
 from adfunnel.ivt.rules import Tier1Rules
 from adfunnel.learn.recalibration_job import RecalibrationJob
+from adfunnel.learn.shading_job import ShadingFitJob
 from adfunnel.pacing.traffic_log import EligibleCounter, SqlTrafficLog
 from adfunnel.periodic import Periodic
 from adfunnel.prediction.calibration import CalibrationMonitor
@@ -229,6 +230,17 @@ def build_runtime(
                                  window_s=settings.recalibration_window_s)
         background.append(Periodic(recal.run, settings.recalibration_s, "recalibrate",
                                    clock, run_on_move=True).start())
+        if settings.shading_fit_s is not None and settings.shading_release_dir is not None:
+            # first-price shading's win curves, registered as the command's output would
+            # be: this server (and every other) loads them through the change log
+            fit = ShadingFitJob(
+                directory, engine, clock, settings.shading_release_dir, store.register_model,
+                lambda: getattr(catalog.active_model("shading"), "model_version", None),
+                flush=served.flush,
+                days=settings.shading_fit_days,
+                min_observations=settings.shading_min_observations)
+            background.append(Periodic(fit.run, settings.shading_fit_s, "shading-fit", clock,
+                                       run_on_move=True).start())
     requests = SampleKeeper(
         RequestSampler(clock.now, request_attributes, settings.forecast_sample_per_hour,
                        seed=seed if seed is not None else settings.seed),

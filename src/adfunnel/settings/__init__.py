@@ -157,6 +157,13 @@ class Settings(OpenRtbSettings, BaseSettings):
     #: click-model recalibration: s between runs, s of decisions read (learn/recalibration_job)
     recalibration_s: float = Field(default=3600.0, gt=0)
     recalibration_window_s: float = Field(default=86_400.0, gt=600)
+    #: first-price shading's fit in the server (learn/shading_job): s between runs (None:
+    #: not scheduled, ``adfunnel model shading-fit`` only), days of the served log read,
+    #: least prices per segment, and where releases are written (one folder a version)
+    shading_fit_s: float | None = Field(default=None, gt=0)
+    shading_fit_days: float = Field(default=7.0, gt=0, le=366)
+    shading_min_observations: int = Field(default=200, ge=1)
+    shading_release_dir: str | None = None
     #: seconds of the server's clock between refreshes of the report rollups (the hours
     #: the aggregator touched); a replay on a manual clock that moves every request
     #: sets it longer, as each refresh is a database transaction
@@ -262,6 +269,16 @@ class Settings(OpenRtbSettings, BaseSettings):
             Tier2Config.from_settings(self)
         except ValueError as exc:
             raise ValueError(f"ivt thresholds: {exc}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _shading_fit_has_its_inputs(self) -> Settings:
+        """A scheduled shading fit reads the served log and writes releases somewhere."""
+        if self.shading_fit_s is not None:
+            missing = [k for k in ("served_log_dir", "shading_release_dir")
+                       if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"shading_fit_s needs {' and '.join(missing)}")
         return self
 
     @field_validator("ivt_click_rate_limits")
