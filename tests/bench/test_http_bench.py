@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from adfunnel.bench.http import (
+from adfunnel.bench.http import run_http_bench
+from adfunnel.bench.http_server import generator_cpu_seconds
+from adfunnel.bench.http_workload import (
     CAMPAIGNS_PER_ADVERTISER,
     _workload,
-    generator_cpu_seconds,
     populate,
-    run_http_bench,
     select_body,
 )
 from adfunnel.bench.overload import parse_wrk_outcomes, wrk_script

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from adfunnel.bench.http import _workload
+from adfunnel.bench.http_workload import _workload
 from adfunnel.bench.openrtb import (
     FLOOR_CPM,
     iso_regions,

@@ -30,7 +30,7 @@ import httpx
 import pytest
 import redis
 
-from adfunnel.bench.http import wait_workers
+from adfunnel.bench.http_server import wait_workers
 from adfunnel.sim.server_proc import ManagedProcess, free_port
 from tests.api_keys import ADMIN_HEADERS
 

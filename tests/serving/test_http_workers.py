@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from adfunnel.bench.http import process_tree, wait_workers
+from adfunnel.bench.http_server import process_tree, wait_workers
 from adfunnel.runtime.server import listening_socket, serve_workers, server_config
 from adfunnel.sim.server_proc import ManagedProcess, free_port
 from tests.api_keys import ADMIN_HEADERS

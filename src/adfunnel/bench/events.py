@@ -87,7 +87,7 @@ from adfunnel.bench.events_setup import (
     run_stream,
     where,
 )
-from adfunnel.bench.http import cpu_seconds, process_tree
+from adfunnel.bench.http_server import cpu_seconds, process_tree
 from adfunnel.billing.aggregator import Aggregator
 from adfunnel.clock import SystemClock
 from adfunnel.runtime.event_plane import make_event_log

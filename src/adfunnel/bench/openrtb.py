@@ -3,10 +3,10 @@ on one server, one catalogue, one run.
 
 ``run_openrtb_bench(ads, workers, concurrency, duration_s, rounds)``:
 
-1. the catalogue and the server of :mod:`adfunnel.bench.http` (:func:`populate`,
-   :class:`BenchServer`), with one change to the catalogue: ``geo.region`` targeting
-   holds ISO 3166-2 codes (``CN-216`` for the log's region 216), since that is what an
-   OpenRTB ``device.geo.region`` becomes in our request (:mod:`adfunnel.openrtb.mapping`);
+1. the catalogue and the server of ``bench http`` (:mod:`adfunnel.bench.http_workload`,
+   :mod:`adfunnel.bench.http_server`), with one change to the catalogue: ``geo.region``
+   targeting holds ISO 3166-2 codes (``CN-216`` for the log's region 216), since that is
+   what an OpenRTB ``device.geo.region`` becomes in our request (:mod:`adfunnel.openrtb.mapping`);
    the server gets ``public_base_url`` (https), so a ``secure`` imp can be bid on;
 2. a request pair per workload row (the index benchmark's ``real`` requests): a
    Prebid-like OpenRTB 2.6 ``BidRequest`` (:func:`bid_request`: ``site`` with
@@ -52,14 +52,8 @@ import msgspec
 import numpy as np
 import uvloop
 
-from adfunnel.bench.http import (
-    DEADLINE_MS,
-    SELECT_PATH,
-    BenchServer,
-    catalogue,
-    cpu_seconds,
-    generator_cpu_seconds,
-)
+from adfunnel.bench.http_server import BenchServer, cpu_seconds, generator_cpu_seconds
+from adfunnel.bench.http_workload import DEADLINE_MS, SELECT_PATH, catalogue
 from adfunnel.bench.overload import Tally, drive_requests, encode_request
 from adfunnel.openrtb.endpoint import BID_PATH
 from adfunnel.openrtb.mapping import MappingConfig, map_request

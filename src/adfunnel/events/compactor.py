@@ -45,7 +45,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from adfunnel.events.served_log import RAW_SUFFIX
+from adfunnel.events.served_files import RAW_SUFFIX
 from adfunnel.events.served_schema import SCHEMA_VERSION, ServedRecord, decode_record
 
 #: Metadata key of the Parquet file: JSON list of [raw file name, size in bytes].

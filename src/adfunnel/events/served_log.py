@@ -19,7 +19,8 @@ Raw files are newline-delimited JSON (msgspec), one :class:`ServedRecord` per li
 filed by the record's own time (UTC hour), one file per writer and hour, so several
 server processes can share a directory without sharing a file. A line is written
 whole or, after a crash, left as a torn tail that the compactor skips; a writer that
-reopens a file ending in a torn line starts a new line first.
+reopens a file ending in a torn line starts a new line first (the files:
+:mod:`adfunnel.events.served_files`).
 
 The user key is never stored: only ``HMAC-SHA256(salt, key)`` in hex (``user_hash``).
 
@@ -39,26 +40,22 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 from prometheus_client import Counter
 
 from adfunnel.clock import Clock
+from adfunnel.events.served_files import RawFiles
 from adfunnel.events.served_schema import ServedRecord, hash_user_key
 
 log = logging.getLogger(__name__)
 
-#: Suffix of raw hour files (``raw/YYYY-MM-DD/HH.<writer>.jsonl``).
-RAW_SUFFIX = ".jsonl"
 #: Default bound of the record queue (records waiting for the writer thread).
 DEFAULT_MAX_QUEUE = 10_000
 #: Default number of per-candidate rejections kept per record (explain decisions).
 DEFAULT_MAX_REJECTIONS = 100
-#: Most raw files the writer keeps open at once (the current hour and late records).
-_MAX_OPEN_FILES = 4
 #: Most records the writer takes from the queue per write.
 _BATCH = 512
 #: Reasons of ``adfunnel_served_log_dropped_total``.
@@ -76,13 +73,6 @@ _WRITER_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 _encoder = msgspec.json.Encoder()
-
-
-def hour_of(time_s: float) -> tuple[str, str]:
-    """(``YYYY-MM-DD``, ``HH``) of Unix seconds ``time_s`` in UTC: the raw file's day
-    folder and hour."""
-    at = datetime.fromtimestamp(time_s, UTC)
-    return at.strftime("%Y-%m-%d"), at.strftime("%H")
 
 
 class RecordSource(Protocol):
@@ -160,7 +150,7 @@ class ServedLog:
         self._written = 0
         self._write_errors = 0
         self._closed = False
-        self._files: dict[Path, IO[bytes]] = {}  # open raw files, oldest first
+        self._files = RawFiles(self.directory, self.writer_id)
         # test hook (:meth:`paused`): the writer parks while ``_pause`` is set
         self._pause_cond = threading.Condition()
         self._pause = False
@@ -285,7 +275,7 @@ class ServedLog:
         """
         self.flush(timeout_s)
         with self.paused(timeout_s):
-            self._close_files()  # the writer is parked: its files are ours to close
+            self._files.close_all()  # the writer is parked: its files are ours to close
             yield
 
     def _set_pause(self, on: bool) -> None:
@@ -317,7 +307,7 @@ class ServedLog:
                 if self._handle(batch):
                     return
         finally:
-            self._close_files()
+            self._files.close_all()
             self._drop_left()
 
     def _drop_left(self) -> None:
@@ -343,7 +333,7 @@ class ServedLog:
             pending = []
             if item is _STOP:
                 return True
-            self._flush_files()
+            self._files.flush_all()
             item.done.set()
         self._write(pending)
         return False
@@ -361,55 +351,17 @@ class ServedLog:
                 self._write_errors += 1
                 self._drop(WRITE_ERROR)
                 continue
-            day, hour = hour_of(it.time_s)
-            path = self.directory / "raw" / day / f"{hour}.{self.writer_id}{RAW_SUFFIX}"
+            path = self._files.path_of(it.time_s)
             lines.setdefault(path, []).append(line)
         for path, chunk in lines.items():
             try:
-                f = self._file(path)
+                f = self._files.file(path)
                 f.write(b"".join(chunk))
                 f.flush()
             except OSError:
                 log.exception("served log: writing %s failed", path)
                 self._write_errors += 1
                 self._drop(WRITE_ERROR, len(chunk))
-                self._forget(path)
+                self._files.forget(path)
                 continue
             self._written += len(chunk)
-
-    def _file(self, path: Path) -> IO[bytes]:
-        f = self._files.pop(path, None)
-        if f is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            f = open(path, "ab")  # noqa: SIM115 - kept open across batches
-            if f.tell() > 0 and not _ends_with_newline(path):
-                f.write(b"\n")  # a torn line from a crash: start a new one
-            while len(self._files) >= _MAX_OPEN_FILES:
-                oldest = next(iter(self._files))
-                self._forget(oldest)
-        self._files[path] = f  # most recently used last
-        return f
-
-    def _forget(self, path: Path) -> None:
-        f = self._files.pop(path, None)
-        if f is not None:
-            with contextlib.suppress(OSError):
-                f.close()
-
-    def _flush_files(self) -> None:
-        for path in list(self._files):
-            try:
-                self._files[path].flush()
-            except OSError:
-                log.exception("served log: flushing %s failed", path)
-                self._forget(path)
-
-    def _close_files(self) -> None:
-        for path in list(self._files):
-            self._forget(path)
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as f:
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) == b"\n"

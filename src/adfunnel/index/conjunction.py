@@ -27,7 +27,7 @@ that); the index accepts any.
 Layout: one large immutable :class:`~adfunnel.index.segment.Segment` (*main*,
 columnar numpy arrays), one small *delta* segment rebuilt on each write, and a
 per-ad ``alive`` mask over main (the tombstones). A write builds a new
-:class:`_Snapshot` and swaps it in with one assignment; a query reads
+:class:`~adfunnel.index.snapshot.Snapshot` and swaps it in with one assignment; a query reads
 ``self._snap`` once, so it sees one consistent version, returned in
 ``Retrieval.version``. When the delta holds more than ``delta_limit`` ads it is
 merged into a new main on a background thread (``background_merge=True``, the
@@ -59,14 +59,14 @@ import logging
 import math
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import numpy as np
 from prometheus_client import Counter
 
 from adfunnel.index.base import DEFAULT_LIMIT, ArrayRetrieval, Retrieval
 from adfunnel.index.segment import Segment
-from adfunnel.index.table import ConjTable, TableBuilder, concat_tables
+from adfunnel.index.snapshot import Snapshot, delta_table, hide, new_main
+from adfunnel.index.table import TableBuilder, concat_tables
 from adfunnel.targeting.dnf import Conjunction, compile_dnf
 from adfunnel.targeting.evaluate import RequestAttributes
 from adfunnel.targeting.expr import Expr
@@ -81,19 +81,6 @@ TRUNCATED = Counter(
 DEFAULT_DELTA_LIMIT = 2048
 
 LOG = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class _Snapshot:
-    version: int
-    main: Segment
-    alive: np.ndarray  # bool[main ads]; False = removed or superseded by the delta
-    main_sorted_ids: np.ndarray  # int64: main ad ids sorted, for id -> row look-ups
-    main_sorted_rows: np.ndarray  # int64: row of each sorted id
-    n_main_alive: int
-    delta_ads: dict[int, tuple[tuple[Conjunction, ...], float]]
-    delta: Segment
-    delta_alive: np.ndarray  # bool[delta ads], all True
 
 
 def _check_score(score: float) -> float:
@@ -116,7 +103,7 @@ class ConjunctionIndex:
         self._write = threading.Lock()
         self._delta_limit = delta_limit
         self._background = background_merge
-        self._snap = self._new_main(Segment.empty(), version=0)
+        self._snap = new_main(Segment.empty(), version=0)
         # In-flight background merge: its thread, the ads written since its base
         # snapshot, and the epoch it belongs to (build/merge bump it: result dropped).
         self._merge_thread: threading.Thread | None = None
@@ -232,7 +219,7 @@ class ConjunctionIndex:
         main = Segment.from_builder(builder)
         with self._write:
             self._drop_merge()
-            self._snap = self._new_main(main, self._snap.version + 1)
+            self._snap = new_main(main, self._snap.version + 1)
 
     def upsert(self, ad_id: int, expr: Expr, static_score: float = 0.0) -> None:
         """Add or replace one ad.
@@ -250,7 +237,7 @@ class ConjunctionIndex:
             return
         with self._write:
             snap = self._snap
-            alive = self._hide(snap, [a for a, _, _ in compiled])
+            alive = hide(snap, [a for a, _, _ in compiled])
             delta_ads = dict(snap.delta_ads)
             for ad_id, conjs, score in compiled:
                 delta_ads[ad_id] = (conjs, score)
@@ -265,7 +252,7 @@ class ConjunctionIndex:
         ids = [int(a) for a in ad_ids]
         with self._write:
             snap = self._snap
-            alive = self._hide(snap, ids)
+            alive = hide(snap, ids)
             delta_ads = snap.delta_ads
             if any(a in delta_ads for a in ids):
                 delta_ads = {a: v for a, v in delta_ads.items() if a not in set(ids)}
@@ -284,46 +271,14 @@ class ConjunctionIndex:
         with self._write:
             self._drop_merge()
             snap = self._snap
-            table = concat_tables(snap.main.to_table(snap.alive), _delta_table(snap.delta_ads))
-            self._snap = self._new_main(Segment.build(table), snap.version + 1)
+            table = concat_tables(snap.main.to_table(snap.alive), delta_table(snap.delta_ads))
+            self._snap = new_main(Segment.build(table), snap.version + 1)
 
     # ---- internals -------------------------------------------------------------
 
-    @staticmethod
-    def _new_main(main: Segment, version: int) -> _Snapshot:
-        order = np.argsort(main.ad_ids, kind="stable")
-        return _Snapshot(
-            version=version,
-            main=main,
-            alive=np.ones(len(main.ad_ids), dtype=bool),
-            main_sorted_ids=main.ad_ids[order],
-            main_sorted_rows=order,
-            n_main_alive=len(main.ad_ids),
-            delta_ads={},
-            delta=Segment.empty(),
-            delta_alive=np.ones(0, dtype=bool),
-        )
-
-    @staticmethod
-    def _hide(snap: _Snapshot, ad_ids: list[int]) -> np.ndarray:
-        """The alive mask with ``ad_ids`` cleared (the same array when nothing changes)."""
-        if not len(snap.main_sorted_ids) or not ad_ids:
-            return snap.alive
-        ids = np.asarray(ad_ids, dtype=np.int64)
-        pos = np.searchsorted(snap.main_sorted_ids, ids)
-        pos = pos[pos < len(snap.main_sorted_ids)]
-        pos = pos[np.isin(snap.main_sorted_ids[pos], ids)]
-        rows = snap.main_sorted_rows[pos]
-        rows = rows[snap.alive[rows]]
-        if not len(rows):
-            return snap.alive
-        alive = snap.alive.copy()
-        alive[rows] = False
-        return alive
-
     def _publish(
         self,
-        snap: _Snapshot,
+        snap: Snapshot,
         alive: np.ndarray,
         delta_ads: dict[int, tuple[tuple[Conjunction, ...], float]],
         ad_ids: list[int],
@@ -331,9 +286,9 @@ class ConjunctionIndex:
         """Swap in the next version (caller holds the write lock); ``ad_ids`` were written."""
         n_alive = snap.n_main_alive if alive is snap.alive else int(alive.sum())
         delta = (
-            snap.delta if delta_ads is snap.delta_ads else Segment.build(_delta_table(delta_ads))
+            snap.delta if delta_ads is snap.delta_ads else Segment.build(delta_table(delta_ads))
         )
-        nxt = _Snapshot(
+        nxt = Snapshot(
             version=snap.version + 1,
             main=snap.main,
             alive=alive,
@@ -348,8 +303,8 @@ class ConjunctionIndex:
             self._touched.update(ad_ids)
         if len(delta_ads) > self._delta_limit:
             if not self._background:
-                table = concat_tables(snap.main.to_table(alive), _delta_table(delta_ads))
-                nxt = self._new_main(Segment.build(table), snap.version + 1)
+                table = concat_tables(snap.main.to_table(alive), delta_table(delta_ads))
+                nxt = new_main(Segment.build(table), snap.version + 1)
             elif self._merge_thread is None:
                 self._start_merge(nxt)
         self._snap = nxt
@@ -361,7 +316,7 @@ class ConjunctionIndex:
         self._epoch += 1
         self._merge_thread, self._touched = None, None
 
-    def _start_merge(self, base: _Snapshot) -> None:
+    def _start_merge(self, base: Snapshot) -> None:
         """Merge ``base`` into a new main on a thread (caller holds the write lock)."""
         self._touched = set()
         thread = threading.Thread(
@@ -376,7 +331,7 @@ class ConjunctionIndex:
         thread.start()
         self._merge_thread = thread
 
-    def _merge_in_background(self, base: _Snapshot, epoch: int) -> None:
+    def _merge_in_background(self, base: Snapshot, epoch: int) -> None:
         """Build a main from ``base``, then swap it in under the lock with the writes since.
 
         Ads written after ``base`` (``self._touched``) are hidden in the new main and
@@ -384,8 +339,8 @@ class ConjunctionIndex:
         current content: it keeps the current version number (nothing was written).
         """
         try:
-            table = concat_tables(base.main.to_table(base.alive), _delta_table(base.delta_ads))
-            fresh = self._new_main(Segment.build(table), base.version)
+            table = concat_tables(base.main.to_table(base.alive), delta_table(base.delta_ads))
+            fresh = new_main(Segment.build(table), base.version)
         except Exception:  # pragma: no cover - e.g. memory; the next write retries
             LOG.exception("background index merge failed")
             with self._write:
@@ -397,10 +352,10 @@ class ConjunctionIndex:
                 return
             cur, touched = self._snap, sorted(self._touched)
             self._merge_thread, self._touched = None, None
-            alive = self._hide(fresh, touched)
+            alive = hide(fresh, touched)
             delta_ads = {a: cur.delta_ads[a] for a in touched if a in cur.delta_ads}
-            delta = Segment.build(_delta_table(delta_ads)) if delta_ads else fresh.delta
-            self._snap = _Snapshot(
+            delta = Segment.build(delta_table(delta_ads)) if delta_ads else fresh.delta
+            self._snap = Snapshot(
                 version=cur.version,
                 main=fresh.main,
                 alive=alive,
@@ -413,10 +368,3 @@ class ConjunctionIndex:
             )
             if len(delta_ads) > self._delta_limit:
                 self._start_merge(self._snap)
-
-
-def _delta_table(delta_ads: dict[int, tuple[tuple[Conjunction, ...], float]]) -> ConjTable:
-    builder = TableBuilder()
-    for ad_id, (conjs, score) in delta_ads.items():
-        builder.add(ad_id, builder.template(conjs), score)
-    return builder.table()

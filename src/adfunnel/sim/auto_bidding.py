@@ -33,8 +33,9 @@ from adfunnel.billing.model import EventType
 from adfunnel.campaigns.bidding_terms import derived_bid_micros
 from adfunnel.campaigns.model import BidStrategy, BidType
 from adfunnel.campaigns.schedule import day_bounds
-from adfunnel.sim.day import DaySim, Track
+from adfunnel.sim.day import DaySim
 from adfunnel.sim.day_report import TRAFFIC_ALLOWS_MARGIN, _window_ask
+from adfunnel.sim.day_track import Track
 from adfunnel.sim.scenarios import D, Scenario, SimCampaign
 
 AUTO_BIDDING = "auto-bidding"

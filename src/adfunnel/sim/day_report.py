@@ -5,8 +5,9 @@ Evidence (``_campaign_result``): billed and absorbed overspend are read from the
 ledger; ``potential_micros`` (what the campaign would spend at p = 1) is counted from
 the eligible requests the simulation generated, independent of any controller;
 ``committed_shortfall_micros`` is computed from the simulation's own ledger of serves
-and the events it sent (``DaySim._check_committed``), never from production's billing-window
-rule or the service's billed figure; a figure that was not measured is ``None``.
+and the events it sent (``DayBilling._check_committed``), never from production's
+billing-window rule or the service's billed figure; a figure that was not measured is
+``None``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from adfunnel.campaigns.model import BidType, PacingMode
 from adfunnel.campaigns.schedule import day_bounds
 from adfunnel.pacing.controller import P_FLOOR
 from adfunnel.pacing.curve import curve_for_day
-from adfunnel.sim.day import RENDER_RATE, DaySim, Track, mean_expected
+from adfunnel.sim.day import DaySim
+from adfunnel.sim.day_track import RENDER_RATE, Track, mean_expected
 from adfunnel.sim.scenarios import SimCampaign, scenarios
 
 #: Traffic allows the budget when the spend reachable at p = 1 is at least this multiple

@@ -298,7 +298,7 @@ class FillStage:
                                 view: ColumnsView, now: datetime, decision: Decision, seed: int,
                                 plans: dict[int, CapPlan]) -> None:
         """The reference path's capped auction
-        (:meth:`~adfunnel.serving.reference.ReferenceDecider._auction_capped`) on the
+        (:meth:`~adfunnel.serving.reference_auction.ReferenceAuction._auction_capped`) on the
         arrays: winners refused at count leave the arrays and the auction runs again
         (reason counts of the last round)."""
         gate = self.caps

@@ -200,7 +200,7 @@ class GatingStage:
                              decision: Decision,
                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, CapPlan]]:
         """The reference path's cap screen
-        (:meth:`~adfunnel.serving.reference.ReferenceDecider._screen_caps`) on the arrays:
+        (:meth:`~adfunnel.serving.reference_filter.ReferenceFilter._screen_caps`) on the arrays:
         the candidates with caps screened with one read, the others untouched; reasons
         counted. ``pending`` (a flag per candidate) is filtered with them."""
         gate = self.caps

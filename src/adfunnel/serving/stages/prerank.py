@@ -131,8 +131,9 @@ class PrerankStage:
 
     def _rotate(self, ids: np.ndarray, camp: np.ndarray, shape: np.ndarray,
                 pctr: np.ndarray, seen: np.ndarray, placement: str) -> None:
-        """:func:`~adfunnel.serving.reference.rotate_creatives` on the arrays: a campaign's
-        creatives of one shape, where one has counts, get the rotation pool's pCTRs."""
+        """:func:`~adfunnel.serving.reference_auction.rotate_creatives` on the arrays: a
+        campaign's creatives of one shape, where one has counts, get the rotation pool's
+        pCTRs."""
         key = camp * (int(shape.max()) + 1) + shape
         _, group, size = np.unique(key, return_inverse=True, return_counts=True)
         for g in np.unique(group[(size[group] > 1) & seen]):
