@@ -164,6 +164,7 @@ def _run(cfg: FleetConfig, url: str, procs: list[ManagedProcess]) -> dict[str, A
     for t in threads:
         t.join()
     time.sleep(cfg.billed_every_s + 1.0)  # last beacons reach the ledger and the service
+    _settle(api, ids)
     lags = {s.url: httpx.get(s.url + "/readyz", timeout=5).json() for s in alive}
     result = _report(cfg, api, ids, obs, events, t0, lags, states, latest)
     api.close()
@@ -204,6 +205,23 @@ def _wait_for_catalogs(procs: list[ManagedProcess], expected_ads: int) -> None:
             return
         time.sleep(0.05)
     raise RuntimeError("ad servers did not receive the campaigns in 10 s")
+
+
+def _settle(api: httpx.Client, ids: dict[str, int], timeout_s: float = 30.0) -> None:
+    """Waits until the campaigns' billed figures read the same twice, 2 s apart (at most
+    ``timeout_s``): on a loaded machine the tracker, aggregator and rollups can trail the
+    load's end by more than the fixed pause, and a report read early shows too little."""
+    def billed() -> list[int]:
+        return [api.get(f"/v1/campaigns/{cid}/report").json()["billed_micros"]
+                for cid in ids.values()]
+    deadline = time.time() + timeout_s
+    last = billed()
+    while time.time() < deadline:
+        time.sleep(2.0)
+        now = billed()
+        if now == last:
+            return
+        last = now
 
 
 def _at(t: float) -> None:
