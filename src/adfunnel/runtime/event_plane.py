@@ -142,11 +142,12 @@ def make_event_plane(
     on_billed: Callable[[LedgerEvent], None] | None = None,
     on_reversed: Callable[[LedgerEvent], None] | None = None,
     aggregate: bool | None = None, partitions: Sequence[int] | None = None,
-    on_lifetime_restored: Callable[[int], None] | None = None,
+    on_lifetime_restored: Callable[[int], None] | None = None, start: bool = True,
 ) -> EventPlane:
     """The event plane of one process (see the module docstring); the aggregator's
-    thread is started. ``aggregate`` overrides ``settings.aggregate``; ``partitions``
-    limits the aggregator to some partitions (None: all)."""
+    thread is started unless ``start`` is False (then :meth:`EventPlane.start` starts
+    it). ``aggregate`` overrides ``settings.aggregate``; ``partitions`` limits the
+    aggregator to some partitions (None: all)."""
     log = make_event_log(settings, clock)
     inline = settings.event_log_url is None
     aggregator = None
@@ -162,4 +163,5 @@ def make_event_plane(
                                 on_lifetime_restored=on_lifetime_restored)
     spool = (Spool(settings.spool_dir, settings.spool_max_bytes)
              if settings.spool_dir and not inline else None)
-    return EventPlane(log, EventPublisher(log, spool), aggregator, inline).start()
+    plane = EventPlane(log, EventPublisher(log, spool), aggregator, inline)
+    return plane.start() if start else plane
