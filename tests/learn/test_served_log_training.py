@@ -19,6 +19,7 @@ from adfunnel.learn.train import train
 from adfunnel.prediction.features import candidate_tokens, request_tokens
 from adfunnel.runtime.asgi import build_app
 from adfunnel.runtime.embedded import build_runtime
+from adfunnel.serving.request import MAX_DEADLINE_MS
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS
 from tests.serving.conftest import START
@@ -42,7 +43,8 @@ def test_a_served_log_and_its_ledger_train_a_model(tmp_path: Path) -> None:
         cids = [make_campaign(client, bid_type="CPC", objective="clicks",
                               bid_micros=1_000_000)["campaign"]["id"] for _ in range(2)]
         for n in range(200):  # two slots: each campaign wins one (one ad per campaign)
-            r = client.post("/v1/ads:select", json=ad_request(request_id=f"r{n}", slots=SLOTS))
+            r = client.post("/v1/ads:select", json=ad_request(request_id=f"r{n}", slots=SLOTS,
+                                                                  deadline_ms=MAX_DEADLINE_MS))
             assert r.status_code == 200, r.text
             for k, ad in enumerate(r.json()["ads"]):
                 if (n + k) % 10 == 9:
@@ -94,7 +96,8 @@ def test_ope_reads_the_served_logs_propensities_and_the_ledgers_clicks(tmp_path:
         ads = [make_campaign(client, bid_type="CPC", objective="clicks",
                              bid_micros=bid)["ad"]["id"] for bid in (1_000_000, 900_000)]
         for n in range(300):
-            r = client.post("/v1/ads:select", json=ad_request(request_id=f"r{n}"))
+            r = client.post("/v1/ads:select", json=ad_request(request_id=f"r{n}",
+                                                                  deadline_ms=MAX_DEADLINE_MS))
             [ad] = r.json()["ads"]
             assert client.get(ad["impression_url"]).status_code == 204
             shown += 1
@@ -132,7 +135,8 @@ def test_a_conversion_model_learns_from_the_clicks_and_their_conversions(
         cids = [make_campaign(client, bid_type="CPA", objective="conversions",
                               bid_micros=5_000_000)["campaign"]["id"] for _ in range(2)]
         for n in range(300):
-            r = client.post("/v1/ads:select", json=ad_request(request_id=f"r{n}", slots=SLOTS))
+            r = client.post("/v1/ads:select", json=ad_request(request_id=f"r{n}", slots=SLOTS,
+                                                                  deadline_ms=MAX_DEADLINE_MS))
             for ad in r.json()["ads"]:
                 assert client.get(ad["impression_url"]).status_code == 204
                 if rng.random() < 0.5:  # every ad is clicked alike ...
