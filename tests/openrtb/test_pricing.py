@@ -115,3 +115,15 @@ def test_a_price_in_our_currency_is_the_exact_decimal_rounded_to_the_nearest_flo
         exact = float(Decimal(micros).scaleb(-6))
         assert spec_price(micros) == exact, micros
         assert spec_price(micros, Decimal("1.000")) == exact, micros
+
+
+def test_a_bid_at_the_floor_is_bid() -> None:
+    """OpenRTB's ``bidfloor`` is the minimum bid: a bid equal to it may win. Breaks if the
+    floor check drops it (tried: ``price <= terms.floor_micros`` in ``reprice``: no
+    bid, ``below_floor``)."""
+    decision = Decision("r", [_placed(BidType.CPM, 2_500_000)], [], 1)
+    reasons = {"imp-1": "no_fill"}
+    prices = reprice(decision, _mapped(2.5), key=KEY, token_ttl_s=3600, release=None,
+                     now=NOW, billable_event="notice", reasons=reasons)
+    assert prices == {"imp-1": 2_500_000}
+    assert reasons == {"imp-1": "no_fill"}
