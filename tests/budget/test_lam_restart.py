@@ -10,14 +10,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+import numpy as np
 import pytest
 from sqlalchemy import Engine, func, select, update
 
 from adfunnel.billing.sql_ledger import SqlLedger
-from adfunnel.budget.kept_lams import LAM_SAVE_S
+from adfunnel.budget.kept_lams import KEEP_DAYS, LAM_SAVE_S, KeptLams, SqlLamStore
 from adfunnel.budget.lam_resume import HEARD_WITHIN_S
 from adfunnel.budget.multiplier_tables import budget_multipliers
-from adfunnel.budget.multipliers import START_LAMBDA
+from adfunnel.budget.multipliers import LAM_SLOTS, START_LAMBDA
 from adfunnel.budget.process import BudgetServiceProcess
 from adfunnel.budget.protocol import CampaignSpend, Report, ReportEntry
 from adfunnel.campaigns.migrate import upgrade
@@ -298,3 +299,22 @@ def test_the_integral_leaks_over_the_time_down(world: World) -> None:
         got = float(q.service._rows.lam_integral[row])
     assert got == pytest.approx(integral * math.exp(-gap / DEFAULT_GAINS.leak_s), rel=1e-9)
     q.stop()
+
+
+def test_the_running_service_drops_days_past_keeping(world: World) -> None:
+    """The table keeps ``KEEP_DAYS`` days before today: the process's writes drop older
+    ones (once a UTC day). Breaks if the process never asks (tried: the ``forget`` call
+    removed from ``save_lams``: the row of 3 days ago stays)."""
+    old = NOW.date() - timedelta(days=KEEP_DAYS + 1)
+    one = np.array
+    SqlLamStore(world.engine).save(KeptLams(
+        one([world.cid], dtype=np.int64), one([old.toordinal()], dtype=np.int64),
+        one([5.0]), one([0.0]), one([-1.0]), one([-1.0]), one([-1.0]),
+        one([NOW.timestamp() - 3 * 86_400]), one([SINCE.timestamp()]),
+        np.full((1, LAM_SLOTS), np.nan, dtype=np.float32)))
+    p = _start(world)
+    _run(p, world.cid, 3, 0)
+    p.stop()
+    with world.engine.connect() as conn:
+        days = conn.execute(select(budget_multipliers.c.day)).scalars().all()
+    assert days == [NOW.date()]
