@@ -318,3 +318,23 @@ def test_the_running_service_drops_days_past_keeping(world: World) -> None:
     with world.engine.connect() as conn:
         days = conn.execute(select(budget_multipliers.c.day)).scalars().all()
     assert days == [NOW.date()]
+
+
+def test_a_restart_late_in_the_next_day_takes_yesterdays_late_quarter(
+        world: World) -> None:
+    """The nearest quarter hour is the one of the time of day now: restarted at 23:50
+    the next day, the day starts from yesterday's λ of 23:45–24:00, not of 12:00.
+    Breaks if the quarter is not the time of day (tried: ``q = 0`` in
+    ``_resume_kept``: the earliest kept quarter, 12:00's λ)."""
+    p = _start(world)
+    _run(p, world.cid, 20, 0)
+    noonish = _lam(p, world.cid)
+    p.clock.set(datetime(2026, 10, 20, 23, 59, tzinfo=UTC))
+    _run(p, world.cid, 3, 0)
+    late = _lam(p, world.cid)
+    assert late < noonish
+    p.stop()
+    p.clock.set(datetime(2026, 10, 21, 23, 50, tzinfo=UTC))
+    q = _start(world)
+    assert _lam(q, world.cid) == pytest.approx(late, rel=1e-6)  # float32 quarters
+    q.stop()
