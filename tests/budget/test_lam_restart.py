@@ -338,3 +338,20 @@ def test_a_restart_late_in_the_next_day_takes_yesterdays_late_quarter(
     q = _start(world)
     assert _lam(q, world.cid) == pytest.approx(late, rel=1e-6)  # float32 quarters
     q.stop()
+
+
+def test_a_restart_after_a_day_down_starts_from_the_latest_kept_lambda(
+        world: World) -> None:
+    """Down the whole of the next day (no yesterday kept), a restart starts the day from
+    the campaign's latest kept λ, not from 10⁴. Breaks if the kept λ is not the
+    campaign's latest (tried: ``s.lam_last[slot] = kept.lam[i]`` removed from
+    ``resume_multipliers``: λ 10⁴)."""
+    p = _start(world)
+    _run(p, world.cid, 20, 0)
+    lam = _lam(p, world.cid)
+    assert lam < START_LAMBDA
+    p.stop()
+    p.clock.set(datetime(2026, 10, 22, 12, 0, tzinfo=UTC))
+    q = _start(world)
+    assert _lam(q, world.cid) == lam
+    q.stop()
