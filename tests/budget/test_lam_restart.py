@@ -5,17 +5,20 @@ value, and a new day still starts from yesterday's λ at the nearest quarter hou
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+import numpy as np
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, update
 
 from adfunnel.billing.sql_ledger import SqlLedger
-from adfunnel.budget.kept_lams import LAM_SAVE_S
+from adfunnel.budget.kept_lams import KEEP_DAYS, LAM_SAVE_S, KeptLams, SqlLamStore
+from adfunnel.budget.lam_resume import HEARD_WITHIN_S
 from adfunnel.budget.multiplier_tables import budget_multipliers
-from adfunnel.budget.multipliers import START_LAMBDA
+from adfunnel.budget.multipliers import LAM_SLOTS, START_LAMBDA
 from adfunnel.budget.process import BudgetServiceProcess
 from adfunnel.budget.protocol import CampaignSpend, Report, ReportEntry
 from adfunnel.campaigns.migrate import upgrade
@@ -23,6 +26,7 @@ from adfunnel.campaigns.model import BidType, Objective
 from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import ManualClock
 from adfunnel.db import make_engine
+from adfunnel.pacing.bid_multiplier import DEFAULT_GAINS, LAMBDA_MIN
 
 NOW = datetime(2026, 10, 20, 12, 0, tzinfo=UTC)
 SINCE = NOW - timedelta(hours=3)
@@ -233,3 +237,121 @@ def test_a_failed_write_is_retried_at_the_next(world: World) -> None:
     p.lams.save = save  # type: ignore[method-assign]
     assert p.save_lams() == 1
     p.stop()
+
+
+def _kept_lam(w: World) -> float:
+    """The λ the table holds for the world's campaign (one campaign-day)."""
+    with w.engine.connect() as conn:
+        return conn.execute(select(budget_multipliers.c.lam)).scalar_one()
+
+
+def test_an_instance_the_servers_left_stops_writing_lambda(world: World) -> None:
+    """An instance the ad servers reported to, then left (they follow another now), keeps
+    stepping λ on no spend; once ``HEARD_WITHIN_S`` passed since the last report it writes
+    none of it, so it never overwrites what the servers' instance writes. Breaks if only
+    an instance never reported to is held back (tried: ``if not self._heard`` for the
+    ``HEARD_WITHIN_S`` test in ``kept_multipliers``: the λ of the step after the silence
+    is written)."""
+    p = _start(world)
+    _run(p, world.cid, 2, 0)
+    p.save_lams()
+    heard = _kept_lam(world)
+    assert heard == _lam(p, world.cid) < START_LAMBDA
+    world.clock.advance(HEARD_WITHIN_S + STEP_S)  # no report since
+    _tick(p)
+    assert _lam(p, world.cid) != heard  # it stepped
+    assert p.save_lams() == 0
+    p.stop()
+    assert _kept_lam(world) == heard
+
+
+def test_a_corrupt_kept_lambda_resumes_in_range(world: World) -> None:
+    """A kept λ under 1 (a corrupt row) would bid above the value: the read-back clamps
+    it. Breaks if ``SqlLamStore.load`` takes λ as stored (tried: ``clamp_lambda``
+    removed: λ 0.25 published, bids 4 × the value)."""
+    p = _start(world)
+    _run(p, world.cid, 20, 0)
+    p.stop()
+    with world.engine.begin() as conn:
+        conn.execute(update(budget_multipliers).values(lam=0.25))
+    q = _start(world)
+    assert _published(q, world.cid) == _lam(q, world.cid) == LAMBDA_MIN
+    q.stop()
+
+
+def test_the_integral_leaks_over_the_time_down(world: World) -> None:
+    """The controller's integral, resumed after the service was down, has leaked as it
+    would between steps (``exp(-gap / leak_s)``). Breaks if it is resumed as kept
+    (tried: the leak dropped in ``_resume_row``: the integral of 10 minutes earlier)."""
+    p = _start(world)
+    _run(p, world.cid, 20, 0)
+    _run(p, world.cid, 2, 11_000)
+    with p.lock:
+        row = p.service.current(world.cid, p.clock.now().timestamp()).row
+        integral = float(p.service._rows.lam_integral[row])
+    assert integral != 0.0
+    p.stop()
+    gap = 600.0
+    world.clock.advance(gap)
+    q = _start(world)
+    with q.lock:
+        row = q.service.current(world.cid, q.clock.now().timestamp()).row
+        got = float(q.service._rows.lam_integral[row])
+    assert got == pytest.approx(integral * math.exp(-gap / DEFAULT_GAINS.leak_s), rel=1e-9)
+    q.stop()
+
+
+def test_the_running_service_drops_days_past_keeping(world: World) -> None:
+    """The table keeps ``KEEP_DAYS`` days before today: the process's writes drop older
+    ones (once a UTC day). Breaks if the process never asks (tried: the ``forget`` call
+    removed from ``save_lams``: the row of 3 days ago stays)."""
+    old = NOW.date() - timedelta(days=KEEP_DAYS + 1)
+    one = np.array
+    SqlLamStore(world.engine).save(KeptLams(
+        one([world.cid], dtype=np.int64), one([old.toordinal()], dtype=np.int64),
+        one([5.0]), one([0.0]), one([-1.0]), one([-1.0]), one([-1.0]),
+        one([NOW.timestamp() - 3 * 86_400]), one([SINCE.timestamp()]),
+        np.full((1, LAM_SLOTS), np.nan, dtype=np.float32)))
+    p = _start(world)
+    _run(p, world.cid, 3, 0)
+    p.stop()
+    with world.engine.connect() as conn:
+        days = conn.execute(select(budget_multipliers.c.day)).scalars().all()
+    assert days == [NOW.date()]
+
+
+def test_a_restart_late_in_the_next_day_takes_yesterdays_late_quarter(
+        world: World) -> None:
+    """The nearest quarter hour is the one of the time of day now: restarted at 23:50
+    the next day, the day starts from yesterday's λ of 23:45–24:00, not of 12:00.
+    Breaks if the quarter is not the time of day (tried: ``q = 0`` in
+    ``_resume_kept``: the earliest kept quarter, 12:00's λ)."""
+    p = _start(world)
+    _run(p, world.cid, 20, 0)
+    noonish = _lam(p, world.cid)
+    p.clock.set(datetime(2026, 10, 20, 23, 59, tzinfo=UTC))
+    _run(p, world.cid, 3, 0)
+    late = _lam(p, world.cid)
+    assert late < noonish
+    p.stop()
+    p.clock.set(datetime(2026, 10, 21, 23, 50, tzinfo=UTC))
+    q = _start(world)
+    assert _lam(q, world.cid) == pytest.approx(late, rel=1e-6)  # float32 quarters
+    q.stop()
+
+
+def test_a_restart_after_a_day_down_starts_from_the_latest_kept_lambda(
+        world: World) -> None:
+    """Down the whole of the next day (no yesterday kept), a restart starts the day from
+    the campaign's latest kept λ, not from 10⁴. Breaks if the kept λ is not the
+    campaign's latest (tried: ``s.lam_last[slot] = kept.lam[i]`` removed from
+    ``resume_multipliers``: λ 10⁴)."""
+    p = _start(world)
+    _run(p, world.cid, 20, 0)
+    lam = _lam(p, world.cid)
+    assert lam < START_LAMBDA
+    p.stop()
+    p.clock.set(datetime(2026, 10, 22, 12, 0, tzinfo=UTC))
+    q = _start(world)
+    assert _lam(q, world.cid) == lam
+    q.stop()

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from adfunnel.billing.model import EventType, LedgerEvent
+from adfunnel.billing.sql_ledger import SqlLedger
 from adfunnel.clock import ManualClock
-from adfunnel.learn.shading_fit import fit_release
+from adfunnel.learn.shading_fit import fit_release, notice_prices
 from adfunnel.runtime.embedded import build_runtime
 from adfunnel.settings import SettingsError, load_settings
 from tests.learn.test_shading_fit import _record, _write
@@ -95,3 +97,53 @@ def test_the_period_and_its_inputs_are_checked_at_start_up(tmp_path: Path) -> No
         load_settings(shading_fit_s=HOUR)
     assert "served_log_dir and shading_release_dir" in str(err.value)
     assert load_settings().shading_fit_s is None  # off by default: the command only
+
+
+def test_the_scheduled_fit_reads_the_ledgers_notices(tmp_path: Path) -> None:
+    """The exchange's loss notices (a minimum bid to win) in the server's own ledger
+    replace the served log's price to beat, as ``--database-url`` makes the command do.
+    Breaks if the job fits without them (tried: ``notices=None`` in ``ShadingFitJob.run``:
+    the release of the served log alone is registered)."""
+    served = tmp_path / "served"
+    at = START - timedelta(hours=2)
+    _prices(served, 0, at, 1_000.0)
+    settings = _settings(tmp_path, shading_fit_s=HOUR, shading_min_observations=50,
+                         shading_release_dir=str(tmp_path / "releases"))
+    clock = ManualClock(START)
+    rt = build_runtime(settings, clock, seed=1)
+    try:
+        ledger = SqlLedger(rt.engine)
+        for i in range(0, 300, 2):  # every other bid lost to 25.00 CPM
+            ledger.record(LedgerEvent(
+                impression_id=f"imp{i}", event_type=EventType.LOSS, campaign_id=1, ad_id=1,
+                placement="feed", billing_type="CPM", charge_micros=0,
+                occurred_at=at + timedelta(seconds=i + 1), day=at.date(), served_at=at,
+                expected_micros=0, notice_micros=25_000_000), 0)
+        clock.advance(HOUR)
+        since = clock.now() - timedelta(days=7)
+        with_notices = fit_release(served, since, clock.now(), min_observations=50,
+                                   notices=notice_prices(rt.engine, since)).version
+        alone = fit_release(served, since, clock.now(), min_observations=50).version
+        assert with_notices != alone
+        assert rt.decider.shading is not None
+        assert rt.decider.shading.version == with_notices
+    finally:
+        rt.close()
+
+
+def test_prices_older_than_the_window_are_not_fitted(tmp_path: Path) -> None:
+    """Only the last ``shading_fit_days`` of the served log are fitted. Breaks if the
+    window is not kept (tried: ``days * 1000`` in ``ShadingFitJob.run``: the prices of
+    8 days ago are fitted and registered)."""
+    served = tmp_path / "served"
+    _prices(served, 0, START - timedelta(days=8), 1_000.0)
+    settings = _settings(tmp_path, shading_fit_s=HOUR, shading_min_observations=50,
+                         shading_release_dir=str(tmp_path / "releases"))
+    clock = ManualClock(START)
+    rt = build_runtime(settings, clock, seed=1)
+    try:
+        clock.advance(HOUR)
+        assert rt.decider.shading is None
+        assert [m for m in rt.store.list_models() if m.target == "shading"] == []
+    finally:
+        rt.close()

@@ -115,3 +115,39 @@ def test_a_price_in_our_currency_is_the_exact_decimal_rounded_to_the_nearest_flo
         exact = float(Decimal(micros).scaleb(-6))
         assert spec_price(micros) == exact, micros
         assert spec_price(micros, Decimal("1.000")) == exact, micros
+
+
+def test_a_bid_at_the_floor_is_bid() -> None:
+    """OpenRTB's ``bidfloor`` is the minimum bid: a bid equal to it may win. Breaks if the
+    floor check drops it (tried: ``price <= terms.floor_micros`` in ``reprice``: no
+    bid, ``below_floor``)."""
+    decision = Decision("r", [_placed(BidType.CPM, 2_500_000)], [], 1)
+    reasons = {"imp-1": "no_fill"}
+    prices = reprice(decision, _mapped(2.5), key=KEY, token_ttl_s=3600, release=None,
+                     now=NOW, billable_event="notice", reasons=reasons)
+    assert prices == {"imp-1": 2_500_000}
+    assert reasons == {"imp-1": "no_fill"}
+
+
+def test_a_campaigns_bids_of_one_decision_fit_its_budget_together() -> None:
+    """Two winners of one campaign in one decision: each bid's worst cost (2,500 micros)
+    fits the 4,000 left alone, not both together, so the second is dropped
+    (``budget_exhausted``). Breaks if each is judged alone (tried: ``worst`` without
+    ``held.get(p.campaign.id, 0)`` in ``reprice``: both bid, 5,000 in flight)."""
+    body = banner_request(imp=[{"id": f"imp-{i}", "banner": {"w": 300, "h": 250},
+                                "bidfloor": 0.5} for i in (1, 2)])
+    mapped = map_request(decode_bid_request(msgspec.json.encode(body)), MappingConfig())
+    decision = Decision("r", [_placed(BidType.CPM, 2_500_000, slot=f"imp-{i}")
+                              for i in (1, 2)], [], 1)
+    asked: list[int] = []
+
+    def room(_c: Campaign, micros: int) -> bool:
+        asked.append(micros)
+        return micros <= 4_000
+
+    reasons = {"imp-1": "no_fill", "imp-2": "no_fill"}
+    prices = reprice(decision, mapped, key=KEY, token_ttl_s=3600, release=None, now=NOW,
+                     billable_event="notice", room=room, reasons=reasons)
+    assert prices == {"imp-1": 2_500_000}
+    assert asked == [2_500, 5_000]
+    assert reasons == {"imp-1": "no_fill", "imp-2": "budget_exhausted"}

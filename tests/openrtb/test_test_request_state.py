@@ -19,6 +19,7 @@ from adfunnel.budget.embedded import InProcessBudget
 from adfunnel.clock import ManualClock
 from adfunnel.runtime.asgi import build_app
 from adfunnel.runtime.embedded import Runtime, build_runtime
+from adfunnel.serving.dry_run import unobserved
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 from tests.openrtb.conftest import START, banner_campaign, banner_request
@@ -126,3 +127,23 @@ def test_a_test_request_leaves_every_counter_as_it_found_it(
     for key in ("eligible", "supply", "caps", "placements", "sample", "rng"):
         assert after[key] != before[key], key
     assert len(recorded) == 1
+
+
+def test_a_dry_runs_round_of_slice_asks_asks_nothing(service_client: TestClient,
+                                                     service_runtime: Runtime) -> None:
+    """On the system clock the funnel asks the pending campaigns' slices in one round
+    (``ask_many``; the manual clock of the test above asks one at a time, ``admit``):
+    under a dry run that round is :func:`dry_admit` for each campaign — a campaign never
+    served (metered, no slice) is supposed granted, and nothing is asked or noted. Breaks
+    if the round reaches the real gate (tried: ``DryGate.ask_many`` returning
+    ``self._real.ask_many(...)``: the campaign's demand noted and a slice asked for)."""
+    rt = service_runtime
+    banner_campaign(service_client, bid_micros=2_500_000)
+    campaigns = list(rt.catalog.campaigns.values())
+    assert campaigns
+    before = _state(rt)
+    with unobserved(rt.decider):
+        gate = rt.decider.gate
+        assert gate.ask_many(campaigns, START, [2_500] * len(campaigns)) == [None] * len(
+            campaigns)
+    assert _state(rt) == before

@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import adfunnel.serving.decision as decision_module
+from adfunnel.campaigns.model import BidType
 from adfunnel.tracking.token import TokenClaims, verify
 from tests.openrtb.conftest import START, banner_campaign, banner_request
 from tests.serving.helpers import ad_request
@@ -72,3 +73,16 @@ def test_a_select_winner_is_signed_once_and_says_the_same(client: TestClient,
         500_000, "CPM", "rendered")
     for name in ("impression_url", "click_url", "viewable_url"):
         assert ad[name].endswith(f"?t={ad['token']}")
+
+
+def test_the_signing_key_is_never_shown() -> None:
+    """A winner holds the token key until its token is first read (signed lazily); its
+    ``repr`` (logs, tracebacks, the test runner's diffs) must not show it: whoever had
+    the key could sign tokens that bill. Breaks if the key is in the repr (tried:
+    ``repr=True`` on ``Placed.token_key``)."""
+    from tests.openrtb.test_pricing import _placed  # a winner signed under b"old-key"
+
+    placed = _placed(BidType.CPM, BID)
+    assert "old-key" not in repr(placed)
+    placed.token  # noqa: B018 (signed: the key is still held)
+    assert "old-key" not in repr(placed)

@@ -338,3 +338,17 @@ def test_a_house_ads_notice_is_counted_and_never_appended(world: World) -> None:
     assert world.get(url) == (204, {})
     assert world.appended() == []
     assert world.tracker.counts()["notice_bill_house"] == 1
+
+
+def test_an_impression_a_beacon_bills_is_not_counted_a_billing_notice(world: World) -> None:
+    """``adfunnel_rtb_notices_total{notice="bill"}`` counts billing notices only: an
+    impression billed by the markup's ``/i`` (``exchange_beacon``) or by an ordinary
+    serve's beacon (``rendered``) bills without counting one. Breaks if the aggregator
+    tallies every impression (tried: ``if True:`` for ``if event.billing_notice:`` in
+    ``Aggregator._after``: billed +2)."""
+    before = counted("bill", "billed")
+    exchange = notice_urls(token("imp-b", billable_event="exchange_beacon")).impression
+    assert world.get(path(exchange, AUCTION_PRICE="1.5"))[0] == 204
+    assert world.get(f"/i?t={token('imp-r', billable_event='rendered')}")[0] == 204
+    assert world.billed() == 1_500 + BID // 1000
+    assert counted("bill", "billed") == before
