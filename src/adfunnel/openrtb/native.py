@@ -6,7 +6,8 @@ a separate spec), and the native response our bid carries as ``adm``.
 (``type`` 1 sponsored / 2 description / 12 call to action, ``len``), ``video``).
 Read leniently: a request text that is not JSON (or nests deeper than 64 levels), or
 assets of an unknown shape, give no assets (the imp gets no bid, ``no_markup``), never
-a refusal (nor a 500). The slot's size is the main image's ``w``×``h`` (:func:`native_size`); none: no slot (``no_size``).
+a refusal (nor a 500). The slot's size is the main image's ``w``×``h``
+(:func:`native_size`); none: no slot (``no_size``).
 
 **Response** (:func:`native_adm`): from the ad's native creative (title, body, sponsor,
 call to action, image, icon), each asset by the id the request gave it, texts cut to
