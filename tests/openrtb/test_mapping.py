@@ -109,6 +109,21 @@ def test_the_placement_is_the_operators_where_configured() -> None:
                                           b'"h":1}}]}'), EUR).select.placement.id == "openrtb"
 
 
+
+def test_a_name_holding_nul_is_no_placement_domain_or_user_key() -> None:
+    """A ``tagid`` (or site id, domain, user id) holding NUL is passed over as a too long
+    one is: the placement rides in the bid's token into the ledger, and PostgreSQL refuses
+    NUL in text (one billing notice of such a bid failed every aggregator batch it was in,
+    retried forever: nothing billed after it). Breaks if ``_placement_id`` or ``_short``
+    keep NUL (tried: the NUL test removed from ``_placement_id``: placement "a\x00b")."""
+    imp = [{"id": "i", "tagid": "a\x00b", "banner": {"w": 300, "h": 250}}]
+    mapped = _map(config=MappingConfig(), imp=imp, site={"id": "s\x00", "domain": "d\x00.test"},
+                  user={"id": "u\x00"})
+    assert mapped.select.placement.id == "openrtb"
+    assert mapped.select.placement.domain is None and mapped.select.user.key is None
+    assert _map(config=MappingConfig(), imp=imp, site={"id": "site-1"}
+                ).select.placement.id == "site-1"
+
 def test_slot_ids_stay_unique_and_short() -> None:
     """Breaks if a long imp id's slot id can meet another imp's (tried: ``f"#{i}"`` only
     for ids over 64 characters, without the ``#`` rule: "#1" twice)."""

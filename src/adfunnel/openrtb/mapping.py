@@ -340,7 +340,8 @@ def _site_names(req: BidRequest) -> list[str | None]:
 
 def _placement_id(req: BidRequest, indexes: list[int], config: MappingConfig) -> str:
     names = [req.imp[i].tagid for i in indexes] + _site_names(req)
-    given = [n for n in names if n and len(n) <= MAX_ID_CHARS["placement.id"]]
+    given = [n for n in names  # a NUL would reach the ledger, which PostgreSQL refuses
+             if n and len(n) <= MAX_ID_CHARS["placement.id"] and "\x00" not in n]
     return next((n for n in given if config.has_placement(n)),
                 given[0] if given else FALLBACK_PLACEMENT)
 
@@ -364,5 +365,6 @@ def _host(page: str | None) -> str | None:
 
 
 def _short(text: str | None, limit: int) -> str | None:
-    """``text`` when it is non-empty and at most ``limit`` characters, else None."""
-    return text if text and len(text) <= limit else None
+    """``text`` when it is non-empty, at most ``limit`` characters and free of NUL, else
+    None."""
+    return text if text and len(text) <= limit and "\x00" not in text else None
