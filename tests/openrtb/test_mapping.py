@@ -18,6 +18,7 @@ from adfunnel.openrtb.mapping import (
     map_request,
 )
 from adfunnel.openrtb.request import decode_bid_request
+from adfunnel.openrtb.response import NBR_CODES
 from tests.openrtb.conftest import banner_request
 
 EUR = MappingConfig(rates={"EUR": Decimal("1.08")})
@@ -76,6 +77,21 @@ def test_what_cannot_bid_gets_a_reason() -> None:
     refused = _map(cur=["EUR"])
     assert refused.select is None and refused.no_bid == {"imp-1": CURRENCY_NOT_ACCEPTED}
 
+
+
+def test_a_deals_only_imp_gets_no_slot() -> None:
+    """``pmp.private_auction = 1``: bids are restricted to the imp's deals (OpenRTB 2.6
+    §3.2.11), and we bid in none, so the imp gets no slot (``deals_only``, nbr 512); an
+    open pmp still bids. Breaks if ``private_auction`` is ignored (tried: the check
+    removed from ``_imp_terms``: a bid the exchange must discard, whose worst cost stays
+    in flight and whose frequency-cap count stays spent until its token expires)."""
+    deals = {"deals": [{"id": "d1", "bidfloor": 1.0}]}
+    imps = [{"id": "p", "banner": {"w": 300, "h": 250}, "pmp": {"private_auction": 1, **deals}},
+            {"id": "o", "banner": {"w": 300, "h": 250}, "pmp": {"private_auction": 0, **deals}}]
+    mapped = _map(imp=imps)
+    assert mapped.no_bid == {"p": "deals_only"}
+    assert [s.id for s in mapped.select.slots] == ["o"]
+    assert NBR_CODES["deals_only"] == 512
 
 def test_geography_device_and_deadline() -> None:
     """Breaks if the alpha-3 country is passed through (tried: ``alpha2`` returning its
