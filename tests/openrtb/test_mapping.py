@@ -18,6 +18,7 @@ from adfunnel.openrtb.mapping import (
     map_request,
 )
 from adfunnel.openrtb.request import decode_bid_request
+from adfunnel.openrtb.response import NBR_CODES
 from tests.openrtb.conftest import banner_request
 
 EUR = MappingConfig(rates={"EUR": Decimal("1.08")})
@@ -77,6 +78,21 @@ def test_what_cannot_bid_gets_a_reason() -> None:
     assert refused.select is None and refused.no_bid == {"imp-1": CURRENCY_NOT_ACCEPTED}
 
 
+
+def test_a_deals_only_imp_gets_no_slot() -> None:
+    """``pmp.private_auction = 1``: bids are restricted to the imp's deals (OpenRTB 2.6
+    §3.2.11), and we bid in none, so the imp gets no slot (``deals_only``, nbr 512); an
+    open pmp still bids. Breaks if ``private_auction`` is ignored (tried: the check
+    removed from ``_imp_terms``: a bid the exchange must discard, whose worst cost stays
+    in flight and whose frequency-cap count stays spent until its token expires)."""
+    deals = {"deals": [{"id": "d1", "bidfloor": 1.0}]}
+    imps = [{"id": "p", "banner": {"w": 300, "h": 250}, "pmp": {"private_auction": 1, **deals}},
+            {"id": "o", "banner": {"w": 300, "h": 250}, "pmp": {"private_auction": 0, **deals}}]
+    mapped = _map(imp=imps)
+    assert mapped.no_bid == {"p": "deals_only"}
+    assert [s.id for s in mapped.select.slots] == ["o"]
+    assert NBR_CODES["deals_only"] == 512
+
 def test_geography_device_and_deadline() -> None:
     """Breaks if the alpha-3 country is passed through (tried: ``alpha2`` returning its
     input: ``USA`` reaches ``geo.country``), or ``tmax`` is not the deadline."""
@@ -108,6 +124,21 @@ def test_the_placement_is_the_operators_where_configured() -> None:
     assert map_request(decode_bid_request(b'{"id":"r","imp":[{"id":"i","banner":{"w":1,'
                                           b'"h":1}}]}'), EUR).select.placement.id == "openrtb"
 
+
+
+def test_a_name_holding_nul_is_no_placement_domain_or_user_key() -> None:
+    """A ``tagid`` (or site id, domain, user id) holding NUL is passed over as a too long
+    one is: the placement rides in the bid's token into the ledger, and PostgreSQL refuses
+    NUL in text (one billing notice of such a bid failed every aggregator batch it was in,
+    retried forever: nothing billed after it). Breaks if ``_placement_id`` or ``_short``
+    keep NUL (tried: the NUL test removed from ``_placement_id``: placement "a\x00b")."""
+    imp = [{"id": "i", "tagid": "a\x00b", "banner": {"w": 300, "h": 250}}]
+    mapped = _map(config=MappingConfig(), imp=imp, site={"id": "s\x00", "domain": "d\x00.test"},
+                  user={"id": "u\x00"})
+    assert mapped.select.placement.id == "openrtb"
+    assert mapped.select.placement.domain is None and mapped.select.user.key is None
+    assert _map(config=MappingConfig(), imp=imp, site={"id": "site-1"}
+                ).select.placement.id == "site-1"
 
 def test_slot_ids_stay_unique_and_short() -> None:
     """Breaks if a long imp id's slot id can meet another imp's (tried: ``f"#{i}"`` only

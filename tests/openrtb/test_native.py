@@ -71,3 +71,18 @@ def test_a_required_asset_we_cannot_fill_is_no_bid(client: TestClient) -> None:
     request = _native_request([*ASSETS, {"id": 9, "required": 1, "video": {"mimes": ["v"]}}])
     r = client.post("/openrtb2/bid?nbr=1", json=request)
     assert r.json()["ext"]["adfunnel"]["reasons"] == {"n1": "no_markup"}, r.text
+
+
+def test_a_deeply_nested_native_request_is_no_markup_not_a_500(client: TestClient) -> None:
+    """A native request nested deeper than the decoder's recursion (a string inside the
+    bid request, so the body's own depth check never sees its brackets) is unreadable:
+    no bid, ``no_markup``, never a 500. Breaks if ``native_assets`` decodes it without
+    bounding its depth (tried: the ``nesting_problem`` check removed: ``RecursionError``
+    from msgspec, a 500 over HTTP)."""
+    deep = '{"assets": ' + "[" * 5000 + "]" * 5000 + "}"
+    assert native_assets(deep) is None
+    make_campaign(client, bid_micros=2_000_000, ad=NATIVE_AD)
+    request = banner_request(imp=[{"id": "n1", "native": {"request": deep}}])
+    r = client.post("/openrtb2/bid?nbr=1", json=request)
+    assert r.status_code == 200, r.text
+    assert r.json()["ext"]["adfunnel"]["reasons"] == {"n1": "no_markup"}

@@ -33,3 +33,21 @@ def test_exchange_rates_must_be_positive_iso_codes() -> None:
         load_settings(database_url="sqlite://", openrtb_exchange_rates={"EUR": "0"})
     s = load_settings(database_url="sqlite://", openrtb_exchange_rates={"EUR": "1.08"})
     assert str(s.openrtb_exchange_rates["EUR"]) == "1.08"
+
+
+def test_one_key_names_one_exchange(tmp_path: Path) -> None:
+    """Two exchanges given the same key could not be told apart (the last one would be
+    named for both: ``exchange`` targeting and reports misattributed), so the start is
+    refused naming them, never the key; across the file and the setting too. Breaks if
+    keys are not checked for repeats (tried: the ``seen`` check removed from
+    ``check_exchange_keys``: both settings load)."""
+    with pytest.raises(SettingsError) as err:
+        load_settings(database_url="sqlite://",
+                      openrtb_exchange_keys={"exA": "k" * 20, "exB": "k" * 20})
+    assert "exA" in str(err.value) and "exB" in str(err.value)
+    assert "k" * 20 not in str(err.value)
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"exC": "k" * 20}))
+    with pytest.raises(SettingsError, match="exC"):
+        load_settings(database_url="sqlite://", openrtb_exchange_keys={"exA": "k" * 20},
+                      openrtb_exchange_keys_file=str(path))

@@ -106,3 +106,17 @@ def test_control_characters_and_host_time_zone_refused(client: TestClient) -> No
         "bid_micros": 1, "daily_budget_micros": 1, "time_zone": "localtime",
         "flight_start": "2026-07-01"})
     assert r.status_code == 422 and "time_zone" in _fields(r)
+
+
+def test_a_nul_in_an_id_is_refused_naming_it(client: TestClient) -> None:
+    """A select request's ids holding NUL are refused (422 naming each): the placement id
+    rides in the serve token into the ledger's rows, and PostgreSQL refuses NUL in text,
+    so one such beacon failed every aggregator batch it was in, retried forever: no later
+    impression billed (seen on a PostgreSQL store). Breaks if ``_check`` lets NUL through
+    (tried: its NUL test removed: 200 and an ad served for ``placement.id`` "p\\x00q")."""
+    make_campaign(client)
+    r = client.post("/v1/ads:select", json=ad_request(placement={"id": "p\x00q"},
+                                                      request_id="r\x00"))
+    assert r.status_code == 422, r.text
+    assert {"placement.id", "request_id"} <= set(_fields(r)), r.json()
+    assert client.post("/v1/ads:select", json=ad_request()).status_code == 200

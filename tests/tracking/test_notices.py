@@ -352,3 +352,22 @@ def test_an_impression_a_beacon_bills_is_not_counted_a_billing_notice(world: Wor
     assert world.get(f"/i?t={token('imp-r', billable_event='rendered')}")[0] == 204
     assert world.billed() == 1_500 + BID // 1000
     assert counted("bill", "billed") == before
+
+
+@pytest.mark.parametrize("billable_event", ["viewable", "rendered"])
+def test_an_ads_select_serves_token_is_no_bid_to_notify(world: World, billable_event: str) -> None:
+    """A serve token of ``ads:select`` (billed on ``/vi`` or ``/i``; every page that shows
+    the ad sees it) is no OpenRTB bid: its notices are refused naming ``t``, nothing is
+    appended, and its reservation stays in flight. Breaks if the desk takes any valid
+    token (tried: the ``RTB_BIDS`` check removed from ``_verify``: the page's loss
+    notice releases the serve's 1,800 in flight and writes a loss row with its own ``m``,
+    which the shading fit reads as the serve's price to beat)."""
+    world.bid()
+    urls = notice_urls(token(billable_event=billable_event))
+    for url in (path(urls.lurl, AUCTION_LOSS="102", AUCTION_MIN_TO_WIN="999999"),
+                path(urls.nurl, AUCTION_PRICE="0.001"), path(urls.burl, AUCTION_PRICE="1")):
+        status, body = world.get(url)
+        assert status == 400 and body["fields"][0]["field"] == "t", url
+    assert world.appended() == []
+    assert world.in_flight() == EXPECTED and world.billed() == 0
+    assert world.tracker.counts()["notice_loss_refused_not_a_bid"] == 1

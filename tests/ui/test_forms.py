@@ -27,6 +27,22 @@ def test_units_to_micros_names_the_field(text: str, problem: str) -> None:
     assert err.value.field == "daily_budget_micros" and problem in err.value.problem
 
 
+@pytest.mark.parametrize(("text", "problem"), [
+    ("1e999999999", "too large"), ("1" * 5_000, "too large"), ("1e-999999999", "6 decimals"),
+    ("0." + "0" * 5_000 + "1", "6 decimals"),
+])
+def test_absurd_amounts_are_a_field_problem_not_a_500(text: str, problem: str) -> None:
+    """A typed amount whose exponent or length is absurd (the Bidding form's cap, a
+    budget) is a problem of its field. Breaks if ``units_to_micros`` multiplies before
+    bounding it (tried: the ``adjusted()`` bound removed: ``decimal.Overflow`` and int
+    conversion's ``ValueError`` escape, a 500 on ``POST /ui/campaigns/{id}/bidding``),
+    or checks the decimals after a multiplication that underflows (``1e-999999999``
+    read as 0)."""
+    with pytest.raises(FieldProblem) as err:
+        units_to_micros(text, "bid_cap_micros")
+    assert err.value.field == "bid_cap_micros" and problem in err.value.problem
+
+
 @given(st.integers(min_value=0, max_value=10**15))
 def test_units_round_trip(micros: int) -> None:
     assert units_to_micros(micros_to_units(micros), "f") == micros

@@ -52,6 +52,16 @@ def test_goal_and_sale_fields_from_the_form() -> None:
     assert bad.value.field == "flight_budget_micros"
 
 
+
+def test_an_absurd_share_is_a_field_problem_not_a_500() -> None:
+    """Breaks if the share is divided or turned into a float unguarded (tried: the
+    ``ArithmeticError`` catch removed: ``1e999999999%`` raises ``decimal.Overflow``, a 500
+    on the sale form; the finiteness check removed: ``1e999999999`` is sent as ``inf``)."""
+    for share in ("1e999999999%", "1e999999999", "sNaN%", "-1e999999999"):
+        with pytest.raises(FieldProblem) as bad:
+            goal_from_form({"priority": "sponsorship", "goal_share": share})
+        assert bad.value.field == "goal.share", share
+
 def test_new_guaranteed_line_from_the_form_and_its_progress(
         rt: Runtime, client: TestClient, world: dict[str, Any]) -> None:  # noqa: F811
     log_in(client, world["key_a"])  # an advertiser may not sell itself a direct line

@@ -6,7 +6,8 @@ fill. Pure (no clock, no I/O): the endpoint hands in what it knows (:class:`Mapp
   catalogue holds ads of (``has_shape``), else the first; one per imp with only a
   ``native`` (format ``native``, sized by its main image asset: :mod:`.native`; an
   unreadable native request: ``no_markup``). An imp with only ``video`` or ``audio``
-  gets no slot (no bid, ``unsupported_media``): we hold no such creatives. No size, or
+  gets no slot (no bid, ``unsupported_media``): we hold no such creatives; nor does one
+  whose ``pmp.private_auction`` is 1 (``deals_only``: bids restricted to its deals). No size, or
   one over the select limit: no slot (``no_size``). Slot ids are
   the imp ids (``#<index>`` for one over 64 characters or starting with ``#``);
   positions run 1, 2, … over the imps that became slots, in request order; at most
@@ -83,6 +84,7 @@ TOO_MANY_IMPS = "too_many_imps"
 CURRENCY_NOT_ACCEPTED = "currency_not_accepted"
 TOO_MANY_BLOCKS = "too_many_blocks"
 NO_MARKUP = "no_markup"
+DEALS_ONLY = "deals_only"
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +194,8 @@ def _block_list(values: list[str]) -> list[str]:
 
 def _imp_terms(index: int, imp: Imp, config: MappingConfig) -> tuple[ImpTerms | None, str]:
     """The imp's slot terms, or None and the reason it gets no bid."""
+    if imp.pmp is not None and imp.pmp.private_auction == 1:
+        return None, DEALS_ONLY  # bids restricted to its deals, and we bid in none
     native = None
     if imp.banner is not None:
         found = _sizes(imp)
@@ -340,7 +344,8 @@ def _site_names(req: BidRequest) -> list[str | None]:
 
 def _placement_id(req: BidRequest, indexes: list[int], config: MappingConfig) -> str:
     names = [req.imp[i].tagid for i in indexes] + _site_names(req)
-    given = [n for n in names if n and len(n) <= MAX_ID_CHARS["placement.id"]]
+    given = [n for n in names  # a NUL would reach the ledger, which PostgreSQL refuses
+             if n and len(n) <= MAX_ID_CHARS["placement.id"] and "\x00" not in n]
     return next((n for n in given if config.has_placement(n)),
                 given[0] if given else FALLBACK_PLACEMENT)
 
@@ -364,5 +369,6 @@ def _host(page: str | None) -> str | None:
 
 
 def _short(text: str | None, limit: int) -> str | None:
-    """``text`` when it is non-empty and at most ``limit`` characters, else None."""
-    return text if text and len(text) <= limit else None
+    """``text`` when it is non-empty, at most ``limit`` characters and free of NUL, else
+    None."""
+    return text if text and len(text) <= limit and "\x00" not in text else None

@@ -4,9 +4,10 @@ a separate spec), and the native response our bid carries as ``adm``.
 **Request** (:func:`native_assets`): the assets asked for (id, required, and one of
 ``title`` (``len``), ``img`` (``type`` 1 icon / 3 main, ``w``/``h``), ``data``
 (``type`` 1 sponsored / 2 description / 12 call to action, ``len``), ``video``).
-Read leniently: a request text that is not JSON, or assets of an unknown shape, give no
-assets (the imp gets no bid, ``no_markup``), never a refusal. The slot's size is the
-main image's ``w``×``h`` (:func:`native_size`); none: no slot (``no_size``).
+Read leniently: a request text that is not JSON (or nests deeper than 64 levels), or
+assets of an unknown shape, give no assets (the imp gets no bid, ``no_markup``), never
+a refusal (nor a 500). The slot's size is the main image's ``w``×``h``
+(:func:`native_size`); none: no slot (``no_size``).
 
 **Response** (:func:`native_adm`): from the ad's native creative (title, body, sponsor,
 call to action, image, icon), each asset by the id the request gave it, texts cut to
@@ -25,6 +26,7 @@ import msgspec
 
 from adfunnel.campaigns.creative import NativeCreative
 from adfunnel.campaigns.model import Ad
+from adfunnel.json_depth import nesting_problem
 from adfunnel.tracking.notices import NoticeUrls
 
 #: Native image asset types (Native 1.2 §7.4) and data asset types (§7.3) we fill.
@@ -59,8 +61,12 @@ class NativeAsk:
 
 def native_assets(request_text: str) -> NativeAsk | None:
     """The assets of a Native Ads request (module doc); None when it cannot be read."""
+    raw = request_text.encode()[:65_536]
+    # a string inside the bid request: the body's depth check never saw its brackets
+    if nesting_problem(raw) is not None:
+        return None
     try:
-        doc = msgspec.json.decode(request_text.encode()[:65_536])
+        doc = msgspec.json.decode(raw)
     except msgspec.DecodeError:
         return None
     wrapped = isinstance(doc, dict) and isinstance(doc.get("native"), dict)

@@ -32,6 +32,7 @@ NBR_CODES = {
     # funnel judges such an ad by its landing host (never reuse the code)
     "not_secure": 510,
     "budget_exhausted": 511,
+    "deals_only": 512,
 }
 
 

@@ -202,6 +202,8 @@ def _check(req: SelectRequest, max_slots: int) -> list[tuple[str, str]]:
             problems.append((name, "must not be empty"))
         elif len(value) > MAX_ID_CHARS[name]:
             problems.append((name, f"longer than {MAX_ID_CHARS[name]} characters"))
+        elif "\x00" in value:  # the placement reaches the ledger; PostgreSQL refuses NUL
+            problems.append((name, "must not contain NUL characters"))
     problems += _check_attributes(req.user.attributes)
     for name in ("blocked_categories", "blocked_domains", "blocked_apps"):
         problems += _block_list_problems(name, getattr(req, name))

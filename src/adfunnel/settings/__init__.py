@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from contextvars import ContextVar
 from typing import Literal
 
+import pycountry
 from pydantic import (
     Field,
     PrivateAttr,
@@ -280,6 +281,14 @@ class Settings(OpenRtbSettings, BaseSettings):
             if missing:
                 raise ValueError(f"shading_fit_s needs {' and '.join(missing)}")
         return self
+
+    @field_validator("currency")
+    @classmethod
+    def _iso_currency(cls, v: str) -> str:
+        # a typo (UDS) would start, then bid on no exchange request (its cur lacks it)
+        if pycountry.currencies.get(alpha_3=v) is None:
+            raise ValueError(f"{v} is not an ISO 4217 currency code")
+        return v
 
     @field_validator("ivt_click_rate_limits")
     @classmethod

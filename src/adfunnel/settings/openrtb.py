@@ -62,24 +62,30 @@ class OpenRtbSettings(BaseSettings):
     def _keys_from_file(self) -> OpenRtbSettings:
         path = self.openrtb_exchange_keys_file
         if path is not None:
-            self.openrtb_exchange_keys = {**read_exchange_keys(Path(path)),
-                                          **self.openrtb_exchange_keys}
+            self.openrtb_exchange_keys = check_exchange_keys(
+                {**read_exchange_keys(Path(path)), **self.openrtb_exchange_keys})
         return self
 
 
 def check_exchange_keys(keys: dict[str, str]) -> dict[str, str]:
-    """``keys`` once every name is 1-64 of ``[A-Za-z0-9_.-]`` and every key at least
-    :data:`MIN_EXCHANGE_KEY_CHARS` characters.
+    """``keys`` once every name is 1-64 of ``[A-Za-z0-9_.-]``, every key at least
+    :data:`MIN_EXCHANGE_KEY_CHARS` characters, and no key given to two exchanges (a
+    request's key names its exchange: ``exchange`` targeting, reports).
 
     Raises:
         ValueError: naming the exchange, never the key.
     """
+    seen: dict[str, str] = {}
     for name, key in keys.items():
         if not _EXCHANGE_NAME.fullmatch(name):
             raise ValueError(f"exchange name {name!r}: 1-64 of [A-Za-z0-9_.-]")
         if not isinstance(key, str) or len(key) < MIN_EXCHANGE_KEY_CHARS:
             raise ValueError(f"the key of {name} must be at least "
                              f"{MIN_EXCHANGE_KEY_CHARS} characters")
+        if key in seen:
+            raise ValueError(f"exchanges {seen[key]} and {name} have the same key: "
+                             "one key names one exchange")
+        seen[key] = name
     return keys
 
 

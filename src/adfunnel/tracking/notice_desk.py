@@ -46,10 +46,13 @@ A notice is worthless without a valid token, and a token is signed by us for ONE
 one impression id, its campaign, ad and bid (``price_micros``, the ceiling of any
 price), and an expiry. So whoever sees a token (the exchange; the page, which sees the
 markup's beacon) can bill at most our bid, once, before it expires; a loss can release
-the reservation of that one bid only. Notices come from the exchange's servers, not from
-a person: the tier-1 invalid-traffic rules (about browsers and their addresses) are not
-applied, and the event's address is left empty so tier-2's per-address windows do not
-lump an exchange's notices together.
+the reservation of that one bid only. The token of an ``ads:select`` serve (billed on
+``/vi`` or ``/i``, seen by every page that shows it) is no bid: its notices are refused
+(``not_a_bid``, naming ``t``), so a page can neither release its reservation nor write
+a win or loss row the shading fit would read as an exchange's price. Notices come from
+the exchange's servers, not from a person: the tier-1 invalid-traffic rules (about
+browsers and their addresses) are not applied, and the event's address is left empty
+so tier-2's per-address windows do not lump an exchange's notices together.
 
 Counted: Prometheus ``adfunnel_rtb_notices_total{notice, outcome}`` and the tracker's
 counts (``notice_<notice>_<outcome>``), outcome ``appended`` (a billing notice's
@@ -81,7 +84,13 @@ from adfunnel.tracking.clearing_price import (
     is_unsubstituted,
     within_bid,
 )
-from adfunnel.tracking.token import TEST_BID, InvalidToken, TokenClaims, verify
+from adfunnel.tracking.token import (
+    EXCHANGE_BEACON,
+    TEST_BID,
+    InvalidToken,
+    TokenClaims,
+    verify,
+)
 
 NOTICES = RTB_NOTICES
 
@@ -92,6 +101,9 @@ RECORDED = "recorded"
 UNAVAILABLE = "unavailable"
 HOUSE = "house"
 TEST = "test"  # a test request's bid (``test = 1``): answered, nothing stored
+#: The billable events of an OpenRTB bid's token: only such a token has notices (an
+#: ``ads:select`` serve's, ``viewable`` or ``rendered``, is seen by every page showing it).
+RTB_BIDS = frozenset({"notice", EXCHANGE_BEACON})
 #: Largest loss reason code accepted (OpenRTB: 0-10, 100-104, 200-211, 1000+ exchange's).
 MAX_LOSS_REASON = 2**31 - 1
 
@@ -201,6 +213,9 @@ class NoticeDesk:
             return self._done(notice, NoticeResult(HOUSE))
         if claims.billable_event == TEST_BID:  # a test request's bid: nothing bills
             return self._done(notice, NoticeResult(TEST))
+        if claims.billable_event not in RTB_BIDS:  # a page's serve: no exchange decided it
+            return self._refuse(notice, "t", "not_a_bid",
+                                "not an OpenRTB bid's token: an ads:select serve has no notices")
         return claims
 
     def _event(self, event_type: EventType, claims: TokenClaims, *,

@@ -13,6 +13,10 @@ from typing import Any
 from adfunnel.json_depth import nesting_problem
 from adfunnel.money import MICROS_PER_UNIT
 
+#: Amounts of 10^19 currency units and more are refused (``is too large``).
+_MAX_UNITS_DIGITS = 19
+_MICRO = Decimal("0.000001")
+
 
 class FieldProblem(ValueError):
     def __init__(self, field: str, problem: str) -> None:
@@ -25,7 +29,8 @@ def units_to_micros(text: str, field: str) -> int:
     """``"12.5"`` (currency units, at most 6 decimals) → ``12500000`` micros, exactly.
 
     Raises:
-        FieldProblem: not a number, negative, or finer than a micro.
+        FieldProblem: not a number, negative, 10^19 units or more, or finer than a
+            micro.
     """
     try:
         amount = Decimal(text.strip().replace(",", ""))
@@ -33,10 +38,13 @@ def units_to_micros(text: str, field: str) -> int:
         raise FieldProblem(field, "must be an amount like 12.50") from None
     if not amount.is_finite() or amount < 0:
         raise FieldProblem(field, "must be an amount of at least 0")
-    value = amount * MICROS_PER_UNIT
-    if value != value.to_integral_value():
+    # bounded before any arithmetic: Decimal's context would overflow (1e999999999) or
+    # underflow to 0 (1e-999999999); 10^19 units is beyond every money limit
+    if amount and amount.adjusted() >= _MAX_UNITS_DIGITS:
+        raise FieldProblem(field, "is too large")
+    if amount != amount.quantize(_MICRO):
         raise FieldProblem(field, "has more than 6 decimals")
-    return int(value)
+    return int(amount * MICROS_PER_UNIT)
 
 
 def micros_to_units(micros: int | None) -> str:

@@ -11,8 +11,9 @@ own would.
 
 from __future__ import annotations
 
+import math
 from datetime import date, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from adfunnel.pacing.progress import PACE_BAND
@@ -54,11 +55,12 @@ def goal_from_form(form: Any) -> dict[str, Any] | None:
     if share:
         try:
             value = Decimal(share.rstrip("%"))
-        except InvalidOperation:
+            number = float(value / 100 if share.endswith("%") else value)
+        except ArithmeticError:  # not a number, or 1e999999999% overflowing the division
             raise FieldProblem("goal.share", "must be a share like 0.5 (or 50%)") from None
-        if not value.is_finite():
+        if not math.isfinite(number):
             raise FieldProblem("goal.share", "must be a share like 0.5 (or 50%)")
-        goal["share"] = float(value / 100 if share.endswith("%") else value)
+        goal["share"] = number
     if total:
         goal["total"] = int_field(total.replace(",", ""), "goal.total")
     return goal
