@@ -56,10 +56,12 @@ from adfunnel.billing.aggregator_metrics import (
     lags_ms,
 )
 from adfunnel.billing.batch_hours import BatchHours
+from adfunnel.billing.batch_model import BatchPlan
 from adfunnel.billing.event_rows import bills_on, ledger_event
 from adfunnel.billing.ledger import Ledger, LedgerWrite
 from adfunnel.billing.limits import write_budgets
 from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.billing.store_refusals import record_isolating
 from adfunnel.billing.waiting_events import (
     UNKNOWN_CAMPAIGN,
     UNKNOWN_CAMPAIGN_RETRY_S,
@@ -245,7 +247,7 @@ class Aggregator:
             with self._handled:
                 self._handled.notify_all()
             return
-        plan = self.ledger.record_many(writes) if writes else None
+        plan = self._record(writes, events) if writes else None
         hours = BatchHours()
         if plan is not None:
             for (event, campaign), write, recorded in zip(events, writes, plan.recorded,
@@ -269,6 +271,19 @@ class Aggregator:
         self._lags_ms.extend(lags_ms(batch, done_ns))
         if hours.hours and self.on_hours is not None:
             self.on_hours(hours.hours)
+
+    def _record(self, writes: list[LedgerWrite], events: list[tuple[Event, Campaign]]
+                ) -> BatchPlan:
+        """The batch recorded (:func:`record_isolating`); a write the ledger refused on
+        its own is dropped from ``writes`` and ``events`` (its delivery is acknowledged
+        with the batch) and counted as ``store_refused``."""
+        plan, refused = record_isolating(self.ledger, writes)
+        for i in reversed(refused):
+            event, _ = events.pop(i)
+            del writes[i]
+            self.stats.store_refused += 1
+            self._outcome(_PLAIN[event.event_type], "store_refused")
+        return plan
 
     def _after(self, event: Event, campaign: Campaign, row: LedgerEvent,
                recorded: Recorded) -> bool:

@@ -40,6 +40,7 @@ class AggregatorStats:
     measured: int = 0  # new render and viewable rows (never billed)
     unknown_campaign: int = 0  # rejected: still unknown after the retry window
     unknown_retried: int = 0  # attempts at an event whose campaign was not known yet
+    store_refused: int = 0  # rejected: the ledger refused it alone (billing.store_refusals)
     reversed: int = 0
 
 
