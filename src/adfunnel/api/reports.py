@@ -44,9 +44,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from adfunnel.api import access
+from adfunnel.api.field_types import DomainDay
 from adfunnel.api.pagination import known_query_only
 from adfunnel.api.report_schemas import RollupReportOut, RollupRowOut, RollupTotalsOut
-from adfunnel.api.schemas import DomainDay
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Role
 from adfunnel.billing.rollup_store import RollupStore
