@@ -117,7 +117,7 @@ from adfunnel.campaigns.store import CampaignStore
 from adfunnel.campaigns.validate import campaign_problems
 from adfunnel.clock import Clock
 from adfunnel.http_errors import ApiError, validation_error
-from adfunnel.settings import (
+from adfunnel.settings.model import (
     DEFAULT_CURRENCY,
     DEFAULT_MAX_BID_MICROS,
     DEFAULT_MAX_BUDGET_MICROS,

@@ -63,7 +63,7 @@ from adfunnel.campaigns.schedule import is_valid_zone, local_day
 from adfunnel.campaigns.store import CampaignStore
 from adfunnel.clock import Clock
 from adfunnel.http_errors import validation_error
-from adfunnel.settings import DEFAULT_CURRENCY
+from adfunnel.settings.model import DEFAULT_CURRENCY
 
 #: Longest span of a daily rollup report, in days.
 DEFAULT_MAX_DAYS = 366
