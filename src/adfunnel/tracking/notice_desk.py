@@ -81,7 +81,8 @@ from adfunnel.tracking.clearing_price import (
     is_unsubstituted,
     within_bid,
 )
-from adfunnel.tracking.token import TEST_BID, InvalidToken, TokenClaims, verify
+from adfunnel.tracking.token import InvalidToken, TokenClaims, verify
+from adfunnel.tracking.token_claims import TEST_BID
 
 NOTICES = RTB_NOTICES
 
