@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adfunnel.budget.client import DEMAND_MEMORY_S, BudgetClient
+from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.client_slices import DEMAND_MEMORY_S
 from adfunnel.budget.gate import Served
 from adfunnel.budget.protocol import Directive, Reply, Report, SliceGrant
 from adfunnel.budget.slices import BudgetState

@@ -19,7 +19,7 @@ from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.campaigns.model import BidStrategy
 from adfunnel.campaigns.sql_store import SqlCampaignStore
 from adfunnel.clock import FixedClock, ManualClock
-from adfunnel.settings import DEFAULT_MAX_BID_MICROS
+from adfunnel.settings.model import DEFAULT_MAX_BID_MICROS
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 from tests.campaigns.conftest import NOW
 

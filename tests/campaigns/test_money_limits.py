@@ -15,12 +15,8 @@ from fastapi.testclient import TestClient
 from adfunnel.clock import ManualClock
 from adfunnel.runtime.asgi import build_app
 from adfunnel.runtime.embedded import Runtime, build_runtime
-from adfunnel.settings import (
-    DEFAULT_MAX_BID_MICROS,
-    DEFAULT_MAX_BUDGET_MICROS,
-    SettingsError,
-    load_settings,
-)
+from adfunnel.settings import SettingsError, load_settings
+from adfunnel.settings.model import DEFAULT_MAX_BID_MICROS, DEFAULT_MAX_BUDGET_MICROS
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 
 START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)

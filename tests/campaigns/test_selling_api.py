@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from adfunnel.campaigns.model import BudgetPeriod, Goal, GoalMetric, Priority
 from adfunnel.campaigns.sql_store import SqlCampaignStore
-from adfunnel.settings import DEFAULT_MAX_BID_MICROS, DEFAULT_MAX_BUDGET_MICROS
+from adfunnel.settings.model import DEFAULT_MAX_BID_MICROS, DEFAULT_MAX_BUDGET_MICROS
 
 #: A guaranteed line: 2,000,000 impressions over four weeks at a CPM of 5.00.
 GUARANTEED: dict[str, Any] = {

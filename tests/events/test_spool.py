@@ -14,7 +14,8 @@ import pytest
 
 from adfunnel.events.log import EventLogUnavailable
 from adfunnel.events.model import Event, EventType, encode
-from adfunnel.events.spool import Spool, SpoolError, SpoolFull, SpoolLocked
+from adfunnel.events.spool import Spool
+from adfunnel.events.spool_files import SpoolError, SpoolFull, SpoolLocked
 
 MiB = 1 << 20
 

@@ -8,14 +8,8 @@ import base64
 import msgspec
 import pytest
 
-from adfunnel.tracking.token import (
-    InvalidToken,
-    TokenClaims,
-    sign,
-    sign_click_id,
-    verify,
-    verify_click_id,
-)
+from adfunnel.tracking.click_id import sign_click_id, verify_click_id
+from adfunnel.tracking.token import InvalidToken, TokenClaims, sign, verify
 
 KEY = b"k" * 32
 OLD = b"o" * 32

@@ -12,14 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adfunnel.tracking.token import (
-    MAX_TOKEN_CHARS,
-    InvalidToken,
-    TokenClaims,
-    new_impression_id,
-    sign,
-    verify,
-)
+from adfunnel.tracking.token import InvalidToken, TokenClaims, sign, verify
+from adfunnel.tracking.token_claims import new_impression_id
+from adfunnel.tracking.token_wire import MAX_TOKEN_CHARS
 
 KEY = b"k" * 32
 NOW = 1_700_000_000
@@ -307,7 +302,7 @@ def test_longest_placement_with_the_billable_event_fits_the_limit() -> None:
 def test_exactly_the_canonical_spelling_of_any_bytes_decodes(data: bytes, other: int) -> None:
     """The decoder accepts a base64url text exactly when it is the canonical (unpadded,
     unused bits zero) spelling of some bytes, and gives those bytes back."""
-    from adfunnel.tracking.token import _b64decode, _b64encode
+    from adfunnel.tracking.token_wire import _b64decode, _b64encode
 
     text = _b64encode(data)
     assert _b64decode(text) == data if text else True

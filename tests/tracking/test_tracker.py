@@ -21,8 +21,9 @@ from adfunnel.tracking.beacons import (
     UNAVAILABLE,
     Tracker,
 )
+from adfunnel.tracking.click_id import sign_click_id, verify_click_id
 from adfunnel.tracking.client import ClientFacts
-from adfunnel.tracking.token import TokenClaims, sign, sign_click_id, verify_click_id
+from adfunnel.tracking.token import TokenClaims, sign
 
 KEY = b"k" * 32
 START = datetime(2026, 7, 15, 12, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends
 
-from adfunnel.api.schemas import AdIn, AdPatch
+from adfunnel.api.ad_schemas import AdIn, AdPatch
 from adfunnel.auth.http import forbidden, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.campaigns.errors import NotFound

@@ -11,10 +11,10 @@ from fastapi import APIRouter, Request, Response
 
 from adfunnel.api import access
 from adfunnel.api.access import Writer
+from adfunnel.api.ad_schemas import AdIn, AdOut, AdPatch
 from adfunnel.api.creatives import UploadLookup, creative_of
 from adfunnel.api.pagination import DEFAULT_LIMIT, Cursor, Limit, Page, by_id, decode_cursor, page
 from adfunnel.api.render import ad_out
-from adfunnel.api.schemas import AdIn, AdOut, AdPatch
 from adfunnel.api.write_bodies import patch_changes
 from adfunnel.auth.http import Caller
 from adfunnel.campaigns.model import AdStatus

@@ -72,7 +72,19 @@ from adfunnel.api import access
 from adfunnel.api.access import Writer
 from adfunnel.api.ads import add_ad_routes
 from adfunnel.api.campaign_report import measured_by_day, report, rollup_days
+from adfunnel.api.campaign_schemas import (
+    CAMPAIGN_NULLABLE,
+    AdvertiserIn,
+    AdvertiserOut,
+    BudgetIn,
+    CampaignIn,
+    CampaignOut,
+    CampaignPatch,
+    CampaignWritten,
+    FieldProblemOut,
+)
 from adfunnel.api.creatives import UploadLookup
+from adfunnel.api.field_types import DomainDay, VersionIn
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
@@ -89,19 +101,6 @@ from adfunnel.api.render import advertiser_out, campaign_out, written_out
 from adfunnel.api.report_schemas import PeriodProgressOut, PeriodTodayOut, ReportOut
 from adfunnel.api.reports import make_rollup_router
 from adfunnel.api.review import make_review_router
-from adfunnel.api.schemas import (
-    CAMPAIGN_NULLABLE,
-    AdvertiserIn,
-    AdvertiserOut,
-    BudgetIn,
-    CampaignIn,
-    CampaignOut,
-    CampaignPatch,
-    CampaignWritten,
-    DomainDay,
-    FieldProblemOut,
-    VersionIn,
-)
 from adfunnel.api.write_bodies import canonical_targeting, patch_changes, sale_defaults
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Principal, Role
@@ -118,7 +117,7 @@ from adfunnel.campaigns.store import CampaignStore
 from adfunnel.campaigns.validate import campaign_problems
 from adfunnel.clock import Clock
 from adfunnel.http_errors import ApiError, validation_error
-from adfunnel.settings import (
+from adfunnel.settings.model import (
     DEFAULT_CURRENCY,
     DEFAULT_MAX_BID_MICROS,
     DEFAULT_MAX_BUDGET_MICROS,

@@ -1,4 +1,4 @@
-"""An ad's ``creative`` as the API takes it: from :class:`~adfunnel.api.schemas.CreativeIn`
+"""An ad's ``creative`` as the API takes it: from :class:`~adfunnel.api.ad_schemas.CreativeIn`
 to the domain creative (``adfunnel.campaigns.creative``), an image's ``upload_id`` made
 into its public URL and size.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from adfunnel.api.schemas import CreativeIn
+from adfunnel.api.ad_schemas import CreativeIn
 from adfunnel.campaigns.creative import Creative, creative_from_plain
 from adfunnel.http_errors import validation_error
 

@@ -35,8 +35,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field, Strict
 
+from adfunnel.api.field_types import LocalDate, TimeZone, _In
 from adfunnel.api.pagination import known_query_only
-from adfunnel.api.schemas import LocalDate, TimeZone, _In
 from adfunnel.api.write_bodies import canonical_targeting
 from adfunnel.auth.http import require_role
 from adfunnel.auth.keys import Role

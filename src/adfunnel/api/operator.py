@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Response
 
+from adfunnel.api.ad_schemas import AdOut
 from adfunnel.api.operator_schemas import (
     PLACEMENT_NULLABLE,
     ModelIn,
@@ -49,7 +50,6 @@ from adfunnel.api.pagination import (
     page,
 )
 from adfunnel.api.render import ad_out
-from adfunnel.api.schemas import AdOut
 from adfunnel.api.write_bodies import patch_changes
 from adfunnel.auth.http import require_role
 from adfunnel.auth.keys import Role

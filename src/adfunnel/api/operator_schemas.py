@@ -1,7 +1,7 @@
 """Request and response bodies of the operator's routes (pydantic v2): placements with
 their reserves, sizes, formats and house ad, ad quality, and click models
 (``adfunnel.api.operator``). Input models forbid unknown fields, as in
-:mod:`adfunnel.api.schemas`, whose field types they share.
+:mod:`adfunnel.api.field_types`, whose field types they share.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import pycountry
 from pydantic import AfterValidator, BaseModel, Field, Strict
 
-from adfunnel.api.schemas import LandingUrl, Name, Size, Text, Version, _In, _not_blank
+from adfunnel.api.field_types import LandingUrl, Name, Size, Text, Version, _In, _not_blank
 from adfunnel.campaigns.model import AuctionType
 from adfunnel.campaigns.validate import (
     MAX_ALLOWED,

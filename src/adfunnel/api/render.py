@@ -1,5 +1,5 @@
 """The API's views of campaign-side records: advertisers, campaigns and ads as the
-response bodies of :mod:`adfunnel.api.schemas`.
+response bodies of :mod:`adfunnel.api.campaign_schemas` and :mod:`adfunnel.api.ad_schemas`.
 
 One view each, shared by every router that answers with such a record (advertiser
 routes, review, operator).
@@ -10,7 +10,13 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from adfunnel.api.schemas import AdOut, AdvertiserOut, CampaignOut, CampaignWritten, FieldProblemOut
+from adfunnel.api.ad_schemas import AdOut
+from adfunnel.api.campaign_schemas import (
+    AdvertiserOut,
+    CampaignOut,
+    CampaignWritten,
+    FieldProblemOut,
+)
 from adfunnel.campaigns import codec
 from adfunnel.campaigns.checks import campaign_warnings
 from adfunnel.campaigns.model import Ad, Advertiser, Campaign

@@ -44,9 +44,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from adfunnel.api import access
+from adfunnel.api.field_types import DomainDay
 from adfunnel.api.pagination import known_query_only
 from adfunnel.api.report_schemas import RollupReportOut, RollupRowOut, RollupTotalsOut
-from adfunnel.api.schemas import DomainDay
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Role
 from adfunnel.billing.rollup_store import RollupStore
@@ -63,7 +63,7 @@ from adfunnel.campaigns.schedule import is_valid_zone, local_day
 from adfunnel.campaigns.store import CampaignStore
 from adfunnel.clock import Clock
 from adfunnel.http_errors import validation_error
-from adfunnel.settings import DEFAULT_CURRENCY
+from adfunnel.settings.model import DEFAULT_CURRENCY
 
 #: Longest span of a daily rollup report, in days.
 DEFAULT_MAX_DAYS = 366

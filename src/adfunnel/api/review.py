@@ -18,6 +18,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends
 
+from adfunnel.api.ad_schemas import AdOut
+from adfunnel.api.field_types import VersionIn
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
@@ -28,7 +30,6 @@ from adfunnel.api.pagination import (
     page,
 )
 from adfunnel.api.render import ad_out
-from adfunnel.api.schemas import AdOut, VersionIn
 from adfunnel.auth.http import require_role
 from adfunnel.auth.keys import Role
 from adfunnel.campaigns.model import ReviewState

@@ -15,7 +15,7 @@ read the advertiser (others: 404). The files are public, as ads are.
 
 The image is checked and re-encoded by :mod:`adfunnel.campaigns.image` (type from the
 content, byte, pixel and frame limits; 413/422 naming ``file``). The body limit of this
-route is the file's plus :data:`~adfunnel.settings.UPLOAD_FORM_OVERHEAD`, enforced while
+route is the file's plus :data:`~adfunnel.settings.model.UPLOAD_FORM_OVERHEAD`, enforced while
 the body is read (:class:`~adfunnel.body_limit.BodyLimit`), so a huge body is refused
 before it is buffered. An upload's ``url`` is ``creative_url_prefix`` + the file's name
 when that is set (a CDN or object store serves the files), else this server's

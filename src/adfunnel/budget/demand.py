@@ -2,7 +2,7 @@
 
 A metered campaign's demand — the instant it last wanted to spend, the charge it asked
 room for and its local day — keeps a slice requested for a while after the campaign
-asks (``DEMAND_MEMORY_S`` in :mod:`adfunnel.budget.client`), and sizes what a serve must
+asks (``DEMAND_MEMORY_S`` in :mod:`adfunnel.budget.client_slices`), and sizes what a serve must
 leave in a slice. The columnar decider records it for thousands of campaigns per
 decision, so it lives in arrays by campaign id (a dict for ids beyond the dense range).
 """

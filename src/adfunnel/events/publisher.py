@@ -22,7 +22,8 @@ from prometheus_client import Counter, Gauge
 from adfunnel.events.jetstream_async import LoopPublisher
 from adfunnel.events.log import EventLog, EventLogUnavailable
 from adfunnel.events.model import Event
-from adfunnel.events.spool import Spool, SpoolError
+from adfunnel.events.spool import Spool
+from adfunnel.events.spool_files import SpoolError
 
 _log = logging.getLogger(__name__)
 

@@ -6,12 +6,9 @@ log answers again, :meth:`Spool.drain` publishes the spooled events in order and
 removes what was published. A crash during a drain may publish some events twice;
 the log's msg-id dedupe window drops the second copy.
 
-On disk (one directory per spool, held by one process at a time)::
-
-    LOCK                      flock'd while open (a second opener gets SpoolLocked)
-    00000000000000000001.seg  segments: 8-byte magic, then frames
-    00000000000000000002.seg    frame = u32 length | u32 CRC-32 | encoded event
-    DRAINED                   "<segment> <offset>": everything before it was published
+On disk: one directory per spool, held by one process at a time, of segment files of
+CRC-checked frames and a ``DRAINED`` mark (:mod:`adfunnel.events.spool_files`); reading
+it back on open is :mod:`adfunnel.events.spool_recovery`.
 
 fsync policy: every :meth:`Spool.append` / :meth:`Spool.append_many` call writes its
 frames and fsyncs the segment before it returns (one fsync per call, so a caller
@@ -26,40 +23,33 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import struct
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from adfunnel.events.model import Event, MalformedEvent, decode, encode
+from adfunnel.events.spool_files import (
+    _DRAINED,
+    _FRAME,
+    _MAGIC,
+    _SUFFIX,
+    SpoolError,
+    SpoolFull,
+    SpoolLocked,
+    _frame,
+    _frame_end,
+    _fsync_dir,
+)
+from adfunnel.events.spool_recovery import SpoolRecovery
 
 _log = logging.getLogger(__name__)
 
-_MAGIC = b"ADFSPL01"
-_FRAME = struct.Struct(">II")  # payload length, CRC-32 of the payload
-_MAX_FRAME = 64 << 10  # a longer length field is corruption (an event is < 3 KiB)
 _READ_BYTES = 1 << 20  # a drain reads at most this much of a segment per batch
-_SUFFIX = ".seg"
-_DRAINED = "DRAINED"
 #: Default size at which a new segment is started.
 DEFAULT_SEGMENT_BYTES = 8 << 20
 
 
-class SpoolError(Exception):
-    """The spool cannot do what was asked (I/O error, corrupt mark, misuse)."""
-
-
-class SpoolFull(SpoolError):
-    """Appending would take the spool past ``max_bytes``; nothing was written. The caller
-    must refuse the event (not acknowledge it) rather than lose it."""
-
-
-class SpoolLocked(SpoolError):
-    """Another open :class:`Spool` (in this or another process) holds the directory."""
-
-
-class Spool:
+class Spool(SpoolRecovery):
     """An on-disk FIFO of events, bounded by ``max_bytes``; thread-safe.
 
     Args:
@@ -212,73 +202,6 @@ class Spool:
 
     # --- internals (under self._lock unless noted) -----------------------------------------------
 
-    def _recover(self) -> None:
-        """Read the directory: segments, the drained mark, torn tails; fix and count."""
-        for stale in self._dir.glob(f"{_DRAINED}.tmp"):
-            stale.unlink()
-        segments = sorted(int(p.stem) for p in self._dir.glob(f"*{_SUFFIX}") if p.stem.isdigit())
-        marked, offset = self._read_mark() or (0, len(_MAGIC))
-        for number in [n for n in segments if n < marked]:  # drained before a crash
-            self._path(number).unlink()
-        segments = [n for n in segments if n >= marked]
-        if not segments or segments[0] != marked:  # the marked segment was fully drained
-            offset = len(_MAGIC)
-        self._next_number = max([marked + 1, *(n + 1 for n in segments)])
-        self._read_pos = (segments[0], offset) if segments else (self._next_number, len(_MAGIC))
-        self._bytes = 0
-        self._count = 0
-        kept = []
-        for number in segments:
-            size, frames = self._check_segment(number, offset if number == segments[0] else None)
-            if size:
-                kept.append(number)
-            self._bytes += size
-            self._count += frames
-        self._segments = kept
-        self._active: int | None = None
-        self._active_fd: int | None = None
-        self._active_size = 0
-
-    def _check_segment(self, number: int, count_from: int | None) -> tuple[int, int]:
-        """(size after repair, frames at or after ``count_from``; all frames when None)."""
-        path = self._path(number)
-        data = path.read_bytes()
-        if len(data) < len(_MAGIC) and _MAGIC.startswith(data):  # torn at creation
-            path.unlink()
-            return 0, 0
-        if data[: len(_MAGIC)] != _MAGIC:
-            _log.error("spool %s: %s has no spool header; set aside", self._dir, path.name)
-            path.rename(path.with_suffix(".bad"))
-            return 0, 0
-        pos, frames = len(_MAGIC), 0
-        while pos < len(data):
-            payload_end = _frame_end(data, pos)
-            if payload_end is None:
-                break
-            if count_from is None or pos >= count_from:
-                frames += 1
-            pos = payload_end
-        if pos < len(data):
-            _log.warning("spool %s: cut %d bytes of a torn record off %s", self._dir,
-                         len(data) - pos, path.name)
-            with open(path, "r+b") as f:
-                f.truncate(pos)
-                os.fsync(f.fileno())
-        return pos, frames
-
-    def _read_mark(self) -> tuple[int, int] | None:
-        try:
-            text = (self._dir / _DRAINED).read_text()
-        except FileNotFoundError:
-            return None
-        try:
-            number, offset = (int(x) for x in text.split())
-        except ValueError:
-            raise SpoolError(
-                f"spool {self._dir}: unreadable {_DRAINED} mark {text!r:.60}"
-            ) from None
-        return number, offset
-
     def _read_batch(self, limit: int) -> tuple[list[bytes], tuple[int, int]]:
         """Up to ``limit`` payloads from the read position, within one segment, and the
         position after them. Moves past (and removes) fully read closed segments."""
@@ -409,28 +332,3 @@ class Spool:
     def _check_open(self) -> None:
         if self._closed:
             raise SpoolError(f"spool {self._dir} is closed")
-
-
-def _frame(payload: bytes) -> bytes:
-    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
-
-
-def _frame_end(data: bytes, pos: int) -> int | None:
-    """The end of the valid frame at ``pos`` in ``data``, or None (torn or corrupt)."""
-    if pos + _FRAME.size > len(data):
-        return None
-    length, crc = _FRAME.unpack_from(data, pos)
-    end = pos + _FRAME.size + length
-    if length > _MAX_FRAME or end > len(data):
-        return None
-    if zlib.crc32(data[pos + _FRAME.size : end]) != crc:
-        return None
-    return end
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -53,7 +53,7 @@ from adfunnel.serving.http import (
 )
 from adfunnel.settings import Settings
 from adfunnel.tracking.notices import notice_urls
-from adfunnel.tracking.token import TEST_BID
+from adfunnel.tracking.token_claims import TEST_BID
 
 BID_PATH = "/openrtb2/bid"
 KEY_HEADER = b"x-openrtb-key"

@@ -47,7 +47,8 @@ from adfunnel.openrtb.mapping import Mapped
 from adfunnel.prediction.shading_release import ShadingRelease
 from adfunnel.serving.bid_shading import run_curve
 from adfunnel.serving.decision import Decision, Placed
-from adfunnel.tracking.token import EXCHANGE_BEACON, TokenClaims
+from adfunnel.tracking.token import TokenClaims
+from adfunnel.tracking.token_claims import EXCHANGE_BEACON
 
 #: No-bid reason of an imp whose internal winner's bid is under the imp's floor (a
 #: first-price shade or a CPC/CPA value under it; the auction's reserve is the floor).

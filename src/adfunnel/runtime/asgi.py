@@ -50,7 +50,8 @@ from adfunnel.runtime.heap import freeze_heap
 from adfunnel.serving.deadline import ArrivalStamp
 from adfunnel.serving.derived import client_derivation
 from adfunnel.serving.http import ServingEndpoints, error_response
-from adfunnel.settings import UPLOAD_FORM_OVERHEAD, Settings
+from adfunnel.settings import Settings
+from adfunnel.settings.model import UPLOAD_FORM_OVERHEAD
 from adfunnel.tracking.client import parse_networks
 from adfunnel.tracking.cors import PlacementCors
 from adfunnel.tracking.http import TrackingEndpoints

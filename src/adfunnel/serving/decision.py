@@ -25,7 +25,8 @@ from adfunnel.serving.caps import CAPPED, CapCounts, CapGate
 from adfunnel.serving.house import HouseFill
 from adfunnel.serving.request import SelectRequest, SlotIn
 from adfunnel.serving.tiers import AUCTION, HOUSE
-from adfunnel.tracking.token import TokenClaims, new_impression_id, sign
+from adfunnel.tracking.token import TokenClaims, sign
+from adfunnel.tracking.token_claims import new_impression_id
 
 # Reason codes of the filter stage (the auction, the budget gate and the caps add their own).
 AD_PAUSED = "ad_paused"

@@ -16,7 +16,8 @@ from datetime import datetime
 
 from adfunnel.campaigns.model import HOUSE_ID, HouseAd, Placement
 from adfunnel.serving.request import AdOut, SlotIn
-from adfunnel.tracking.token import TokenClaims, new_impression_id, sign
+from adfunnel.tracking.token import TokenClaims, sign
+from adfunnel.tracking.token_claims import new_impression_id
 
 #: ``billing_type`` of a house ad in the answer (nothing is billed).
 HOUSE_BILLING = "house"

@@ -5,7 +5,7 @@ database:
 
 1. verify its token (constant-time MAC; expiry). A conversion carries no serve token
    but the **click id** that only the click's redirect revealed
-   (:func:`~adfunnel.tracking.token.sign_click_id`): a serve token is refused there, so
+   (:func:`~adfunnel.tracking.click_id.sign_click_id`): a serve token is refused there, so
    whoever merely saw the ad cannot bill a conversion. A click id is accepted up to
    :data:`CONVERSION_GRACE_S` after its click (the aggregator checks the campaign's
    attribution window); the id of a click flagged as invalid traffic is refused;
@@ -70,16 +70,10 @@ from adfunnel.events.publisher import EventRefused
 from adfunnel.ivt.reasons import Reason
 from adfunnel.ivt.rules import EventFacts, Tier1Rules
 from adfunnel.tracking.clearing_price import PriceRefused, within_bid
+from adfunnel.tracking.click_id import sign_click_id, verify_click_id
 from adfunnel.tracking.client import ClientFacts
-from adfunnel.tracking.token import (
-    EXCHANGE_BEACON,
-    TEST_BID,
-    InvalidToken,
-    TokenClaims,
-    sign_click_id,
-    verify,
-    verify_click_id,
-)
+from adfunnel.tracking.token import InvalidToken, TokenClaims, verify
+from adfunnel.tracking.token_claims import EXCHANGE_BEACON, TEST_BID
 
 #: Tier-1 reasons about the sender's address: not applied when the address is unknown.
 ADDRESS_REASONS = frozenset({Reason.BAD_IP, Reason.CRAWLER_IP, Reason.DATACENTER_IP})
@@ -233,7 +227,7 @@ class Tracker:
         is first (the authenticated postback).
 
         Raises:
-            InvalidToken: as :func:`~adfunnel.tracking.token.verify_click_id`.
+            InvalidToken: as :func:`~adfunnel.tracking.click_id.verify_click_id`.
         """
         now_s = self.clock.now().timestamp()
         return verify_click_id(click_id, self._keys, now_s, CONVERSION_GRACE_S).serve

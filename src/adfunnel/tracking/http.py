@@ -22,7 +22,7 @@ beacons share the publisher's rounds (group commit).
   answered as ``/i``; stores a ``viewable`` event, and the billed ``impression`` when the
   token's billable event is ``viewable``.
 - ``/c?t=<token>``: click → 302 to the ad's landing URL with the click id
-  (:func:`~adfunnel.tracking.token.sign_click_id`) in the query parameter
+  (:func:`~adfunnel.tracking.click_id.sign_click_id`) in the query parameter
   ``adf_click_id``, or in place of the macro ``{click_id}`` where the landing URL has
   it: what the advertiser's page posts back. A click on an expired but authentic token
   (a tab left open) still lands, without a click id, never billed; an ad no longer

@@ -84,13 +84,8 @@ from adfunnel.tracking.clearing_price import (
     is_unsubstituted,
     within_bid,
 )
-from adfunnel.tracking.token import (
-    EXCHANGE_BEACON,
-    TEST_BID,
-    InvalidToken,
-    TokenClaims,
-    verify,
-)
+from adfunnel.tracking.token import InvalidToken, TokenClaims, verify
+from adfunnel.tracking.token_claims import EXCHANGE_BEACON, TEST_BID
 
 NOTICES = RTB_NOTICES
 

@@ -27,7 +27,8 @@ from adfunnel.auth.keys import Principal, Role
 from adfunnel.events.model import EventType
 from adfunnel.http_errors import ApiError
 from adfunnel.tracking.beacons import UNAVAILABLE, Tracker
-from adfunnel.tracking.token import MAX_TOKEN_CHARS, InvalidToken
+from adfunnel.tracking.token import InvalidToken
+from adfunnel.tracking.token_wire import MAX_TOKEN_CHARS
 
 __all__ = ["ConversionAccepted", "ConversionIn", "make_conversion_router"]
 

@@ -1,32 +1,34 @@
-"""Request and response bodies of the advertiser API (pydantic v2).
+"""Request and response bodies of the advertiser API's advertisers and campaigns (pydantic v2).
 
-Input models forbid unknown fields. Money fields are strict integers of micros: a
-float (``1.0``, ``NaN``), a bool or a string is refused, never coerced. Dates are
-``YYYY-MM-DD`` strings. ``landing_url`` is validated as a plain string and never
-normalised: an IRI (non-ASCII host, path or query) is stored as given and must have a
-URI form (:func:`adfunnel.campaigns.landing.to_uri`, used by the click redirect).
-``targeting`` is the raw JSON tree; the route validates it with
-``adfunnel.targeting.parse_expr`` so errors can name the offending node.
-
-The bodies of the reports are :mod:`adfunnel.api.report_schemas`; those of the operator's
-routes (placements, quality, models) :mod:`adfunnel.api.operator_schemas`.
+Field types and the input base are :mod:`adfunnel.api.field_types`: money in strict
+integer micros, dates ``YYYY-MM-DD``. ``targeting`` is the raw JSON tree; the route
+validates it with ``adfunnel.targeting.parse_expr`` so errors can name the offending
+node. The bodies of ads are :mod:`adfunnel.api.ad_schemas`, of the reports
+:mod:`adfunnel.api.report_schemas`, of the operator's routes (placements, quality,
+models) :mod:`adfunnel.api.operator_schemas`.
 """
 
 from __future__ import annotations
 
-import re
 from datetime import date, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
+from pydantic import AfterValidator, BaseModel, Field, Strict
 
-from adfunnel.api.block_fields import Bundle, Categories, Domains
-from adfunnel.campaigns.landing import landing_url_problem, uri_problem
+from adfunnel.api.field_types import (
+    LocalDate,
+    Micros,
+    Name,
+    PositiveMicros,
+    TimeZone,
+    Version,
+    _In,
+    _not_blank,
+)
 from adfunnel.campaigns.model import (
     DEFAULT_ATTRIBUTION_WINDOW_S,
     MAX_ATTRIBUTION_WINDOW_S,
     MAX_COOLDOWN_S,
-    AdStatus,
     BidStrategy,
     BidType,
     BillableEvent,
@@ -38,70 +40,8 @@ from adfunnel.campaigns.model import (
     Objective,
     PacingMode,
     Priority,
-    ReviewState,
 )
 from adfunnel.campaigns.sales import MAX_GOAL_TOTAL
-from adfunnel.campaigns.schedule import is_valid_zone
-from adfunnel.clock import day_problem
-
-_MAX_MICROS = 2**63 - 1
-_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-#: Non-negative integer micros (budgets).
-Micros = Annotated[int, Strict(), Field(ge=0, le=_MAX_MICROS)]
-#: Positive integer micros (bids).
-PositiveMicros = Annotated[int, Strict(), Field(gt=0, le=_MAX_MICROS)]
-Version = Annotated[int, Strict(), Field(ge=1)]
-Name = Annotated[str, Strict(), Field(min_length=1, max_length=200)]
-
-
-def _iso_date(value: Any) -> Any:
-    if isinstance(value, str) and not _ISO_DATE.match(value):
-        raise ValueError("must be a date YYYY-MM-DD")
-    if not isinstance(value, str | date):
-        raise ValueError("must be a date YYYY-MM-DD")
-    return value
-
-
-def _zone(value: str) -> str:
-    if not is_valid_zone(value):
-        raise ValueError(f"unknown time zone {value!r} (expected an IANA name)")
-    return value
-
-
-def _url(value: str) -> str:
-    # an IRI is accepted and stored as given; it must have a URI form for the redirect
-    problem = landing_url_problem(value) or uri_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
-def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be blank")
-    return value
-
-
-def _in_domain(value: date) -> date:
-    problem = day_problem(value)  # the domain adds days to it (flights, local days)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
-#: A calendar day the domain can represent (also the report ranges' ``from``/``to``).
-DomainDay = Annotated[date, AfterValidator(_in_domain)]
-LocalDate = Annotated[DomainDay, BeforeValidator(_iso_date)]
-TimeZone = Annotated[str, Strict(), AfterValidator(_zone)]
-LandingUrl = Annotated[str, Strict(), AfterValidator(_url)]
-Text = Annotated[str, Strict(), Field(min_length=1, max_length=500), AfterValidator(_not_blank)]
-Size = Annotated[int, Strict(), Field(gt=0, le=100_000)]
-
-
-class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
 
 # --- advertisers ---------------------------------------------------------------------
 
@@ -190,10 +130,11 @@ class CampaignIn(_In):
     time_zone: TimeZone
     flight_start: LocalDate
     flight_end: LocalDate | None = None
-    dayparts: Annotated[list[DaypartIn], Field(max_length=100)] = []
+    # pydantic copies these defaults per instance (ruff cannot see that _In is a model)
+    dayparts: Annotated[list[DaypartIn], Field(max_length=100)] = []  # noqa: RUF012
     status: CampaignStatus = CampaignStatus.ACTIVE
     pacing_mode: PacingMode = PacingMode.EVEN
-    frequency_caps: Annotated[list[FrequencyCapIn], Field(max_length=20)] = []
+    frequency_caps: Annotated[list[FrequencyCapIn], Field(max_length=20)] = []  # noqa: RUF012
     targeting: dict[str, Any] | None = None
     attribution_window_s: AttributionWindow = DEFAULT_ATTRIBUTION_WINDOW_S
     #: the beacon that bills an impression: ``viewable`` (``/vi``, the MRC standard) or
@@ -264,11 +205,6 @@ class BudgetIn(_In):
     flight_budget_micros: PositiveMicros | None = None
     version: Version | None = None
 
-
-class VersionIn(_In):
-    """Optional body of pause/resume: the version the client last read."""
-
-    version: Version | None = None
 
 
 class DaypartOut(BaseModel):
@@ -347,88 +283,3 @@ class CampaignWritten(CampaignOut):
     answer equals a later GET."""
 
     warnings: list[FieldProblemOut] = []
-
-
-# --- ads ---------------------------------------------------------------------------------
-
-
-_Url = Annotated[str, Strict(), Field(min_length=1, max_length=2048)]
-_Short = Annotated[str, Strict(), Field(min_length=1, max_length=200)]
-
-
-class CreativeIn(_In):
-    """What an ad shows, by ``type`` (``adfunnel.campaigns.creative``):
-
-    - ``image``: ``url`` or ``upload_id`` (exactly one), ``width``, ``height``, ``alt``;
-    - ``native``: ``title`` (<= 90 characters), ``body`` (<= 200), ``sponsor``, ``cta``,
-      optional ``image_url`` and ``icon_url``;
-    - ``html``: ``markup``, for an ad of format ``html`` (served only on placements that
-      allow the ``html`` format, inside a sandboxed iframe).
-
-    Types and lengths are checked here; which fields a type needs, by the store (422
-    naming ``creative.<field>``). Texts are kept as given: markup in a title is data.
-    """
-
-    type: Literal["image", "native", "html"]
-    url: _Url | None = None
-    upload_id: Annotated[str, Strict(), Field(min_length=1, max_length=64)] | None = None
-    width: Size | None = None
-    height: Size | None = None
-    alt: _Short | None = None
-    title: Annotated[str, Strict(), Field(min_length=1, max_length=90)] | None = None
-    body: _Short | None = None
-    sponsor: _Short | None = None
-    cta: Annotated[str, Strict(), Field(min_length=1, max_length=40)] | None = None
-    image_url: _Url | None = None
-    icon_url: _Url | None = None
-    markup: Annotated[str, Strict(), Field(min_length=1, max_length=100_000)] | None = None
-
-
-class AdIn(_In):
-    """A new ad; ``landing_url`` (http/https URL or IRI) is stored byte-for-byte. It
-    needs ``creative_ref`` (the older, opaque reference), ``creative``, or both."""
-
-    landing_url: LandingUrl
-    creative_ref: Text | None = None
-    creative: CreativeIn | None = None
-    format: Annotated[str, Strict(), Field(min_length=1, max_length=64)]
-    width: Size
-    height: Size
-    review_state: ReviewState = ReviewState.APPROVED
-    status: AdStatus = AdStatus.ACTIVE
-    categories: Categories = []
-    adomain: Domains = []
-    bundle: Bundle | None = None
-
-
-class AdPatch(_In):
-    version: Version | None = None
-    landing_url: LandingUrl | None = None
-    creative_ref: Text | None = None
-    creative: CreativeIn | None = None  # null removes it (when the ad has a creative_ref)
-    format: Annotated[str, Strict(), Field(min_length=1, max_length=64)] | None = None
-    width: Size | None = None
-    height: Size | None = None
-    review_state: ReviewState | None = None
-    status: AdStatus | None = None
-    categories: Categories | None = None
-    adomain: Domains | None = None
-    bundle: Bundle | None = None  # null removes it
-
-
-class AdOut(BaseModel):
-    id: int
-    campaign_id: int
-    landing_url: str
-    creative_ref: str  # "" for an ad given only a creative
-    format: str
-    width: int
-    height: int
-    review_state: str
-    status: str
-    quality_micros: int  # set by the operator (PUT /v1/ads/{id}/quality)
-    version: int
-    creative: dict[str, Any] | None = None  # as given, with its "type"; null without one
-    categories: list[str] = []  # canonical IAB content taxonomy 1.0 ids
-    adomain: list[str] = []  # canonical (lower case, A-label) advertiser domains
-    bundle: str | None = None
