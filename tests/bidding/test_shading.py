@@ -78,6 +78,7 @@ def test_json_round_trip_and_validation() -> None:
         ShadingModel.from_json(bad)
 
 
+@pytest.mark.slow  # about 15 s: each example builds a table a micro at a time
 @settings(max_examples=100, deadline=None)
 @given(curves, st.lists(st.integers(0, 3 * 10**6), min_size=1, max_size=30),
        st.integers(10, 3 * 10**5))  # the table is built a micro at a time: kept short

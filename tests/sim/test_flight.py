@@ -271,6 +271,7 @@ def _never_above(r: dict[str, Any]) -> None:
             assert ln["billed_micros"] <= ln["budget_micros"], ln["key"]
 
 
+@pytest.mark.slow  # about 40 s: a real embedded server through three short days
 def test_short_flight_run() -> None:
     r = run_flight("flight", seed=0, short=True)
     _structure(r, 3)
