@@ -22,7 +22,7 @@ replay: setup
 ## NATS with JetStream on 127.0.0.1:4222.
 test: setup
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 serve: setup
 	$(BIN)/adfunnel serve

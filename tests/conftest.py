@@ -45,6 +45,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("e2e") and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+    items[:] = _heaviest_files_first(items)
+
+
+def _heaviest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Items regrouped so the files holding ``e2e`` tests come first, then those holding
+    other ``slow`` tests, then the rest, each group in collection order (a stable sort).
+
+    The README's command runs ``--dist loadfile --no-loadscope-reorder``: workers take
+    whole files in this order, so the few files of minutes (a full replay's fixture is
+    ~4.5 min) start at once and the many short files fill the end. xdist's own order
+    (most tests first) left those files for last, and one worker ran them alone."""
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    weight: dict[str, int] = {}
+    for item in items:
+        w = 0 if item.get_closest_marker("e2e") else 1 if item.get_closest_marker("slow") else 2
+        weight[file_of(item)] = min(w, weight.get(file_of(item), 2))
+    return sorted(items, key=lambda item: weight[file_of(item)])
 
 
 @pytest.fixture(scope="session", autouse=True)
