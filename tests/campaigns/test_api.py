@@ -503,6 +503,17 @@ def test_report_defaults_and_errors(client: TestClient, campaign: dict[str, Any]
     assert client.get("/v1/campaigns/999/report").status_code == 404
 
 
+@pytest.mark.parametrize("day", ["1793664000", "2026-11-03T00:00", "2026-11-03T00:00:00Z"])
+def test_report_dates_are_local_dates_only(
+        client: TestClient, campaign: dict[str, Any], day: str) -> None:
+    """``from``/``to`` are local dates YYYY-MM-DD: a Unix time or a timestamp is 422
+    naming the field. Red when pydantic's lax date parsing reads them as days (a UTC
+    instant taken for a local day in the campaign's zone)."""
+    for name in ("from", "to"):
+        assert_invalid(client.get(f"/v1/campaigns/{campaign['id']}/report",
+                                  params={name: day}), name)
+
+
 def test_embedded_listener_sees_api_writes(
     client: TestClient, store: SqlCampaignStore, advertiser: dict[str, Any]
 ) -> None:

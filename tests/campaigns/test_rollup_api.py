@@ -186,6 +186,13 @@ def test_bad_values_answer_422_naming_the_field(world: World) -> None:
     assert world.client.get("/v1/advertisers/999/report/rollups").status_code == 404
 
 
+def test_a_unix_time_or_a_timestamp_is_no_local_date(world: World) -> None:
+    """Red when ``from``/``to`` take pydantic's lax dates (``1793664000`` → 2026-11-03)."""
+    for day in ("1793664000", "2026-11-03T00:00:00Z"):
+        assert "from" in _fields(world.client.get(url(world), params={"from": day}))
+        assert "to" in _fields(world.client.get(url(world), params={"to": day}))
+
+
 def test_defaults_and_the_advertiser_scope(world: World) -> None:
     _fill(world)
     got = world.client.get(url(world)).json()  # today in New York, by the fixed clock

@@ -84,7 +84,7 @@ from adfunnel.api.campaign_schemas import (
     FieldProblemOut,
 )
 from adfunnel.api.creatives import UploadLookup
-from adfunnel.api.field_types import DomainDay, VersionIn
+from adfunnel.api.field_types import LocalDate, VersionIn
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
@@ -349,8 +349,8 @@ def make_advertiser_router(
     async def campaign_report(
         campaign_id: int,
         who: Caller,
-        first: Annotated[DomainDay | None, Query(alias="from")] = None,
-        last: Annotated[DomainDay | None, Query(alias="to")] = None,
+        first: Annotated[LocalDate | None, Query(alias="from")] = None,
+        last: Annotated[LocalDate | None, Query(alias="to")] = None,
     ) -> ReportOut:
         """Defaults: ``to`` = today in the campaign's zone, ``from`` = ``to``. The
         period's ``today``: the budget service's (:mod:`adfunnel.api.period_today`); its

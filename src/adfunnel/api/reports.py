@@ -44,7 +44,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from adfunnel.api import access
-from adfunnel.api.field_types import DomainDay
+from adfunnel.api.field_types import LocalDate
 from adfunnel.api.pagination import known_query_only
 from adfunnel.api.report_schemas import RollupReportOut, RollupRowOut, RollupTotalsOut
 from adfunnel.auth.http import Caller, require_role
@@ -75,8 +75,8 @@ _METRICS = ("impressions", "clicks", "conversions", "billed_micros", "absorbed_m
             "ctr", "ecpm_micros", "cost_per_conversion_micros", "rendered", "viewable",
             "viewability_rate")
 
-From = Annotated[DomainDay | None, Query(alias="from")]
-To = Annotated[DomainDay | None, Query(alias="to")]
+From = Annotated[LocalDate | None, Query(alias="from")]
+To = Annotated[LocalDate | None, Query(alias="to")]
 GranularityQ = Annotated[Granularity, Query()]
 GroupByQ = Annotated[GroupBy, Query()]
 

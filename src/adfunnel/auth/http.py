@@ -29,7 +29,7 @@ from adfunnel.internal_auth import bearer_key
 
 #: Paths anyone may call: the ad decision, the beacons, probes, the API's documents.
 OPEN_PATHS = frozenset({
-    "/healthz", "/readyz", "/v1/ads:select", "/i", "/c", "/v", "/v1/bench/noop",
+    "/healthz", "/readyz", "/v1/ads:select", "/i", "/vi", "/c", "/v", "/v1/bench/noop",
     "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
     "/tag.js", "/f", "/demo",  # the ad tag, an html creative's frame, the demo page
     # an exchange's OpenRTB notices: no key, a signed token (tracking/notice_desk.py)

@@ -254,7 +254,9 @@ def _reachable_or_exit(settings: Settings) -> Iterator[None]:
                    f"{first_line(exc.orig or exc)}", err=True)
         raise typer.Exit(UNREACHABLE) from None
     except EventLogUnavailable as exc:
-        typer.echo(f"adfunnel: cannot use the event log {settings.event_log_url}: "
+        from adfunnel.observability.logs import shown_url
+
+        typer.echo(f"adfunnel: cannot use the event log {shown_url(str(settings.event_log_url))}: "
                    f"{_one_line(exc)}", err=True)
         raise typer.Exit(UNREACHABLE) from None
 

@@ -34,6 +34,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
 from adfunnel.events.log import EventLogError, EventLogUnavailable
+from adfunnel.observability.logs import shown_url
 
 _log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class JetStreamConnection:
         reconnect_wait_s: float,
     ) -> None:
         self._urls = urls
+        self._shown = shown_url(",".join(urls))  # for messages: no credentials
         self._stream = stream
         self._prefix = subject_prefix
         self._dedupe_window_s = dedupe_window_s
@@ -103,7 +105,7 @@ class JetStreamConnection:
         try:
             self._run(self._connected(), self._connect_timeout_s + self._timeout_s)
         except EventLogUnavailable as exc:
-            _log.warning("event log %s not reachable yet: %s", self._urls, exc)
+            _log.warning("event log %s not reachable yet: %s", self._shown, exc)
         except BaseException:
             self.close()
             raise
@@ -177,7 +179,7 @@ class JetStreamConnection:
             return fut.result(timeout_s + _BRIDGE_MARGIN_S)
         except concurrent.futures.TimeoutError:
             fut.cancel()
-            raise EventLogUnavailable(f"no answer from {self._urls} in {timeout_s:g} s") from None
+            raise EventLogUnavailable(f"no answer from {self._shown} in {timeout_s:g} s") from None
 
     # --- on the loop --------------------------------------------------------------------------
 
@@ -191,10 +193,10 @@ class JetStreamConnection:
             self._connect_lock = asyncio.Lock()
         async with self._connect_lock:
             if self._nc is not None and (self._nc.is_reconnecting or self._nc.is_connecting):
-                raise EventLogUnavailable(f"reconnecting to {self._urls}: {self._last_error}")
+                raise EventLogUnavailable(f"reconnecting to {self._shown}: {self._last_error}")
             if self._nc is None or self._nc.is_closed:
                 if time.monotonic() < self._next_attempt:
-                    raise EventLogUnavailable(f"not connected to {self._urls}: {self._last_error}")
+                    raise EventLogUnavailable(f"not connected to {self._shown}: {self._last_error}")
                 try:
                     self._nc = await self._connect()
                 except EventLogUnavailable as exc:
@@ -206,7 +208,7 @@ class JetStreamConnection:
                 self._connection_replaced()
             assert self._nc is not None and self._js is not None
             if not self._nc.is_connected:
-                raise EventLogUnavailable(f"not connected to {self._urls}: {self._last_error}")
+                raise EventLogUnavailable(f"not connected to {self._shown}: {self._last_error}")
             if not self._stream_ready:
                 await self._ensure_stream(self._js)
                 self._stream_ready = True
@@ -231,11 +233,11 @@ class JetStreamConnection:
 
         async def on_disconnected() -> None:
             if connected and not self._closed:
-                _log.warning("event log disconnected from %s", self._urls)
+                _log.warning("event log disconnected from %s", self._shown)
 
         async def on_reconnected() -> None:
             self._stream_ready = False  # a server restarted without its store: recreate
-            _log.warning("event log reconnected to %s", self._urls)
+            _log.warning("event log reconnected to %s", self._shown)
 
         task = asyncio.ensure_future(nc.connect(
             servers=self._urls,

@@ -17,6 +17,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal, TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 from pythonjsonlogger.msgspec import MsgspecFormatter
 
@@ -109,7 +110,8 @@ def configure_logging(fmt: LogFormat = "text", *, level: int = logging.INFO,
 def start_fields(settings: Settings, address: str, *, role: str = "serve") -> dict[str, str]:
     """The start-up line's fields: ``version``, ``role`` (the command: serve, tracker,
     aggregator), ``listen`` (``http://host:port``, or ``-``), ``store`` (the database
-    URL, password hidden), ``event_log`` (``memory`` or the NATS URL), ``served_log``
+    URL, password hidden), ``event_log`` (``memory`` or the NATS URL, credentials hidden:
+    :func:`shown_url`), ``served_log``
     (its directory, or ``none``) and ``clock`` (``system`` or ``manual``)."""
     from sqlalchemy.engine import make_url
 
@@ -117,8 +119,24 @@ def start_fields(settings: Settings, address: str, *, role: str = "serve") -> di
 
     store = make_url(settings.database_url).render_as_string(hide_password=True)
     return {"version": __version__, "role": role, "listen": address, "store": store,
-            "event_log": settings.event_log_url or "memory",
+            "event_log": shown_url(settings.event_log_url) if settings.event_log_url
+            else "memory",
             "served_log": settings.served_log_dir or "none", "clock": settings.clock}
+
+
+def shown_url(url: str) -> str:
+    """``url`` (several: comma-separated) as a log line may show it: a password becomes
+    ``***``, and so does a user name given alone (a NATS auth token)."""
+    return ",".join(_shown_one(u) for u in url.split(","))
+
+
+def _shown_one(url: str) -> str:
+    parts = urlsplit(url)
+    user, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url
+    name, colon, _ = user.partition(":")
+    return urlunsplit(parts._replace(netloc=f"{name}:***@{host}" if colon else f"***@{host}"))
 
 
 def log_start(settings: Settings, address: str, *, role: str = "serve") -> str:
