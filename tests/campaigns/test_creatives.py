@@ -128,3 +128,13 @@ def test_an_advertisers_new_creative_goes_back_to_review(
     r = client.patch(f"/v1/ads/{ad['id']}", json={"creative": NATIVE}, headers=mine)
     assert r.status_code == 200, r.text
     assert r.json()["review_state"] == "pending_review"
+
+
+def test_a_missing_field_is_named_with_its_creatives_type(client: TestClient,
+                                                          campaign: dict[str, Any]) -> None:
+    no_alt = {k: v for k, v in IMAGE.items() if k != "alt"}
+    assert assert_invalid(create(client, campaign, creative=no_alt), "creative.alt") == (
+        "is required in an image creative")
+    no_sponsor = {k: v for k, v in NATIVE.items() if k != "sponsor"}
+    assert assert_invalid(create(client, campaign, creative=no_sponsor),
+                          "creative.sponsor") == "is required in a native creative"

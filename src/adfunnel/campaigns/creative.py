@@ -105,12 +105,17 @@ def creative_from_plain(plain: Mapping[str, Any], where: str = "creative") -> Cr
     names = {f.name: f for f in fields(kind)}
     for name in plain:
         if name != "type" and name not in names:
-            raise InvalidChange(f"{where}.{name}", f"unknown field of a {kind.type} creative")
+            raise InvalidChange(f"{where}.{name}", f"unknown field of {_a(kind.type)} creative")
     kwargs = {k: v for k, v in plain.items() if k != "type" and v is not None}
     for name, f in names.items():
         if name not in kwargs and f.default is not None:  # required (no None default)
-            raise InvalidChange(f"{where}.{name}", f"is required in a {kind.type} creative")
+            raise InvalidChange(f"{where}.{name}", f"is required in {_a(kind.type)} creative")
     return kind(**kwargs)
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article ("an image", "a native")."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
 
 
 def check_creative(creative: object, ad_format: str, where: str = "creative") -> None:
