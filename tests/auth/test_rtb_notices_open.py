@@ -27,3 +27,17 @@ def test_the_pixel_beacons_are_open_whatever_the_method(
     r = http.request(method, path, params={"t": "forged"})
     assert r.status_code == 400, r.text
     assert http.get("/openapi.json").json()["paths"][path]["get"]["security"] == []
+
+
+def test_the_bid_endpoint_answers_a_wrong_method_405_not_401(http: TestClient) -> None:
+    """An exchange authenticates ``POST /openrtb2/bid`` with its own key header, checked
+    by the endpoint, never an API key: a ``GET`` (a health probe, a misconfigured
+    exchange) is 405 naming POST, not 401 asking for a bearer key, and the OpenAPI
+    document asks for no bearer key (it names the exchange key header instead)."""
+    for method in ("GET", "HEAD"):
+        r = http.request(method, "/openrtb2/bid")
+        assert r.status_code == 405, (method, r.status_code, r.text)
+        assert r.headers["allow"] == "POST"
+    op = http.get("/openapi.json").json()["paths"]["/openrtb2/bid"]["post"]
+    assert {"bearer": []} not in op["security"]
+    assert {} in op["security"] and {"exchange_key": []} in op["security"]

@@ -123,6 +123,7 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                        "200 with nbr and reasons. 400 naming the field (a path such as "
                        "imp[1].id). With openrtb_exchange_keys set, x-openrtb-key is "
                        "required (401/403 naming it). README: OpenRTB.",
+        "security": [{}, {"exchange_key": []}],  # no API key; the exchange's, where set
         "parameters": [_query("nbr", "1: answer a no-bid with its reasons (200)")],
         "requestBody": {"required": True, "content": {"application/json": {
             "schema": {"type": "object", "description": "OpenRTB 2.6 BidRequest"}}}},
@@ -266,8 +267,12 @@ def build_document(app: FastAPI) -> dict[str, Any]:
     schemas.update({f"Serving{name}": body for name, body in served.items()})
     for path, item in LEAN_PATHS.items():
         doc.setdefault("paths", {}).setdefault(path, {}).update(item)
-    doc["components"]["securitySchemes"] = {"bearer": {
-        "type": "http", "scheme": "bearer", "description": "An API key (POST /v1/api-keys)"}}
+    doc["components"]["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer",
+                   "description": "An API key (POST /v1/api-keys)"},
+        "exchange_key": {"type": "apiKey", "in": "header", "name": "x-openrtb-key",
+                         "description": "An exchange's key (openrtb_exchange_keys); "
+                                        "needed only where any is set"}}
     for path, item in doc.get("paths", {}).items():
         for method in _METHODS:
             if method in item:
@@ -288,7 +293,7 @@ def _complete(path: str, method: str, op: dict[str, Any]) -> None:
     if op.get("parameters"):
         responses.setdefault("422", _error(422))
     if is_open(path):
-        op["security"] = []
+        op.setdefault("security", [])  # an open route's own scheme, else none
         return
     op["security"] = [{"bearer": []}]
     for code in (401, 403, 429):

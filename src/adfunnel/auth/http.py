@@ -34,6 +34,9 @@ OPEN_PATHS = frozenset({
     "/tag.js", "/f", "/demo",  # the ad tag, an html creative's frame, the demo page
     # an exchange's OpenRTB notices: no key, a signed token (tracking/notice_desk.py)
     "/rtb/win", "/rtb/bill", "/rtb/loss",
+    # the bidder endpoint: no API key; an exchange's own key header, which the endpoint
+    # checks when openrtb_exchange_keys is set (openrtb/endpoint.py)
+    "/openrtb2/bid",
 })
 #: Path prefixes anyone may call. ``/ui`` checks its own session cookie
 #: (``adfunnel.ui``), ``/static`` holds the documents' assets, ``/creatives/files/``

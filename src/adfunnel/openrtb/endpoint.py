@@ -30,6 +30,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 from prometheus_client import Counter
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from adfunnel.budget.gate import fits
 from adfunnel.campaigns.model import Ad
@@ -48,6 +51,7 @@ from adfunnel.serving.http import (
     OUTCOME_HEADER,
     Answer,
     ClientGone,
+    RawResponse,
     ServingEndpoints,
     read_body,
 )
@@ -110,6 +114,19 @@ class OpenRtbEndpoint:
     def hot_routes(self) -> dict[tuple[str, str], Any]:
         """The bare ASGI handler :class:`~adfunnel.serving.deadline.ArrivalStamp` serves."""
         return {("POST", BID_PATH): self.bid_asgi}
+
+    def routes(self) -> list[Route]:
+        """The same route in the framework: what reaches it there is another method (405
+        naming POST, as select's) or a POST with no :class:`ArrivalStamp` in front."""
+        return [Route(BID_PATH, self.bid_endpoint, methods=["POST"])]
+
+    async def bid_endpoint(self, request: Request) -> Response:
+        """``bid`` as a Starlette endpoint."""
+        try:
+            status, headers, body = await self.bid(request.scope, request.receive)
+        except ClientGone:
+            return Response(status_code=499)
+        return RawResponse(status, headers, body)
 
     async def bid_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         try:

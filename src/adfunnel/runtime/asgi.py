@@ -133,7 +133,7 @@ def build_app(rt: Runtime) -> RequestLog:
         serving, s, has_placement=lambda pid: rt.catalog.placements.get(pid) is not None,
         country_of=derive.countries.country if derive and derive.countries else None,
         has_shape=lambda *shape: catalog_has_shape(rt.catalog.index, shape))
-    for route in (*serving.routes(), *tracking.routes()):
+    for route in (*serving.routes(), *tracking.routes(), *openrtb.routes()):
         app.router.routes.append(route)
     # the ad tag, the html creatives' frame and, while it is on, the demo page
     install_web(app, s, ad_of=lambda ad_id: rt.catalog.ads.get(ad_id), tracker=rt.tracker,
