@@ -60,3 +60,55 @@ def test_the_event_logs_warnings_hide_credentials(caplog: pytest.LogCaptureFixtu
             log.close()
     assert "not reachable yet" in caplog.text
     assert "s3cret" not in caplog.text + str(err.value)
+
+
+@pytest.fixture
+def aggregator_stubbed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``adfunnel aggregator`` with its event log's probe and its aggregator stubbed out:
+    the event log URL each run would have used is appended to the returned list."""
+    import adfunnel.cli.processes as processes
+    import adfunnel.runtime.standalone as standalone
+
+    used: list[str] = []
+
+    class _Plane:
+        aggregator = None
+
+    def run(settings: object, chosen: object, stop: object) -> _Plane:
+        used.append(str(settings.event_log_url))  # type: ignore[attr-defined]
+        return _Plane()
+
+    monkeypatch.setattr(processes, "_event_log_or_raise", lambda settings: None)
+    monkeypatch.setattr(standalone, "run_aggregator", run)
+    monkeypatch.setenv("ADFUNNEL_DATABASE_URL", "sqlite://")
+    return used
+
+
+def test_the_aggregators_own_line_hides_the_event_logs_credentials(
+        aggregator_stubbed: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Red when ``aggregating partitions … of <url>`` prints the URL as given."""
+    from typer.testing import CliRunner
+
+    from adfunnel.cli import app
+
+    done = CliRunner().invoke(app, ["aggregator", "--event-log", NATS, "--partitions", "1"])
+    assert done.exit_code == 0, done.output
+    assert aggregator_stubbed == [NATS]
+    assert "s3cret" not in done.output + capsys.readouterr().err
+    assert "aggregating partitions [1] of nats://ops:***@127.0.0.1:4222" in " ".join(
+        done.output.split())  # rich wraps the line at the runner's width
+
+
+def test_the_aggregator_reads_the_event_log_url_setting(
+        aggregator_stubbed: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Red when ``--event-log``'s default (nats://127.0.0.1:4222) hides
+    ``ADFUNNEL_EVENT_LOG_URL``: the aggregator read another NATS than the one set."""
+    from typer.testing import CliRunner
+
+    from adfunnel.cli import app
+
+    monkeypatch.setenv("ADFUNNEL_EVENT_LOG_URL", "nats://nats.internal:4222")
+    assert CliRunner().invoke(app, ["aggregator"]).exit_code == 0
+    monkeypatch.delenv("ADFUNNEL_EVENT_LOG_URL")
+    assert CliRunner().invoke(app, ["aggregator"]).exit_code == 0
+    assert aggregator_stubbed == ["nats://nats.internal:4222", "nats://127.0.0.1:4222"]

@@ -5,6 +5,7 @@ stderr and an exit code."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +15,18 @@ import typer
 
 from adfunnel.cli.console import console, first_line
 from adfunnel.settings import Settings, SettingsError, load_settings
+
+#: The event log of ``tracker`` and ``aggregator`` when neither ``--event-log`` nor
+#: ``ADFUNNEL_EVENT_LOG_URL`` names one (they need NATS: no memory log).
+DEFAULT_NATS = "nats://127.0.0.1:4222"
+
+
+def _nats(flag: str | None) -> str:
+    """The event log URL of a process that needs NATS: ``--event-log``, else the
+    ``ADFUNNEL_EVENT_LOG_URL`` setting, else :data:`DEFAULT_NATS`."""
+    if flag is not None:
+        return flag
+    return os.environ.get("ADFUNNEL_EVENT_LOG_URL") or DEFAULT_NATS
 
 
 def _setting(name: str) -> str:
@@ -143,7 +156,7 @@ def _seed_demo(settings: Settings, store: object | None) -> None:
 
 
 def tracker(
-    event_log: Annotated[str, typer.Option(help="NATS JetStream event log, nats://….")] = "nats://127.0.0.1:4222",
+    event_log: Annotated[str | None, typer.Option(help="NATS JetStream event log, nats://….", show_default=f"{DEFAULT_NATS}, or ADFUNNEL_EVENT_LOG_URL")] = None,
     host: Annotated[str | None, typer.Option(help="Bind address.", show_default=_setting("host"))] = None,
     port: Annotated[int | None, typer.Option(help="TCP port.", show_default=_setting("port"))] = None,
     database_url: Annotated[str | None, typer.Option(help="The campaign store (landing URLs), sqlite:///file or postgresql://….", show_default=_setting("database_url"))] = None,
@@ -158,7 +171,7 @@ def tracker(
     from adfunnel.runtime.server import serve_http
     from adfunnel.runtime.standalone import build_tracker_app
 
-    settings = _settings_or_exit(event_log_url=event_log, host=host, port=port,
+    settings = _settings_or_exit(event_log_url=_nats(event_log), host=host, port=port,
                                  database_url=database_url, token_secret=token_secret,
                                  spool_dir=spool_dir, aggregate=False,
                                  log_format=log_format, access_log=access_log)
@@ -173,7 +186,7 @@ def tracker(
 
 
 def aggregator(
-    event_log: Annotated[str, typer.Option(help="NATS JetStream event log, nats://….")] = "nats://127.0.0.1:4222",
+    event_log: Annotated[str | None, typer.Option(help="NATS JetStream event log, nats://….", show_default=f"{DEFAULT_NATS}, or ADFUNNEL_EVENT_LOG_URL")] = None,
     database_url: Annotated[str | None, typer.Option(help="The ledger's database, sqlite:///file or postgresql://….", show_default=_setting("database_url"))] = None,
     partitions: Annotated[str | None, typer.Option(help="Partitions to read, e.g. 0-7 or 0,2,4.", show_default="all")] = None,
 ) -> None:
@@ -182,10 +195,10 @@ def aggregator(
     import signal
     import threading
 
-    from adfunnel.observability.logs import log_start
+    from adfunnel.observability.logs import log_start, shown_url
     from adfunnel.runtime.standalone import run_aggregator
 
-    settings = _settings_or_exit(event_log_url=event_log, database_url=database_url)
+    settings = _settings_or_exit(event_log_url=_nats(event_log), database_url=database_url)
     _configure_logging(settings)
     try:
         chosen = parse_partitions(partitions, settings.event_partitions)
@@ -198,7 +211,8 @@ def aggregator(
     with _reachable_or_exit(settings):
         _event_log_or_raise(settings)
         log_start(settings, "-", role="aggregator")
-        console.print(f"aggregating partitions {chosen or 'all'} of {event_log}")
+        console.print(f"aggregating partitions {chosen or 'all'} of "
+                      f"{shown_url(str(settings.event_log_url))}")
         plane = run_aggregator(settings, chosen, stop)
     agg = plane.aggregator
     if agg is not None:
