@@ -138,6 +138,17 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
         assert totals.absorbed_micros <= CHARGE
         assert traffic.served == (totals.billed_micros + totals.absorbed_micros
                                   - 90_000) // CHARGE
+        # each server said once that the service did not answer, and once that it did;
+        # the service logged its start line; no log holds the internal token
+        for i in range(4):
+            text = (tmp_path / f"ads{i}.log").read_text()
+            assert text.count("shard 0 does not answer") == 1, text[-2000:]
+            assert text.count("shard 0 answers again") == 1, text[-2000:]
+            assert "HTTP Request: POST" not in text  # httpx's line per report, quieted
+            assert INTERNAL_TOKEN not in text
+        budget_log = (tmp_path / "budget.log").read_text()
+        assert budget_log.count(" budget-service listening on http://") == 1, budget_log
+        assert INTERNAL_TOKEN not in budget_log
     finally:
         stop.set()
         http.close()

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime
+
+import pytest
+import uvicorn
 
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.http import HttpReportTransport, create_app
@@ -10,7 +18,7 @@ from adfunnel.budget.protocol import BilledUpdate
 from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.model import BidType, Campaign, Objective
 from adfunnel.clock import ManualClock
-from tests.http_server import serving
+from tests.http_server import free_port, serving
 from tests.internal_token import INTERNAL_TOKEN
 
 NOW = datetime(2026, 10, 20, 12, 0, tzinfo=UTC)
@@ -43,3 +51,49 @@ def test_report_round_trip_over_http() -> None:
         transport.send_billed(0, [BilledUpdate(7, "2026-10-20", 1500, NOW.timestamp() + 1)])
         assert svc.campaign_day(7, NOW.date()).billed == 1500
         transport.close()
+
+
+@contextmanager
+def _on_port(app: object, port: int) -> Iterator[None]:
+    """``app`` under uvicorn on ``port`` until the block ends (started, then stopped)."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,  # type: ignore[arg-type]
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            if server.started:
+                break
+            time.sleep(0.05)
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_an_outage_of_the_service_is_logged_once_and_its_end_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An ad server said nothing while its budget service was down (its campaigns fail
+    closed): one warning when a shard stops answering, none while it stays down, one
+    when it answers again; the internal token never in them."""
+    clock = ManualClock(NOW)
+    app = create_app(BudgetService(clock, warmup_s=0.0), token=INTERNAL_TOKEN)
+    port = free_port()
+    transport = HttpReportTransport([f"http://127.0.0.1:{port}"], token=INTERNAL_TOKEN,
+                                    timeout_s=2.0)
+    client = BudgetClient("s1", clock, transport)
+    caplog.set_level(logging.WARNING, logger="adfunnel.budget.http")
+    with _on_port(app, port):
+        client.report()
+    assert caplog.records == []
+    client.report()
+    client.report()
+    down = [r.getMessage() for r in caplog.records]
+    assert len(down) == 1 and "shard 0 does not answer" in down[0], down
+    with _on_port(app, port):
+        client.report()
+        client.report()
+    again = [r.getMessage() for r in caplog.records[1:]]
+    assert len(again) == 1 and "shard 0 answers again" in again[0], again
+    assert INTERNAL_TOKEN not in caplog.text
+    transport.close()

@@ -24,6 +24,7 @@ caller: the entries stay pending and the client fails closed after 60 s.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import date
@@ -41,6 +42,8 @@ from adfunnel.body_limit import BodyLimit
 from adfunnel.budget.protocol import BilledColumns, BilledUpdate, Reply, Report
 from adfunnel.budget.service import BudgetService
 from adfunnel.internal_auth import InternalAuth, internal_headers
+
+_log = logging.getLogger(__name__)
 
 _report_decoder = msgspec.json.Decoder(Report)
 _billed_decoder = msgspec.json.Decoder(list[BilledUpdate])
@@ -152,6 +155,8 @@ class HttpReportTransport:
         self._active = [0] * len(self.candidates)
         self._http = client or httpx.Client(timeout=timeout_s)
         self.failures = 0
+        #: Per shard: its last report found no URL answering (logged once per outage).
+        self._down = [False] * len(self.candidates)
 
     @property
     def base_urls(self) -> list[str]:
@@ -161,6 +166,7 @@ class HttpReportTransport:
     def send_report(self, report: Report, on_reply: Callable[[Reply], None]) -> None:
         urls = self.candidates[report.shard]
         body = msgspec.json.encode(report)
+        error: Exception | None = None
         for attempt in range(len(urls)):
             i = (self._active[report.shard] + attempt) % len(urls)
             try:
@@ -168,12 +174,26 @@ class HttpReportTransport:
                                     headers=self._headers)
                 r.raise_for_status()
                 reply = _reply_decoder.decode(r.content)
-            except (httpx.HTTPError, msgspec.DecodeError):
+            except (httpx.HTTPError, msgspec.DecodeError) as exc:
                 self.failures += 1
+                error = exc
                 continue
             self._active[report.shard] = i
+            self._note_answer(report.shard, urls[i])
             on_reply(reply)
             return
+        if urls and not self._down[report.shard]:
+            self._down[report.shard] = True
+            _log.warning("budget service shard %d does not answer at %s (%s): its campaigns "
+                         "spend only the slices held, and nothing once its last reply is "
+                         "older than the fail-closed limit", report.shard, "|".join(urls),
+                         _one_line(error))
+
+    def _note_answer(self, shard: int, url: str) -> None:
+        """A shard answered: say so once after an outage was logged."""
+        if self._down[shard]:
+            self._down[shard] = False
+            _log.warning("budget service shard %d answers again at %s", shard, url)
 
     def send_billed(self, shard: int, updates: Sequence[BilledUpdate]) -> None:
         """Post billed totals to a shard (the aggregator's side). Raises httpx.HTTPError."""
@@ -184,3 +204,9 @@ class HttpReportTransport:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _one_line(exc: BaseException | None) -> str:
+    """An error's type and first line (httpx's messages can span lines)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -344,6 +344,7 @@ def budget_service(
     from adfunnel.campaigns.sql_store import SqlCampaignStore
     from adfunnel.clock import SystemClock
     from adfunnel.db import make_engine
+    from adfunnel.observability.logs import log_start
 
     settings = _settings_or_exit(database_url=database_url, required=("internal_token",))
     assert settings.internal_token is not None  # required above
@@ -359,6 +360,7 @@ def budget_service(
         token_ttl_s=ttl, engine=engine, warmup_s=warmup_s,
     )
     proc.start()
+    log_start(settings, f"http://{host}:{port}", role="budget-service")
     try:
         uvicorn.run(proc.app(settings.internal_token, max_body_bytes=max_body_bytes),
                     host=host, port=port, log_level="warning", access_log=False)

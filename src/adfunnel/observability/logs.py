@@ -102,8 +102,10 @@ def configure_logging(fmt: LogFormat = "text", *, level: int = logging.INFO,
     root.addHandler(handler)
     root.setLevel(level)
     _lean_records()
-    # alembic tells at INFO which dialect it uses on every start: noise to an operator
-    logging.getLogger("alembic").setLevel(max(level, logging.WARNING))
+    # at INFO alembic tells which dialect it uses on every start, and httpx logs every
+    # request an ad server sends its budget service (one a second, forever): noise
+    for name in ("alembic", "httpx", "httpcore"):
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
     return handler
 
 
