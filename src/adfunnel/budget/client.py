@@ -40,14 +40,14 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
 from adfunnel.budget.bulk_view import UNKNOWN_LAMBDA, BulkView
 from adfunnel.budget.client_bulk import ClientBulk
 from adfunnel.budget.client_reports import RESEND_WINDOW_S, ClientReports, ReportTransport
 from adfunnel.budget.client_slices import ClientSlices
 from adfunnel.budget.demand import DemandBook
-from adfunnel.budget.gate import BUDGET_EXHAUSTED, NO_SLICE, Served
+from adfunnel.budget.gate import BUDGET_EXHAUSTED, NO_SLICE, Served, budget_lowered
 from adfunnel.budget.held import Acc, HeldSlice
 from adfunnel.budget.protocol import ReportEntry, SliceUse
 from adfunnel.budget.slices import BudgetState
@@ -221,6 +221,31 @@ class BudgetClient(ClientReports, ClientSlices, ClientBulk):
                 # did not use returns to the budget at once rather than when it expires
                 self._release(s)
                 self._wants.add(cid)
+
+    def campaign_changed(self, old: Campaign | None, new: Campaign) -> None:
+        """The ad server applied a campaign record (``old``: the one it held). After a
+        budget cut (:func:`~adfunnel.budget.gate.budget_lowered`) the open state and the
+        slices the service gave under the old budget no longer hold: an open campaign
+        would spend freely, and a slice past the new budget, until the next reply (about
+        a second; the service refuses nothing it cannot see). So its open states around
+        today are dropped (it is metered: it asks), its held slices released (their use
+        goes with the next report) and its directive asked for, until a reply under the
+        new budget says again."""
+        if not budget_lowered(old, new):
+            return
+        cid = new.id
+        today = local_day(self.clock.now(), new.time_zone)
+        with self._lock:
+            for day in (today - timedelta(days=1), today, today + timedelta(days=1)):
+                if self._state.get((cid, day)) is BudgetState.OPEN:
+                    del self._state[(cid, day)]
+            self._bulk.set(cid, "open_day", -1)
+            for s in list(self._slices.get(cid, ())):
+                self._release(s)
+            self._wants.add(cid)
+            if cid in self._demand:
+                self._asking.add(cid)
+            self.generation += 1
 
     def record_billed(self, campaign_id: int, day: date, billed_micros: int, impression_id: str,
                       settles: bool) -> None:

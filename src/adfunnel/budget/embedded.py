@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from adfunnel.budget.billed import BilledTotals
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.feed import TOKEN_TTL_S
-from adfunnel.budget.gate import NO_SLICE, Served
+from adfunnel.budget.gate import NO_SLICE, Served, budget_lowered
 from adfunnel.budget.process import SHAPE_REFRESH_S, BudgetServiceProcess
 from adfunnel.budget.protocol import Reply, Report
 from adfunnel.budget.snapshot import BudgetSnapshot
@@ -221,6 +221,16 @@ class InProcessBudget:
 
     def bulk_multiplier(self, campaign_ids: np.ndarray) -> np.ndarray:
         return self.client.bulk_multiplier(campaign_ids)
+
+    def campaign_changed(self, old: Campaign | None, new: Campaign) -> None:
+        """The ad server's catalogue applied a campaign record. After a budget cut the
+        in-process service takes it now (it reads other processes' writes only at the
+        next report), so the client's ask (:meth:`BudgetClient.campaign_changed`) is
+        answered under the new budget."""
+        if budget_lowered(old, new):
+            with self.process.lock:
+                self.process.service.upsert_campaign(new)
+        self.client.campaign_changed(old, new)
 
     def record_served(self, served: Served) -> None:
         self.client.record_served(served)

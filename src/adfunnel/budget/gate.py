@@ -41,6 +41,22 @@ def effective_daily_budget(
     return max(0, min(daily_budget_micros, lifetime_budget_micros - billed_before_day_micros))
 
 
+def budget_lowered(old: Campaign | None, new: Campaign) -> bool:
+    """Whether a campaign record edit may leave less to spend: a limit of
+    :func:`~adfunnel.pacing.flight.period_budgets` lowered (or newly set), or the budget
+    period, goal or flight changed. A spend gate that holds the service's state from
+    before the edit (open, slices) must ask again; a raise leaves it as open as it was,
+    so delivery does not pause for it. A new campaign (``old`` None) lowers nothing."""
+    if old is None:
+        return False
+    if (old.budget_period, old.goal, old.flight_start, old.flight_end) != (
+            new.budget_period, new.goal, new.flight_start, new.flight_end):
+        return True
+    (old_day, old_life), (new_day, new_life) = period_budgets(old), period_budgets(new)
+    return new_day < old_day or (new_life is not None
+                                 and (old_life is None or new_life < old_life))
+
+
 @dataclass(frozen=True, slots=True)
 class Served:
     """One served impression's expected cost, outstanding until billed or expired.

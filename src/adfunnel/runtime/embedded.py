@@ -171,6 +171,9 @@ def build_runtime(
     if feed:
         change_feed.start()
     gate = make_gate(settings, store, ledger, clock, engine)
+    changed = getattr(gate, "campaign_changed", None)
+    if changed is not None:  # a budget cut reaches the gate with the catalogue
+        catalog.campaign_listeners.append(changed)
     ctr = SmoothedCtr(settings.pctr_prior, settings.pctr_prior_strength)
     key = settings.token_secret.encode()
     decisions = DecisionLog()

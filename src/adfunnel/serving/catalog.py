@@ -96,6 +96,10 @@ class Catalog(CampaignReadModel):
         #: called with a target's new active model release whenever it changes
         self.model_listeners: list[Callable[[ModelRelease], None]] = []
         self._active_models: dict[str, ModelRelease] = {}  # target -> as last notified
+        #: called with (the record held, the new one) whenever a campaign record is
+        #: applied, under the catalogue's lock: the spend gate drops what a budget cut
+        #: outdated before a request can read the new budget (``build_runtime``)
+        self.campaign_listeners: list[Callable[[Campaign | None, Campaign], None]] = []
 
     @classmethod
     def shaped(cls, prior_pctr: float = 0.001,
@@ -203,6 +207,8 @@ class Catalog(CampaignReadModel):
         if held is None or held.targeting != c.targeting:
             self._targeting[c.id] = _compile(c)
         self._reindex(self.ads[a] for a in self._ads_by_campaign.get(c.id, ()))
+        for listener in self.campaign_listeners:
+            listener(held, c)
         return True
 
     def _apply_ad(self, ad: Ad) -> bool:
