@@ -138,12 +138,15 @@ def test_budget_service_started_late_absorbs_at_most_one_charge(pg_schema_url: s
         assert totals.absorbed_micros <= CHARGE
         assert traffic.served == (totals.billed_micros + totals.absorbed_micros
                                   - 90_000) // CHARGE
-        # each server said once that the service did not answer, and once that it did;
-        # the service logged its start line; no log holds the internal token
+        # each server said that the service did not answer, and then that it did (a
+        # loaded machine's report may time out later: each outage is said once, each
+        # end once); the service logged its start line; no log holds the internal token
         for i in range(4):
             text = (tmp_path / f"ads{i}.log").read_text()
-            assert text.count("shard 0 does not answer") == 1, text[-2000:]
-            assert text.count("shard 0 answers again") == 1, text[-2000:]
+            down = text.count("shard 0 does not answer")
+            up = text.count("shard 0 answers again")
+            assert down >= 1 and up >= 1 and down - up in (0, 1), text[-2000:]
+            assert text.index("shard 0 does not answer") < text.index("shard 0 answers again")
             assert "HTTP Request: POST" not in text  # httpx's line per report, quieted
             assert INTERNAL_TOKEN not in text
         budget_log = (tmp_path / "budget.log").read_text()
