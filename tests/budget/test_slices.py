@@ -72,3 +72,22 @@ def test_the_last_charge_is_the_mean_charge_only_where_it_is_exact() -> None:
     assert got.tolist() == [1_001, 4_000, 4_000, 2_000_000]
     assert budget_state(0, 1_500, 10_000, 4_000, 1_001) is BudgetState.METERED
     assert budget_state(0, 1_000, 10_000, 4_000, 1_001) is BudgetState.EXHAUSTED
+
+
+def test_one_charge_left_is_still_metered_and_not_the_worst_case() -> None:
+    # exactly one charge grantable: slice_size grants it, so the state is not EXHAUSTED
+    assert budget_state(0, 2_000_000, 20_000_000, 2_000_000) is BudgetState.METERED
+    assert budget_state(0, 1_001, 10_000, 4_000, 1_001) is BudgetState.METERED
+    # "below" WORST_CASE_CHARGES (1) charges: one whole charge left is not the worst case
+    assert not worst_case_regime(2_000_000, 2_000_000)
+    assert worst_case_regime(1_999_999, 2_000_000)
+
+
+def test_a_slice_is_ten_seconds_of_spend_within_half_of_what_remains() -> None:
+    # 1000 micros/s for 10 s = 10_000, far below half of 10**9
+    assert slice_size(1000.0, 2_000, 10**9, 0) == 10_000
+    # 10 charges grantable, 4 outstanding: room = 5 - 4 = exactly one charge
+    assert slice_size(1e9, 2_000, 20_000, 8_000) == 2_000
+    # a last slice where exactly the last charge remains (below one charge)
+    assert slice_size(0.0, 4_000, 1_001, 0, 1_001) == 4_000
+    assert slice_size(0.0, 4_000, 1_000, 0, 1_001) == 0

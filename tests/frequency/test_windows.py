@@ -248,6 +248,8 @@ def test_a_day_cap_resets_at_local_midnight(midnight: datetime, next_midnight: d
           FrequencyCap.cooldown(60, CapLevel.AD)], LIFETIME_TTL_S),
         ([FrequencyCap.counter(1, CapWindow.LIFETIME, CapLevel.AD),
           FrequencyCap.cooldown(400 * DAY_S, CapLevel.AD)], 401 * DAY_S),
+        ([FrequencyCap.cooldown(400 * DAY_S, CapLevel.AD),  # the longer cooldown first
+          FrequencyCap.counter(1, CapWindow.LIFETIME, CapLevel.AD)], 401 * DAY_S),
     ],
 )
 def test_ttl_is_the_longest_window_plus_a_day(caps: list[FrequencyCap], ttl: int) -> None:
@@ -275,6 +277,13 @@ def test_cooldown_passes_at_exactly_its_seconds() -> None:
     assert not evaluate([COOLDOWN], {COOLDOWN.field: NOW_S - 1799}, NOW_S).allowed
     assert evaluate([COOLDOWN], {COOLDOWN.field: NOW_S - 1800}, NOW_S).allowed
     assert not rule_holds(COOLDOWN, {COOLDOWN.field: NOW_S + 5}, NOW_S)  # a future serve
+    # a serve further in the future than the cooldown itself still does not hold
+    assert not rule_holds(COOLDOWN, {COOLDOWN.field: NOW_S + 3600}, NOW_S)
+
+
+def test_unix_seconds_are_rounded_down() -> None:
+    assert unix_s(datetime(2026, 11, 1, 4, 0, 0, 900_000, tzinfo=UTC)) == int(
+        datetime(2026, 11, 1, 4, tzinfo=UTC).timestamp())
 
 
 def test_all_caps_hold_together() -> None:

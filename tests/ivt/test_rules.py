@@ -102,6 +102,10 @@ def test_timing_bound(rules: Tier1Rules) -> None:
         Reason.IMPOSSIBLE_TIMING)
     strict = Tier1Rules(rules.user_agents, rules.ranges, min_click_delay_ms=2_000)
     assert strict.check(facts(event_at_ms=T0 + 1_500)).reason is Reason.IMPOSSIBLE_TIMING
+    # 0 is a valid bound (>= 0): only a click before its serve is too soon
+    none = Tier1Rules(rules.user_agents, rules.ranges, min_click_delay_ms=0)
+    assert none.check(facts(event_at_ms=T0)) is VALID
+    assert none.check(facts(event_at_ms=T0 - 1)).reason is Reason.IMPOSSIBLE_TIMING
 
 
 def test_verdict_invariant_and_arguments(rules: Tier1Rules) -> None:

@@ -169,6 +169,21 @@ def test_click_too_soon_after_its_impression() -> None:
     assert scorer.observe(click(T0 + DAY_MS + 2_000, iid="b")) == []
 
 
+def test_a_click_exactly_the_minimum_delay_after_its_impression_is_not_too_soon() -> None:
+    scorer = Tier2Scorer()
+    assert scorer.observe(impression(T0, iid="a")) == []
+    assert scorer.observe(click(T0 + 500, iid="a")) == []
+
+
+def test_a_click_reversed_before_its_impression_is_not_reversed_again() -> None:
+    """Two clicks in a minute: the second is over the 1-per-minute limit; its impression,
+    arriving later and 50 ms before it, adds no second (timing) reversal."""
+    scorer = Tier2Scorer()
+    assert scorer.observe(click(T0 + 100, iid="x")) == []
+    assert reasons(scorer.observe(click(T0 + 200, iid="a"))) == [Reason.CLICK_RATE]
+    assert scorer.observe(impression(T0 + 150, iid="a")) == []
+
+
 def test_a_click_seen_before_its_impression_is_judged_when_it_arrives() -> None:
     scorer = Tier2Scorer()
     assert scorer.observe(click(T0 + 200, iid="a")) == []
@@ -190,6 +205,17 @@ def test_a_scripts_fixed_delay_is_caught() -> None:
     assert out[:4] == [[], [], [], []]
     assert reasons(out[4]) == [Reason.TIMING]
     assert out[4][0].detail == "last 5 click delays within 12ms <= 20ms"
+
+
+def test_delays_spread_exactly_the_regular_spread_are_regular() -> None:
+    scorer = Tier2Scorer()
+    at, out = T0, []
+    for k in range(5):  # delays 1_000, 1_005, ..., 1_020: a spread of exactly 20 ms
+        at += 11 * MINUTE_MS
+        scorer.observe(impression(at, iid=f"s{k}"))
+        out.append(scorer.observe(click(at + 1_000 + k * 5, iid=f"s{k}")))
+    assert out[:4] == [[], [], [], []]
+    assert out[4][0].detail == "last 5 click delays within 20ms <= 20ms"
 
 
 @pytest.mark.slow

@@ -59,6 +59,14 @@ def test_window_edges() -> None:
         BucketCounts(1_000, 300)
 
 
+def test_bucket_totals_window_excludes_its_start() -> None:
+    """totals over (at - window, at]: the bucket starting exactly one window back is out."""
+    buckets: BucketCounts[str] = BucketCounts(10_000, 1_000)
+    buckets.add("k", 0, impressions=1)
+    assert buckets.totals("k", 9_999) == (1, 0)
+    assert buckets.totals("k", 10_000) == (0, 0)
+
+
 @pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 50_000)), max_size=200),

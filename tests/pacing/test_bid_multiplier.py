@@ -13,6 +13,7 @@ from adfunnel.pacing.bid_multiplier import (
     MultiplierGains,
     MultiplierState,
     at_bound,
+    clamp_lambda,
     clamp_step,
     start_multiplier,
     step,
@@ -158,3 +159,42 @@ def test_array_steps_equal_scalar_steps_bit_for_bit(lanes, kp, volume_ref) -> No
                   for i, s in enumerate(scalar)]
         for f in MultiplierState.__slots__:
             assert getattr(arr, f).tolist() == [getattr(s, f) for s in scalar], f
+
+
+def test_on_plan_no_direction_rule_applies() -> None:
+    """behind_micros == 0 is neither ahead nor behind: spending half the target lowers λ
+    as with no plan at all. Red when "ahead" is taken as behind <= 0."""
+    state = MultiplierState(100.0, 0.0, BUDGET / 8640, BUDGET / 8640, 10.0)
+    target = BUDGET / 8640
+    on_plan, lam = step(state, target / 2, target, 10, budget_micros=BUDGET, charges=10,
+                        behind_micros=0.0)
+    assert lam < 100.0
+    assert on_plan == step(state, target / 2, target, 10, budget_micros=BUDGET, charges=10)[0]
+    arr = step_arrays(MultiplierArrays(*(np.array([getattr(state, f)])
+                                         for f in MultiplierState.__slots__)),
+                      np.array([target / 2]), np.array([target]), 10.0,
+                      budget_micros=np.array([BUDGET]), charges=np.array([10.0]),
+                      behind_micros=np.array([0.0]))
+    assert arr.lam.tolist() == [lam]
+
+
+def test_one_charge_due_per_step_and_none_won_takes_the_idle_gain() -> None:
+    """charges_avg exactly 1 (one charge due per step), nothing won: g = kp × idle_share
+    = 0.3, and ratio = floor ÷ desired ≈ 277_778 ÷ 1_167_052 ≈ 0.238, so λ × 0.238^0.3
+    ≈ 0.65 λ, cut to the 25 % step limit: 75. Red when the rule needs more than one."""
+    target = BUDGET / 8640
+    state = MultiplierState(100.0, 0.0, 0.0, target, 1.0)
+    _, lam = step(state, 0, target, 10, budget_micros=BUDGET, charges=0)
+    assert lam == 75.0
+
+
+def test_a_corrupt_nan_multiplier_restarts_at_one() -> None:
+    """NaN → LAMBDA_MIN, in clamp_lambda and in both steps."""
+    assert clamp_lambda(float("nan")) == 1.0
+    nan = MultiplierState(float("nan"), 0.0, 1e6, 1e6, 10.0)
+    assert step(nan, 1e6, 1e6, 10, budget_micros=BUDGET, charges=10)[1] == 1.0
+    arr = step_arrays(MultiplierArrays(*(np.array([getattr(nan, f)])
+                                         for f in MultiplierState.__slots__)),
+                      np.array([1e6]), np.array([1e6]), 10.0, budget_micros=np.array([BUDGET]),
+                      charges=np.array([10.0]), behind_micros=np.array([0.0]))
+    assert arr.lam.tolist() == [1.0]

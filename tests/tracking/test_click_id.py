@@ -94,3 +94,17 @@ def test_an_expired_token_carries_its_authentic_claims_only() -> None:
     with pytest.raises(InvalidToken) as err:
         verify(sign(CLAIMS, OLD), KEY, 5_000.0)
     assert err.value.claims is None
+
+
+def test_rotation_the_current_key_verifies_with_previous_keys_listed() -> None:
+    new_id = sign_click_id(CLAIMS, CLICKED_MS, KEY)
+    assert verify_click_id(new_id, [KEY, OLD], 2_000.0, 86_400).serve == CLAIMS
+
+
+def test_a_click_time_is_an_int_from_0_to_int64_max() -> None:
+    zero = sign_click_id(CLAIMS, 0, KEY)
+    assert verify_click_id(zero, [KEY], 1.0, 86_400).clicked_at_ms == 0
+    sign_click_id(CLAIMS, 2**63 - 1, KEY)
+    for bad in (-1, 2**63, True, 1.5):
+        with pytest.raises(ValueError, match="clicked_at_ms"):
+            sign_click_id(CLAIMS, bad, KEY)  # type: ignore[arg-type]

@@ -168,6 +168,15 @@ def test_too_long_is_malformed_even_if_signed() -> None:
     assert reason(long_token + "A" * (MAX_TOKEN_CHARS + 1 - len(long_token))) == "malformed"
 
 
+def test_a_padded_or_oversized_mac_is_malformed() -> None:
+    """Only the canonical unpadded spelling of a 32-byte MAC opens: a valid token with
+    '=' padding, or with a 33-byte MAC, is malformed (not a bad signature)."""
+    token = sign(claims(), KEY)
+    assert reason(token + "=") == "malformed"
+    body = token.partition(".")[0]
+    assert reason(f"{body}.{b64(bytes(33))}") == "malformed"
+
+
 def test_non_string_token_is_malformed() -> None:
     assert reason(b"abc.def") == "malformed"  # type: ignore[arg-type]
     assert reason(None) == "malformed"  # type: ignore[arg-type]
