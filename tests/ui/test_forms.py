@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adfunnel.ui.forms import FieldProblem, int_field, json_field, micros_to_units, units_to_micros
+from adfunnel.ui.forms import (
+    FieldProblem,
+    dayparts_from_form,
+    int_field,
+    json_field,
+    micros_to_units,
+    submitted_rows,
+    units_to_micros,
+)
 
 
 @pytest.mark.parametrize(("text", "micros"), [
@@ -56,3 +64,28 @@ def test_json_and_int_fields() -> None:
         json_field('{"attr": ', "targeting")
     with pytest.raises(FieldProblem, match="whole number"):
         int_field("1.5", "version")
+
+
+class _CountingForm(dict[str, str]):
+    """A submitted form that fails the test once it has been asked for too many rows."""
+
+    def __init__(self, **fields: str) -> None:
+        super().__init__(fields)
+        self.asked = 0
+
+    def getlist(self, name: str) -> list[str]:
+        self.asked += 1
+        assert self.asked <= 1_000, "the form's row count was trusted"
+        return []
+
+
+def test_a_huge_daypart_row_count_is_a_field_problem_not_a_hang() -> None:
+    """The dayparts form's hidden ``rows`` is the page's, but anyone can post it: a count
+    of 10^9 must not make the server loop over a billion rows (tried: an advertiser's
+    ``rows=3000000`` held the event loop, and every ad request, for 3.5 s). Breaks if
+    ``dayparts_from_form`` or ``submitted_rows`` loops to the count posted."""
+    form = _CountingForm(rows="1000000000", version="1")
+    with pytest.raises(FieldProblem) as err:
+        dayparts_from_form(form)
+    assert err.value.field == "dayparts" and "at most" in err.value.problem
+    assert len(submitted_rows(form)) <= 1_000

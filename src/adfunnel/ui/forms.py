@@ -91,6 +91,9 @@ def pretty_json(value: Any) -> str:
 
 #: Weekday names of the dayparts form, Monday first (the API's 0 … 6).
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+#: Most rows a dayparts form may post: the API's 100 dayparts and the blank row. The
+#: count is the page's hidden ``rows``, but any client can post it.
+MAX_DAYPART_ROWS = 101
 
 
 def dayparts_rows(dayparts: list[dict[str, Any]], blank: int = 1) -> list[dict[str, Any]]:
@@ -107,11 +110,15 @@ def dayparts_from_form(form: Any) -> tuple[list[dict[str, Any]], list[int]]:
     from (a row without a weekday ticked is left out: that is how a row is removed).
 
     Raises:
-        FieldProblem: a count or hour that is not a whole number.
+        FieldProblem: a count or hour that is not a whole number; more rows than
+            :data:`MAX_DAYPART_ROWS`.
     """
     out: list[dict[str, Any]] = []
     used: list[int] = []
-    for i in range(int_field(str(form.get("rows", "0")), "dayparts")):
+    rows = int_field(str(form.get("rows", "0")), "dayparts")
+    if rows > MAX_DAYPART_ROWS:
+        raise FieldProblem("dayparts", f"at most {MAX_DAYPART_ROWS - 1} dayparts")
+    for i in range(rows):
         days = sorted({int_field(str(d), f"dayparts[{i}].weekdays")
                        for d in form.getlist(f"dp-{i}-wd")})
         if not days:
@@ -138,9 +145,10 @@ def rows_of_errors(errors: dict[str, str], used: list[int]) -> dict[str, str]:
 
 
 def submitted_rows(form: Any) -> list[dict[str, Any]]:
-    """The dayparts form's rows as submitted (to show them again with their errors)."""
+    """The dayparts form's rows as submitted (to show them again with their errors; at
+    most :data:`MAX_DAYPART_ROWS`)."""
     try:
-        n = int(str(form.get("rows", "0")))
+        n = min(int(str(form.get("rows", "0"))), MAX_DAYPART_ROWS)
     except ValueError:
         n = 0
     return [{"weekdays": {int(d) for d in form.getlist(f"dp-{i}-wd") if str(d).isdigit()},
