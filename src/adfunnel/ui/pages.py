@@ -31,6 +31,11 @@ STATIC_URL = "/ui/static"
 LOGIN_URL = "/ui/login"
 
 Handler = Callable[..., Awaitable[Response]]
+#: Every page's framing policy: no other page may frame the dashboard (a page of another
+#: origin on the same site gets the SameSite=Strict cookie sent in its iframe, so it
+#: could trick a click onto a framed button).
+PAGE_HEADERS = {"x-frame-options": "DENY",
+                "content-security-policy": "frame-ancestors 'none'"}
 
 
 def make_templates(currency: str = "") -> Jinja2Templates:
@@ -67,7 +72,7 @@ class Pages:
     def render(self, request: Request, name: str, viewer: Viewer | None, status: int = 200,
                **context: Any) -> HTMLResponse:
         return self.templates.TemplateResponse(request, name, {"viewer": viewer, **context},
-                                               status_code=status)
+                                               status_code=status, headers=PAGE_HEADERS)
 
     def page(self, handler: Handler) -> Handler:
         """Resolve the viewer (else the login page) and open an API client as it; a
