@@ -15,6 +15,7 @@ from adfunnel.ui.forms import (
     submitted_rows,
     units_to_micros,
 )
+from adfunnel.ui.selling import goal_from_form
 
 
 @pytest.mark.parametrize(("text", "micros"), [
@@ -89,3 +90,19 @@ def test_a_huge_daypart_row_count_is_a_field_problem_not_a_hang() -> None:
         dayparts_from_form(form)
     assert err.value.field == "dayparts" and "at most" in err.value.problem
     assert len(submitted_rows(form)) <= 1_000
+
+
+@pytest.mark.parametrize("text", ["0,50", "1,5", "12,50", "1,00,000", ",5", "1,000,0"])
+def test_a_comma_that_does_not_separate_thousands_is_refused(text: str) -> None:
+    """A comma is read as a thousands separator (``1,000.25``), so a decimal comma was
+    dropped silently: a bid typed ``0,50`` became 50.00, a hundred times the bid meant
+    (tried on the new-campaign form). Breaks if a comma anywhere but between groups of
+    three digits is taken."""
+    with pytest.raises(FieldProblem) as err:
+        units_to_micros(text, "bid_micros")
+    assert err.value.field == "bid_micros" and "comma" in err.value.problem
+    with pytest.raises(FieldProblem):
+        goal_from_form({"priority": "guaranteed", "goal_total": text})
+    assert units_to_micros("1,234,567.5", "bid_micros") == 1_234_567_500_000
+    assert goal_from_form({"priority": "guaranteed", "goal_total": "2,000,000"}) == {
+        "metric": "impressions", "total": 2_000_000}

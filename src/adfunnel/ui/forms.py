@@ -7,6 +7,7 @@ problem found here shows next to the same field as one the API reports.
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -16,6 +17,8 @@ from adfunnel.money import MICROS_PER_UNIT
 #: Amounts of 10^19 currency units and more are refused (``is too large``).
 _MAX_UNITS_DIGITS = 19
 _MICRO = Decimal("0.000001")
+#: A number whose commas separate thousands: ``1,234,567`` (and ``.5`` after it).
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
 
 
 class FieldProblem(ValueError):
@@ -30,10 +33,10 @@ def units_to_micros(text: str, field: str) -> int:
 
     Raises:
         FieldProblem: not a number, negative, 10^19 units or more, or finer than a
-            micro.
+            micro; a comma that does not separate thousands (:func:`without_thousands`).
     """
     try:
-        amount = Decimal(text.strip().replace(",", ""))
+        amount = Decimal(without_thousands(text, field))
     except InvalidOperation:
         raise FieldProblem(field, "must be an amount like 12.50") from None
     if not amount.is_finite() or amount < 0:
@@ -45,6 +48,22 @@ def units_to_micros(text: str, field: str) -> int:
     if amount != amount.quantize(_MICRO):
         raise FieldProblem(field, "has more than 6 decimals")
     return int(amount * MICROS_PER_UNIT)
+
+
+def without_thousands(text: str, field: str) -> str:
+    """``text`` stripped, without the commas that separate its thousands (``1,000.25``).
+
+    Raises:
+        FieldProblem: a comma elsewhere: ``0,50`` is a decimal comma, which read as a
+            separator would make the amount a hundred times larger.
+    """
+    text = text.strip()
+    if "," not in text:
+        return text
+    if not _THOUSANDS.fullmatch(text):
+        raise FieldProblem(field, "a comma may only separate thousands (1,000.50); "
+                                  "write decimals with a point")
+    return text.replace(",", "")
 
 
 def micros_to_units(micros: int | None) -> str:
