@@ -250,3 +250,22 @@ def test_any_valid_sale_round_trips_its_payload_byte_for_byte(
     row = codec.to_row("campaign", {f.name: getattr(c, f.name)
                                     for f in dataclasses.fields(c)})
     assert codec.from_row("campaign", row) == c
+
+
+def test_a_flight_budget_spans_at_most_ten_years() -> None:
+    """A flight budget is planned hour by hour over its whole flight (pacing.flight), so
+    a flight of 1970-01-01..8999-12-31 (dates the API takes) made the create take ~100 s
+    and gigabytes in the budget service, and each of its pages ~10 s, holding up every ad
+    request (tried with an admin's guaranteed line; an advertiser may book a flight
+    budget too). Breaks if such a flight is stored."""
+    long = dataclasses.replace(GUARANTEED, flight_start=date(1970, 1, 1),
+                               flight_end=date(8999, 12, 31))
+    problems = dict(sale_problems(long))
+    assert "at most 3660 days" in problems["flight_end"]
+    auction = dataclasses.replace(AUCTION, budget_period=BudgetPeriod.FLIGHT,
+                                  flight_budget_micros=10**9, flight_start=date(2026, 1, 1),
+                                  flight_end=date(2036, 1, 9))
+    assert fields(auction) == ["flight_end"]
+    assert sale_problems(dataclasses.replace(auction, flight_end=date(2035, 12, 31))) == []
+    # a day's budget is not planned over the flight: its flight may be long
+    assert sale_problems(dataclasses.replace(AUCTION, flight_end=date(8999, 12, 31))) == []

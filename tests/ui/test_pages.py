@@ -355,3 +355,17 @@ def test_campaign_page_shows_rendered_viewable_and_viewability(
     assert 'id="total-rendered">4<' in r.text and 'id="total-viewable">3<' in r.text
     assert 'id="total-viewability">75.0%<' in r.text
     assert 'id="billable-event">viewable<' in r.text
+
+
+def test_pages_may_not_be_framed(client: TestClient, world: dict[str, Any]) -> None:
+    """A page of another origin on the same site gets the Strict cookie sent in its
+    iframe, so it could frame the dashboard and trick a click onto a button (the pages
+    answered with no framing policy). Breaks if a page, the login form included, may be
+    put in a frame."""
+    pages = [client.get("/ui/login")]
+    log_in(client, world["key_a"])
+    pages += [client.get("/ui/campaigns"), client.get(f"/ui/campaigns/{world['ca']}"),
+              client.get(f"/ui/campaigns/{world['cb']}")]  # 404 page
+    for r in pages:
+        assert r.headers["x-frame-options"] == "DENY", r.url
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"], r.url

@@ -144,3 +144,37 @@ def test_sessions_live_in_the_sql_store(tmp_path) -> None:
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.parametrize("headers", [
+    {"origin": "http://testserver:8081", "sec-fetch-site": "same-site"},  # another port
+    {"origin": "http://blog.testserver"},  # a browser without Sec-Fetch-*: its Origin
+    {"origin": "null"},  # a sandboxed frame
+])
+def test_another_origins_page_cannot_post_a_form(rt: Runtime,
+                                                  headers: dict[str, str]) -> None:
+    """SameSite=Strict keeps the cookie from other *sites*, but another origin of the
+    same site (another port of the host, a sibling subdomain) still gets it sent (tried:
+    a page on 127.0.0.1:18402 paused a campaign of the dashboard on 127.0.0.1:18401 with
+    a self-submitting form). Breaks if a ``/ui`` form (logout and login included) is
+    taken from a browser naming another origin."""
+    adv = rt.store.create_advertiser("a")
+    cid = rt.store.create_campaign(
+        advertiser_id=adv.id, name="c", objective="clicks", bid_type="CPM",
+        bid_micros=1_000_000, daily_budget_micros=5_000_000, time_zone="UTC",
+        flight_start=START.date()).id
+    with _client(rt) as c:
+        session_id = _log_in(c, ADMIN_KEY).cookies[COOKIE]
+        c.cookies.set(COOKIE, session_id, path="/ui")
+        r = c.post(f"/ui/campaigns/{cid}/status", data={"action": "pause", "version": "1"},
+                   headers=headers)
+        assert r.status_code == 403 and rt.store.get_campaign(cid).status.value == "active"
+        assert c.post("/ui/logout", headers=headers).status_code == 403
+        r = c.post("/ui/login", data={"api_key": ADMIN_KEY}, headers=headers)
+        assert r.status_code == 403 and COOKIE not in r.headers.get("set-cookie", "")
+        assert _page(c, session_id) == 200  # the session lives on
+        own = {"origin": "http://testserver", "sec-fetch-site": "same-origin"}
+        c.cookies.set(COOKIE, session_id, path="/ui")
+        r = c.post(f"/ui/campaigns/{cid}/status", data={"action": "pause", "version": "1"},
+                   headers=own)
+        assert r.status_code == 303 and rt.store.get_campaign(cid).status.value == "paused"

@@ -15,7 +15,8 @@ The rules:
   bid type CPM for impressions and CPC for clicks (``bid_micros`` is the contract rate),
   ``flight_end`` set and budget period ``flight``.
 - ``auction``: no goal; any budget period.
-- budget period ``flight``: ``flight_end`` set; ``flight_budget_micros`` set unless the
+- budget period ``flight``: ``flight_end`` set, at most :data:`MAX_FLIGHT_DAYS` days after
+  ``flight_start`` (the plan is hourly); ``flight_budget_micros`` set unless the
   line has an impressions or clicks goal; ``daily_budget_micros`` is a ceiling on any
   one local day when > 0 (0: none).
 - budget periods ``day`` and ``average_day``: no ``flight_budget_micros``;
@@ -26,12 +27,15 @@ The rules:
 from __future__ import annotations
 
 import math
+from datetime import date
 
 from adfunnel.campaigns.model import BidType, BudgetPeriod, Campaign, Goal, GoalMetric, Priority
 
 #: Most impressions or clicks one goal may ask for (a trillion: far above any deal, far
 #: below where ``total * bid`` could leave 64 bits at the largest allowed bid).
 MAX_GOAL_TOTAL = 10**12
+#: Longest flight of a flight budget, days (ten years and a little).
+MAX_FLIGHT_DAYS = 3660
 
 #: The bid type a guaranteed line's goal metric is billed by.
 GOAL_BID_TYPE = {GoalMetric.IMPRESSIONS: BidType.CPM, GoalMetric.CLICKS: BidType.CPC}
@@ -164,6 +168,7 @@ def _guaranteed_flight(c: Campaign) -> list[Problem]:
 def _period(c: Campaign) -> list[Problem]:
     out: list[Problem] = []
     if c.budget_period is BudgetPeriod.FLIGHT:
+        out += _flight_span(c)
         # a guaranteed line's missing flight_end is named once, by _guaranteed
         if c.flight_end is None and c.priority is not Priority.GUARANTEED:
             out.append(("flight_end", "is required with budget_period flight"))
@@ -182,6 +187,18 @@ def _period(c: Campaign) -> list[Problem]:
         out.append(("daily_budget_micros", "must be > 0 with budget_period average_day "
                                            "(it is the average a day bills)"))
     return out
+
+
+def _flight_span(c: Campaign) -> list[Problem]:
+    """A flight budget is planned hour by hour over its flight (:mod:`adfunnel.pacing.flight`):
+    at most :data:`MAX_FLIGHT_DAYS` of them."""
+    start, end = c.flight_start, c.flight_end
+    if not (isinstance(start, date) and isinstance(end, date)) or end < start:
+        return []  # a missing or reversed flight is named by its own rule
+    if (end - start).days + 1 > MAX_FLIGHT_DAYS:
+        return [("flight_end", f"a flight budget's flight spans at most {MAX_FLIGHT_DAYS} "
+                               "days (it is planned hour by hour)")]
+    return []
 
 
 def _int(value: object) -> bool:

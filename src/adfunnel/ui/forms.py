@@ -7,6 +7,7 @@ problem found here shows next to the same field as one the API reports.
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -16,6 +17,8 @@ from adfunnel.money import MICROS_PER_UNIT
 #: Amounts of 10^19 currency units and more are refused (``is too large``).
 _MAX_UNITS_DIGITS = 19
 _MICRO = Decimal("0.000001")
+#: A number whose commas separate thousands: ``1,234,567`` (and ``.5`` after it).
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
 
 
 class FieldProblem(ValueError):
@@ -30,10 +33,10 @@ def units_to_micros(text: str, field: str) -> int:
 
     Raises:
         FieldProblem: not a number, negative, 10^19 units or more, or finer than a
-            micro.
+            micro; a comma that does not separate thousands (:func:`without_thousands`).
     """
     try:
-        amount = Decimal(text.strip().replace(",", ""))
+        amount = Decimal(without_thousands(text, field))
     except InvalidOperation:
         raise FieldProblem(field, "must be an amount like 12.50") from None
     if not amount.is_finite() or amount < 0:
@@ -45,6 +48,22 @@ def units_to_micros(text: str, field: str) -> int:
     if amount != amount.quantize(_MICRO):
         raise FieldProblem(field, "has more than 6 decimals")
     return int(amount * MICROS_PER_UNIT)
+
+
+def without_thousands(text: str, field: str) -> str:
+    """``text`` stripped, without the commas that separate its thousands (``1,000.25``).
+
+    Raises:
+        FieldProblem: a comma elsewhere: ``0,50`` is a decimal comma, which read as a
+            separator would make the amount a hundred times larger.
+    """
+    text = text.strip()
+    if "," not in text:
+        return text
+    if not _THOUSANDS.fullmatch(text):
+        raise FieldProblem(field, "a comma may only separate thousands (1,000.50); "
+                                  "write decimals with a point")
+    return text.replace(",", "")
 
 
 def micros_to_units(micros: int | None) -> str:
@@ -91,6 +110,9 @@ def pretty_json(value: Any) -> str:
 
 #: Weekday names of the dayparts form, Monday first (the API's 0 … 6).
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+#: Most rows a dayparts form may post: the API's 100 dayparts and the blank row. The
+#: count is the page's hidden ``rows``, but any client can post it.
+MAX_DAYPART_ROWS = 101
 
 
 def dayparts_rows(dayparts: list[dict[str, Any]], blank: int = 1) -> list[dict[str, Any]]:
@@ -107,11 +129,15 @@ def dayparts_from_form(form: Any) -> tuple[list[dict[str, Any]], list[int]]:
     from (a row without a weekday ticked is left out: that is how a row is removed).
 
     Raises:
-        FieldProblem: a count or hour that is not a whole number.
+        FieldProblem: a count or hour that is not a whole number; more rows than
+            :data:`MAX_DAYPART_ROWS`.
     """
     out: list[dict[str, Any]] = []
     used: list[int] = []
-    for i in range(int_field(str(form.get("rows", "0")), "dayparts")):
+    rows = int_field(str(form.get("rows", "0")), "dayparts")
+    if rows > MAX_DAYPART_ROWS:
+        raise FieldProblem("dayparts", f"at most {MAX_DAYPART_ROWS - 1} dayparts")
+    for i in range(rows):
         days = sorted({int_field(str(d), f"dayparts[{i}].weekdays")
                        for d in form.getlist(f"dp-{i}-wd")})
         if not days:
@@ -138,9 +164,10 @@ def rows_of_errors(errors: dict[str, str], used: list[int]) -> dict[str, str]:
 
 
 def submitted_rows(form: Any) -> list[dict[str, Any]]:
-    """The dayparts form's rows as submitted (to show them again with their errors)."""
+    """The dayparts form's rows as submitted (to show them again with their errors; at
+    most :data:`MAX_DAYPART_ROWS`)."""
     try:
-        n = int(str(form.get("rows", "0")))
+        n = min(int(str(form.get("rows", "0"))), MAX_DAYPART_ROWS)
     except ValueError:
         n = 0
     return [{"weekdays": {int(d) for d in form.getlist(f"dp-{i}-wd") if str(d).isdigit()},

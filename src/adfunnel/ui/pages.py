@@ -23,7 +23,7 @@ from adfunnel.ui.api_client import ApiAnswer, ApiClient, ApiFailure
 from adfunnel.ui.bidding import BID_STRATEGIES
 from adfunnel.ui.forms import WEEKDAYS, dayparts_rows, micros_to_units, pretty_json, submitted_rows
 from adfunnel.ui.selling import BUDGET_PERIODS, GOAL_METRICS, PACING_MODES, PRIORITIES
-from adfunnel.ui.session import Sessions, Viewer, current_viewer
+from adfunnel.ui.session import Sessions, Viewer, current_viewer, from_another_origin
 
 HERE = Path(__file__).parent
 STATIC_URL = "/ui/static"
@@ -31,6 +31,11 @@ STATIC_URL = "/ui/static"
 LOGIN_URL = "/ui/login"
 
 Handler = Callable[..., Awaitable[Response]]
+#: Every page's framing policy: no other page may frame the dashboard (a page of another
+#: origin on the same site gets the SameSite=Strict cookie sent in its iframe, so it
+#: could trick a click onto a framed button).
+PAGE_HEADERS = {"x-frame-options": "DENY",
+                "content-security-policy": "frame-ancestors 'none'"}
 
 
 def make_templates(currency: str = "") -> Jinja2Templates:
@@ -67,16 +72,20 @@ class Pages:
     def render(self, request: Request, name: str, viewer: Viewer | None, status: int = 200,
                **context: Any) -> HTMLResponse:
         return self.templates.TemplateResponse(request, name, {"viewer": viewer, **context},
-                                               status_code=status)
+                                               status_code=status, headers=PAGE_HEADERS)
 
     def page(self, handler: Handler) -> Handler:
         """Resolve the viewer (else the login page) and open an API client as it; a
-        refused read answers the same status as a page."""
+        refused read answers the same status as a page; a form posted from another
+        origin's page is refused (403, :func:`refuse_other_origins`)."""
         @wraps(handler)
         async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Response:
             viewer = current_viewer(request, self.sessions)
             if viewer is None:
                 return RedirectResponse(LOGIN_URL, status_code=303)
+            refused = self.refuse_other_origins(request, viewer)
+            if refused is not None:
+                return refused
             async with ApiClient(request.app, viewer.principal) as api:
                 try:
                     return await handler(request, viewer, api, *args, **kwargs)
@@ -87,6 +96,17 @@ class Pages:
         wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
             parameters=[p for n, p in sig.parameters.items() if n not in ("viewer", "api")])
         return wrapper
+
+    def refuse_other_origins(self, request: Request, viewer: Viewer | None,
+                             name: str = "error.html") -> Response | None:
+        """403 (``name`` rendered) for a write a browser sent from another origin's page
+        (:func:`~adfunnel.ui.session.from_another_origin`); None for a read or one of
+        the dashboard's own."""
+        if request.method in ("GET", "HEAD") or not from_another_origin(request):
+            return None
+        message = "This form was posted from another site's page; it was not applied."
+        return self.render(request, name, viewer, status=403, code=403, message=message,
+                           error=message)
 
     def _refused(self, request: Request, viewer: Viewer, answer: ApiAnswer) -> Response:
         if answer.status == 401:

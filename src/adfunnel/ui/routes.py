@@ -87,6 +87,9 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
 
     @router.post(LOGIN_URL)
     async def login(request: Request) -> Response:
+        refused = pages.refuse_other_origins(request, None, "login.html")
+        if refused is not None:  # another origin's page would log the browser in as it
+            return refused
         form = await request.form()
         key = str(form.get("api_key", "")).strip()
         session_id = sessions.open_session(key, SESSION_TTL_S)
@@ -99,6 +102,9 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
 
     @router.post("/ui/logout")
     async def logout(request: Request) -> Response:
+        refused = pages.refuse_other_origins(request, current_viewer(request, sessions))
+        if refused is not None:
+            return refused
         sessions.end_session(request.cookies.get(COOKIE))
         response = RedirectResponse(LOGIN_URL, status_code=303)
         log_out(response)

@@ -18,7 +18,7 @@ from typing import Any
 
 from adfunnel.pacing.progress import PACE_BAND
 from adfunnel.ui.api_client import ApiClient
-from adfunnel.ui.forms import FieldProblem, int_field, units_to_micros
+from adfunnel.ui.forms import FieldProblem, int_field, units_to_micros, without_thousands
 
 PRIORITIES = ("auction", "guaranteed", "sponsorship")
 GOAL_METRICS = ("impressions", "clicks", "share")
@@ -62,7 +62,7 @@ def goal_from_form(form: Any) -> dict[str, Any] | None:
             raise FieldProblem("goal.share", "must be a share like 0.5 (or 50%)")
         goal["share"] = number
     if total:
-        goal["total"] = int_field(total.replace(",", ""), "goal.total")
+        goal["total"] = int_field(without_thousands(total, "goal.total"), "goal.total")
     return goal
 
 

@@ -8,7 +8,10 @@ server's clock). The cookie holds that id, never the key: HttpOnly, SameSite=Str
 scoped to ``/ui``, and ``Secure`` whenever the request came over HTTPS — directly, or
 through a trusted proxy (``ADFUNNEL_TRUSTED_PROXIES``) that says so in
 ``X-Forwarded-Proto`` (:func:`came_over_https`). Scripts cannot read the cookie and no
-other site's page can make the browser send it, so forms need no separate CSRF token.
+other site's page can make the browser send it. Another *origin* of the same site (another
+port of the host, a sibling subdomain) still can, so a form a browser posts from any
+origin but the dashboard's own is refused (:func:`from_another_origin`); forms need no
+separate CSRF token.
 
 Each request resolves the session again: an expired session, one logged out, or one
 whose key was revoked (revoking a key also deletes its sessions) sends its holder to
@@ -20,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -93,6 +97,41 @@ def came_over_https(request: Request, trusted: Sequence[Network]) -> bool:
     peer = request.client.host if request.client else None
     nearest = forwarded.split(",")[-1].strip().lower()
     return nearest == "https" and trusted_peer(peer, trusted)
+
+
+#: ``Sec-Fetch-Site`` values of a request the dashboard's own page (or the user) made.
+OWN_FETCH_SITES = ("same-origin", "none")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def from_another_origin(request: Request) -> bool:
+    """True when a browser sent this request from another origin's page: its
+    ``Sec-Fetch-Site`` is not ``same-origin`` (or ``none``: typed by the user), or,
+    from a browser that sends no ``Sec-Fetch-*`` (plain HTTP to a host other than
+    localhost), its ``Origin`` is not the host the request was sent to (``null``, a
+    sandboxed frame's, never is). A request naming neither is not a browser's
+    cross-origin one (every browser names the origin of a cross-origin POST)."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site.strip().lower() not in OWN_FETCH_SITES
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    own = _host_port(origin)
+    # the Host header read with the Origin's scheme: behind a TLS proxy this hop is http
+    return own is None or own != _host_port(f"{urlsplit(origin.strip()).scheme}://"
+                                            f"{request.headers.get('host', '')}")
+
+
+def _host_port(url: str) -> tuple[str, int | None] | None:
+    """An origin's host and port (the scheme's default when left out); None when it
+    names no host (``null``)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    return (parts.hostname, port) if parts.hostname else None
 
 
 def log_in(response: Response, session_id: str, *, secure: bool) -> None:
