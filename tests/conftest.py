@@ -54,8 +54,10 @@ def _heaviest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
 
     The README's command runs ``--dist loadfile --no-loadscope-reorder``: workers take
     whole files in this order, so the few files of minutes (a full replay's fixture is
-    ~4.5 min) start at once and the many short files fill the end. xdist's own order
-    (most tests first) left those files for last, and one worker ran them alone."""
+    ~4.5 min) start at once and the many short files fill the end, where xdist's own order
+    (most tests first) starts them late. Measured on the quiet 2-core machine: 21 min 12 s
+    against 21 min 15 s in xdist's order (no gain there; the tail cannot be longer than
+    one short file)."""
     def file_of(item: pytest.Item) -> str:
         return item.nodeid.split("::")[0]
 
