@@ -15,10 +15,12 @@ from adfunnel.sim.server_proc import free_port
 
 
 @contextmanager
-def serving(app: Any, health_path: str = "/healthz", **config: Any) -> Iterator[str]:
-    """Run ``app`` under uvicorn until the block ends; yields its base URL once
-    ``health_path`` answers 200. ``config`` goes to ``uvicorn.Config``."""
-    port = free_port()
+def serving(app: Any, health_path: str = "/healthz", port: int | None = None,
+            **config: Any) -> Iterator[str]:
+    """Run ``app`` under uvicorn until the block ends (on ``port``, else a free one);
+    yields its base URL once ``health_path`` answers 200. ``config`` goes to
+    ``uvicorn.Config``."""
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", **config))
     thread = threading.Thread(target=server.run, daemon=True)

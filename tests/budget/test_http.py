@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, date, datetime
 
 import pytest
-import uvicorn
 
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.http import HttpReportTransport, create_app
@@ -53,24 +48,6 @@ def test_report_round_trip_over_http() -> None:
         transport.close()
 
 
-@contextmanager
-def _on_port(app: object, port: int) -> Iterator[None]:
-    """``app`` under uvicorn on ``port`` until the block ends (started, then stopped)."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,  # type: ignore[arg-type]
-                                           log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        for _ in range(200):
-            if server.started:
-                break
-            time.sleep(0.05)
-        yield
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def test_an_outage_of_the_service_is_logged_once_and_its_end_once(
         caplog: pytest.LogCaptureFixture) -> None:
     """An ad server said nothing while its budget service was down (its campaigns fail
@@ -83,14 +60,14 @@ def test_an_outage_of_the_service_is_logged_once_and_its_end_once(
                                     timeout_s=2.0)
     client = BudgetClient("s1", clock, transport)
     caplog.set_level(logging.WARNING, logger="adfunnel.budget.http")
-    with _on_port(app, port):
+    with serving(app, port=port, lifespan="on"):
         client.report()
     assert caplog.records == []
     client.report()
     client.report()
     down = [r.getMessage() for r in caplog.records]
     assert len(down) == 1 and "shard 0 does not answer" in down[0], down
-    with _on_port(app, port):
+    with serving(app, port=port, lifespan="on"):
         client.report()
         client.report()
     again = [r.getMessage() for r in caplog.records[1:]]
