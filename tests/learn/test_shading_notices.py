@@ -31,7 +31,8 @@ def _notice(imp: str, kind: EventType, micros: int | None) -> LedgerEvent:
 
 
 def _ledger(tmp_path: Path) -> str:
-    """A SQLite ledger holding the notices of imp0..imp3 (imp4 has none)."""
+    """A SQLite ledger holding the notices of imp0..imp7 (imp4 has none; imp6 and imp7
+    were billed too)."""
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     engine = make_engine(url)
     metadata.create_all(engine)
@@ -41,7 +42,13 @@ def _ledger(tmp_path: Path) -> str:
                               ("imp2", EventType.WIN, BID),  # first price: charged the bid
                               ("imp3", EventType.LOSS, None),  # no min to win given
                               ("imp5", EventType.WIN, 100_000),
-                              ("imp5", EventType.LOSS, 3_000_000)):  # the loss is exact
+                              ("imp5", EventType.LOSS, 3_000_000),  # the loss is exact
+                              # billed, then a contradicting loss: the bid won
+                              ("imp6", EventType.IMPRESSION, 400_000),
+                              ("imp6", EventType.WIN, 400_000),
+                              ("imp6", EventType.LOSS, 5_000_000),
+                              ("imp7", EventType.LOSS, 5_000_000),
+                              ("imp7", EventType.IMPRESSION, 400_000)):
         sql.record(_notice(imp, kind, micros), 0)
     engine.dispose()
     return url
@@ -58,11 +65,12 @@ def test_notices_replace_the_served_logs_price_to_beat(tmp_path: Path) -> None:
     """Red when a first-price win's clearing price is taken as the price to beat (1,000
     would appear), when the CPM is not turned per impression (÷ 1000), when a bid with
     notices keeps the served log's 9,999, or when a win read first hides its bid's loss
-    (imp5 at 100)."""
+    (imp5 at 100), or when a loss notice of a bid the ledger billed is taken (imp6 and
+    imp7 would read 5,000: the bill says the bid won, whichever came first)."""
     notices = notice_prices(make_engine(_ledger(tmp_path)), DAY)
     assert notices == {"imp0": ("loss", 2_500_000), "imp1": ("win", 600_000),
                        "imp2": ("win", BID), "imp3": ("loss", None),
-                       "imp5": ("loss", 3_000_000)}
+                       "imp5": ("loss", 3_000_000), "imp6": ("win", 400_000)}
     got = observations(_log(tmp_path), DAY, DAY + timedelta(days=1), notices)
     assert [price for _, _, _, price in got] == [2_500, 600, 9_999, 3_000]
     assert observations(_log(tmp_path), DAY, DAY + timedelta(days=1)) == [

@@ -98,18 +98,25 @@ def _notice_beat(notice: tuple[str, int | None], bid_micros: int,
 def notice_prices(engine: Engine, since: datetime) -> dict[str, tuple[str, int | None]]:
     """The ledger's OpenRTB notices that occurred at or after ``since`` (a bid's come
     after its decision): impression id -> (``win`` or ``loss``, price in CPM micros or
-    None); a loss wins over a win of the same bid (its minimum bid to win is exact).
+    None); a loss wins over a win of the same bid (its minimum bid to win is exact),
+    except that a bid the ledger holds an impression of (billed: the exchange showed it)
+    won, whatever loss notice the exchange also sent: that loss is left out.
 
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the read failed.
     """
-    t = ledger.c
-    stmt = (select(t.impression_id, t.event_type, t.notice_micros)
+    t, shown = ledger.c, ledger.alias("shown")
+    billed = (select(shown.c.impression_id)
+              .where(shown.c.impression_id == t.impression_id,
+                     shown.c.event_type == EventType.IMPRESSION.value).exists())
+    stmt = (select(t.impression_id, t.event_type, t.notice_micros, billed)
             .where(t.event_type.in_([EventType.WIN.value, EventType.LOSS.value]),
                    t.occurred_at >= since))
     found: dict[str, tuple[str, int | None]] = {}
     with engine.connect() as conn:
-        for impression_id, kind, micros in conn.execute(stmt):
+        for impression_id, kind, micros, was_billed in conn.execute(stmt):
+            if kind == EventType.LOSS.value and was_billed:
+                continue  # contradicts the bill: the bid won
             if impression_id not in found or kind == EventType.LOSS.value:
                 found[impression_id] = (kind, None if micros is None else int(micros))
     return found
