@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from adfunnel.observability.logs import log_start
-from adfunnel.secret_file import SECRET_FILE_NAME, data_dir
+from adfunnel.secret_file import SECRET_SUFFIX, secret_path
 from adfunnel.settings import SettingsError, load_settings
 
 
@@ -24,7 +24,7 @@ def _no_secret_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_secret_is_generated_once_and_kept_with_mode_0600(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'adfunnel.sqlite3'}"
     first = load_settings(database_url=url)
-    path = tmp_path / SECRET_FILE_NAME
+    path = tmp_path / f"adfunnel.sqlite3{SECRET_SUFFIX}"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_text().strip() == first.token_secret and len(first.token_secret) >= 32
     assert first.token_secret_note.startswith("token secret: generated and kept")
@@ -37,21 +37,22 @@ def test_the_secret_is_generated_once_and_kept_with_mode_0600(tmp_path: Path) ->
 def test_a_set_secret_wins_and_no_file_is_written(tmp_path: Path) -> None:
     s = load_settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}",
                       token_secret="s" * 32)
-    assert s.token_secret == "s" * 32 and not (tmp_path / SECRET_FILE_NAME).exists()
+    assert s.token_secret == "s" * 32 and list(tmp_path.iterdir()) == []
 
 
 def test_without_a_data_directory_the_secret_is_per_process() -> None:
-    assert data_dir("sqlite://") is None and data_dir("postgresql://u@h/db") is None
+    assert secret_path("sqlite://") is None and secret_path("postgresql://u@h/db") is None
     a, b = load_settings(database_url="sqlite://"), load_settings(database_url="sqlite://")
     assert a.token_secret != b.token_secret
     assert "this process only" in a.token_secret_note
 
 
 def test_a_short_kept_secret_is_a_settings_problem(tmp_path: Path) -> None:
-    (tmp_path / SECRET_FILE_NAME).write_text("tiny-secret-xyz\n")
+    path = tmp_path / f"db.sqlite3{SECRET_SUFFIX}"
+    path.write_text("tiny-secret-xyz\n")
     with pytest.raises(SettingsError) as err:
         load_settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}")
-    assert "tiny-secret-xyz" not in str(err.value) and SECRET_FILE_NAME in str(err.value)
+    assert "tiny-secret-xyz" not in str(err.value) and str(path) in str(err.value)
 
 
 def test_start_up_says_where_the_secret_is_never_what(
@@ -60,8 +61,20 @@ def test_start_up_says_where_the_secret_is_never_what(
     with caplog.at_level(logging.INFO, logger="adfunnel.start"):
         log_start(s, "http://127.0.0.1:1")
     text = caplog.text
-    assert str(tmp_path / SECRET_FILE_NAME) in text and s.token_secret not in text
+    assert str(tmp_path / f"db.sqlite3{SECRET_SUFFIX}") in text and s.token_secret not in text
     assert s.token_secret not in repr(s)
+
+
+def test_two_databases_in_one_directory_keep_two_secrets(tmp_path: Path) -> None:
+    """Two stores beside each other are two deployments: a token one signed must not
+    verify (and bill) at the other. Red when the secret file is shared per directory.
+    Processes of one store share its secret, whichever URL form names the file."""
+    a = load_settings(database_url=f"sqlite:///{tmp_path / 'a.sqlite3'}")
+    b = load_settings(database_url=f"sqlite:///{tmp_path / 'b.sqlite3'}")
+    again = load_settings(database_url=f"sqlite:///file:{tmp_path / 'a.sqlite3'}?uri=true")
+    assert a.token_secret != b.token_secret and again.token_secret == a.token_secret
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"a.sqlite3{SECRET_SUFFIX}", f"b.sqlite3{SECRET_SUFFIX}"]
 
 
 def test_the_previous_secret_is_a_key_that_still_verifies() -> None:

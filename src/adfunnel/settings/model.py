@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from adfunnel.secret_file import data_dir, load_or_create
+from adfunnel.secret_file import load_or_create, secret_path
 from adfunnel.settings.ivt import Tier2Config, held_in, parse_rate_limit
 from adfunnel.settings.openrtb import OpenRtbSettings
 
@@ -297,12 +297,12 @@ class Settings(OpenRtbSettings, BaseSettings):
         if "token_secret" in self.model_fields_set:
             self._token_secret_note = "token secret: from the settings"
             return self
-        directory = data_dir(self.database_url)
-        if directory is None or not directory.is_dir():  # no store there: its own error
+        path = secret_path(self.database_url)
+        if path is None or not path.parent.is_dir():  # no store there: its own error
             self._token_secret_note = ("token secret: random for this process only (set "
                                        "ADFUNNEL_TOKEN_SECRET to keep tokens across restarts)")
             return self
-        secret, path, created = load_or_create(directory)
+        secret, path, created = load_or_create(path)
         self.token_secret = secret
         self._token_secret_note = (f"token secret: {'generated and ' if created else ''}"
                                    f"kept in {path} (mode 0600)")
