@@ -104,6 +104,25 @@ def test_every_broken_strategy_rule_is_named_at_once(api: TestClient, adv: int) 
     assert set(tiny) == {"daily_budget_micros"}
 
 
+def test_an_automatic_strategy_optimises_the_stated_objective(
+        api: TestClient, adv: int) -> None:
+    """max_clicks states clicks, max_conversions and target_cpa conversions; a manual
+    bid takes any objective. Red when the objective rule is dropped."""
+    got = problems(create(api, adv, CPC, objective="impressions", bid_strategy="max_clicks"))
+    assert set(got) == {"objective"} and "clicks" in got["objective"]
+    got = problems(create(api, adv, CPA, objective="clicks", bid_strategy="max_conversions"))
+    assert set(got) == {"objective"} and "conversions" in got["objective"]
+    assert create(api, adv, CPC, bid_strategy="max_clicks").status_code == 201
+    r = create(api, adv, CPA, bid_strategy="target_cpa", target_cpa_micros=9_000_000)
+    assert r.status_code == 201, r.text
+    manual = create(api, adv, CPC, objective="impressions", bid_micros=500_000)
+    assert manual.status_code == 201, manual.text
+    url = f"/v1/campaigns/{manual.json()['id']}"
+    assert set(problems(api.patch(url, json={"bid_strategy": "max_clicks"}))) == {"objective"}
+    r = api.patch(url, json={"bid_strategy": "max_clicks", "objective": "clicks"})
+    assert r.status_code == 200, r.text
+
+
 def test_a_direct_line_bids_manually(api: TestClient, adv: int) -> None:
     """Red when strategy_problems lets a sponsorship bid automatically."""
     got = problems(create(api, adv, {
@@ -148,8 +167,8 @@ def test_patches_recompute_the_bid_and_restart_lambda(
 
 def test_the_readmes_example_runs(api: TestClient, adv: int) -> None:
     """README §"Bid strategies and auction types": its create is answered with the cap as
-    the bid, its PATCH with the two fields it names. Red when the 422 leaves out
-    ``bid_type`` (the strategy's bid type rule dropped)."""
+    the bid, its PATCH with the three fields it names. Red when the 422 leaves out
+    ``bid_type`` or ``objective`` (the strategy's bid type or objective rule dropped)."""
     import json
     import re
     from pathlib import Path
@@ -163,7 +182,7 @@ def test_the_readmes_example_runs(api: TestClient, adv: int) -> None:
     assert r.status_code == 201, r.text
     assert (r.json()["bid_micros"], r.json()["bid_cap_micros"]) == (800_000, 800_000)
     got = problems(api.patch(f"/v1/campaigns/{r.json()['id']}", json=bodies[1]))
-    assert list(got) == ["bid_type", "target_cpa_micros"]
+    assert list(got) == ["bid_type", "objective", "target_cpa_micros"]
 
 
 def test_a_derived_bid_above_the_servers_limit_names_its_source(

@@ -12,8 +12,9 @@ any bid it makes (bid = pCTR × v / λ, λ ≥ 1), so the budget's bounds that r
   budget's last-charge margin leaves at most 1 % of it unspent.
 
 The rules (every broken one as ``(field, problem)``, :func:`strategy_problems`):
-``max_clicks`` is billed per click (``bid_type`` CPC), ``max_conversions`` and
-``target_cpa`` per conversion (CPA); ``target_cpa`` requires ``target_cpa_micros`` > 0;
+``max_clicks`` is billed per click (``bid_type`` CPC) and states the ``objective``
+clicks, ``max_conversions`` and ``target_cpa`` per conversion (CPA) with the objective
+conversions (a strategy optimises the action the campaign states as its goal); ``target_cpa`` requires ``target_cpa_micros`` > 0;
 ``bid_cap_micros`` (> 0) only with max_clicks or max_conversions; ``target_cpa_micros``
 only with target_cpa; a sponsorship or guaranteed line bids its contract rate
 (``manual``); an automatic strategy's ``bid_micros`` is the derived one.
@@ -24,7 +25,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from adfunnel.campaigns.model import BidStrategy, BidType, BudgetPeriod, Campaign, Priority
+from adfunnel.campaigns.model import (
+    BidStrategy,
+    BidType,
+    BudgetPeriod,
+    Campaign,
+    Objective,
+    Priority,
+)
 
 #: An action costs at most 1 / this of the period's budget when no cap is given.
 PERIOD_BUDGET_ACTIONS = 100
@@ -32,6 +40,10 @@ PERIOD_BUDGET_ACTIONS = 100
 STRATEGY_BID_TYPE = {BidStrategy.MAX_CLICKS: BidType.CPC,
                      BidStrategy.MAX_CONVERSIONS: BidType.CPA,
                      BidStrategy.TARGET_CPA: BidType.CPA}
+#: The objective each automatic strategy serves.
+STRATEGY_OBJECTIVE = {BidStrategy.MAX_CLICKS: Objective.CLICKS,
+                      BidStrategy.MAX_CONVERSIONS: Objective.CONVERSIONS,
+                      BidStrategy.TARGET_CPA: Objective.CONVERSIONS}
 #: Strategies that may cap their bid.
 CAPPED = frozenset({BidStrategy.MAX_CLICKS, BidStrategy.MAX_CONVERSIONS})
 #: Fields whose change restarts λ (a new strategy, cap or target).
@@ -87,6 +99,9 @@ def strategy_problems(c: Campaign) -> list[Problem]:
     if wanted is not None and c.bid_type is not wanted:
         out.append(("bid_type", f"{s} is billed per {_ACTION[wanted]}: {wanted} (the "
                                 "advertiser pays for the action it optimises)"))
+    goal = STRATEGY_OBJECTIVE.get(s)
+    if goal is not None and c.objective is not goal:
+        out.append(("objective", f"{s} optimises {goal}: the objective must be {goal}"))
     out += _field_problems(c, s)
     derived = campaign_derived_bid(c)
     if s in CAPPED and c.bid_cap_micros is None and derived is None:
