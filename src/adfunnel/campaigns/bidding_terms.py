@@ -17,7 +17,8 @@ clicks, ``max_conversions`` and ``target_cpa`` per conversion (CPA) with the obj
 conversions (a strategy optimises the action the campaign states as its goal);
 ``target_cpa`` requires ``target_cpa_micros`` > 0; ``bid_cap_micros`` (> 0) only with
 max_clicks or max_conversions; ``target_cpa_micros`` only with target_cpa; a
-sponsorship or guaranteed line bids its contract rate (``manual``); an automatic strategy's ``bid_micros`` is the derived one.
+sponsorship or guaranteed line bids its contract rate (``manual``); an automatic
+strategy's ``bid_micros`` is the derived one.
 """
 
 from __future__ import annotations
