@@ -105,6 +105,23 @@ def test_other_advertisers_campaign_is_unchanged(rt: Runtime, client: TestClient
     assert rt.store.get_campaign(world["cb"]).status.value == "active"
 
 
+def test_a_write_the_viewer_may_not_make_answers_its_refusal(
+        rt: Runtime, client: TestClient, world: dict[str, Any]) -> None:
+    """A reviewer posting a campaign's edit form by hand, or an advertiser posting to
+    another's campaign, gets the API's refusal (403 / 404) with its message, not a 422
+    form page with none. Red when the form reads the refusal as a field problem."""
+    log_in(client, world["reviewer"])
+    r = client.post(f"/ui/campaigns/{world['ca']}/status", data={"action": "pause",
+                                                                 "version": "1"})
+    assert r.status_code == 403 and "Not allowed" in r.text and "not reviewer" in r.text
+    assert rt.store.get_campaign(world["ca"]).status.value == "active"
+    log_in(client, world["key_a"])
+    r = client.post(f"/ui/campaigns/{world['cb']}/status", data={"action": "pause",
+                                                                 "version": "1"})
+    assert r.status_code == 404 and "Not found" in r.text
+    assert rt.store.get_campaign(world["cb"]).status.value == "active"
+
+
 def test_admin_sees_every_advertiser(client: TestClient, world: dict[str, Any]) -> None:
     log_in(client, ADMIN_KEY)
     page = client.get("/ui/campaigns").text

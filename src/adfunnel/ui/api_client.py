@@ -53,6 +53,28 @@ class ApiAnswer:
         return out
 
 
+    def form_errors(self) -> dict[str, str]:
+        """:meth:`field_errors` of a form's write, where a refusal of the viewer
+        (401, 403: not allowed; 404: not theirs, or gone) that names no field but the
+        key (``authorization``) is no problem of the form (a 403 naming a field, e.g. a priority only an admin may
+        set, is shown by that field).
+
+        Raises:
+            ApiFailure: the answer is such a refusal (the page answers its status and
+                message, :meth:`adfunnel.ui.pages.Pages.page`).
+        """
+        named = set(self.field_errors()) - NOT_A_FORMS_FIELD
+        if self.status in REFUSALS and not named:
+            raise ApiFailure(self)
+        return self.field_errors()
+
+
+#: Statuses of a write that refuse the viewer, not the form's values.
+REFUSALS = frozenset({401, 403, 404})
+#: Fields an API refusal may name that no form has (the key, or none).
+NOT_A_FORMS_FIELD = frozenset({"", "authorization"})
+
+
 class ApiFailure(Exception):
     """A read the page needs was refused (the page answers with the same status)."""
 

@@ -60,7 +60,7 @@ def add_campaign_routes(router: APIRouter, pages: Pages, facts: ServerFacts) -> 
         try:
             body = campaign_body(form, viewer)
             answer = await api.call("POST", "/v1/campaigns", json=body)
-            errors = answer.field_errors()
+            errors = answer.form_errors()
         except FieldProblem as exc:
             answer, errors = None, {exc.field: exc.problem}
         if answer is not None and answer.ok:
@@ -90,7 +90,7 @@ def add_campaign_routes(router: APIRouter, pages: Pages, facts: ServerFacts) -> 
         form = {k: str(v) for k, v in raw.items()}
         try:
             answer = await write(raw)
-            errors = rename(answer.field_errors())
+            errors = rename(answer.form_errors())
         except FieldProblem as exc:
             errors = {exc.field: exc.problem}
         if not errors:

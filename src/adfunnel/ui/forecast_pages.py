@@ -47,7 +47,7 @@ def add_forecast_routes(router: APIRouter, pages: Pages) -> None:
         form = {k: str(v) for k, v in (await request.form()).items()}
         try:
             answer = await api.call("POST", FORECASTS, json=forecast_body(form))
-            errors = answer.field_errors()
+            errors = answer.form_errors()
         except FieldProblem as exc:
             answer, errors = None, {exc.field: exc.problem}
         if answer is None or not answer.ok:

@@ -59,7 +59,7 @@ def add_placement_routes(router: APIRouter, pages: Pages) -> None:
                           message=f"No placement {placement_id} (neither configured nor "
                                   "ever requested).")
         report = answer.body if answer.ok else None
-        errors = {} if answer.ok else answer.field_errors()
+        errors = {} if answer.ok else answer.form_errors()
         return render(request, "placement.html", viewer, status=answer.status,
                       placement_id=placement_id, report=report, errors=errors, query=query,
                       tiers=TIERS)

@@ -134,7 +134,7 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
             return done(request, "/ui/review")
         ads = await api.items(REVIEW_QUEUE)
         return render(request, "review.html", viewer, status=answer.status, ads=ads,
-                      errors={ad_id: answer.field_errors()})
+                      errors={ad_id: answer.form_errors()})
 
     @router.get("/ui/explain")
     @page
