@@ -56,8 +56,8 @@ class ApiAnswer:
     def form_errors(self) -> dict[str, str]:
         """:meth:`field_errors` of a form's write, where a refusal of the viewer
         (401, 403: not allowed; 404: not theirs, or gone) that names no field but the
-        key (``authorization``) is no problem of the form (a 403 naming a field, e.g. a priority only an admin may
-        set, is shown by that field).
+        key (``authorization``) is no problem of the form (a 403 naming a field, e.g. a
+        priority only an admin may set, is shown by that field).
 
         Raises:
             ApiFailure: the answer is such a refusal (the page answers its status and
