@@ -27,12 +27,13 @@ def serving(app: Any, health_path: str = "/healthz", port: int | None = None,
     thread.start()
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(200):
-            try:
-                if httpx.get(url + health_path).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+        with httpx.Client() as client:  # one TLS context, not one per poll
+            for _ in range(200):
+                try:
+                    if client.get(url + health_path).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.05)
         yield url
     finally:
         server.should_exit = True

@@ -75,12 +75,13 @@ def test_serve_prints_a_working_admin_key_once_when_none_is_set(tmp_path: Path) 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "serve exited"
-        try:
-            if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
+    with httpx.Client(timeout=1.0) as client:  # one TLS context, not one per poll
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, "serve exited"
+            try:
+                if client.get(url + "/healthz").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
     raise AssertionError("serve did not become healthy")

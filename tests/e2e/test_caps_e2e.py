@@ -126,14 +126,16 @@ def _wait_catalogue(url: str, workers: int, ads: int, timeout_s: float = 30.0) -
     ``ads`` ads (the others learn the writes from the change feed)."""
     seen: dict[int, int] = {}
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        r = httpx.get(url + "/readyz", timeout=5.0)
-        if r.status_code == 200:
-            body = r.json()
-            seen[int(body["pid"])] = int(body["ads"])
-        if len(seen) >= workers and all(n == ads for n in seen.values()):
-            return
-        time.sleep(0.05)
+    # one TLS context for every poll; no kept connection (each poll may reach any worker)
+    with httpx.Client(timeout=5.0, limits=httpx.Limits(max_keepalive_connections=0)) as client:
+        while time.monotonic() < deadline:
+            r = client.get(url + "/readyz")
+            if r.status_code == 200:
+                body = r.json()
+                seen[int(body["pid"])] = int(body["ads"])
+            if len(seen) >= workers and all(n == ads for n in seen.values()):
+                return
+            time.sleep(0.05)
     raise AssertionError(f"workers' catalogues never reached {ads} ads: {seen}")
 
 

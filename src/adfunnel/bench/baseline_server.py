@@ -70,15 +70,16 @@ class BaselineServer:
             RuntimeError: the server exited or did not answer within ``timeout_s``.
         """
         deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 204:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or not self.proc.is_alive():
-                raise RuntimeError("the baseline server did not start")
-            time.sleep(0.05)
+        with httpx.Client(timeout=1.0) as client:  # one TLS context, not one per poll
+            while True:
+                try:
+                    if client.get(self.url + "/healthz").status_code == 204:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline or not self.proc.is_alive():
+                    raise RuntimeError("the baseline server did not start")
+                time.sleep(0.05)
 
     def pids(self) -> list[int]:
         return [self.proc.pid] if self.proc.pid is not None else []

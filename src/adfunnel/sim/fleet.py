@@ -199,11 +199,12 @@ def _create_campaigns(api: httpx.Client) -> dict[str, int]:
 
 def _wait_for_catalogs(procs: list[ManagedProcess], expected_ads: int) -> None:
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if all(httpx.get(p.url + "/readyz", timeout=2).json().get("ads") == expected_ads
-               for p in procs):
-            return
-        time.sleep(0.05)
+    with httpx.Client(timeout=2) as client:  # one TLS context for every poll
+        while time.monotonic() < deadline:
+            if all(client.get(p.url + "/readyz").json().get("ads") == expected_ads
+                   for p in procs):
+                return
+            time.sleep(0.05)
     raise RuntimeError("ad servers did not receive the campaigns in 10 s")
 
 
