@@ -159,3 +159,24 @@ def test_a_row_recorded_behind_the_ledgers_back_rolls_the_whole_batch_back(
     assert (totals.impressions, totals.billed_micros) == (1, 1_000)
     assert sql.record(event("imp-2"), 1_000_000).outcome is Outcome.BILLED
     engine.dispose()
+
+
+def test_settled_since_reads_the_day_index(tmp_path: Path) -> None:
+    """The budget feed asks ``settled_since`` on every tick: SQLite's plan for it searches
+    ``ix_ledger_day_served`` (one day's rows since the watermark), never scans the whole
+    ledger. Red when the index is dropped."""
+    from sqlalchemy import event as sa_event
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    metadata.create_all(engine)
+    seen: list[tuple[str, object]] = []
+    sa_event.listen(engine, "before_cursor_execute",
+                    lambda conn, cur, sql, params, *_: seen.append((sql, params)))
+    day = date(2026, 7, 15)
+    SqlLedger(engine).settled_since(day, datetime(2026, 7, 15, 9, tzinfo=UTC))
+    sql, params = next((s, p) for s, p in seen if "FROM ledger" in s)
+    with engine.connect() as conn:
+        plan = " ".join(str(row[-1]) for row in
+                        conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", params))
+    assert "ix_ledger_day_served" in plan and "SCAN ledger" not in plan, plan
+    engine.dispose()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, and_, func, or_, select
 
 from adfunnel.billing.batch_model import DUPLICATES_REJECTED
 from adfunnel.billing.model import MEASUREMENT, DayTotals, LedgerStats
@@ -62,9 +62,13 @@ class SqlLedgerReads:
         at or after ``since`` (serve time; event time for rows without one), micros."""
         t = ledger
         settles = func.coalesce(t.c.settles_micros, t.c.billed_micros)
+        # coalesce(served_at, occurred_at) >= since, spelled so that the (day, served_at)
+        # index reads only the day's rows since the watermark
+        recent = or_(t.c.served_at >= since,
+                     and_(t.c.served_at.is_(None), t.c.occurred_at >= since))
         query = (
             select(t.c.campaign_id, func.sum(settles))
-            .where(t.c.day == day, func.coalesce(t.c.served_at, t.c.occurred_at) >= since)
+            .where(t.c.day == day, recent)
             .group_by(t.c.campaign_id)
             .having(func.sum(settles) > 0)
         )

@@ -49,6 +49,8 @@ ledger = Table(
     # The double-billing guard: replaying any event stream is always safe.
     UniqueConstraint("impression_id", "event_type", name="uq_ledger_impression_event"),
     Index("ix_ledger_campaign_day", "campaign_id", "day"),
+    # the budget feed's settled_since: one day's rows of serves since a watermark (0025)
+    Index("ix_ledger_day_served", "day", "served_at"),
 )
 
 # Invalid traffic, once per (impression id, event type), with its reason code: never
