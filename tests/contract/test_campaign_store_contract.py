@@ -593,8 +593,8 @@ def test_bid_strategy_terms_round_trip(store: SqlCampaignStore) -> None:
         store.update_campaign(camp.id, {"bid_micros": 1})
     assert err.value.field == "bid_micros"
     capped = store.update_campaign(camp.id, {
-        "bid_strategy": "max_clicks", "bid_type": "CPC", "target_cpa_micros": None,
-        "bid_cap_micros": 2_000_000, "bid_micros": 2_000_000})
+        "bid_strategy": "max_clicks", "bid_type": "CPC", "objective": "clicks",
+        "target_cpa_micros": None, "bid_cap_micros": 2_000_000, "bid_micros": 2_000_000})
     assert store.get_campaign(camp.id) == capped
     p = new_placement(store, auction_type="first_price")
     assert p.auction_type is AuctionType.FIRST_PRICE

@@ -285,6 +285,28 @@ def test_compaction_is_idempotent_and_leaves_open_hours(tmp_path: Path, world: W
     log.close()
 
 
+def test_a_pass_over_unchanged_hours_opens_no_parquet_file(
+        tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once this process built or checked an hour, a later pass over it reads only the
+    raw files' sizes. Red when every pass opens each hour's Parquet footer again (the
+    cost grew with the log). A deleted Parquet file is rebuilt all the same."""
+    from adfunnel.events import compactor
+    log = _served_log(tmp_path, world)
+    _record_hours(world, log)
+    log.flush()
+    at = START.replace(hour=12)
+    assert len(compact(tmp_path, at).written) == 2
+    opened: list[Path] = []
+    real = compactor._sources
+    monkeypatch.setattr(compactor, "_sources", lambda p: opened.append(p) or real(p))
+    assert len(compact(tmp_path, at).unchanged) == 2 and opened == []
+    part = parquet_path(tmp_path, ("2026-03-08", "09"))
+    part.unlink()
+    assert compact(tmp_path, at).written == [("2026-03-08", "09")]
+    assert query(tmp_path, "SELECT count(*) FROM served") == [(20,)]
+    log.close()
+
+
 def test_torn_lines_are_skipped_and_the_writer_starts_a_new_line(
         tmp_path: Path, world: World) -> None:
     log = _served_log(tmp_path, world)
