@@ -114,6 +114,66 @@ def test_a_budget_cut_releases_slices_sized_under_the_old_budget() -> None:
     assert svc.campaign_day(CAMP.id, DAY).outstanding(clock.now().timestamp()) == 0
 
 
+def test_a_reply_made_before_the_service_read_the_cut_is_not_taken() -> None:
+    """The ad server applies the cut first; the service, which polls the change log,
+    answers under the old budget (open, a slice sized for it). Breaks if the client
+    takes that answer (tried: no campaign version in directives and grants: the reply
+    reopened the campaign, ADMIT under the cut budget until the service's next poll).
+    Once the service has the cut, its answer of the cut's version is taken."""
+    clock = ManualClock(NOW)
+    svc = _service(clock, CAMP)
+    client = BudgetClient("ads-1", clock, _Direct(svc))
+    client.report()
+    for i in range(4):
+        client.record_served(Served(CAMP.id, DAY, f"i{i}", CHARGE, NOW.timestamp() + 3600,
+                                    CHARGE))
+    client.report()
+    clock.advance(10)
+    svc.step()
+    client.report()
+    assert client.state(CAMP.id, DAY) is BudgetState.OPEN
+    now = clock.now()
+    client.campaign_changed(CAMP, CUT)  # the ad server has the cut; the service not yet
+    assert client.admit(CUT, now, CHARGE) == NO_SLICE  # it asks
+    client.report()  # answered under version 1: open, and maybe a slice
+    assert client.state(CAMP.id, DAY) is not BudgetState.OPEN
+    assert _bulk(client, CUT) == ASK and client.admit(CUT, now, CHARGE) == NO_SLICE
+    assert sum(s.amount for s in client.held_slices()) == 0
+    assert client.stats["directives_before_cut"] >= 1
+    client.report()  # still before the service's poll: still not taken
+    assert _bulk(client, CUT) == ASK
+    svc.upsert_campaign(CUT)  # the service's change-log reader
+    client.report()  # asked again (wants): the answer of version 2 stops it
+    assert client.admit(CUT, now, CHARGE) == BUDGET_EXHAUSTED
+    assert _bulk(client, CUT) != ADMIT
+
+
+def test_a_slice_granted_before_the_service_read_the_cut_is_returned_unused() -> None:
+    """A metered campaign cut below one charge; the service grants a slice under the
+    old budget before it reads the cut. Breaks if the client holds that slice (tried:
+    grants without the campaign version: room for a serve past the new budget)."""
+    clock = ManualClock(NOW)
+    small = replace(CAMP, daily_budget_micros=100_000)
+    svc = _service(clock, small)
+    client = BudgetClient("ads-1", clock, _Direct(svc))
+    client.report()
+    clock.advance(1)
+    assert client.admit(small, clock.now(), CHARGE) == NO_SLICE
+    client.report()
+    assert sum(s.amount for s in client.held_slices()) >= CHARGE
+    cut = replace(small, daily_budget_micros=CHARGE // 2, version=2)
+    client.campaign_changed(small, cut)  # the service has not read it
+    assert client.admit(cut, clock.now(), CHARGE) == NO_SLICE
+    client.report()  # a new slice under the old budget: returned
+    assert client.held_slices() == [] and client.stats["slices_before_cut"] >= 1
+    assert client.admit(cut, clock.now(), CHARGE) == NO_SLICE
+    svc.upsert_campaign(cut)
+    client.report()
+    client.report()  # the returned slices' use (0) reaches the service, then its answer
+    assert client.admit(cut, clock.now(), CHARGE) == BUDGET_EXHAUSTED
+    assert svc.campaign_day(CAMP.id, DAY).outstanding(clock.now().timestamp()) == 0
+
+
 def test_a_raise_keeps_the_open_state() -> None:
     """A raise cannot make an open campaign less open: no ask, no pause in delivery."""
     client = _open_then_cut()

@@ -93,6 +93,9 @@ class BudgetClient(ClientReports, ClientSlices, ClientBulk):
         self._slices: dict[int, list[HeldSlice]] = {}
         self._closed: list[list[SliceUse]] = [[] for _ in range(shards)]
         self._wants: set[int] = set()
+        #: campaign id -> version of a budget cut applied here: directives and slices
+        #: the service sent under an earlier version are not taken (campaign_changed)
+        self._cut_version: dict[int, int] = {}
         # cid -> (time of last metered demand, charge, local day); an entry older than
         # DEMAND_MEMORY_S at the last report is gone (``_live_demand``)
         self._demand = DemandBook()
@@ -105,7 +108,7 @@ class BudgetClient(ClientReports, ClientSlices, ClientBulk):
         self._expiry: list[tuple[float, int, HeldSlice]] = []
         self._expiry_seq = itertools.count()
         self.stats = {"sent": 0, "replies": 0, "refused_no_slice": 0, "unsliced_serves": 0,
-                      "resyncs": 0}
+                      "resyncs": 0, "directives_before_cut": 0, "slices_before_cut": 0}
         #: (campaign, local day) -> admits refused for budget (exhausted or no slice)
         self.refusals: dict[tuple[int, date], int] = {}
         self._pruned_at = clock.now().timestamp()
@@ -230,12 +233,16 @@ class BudgetClient(ClientReports, ClientSlices, ClientBulk):
         a second; the service refuses nothing it cannot see). So its open states around
         today are dropped (it is metered: it asks), its held slices released (their use
         goes with the next report) and its directive asked for, until a reply under the
-        new budget says again."""
+        new budget says again. The service may not have read the cut yet when it answers
+        (it polls the change log): its directives and slices name the campaign version
+        they were made under, and those from before the cut are not taken (asked for
+        again) until one of the cut's version or later comes."""
         if not budget_lowered(old, new):
             return
         cid = new.id
         today = local_day(self.clock.now(), new.time_zone)
         with self._lock:
+            self._cut_version[cid] = max(self._cut_version.get(cid, 0), new.version)
             for day in (today - timedelta(days=1), today, today + timedelta(days=1)):
                 if self._state.get((cid, day)) is BudgetState.OPEN:
                     del self._state[(cid, day)]

@@ -137,6 +137,9 @@ class ClientReports:
                 self._slices.setdefault(g.campaign_id, []).append(held)
                 heapq.heappush(self._expiry, (held.expires_at, next(self._expiry_seq), held))
                 self._index_slices(g.campaign_id)
+                if self._before_cut(g.campaign_id, g.campaign_version):
+                    self._release(held)  # sized under the old budget: returned unused
+                    self.stats["slices_before_cut"] += 1
 
     def _apply_directives(self, directives: list[Directive], stale: bool) -> None:
         """Take the states and p of ``directives`` (under the lock); from a stale reply
@@ -145,6 +148,10 @@ class ClientReports:
             day = self._day_of(d.day)
             if stale and (day is None or (d.campaign_id, day) in self._state):
                 continue  # a newer reply already said (or changed) it
+            if self._before_cut(d.campaign_id, d.campaign_version):
+                self._wants.add(d.campaign_id)  # decided under the old budget: ask again
+                self.stats["directives_before_cut"] += 1
+                continue
             state = BudgetState(d.state)
             if day is not None:
                 self._state[(d.campaign_id, day)] = state
@@ -153,6 +160,18 @@ class ClientReports:
             self._p[d.campaign_id] = d.p
             self._lam[d.campaign_id] = d.lam
             self._note_directive(d.campaign_id, day, state, d.p, d.lam)
+
+    def _before_cut(self, campaign_id: int, version: int) -> bool:
+        """True when the service sent this under a campaign version older than a budget
+        cut applied here (-1, unknown: taken as before such versions were sent); a
+        later version clears the cut. Called under the lock."""
+        cut = self._cut_version.get(campaign_id)
+        if cut is None or version < 0:
+            return False
+        if version < cut:
+            return True
+        del self._cut_version[campaign_id]
+        return False
 
     def _day_of(self, iso: str) -> date | None:
         """``date.fromisoformat`` with a small cache (a reply names few distinct days)."""

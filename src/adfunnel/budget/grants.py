@@ -87,7 +87,7 @@ class Grants:
         t.sl_open[row] += size
         heapq.heappush(self._expiry, (now + SLICE_TTL_S, sid))
         return SliceGrant(sid, campaign_id, cd.day.isoformat(), size, now + SLICE_TTL_S,
-                          worst_case_regime(g, charge))
+                          worst_case_regime(g, charge), int(self._slots.version[slot]))
 
     def _lapse(self, now: float) -> None:
         """Open slices past their expiry leave the outstanding amount (``sl_open``)."""

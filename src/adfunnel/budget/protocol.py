@@ -101,20 +101,27 @@ class Directive(msgspec.Struct, frozen=True):
     :mod:`adfunnel.budget.multipliers`); 1 for every other. Its default keeps the
     messages of servers and services from before λ decoding (a missing ``lam`` is 1).
     A change of λ alone is published when it moved by more than 1 %
-    (``LAM_PUBLISH_SHARE``)."""
+    (``LAM_PUBLISH_SHARE``).
+
+    ``campaign_version``: the version of the campaign record the service held when it
+    sent this (-1: unknown, a service from before it was sent). An ad server that has
+    applied a budget cut of a later version takes nothing from it: the state was
+    decided under the old budget (:meth:`adfunnel.budget.client.BudgetClient.campaign_changed`)."""
 
     campaign_id: int
     state: str
     p: float
     day: str = ""
     lam: float = 1.0
+    campaign_version: int = -1
 
 
 class SliceGrant(msgspec.Struct, frozen=True):
     """A lease of ``amount_micros`` for one server and campaign-day, valid until
     ``expires_at`` (service time). A serve needs room for its worst-case charge and
     takes its expected cost from the slice, or its worst-case charge when
-    ``worst_case`` (the last few charges of a budget)."""
+    ``worst_case`` (the last few charges of a budget). ``campaign_version``: as
+    :class:`Directive`'s (a slice sized under a budget since cut is released unused)."""
 
     slice_id: str
     campaign_id: int
@@ -122,6 +129,7 @@ class SliceGrant(msgspec.Struct, frozen=True):
     amount_micros: int
     expires_at: float
     worst_case: bool = False
+    campaign_version: int = -1
 
 
 class Reply(msgspec.Struct, frozen=True):

@@ -160,14 +160,17 @@ class Reports:
 
     def _directives_of(self, rows: np.ndarray) -> list[Directive]:
         t, s = self._rows, self._slots
-        cids = s.cid[t.slot[rows]].tolist()
+        slots = t.slot[rows]
+        cids = s.cid[slots].tolist()
+        versions = s.version[slots].tolist()
         states = t.pub_state[rows].tolist()
         ps = t.pub_p[rows].tolist()
         lams = np.nan_to_num(t.pub_lam[rows], nan=1.0).tolist()
         days = [self._day_iso(d) for d in t.day[rows].tolist()]
         vals = STATE_VALUES
-        return [Directive(c, vals[st], p, d, lam)
-                for c, st, p, d, lam in zip(cids, states, ps, days, lams, strict=True)]
+        return [Directive(c, vals[st], p, d, lam, v)
+                for c, st, p, d, lam, v in zip(cids, states, ps, days, lams, versions,
+                                               strict=True)]
 
     def _day_iso(self, ordinal: int) -> str:
         s = self._days_iso.get(ordinal)
