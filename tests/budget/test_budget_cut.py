@@ -55,10 +55,8 @@ def _service(clock: ManualClock, camp: Campaign) -> BudgetService:
     return svc
 
 
-def _open_then_cut() -> BudgetClient:
-    """The campaign open at the client under a 10,000,000 µ budget, 24,000 µ served,
-    then cut to 20,000 µ at the service (its change-log reader): the ad server has not
-    had a reply since."""
+def _open() -> tuple[BudgetClient, BudgetService]:
+    """The campaign open at the client under a 10,000,000 µ budget, 24,000 µ served."""
     clock = ManualClock(NOW)
     svc = _service(clock, CAMP)
     client = BudgetClient("ads-1", clock, _Direct(svc))
@@ -71,6 +69,13 @@ def _open_then_cut() -> BudgetClient:
     svc.step()  # a spend rate measured: 24,000 of 10,000,000 µ committed, open
     client.report()
     assert client.state(CAMP.id, DAY) is BudgetState.OPEN
+    return client, svc
+
+
+def _open_then_cut() -> BudgetClient:
+    """:func:`_open`, then cut to 20,000 µ at the service (its change-log reader): the
+    ad server has not had a reply since."""
+    client, svc = _open()
     svc.upsert_campaign(CUT)
     return client
 
@@ -90,18 +95,25 @@ def test_a_budget_cut_stops_free_spending_before_the_next_reply() -> None:
     assert sum(s.amount for s in client.held_slices()) == 0
 
 
-def test_a_budget_cut_releases_slices_sized_under_the_old_budget() -> None:
-    """Breaks if a metered campaign keeps spending a slice granted under the old budget
-    (tried: ``campaign_changed`` dropping the open state only: the slice held room
-    for serves past the new budget until it ran out or expired, 30 s)."""
+def _metered_with_a_slice() -> tuple[BudgetClient, BudgetService, Campaign]:
+    """The campaign with a 100,000 µ budget (ten charges: metered), holding a slice."""
     clock = ManualClock(NOW)
     small = replace(CAMP, daily_budget_micros=100_000)
     svc = _service(clock, small)
     client = BudgetClient("ads-1", clock, _Direct(svc))
     client.report()
     clock.advance(1)
-    assert client.admit(small, clock.now(), CHARGE) == NO_SLICE  # metered: 10 charges
+    assert client.admit(small, clock.now(), CHARGE) == NO_SLICE  # metered: it asks
     client.report()
+    return client, svc, small
+
+
+def test_a_budget_cut_releases_slices_sized_under_the_old_budget() -> None:
+    """Breaks if a metered campaign keeps spending a slice granted under the old budget
+    (tried: ``campaign_changed`` dropping the open state only: the slice held room
+    for serves past the new budget until it ran out or expired, 30 s)."""
+    client, svc, small = _metered_with_a_slice()
+    clock = client.clock
     held = sum(s.amount for s in client.held_slices())
     assert held >= CHARGE
     cut = replace(small, daily_budget_micros=CHARGE // 2, version=2)  # below a charge
@@ -120,19 +132,8 @@ def test_a_reply_made_before_the_service_read_the_cut_is_not_taken() -> None:
     takes that answer (tried: no campaign version in directives and grants: the reply
     reopened the campaign, ADMIT under the cut budget until the service's next poll).
     Once the service has the cut, its answer of the cut's version is taken."""
-    clock = ManualClock(NOW)
-    svc = _service(clock, CAMP)
-    client = BudgetClient("ads-1", clock, _Direct(svc))
-    client.report()
-    for i in range(4):
-        client.record_served(Served(CAMP.id, DAY, f"i{i}", CHARGE, NOW.timestamp() + 3600,
-                                    CHARGE))
-    client.report()
-    clock.advance(10)
-    svc.step()
-    client.report()
-    assert client.state(CAMP.id, DAY) is BudgetState.OPEN
-    now = clock.now()
+    client, svc = _open()
+    now = client.clock.now()
     client.campaign_changed(CAMP, CUT)  # the ad server has the cut; the service not yet
     assert client.admit(CUT, now, CHARGE) == NO_SLICE  # it asks
     client.report()  # answered under version 1: open, and maybe a slice
@@ -152,14 +153,8 @@ def test_a_slice_granted_before_the_service_read_the_cut_is_returned_unused() ->
     """A metered campaign cut below one charge; the service grants a slice under the
     old budget before it reads the cut. Breaks if the client holds that slice (tried:
     grants without the campaign version: room for a serve past the new budget)."""
-    clock = ManualClock(NOW)
-    small = replace(CAMP, daily_budget_micros=100_000)
-    svc = _service(clock, small)
-    client = BudgetClient("ads-1", clock, _Direct(svc))
-    client.report()
-    clock.advance(1)
-    assert client.admit(small, clock.now(), CHARGE) == NO_SLICE
-    client.report()
+    client, svc, small = _metered_with_a_slice()
+    clock = client.clock
     assert sum(s.amount for s in client.held_slices()) >= CHARGE
     cut = replace(small, daily_budget_micros=CHARGE // 2, version=2)
     client.campaign_changed(small, cut)  # the service has not read it
