@@ -40,6 +40,8 @@ def test_the_last_day_is_served_by_the_model_trained_on_the_days_before(report: 
     assert m["baseline"]["rows"] == m["last_day_rows"]
     # the ratio of the pCTR used, the raw model's beside it, per day; the factors in use
     assert m["raw_calibration_ratio"] is not None and m["calibration_by_day"]
+    low, high = m["calibration_ratio_95"]  # the used ratio's interval holds it
+    assert low < m["calibration_ratio"] < high
     assert m["recalibration"]["versions"].keys() <= {m["version"]}
     assert "attribute" in report["click_model"]
 

@@ -167,6 +167,9 @@ def model_report(learned: dict[str, Any], served_dir: Path, url: str, rows: list
         "normalized_entropy": model.get("normalized_entropy"),
         # of the pCTR serving used (recalibrated), and of the model's own beside it
         "calibration_ratio": model.get("calibration_ratio"),
+        # its 95 % interval from the day's click count (exact Poisson): a few dozen
+        # clicks leave the ratio that uncertain
+        "calibration_ratio_95": (figures.get("raw") or {}).get("calibration_ratio_95"),
         "raw_calibration_ratio": (figures.get("raw") or {}).get("raw_calibration_ratio"),
         "calibration_factor": (figures.get("raw") or {}).get("factor"),
         # the same over the last day's winners served with a factor other than 1
