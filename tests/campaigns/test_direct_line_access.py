@@ -2,7 +2,7 @@
 sponsorship or guaranteed line, move a campaign into those tiers, or change a direct
 line's terms (they are served ahead of the auction and below the reserve at their
 contract rate: an advertiser that set its own took every slot at 1 micro CPM). It may
-still run its auction campaigns and pause or resume a direct line.
+still run its auction campaigns and pause or resume a direct line, but not archive one.
 
 Mutation seen red: ``access.direct_line_terms`` returning at once (every refusal below
 answers 200/201)."""
@@ -77,6 +77,9 @@ def test_an_advertiser_key_cannot_set_a_direct_lines_terms(rt: Runtime) -> None:
         _refused(admin.put(f"/v1/campaigns/{lid}/budget", headers=own, json={
             "daily_budget_micros": 1, "flight_budget_micros": 1, "version": 1}),
             "daily_budget_micros")
+        # archiving cannot be undone (a 409 to :resume): the operator's, not the buyer's
+        _refused(admin.delete(f"/v1/campaigns/{lid}", headers=own), "status")
+        assert rt.store.get_campaign(lid).status.value == "active"
         r = admin.post(f"/v1/campaigns/{lid}:pause", headers=own, json={"version": 1})
         assert r.status_code == 200 and r.json()["status"] == "paused", r.text
         r = admin.patch(f"/v1/campaigns/{lid}", json={"bid_micros": 3_000_000, "version": 2})

@@ -290,8 +290,11 @@ def make_advertiser_router(
     @router.delete("/v1/campaigns/{campaign_id}", status_code=204)
     def archive_campaign(campaign_id: int, who: Writer) -> Response:
         """Archive the campaign: it is no longer served nor listed by default; its
-        record, ads and reports stay. Archiving it again changes nothing."""
+        record, ads and reports stay. Archiving it again changes nothing. A sponsorship
+        or guaranteed line is the operator's to archive (403 for an advertiser key,
+        which may pause it: archiving cannot be undone)."""
         current = access.campaign(store, who, campaign_id, write=True, archived_ok=True)
+        access.direct_line_terms(who, current.priority, {"status": CampaignStatus.ARCHIVED})
         if current.status is not CampaignStatus.ARCHIVED:
             store.update_campaign(campaign_id, {"status": CampaignStatus.ARCHIVED})
         return Response(status_code=204)
