@@ -265,6 +265,30 @@ def test_a_spent_lifetime_budget_is_reported_once_billing_leaves_it_at_zero() ->
     assert w.ledger.lifetime_billed(CPC) == {CPC: 500_000}
 
 
+def test_a_met_goal_is_reported_even_when_money_is_left_after_a_rate_raise() -> None:
+    """A guaranteed line's money limit is its goal at the rate now: raised mid-flight,
+    money is left when the goal's count is reached, and the line kept being served,
+    unbilled, ahead of the auction (a tester saw 267 impressions beyond a goal of 45).
+    Breaks if only a spent lifetime completes it (tried: ``goal_met`` not set: spent
+    stayed empty after the third impression)."""
+    from dataclasses import replace
+
+    from adfunnel.campaigns.model import BudgetPeriod, Goal, GoalMetric, Priority
+
+    line = replace(campaign(CPM, BidType.CPM), priority=Priority.GUARANTEED,
+                   goal=Goal(GoalMetric.IMPRESSIONS, total=3), daily_budget_micros=0,
+                   budget_period=BudgetPeriod.FLIGHT, flight_end=date(2026, 7, 31),
+                   bid_micros=1_000_000)
+    w = World([line])
+    w.send(event(IMP, "i1", CPM, 1_000_000))
+    w.campaigns[CPM] = replace(line, bid_micros=10_000_000, version=2)  # the new rate
+    w.send(event(IMP, "i2", CPM, 10_000_000))
+    assert w.spent == []
+    w.send(event(IMP, "i3", CPM, 10_000_000))  # the goal's third impression
+    assert w.spent == [CPM]
+    assert w.totals(CPM)[:1] == (3,) and w.totals(CPM)[3] == 1_000 + 2 * 10_000
+
+
 # --- invalid traffic ------------------------------------------------------------------
 
 

@@ -103,7 +103,7 @@ class Aggregator:
         gate: receives newly billed spend.
         ctr: receives newly billed impressions and clicks (None: not fed).
         on_lifetime_spent: called with a campaign id whose lifetime budget billing left
-            at 0 (the app marks the campaign ``completed``).
+            at 0, or whose goal billing met (the app marks the campaign ``completed``).
         on_hours: called after each committed batch with the UTC hours (aware datetimes
             at the hour) its events fell in (the rollups refresh them).
         scorer: tier-2 invalid-traffic scoring (None: none); it sees every newly billed
@@ -380,7 +380,8 @@ class Aggregator:
         billable = bills_on(row.billing_type) is row.event_type
         self.gate.record_billed(row.campaign_id, row.day, recorded.billed_micros,
                                 row.impression_id, billable)
-        if (recorded.lifetime_remaining_micros == 0 and self.on_lifetime_spent is not None
+        spent = recorded.lifetime_remaining_micros == 0 or recorded.goal_met
+        if (spent and self.on_lifetime_spent is not None
                 and campaign is not None and campaign.status is not CampaignStatus.COMPLETED):
             self.on_lifetime_spent(campaign.id)
 

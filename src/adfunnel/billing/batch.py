@@ -195,10 +195,11 @@ class _Planner:
         remaining = max(0, w.daily_budget_micros - billed_so_far)
         if lifetime is not None:
             remaining = min(remaining, max(0, lifetime - life_billed))
+        goal_met = False
         if w.period is None:
             billed = min(charge, remaining)
         else:
-            billed = self._period_room(w.period, event, key[1], charge, remaining)
+            billed, goal_met = self._period_room(w.period, event, key[1], charge, remaining)
         absorbed = charge - billed
         self._rows[key] = event.occurred_at
         self.plan.rows.append(NewRow(event, charge, exact, billed, absorbed))
@@ -224,13 +225,17 @@ class _Planner:
         life[0] += billed
         life[1] += absorbed
         return Recorded(Outcome.BILLED, billed, absorbed,
-                        None if lifetime is None else max(0, lifetime - life_billed))
+                        None if lifetime is None else max(0, lifetime - life_billed),
+                        goal_met=goal_met)
 
     def _period_room(self, limits: PeriodLimits, event: LedgerEvent, event_type: EventType,
-                     charge: int, remaining: int) -> int:
+                     charge: int, remaining: int) -> tuple[int, bool]:
         """What of ``charge`` bills under the period's month and goal limits besides
-        ``remaining`` (day and lifetime), micros; the month's and goal's running totals
-        move with it (:func:`~adfunnel.billing.limits.split_period`)."""
+        ``remaining`` (day and lifetime), micros, and whether the goal is met with this
+        event (its goal events now reach the total: the money limit, the goal × the rate
+        now, may still leave room after a rate change, so the count says it); the
+        month's and goal's running totals move with it
+        (:func:`~adfunnel.billing.limits.split_period`)."""
         cid = event.campaign_id
         mk = None
         month_billed = 0
@@ -255,7 +260,9 @@ class _Planner:
             self._goals[gk] = count + 1
         if over:
             self.plan.counters[GOAL_OVER_DELIVERY] += 1
-        return billed
+        met = (gk is not None and limits.goal_total is not None
+               and count + 1 >= limits.goal_total)
+        return billed, met
 
     def _release(self, key: Key, by: LedgerWrite) -> None:
         """``key`` was just billed by ``by``: bill what was held waiting for it (and so

@@ -94,6 +94,9 @@ class Recorded:
     #: what the lifetime budget has left after this event (None: no lifetime budget, or
     #: not billed); 0 means the lifetime budget is spent
     lifetime_remaining_micros: int | None = None
+    #: the campaign's goal is met with this event (its count of goal events reached the
+    #: goal's total): like a spent lifetime budget, nothing more of it bills
+    goal_met: bool = False
 
 
 @dataclass(frozen=True, slots=True)
