@@ -110,3 +110,33 @@ def test_a_goal_is_never_lowered_below_what_it_delivered(rt: Runtime) -> None:
         r = admin.patch(f"/v1/campaigns/{lid}", json={
             "goal": {"metric": "impressions", "total": 144}, "version": 1})
         assert r.status_code == 200, r.text
+
+
+def test_a_flight_start_never_moves_past_what_the_line_delivered(rt: Runtime) -> None:
+    """A guaranteed line that delivered on its first day may not start a day later: the
+    goal counts its flight's days, so it would count from zero again and bill past the
+    goal (a tester billed 17 on a goal of 10). An earlier start, or a later one before
+    any delivery, is fine. Mutation seen red: the check removed (200)."""
+    from datetime import date
+
+    from adfunnel.billing.model import EventType, LedgerEvent
+
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
+        adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
+        body = {k: v for k, v in _body(adv, **GUARANTEED).items() if k != "daily_budget_micros"}
+        lid = admin.post("/v1/campaigns", json=body).json()["id"]
+        other = admin.post("/v1/campaigns", json=body).json()["id"]
+        rt.ledger.record(LedgerEvent("i0", EventType.IMPRESSION, lid, 1, "p", "CPM",
+                                     2_000_000, datetime(2026, 11, 2, 1, tzinfo=UTC),
+                                     date(2026, 11, 2)), 10**12)
+        r = admin.patch(f"/v1/campaigns/{lid}", json={"flight_start": "2026-11-03",
+                                                      "version": 1})
+        assert r.status_code == 422, r.text
+        assert r.json()["fields"][0]["field"] == "flight_start"
+        assert "2026-11-02" in r.json()["fields"][0]["problem"]
+        r = admin.patch(f"/v1/campaigns/{lid}", json={"flight_start": "2026-11-01",
+                                                      "version": 1})
+        assert r.status_code == 200, r.text
+        r = admin.patch(f"/v1/campaigns/{other}", json={"flight_start": "2026-11-03",
+                                                        "version": 1})
+        assert r.status_code == 200, r.text

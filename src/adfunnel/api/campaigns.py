@@ -105,7 +105,7 @@ from adfunnel.api.write_bodies import canonical_targeting, patch_changes, sale_d
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.billing.ledger import Ledger
-from adfunnel.billing.period_report import goal_below_delivered, period_report
+from adfunnel.billing.period_report import period_edit_problems, period_report
 from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.bidding_terms import bidding_terms, name_the_source
@@ -266,13 +266,10 @@ def make_advertiser_router(
         current = access.campaign(store, who, campaign_id, write=True)
         changes = patch_changes(body, CAMPAIGN_NULLABLE)
         access.direct_line_terms(who, current.priority, changes)
-        goal = changes.get("goal")
-        if isinstance(goal, dict) and goal.get("total") is not None:
-            problem = goal_below_delivered(ledger, current, str(goal.get("metric")),
-                                           int(goal["total"]),
-                                           local_day(clock.now(), current.time_zone))
-            if problem is not None:
-                raise validation_error(("goal.total", problem))
+        forgotten = period_edit_problems(ledger, current, changes,
+                                         local_day(clock.now(), current.time_zone))
+        if forgotten:
+            raise validation_error(*forgotten)
         if (changes.get("priority") is Priority.GUARANTEED and "budget_period" not in changes
                 and current.budget_period is not BudgetPeriod.FLIGHT):
             changes["budget_period"] = BudgetPeriod.FLIGHT  # a guaranteed line's period

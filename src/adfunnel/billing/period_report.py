@@ -81,3 +81,43 @@ def goal_below_delivered(ledger: DayTotalsReader, campaign: Campaign, metric: st
     if total < events:
         return f"is below the {events} {metric} already delivered and billed"
     return None
+
+
+def start_after_delivery(ledger: DayTotalsReader, campaign: Campaign,
+                         start: date) -> str | None:
+    """Why a flight-period or goal ``campaign``'s ``flight_start`` may not move later to
+    ``start``: it delivered (billed) on days before it, which would then fall out of the
+    flight whose budget and goal count them — its goal would count from zero again and
+    bill past it. None when it may (an earlier start, or nothing delivered before)."""
+    if start <= campaign.flight_start or (
+            campaign.budget_period is not BudgetPeriod.FLIGHT and campaign.goal is None):
+        return None
+    rows = ledger.day_totals(campaign.id, campaign.flight_start,
+                             date.fromordinal(start.toordinal() - 1))
+    delivered = [r.day for r in rows
+                 if r.impressions or r.clicks or r.conversions or r.billed_micros]
+    if not delivered:
+        return None
+    return (f"is after {min(delivered).isoformat()}, when the line already delivered and "
+            "billed: its flight budget and goal count those days (move the end instead)")
+
+
+def period_edit_problems(ledger: DayTotalsReader, current: Campaign,
+                         changes: dict[str, Any], today: date) -> list[tuple[str, str]]:
+    """``(field, problem)`` of a write that would forget what the line delivered: a goal
+    lowered below it (:func:`goal_below_delivered`), a flight start moved past it
+    (:func:`start_after_delivery`)."""
+    out = []
+    goal = changes.get("goal")
+    if isinstance(goal, dict) and goal.get("total") is not None:
+        problem = goal_below_delivered(ledger, current, str(goal.get("metric")),
+                                       int(goal["total"]), today)
+        if problem is not None:
+            out.append(("goal.total", problem))
+    start = changes.get("flight_start")
+    if isinstance(start, date):
+        problem = start_after_delivery(ledger, current, start)
+        if problem is not None:
+            out.append(("flight_start", problem))
+    return out
+
