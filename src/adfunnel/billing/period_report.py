@@ -120,4 +120,3 @@ def period_edit_problems(ledger: DayTotalsReader, current: Campaign,
         if problem is not None:
             out.append(("flight_start", problem))
     return out
-
