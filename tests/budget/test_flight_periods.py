@@ -144,6 +144,24 @@ def test_a_frontloaded_flight_delivers_60_percent_in_its_first_half() -> None:
 
 
 @pytest.mark.slow
+def test_a_line_whose_day_plan_is_below_one_charge_delivers_from_its_first_day() -> None:
+    """Five $0.50 clicks over a week: each day's part of the plan (about $0.36) is less
+    than one click, and a day budget below one charge admits nothing. Breaks if the
+    allotment is not floored at one charge (tried: no floor: nothing in the first two
+    days, reported goal_met, a tester's finding; it began on day 3, when the re-plans
+    had crept above a click). Never above the goal's money."""
+    c = Campaign(3, 1, "g", Objective.CLICKS, BidType.CPC, 500_000, 0, "UTC", START,
+                 START + timedelta(days=6), priority=Priority.GUARANTEED,
+                 goal=Goal(GoalMetric.CLICKS, total=5), budget_period=BudgetPeriod.FLIGHT)
+    sim = FlightSim(c, datetime(2026, 3, 2, tzinfo=UTC), per_hour=4.0)
+    run = sim.until(datetime(2026, 3, 4, tzinfo=UTC))
+    assert run.billed[START] == 500_000 and run.billed[START + timedelta(days=1)] == 500_000
+    run = sim.until(datetime(2026, 3, 9, 1, tzinfo=UTC))
+    assert run.total == 5 * 500_000  # the goal, not above it
+    assert all(b <= 500_000 for b in run.billed.values())  # one a day
+
+
+@pytest.mark.slow
 def test_a_day_ahead_of_its_flight_plan_keeps_its_budget() -> None:
     """Serves beyond the plan at noon (a burst the controller let through) must not
     raise the day's budget by as much: while the flight is ahead its re-plans may lower

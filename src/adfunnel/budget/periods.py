@@ -12,7 +12,8 @@ rows are untouched, bit for bit), made by the pure rules of :mod:`adfunnel.pacin
   zero outside its dayparts, over ``flight_start``..23:30 of ``flight_end``), re-planned
   every hour from what the flight has left (its money: ``flight_budget_micros``, the
   goal's cost, the lifetime budget; :func:`~adfunnel.pacing.flight.flight_money`), never
-  more than 1.5× the plan's rate in an hour. The flight's spend is the row's lifetime
+  more than 1.5× the plan's rate in an hour, and never below one charge (the most one
+  event bills) while the flight's money has it. The flight's spend is the row's lifetime
   billed before today (the billed feed reads lifetime totals for these campaigns: their
   slot's ``lifetime`` column holds the flight's money) plus today's spend;
 - ``average_day``: the average plus the month's under-spend caught up, at most 2× and
@@ -313,7 +314,12 @@ class Periods:
         elif ps.plan.hours is not hours:
             ps.plan = FlightPlan(hours, ps.plan.budget, ps.plan.anchor, ps.plan.anchor_spent,
                                  ps.plan.frontloaded)
-        return day_allotment(ps.plan, now, total, spent_today, day, ceiling)
+        allot = day_allotment(ps.plan, now, total, spent_today, day, ceiling)
+        # at least one charge while the flight has it: a line whose plan gives a day
+        # less than one event's price (five $0.50 clicks over a week) admitted nothing
+        # until its re-plans had crept above one charge, days into its flight
+        least = min(int(self._slots.charge[slot]), spent_today + max(0, money - total))
+        return max(allot, least if ceiling is None else min(least, ceiling))
 
     def _hours(self, slot: int, ps: PeriodSlot, *, force: bool = False) -> FlightHours:
         """The flight's hours from the slot's current traffic shape (made again when the
