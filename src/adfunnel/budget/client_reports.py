@@ -132,14 +132,17 @@ class ClientReports:
                 versions[sh] = reply.version
             self.generation += 1
             for g in reply.grants:
+                if self._before_cut(g.campaign_id, g.campaign_version):
+                    # sized under the old budget: returned unused with the next report
+                    self._closed[g.campaign_id % self.shards].append(
+                        SliceUse(g.slice_id, 0, g.expires_at))
+                    self.stats["slices_before_cut"] += 1
+                    continue
                 held = HeldSlice(g.slice_id, g.campaign_id, date.fromisoformat(g.day),
                                  g.amount_micros, g.expires_at, worst_case=g.worst_case)
                 self._slices.setdefault(g.campaign_id, []).append(held)
                 heapq.heappush(self._expiry, (held.expires_at, next(self._expiry_seq), held))
                 self._index_slices(g.campaign_id)
-                if self._before_cut(g.campaign_id, g.campaign_version):
-                    self._release(held)  # sized under the old budget: returned unused
-                    self.stats["slices_before_cut"] += 1
 
     def _apply_directives(self, directives: list[Directive], stale: bool) -> None:
         """Take the states and p of ``directives`` (under the lock); from a stale reply
