@@ -10,6 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
+import adfunnel.api.idempotency_tables
 import adfunnel.billing.rollup_tables
 import adfunnel.billing.tables
 import adfunnel.budget.multiplier_tables

@@ -39,6 +39,20 @@ def app() -> FastAPI:
             {"field": "targeting.all[0].attr", "problem": "unknown attribute"}]},
             status_code=422)
 
+    seen: list[str | None] = []
+
+    @api.post("/busy")
+    def busy(request: Request) -> JSONResponse:
+        """In progress twice (409 with Retry-After, as the idempotency middleware
+        answers), then made."""
+        seen.append(request.headers.get("idempotency-key"))
+        if len(seen) < 3:
+            return JSONResponse({"error": "idempotency_key_in_progress", "fields": []},
+                                status_code=409, headers={"Retry-After": "1"})
+        return JSONResponse({"id": 5}, status_code=201)
+
+    api.state.seen = seen
+
     @api.get("/gone")
     def gone() -> JSONResponse:
         return JSONResponse({"error": "not_found", "message": "no campaign 9"},
@@ -70,3 +84,19 @@ def test_field_errors_and_refused_reads() -> None:
             assert err.value.answer.field_errors() == {"": "no campaign 9"}
             return answer.field_errors()
     assert run(go()) == {"targeting.all[0].attr": "unknown attribute"}
+
+
+def test_a_keyed_post_waits_while_its_first_runs() -> None:
+    """A form's second post, answered 409 in progress, asks again until the first's
+    answer is there (the API's kept 201); without a key a 409 is the answer. Red when
+    the client returns the first 409."""
+    api_app = app()
+
+    async def go() -> tuple[int, int]:
+        async with ApiClient(api_app, VIEWER) as api:
+            keyed = await api.call("POST", "/busy", json={}, idempotency_key="ui-k")
+            api_app.state.seen.clear()
+            bare = await api.call("POST", "/busy", json={})
+            return keyed.status, bare.status
+    assert run(go()) == (201, 409)
+    assert api_app.state.seen == [None]

@@ -386,3 +386,37 @@ def test_pages_may_not_be_framed(client: TestClient, world: dict[str, Any]) -> N
     for r in pages:
         assert r.headers["x-frame-options"] == "DENY", r.url
         assert "frame-ancestors 'none'" in r.headers["content-security-policy"], r.url
+
+
+def _form_key(page: str) -> str:
+    marker = 'name="form_key" value="'
+    start = page.index(marker) + len(marker)
+    return page[start:page.index('"', start)]
+
+
+def test_a_create_form_posted_twice_makes_one(rt: Runtime, client: TestClient,
+                                              world: dict[str, Any]) -> None:
+    """The new-campaign and new-ad forms carry a key of their own (one per render), sent
+    as ``Idempotency-Key``: the same form posted twice (a double click, a resend after a
+    timeout) makes one campaign and one ad, and both posts land on it. A fresh render
+    has a fresh key. Red when the form's key is not sent (two campaigns)."""
+    log_in(client, world["key_a"])
+    page = client.get("/ui/campaigns").text
+    key = _form_key(page)
+    assert key != _form_key(client.get("/ui/campaigns").text)
+    form = {"name": "Once", "objective": "clicks", "bid_type": "CPC", "bid": "0.40",
+            "daily_budget": "5", "time_zone": "UTC", "flight_start": "2026-07-15",
+            "pacing_mode": "even", "targeting": "", "form_key": key}
+    first = client.post("/ui/campaigns", data=form)
+    again = client.post("/ui/campaigns", data=form)
+    assert first.status_code == again.status_code == 303
+    assert first.headers["location"] == again.headers["location"]
+    mine = [c for c in rt.store.list_campaigns() if c.name == "Once"]
+    assert len(mine) == 1
+    cid = mine[0].id
+    ad_key = _form_key(client.get(f"/ui/campaigns/{cid}").text)
+    ad = {"landing_url": "https://once.example/", "creative_ref": "once.png",
+          "format": "banner", "width": "300", "height": "250", "form_key": ad_key}
+    assert client.post(f"/ui/campaigns/{cid}/ads", data=ad).status_code == 303
+    assert client.post(f"/ui/campaigns/{cid}/ads", data=ad).status_code == 303
+    assert len(rt.store.list_ads(cid)) == 1

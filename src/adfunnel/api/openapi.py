@@ -250,6 +250,16 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+#: The optional header of every protected POST (:mod:`adfunnel.api.idempotency`).
+_IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key", "in": "header", "required": False,
+    "schema": {"type": "string", "pattern": "^[!-~]{1,255}$"},
+    "description": "Your own key for this request (a UUID): the same request sent again "
+                   "with it answers the first's 2xx answer (Idempotent-Replayed: true) "
+                   "and makes nothing more; kept 24 h; another request with it is 422, "
+                   "a retry while the first runs 409"}
+
+
 def build_document(app: FastAPI) -> dict[str, Any]:
     """The OpenAPI document of ``app``'s FastAPI routes merged with :data:`LEAN_PATHS`
     (for those of them ``app`` serves), errors as :class:`ErrorOut`."""
@@ -302,6 +312,10 @@ def _complete(path: str, method: str, op: dict[str, Any]) -> None:
         responses.setdefault("404", _error(404))
     if method != "get":  # a stale version, an archived record, a taken id
         responses.setdefault("409", _error(409))
+    if method == "post" and path.startswith("/v1/"):  # adfunnel.api.idempotency
+        op.setdefault("parameters", []).append(_IDEMPOTENCY_KEY)
+        responses.setdefault("400", _error(400))  # a malformed key
+        responses.setdefault("422", _error(422))  # a key reused for another request
 
 
 def _any(t: type) -> dict[str, Any]:

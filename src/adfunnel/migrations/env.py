@@ -10,6 +10,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
+import adfunnel.api.idempotency_tables
 import adfunnel.billing.rollup_tables
 import adfunnel.billing.tables
 import adfunnel.budget.multiplier_tables

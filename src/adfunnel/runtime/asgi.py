@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from adfunnel.api.campaigns import make_advertiser_router
 from adfunnel.api.errors import install_error_handlers
 from adfunnel.api.forecasts import Forecaster, make_forecast_router
+from adfunnel.api.idempotency import IdempotencyStore, Idempotent
 from adfunnel.api.keys import make_api_key_router
 from adfunnel.api.openapi import install_openapi
 from adfunnel.api.operator import make_operator_router
@@ -96,6 +97,8 @@ def build_app(rt: Runtime) -> RequestLog:
                   docs_url=None, redoc_url=None)  # served from local assets (openapi.py)
     install_error_handlers(app)
     uploads = make_uploads(s, rt.engine)
+    # innermost: it needs the caller (auth) and reads the whole body (the limit's)
+    app.add_middleware(Idempotent, store=IdempotencyStore(rt.engine, rt.clock))
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes, routes={
         UPLOAD_PATH: (s.creative_max_bytes + UPLOAD_FORM_OVERHEAD, "file")})
     # outside the body limit: no key, no body read

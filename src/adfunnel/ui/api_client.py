@@ -14,6 +14,8 @@ the status and JSON body; :meth:`ApiAnswer.field_errors` turns an error body
 
 from __future__ import annotations
 
+import asyncio
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +29,10 @@ INTERNAL_BASE = "http://adfunnel.internal"
 PAGE_LIMIT = 100
 #: Most pages followed for one list (a dashboard page is not an export).
 MAX_PAGES = 50
+#: The hidden field of a create form holding its own idempotency key (one per render).
+FORM_KEY = "form_key"
+#: Seconds a form's second post waits for its first to finish, and between its asks.
+RUNNING_WAIT_S, RUNNING_POLL_S = 10.0, 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +109,23 @@ class ApiClient:
 
     async def call(self, method: str, path: str, *, json: Any = None,
                    params: dict[str, Any] | None = None,
-                   accept: str = "application/json") -> ApiAnswer:
+                   accept: str = "application/json",
+                   idempotency_key: str | None = None) -> ApiAnswer:
         """One request; the answer whatever its status (a JSON body decoded when it is
-        JSON, else its text)."""
-        r = await self._client.request(method, path, json=json, params=params,
-                                       headers={"Accept": accept})
+        JSON, else its text). ``idempotency_key``: sent as ``Idempotency-Key`` (a form's
+        own key, :data:`FORM_KEY`): a form posted twice makes one thing, and while the
+        first post still runs the second waits for its answer (up to
+        ``RUNNING_WAIT_S``) rather than showing the API's 409."""
+        headers = {"Accept": accept}
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+        for _ in range(int(RUNNING_WAIT_S / RUNNING_POLL_S)):
+            r = await self._client.request(method, path, json=json, params=params,
+                                           headers=headers)
+            if not (idempotency_key and r.status_code == 409
+                    and r.headers.get("retry-after") is not None):
+                break
+            await asyncio.sleep(RUNNING_POLL_S)
         body: Any = r.text
         if r.headers.get("content-type", "").startswith("application/json"):
             body = r.json()
@@ -143,3 +161,14 @@ class ApiClient:
             body = await self.get(path, **params, limit=PAGE_LIMIT, cursor=cursor)
             out.extend(body.get("items", []))
         return out
+
+
+def new_form_key() -> str:
+    """A fresh idempotency key for one rendered create form (128 random bits)."""
+    return secrets.token_urlsafe(16)
+
+
+def form_key(form: Any) -> str | None:
+    """The idempotency key a posted form carries (:data:`FORM_KEY`), or None."""
+    value = str(form.get(FORM_KEY, "")).strip()
+    return f"ui-{value}" if value else None

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from adfunnel.ui import views
-from adfunnel.ui.api_client import ApiAnswer, ApiClient, ApiFailure
+from adfunnel.ui.api_client import ApiAnswer, ApiClient, ApiFailure, form_key
 from adfunnel.ui.bidding import bidding_fields
 from adfunnel.ui.facts import ServerFacts
 from adfunnel.ui.forms import (
@@ -59,7 +59,8 @@ def add_campaign_routes(router: APIRouter, pages: Pages, facts: ServerFacts) -> 
         form = {k: str(v) for k, v in (await request.form()).items()}
         try:
             body = campaign_body(form, viewer)
-            answer = await api.call("POST", "/v1/campaigns", json=body)
+            answer = await api.call("POST", "/v1/campaigns", json=body,
+                                    idempotency_key=form_key(form))
             errors = answer.form_errors()
         except FieldProblem as exc:
             answer, errors = None, {exc.field: exc.problem}
@@ -109,7 +110,7 @@ def add_campaign_routes(router: APIRouter, pages: Pages, facts: ServerFacts) -> 
             async def write(form: Any) -> ApiAnswer:
                 method, suffix, body = call(form)
                 return await api.call(method, f"/v1/campaigns/{campaign_id}{suffix}",
-                                      json=body)
+                                      json=body, idempotency_key=form_key(form))
             return await edit(request, viewer, api, campaign_id, form_name, write)
         handler.__name__ = f"edit_{form_name}"
         router.post(f"/ui/campaigns/{{campaign_id}}/{segment}")(page(handler))

@@ -19,7 +19,7 @@ from starlette.templating import Jinja2Templates
 
 from adfunnel.money import MICROS_PER_UNIT
 from adfunnel.ui import views
-from adfunnel.ui.api_client import ApiAnswer, ApiClient, ApiFailure
+from adfunnel.ui.api_client import FORM_KEY, ApiAnswer, ApiClient, ApiFailure, new_form_key
 from adfunnel.ui.bidding import BID_STRATEGIES
 from adfunnel.ui.forms import WEEKDAYS, dayparts_rows, micros_to_units, pretty_json, submitted_rows
 from adfunnel.ui.selling import BUDGET_PERIODS, GOAL_METRICS, PACING_MODES, PRIORITIES
@@ -52,6 +52,8 @@ def make_templates(currency: str = "") -> Jinja2Templates:
     env.globals["MICROS_PER_UNIT"] = MICROS_PER_UNIT
     env.globals["WEEKDAYS"] = WEEKDAYS
     env.globals["dayparts_rows"] = dayparts_rows
+    env.globals["new_form_key"] = new_form_key
+    env.globals["FORM_KEY"] = FORM_KEY
     env.globals["submitted_rows"] = submitted_rows
     env.globals["PRIORITIES"] = PRIORITIES
     env.globals["BID_STRATEGIES"] = BID_STRATEGIES
