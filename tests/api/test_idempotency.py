@@ -212,3 +212,17 @@ def test_two_racing_claims_let_exactly_one_run(tmp_path: Any) -> None:
         th.join()
     assert sorted(map(str, answers)) == sorted([NEW] + [RUNNING] * 7)
     store.engine.dispose()
+
+
+def test_an_issued_api_key_is_never_kept(http: TestClient, runtime: Runtime) -> None:
+    """``POST /v1/api-keys`` answers the new key once; a kept answer would store it in
+    the clear. The header there is a 400 and no row is written. Red when the route is
+    not excluded (201, and the key's text in the table)."""
+    r = http.post("/v1/api-keys", json={"role": "reviewer"},
+                  headers={"Idempotency-Key": "issue-1"})
+    assert r.status_code == 400
+    assert r.json()["fields"][0]["field"] == "idempotency-key"
+    with runtime.engine.connect() as conn:
+        n = conn.execute(select(func.count()).select_from(idempotency_keys)).scalar_one()
+    assert n == 0
+    assert http.post("/v1/api-keys", json={"role": "reviewer"}).status_code == 201

@@ -14,6 +14,7 @@ key gets it again — the same status, body and ``Location`` — with
 - the key while its first request still runs: 409 naming ``idempotency-key`` (retry);
 - a first answer that is not 2xx is not kept: its retry runs (a 422 corrected, a 5xx).
 
+Not on ``POST /v1/api-keys`` (:data:`NOT_KEPT`: its answer is a secret shown once).
 Keys are per caller: an API key's prefix, or the dashboard session's principal, so one
 caller's key never answers another's request. Without the header, or on other methods,
 nothing changes. The seed of the practice: Stripe's API and the IETF draft
@@ -42,6 +43,9 @@ IDEMPOTENCY_TTL_S = 24 * 3600.0
 #: The header (lower case, as ASGI gives it) and its longest value.
 HEADER = "idempotency-key"
 MAX_KEY_CHARS = 255
+#: Routes whose answer is never kept: an issued API key is shown once and stored only as
+#: its digest, so a kept answer would store the key itself. The header there is a 400.
+NOT_KEPT = frozenset({"/v1/api-keys"})
 #: Seconds of domain time between sweeps of expired rows.
 _SWEEP_S = 3600.0
 
@@ -146,7 +150,8 @@ class Idempotent:
             await self.app(scope, receive, send)
             return
         key = raw.decode("latin-1")
-        problem = key_problem(key)
+        problem = key_problem(key) if scope["path"] not in NOT_KEPT else (
+            "not accepted on this route: its answer holds a secret shown once, never kept")
         if problem is not None:
             await error_response(400, "invalid_header", [(HEADER, problem)])(scope, receive, send)
             return

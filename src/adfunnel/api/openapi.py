@@ -30,6 +30,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict
 
+from adfunnel.api.idempotency import NOT_KEPT
 from adfunnel.auth.http import is_open
 from adfunnel.serving.request import SelectRequest, SelectResponse
 
@@ -312,7 +313,7 @@ def _complete(path: str, method: str, op: dict[str, Any]) -> None:
         responses.setdefault("404", _error(404))
     if method != "get":  # a stale version, an archived record, a taken id
         responses.setdefault("409", _error(409))
-    if method == "post" and path.startswith("/v1/"):  # adfunnel.api.idempotency
+    if method == "post" and path.startswith("/v1/") and path not in NOT_KEPT:
         op.setdefault("parameters", []).append(_IDEMPOTENCY_KEY)
         responses.setdefault("400", _error(400))  # a malformed key
         responses.setdefault("422", _error(422))  # a key reused for another request
