@@ -51,3 +51,16 @@ def test_one_key_names_one_exchange(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="exC"):
         load_settings(database_url="sqlite://", openrtb_exchange_keys={"exA": "k" * 20},
                       openrtb_exchange_keys_file=str(path))
+
+
+def test_a_malformed_json_setting_is_an_invalid_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JSON-valued setting from the environment that is not JSON (a trailing comma)
+    is reported as the other invalid settings are (``adfunnel serve`` prints them and
+    exits 2), naming the key, never the value. Breaks if pydantic-settings' own error
+    escapes ``load_settings`` (found by a trial: ``adfunnel serve`` printed a 150-line
+    traceback and exited 1)."""
+    monkeypatch.setenv("ADFUNNEL_OPENRTB_EXCHANGE_KEYS", '{"ex1": "env-secret-0123456789",}')
+    with pytest.raises(SettingsError) as err:
+        load_settings(database_url="sqlite://")
+    assert "openrtb_exchange_keys" in str(err.value)
+    assert "env-secret" not in str(err.value)

@@ -8,9 +8,11 @@ most of the code); this module loads them and reports every problem together.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError as SourceError
 
 from adfunnel.settings.model import _REQUIRED, Settings
 
@@ -43,5 +45,9 @@ def load_settings(*, required: Iterable[str] = (), **overrides: object) -> Setti
             for err in exc.errors()
         ]
         raise SettingsError(problems) from None
+    except SourceError as exc:  # a JSON-valued ADFUNNEL_* variable that is not JSON
+        found = re.search(r'field "([^"]+)"', str(exc))
+        key = found.group(1) if found else "settings"
+        raise SettingsError([f"{key}: not valid JSON (ADFUNNEL_{key.upper()})"]) from None
     finally:
         _REQUIRED.reset(held)
