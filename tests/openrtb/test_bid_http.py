@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.runtime.embedded import Runtime
+from adfunnel.tracking.notices import notice_mac
 from adfunnel.tracking.token import verify
 from tests.openrtb.conftest import START, banner_campaign, banner_request
 from tests.openrtb.validator import response_problems
@@ -47,10 +48,12 @@ def test_a_banner_request_gets_a_bid_whose_token_holds_it(client: TestClient,
         "USD", "imp-1", 2.5, 300, 250)
     token = bid["nurl"].split("t=", 1)[1].split("&", 1)[0]
     base = "https://ads.test"
-    assert bid["nurl"] == f"{base}/rtb/win?t={token}&p=${{AUCTION_PRICE}}"
-    assert bid["burl"] == f"{base}/rtb/bill?t={token}&p=${{AUCTION_PRICE}}"
-    assert bid["lurl"] == (f"{base}/rtb/loss?t={token}&r=${{AUCTION_LOSS}}"
+    n = notice_mac(token, KEY)  # the exchange's proof: in the notices, never the markup
+    assert bid["nurl"] == f"{base}/rtb/win?t={token}&n={n}&p=${{AUCTION_PRICE}}"
+    assert bid["burl"] == f"{base}/rtb/bill?t={token}&n={n}&p=${{AUCTION_PRICE}}"
+    assert bid["lurl"] == (f"{base}/rtb/loss?t={token}&n={n}&r=${{AUCTION_LOSS}}"
                            f"&m=${{AUCTION_MIN_TO_WIN}}")
+    assert n not in bid["adm"] and "/rtb/" not in bid["adm"]
     assert escape(f"{base}/c?t={token}") in bid["adm"]
     assert escape(f"{base}/i?t={token}&p=${{AUCTION_PRICE}}") in bid["adm"]
     assert 'src="https://cdn.test/a.png"' in bid["adm"]

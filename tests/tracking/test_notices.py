@@ -23,7 +23,7 @@ from adfunnel.events.model import Event, EventType
 from adfunnel.events.publisher import EventPublisher
 from adfunnel.tracking.beacons import Tracker
 from adfunnel.tracking.http import TrackingEndpoints
-from adfunnel.tracking.notices import notice_urls
+from adfunnel.tracking.notices import NoticeUrls, notice_mac, notice_urls
 from adfunnel.tracking.token import TokenClaims, sign
 
 KEY = b"k" * 32
@@ -50,6 +50,15 @@ def token(imp: str = "imp1", *, key: bytes = KEY, **overrides: object) -> str:
         billable_event="notice")
     base.update(overrides)
     return sign(TokenClaims(**base), key)  # type: ignore[arg-type]
+
+
+def bid_urls(t: str) -> NoticeUrls:
+    """The bid response's URLs of token ``t``: the notices with the exchange's proof."""
+    return notice_urls(t, "", KEY)
+
+
+def proof(t: str) -> str:
+    return f"&n={notice_mac(t, KEY)}"
 
 
 def path(url: str, **macros: str) -> str:
@@ -116,7 +125,7 @@ def test_the_billing_notice_bills_the_clearing_price_once(world: World) -> None:
     forced past the log's dedupe window, bills 1,234 more)."""
     world.bid()
     assert world.in_flight() == EXPECTED
-    url = path(notice_urls(token()).burl, AUCTION_PRICE="1.2345678")
+    url = path(bid_urls(token()).burl, AUCTION_PRICE="1.2345678")
     assert world.get(url) == (204, {})
     (event,) = world.appended()
     assert (event.event_type, event.price_micros, event.notice_micros) == (
@@ -145,7 +154,7 @@ def test_a_replayed_billing_notice_is_counted_duplicate_not_billed(world: World)
     mark (tried: ``billing_notice`` not passed to the event: the mark False)."""
     world.bid()
     before = {o: counted("bill", o) for o in ("appended", "billed", "duplicate")}
-    url = path(notice_urls(token()).burl, AUCTION_PRICE="1.5")
+    url = path(bid_urls(token()).burl, AUCTION_PRICE="1.5")
     assert world.get(url) == (204, {})
     (event,) = world.appended()
     assert event.billing_notice
@@ -166,22 +175,22 @@ def test_a_price_above_the_bid_is_refused_and_counted(world: World) -> None:
     """Breaks if the desk parses ``p`` with ``cpm_micros`` instead of ``within_bid``
     (the exchange bills 2.000001 > our 2.00)."""
     before = counted("bill", "refused_above_bid")
-    status, body = world.get(path(notice_urls(token()).burl, AUCTION_PRICE="2.000001"))
+    status, body = world.get(path(bid_urls(token()).burl, AUCTION_PRICE="2.000001"))
     assert status == 400 and body["error"] == "invalid_price"
     assert body["fields"][0]["field"] == "p" and "above_bid" in body["fields"][0]["problem"]
     assert counted("bill", "refused_above_bid") == before + 1
     assert world.tracker.counts()["notice_bill_refused_above_bid"] == 1
     assert world.appended() == [] and world.billed() == 0
-    assert world.get(path(notice_urls(token()).burl, AUCTION_PRICE="2")) == (204, {})
+    assert world.get(path(bid_urls(token()).burl, AUCTION_PRICE="2")) == (204, {})
 
 
 def test_an_unsubstituted_macro_is_refused_naming_p(world: World) -> None:
     """Breaks if the ``${`` check of ``cpm_micros`` is dropped (refused as not a number,
     not as ``unsubstituted``)."""
-    status, body = world.get(notice_urls(token()).burl)  # the exchange substituted nothing
+    status, body = world.get(bid_urls(token()).burl)  # the exchange substituted nothing
     assert status == 400 and body["fields"][0]["field"] == "p"
     assert "unsubstituted" in body["fields"][0]["problem"]
-    status, body = world.get(f"/rtb/bill?t={token()}")
+    status, body = world.get(f"/rtb/bill?t={token()}{proof(token())}")
     assert status == 400 and body["fields"] == [
         {"field": "p", "problem": body["fields"][0]["problem"]}]
     assert world.appended() == []
@@ -191,13 +200,13 @@ def test_an_unsubstituted_macro_is_refused_naming_p(world: World) -> None:
 def test_forged_and_expired_tokens_are_refused_and_counted(world: World, notice: str) -> None:
     """Breaks if the desk verifies with a wrong key list (the forged key accepted as a
     previous one) or at time 0 (the expired token accepted)."""
-    forged = getattr(notice_urls(token(key=b"x" * 32)), notice)
+    forged = getattr(bid_urls(token(key=b"x" * 32)), notice)
     status, body = world.get(path(forged, AUCTION_PRICE="1", AUCTION_LOSS="102",
                                   AUCTION_MIN_TO_WIN="3"))
     assert status == 400 and body["fields"] == [
         {"field": "t", "problem": "bad_signature: invalid token: bad_signature"}]
     world.clock.advance(3_600)
-    status, body = world.get(path(getattr(notice_urls(token()), notice), AUCTION_PRICE="1",
+    status, body = world.get(path(getattr(bid_urls(token()), notice), AUCTION_PRICE="1",
                                   AUCTION_LOSS="102", AUCTION_MIN_TO_WIN="3"))
     assert status == 400 and body["fields"][0]["field"] == "t"
     assert "expired" in body["fields"][0]["problem"]
@@ -214,7 +223,7 @@ def test_a_loss_releases_the_reservation_once(world: World) -> None:
     if the aggregator does not release a new loss in the gate, or if the planner's
     duplicate check is off (the replayed loss settles 1,800 again)."""
     world.bid()
-    lurl = path(notice_urls(token()).lurl, AUCTION_LOSS="102", AUCTION_MIN_TO_WIN="2.5")
+    lurl = path(bid_urls(token()).lurl, AUCTION_LOSS="102", AUCTION_MIN_TO_WIN="2.5")
     assert world.get(lurl) == (204, {})
     (event,) = world.appended()
     assert (event.event_type, event.loss_reason, event.notice_micros) == (
@@ -233,9 +242,9 @@ def test_a_loss_after_the_bill_releases_nothing_twice(world: World) -> None:
     """Breaks if the planner's loss row keeps its expected cost although the billed
     impression settled it (settled 3,600: out of the budget's flight twice)."""
     world.bid()
-    assert world.get(path(notice_urls(token()).burl, AUCTION_PRICE="1.5"))[0] == 204
+    assert world.get(path(bid_urls(token()).burl, AUCTION_PRICE="1.5"))[0] == 204
     assert world.billed() == 1_500
-    lurl = path(notice_urls(token()).lurl, AUCTION_LOSS="102", AUCTION_MIN_TO_WIN="")
+    lurl = path(bid_urls(token()).lurl, AUCTION_LOSS="102", AUCTION_MIN_TO_WIN="")
     assert world.get(lurl) == (204, {})
     assert world.in_flight() == 0 and world.billed() == 1_500
     assert world.ledger.settled_since(DAY, START) == {7: EXPECTED}
@@ -245,12 +254,12 @@ def test_loss_notices_with_unknown_or_bad_fields(world: World) -> None:
     """Unsubstituted ``r`` and ``m`` are unknown, not refused; a malformed one is refused
     naming it; ``r = 0`` (Bid Won) is no loss. Breaks if ``r = 0`` is accepted, or if an
     unsubstituted ``m`` is parsed (refused as ``unsubstituted``)."""
-    assert world.get(notice_urls(token("a")).lurl) == (204, {})
+    assert world.get(bid_urls(token("a")).lurl) == (204, {})
     (event,) = world.appended()
     assert (event.loss_reason, event.notice_micros) == (None, None)
     for query, field in (("r=abc", "r"), ("r=0", "r"), ("r=-3", "r"), ("m=-1", "m"),
                          ("m=abc", "m")):
-        status, body = world.get(f"/rtb/loss?t={token('b')}&{query}")
+        status, body = world.get(f"/rtb/loss?t={token('b')}{proof(token('b'))}&{query}")
         assert status == 400 and body["fields"][0]["field"] == field, query
     assert world.appended() == []
 
@@ -258,7 +267,7 @@ def test_loss_notices_with_unknown_or_bad_fields(world: World) -> None:
 def test_the_win_notice_records_the_clearing_price_and_bills_nothing(world: World) -> None:
     """Breaks if the win notice appends an impression (nurl would bill)."""
     world.bid()
-    assert world.get(path(notice_urls(token()).nurl, AUCTION_PRICE="1.75")) == (204, {})
+    assert world.get(path(bid_urls(token()).nurl, AUCTION_PRICE="1.75")) == (204, {})
     (event,) = world.appended()
     assert (event.event_type, event.notice_micros, event.price_micros) == (
         EventType.WIN, 1_750_000, BID)
@@ -272,7 +281,7 @@ def test_a_bid_billed_on_render_bills_p_on_i_and_nothing_on_the_notice(world: Wo
     ignored), or if the notice ignores the token's billable event (it appends an
     impression: two would race)."""
     t = token(billable_event="exchange_beacon")
-    urls = notice_urls(t)
+    urls = bid_urls(t)
     assert world.get(path(urls.burl, AUCTION_PRICE="1.1")) == (204, {})
     assert world.tracker.counts()["notice_bill_recorded"] == 1
     assert world.appended() == []
@@ -285,7 +294,7 @@ def test_a_bid_billed_on_render_bills_p_on_i_and_nothing_on_the_notice(world: Wo
 
 def test_i_with_a_bad_p_is_refused_naming_p_and_stores_nothing(world: World) -> None:
     """Breaks if ``/i`` ignores ``p`` (stores the beacon at the token's price)."""
-    urls = notice_urls(token(billable_event="exchange_beacon"))
+    urls = bid_urls(token(billable_event="exchange_beacon"))
     for price in ("2.5", "${AUCTION_PRICE}"):
         status, body = world.get(urls.impression.replace("${AUCTION_PRICE}", price))
         assert status == 400 and body["error"] == "invalid_price"
@@ -311,7 +320,7 @@ def test_a_page_cannot_lower_the_price_of_an_ordinary_serve_with_p(world: World)
 def test_i_of_a_notice_billed_bid_records_the_render_only(world: World) -> None:
     """Breaks if ``/i`` bills a bid whose billing notice bills it (the beacon's
     ``bills`` true for ``notice`` tokens: billed twice)."""
-    urls = notice_urls(token())
+    urls = bid_urls(token())
     assert world.get(path(urls.impression, AUCTION_PRICE="1.5"))[0] == 204
     assert [e.event_type for e in world.appended()] == [EventType.RENDER]
     assert world.billed() == 0
@@ -325,7 +334,7 @@ def test_the_hot_i_handler_bills_p_as_the_routed_one(world: World) -> None:
     async def hot(scope: dict, receive: object, send: object) -> None:
         await endpoints.impression_asgi(scope, receive, send)
 
-    url = path(notice_urls(token(billable_event="exchange_beacon")).impression,
+    url = path(bid_urls(token(billable_event="exchange_beacon")).impression,
                AUCTION_PRICE="1.2345678")
     assert TestClient(hot).get(url).status_code == 204
     assert world.billed() == 1_234
@@ -334,7 +343,7 @@ def test_the_hot_i_handler_bills_p_as_the_routed_one(world: World) -> None:
 def test_a_house_ads_notice_is_counted_and_never_appended(world: World) -> None:
     """Breaks if the desk skips the house check (a house ad's impression would be
     appended and bill the operator's own campaign id)."""
-    url = path(notice_urls(token(campaign_id=HOUSE_ID)).burl, AUCTION_PRICE="1")
+    url = path(bid_urls(token(campaign_id=HOUSE_ID)).burl, AUCTION_PRICE="1")
     assert world.get(url) == (204, {})
     assert world.appended() == []
     assert world.tracker.counts()["notice_bill_house"] == 1
@@ -347,7 +356,7 @@ def test_an_impression_a_beacon_bills_is_not_counted_a_billing_notice(world: Wor
     tallies every impression (tried: ``if True:`` for ``if event.billing_notice:`` in
     ``Aggregator._after``: billed +2)."""
     before = counted("bill", "billed")
-    exchange = notice_urls(token("imp-b", billable_event="exchange_beacon")).impression
+    exchange = bid_urls(token("imp-b", billable_event="exchange_beacon")).impression
     assert world.get(path(exchange, AUCTION_PRICE="1.5"))[0] == 204
     assert world.get(f"/i?t={token('imp-r', billable_event='rendered')}")[0] == 204
     assert world.billed() == 1_500 + BID // 1000
@@ -363,7 +372,7 @@ def test_an_ads_select_serves_token_is_no_bid_to_notify(world: World, billable_e
     notice releases the serve's 1,800 in flight and writes a loss row with its own ``m``,
     which the shading fit reads as the serve's price to beat)."""
     world.bid()
-    urls = notice_urls(token(billable_event=billable_event))
+    urls = bid_urls(token(billable_event=billable_event))
     for url in (path(urls.lurl, AUCTION_LOSS="102", AUCTION_MIN_TO_WIN="999999"),
                 path(urls.nurl, AUCTION_PRICE="0.001"), path(urls.burl, AUCTION_PRICE="1")):
         status, body = world.get(url)
@@ -371,3 +380,27 @@ def test_an_ads_select_serves_token_is_no_bid_to_notify(world: World, billable_e
     assert world.appended() == []
     assert world.in_flight() == EXPECTED and world.billed() == 0
     assert world.tracker.counts()["notice_loss_refused_not_a_bid"] == 1
+
+
+@pytest.mark.parametrize("notice", ["burl", "nurl", "lurl"])
+def test_a_notice_without_the_exchanges_proof_is_refused_naming_n(world: World,
+                                                                  notice: str) -> None:
+    """The markup's token alone (what a page sees), or with the proof of another bid, or
+    a proof signed with another key, settles nothing: 400 naming ``n``, nothing
+    appended, the reservation kept. Breaks if the desk skips the proof (tried: the
+    ``notice_mac_ok`` check removed: the page's p=0 bill is appended)."""
+    world.bid()
+    t = token()
+    url = path(getattr(bid_urls(t), notice), AUCTION_PRICE="0", AUCTION_LOSS="102",
+               AUCTION_MIN_TO_WIN="3")
+    bare = url.replace(proof(t), "")
+    other = url.replace(proof(t), proof(token("imp2")))
+    foreign = url.replace(proof(t), f"&n={notice_mac(t, b'x' * 32)}")
+    for bad in (bare, other, foreign, bare + "&n=", bare + "&n=%00"):
+        assert bad != url
+        status, body = world.get(bad)
+        assert status == 400 and body["fields"][0]["field"] == "n", bad
+        assert body["error"] == "invalid_token"
+    assert world.appended() == []
+    assert world.in_flight() == EXPECTED and world.billed() == 0
+    assert world.tracker.counts()["invalid_notice_proofs"] == 5

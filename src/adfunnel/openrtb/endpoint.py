@@ -230,12 +230,13 @@ class OpenRtbEndpoint:
         judged by that host in the funnel already (``badv``:
         :func:`adfunnel.targeting.blocks.ad_domains`)."""
         base = self.serving.url_prefix
+        key: bytes = self.serving.decider.token_key  # type: ignore[attr-defined]
         bids: list[Bid] = []
         kept = []
         for p in decision.placed:
             terms = mapped.imps[p.win.slot_id]
             token = p.token  # signed here, once (Placed.token)
-            urls = notice_urls(token, base)
+            urls = notice_urls(token, base, key)  # n: the exchange's proof
             adm = (ad_markup(p.ad, token, base, p.ad.width, p.ad.height)
                    if terms.native is None else native_adm(p.ad, urls, terms.native))
             if adm is None:

@@ -16,7 +16,8 @@ the clock, the report) runs with an :class:`OpenRtbReplayer`, which plays the ex
   ``${AUCTION_MIN_TO_WIN}`` = ``payprice``.
 
 Bad notices (every :data:`CHECK_EVERY`-th win): a forged billing notice (its token's
-MAC altered) and one above our bid are sent before the real one; that win's real billing
+MAC altered), one above our bid and one a page could send (the markup's token at
+``p=0``, without the exchange's proof ``n``) are sent before the real one; that win's real billing
 notice is held back and sent late, once the log's clock is past its token's expiry (at
 the end, the clock is moved past the last). The server must refuse each (its counters
 say so: :mod:`adfunnel.sim.replay_openrtb_report`), and a late notice bills nothing.
@@ -176,6 +177,9 @@ class OpenRtbReplayer(Replayer):
             self._notice("forged", burl.replace(token, forged))
             above = f"{(bid_micros + MICROS_PER_FEN) / MICROS_PER_UNIT:.6f}"
             self._notice("above_bid", bid["burl"].replace("${AUCTION_PRICE}", above))
+            # what the page can send: the markup's token without the exchange's proof
+            self._notice("page", burl.replace(f"&n={_proof(bid['burl'])}", "")
+                         .replace(f"&p={price}", "&p=0"))
             self._hold_late(token, burl, bid["id"])
         else:
             self._notice("bill", burl)
@@ -221,6 +225,11 @@ class OpenRtbReplayer(Replayer):
         good = kind in ("win", "bill", "loss")
         if (r.status_code == 204) != good:
             self.stats.errors[f"notice_{kind}_{r.status_code}"] += 1
+
+
+def _proof(url: str) -> str:
+    """The exchange's proof ``n`` of a notice URL."""
+    return parse_qs(urlsplit(url).query)["n"][0]
 
 
 def _impression_url(adm: str) -> str:

@@ -25,6 +25,7 @@ from adfunnel.sim.replay_openrtb import OpenRtbReplayer
 #: The exchange's bad notices and the server's refusal count that must match each.
 REFUSALS = {"forged": "notice_bill_refused_bad_signature",
             "above_bid": "notice_bill_refused_above_bid",
+            "page": "notice_bill_refused_no_notice_proof",
             "late": "notice_bill_refused_expired"}
 
 

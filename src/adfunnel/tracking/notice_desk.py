@@ -41,18 +41,23 @@ message id (``<impression id>:<type>``) the log deduplicates and whose ledger ro
 unique per (impression id, event type): a replayed billing notice bills nothing again,
 a replayed loss releases nothing again.
 
-**Who may call.** The routes are open: the exchange calls them, without our API keys.
-A notice is worthless without a valid token, and a token is signed by us for ONE bid:
-one impression id, its campaign, ad and bid (``price_micros``, the ceiling of any
-price), and an expiry. So whoever sees a token (the exchange; the page, which sees the
-markup's beacon) can bill at most our bid, once, before it expires; a loss can release
-the reservation of that one bid only. The token of an ``ads:select`` serve (billed on
-``/vi`` or ``/i``, seen by every page that shows it) is no bid: its notices are refused
-(``not_a_bid``, naming ``t``), so a page can neither release its reservation nor write
-a win or loss row the shading fit would read as an exchange's price. Notices come from
-the exchange's servers, not from a person: the tier-1 invalid-traffic rules (about
-browsers and their addresses) are not applied, and the event's address is left empty
-so tier-2's per-address windows do not lump an exchange's notices together.
+**Who may call.** The routes are open: the exchange calls them, without our API keys. A
+notice is worthless without a valid token and the exchange's proof ``n`` (a MAC of the
+token only the bid response's notice URLs carry, never the markup:
+:mod:`adfunnel.tracking.notices`), so the page, which sees the markup's token, can
+neither bill a bid (at 0, before the exchange's notice) nor release it nor write its win
+price. A token is signed by us for ONE bid: one impression id, its campaign, ad and bid
+(``price_micros``, the ceiling of any price), and an expiry. So whoever holds the notice
+URLs (the exchange) can bill at most our bid, once, before it expires; a loss can
+release the reservation of that one bid only. In ``exchange_beacon`` mode the markup's
+beacon bills by design: there the page is trusted with the clearing price the exchange
+wrote into ``adm`` (README). The token of an ``ads:select`` serve (billed on ``/vi`` or
+``/i``, seen by every page that shows it) is no bid: its notices are refused
+(``not_a_bid``, naming ``t``), so a page can neither release its reservation nor write a
+win or loss row the shading fit would read as an exchange's price. Notices come from the
+exchange's servers, not from a person: the tier-1 invalid-traffic rules (about browsers
+and their addresses) are not applied, and the event's address is left empty so tier-2's
+per-address windows do not lump an exchange's notices together.
 
 Counted: Prometheus ``adfunnel_rtb_notices_total{notice, outcome}`` and the tracker's
 counts (``notice_<notice>_<outcome>``), outcome ``appended`` (a billing notice's
@@ -84,6 +89,7 @@ from adfunnel.tracking.clearing_price import (
     is_unsubstituted,
     within_bid,
 )
+from adfunnel.tracking.notices import NOTICE_PROOF, notice_mac_ok
 from adfunnel.tracking.token import InvalidToken, TokenClaims, verify
 from adfunnel.tracking.token_claims import EXCHANGE_BEACON, TEST_BID
 
@@ -139,9 +145,11 @@ class NoticeDesk:
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker
 
-    async def bill(self, token: str | None, price: str | None) -> NoticeResult:
-        """The billing notice (``/rtb/bill``): ``price`` is the clearing price text."""
-        claims = self._verify(BILL, token)
+    async def bill(self, token: str | None, price: str | None,
+                   proof: str | None) -> NoticeResult:
+        """The billing notice (``/rtb/bill``): ``price`` is the clearing price text,
+        ``proof`` the URL's ``n`` (:func:`~adfunnel.tracking.notices.notice_mac`)."""
+        claims = self._verify(BILL, token, proof)
         if isinstance(claims, NoticeResult):
             return claims
         try:
@@ -154,9 +162,10 @@ class NoticeDesk:
                             notice_micros=micros, billing_notice=True)
         return await self._append(BILL, APPENDED, event)
 
-    async def win(self, token: str | None, price: str | None) -> NoticeResult:
+    async def win(self, token: str | None, price: str | None,
+                  proof: str | None) -> NoticeResult:
         """The win notice (``/rtb/win``): records the clearing price, bills nothing."""
-        claims = self._verify(WIN, token)
+        claims = self._verify(WIN, token, proof)
         if isinstance(claims, NoticeResult):
             return claims
         try:
@@ -167,11 +176,11 @@ class NoticeDesk:
         return await self._append(WIN, RECORDED, event)
 
     async def loss(self, token: str | None, reason: str | None,
-                   min_to_win: str | None) -> NoticeResult:
+                   min_to_win: str | None, proof: str | None) -> NoticeResult:
         """The loss notice (``/rtb/loss``): ``reason`` the loss reason code text,
         ``min_to_win`` the minimum bid to win (decimal CPM); releases the bid's
         reservation (through the ledger), bills nothing."""
-        claims = self._verify(LOSS, token)
+        claims = self._verify(LOSS, token, proof)
         if isinstance(claims, NoticeResult):
             return claims
         code: int | None = None
@@ -192,9 +201,12 @@ class NoticeDesk:
         event = self._event(EventType.LOSS, claims, notice_micros=floor, loss_reason=code)
         return await self._append(LOSS, RECORDED, event)
 
-    def _verify(self, notice: str, token: str | None) -> TokenClaims | NoticeResult:
+    def _verify(self, notice: str, token: str | None,
+                proof: str | None) -> TokenClaims | NoticeResult:
         """The token's claims, or the answer without them: a forged, malformed or
-        expired token refused, or a house ad's (counted, never appended)."""
+        expired token refused; a notice without the exchange's proof ``n`` refused
+        (``no_notice_proof``, naming ``n``: the page's view of the token, module
+        docstring); a house ad's (counted, never appended)."""
         tracker = self.tracker
         try:
             if not token:
@@ -204,6 +216,11 @@ class NoticeDesk:
         except InvalidToken as exc:
             tracker.count("invalid_tokens", f"invalid_tokens_{exc.reason}")
             return self._refuse(notice, "t", exc.reason, f"invalid token: {exc.reason}")
+        if not notice_mac_ok(token, proof, (tracker.token_key, *tracker.previous_keys)):
+            tracker.count("invalid_notice_proofs")
+            return self._refuse(notice, NOTICE_PROOF, "no_notice_proof",
+                                "not the notice URL of our bid response: n is missing or "
+                                "wrong (the markup's token alone settles nothing)")
         if claims.campaign_id == HOUSE_ID:  # a house ad never bids: nothing to record
             return self._done(notice, NoticeResult(HOUSE))
         if claims.billable_event == TEST_BID:  # a test request's bid: nothing bills

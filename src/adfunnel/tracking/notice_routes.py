@@ -4,11 +4,11 @@ does and why anyone may call them: :mod:`adfunnel.tracking.notice_desk`).
 
 Answers: 204 when the notice was taken (billed, recorded, a house ad's, or a replay the
 log or the ledger will drop); 400 ``invalid_token`` naming ``t`` (forged, malformed,
-expired); 400 ``invalid_price`` naming ``p`` (missing, unsubstituted ``${AUCTION_PRICE}``,
-negative, not a number, absurd, above our bid) or ``m``; 400 ``invalid_loss_reason``
-naming ``r``; 503 with ``Retry-After`` when neither the event log nor its spool could
-store it (the exchange retries; nothing was acknowledged). Never a 5xx for bad input.
-"""
+expired) or ``n`` (the exchange's proof missing or wrong: the markup's token alone); 400
+``invalid_price`` naming ``p`` (missing, unsubstituted ``${AUCTION_PRICE}``, negative,
+not a number, absurd, above our bid) or ``m``; 400 ``invalid_loss_reason`` naming ``r``;
+503 with ``Retry-After`` when neither the event log nor its spool could store it (the
+exchange retries; nothing was acknowledged). Never a 5xx for bad input."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from starlette.routing import Route
 from adfunnel.http_errors import error_response
 from adfunnel.tracking.beacons import Tracker
 from adfunnel.tracking.notice_desk import UNAVAILABLE, NoticeDesk, NoticeResult
-from adfunnel.tracking.notices import BILL_PATH, LOSS_PATH, WIN_PATH
+from adfunnel.tracking.notices import BILL_PATH, LOSS_PATH, NOTICE_PROOF, WIN_PATH
 
-_ERRORS = {"t": "invalid_token", "p": "invalid_price", "m": "invalid_price",
-           "r": "invalid_loss_reason"}
+_ERRORS = {"t": "invalid_token", "n": "invalid_token", "p": "invalid_price",
+           "m": "invalid_price", "r": "invalid_loss_reason"}
 
 
 def notice_routes(tracker: Tracker) -> list[Route]:
@@ -31,15 +31,16 @@ def notice_routes(tracker: Tracker) -> list[Route]:
 
     async def win(request: Request) -> Response:
         q = request.query_params
-        return _answer(await desk.win(q.get("t"), q.get("p")))
+        return _answer(await desk.win(q.get("t"), q.get("p"), q.get(NOTICE_PROOF)))
 
     async def bill(request: Request) -> Response:
         q = request.query_params
-        return _answer(await desk.bill(q.get("t"), q.get("p")))
+        return _answer(await desk.bill(q.get("t"), q.get("p"), q.get(NOTICE_PROOF)))
 
     async def loss(request: Request) -> Response:
         q = request.query_params
-        return _answer(await desk.loss(q.get("t"), q.get("r"), q.get("m")))
+        return _answer(await desk.loss(q.get("t"), q.get("r"), q.get("m"),
+                                       q.get(NOTICE_PROOF)))
 
     return [Route(WIN_PATH, win, methods=["GET"]), Route(BILL_PATH, bill, methods=["GET"]),
             Route(LOSS_PATH, loss, methods=["GET"])]
