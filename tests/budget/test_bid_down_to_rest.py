@@ -186,14 +186,3 @@ def test_the_bid_down_tail_admits_no_more_worst_case_cost_than_is_left() -> None
         worst += bid
         client.report()
     assert 0 < worst <= BUDGET - 80_000_000
-
-
-def test_a_floored_lambda_is_published_even_when_it_moves_under_one_percent() -> None:
-    """0.1 M more billed moves the floor from 1.25 to 25 ÷ 19.9 (+0.5 %, under
-    ``LAM_PUBLISH_SHARE``): still published, else the ad server bids 20 M against a
-    slice of 19.9 M and finds no room. Red without ``lam_now`` in ``_lam_published``."""
-    client, svc = _setup(80_000_000, steps=60)
-    svc.record_billed(BilledUpdate(1, DAY.isoformat(), 80_100_000, _now(client).timestamp()))
-    client.report()
-    assert client.bid_multiplier(1) == V / 19_900_000
-    assert admit_charge(client, CAMP) <= 19_900_000
