@@ -86,12 +86,8 @@ class Grants:
         self._slice_row[sid] = row
         t.sl_open[row] += size
         heapq.heappush(self._expiry, (now + SLICE_TTL_S, sid))
-        # the regime reads v, not the lowered bid: below one v left each serve takes its
-        # bid from the slice, so a run of clicks never bills past what is left (the one
-        # charge left ungranted, the margin for clicks above expectation, is gone there)
         return SliceGrant(sid, campaign_id, cd.day.isoformat(), size, now + SLICE_TTL_S,
-                          worst_case_regime(g, int(self._slots.charge[slot])),
-                          int(self._slots.version[slot]))
+                          worst_case_regime(g, charge), int(self._slots.version[slot]))
 
     def _lapse(self, now: float) -> None:
         """Open slices past their expiry leave the outstanding amount (``sl_open``)."""
