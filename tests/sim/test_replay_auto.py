@@ -16,7 +16,6 @@ from adfunnel.sim.replay_auto import (
     auto_body,
     auto_figures,
     by_ceiling,
-    least_grant,
     parse_mode,
     stop_fields,
     summary_lines,
@@ -138,19 +137,3 @@ def test_the_replays_short_day_is_named() -> None:
     lines = summary_lines(result)
     assert any("stopped below one click price (2.00): 10-20 at 13:02:03 with 1.55 left"
                in line for line in lines)
-
-
-def test_a_campaign_that_bids_down_is_not_stopped_below_one_charge() -> None:
-    """The same 20 Oct for the max_clicks campaign, which bids down to what is left
-    (``bids_down``): 1.55 CNY left is far above the least it is granted for
-    (⌈v ÷ LAMBDA_MAX⌉ = 200 µ), so the day is not named as stopped below one charge.
-    Breaks if ``least_grant`` ignores ``bids_down`` (it is then named)."""
-    camp = _campaign([(3_742_782, 2, 0, 0), (6_447_205, 4, 0, 0)])
-    camp["days"][1]["budget_bound"] = True
-    f = auto_figures(camp, None, [], bids_down=True)
-    assert f["least_grant_micros"] == least_grant(AUTO_CAP_MICROS, True) == 200
-    assert not f["days"][1]["stopped_below_one_charge"]
-    assert least_grant(AUTO_CAP_MICROS, False) == AUTO_CAP_MICROS
-    low = _campaign([(3_742_782, 2, 0, 0), (AUTO_BUDGET_MICROS - 199, 4, 0, 0)])
-    low["days"][1]["budget_bound"] = True
-    assert auto_figures(low, None, [], bids_down=True)["days"][1]["stopped_below_one_charge"]

@@ -16,9 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from adfunnel.bidding.strategy import auto_bid_micros, auto_bids_micros
-from adfunnel.campaigns.bidding_terms import is_automatic
-from adfunnel.campaigns.model import Campaign, Priority
+from adfunnel.campaigns.model import Campaign
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.dense import DENSE_IDS, DenseIds
 from adfunnel.pacing.flight import period_budgets
@@ -138,28 +136,6 @@ def bid_multipliers(gate: object, campaign_ids: np.ndarray) -> np.ndarray:
     if bulk is None:
         return np.ones(len(campaign_ids))
     return np.asarray(bulk(campaign_ids), dtype=np.float64)
-
-
-def admit_charge(gate: object, campaign: Campaign) -> int:
-    """The most one billable event of ``campaign`` can charge now, micros: an automatic
-    campaign's bid ⌊v ÷ λ⌋ (λ from ``gate``; :func:`~adfunnel.bidding.strategy.
-    auto_bid_micros`), else ``Campaign.max_charge_micros``. What an admit asks room for:
-    the budget service lowers an automatic bid to what is left of a budget
-    (``Multipliers._bid_down_to_rest``) and grants slices of that bid."""
-    if is_automatic(campaign.bid_strategy) and campaign.priority is Priority.AUCTION:
-        return auto_bid_micros(campaign.max_charge_micros, bid_multiplier(gate, campaign.id))
-    return campaign.max_charge_micros
-
-
-def admit_charges(gate: object, campaign_ids: np.ndarray, charges: np.ndarray,
-                  auto: np.ndarray) -> np.ndarray:
-    """:func:`admit_charge` of many campaigns (int64[n]): ``charges`` holds each one's
-    ``max_charge_micros`` (v for an automatic one), ``auto`` flags the automatic ones."""
-    if not auto.any():
-        return charges
-    out = np.array(charges, dtype=np.int64)
-    out[auto] = auto_bids_micros(out[auto], bid_multipliers(gate, campaign_ids[auto]))
-    return out
 
 
 def fits(gate: SpendGate, campaign: Campaign, now: datetime, charge_micros: int) -> bool:

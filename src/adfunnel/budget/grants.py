@@ -72,9 +72,9 @@ class Grants:
         (None when that is 0); its outstanding amount counted at once."""
         t = self._rows
         slot = self._slot_of[campaign_id]
+        charge = int(self._slots.charge[slot])
         cd = CampaignDay(self, row)
         g = grantable(day_budget(cd), int(t.billed[row]), cd.in_flight())
-        charge = self._charge_now(slot, row, g)  # an automatic bid down to what is left
         rate = self._rates.get(row, {}).get(server_id, 0.0)
         last = last_charge(charge, int(self._slots.bid[slot]) == CPM_CODE,
                            int(t.served_total[row]), int(t.served_charges[row]))

@@ -29,13 +29,6 @@ every step of every automatic campaign, and 10⁶ of them by minute would take 1
 
 Accelerated (unpaced) automatic campaigns have no plan to follow: they are published
 λ = 1 (bid the value; the budget gate stops them at the budget).
-
-The last charges (:meth:`Multipliers._bid_down_to_rest`): grants stop below one charge,
-the most one event can bill. For a paced automatic campaign that charge is its bid
-⌊v ÷ λ⌋, so with less than v left to grant λ is held at or above v ÷ what is left: the
-campaign keeps bidding, for no more than is left, instead of stopping short by up to
-one v. The ad servers ask room for the bid they make (``admit_charge`` of
-:mod:`adfunnel.budget.gate`) and the grants are sized by it.
 """
 
 from __future__ import annotations
@@ -44,7 +37,6 @@ import math
 
 import numpy as np
 
-from adfunnel.bidding.strategy import auto_bid_micros, auto_bids_micros
 from adfunnel.budget.columns import BID_CODE
 from adfunnel.budget.rows import NAN
 from adfunnel.campaigns.bidding_terms import is_automatic
@@ -223,57 +215,14 @@ class Multipliers:
         if self._kept:  # what a restarted service read back (adfunnel.budget.lam_resume)
             self._resume_kept(slots, days, rows, yrows, now)
 
-    def _bid_down_to_rest(self, rows: np.ndarray, charge: np.ndarray, grantable: np.ndarray,
-                          least: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The last charges of paced automatic ``rows`` (a part of ``_refresh``): where
-        less than one charge (v, their value) is left to grant, λ is raised to at least
-        v ÷ what is left (``charge``, ``grantable``: micros per row), so that a click
-        bills at most what is left, and the least a grant needs (``least``, copied)
-        becomes that bid, ⌊v ÷ λ⌋. Returns (least, floored: a flag per row, whose λ
-        must be published as it is: the ad servers' admits and the service's grants
-        must size the same bid).
-
-        Grants stop below one charge (:mod:`adfunnel.budget.slices`), so with a cap of a
-        quarter of the budget a day ended at the first click past three quarters
-        (README: 80.6 % of the budget on 20 Oct): a bid that never exceeds what is
-        left keeps bidding for the rest, as far as λ's bound allows (below
-        v ÷ ``LAMBDA_MAX`` left, the day is exhausted). The controller's next step starts
-        from the floored λ; a rest that grows again (a slice returned unused, in-flight
-        cost settled unbilled) lets it fall by its usual steps."""
-        t, s = self._rows, self._slots
-        sl = t.slot[rows]
-        floored = s.auto[sl] & s.even[sl] & (grantable < charge) & (grantable > 0)
-        if not floored.any():
-            return least, floored
-        r = rows[floored]
-        floor = np.minimum(LAMBDA_MAX, charge[floored] / grantable[floored])
-        t.lam[r] = np.maximum(t.lam[r], floor)
-        least = least.copy()
-        least[floored] = auto_bids_micros(charge[floored], t.lam[r])
-        return least, floored
-
-    def _charge_now(self, slot: int, row: int, grantable: int) -> int:
-        """The most one event of ``row`` can bill, as ``_bid_down_to_rest`` sizes it:
-        the bid ⌊v ÷ λ⌋ of a paced automatic campaign with less than one charge left to
-        grant, else the campaign's charge."""
-        s = self._slots
-        charge = int(s.charge[slot])
-        if s.auto[slot] and s.even[slot] and 0 < grantable < charge:
-            return auto_bid_micros(charge, float(self._rows.lam[row]))
-        return charge
-
-    def _lam_published(self, rows: np.ndarray, lam_now: np.ndarray | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+    def _lam_published(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(λ to publish, changed enough to publish) of ``rows``: the row's λ for paced
-        automatic campaigns, 1 for every other (``LAM_PUBLISH_SHARE``; any change where
-        ``lam_now`` is set)."""
+        automatic campaigns, 1 for every other (``LAM_PUBLISH_SHARE``)."""
         t, s = self._rows, self._slots
         sl = t.slot[rows]
         lam = np.where(s.auto[sl] & s.even[sl], t.lam[rows], 1.0)
         pub = t.pub_lam[rows]
         edge = (lam != pub) & ((lam <= 1.0) | (lam >= LAMBDA_MAX))
-        if lam_now is not None:
-            edge |= (lam != pub) & lam_now
         return lam, ~(np.abs(lam - pub) <= LAM_PUBLISH_SHARE * pub) | edge
 
 

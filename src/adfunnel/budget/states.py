@@ -95,7 +95,6 @@ class States:
         g = np.maximum(0, budget - billed - in_fl)
         least = last_charges(charge, s.bid[sl] == CPM_CODE, t.served_total[rows],
                              t.served_charges[rows])
-        least, floored = self._bid_down_to_rest(rows, charge, g, least)
         st = np.where(budget - committed > thr, OPEN,
                       np.where(g < least, EXHAUSTED, METERED)).astype(np.int8)
         normal = ~stopped & ~cold
@@ -110,16 +109,16 @@ class States:
         t.status[rows] = np.where(stopped, S_STOPPED, np.where(cold, S_COLD, status))
         if (~stopped & cold & read).any():
             self._maybe_cold = True
-        self._publish(rows, floored)
+        self._publish(rows)
 
-    def _publish(self, rows: np.ndarray, lam_now: np.ndarray | None = None) -> None:
+    def _publish(self, rows: np.ndarray) -> None:
         """Directive values of ``rows``; the rows whose (state, p) changed, or whose λ
-        moved by more than ``LAM_PUBLISH_SHARE`` (any move where ``lam_now``, a flag per
-        row, is set), get a new version and enter the change log."""
+        moved by more than ``LAM_PUBLISH_SHARE``, get a new version and enter the change
+        log."""
         t, s = self._rows, self._slots
         st = t.state[rows]
         p = np.where(st == STOPPED, 0.0, np.where(s.accel[t.slot[rows]], 1.0, t.p[rows]))
-        lam, lam_moved = self._lam_published(rows, lam_now)
+        lam, lam_moved = self._lam_published(rows)
         changed = (st != t.pub_state[rows]) | (p != t.pub_p[rows]) | lam_moved
         if not changed.any():
             return

@@ -3,9 +3,7 @@
 
 ``bid_micros`` of an automatic strategy is the value v of one action and the ceiling of
 any bid it makes (bid = pCTR × v / λ, λ ≥ 1), so the budget's bounds that read
-``bid_micros`` (``Campaign.max_charge_micros``, slices, the gate) hold unchanged (with
-less than v left, the gate asks room for the lowered bid ⌊v ÷ λ⌋ itself:
-:mod:`adfunnel.budget.multipliers`):
+``bid_micros`` (``Campaign.max_charge_micros``, slices, the gate) hold unchanged:
 
 - ``target_cpa``: ``target_cpa_micros``;
 - ``max_clicks`` / ``max_conversions``: ``bid_cap_micros`` when given, else

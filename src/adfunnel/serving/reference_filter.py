@@ -12,7 +12,7 @@ from datetime import datetime
 from adfunnel.auction.draws import PACING_COIN, unit
 from adfunnel.auction.gsp import Candidate, Rejection
 from adfunnel.bidding.strategy import auto_bid_micros
-from adfunnel.budget.gate import PACED_OUT, SpendGate, admit_charge, bid_multiplier
+from adfunnel.budget.gate import PACED_OUT, SpendGate, bid_multiplier
 from adfunnel.budget.multipliers import automatic
 from adfunnel.campaigns.model import Ad, AdStatus, Campaign, CampaignStatus
 from adfunnel.campaigns.schedule import in_daypart, in_flight
@@ -147,7 +147,7 @@ class ReferenceFilter:
         kind = KIND_OF[c.priority]
         if kind == KIND_GUARANTEED and seen is not None:
             seen.append(c.id)
-        reason = self.gate.admit(c, now, admit_charge(self.gate, c))
+        reason = self.gate.admit(c, now, c.max_charge_micros)
         if reason is not None:
             return gate_reason(kind, reason)
         if kind != KIND_AUCTION:  # the tiers' own draw (share or pacing coin)

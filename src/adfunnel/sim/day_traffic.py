@@ -22,7 +22,7 @@ import numpy as np
 from adfunnel.bidding.strategy import auto_bid_micros
 from adfunnel.billing.model import EventType
 from adfunnel.budget.feed import TOKEN_TTL_S
-from adfunnel.budget.gate import Served, admit_charge
+from adfunnel.budget.gate import Served
 from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import BidStrategy, BidType
 from adfunnel.campaigns.schedule import zone
@@ -114,7 +114,7 @@ class DayTraffic(DayBilling):
         auction's (price per click in micros, pCTR, clicked); None = the stand-in's."""
         client = self.clients[server]
         c, sc = tr.campaign, tr.sc
-        if client.admit(c, at, admit_charge(client, c)) is not None:
+        if client.admit(c, at, c.max_charge_micros) is not None:
             return
         self._note_admit(tr)
         lo, hi = sc.price_frac

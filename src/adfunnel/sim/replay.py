@@ -33,13 +33,7 @@ from adfunnel.sim.ipinyou import CHINA, LogRow
 from adfunnel.sim.ivt_recall import measure_ivt
 from adfunnel.sim.learn import AttributeClicks, split_last_day, train_and_register
 from adfunnel.sim.potential import judge_delivery
-from adfunnel.sim.replay_auto import (
-    MAX_CLICKS,
-    auto_figures,
-    create_auto,
-    parse_mode,
-    served_lambda,
-)
+from adfunnel.sim.replay_auto import auto_figures, create_auto, parse_mode, served_lambda
 from adfunnel.sim.replay_direct import DirectSetup, direct_report
 from adfunnel.sim.replay_openrtb import EXCHANGE_KEYS, OpenRtbReplayer
 from adfunnel.sim.replay_openrtb_report import openrtb_report
@@ -204,8 +198,7 @@ def run_replay(
             lam = served_lambda(served_dir, auto_id) if proc is not None else None
             report["auto_bidding"] = auto_figures(
                 next(c for c in report["campaigns"] if c["campaign_id"] == auto_id), lam,
-                sorted({r.timestamp.astimezone(CHINA).date().isoformat() for r in rows}),
-                bids_down=mode is not None and mode.strategy == MAX_CLICKS and not mode.ceiling)
+                sorted({r.timestamp.astimezone(CHINA).date().isoformat() for r in rows}))
         else:
             report["auto_bidding"] = None
         if proc is not None:

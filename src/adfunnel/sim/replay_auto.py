@@ -12,12 +12,10 @@ replay's server logs and refreshes every 5 minutes of log time — measured on 2
 2013, the plan puts 98.8 % of the day's budget before 18:00 and none after 19:00, where
 the trace's day ends.
 
-Why a day stops short (:func:`stop_fields`): its cap is a quarter of its budget. The
-budget service grants a manual campaign nothing once less than one charge (its bid, the
-most one click can bill) remains, so such a day ends at the first click that takes its
-billed spend above budget − bid. A paced automatic campaign bids down to what is left
-instead (λ ≥ v ÷ what is left, :mod:`adfunnel.budget.multipliers`): its day ends when
-its lowered bids win nothing more before the rows end, or below v ÷ ``LAMBDA_MAX``.
+Why a day stops short (:func:`stop_fields`): its cap is a quarter of its budget, and
+the budget service grants nothing once less than one charge (the cap, the most one
+click can bill) remains, so a day ends at the first click that takes its billed spend
+above budget − cap; billing ≥ 98 % needs that click to land within 2 % of the budget.
 
 Its value is the cap, not 1 % of the budget: this log earns about eight clicks a day
 on exchange 1 when every row is won, so v = budget ÷ 100 could never spend a budget
@@ -49,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 from adfunnel.money import MICROS_PER_UNIT
-from adfunnel.pacing.bid_multiplier import LAMBDA_MAX
 from adfunnel.sim.ipinyou import LogRow, read_train_info
 from adfunnel.sim.replay_plans import SIZES, CampaignPlan, landing_url
 
@@ -149,16 +146,14 @@ def create_auto(replayer: Any, start: datetime, mode: AutoMode) -> int:
 
 
 def auto_figures(campaign: dict[str, Any], lam: dict[str, Any] | None,
-                 dates: list[str], bids_down: bool = False) -> dict[str, Any]:
+                 dates: list[str]) -> dict[str, Any]:
     """One pass's figures of the campaign, from its entry of the replay report's
     ``campaigns`` (ledger; days judged by :func:`adfunnel.sim.potential.judge_delivery`)
     and ``lam`` (:func:`served_lambda`): per day billed ÷ budget, clicks, absorbed
     overspend, potential at λ = 1 and whether traffic allows the budget, and why a day
     stopped short (:func:`stop_fields`); the totals; the average CPC (billed ÷ clicks: a
-    CPC campaign bills clicks only). ``bids_down``: a paced automatic campaign, which
-    bids down to what is left of its budget (:func:`least_grant`)."""
+    CPC campaign bills clicks only)."""
     budget = campaign["daily_budget_micros"]
-    least = least_grant(campaign["bid_micros"], bids_down)
     reported = {d["date"]: d for d in campaign["days"]}
     served = (lam or {}).get("days") or {}
     # every local day of the rows, those the ledger has nothing of with zeros
@@ -168,7 +163,7 @@ def auto_figures(campaign: dict[str, Any], lam: dict[str, Any] | None,
              "absorbed_overspend_micros": d["absorbed_overspend_micros"],
              "potential_micros": d.get("potential_micros", 0),
              "traffic_allows": d.get("potential_micros", 0) >= TRAFFIC_ALLOWS_MARGIN * budget,
-             **stop_fields(budget, d["billed_micros"], least,
+             **stop_fields(budget, d["billed_micros"], campaign["bid_micros"],
                            d.get("budget_bound"), served.get(d["date"]))}
             for date in sorted(set(dates) | set(reported))
             for d in ({"date": date, **zero, **reported.get(date, {})},)]
@@ -182,17 +177,8 @@ def auto_figures(campaign: dict[str, Any], lam: dict[str, Any] | None,
         "avg_cpc_micros": round(billed / clicks) if clicks else None,
         "days_above_budget": [d["date"] for d in days if d["billed_micros"] > budget
                               or d["absorbed_overspend_micros"] > 0],
-        "lambda": lam, "days": days, "least_grant_micros": least,
+        "lambda": lam, "days": days,
     })
-
-
-def least_grant(bid_micros: int, bids_down: bool) -> int:
-    """The least left of a day's budget for which the budget service still grants, micros:
-    one charge (the bid per click) for a manual campaign (DESIGN.md §Money and budgets);
-    ⌈v ÷ LAMBDA_MAX⌉ for a paced automatic one, whose bid falls to what is left
-    (:meth:`adfunnel.budget.multipliers.Multipliers._bid_down_to_rest`) down to λ's
-    bound."""
-    return -(-bid_micros // int(LAMBDA_MAX)) if bids_down else bid_micros
 
 
 def judged(fig: dict[str, Any]) -> dict[str, Any]:
@@ -213,13 +199,12 @@ def stop_fields(budget: int, billed: int, charge: int, budget_bound: bool | None
                 served: dict[str, Any] | None) -> dict[str, Any]:
     """Why a day ended where it did: ``left_micros`` (budget − billed), ``budget_bound``
     (refused for budget at least once, the report's; None: not known),
-    ``stopped_below_one_charge`` (budget bound with less than ``charge`` left —
-    :func:`least_grant`: a manual campaign's bid per click, the most one click can bill —
-    so the budget service granted nothing more: DESIGN.md §Money and budgets, "grants
-    stop when less than one click price remains"; a manual CPC campaign whose bid is a
-    quarter of its budget can stop up to a quarter short), and from the served log its
-    served ads that day, their λ range and the local time of the last (``served``:
-    :func:`served_lambda`'s ``days``)."""
+    ``stopped_below_one_charge`` (budget bound with less than one ``charge`` left — the
+    campaign's bid per click, the most one click can bill — so the budget service
+    granted nothing more: DESIGN.md §Money and budgets, "grants stop when less than one
+    click price remains"; a CPC campaign whose cap is a quarter of its budget can stop up to
+    a quarter short), and from the served log its served ads that day, their λ range
+    and the local time of the last (``served``: :func:`served_lambda`'s ``days``)."""
     left = max(0, budget - billed)
     served = served or {}
     return {"left_micros": left, "budget_bound": budget_bound,
@@ -341,8 +326,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                  f"{d['left_micros'] / 1e6:.2f} left" for d in c["days"]
                  if d.get("stopped_below_one_charge")]
         if stops:
-            least = c.get("least_grant_micros", c["bid_micros"])
-            out.append(f"{'':<11} stopped below one click price ({least / 1e6:.2f}): "
+            out.append(f"{'':<11} stopped below one click price ({c['bid_micros'] / 1e6:.2f}): "
                        + ", ".join(stops))
     for tg in result["targets"]:
         verdict = "n/a" if tg["met"] is None else ("met" if tg["met"] else "MISSED")

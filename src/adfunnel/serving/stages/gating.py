@@ -10,15 +10,7 @@ from datetime import datetime
 import numpy as np
 
 from adfunnel.auction.draws import PACING_COIN, unit_base
-from adfunnel.budget.gate import (
-    ASK,
-    BUDGET_EXHAUSTED,
-    PACED_OUT,
-    REFUSE,
-    BulkGate,
-    SpendGate,
-    admit_charges,
-)
+from adfunnel.budget.gate import ASK, BUDGET_EXHAUSTED, PACED_OUT, REFUSE, BulkGate, SpendGate
 from adfunnel.frequency.windows import CapPlan
 from adfunnel.pacing.traffic_log import EligibleCounter
 from adfunnel.serving.caps import CAPPED, CapGate
@@ -57,8 +49,8 @@ class GatingStage:
     capped: EligibleCounter
     supply: GuaranteedSupply
 
-    def _campaign_gate(self, sv: Servable, view: ColumnsView, now: datetime, seed: int,
-                       extra: list[str], request_id: str = "") -> tuple[np.ndarray, np.ndarray]:
+    def _campaign_gate(self, sv: Servable, now: datetime, seed: int, extra: list[str],
+                       request_id: str = "") -> tuple[np.ndarray, np.ndarray]:
         """The budget gate and pacing coin for the campaigns :meth:`_servable` left in,
         in first-retrieved order: each candidate's reason code (0 = in; status, flight
         and daypart codes kept), and whether its campaign's budget answer waits until
@@ -81,10 +73,8 @@ class GatingStage:
         if book.any():  # some campaign sells direct: the tiers' draws and reasons
             kinds, shares = book.kinds(sv.uc[live])
             self.supply.observe(sv.uc[live][kinds == KIND_GUARANTEED].tolist())
-        charges = admit_charges(self.gate, sv.uc[live], sv.charges[live],
-                                view.c_auto[sv.uc[live]])
         verdict[live], pending[live] = self._gate(sv.uc[live], sv.local[live],
-                                                  charges, sv.budgets[live], now,
+                                                  sv.charges[live], sv.budgets[live], now,
                                                   seed, extra, request_id, kinds, shares)
         return verdict[sv.inverse], pending[sv.inverse]
 
@@ -181,7 +171,7 @@ class GatingStage:
         others = np.setdiff1d(camp[at[lazy[at] == LAZY_ADMITTED]], asked, assume_unique=False)
         reasons = gate.ask_many(  # type: ignore[attr-defined]
             [self.catalog.campaigns[int(c)] for c in asked.tolist()], now,
-            admit_charges(gate, asked, view.c_charge[asked], view.c_auto[asked]).tolist())
+            view.c_charge[asked].tolist())
         out: dict[int, str] = {c: r for c, r in zip(asked.tolist(), reasons, strict=True)
                                if r is not None}
         admitted = np.array([c for c in asked.tolist() if c not in out], dtype=np.int64)
@@ -193,7 +183,6 @@ class GatingStage:
         if len(others):
             ordinals, _ = self.catalog.columns.zones.at(now)
             charges, budgets = gate_inputs(others, view.campaigns)
-            charges = admit_charges(gate, others, charges, view.c_auto[others])
             codes = gate.bulk_admit(  # type: ignore[attr-defined]
                 others, ordinals[view.c_zone[others]], charges, budgets, now.timestamp())
             out.update(dict.fromkeys(others[codes == REFUSE].tolist(), BUDGET_EXHAUSTED))
