@@ -173,6 +173,15 @@
     return box;
   }
 
+  // The element whose box is the ad's pixels: the image or the html frame; for a native
+  // ad (text and images) its placeholder. Never the <a> itself: unstyled, it is an inline
+  // box one line of text tall on the image's baseline, not the ad.
+  function measured(el, box) {
+    var own = box.className.indexOf("adf-ad-native") < 0 &&
+      box.querySelector("img.adf-image, iframe.adf-frame");
+    return own || el;
+  }
+
   // MRC display viewability: >= 50 % of the ad's pixels (30 % from 242,500 px) in view
   // for one continuous second while the page is visible; viewable_url fires once then.
   function watch(el, box, ad) {
@@ -228,7 +237,7 @@
     mark(el, "filled");
     beacon(ad.impression_url);  // rendered: the ad is in its placeholder
     emit(el, "rendered", ad);
-    watch(el, box, ad);
+    watch(el, measured(el, box), ad);
   }
 
   function empty(els) {
