@@ -15,7 +15,9 @@
   var STATE = "data-adf-state";
   var me = d.currentScript;
   var base = "";
-  var positions = {};  // placement id -> slots asked so far (a feed's later slots rank lower)
+  // placement id -> slots asked so far (a feed's later slots rank lower); no prototype, so
+  // a placement named "constructor" or "__proto__" counts from 0 like any other
+  var positions = Object.create(null);
   var serial = 0;
   var scanQueued = false;
   var memoryUser = null;
