@@ -137,6 +137,24 @@ def test_a_late_decision_is_204_and_commits_nothing(client: TestClient, runtime:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("tmax", [1, 10])
+def test_a_tmax_within_the_network_margin_is_late_at_once(client: TestClient,
+                                                          runtime: Runtime, monkeypatch: Any,
+                                                          tmax: int) -> None:
+    """``tmax`` at or below the network margin (10 ms) leaves no time to answer: 204
+    late, nothing decided or committed (a bid the exchange discards would hold its
+    reservation for its token's window). Breaks when the deadline is floored at 1 ms
+    (the trial's case: tmax 1 and 10 were bid, 200)."""
+    banner_campaign(client, bid_micros=BID)
+    committed: list[Any] = []
+    monkeypatch.setattr(runtime.decider.gate, "record_served", committed.append)
+    r = _bid(client, banner_request(tmax=tmax))
+    assert (r.status_code, r.content, committed) == (204, b"", [])
+    assert r.headers["x-adfunnel-outcome"] == "late"
+    assert _bid(client, banner_request(id="req-2")).status_code == 200  # the longest tmax
+
+
+@pytest.mark.slow
 def test_blocked_categories_and_domains_are_never_bid(client: TestClient) -> None:
     """Breaks if ``bcat``/``badv`` are not handed to the funnel (tried: the
     ``blocked_*`` lists left empty in ``map_request``: the IAB7-39 ad wins at 3.00), or

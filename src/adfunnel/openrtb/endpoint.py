@@ -177,6 +177,9 @@ class OpenRtbEndpoint:
                       wants_reasons: bool) -> Answer:
         """Decide, reprice and commit in time (the shared runner); the bids or 204."""
         assert mapped.select is not None
+        if mapped.deadline_ms <= 0:  # tmax <= the network margin: a bid would come late,
+            _COUNTS["late"].inc()    # and hold its reservation for nothing
+            return _NO_CONTENT["late"]
         bids: list[Bid] = []
         reasons = {t.imp_id: "no_fill" for t in mapped.imps.values()}
         test = req.test == 1  # no billing: tokens that never bill, nothing committed

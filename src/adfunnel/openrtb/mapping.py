@@ -141,7 +141,8 @@ class Mapped:
 
 def map_request(req: BidRequest, config: MappingConfig) -> Mapped:
     """``req`` as our ad request (module doc)."""
-    deadline = max(1, min((req.tmax or DEFAULT_TMAX_MS) - config.network_margin_ms,
+    # tmax at or below the network margin leaves no time: 0, answered late (204) at once
+    deadline = max(0, min((req.tmax or DEFAULT_TMAX_MS) - config.network_margin_ms,
                           MAX_DEADLINE_MS))
     first_price = req.at == 1
     refused = _refused(req, config)
