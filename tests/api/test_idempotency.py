@@ -178,6 +178,10 @@ def _contract(store: IdempotencyStore) -> None:
                                                b'{"id":1}')
     store.finish("b", "k", None)
     assert store.begin("b", "k", "f1") == NEW
+    store.clock.advance(301)  # type: ignore[attr-defined]
+    assert store.begin("b", "k", "f1") == NEW  # its first never finished: abandoned
+    assert store.begin("a", "k", "f1") == Kept(201, "application/json", "/v1/campaigns/1",
+                                               b'{"id":1}')  # a kept answer stays
     store.clock.advance(25 * 3600)  # type: ignore[attr-defined]
     assert store.begin("a", "k", "f2") == NEW  # expired: the key is free again
     with store.engine.connect() as conn:

@@ -12,6 +12,8 @@ key gets it again — the same status, body and ``Location`` — with
 - the key with another method, path, query or body: 422 naming ``idempotency-key``
   (a key names one request; a client reusing one has a bug that must not pass silently);
 - the key while its first request still runs: 409 naming ``idempotency-key`` (retry);
+  a first request that never finished (its process died) frees the key after
+  ``ABANDONED_S`` (5 minutes);
 - a first answer that is not 2xx is not kept: its retry runs (a 422 corrected, a 5xx).
 
 Not on ``POST /v1/api-keys`` (:data:`NOT_KEPT`: its answer is a secret shown once).
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from sqlalchemy import Engine, and_, delete, insert, select, update
+from sqlalchemy import Engine, and_, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from adfunnel.api.idempotency_tables import idempotency_keys as t
@@ -46,6 +48,9 @@ MAX_KEY_CHARS = 255
 #: Routes whose answer is never kept: an issued API key is shown once and stored only as
 #: its digest, so a kept answer would store the key itself. The header there is a 400.
 NOT_KEPT = frozenset({"/v1/api-keys"})
+#: Seconds after which a key whose first request never finished (its process died) is
+#: free again: a retry runs instead of answering 409 for a day.
+ABANDONED_S = 300.0
 #: Seconds of domain time between sweeps of expired rows.
 _SWEEP_S = 3600.0
 
@@ -83,7 +88,9 @@ class IdempotencyStore:
             if now - self._swept >= _SWEEP_S:
                 self._swept = now
                 conn.execute(delete(t).where(t.c.created_at < now - IDEMPOTENCY_TTL_S))
-            conn.execute(delete(t).where(where, t.c.created_at < now - IDEMPOTENCY_TTL_S))
+            conn.execute(delete(t).where(where, or_(
+                t.c.created_at < now - IDEMPOTENCY_TTL_S,
+                and_(t.c.status.is_(None), t.c.created_at < now - ABANDONED_S))))
         try:
             with connection_guard(self.engine), self.engine.begin() as conn:
                 conn.execute(insert(t).values(caller=caller, key=key, fingerprint=fingerprint,
