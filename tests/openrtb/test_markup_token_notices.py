@@ -12,6 +12,7 @@ past its budget and the ledger absorbs the overspend.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -20,6 +21,8 @@ from fastapi.testclient import TestClient
 
 from adfunnel.runtime.embedded import Runtime
 from tests.openrtb.conftest import banner_campaign, banner_request
+from tests.openrtb.test_native import ASSETS, NATIVE_AD
+from tests.serving.helpers import make_campaign
 
 BID = 3_000_000
 
@@ -87,3 +90,37 @@ def test_a_page_cannot_release_a_won_bids_reservation_with_the_markups_token(
     report = _report(client, cid)
     assert report["absorbed_overspend_micros"] == 0, report
     assert report["billed_micros"] <= 7_000
+
+
+def _proof(bid: dict[str, Any]) -> str:
+    """The exchange's proof ``n`` of the bid's notice URLs (the same on all three)."""
+    proofs = {parse_qs(urlsplit(bid[u]).query)["n"][0] for u in ("nurl", "burl", "lurl")}
+    assert len(proofs) == 1
+    return proofs.pop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["image", "native"])
+def test_nothing_the_page_sees_holds_the_exchanges_proof(client: TestClient,
+                                                         kind: str) -> None:
+    """The proof ``n`` is in ``nurl``/``burl``/``lurl`` only: never in ``adm`` (an image
+    ad's markup, a native response's trackers and link), nor in what the page then
+    loads from us with the markup's token (``/f``, the click's redirect). Breaks if
+    the keyed URLs reach the markup (tried: a native ``eventtrackers`` entry with
+    ``nurl``, which every other test let pass)."""
+    if kind == "native":
+        make_campaign(client, bid_micros=BID, ad=NATIVE_AD)
+        request = banner_request(imp=[{"id": "n1", "native": {
+            "request": json.dumps({"ver": "1.2", "assets": ASSETS}), "ver": "1.2"}}])
+    else:
+        banner_campaign(client, bid_micros=BID)
+        request = banner_request()
+    r = client.post("/openrtb2/bid?nbr=1", json=request)
+    assert r.status_code == 200 and "seatbid" in r.json(), r.text
+    [bid] = r.json()["seatbid"][0]["bid"]
+    n = _proof(bid)
+    token = parse_qs(urlsplit(bid["burl"]).query)["t"][0]
+    assert token in bid["adm"] and n not in bid["adm"]
+    for path in (f"/f?t={token}", f"/c?t={token}"):
+        seen = client.get(path, follow_redirects=False)
+        assert n not in seen.text and n not in seen.headers.get("location", ""), path

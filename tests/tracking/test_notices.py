@@ -71,10 +71,11 @@ def path(url: str, **macros: str) -> str:
 class World:
     """Tracker routes, event log, aggregator, ledger and gate around one CPM campaign."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: bytes = KEY, previous: tuple[bytes, ...] = ()) -> None:
         self.clock = ManualClock(START)
         self.log = MemoryEventLog(self.clock, partitions=2)
-        self.tracker = Tracker(EventPublisher(self.log), Landing(), self.clock, KEY)
+        self.tracker = Tracker(EventPublisher(self.log), Landing(), self.clock, key,
+                               previous_keys=previous)
         app = Starlette(routes=TrackingEndpoints(self.tracker).routes())
         self.http = TestClient(app)
         self.ledger = MemoryLedger()
@@ -404,3 +405,17 @@ def test_a_notice_without_the_exchanges_proof_is_refused_naming_n(world: World,
     assert world.appended() == []
     assert world.in_flight() == EXPECTED and world.billed() == 0
     assert world.tracker.counts()["invalid_notice_proofs"] == 5
+
+
+@pytest.mark.parametrize("notice", ["burl", "nurl", "lurl"])
+def test_a_bids_proof_still_verifies_after_the_token_secret_is_rotated(notice: str) -> None:
+    """A bid answered before a rotation (token and ``n`` under the old secret, now one
+    of the previous keys) is still settled by its exchange's notice. Breaks if the desk
+    checks ``n`` under the current secret only (tried: the previous keys left out of
+    ``notice_mac_ok``: 400 naming ``n`` for every bid in flight at the rotation)."""
+    world = World(key=b"r" * 32, previous=(KEY,))
+    world.bid()
+    url = path(getattr(bid_urls(token()), notice), AUCTION_PRICE="1.5", AUCTION_LOSS="102",
+               AUCTION_MIN_TO_WIN="3")
+    assert world.get(url) == (204, {})
+    assert len(world.appended()) == 1
