@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from adfunnel.api.idempotency import (
+    ABANDONED_S,
     NEW,
     OTHER_REQUEST,
     RUNNING,
@@ -293,16 +294,16 @@ def test_a_first_request_that_fails_with_a_500_lets_its_key_go(http: TestClient,
     assert r.status_code == 201 and "idempotent-replayed" not in r.headers
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (review2): a claim whose process died "
-                   "before finish() stays 'running' until it expires, 24 h; needs a lease")
 def test_a_claim_left_by_a_dead_process_does_not_answer_409_for_a_day(tmp_path: Any) -> None:
     """A process killed mid-request (OOM, SIGKILL, a crash) never calls ``finish``: its
     row stays in progress, and every retry with the key — the very case the header is
-    for (a 502 from the proxy, a timeout) — gets 409 until the row expires a day later;
-    the dashboard's form waits 10 s and shows the 409. An hour on, the key should be
-    claimable again (a lease on in-progress rows)."""
+    for (a 502 from the proxy, a timeout) — got 409 until the row expired a day later.
+    Past ``ABANDONED_S`` the key is claimable again; before it, still running. Red
+    without the lease (found by review2, first as a strict xfail)."""
     store = _store(f"sqlite:///{tmp_path / 'dead.db'}")
     assert store.begin("a", "k", "f") == NEW  # the process dies here
-    store.clock.advance(3600)  # type: ignore[attr-defined]
+    store.clock.advance(ABANDONED_S - 1)  # type: ignore[attr-defined]
+    assert store.begin("a", "k", "f") == RUNNING
+    store.clock.advance(2)  # type: ignore[attr-defined]
     assert store.begin("a", "k", "f") == NEW
     store.engine.dispose()
