@@ -149,6 +149,9 @@ class OpenRtbEndpoint:
         mapped = map_request(req, config)
         if mapped.select is None:
             return self._no_bid(req, mapped.no_bid, wants_reasons)
+        if mapped.deadline_ms <= 0:  # tmax <= the network margin: a bid would come late,
+            _COUNTS["late"].inc()    # and hold its reservation for nothing; no supply
+            return _NO_CONTENT["late"]  # we can sell either (not sampled for forecasts)
         serving = self.serving
         if serving.sample is not None and req.test != 1:  # the forecast's request sample
             serving.sample(mapped.select)
@@ -177,9 +180,6 @@ class OpenRtbEndpoint:
                       wants_reasons: bool) -> Answer:
         """Decide, reprice and commit in time (the shared runner); the bids or 204."""
         assert mapped.select is not None
-        if mapped.deadline_ms <= 0:  # tmax <= the network margin: a bid would come late,
-            _COUNTS["late"].inc()    # and hold its reservation for nothing
-            return _NO_CONTENT["late"]
         bids: list[Bid] = []
         reasons = {t.imp_id: "no_fill" for t in mapped.imps.values()}
         test = req.test == 1  # no billing: tokens that never bill, nothing committed
