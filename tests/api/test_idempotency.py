@@ -152,6 +152,18 @@ def test_a_malformed_key_gets_400_naming_the_header(http: TestClient, value: byt
     assert _campaigns(http) == []
 
 
+@pytest.mark.parametrize("value", ["x" * 255, "!", "~" * 3, "9b1f3c2e-0d4a-4c6b-8f55-3e2a1c0d9e7f"])
+def test_the_longest_and_edge_keys_are_taken(http: TestClient, value: str) -> None:
+    """255 visible ASCII characters, ``!`` and ``~`` (the range's ends) and a UUID are
+    keys: kept, and replayed. Red when the limit or the range is off by one."""
+    adv = _advertiser(http)
+    first = http.post("/v1/campaigns", json=_body(adv), headers={"Idempotency-Key": value})
+    again = http.post("/v1/campaigns", json=_body(adv), headers={"Idempotency-Key": value})
+    assert first.status_code == again.status_code == 201
+    assert again.headers["idempotent-replayed"] == "true"
+    assert len(_campaigns(http)) == 1
+
+
 def test_other_methods_and_unauthenticated_posts_are_untouched(http: TestClient) -> None:
     """The header on a PATCH changes nothing; a POST without a key (401) is answered by
     the auth middleware before any row is written."""
