@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +35,6 @@ from tests.http_server import serving
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = os.environ.get("ADFUNNEL_CHROMIUM", "/usr/bin/chromium")
 ADMIN_KEY = "web-browser-test-admin-key-0123456789abcdef"
 #: A browser's user agent (headless Chromium's own names it a bot: its beacons never bill).
 BROWSER_UA = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -45,14 +43,6 @@ SANDBOX = "allow-scripts allow-popups allow-popups-to-escape-sandbox"
 #: A native ad whose texts are markup and script: they must show as text.
 HOSTILE_TITLE = '<script>window.adfPwned=1</script><b id="pwn">Bold</b> deal'
 HOSTILE_BODY = '<img src="x" onerror="window.adfPwned=2"> body & <i>more</i>'
-
-
-def _chromium() -> str:
-    if shutil.which(CHROMIUM) is None:
-        if os.environ.get("ADFUNNEL_REQUIRE_SERVICES"):
-            pytest.fail(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    return CHROMIUM
 
 
 @pytest.fixture(scope="module")
@@ -100,17 +90,6 @@ def admin(server: ServerProcess) -> Iterator[Admin]:
     a = Admin(server.url)
     yield a
     a.http.close()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    chromium = _chromium()
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 class Publisher:

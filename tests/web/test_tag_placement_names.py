@@ -10,9 +10,6 @@ No ad server here: Playwright answers the page's requests and keeps the select b
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,24 +18,9 @@ from adfunnel.web.tag import tag_bytes
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("ADFUNNEL_CHROMIUM", "/usr/bin/chromium")
 ADS = "https://ads.test"
 PAGE = "https://news.test/article"
 NAMES = ("constructor", "__proto__", "toString", "hasOwnProperty")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if shutil.which(CHROMIUM) is None:
-        if os.environ.get("ADFUNNEL_REQUIRE_SERVICES"):
-            pytest.fail(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 def test_placements_named_like_object_properties_send_positions(browser: Any) -> None:

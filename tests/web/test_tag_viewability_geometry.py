@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,27 +23,12 @@ from adfunnel.web.tag import tag_bytes
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("ADFUNNEL_CHROMIUM", "/usr/bin/chromium")
 ADS = "https://ads.test"
 PAGE = "https://news.test/article"
 #: A 1×1 PNG, stretched by the img's width and height attributes.
 PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGA"
                        "hKmMIQAAAABJRU5ErkJggg==")
 VIEWPORT_H = 600
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if shutil.which(CHROMIUM) is None:
-        if os.environ.get("ADFUNNEL_REQUIRE_SERVICES"):
-            pytest.fail(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 def _answer(creative: dict[str, Any], width: int, height: int) -> dict[str, Any]:
