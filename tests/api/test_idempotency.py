@@ -102,6 +102,8 @@ def test_a_key_reused_for_another_body_is_refused_naming_the_header(http: TestCl
         "landing_url": "https://x.test/", "creative_ref": "a.png", "format": "banner",
         "width": 300, "height": 250})
     assert r.status_code == 422  # another path
+    r = http.post("/v1/campaigns?dry_run=1", json=_body(adv), headers=key)
+    assert r.status_code == 422  # the same body under another query string
     assert len(_campaigns(http)) == 1
 
 

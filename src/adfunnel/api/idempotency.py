@@ -230,8 +230,8 @@ async def _answer_kept(found: str | Kept, scope: MutableMapping[str, Any], recei
                        send: Any) -> None:
     if found == OTHER_REQUEST:
         response = error_response(422, "idempotency_key_reused", [
-            (HEADER, "already used with another request (method, path or body); a key "
-                     "names one request")])
+            (HEADER, "already used with another request (method, path, query or body); "
+                     "a key names one request")])
     elif found == RUNNING:
         response = error_response(409, "idempotency_key_in_progress", [
             (HEADER, "the first request with this key is still running; retry later")],
