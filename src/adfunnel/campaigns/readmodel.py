@@ -22,6 +22,7 @@ from adfunnel.campaigns.model import (
     ChangeRecord,
     ModelRelease,
     Placement,
+    ReviewState,
 )
 from adfunnel.campaigns.store import CampaignStore
 
@@ -51,7 +52,7 @@ class CampaignReadModel:
         return self.campaigns.get(campaign_id)
 
     def landing_url(self, ad_id: int) -> str | None:
-        """The ad's landing URL, or None for an unknown ad."""
+        """The ad's landing URL, or None for an unknown or unapproved ad."""
         return landing_url(self.ads, ad_id)
 
     def house_landing_url(self, placement: str) -> str | None:
@@ -99,9 +100,16 @@ def keep_newer(held: dict, rec: Advertiser | Campaign | Ad | Placement | ModelRe
 
 
 def landing_url(ads: Mapping[int, Ad], ad_id: int) -> str | None:
-    """The landing URL of ``ads[ad_id]``, or None for an unknown ad."""
+    """The landing URL of ``ads[ad_id]``, or None for an unknown ad or one not approved.
+
+    A click's token names the ad, not the URL, and outlives its serve (an expired one
+    still lands), so an advertiser's edit of an approved ad's landing URL (which sends
+    it back to review) must not turn old tokens into redirects to a URL no reviewer
+    has seen, or one a reviewer rejected."""
     ad = ads.get(ad_id)
-    return ad.landing_url if ad is not None else None
+    if ad is None or ad.review_state is not ReviewState.APPROVED:
+        return None
+    return ad.landing_url
 
 
 def house_landing_url(placements: Mapping[str, Placement], placement: str) -> str | None:

@@ -111,7 +111,8 @@ class LandingUrls(Protocol):
     """Where a click goes: the read model of creatives the tracker needs."""
 
     def landing_url(self, ad_id: int) -> str | None:
-        """The ad's landing URL, or None for an unknown ad."""
+        """The ad's landing URL, or None for an unknown ad or one not approved (its
+        current URL is not reviewed)."""
         ...
 
     def house_landing_url(self, placement: str) -> str | None:
