@@ -21,6 +21,7 @@ from adfunnel.settings import load_settings
 from adfunnel.web.demo_seed import DEMO_ADVERTISER, SLOTS, demo_enabled, seed_demo
 from adfunnel.web.frame import CLICK_URL_MACRO, FRAME_CSP, frame_document
 from adfunnel.web.tag import GZIP_BUDGET_BYTES, tag_bytes
+from tests.api_keys import ADMIN_HEADERS
 from tests.serving.conftest import START
 
 
@@ -92,6 +93,38 @@ def test_the_frame_shows_the_html_ad_of_a_token_sandboxed(client: TestClient,
         "user": {"key": "u1"}, "placement": {"id": "demo-top"},
         "slots": [{"id": "s1", "position": 1, "width": 728, "height": 90}]}).json()
     assert client.get(f"/f?t={top['ads'][0]['token']}").status_code == 404
+
+
+def test_the_frame_never_shows_markup_no_reviewer_approved(client: TestClient,
+                                                           runtime: Runtime) -> None:
+    """An advertiser's edit of an approved html ad sends it back to review; a token
+    served before (kept in a page, or fetched by anyone from the open ``ads:select``;
+    an expired one still shows its ad) must not serve the unreviewed markup from the
+    ad server's own origin."""
+    evil = "<script>top.location='https://evil.test/'</script>"
+    placed = client.post("/v1/ads:select", json={
+        "user": {"key": "u1"}, "placement": {"id": "demo-bottom"},
+        "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250,
+                   "format": "html"}]})
+    assert placed.status_code == 200, placed.text
+    ad = placed.json()["ads"][0]
+    frame = f"/f?t={ad['token']}"
+    assert client.get(frame).status_code == 200
+    owner = runtime.catalog.campaigns[ad["campaign_id"]].advertiser_id
+    issued = client.post("/v1/api-keys", json={"role": "advertiser", "advertiser_id": owner},
+                         headers=ADMIN_HEADERS)
+    key = {"Authorization": f"Bearer {issued.json()['key']}"}
+    r = client.patch(f"/v1/ads/{ad['ad_id']}", headers=key,
+                     json={"creative": {"type": "html", "markup": evil}})
+    assert r.status_code == 200 and r.json()["review_state"] == "pending_review", r.text
+    for verdict in (None, "reject"):  # pending, then rejected
+        if verdict:
+            assert client.post(f"/v1/ads/{ad['ad_id']}:{verdict}",
+                               headers=ADMIN_HEADERS).status_code == 200
+        shown = client.get(frame)
+        assert shown.status_code == 404 and evil not in shown.text, verdict
+    assert client.post(f"/v1/ads/{ad['ad_id']}:approve", headers=ADMIN_HEADERS).status_code == 200
+    assert evil in client.get(frame).text  # once a reviewer approved it
 
 
 def test_demo_pages_are_open_and_strict(client: TestClient) -> None:

@@ -9,7 +9,8 @@ opened on its own, outside the tag's iframe.
 
 The token is the select answer's (``ad.token``): it names the ad, whose markup is read
 from the serving catalogue. An expired token still shows its ad (a page left open); one
-that is not ours, or of an ad without html, gets 404 ``not_found`` naming ``t`` (the JSON
+that is not ours, of an ad without html, or of an ad not approved (edited since, and
+back in review: its markup is unreviewed) gets 404 ``not_found`` naming ``t`` (the JSON
 error of every route), a request without one 422.
 
 Macro: ``%%CLICK_URL%%`` in the markup becomes the ad's click URL (``/c?t=TOKEN``,
@@ -29,6 +30,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from adfunnel.campaigns.creative import HtmlCreative
+from adfunnel.campaigns.model import ReviewState
 from adfunnel.http_errors import error_response
 from adfunnel.tracking.token import InvalidToken, verify
 
@@ -74,7 +76,9 @@ def frame_route(ad_of: Callable[[int], Any], keys: Callable[[], tuple[bytes, tup
             claims = exc.claims  # expired: the ad still shows (its beacons will not bill)
         ad = ad_of(claims.ad_id)
         creative = getattr(ad, "creative", None)
-        if not isinstance(creative, HtmlCreative):
+        # the token names the ad, not its markup: an edit since the serve is unreviewed
+        approved = getattr(ad, "review_state", None) is ReviewState.APPROVED
+        if not approved or not isinstance(creative, HtmlCreative):
             return not_found()
         base = public_base_url or str(request.base_url).rstrip("/")
         click = f"{base}/c?t={quote(token, safe='')}"
