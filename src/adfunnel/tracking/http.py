@@ -25,9 +25,10 @@ beacons share the publisher's rounds (group commit).
   (:func:`~adfunnel.tracking.click_id.sign_click_id`) in the query parameter
   ``adf_click_id``, or in place of the macro ``{click_id}`` where the landing URL has
   it: what the advertiser's page posts back. A click on an expired but authentic token
-  (a tab left open) still lands, without a click id, never billed; an ad no longer
-  known lands on its placement's house ad, or gets a short HTML page (404). Only a
-  forged or malformed token gets the JSON error.
+  (a tab left open) still lands, without a click id, never billed; a house ad's click
+  lands on its placement's house landing URL; an ad no longer known, or not approved
+  (edited back into review, or rejected: its URL is not reviewed), gets a short HTML
+  page (404). Only a forged or malformed token gets the JSON error.
 - ``/v?click_id=<click id>[&value=<micros>]``: the conversion pixel → 204. ``value`` is
   the conversion's value in integer micros. It trusts nothing but the click id: signed
   by this server for a click it stored and did not flag as invalid traffic. A serve
