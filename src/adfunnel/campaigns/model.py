@@ -199,6 +199,13 @@ class Ad:
     adomain: tuple[str, ...] = ()
     bundle: str | None = None
 
+    @property
+    def approved(self) -> bool:
+        """Whether a reviewer approved what the ad shows now: the one rule for serving
+        it, landing its clicks and showing its markup (an edit of what it shows sends it
+        back to review, and tokens served before still name it)."""
+        return self.review_state is ReviewState.APPROVED
+
 
 #: Campaign and ad id carried by a house ad's token: no stored record has id 0, and the
 #: tracker never bills it.

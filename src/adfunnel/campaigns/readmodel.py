@@ -22,7 +22,6 @@ from adfunnel.campaigns.model import (
     ChangeRecord,
     ModelRelease,
     Placement,
-    ReviewState,
 )
 from adfunnel.campaigns.store import CampaignStore
 
@@ -107,7 +106,7 @@ def landing_url(ads: Mapping[int, Ad], ad_id: int) -> str | None:
     it back to review) must not turn old tokens into redirects to a URL no reviewer
     has seen, or one a reviewer rejected."""
     ad = ads.get(ad_id)
-    if ad is None or ad.review_state is not ReviewState.APPROVED:
+    if ad is None or not ad.approved:
         return None
     return ad.landing_url
 

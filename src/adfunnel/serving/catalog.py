@@ -27,7 +27,6 @@ from adfunnel.campaigns.model import (
     ModelRelease,
     Placement,
     Priority,
-    ReviewState,
 )
 from adfunnel.campaigns.readmodel import CampaignReadModel, keep_newer
 from adfunnel.campaigns.sql_store import SqlCampaignStore
@@ -228,7 +227,7 @@ class Catalog(CampaignReadModel):
         dropped: list[int] = []
         for ad in ads:
             campaign = self.campaigns.get(ad.campaign_id)
-            if campaign is None or ad.review_state is not ReviewState.APPROVED:
+            if campaign is None or not ad.approved:
                 dropped.append(ad.id)
             else:
                 score = self.static_score(campaign) + ad.quality_micros  # the total's prior

@@ -30,7 +30,6 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from adfunnel.campaigns.creative import HtmlCreative
-from adfunnel.campaigns.model import ReviewState
 from adfunnel.http_errors import error_response
 from adfunnel.tracking.token import InvalidToken, verify
 
@@ -77,7 +76,7 @@ def frame_route(ad_of: Callable[[int], Any], keys: Callable[[], tuple[bytes, tup
         ad = ad_of(claims.ad_id)
         creative = getattr(ad, "creative", None)
         # the token names the ad, not its markup: an edit since the serve is unreviewed
-        approved = getattr(ad, "review_state", None) is ReviewState.APPROVED
+        approved = getattr(ad, "approved", False)
         if not approved or not isinstance(creative, HtmlCreative):
             return not_found()
         base = public_base_url or str(request.base_url).rstrip("/")
