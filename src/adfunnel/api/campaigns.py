@@ -140,6 +140,7 @@ def make_advertiser_router(
     rollups: RollupStore | None = None, uploads: UploadLookup | None = None,
     budget: DayReads | None = None,
     availability: Callable[[Campaign], int | None] | None = None,
+    left_short: Callable[[Campaign], list[tuple[int, int, int]]] | None = None,
 ) -> APIRouter:
     """The advertiser API routes over ``store`` (records), ``ledger`` (reports) and
     ``rollups`` (rollup reports, :mod:`adfunnel.api.reports`).
@@ -155,7 +156,11 @@ def make_advertiser_router(
     ``period.today``; None: null). ``availability`` forecasts the
     impressions left to a new guaranteed line (:class:`adfunnel.api.forecasts.Forecaster`;
     None: no forecast): a goal above it is created all the same, with a
-    ``goal_exceeds_availability`` warning (the operator may overbook). The app must also call
+    ``goal_exceeds_availability`` warning (the operator may overbook). ``left_short``
+    names the booked guaranteed lines a new sponsorship leaves short of their goals
+    (``(id, needed, available)``, :meth:`adfunnel.api.forecasts.Forecaster.lines_left_short`;
+    None: no check): booked all the same, with a ``leaves_booked_line_short`` warning
+    each. The app must also call
     :func:`adfunnel.api.errors.install_error_handlers`.
     """
     router = APIRouter(tags=["advertiser"], dependencies=[Depends(known_query_only)])
@@ -239,6 +244,12 @@ def make_advertiser_router(
                 field="goal.total", code="goal_exceeds_availability",
                 available_impressions=available,
                 problem=f"the forecast leaves {available} impressions over the flight")]
+        for line, needed, left in left_short(c) if left_short is not None else []:
+            out.warnings = [*out.warnings, FieldProblemOut(
+                field="goal.share", code="leaves_booked_line_short",
+                available_impressions=left,
+                problem=f"guaranteed line {line} still needs {needed} impressions; the "
+                        f"forecast leaves it {left} once this line is served first")]
         return out
 
     @router.get("/v1/campaigns", response_model=Page[CampaignOut])
