@@ -105,7 +105,7 @@ from adfunnel.api.write_bodies import canonical_targeting, patch_changes, sale_d
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.billing.ledger import Ledger
-from adfunnel.billing.period_report import period_edit_problems, period_report
+from adfunnel.billing.period_report import goal_met, period_edit_problems, period_report
 from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.bidding_terms import bidding_terms, name_the_source
@@ -314,6 +314,12 @@ def make_advertiser_router(
         if current.status is CampaignStatus.ENDED:
             raise ApiError(409, "conflict", f"campaign {campaign_id} has ended",
                            fields=[("status", "the campaign has ended")])
+        if (to is CampaignStatus.ACTIVE and current.status is CampaignStatus.COMPLETED
+                and goal_met(ledger, current, local_day(clock.now(), current.time_zone))):
+            # served again, each impression would be over-delivery that bills nothing:
+            # free slots taken ahead of the auction on every resume
+            raise ApiError(409, "conflict", f"campaign {campaign_id} has met its goal",
+                           fields=[("status", "the goal is met: raise goal.total to resume")])
         if current.status is to and version in (None, current.version):
             return campaign_out(current)  # already there: nothing to write
         return campaign_out(store.update_campaign(campaign_id, {"status": to}, version))
