@@ -140,3 +140,37 @@ def test_a_flight_start_never_moves_past_what_the_line_delivered(rt: Runtime) ->
         r = admin.patch(f"/v1/campaigns/{other}", json={"flight_start": "2026-11-03",
                                                         "version": 1})
         assert r.status_code == 200, r.text
+
+
+def test_a_completed_line_whose_goal_is_met_is_not_resumed(rt: Runtime) -> None:
+    """Billing marks a guaranteed line ``completed`` when its goal is met, even with money
+    left (its contract rate was raised mid-flight). A resume made it active again, and
+    every impression it then took ahead of the auction was over-delivery, billed
+    nothing: an advertiser resuming it over and over got free impressions (3 resumes, 3
+    free impressions, in the embedded app). Such a resume is 409 naming ``status``, for
+    the advertiser and the admin alike; once the goal is raised it resumes. Mutation
+    seen red: the check in ``set_status`` removed (200, ``active``)."""
+    from datetime import date
+
+    from adfunnel.billing.model import EventType, LedgerEvent
+    from adfunnel.campaigns.model import CampaignStatus
+
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
+        adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
+        own = {"Authorization": f"Bearer {rt.keys.issue('advertiser', adv).key}"}
+        body = {k: v for k, v in _body(adv, **GUARANTEED).items() if k != "daily_budget_micros"}
+        lid = admin.post("/v1/campaigns", json=body).json()["id"]
+        for i in range(500):
+            rt.ledger.record(LedgerEvent(f"i{i}", EventType.IMPRESSION, lid, 1, "p", "CPM",
+                                         2_000_000, datetime(2026, 11, 2, 1, tzinfo=UTC),
+                                         date(2026, 11, 2)), 10**12)
+        rt.store.update_campaign(lid, {"status": CampaignStatus.COMPLETED})  # as billing does
+        for who in (own, ADMIN_HEADERS):
+            r = admin.post(f"/v1/campaigns/{lid}:resume", headers=who)
+            assert r.status_code == 409 and r.json()["fields"][0]["field"] == "status", r.text
+        assert rt.store.get_campaign(lid).status is CampaignStatus.COMPLETED
+        r = admin.patch(f"/v1/campaigns/{lid}", json={
+            "goal": {"metric": "impressions", "total": 600}})
+        assert r.status_code == 200, r.text
+        r = admin.post(f"/v1/campaigns/{lid}:resume", headers=own)
+        assert r.status_code == 200 and r.json()["status"] == "active", r.text

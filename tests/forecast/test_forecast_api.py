@@ -168,3 +168,28 @@ def test_no_history_no_warning(rt: Runtime) -> None:
         assert "warnings" not in _guaranteed(c, 1_000)
         f = c.post("/v1/forecasts", json={**BODY, "placements": []}).json()
         assert f["matching_impressions"] == 0 and f["basis"]["sampled_requests"] == 0
+
+
+def test_a_sponsorship_that_leaves_a_booked_line_short_warns(client: TestClient) -> None:
+    """A guaranteed line of 1,000 booked on 1,200 forecast US requests fits; a takeover
+    (share 1) of the same requests booked after it is served first and leaves it nothing.
+    It was booked without a word while the forecast then gave the line 0: the deal the
+    operator had sold silently became undeliverable. It is still booked (the operator
+    may mean it), with a warning naming the line. A share that leaves the line enough
+    warns nothing. Mutation seen red: ``Forecaster.lines_left_short`` answering []."""
+    line = _guaranteed(client, 1_000)
+    adv = client.post("/v1/advertisers", json={"name": "takeover"}).json()
+    body = {"advertiser_id": adv["id"], "name": "takeover", "objective": "impressions",
+            "bid_type": "CPM", "bid_micros": 9_000_000, "daily_budget_micros": 10**9,
+            "time_zone": "UTC", "flight_start": "2026-11-03", "flight_end": "2026-11-03",
+            "priority": "sponsorship", "goal": {"metric": "share", "share": 0.1},
+            "targeting": {"attr": "geo.country", "in": ["US"]}}
+    r = client.post("/v1/campaigns", json=body)
+    assert r.status_code == 201 and "warnings" not in r.json(), r.text  # 1,080 left
+    r = client.patch(f"/v1/campaigns/{r.json()['id']}", json={
+        "goal": {"metric": "share", "share": 1}, "version": r.json()["version"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["warnings"] == [{
+        "field": "goal.share", "code": "leaves_booked_line_short", "available_impressions": 0,
+        "problem": f"guaranteed line {line['id']} still needs 1000 impressions; the "
+                   "forecast leaves it 0 once this line is served first"}]

@@ -105,7 +105,7 @@ from adfunnel.api.write_bodies import canonical_targeting, patch_changes, sale_d
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.billing.ledger import Ledger
-from adfunnel.billing.period_report import period_edit_problems, period_report
+from adfunnel.billing.period_report import goal_met, period_edit_problems, period_report
 from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.bidding_terms import bidding_terms, name_the_source
@@ -140,6 +140,7 @@ def make_advertiser_router(
     rollups: RollupStore | None = None, uploads: UploadLookup | None = None,
     budget: DayReads | None = None,
     availability: Callable[[Campaign], int | None] | None = None,
+    left_short: Callable[[Campaign], list[tuple[int, int, int]]] | None = None,
 ) -> APIRouter:
     """The advertiser API routes over ``store`` (records), ``ledger`` (reports) and
     ``rollups`` (rollup reports, :mod:`adfunnel.api.reports`).
@@ -155,7 +156,11 @@ def make_advertiser_router(
     ``period.today``; None: null). ``availability`` forecasts the
     impressions left to a new guaranteed line (:class:`adfunnel.api.forecasts.Forecaster`;
     None: no forecast): a goal above it is created all the same, with a
-    ``goal_exceeds_availability`` warning (the operator may overbook). The app must also call
+    ``goal_exceeds_availability`` warning (the operator may overbook). ``left_short``
+    names the booked guaranteed lines a new sponsorship leaves short of their goals
+    (``(id, needed, available)``, :meth:`adfunnel.api.forecasts.Forecaster.lines_left_short`;
+    None: no check): booked all the same, with a ``leaves_booked_line_short`` warning
+    each. The app must also call
     :func:`adfunnel.api.errors.install_error_handlers`.
     """
     router = APIRouter(tags=["advertiser"], dependencies=[Depends(known_query_only)])
@@ -239,6 +244,12 @@ def make_advertiser_router(
                 field="goal.total", code="goal_exceeds_availability",
                 available_impressions=available,
                 problem=f"the forecast leaves {available} impressions over the flight")]
+        for line, needed, left in left_short(c) if left_short is not None else []:
+            out.warnings = [*out.warnings, FieldProblemOut(
+                field="goal.share", code="leaves_booked_line_short",
+                available_impressions=left,
+                problem=f"guaranteed line {line} still needs {needed} impressions; the "
+                        f"forecast leaves it {left} once this line is served first")]
         return out
 
     @router.get("/v1/campaigns", response_model=Page[CampaignOut])
@@ -303,6 +314,12 @@ def make_advertiser_router(
         if current.status is CampaignStatus.ENDED:
             raise ApiError(409, "conflict", f"campaign {campaign_id} has ended",
                            fields=[("status", "the campaign has ended")])
+        if (to is CampaignStatus.ACTIVE and current.status is CampaignStatus.COMPLETED
+                and goal_met(ledger, current, local_day(clock.now(), current.time_zone))):
+            # served again, each impression would be over-delivery that bills nothing:
+            # free slots taken ahead of the auction on every resume
+            raise ApiError(409, "conflict", f"campaign {campaign_id} has met its goal",
+                           fields=[("status", "the goal is met: raise goal.total to resume")])
         if current.status is to and version in (None, current.version):
             return campaign_out(current)  # already there: nothing to write
         return campaign_out(store.update_campaign(campaign_id, {"status": to}, version))

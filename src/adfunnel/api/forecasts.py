@@ -217,6 +217,37 @@ class Forecaster:
             return None
         return round(found.available)
 
+    def lines_left_short(self, c: Campaign) -> list[tuple[int, int, int]]:
+        """``(campaign id, impressions still needed, impressions available)`` of each
+        booked guaranteed line (an impression goal) that the (just booked) sponsorship
+        ``c`` leaves short of its goal. A sponsorship is served before every guaranteed
+        line, so its own forecast cannot see what it takes from the lines booked before
+        it: each line whose flight meets ``c``'s is forecast again with ``c`` booked.
+        Empty for another line, or when there is no history to forecast from."""
+        if c.priority is not Priority.SPONSORSHIP:
+            return []
+        out = []
+        for g in self._guaranteed_meeting(c):
+            available = self.available_for(g)
+            needed = round(self.remaining(g))
+            if available is not None and needed > available:
+                out.append((g.id, needed, available))
+        return out
+
+    def _guaranteed_meeting(self, c: Campaign) -> Iterator[Campaign]:
+        """Active and paused guaranteed lines with an impression goal whose flight (local
+        dates) meets ``c``'s."""
+        after = None
+        while page := self.store.list_campaigns(after=after, limit=500):
+            after = page[-1].id
+            for g in page:
+                if (g.priority is Priority.GUARANTEED and g.goal is not None
+                        and g.goal.metric is GoalMetric.IMPRESSIONS
+                        and g.status in (CampaignStatus.ACTIVE, CampaignStatus.PAUSED)
+                        and g.flight_end is not None and g.flight_end >= c.flight_start
+                        and (c.flight_end is None or g.flight_start <= c.flight_end)):
+                    yield g
+
 
 def make_forecast_router(forecaster: Forecaster) -> APIRouter:
     """``POST /v1/forecasts`` (admin only); the app must install the error handlers."""

@@ -67,6 +67,12 @@ def period_report(ledger: DayTotalsReader, campaign: Campaign, today: date) -> d
     return out
 
 
+def goal_met(ledger: DayTotalsReader, campaign: Campaign, today: date) -> bool:
+    """Whether ``campaign``'s impressions or clicks goal is met (the ledger's goal events
+    over its flight reach the total); False without such a goal."""
+    return period_report(ledger, campaign, today)["goal_shortfall"] == 0
+
+
 def goal_below_delivered(ledger: DayTotalsReader, campaign: Campaign, metric: str,
                          total: int, today: date) -> str | None:
     """Why ``campaign``'s goal may not become ``total`` ``metric`` events (its goal's

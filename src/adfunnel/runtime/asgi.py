@@ -107,7 +107,8 @@ def build_app(rt: Runtime) -> RequestLog:
                             s.forecast_history_days, s.pctr_prior)
     app.include_router(make_advertiser_router(rt.store, rt.ledger, rt.clock, s, rt.rollups,
                                               uploads.lookup, reads,
-                                              availability=forecaster.available_for))
+                                              availability=forecaster.available_for,
+                                              left_short=forecaster.lines_left_short))
     app.include_router(make_forecast_router(forecaster))  # admin only (its router's guard)
     app.include_router(make_upload_router(rt.store, uploads, rt.clock))
     app.include_router(make_operator_router(rt.store))  # admin only (its router's guard)

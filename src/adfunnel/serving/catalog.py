@@ -43,6 +43,12 @@ from adfunnel.targeting.expr import All, Expr, parse_expr
 
 #: Matches every request (an empty conjunction).
 EVERYONE: Expr = All(())
+#: Added to a sponsorship's or guaranteed line's static score: retrieval runs best score
+#: first and stops (``first_limit``, ``retrieval_limit``), and a direct line's tier is
+#: served before the auction whatever its contract rate. Above any auction ad's score (a
+#: bid's value per impression plus a quality of at most 10**9 micros), and small enough
+#: that float64 still orders direct lines among themselves.
+DIRECT_FIRST = 1e13
 
 
 log = logging.getLogger(__name__)
@@ -231,6 +237,10 @@ class Catalog(CampaignReadModel):
                 dropped.append(ad.id)
             else:
                 score = self.static_score(campaign) + ad.quality_micros  # the total's prior
+                if campaign.priority is not Priority.AUCTION:
+                    # retrieval keeps only the best-scored ads: a direct line sold below
+                    # the auction's bids must never be cut before its tier is served
+                    score += DIRECT_FIRST
                 entries.append((ad.id, self._targeting[campaign.id], score))
         return entries, dropped
 
