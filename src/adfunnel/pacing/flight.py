@@ -43,7 +43,8 @@ from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 
-from adfunnel.campaigns.model import BidType, BudgetPeriod, Campaign, Daypart, GoalMetric
+from adfunnel.campaigns.model import BudgetPeriod, Campaign, Daypart
+from adfunnel.campaigns.sales import goal_cost_micros
 from adfunnel.campaigns.schedule import day_bounds, zone
 from adfunnel.pacing.curve import END_MARGIN_MINUTES
 from adfunnel.pacing.shape import serving_hours
@@ -297,13 +298,10 @@ def month_days(day: date) -> tuple[date, date]:
 def goal_cost(campaign: Campaign) -> int | None:
     """Money of a guaranteed line's goal, micros (None: no impressions/clicks goal):
     impressions N × bid / 1000 (floored: the per-mille carry bills N impressions at
-    most that), clicks N × bid (CONTRACT25)."""
-    goal = campaign.goal
-    if goal is None or goal.total is None or goal.metric is GoalMetric.SHARE:
-        return None
-    if goal.metric is GoalMetric.IMPRESSIONS and campaign.bid_type is BidType.CPM:
-        return goal.total * campaign.bid_micros // 1000
-    return goal.total * campaign.bid_micros
+    most that), clicks N × bid (CONTRACT25). The rule is the sales terms' one
+    (:func:`adfunnel.campaigns.sales.goal_cost_micros`): validation and pacing must
+    agree on what a goal costs."""
+    return goal_cost_micros(campaign)
 
 
 def flight_money(campaign: Campaign) -> int | None:
