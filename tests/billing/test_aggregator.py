@@ -743,3 +743,40 @@ def test_a_conversion_whose_click_tier2_reverses_in_its_batch_is_never_billed() 
     assert world.agg.stats.reversed >= 1
     assert world.totals(CPA)[2:4] == (0, 0)  # no conversion, nothing billed
     assert world.gate.committed(CPA, DAY) == 0
+
+
+class ReverseBlip(MemoryLedger):
+    """A memory ledger whose next ``failures`` reversals fail, as a database that does
+    not answer for a moment (nothing is changed)."""
+
+    failures = 0
+
+    def reverse(self, *args: object, **kwargs: object) -> object:  # type: ignore[override]
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("the database did not answer")
+        return super().reverse(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_reversal_the_ledger_failed_is_taken_again_with_the_batch() -> None:
+    """Tier 2 finds the second click of a viewer in a minute invalid; the ledger fails
+    to reverse it once. The batch is not acknowledged and comes again, all duplicates
+    now (never scored again): the reversal used to be lost and the click billed."""
+    from adfunnel.ivt.scoring import Tier2Scorer
+
+    world = World([campaign(CPC, BidType.CPC)])
+    ledger = world.ledger = ReverseBlip()
+    world.agg = Aggregator(world.consumer, ledger, world.campaigns.get, world.gate,
+                           world.ctr, scorer=Tier2Scorer())
+    ledger.failures = 1
+    world.log.publish_many([event(IMP, "a", CPC, 0, at=1), event(IMP, "b", CPC, 0, at=2),
+                            event(CLICK, "a", CPC, 400_000, at=10),
+                            event(CLICK, "b", CPC, 400_000, at=20)])
+    with pytest.raises(ConnectionError):
+        world.agg.run_once(timeout_s=0)
+    world.clock.advance(ACK_WAIT_S + 1)  # not acknowledged: delivered again
+    assert world.agg.pump() == 4
+    assert world.agg.outcomes["duplicate"] == 4
+    assert world.totals(CPC) == (2, 1, 0, 400_000, 0)
+    assert world.ledger.counters()["ivt_click_click_rate"] == 1
+    assert world.gate.committed(CPC, DAY) == 400_000

@@ -86,6 +86,11 @@ PENDING_MEMORY = 200_000
 RETRY_S = 1.0
 
 
+#: A reversal tier 2 decided: (impression id, event type, reason, the scored event's
+#: time, which decides whether the row is still pending).
+Unreversed = tuple[str, str, str, datetime]
+
+
 class CampaignLookup(Protocol):
     """The campaign read model the aggregator bills against (budgets, time zone)."""
 
@@ -150,6 +155,8 @@ class Aggregator:
         self._billed_where: OrderedDict[tuple[str, str], LedgerEvent] = OrderedDict()
         # this batch's newly billed events tier 2 scores once the batch is fed
         self._to_score: list[tuple[Event, LedgerEvent]] = []
+        # what tier 2 found invalid and the ledger has not reversed yet (it failed)
+        self._unreversed: deque[Unreversed] = deque()
         self.stats = AggregatorStats()
         #: distinct events of the log this aggregator has handled (a redelivery of one
         #: it handled is not counted again; one another reader left unacknowledged is)
@@ -263,12 +270,7 @@ class Aggregator:
                 self._outcome(_PLAIN[row.event_type], "released")
                 self._feed(row, recorded, self.campaign(row.campaign_id))
                 hours.add(row.occurred_at)
-            # scored once the whole batch is fed: a reversal then finds every row it
-            # takes back (a click billed in this batch on an impression reversed here)
-            scoring, self._to_score = self._to_score, []
-            if self.scorer is not None:
-                for event, row in scoring:
-                    self._score(self.scorer, event, row)
+        self._score_batch()
         self._batch.flush_money()
         self.consumer.ack(done)
         self._waiting.done(done)
@@ -326,17 +328,34 @@ class Aggregator:
                 return True
         return False
 
-    def _score(self, scorer: Tier2Scorer, event: Event, row: LedgerEvent) -> None:
-        """Tier 2: score a newly billed event; reverse what it finds while pending, with
-        what billed on it (an invalid impression's click, an invalid click's conversion,
-        never billable: had they come later they would not have billed)."""
+    def _score_batch(self) -> None:
+        """Tier 2: score the batch's newly billed events, once the whole batch is fed (a
+        reversal then finds every row it takes back: a click billed in this batch on an
+        impression reversed here), and reverse what it finds.
+
+        A reversal stays queued until the ledger has taken it: when the ledger fails
+        the batch is retried, its events now duplicates that are never scored again,
+        and the queue is taken first."""
+        scoring, self._to_score = self._to_score, []
+        if self.scorer is not None:
+            for event, row in scoring:
+                self._unreversed.extend(self._reversals(self.scorer, event, row))
+        while self._unreversed:
+            self._reverse(*self._unreversed[0])
+            self._unreversed.popleft()
+
+    @staticmethod
+    def _reversals(scorer: Tier2Scorer, event: Event, row: LedgerEvent) -> list[Unreversed]:
+        """What tier 2 finds invalid on scoring a newly billed event, with what billed on
+        it (an invalid impression's click, an invalid click's conversion, never
+        billable: had they come later they would not have billed)."""
         facts = EventFacts(_PLAIN[row.event_type], event.client_ip, event.user_agent or None,
                            served_at_ms=event.served_at * 1000,
                            event_at_ms=int(event.occurred_at * 1000),
                            impression_id=event.impression_id, placement=event.placement)
-        for r in scorer.observe(facts):
-            for event_type in _REVERSED_WITH.get(r.event_type, (r.event_type,)):
-                self._reverse(r.impression_id, event_type, str(r.reason), row.occurred_at)
+        return [(r.impression_id, event_type, str(r.reason), row.occurred_at)
+                for r in scorer.observe(facts)
+                for event_type in _REVERSED_WITH.get(r.event_type, (r.event_type,))]
 
     def _reverse(self, impression_id: str, event_type: str, reason: str, now: datetime
                  ) -> None:
