@@ -767,7 +767,7 @@ def test_a_reversal_the_ledger_failed_is_taken_again_with_the_batch() -> None:
     world = World([campaign(CPC, BidType.CPC)])
     ledger = world.ledger = ReverseBlip()
     world.agg = Aggregator(world.consumer, ledger, world.campaigns.get, world.gate,
-                           world.ctr, scorer=Tier2Scorer())
+                           world.ctr, scorer=Tier2Scorer(), on_hours=world.hours.append)
     ledger.failures = 1
     world.log.publish_many([event(IMP, "a", CPC, 0, at=1), event(IMP, "b", CPC, 0, at=2),
                             event(CLICK, "a", CPC, 400_000, at=10),
@@ -775,8 +775,10 @@ def test_a_reversal_the_ledger_failed_is_taken_again_with_the_batch() -> None:
     with pytest.raises(ConnectionError):
         world.agg.run_once(timeout_s=0)
     world.clock.advance(ACK_WAIT_S + 1)  # not acknowledged: delivered again
+    calls = len(world.hours)
     assert world.agg.pump() == 4
     assert world.agg.outcomes["duplicate"] == 4
     assert world.totals(CPC) == (2, 1, 0, 400_000, 0)
+    assert world.hours[calls:] == [{START}]  # the rollups refresh the reversal's hour
     assert world.ledger.counters()["ivt_click_click_rate"] == 1
     assert world.gate.committed(CPC, DAY) == 400_000

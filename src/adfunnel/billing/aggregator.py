@@ -270,7 +270,7 @@ class Aggregator:
                 self._outcome(_PLAIN[row.event_type], "released")
                 self._feed(row, recorded, self.campaign(row.campaign_id))
                 hours.add(row.occurred_at)
-        self._score_batch()
+        self._score_batch(hours)
         self._batch.flush_money()
         self.consumer.ack(done)
         self._waiting.done(done)
@@ -328,21 +328,24 @@ class Aggregator:
                 return True
         return False
 
-    def _score_batch(self) -> None:
+    def _score_batch(self, hours: BatchHours) -> None:
         """Tier 2: score the batch's newly billed events, once the whole batch is fed (a
         reversal then finds every row it takes back: a click billed in this batch on an
         impression reversed here), and reverse what it finds.
 
         A reversal stays queued until the ledger has taken it: when the ledger fails
         the batch is retried, its events now duplicates that are never scored again,
-        and the queue is taken first."""
+        and the queue is taken first. The hours of what was reversed go to ``hours`` (the
+        rollups refresh them)."""
         scoring, self._to_score = self._to_score, []
         if self.scorer is not None:
             for event, row in scoring:
                 self._unreversed.extend(self._reversals(self.scorer, event, row))
         while self._unreversed:
-            self._reverse(*self._unreversed[0])
+            at = self._reverse(*self._unreversed[0])
             self._unreversed.popleft()
+            if at is not None:
+                hours.add(at)
 
     @staticmethod
     def _reversals(scorer: Tier2Scorer, event: Event, row: LedgerEvent) -> list[Unreversed]:
@@ -358,23 +361,25 @@ class Aggregator:
                 for event_type in _REVERSED_WITH.get(r.event_type, (r.event_type,))]
 
     def _reverse(self, impression_id: str, event_type: str, reason: str, now: datetime
-                 ) -> None:
+                 ) -> datetime | None:
         """Move a billed row to invalid traffic while pending; refund it to the gate and
-        take it back from the click model."""
+        take it back from the click model. When it was reversed, its time (``now`` when
+        its row is no longer remembered)."""
         taken = self.ledger.reverse(impression_id, EventType(event_type), reason, now,
                                     self.hold_s)
         if taken is None:
-            return
+            return None
         self.stats.reversed += 1
         self._outcome(event_type, f"reversed_{reason}")
         where = self._billed_where.pop((impression_id, event_type), None)
         if where is None:
-            return
+            return now
         if taken.billed_micros:
             self.gate.record_billed(where.campaign_id, where.day, -taken.billed_micros,
                                     impression_id, False)
             self._restored(where.campaign_id)
         self._unfeed(where)
+        return where.occurred_at
 
     def _restored(self, campaign_id: int) -> None:
         """A refund of a ``completed`` campaign: billing had left its lifetime at 0
