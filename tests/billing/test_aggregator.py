@@ -695,3 +695,90 @@ def test_a_completed_line_whose_last_billed_click_is_reversed_is_reopened() -> N
     assert world.spent == [CPC] and world.agg.stats.reversed == 1
     assert world.billed(CPC) == 400_000
     assert reopened == [CPC]
+
+
+def _over_the_impression_limit() -> World:
+    """A CPC world whose tier 2 allows 2 impressions per viewer per minute."""
+    from adfunnel.ivt.scoring import Tier2Scorer
+    from adfunnel.settings.ivt import RateLimit, Tier2Config
+
+    world = World([campaign(CPC, BidType.CPC)])
+    world.agg.scorer = Tier2Scorer(Tier2Config(impression_limit=RateLimit(2, 60_000)))
+    return world
+
+
+@pytest.mark.parametrize("order", ["one batch", "click held first"])
+def test_a_click_whose_impression_tier2_reverses_is_never_billed(order: str) -> None:
+    """The third impression of a viewer in a minute (limit 2) is reversed. Its click,
+    had it come in a later batch, would wait for a valid impression for ever; it used
+    to bill when it came in the same batch, or came first and was released by that
+    impression: an invalid impression's click is never billed, whatever the batches."""
+    world = _over_the_impression_limit()
+    imps = [event(IMP, f"i{n}", CPC, 0, at=1 + n) for n in range(3)]
+    click = event(CLICK, "i2", CPC, 400_000, at=10)
+    if order == "one batch":
+        world.send(*imps, click)
+    else:
+        world.send(*imps[:2])
+        world.send(click)
+        world.send(imps[2])
+    assert world.totals(CPC) == (2, 0, 0, 0, 0)
+    counters = world.ledger.counters()
+    assert counters["ivt_impression_impression_rate"] == 1
+    assert counters["ivt_click"] == 1
+    assert world.gate.committed(CPC, DAY) == 0  # refunded to the budget gate too
+    assert world.ctr.counts(100 + CPC, "feed") == (2, 0)  # and never in the click model
+
+
+def test_a_conversion_whose_click_tier2_reverses_in_its_batch_is_never_billed() -> None:
+    """Two clicks of a viewer in a minute (limit 1/min): the second is reversed; its
+    conversion, in the same batch, used to stay billed."""
+    from adfunnel.ivt.scoring import Tier2Scorer
+
+    world = World([campaign(CPA, BidType.CPA)])
+    world.agg.scorer = Tier2Scorer()
+    world.send(event(IMP, "a", CPA, 0, at=1), event(IMP, "b", CPA, 0, at=2),
+               event(CLICK, "a", CPA, 0, at=10), event(CLICK, "b", CPA, 0, at=20),
+               event(CONV, "b", CPA, 3_000_000, at=30))
+    assert world.agg.stats.reversed >= 1
+    assert world.totals(CPA)[2:4] == (0, 0)  # no conversion, nothing billed
+    assert world.gate.committed(CPA, DAY) == 0
+
+
+class ReverseBlip(MemoryLedger):
+    """A memory ledger whose next ``failures`` reversals fail, as a database that does
+    not answer for a moment (nothing is changed)."""
+
+    failures = 0
+
+    def reverse(self, *args: object, **kwargs: object) -> object:  # type: ignore[override]
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("the database did not answer")
+        return super().reverse(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_reversal_the_ledger_failed_is_taken_again_with_the_batch() -> None:
+    """Tier 2 finds the second click of a viewer in a minute invalid; the ledger fails
+    to reverse it once. The batch is not acknowledged and comes again, all duplicates
+    now (never scored again): the reversal used to be lost and the click billed."""
+    from adfunnel.ivt.scoring import Tier2Scorer
+
+    world = World([campaign(CPC, BidType.CPC)])
+    ledger = world.ledger = ReverseBlip()
+    world.agg = Aggregator(world.consumer, ledger, world.campaigns.get, world.gate,
+                           world.ctr, scorer=Tier2Scorer(), on_hours=world.hours.append)
+    ledger.failures = 1
+    world.log.publish_many([event(IMP, "a", CPC, 0, at=1), event(IMP, "b", CPC, 0, at=2),
+                            event(CLICK, "a", CPC, 400_000, at=10),
+                            event(CLICK, "b", CPC, 400_000, at=20)])
+    with pytest.raises(ConnectionError):
+        world.agg.run_once(timeout_s=0)
+    world.clock.advance(ACK_WAIT_S + 1)  # not acknowledged: delivered again
+    calls = len(world.hours)
+    assert world.agg.pump() == 4
+    assert world.agg.outcomes["duplicate"] == 4
+    assert world.totals(CPC) == (2, 1, 0, 400_000, 0)
+    assert world.hours[calls:] == [{START}]  # the rollups refresh the reversal's hour
+    assert world.ledger.counters()["ivt_click_click_rate"] == 1
+    assert world.gate.committed(CPC, DAY) == 400_000

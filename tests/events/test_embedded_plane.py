@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adfunnel.clock import ManualClock
+from adfunnel.runtime import event_plane
 from adfunnel.runtime.asgi import build_app
 from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.settings import load_settings
@@ -88,3 +89,42 @@ def test_a_locked_database_delays_billing_not_the_beacon(
     after = _wait_for(lambda: runtime.ledger.stats().rows == BEACONS, BILLED_WITHIN_S)
     assert after is not None, runtime.ledger.stats()
 
+
+
+@pytest.mark.slow
+def test_a_memory_log_full_of_unbilled_events_refuses_rather_than_drops(
+        sqlite_file_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory log keeps at most MEMORY_LOG_EVENTS events (here 6: three beacons of
+    a render and an impression each). With the database locked, none is billed; the
+    log used to drop the oldest to take more, so beacons answered 204 were never
+    billed. Now a beacon it cannot keep answers 503 (retry later) and every beacon
+    answered 204 is billed once the database answers."""
+    monkeypatch.setattr(event_plane, "MEMORY_LOG_EVENTS", 6)
+    settings = load_settings(database_url=sqlite_file_url, clock="manual",
+                             token_secret="k" * 32, budget="local", admin_key=ADMIN_KEY)
+    rt = build_runtime(settings, ManualClock(START), seed=1)
+    try:
+        with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
+            make_campaign(client)
+            urls = []
+            for _ in range(BEACONS):
+                r = client.post("/v1/ads:select", json=ad_request(deadline_ms=5_000))
+                assert r.status_code == 200, r.text
+                urls.append(r.json()["ads"][0]["impression_url"])
+            lock = sqlite3.connect(sqlite_file_url.removeprefix("sqlite:///"), timeout=0,
+                                   isolation_level=None)
+            try:
+                lock.execute("BEGIN EXCLUSIVE")
+                answers = []
+                for url in urls:
+                    answers.append(client.get(url, headers=BROWSER).status_code)
+                    time.sleep(0.6)  # the aggregator fetches what it can meanwhile
+            finally:
+                lock.execute("ROLLBACK")
+                lock.close()
+            assert set(answers) == {204, 503}, answers
+            stored = answers.count(204)
+            after = _wait_for(lambda: rt.ledger.stats().rows == stored, BILLED_WITHIN_S)
+            assert after is not None, (answers, rt.ledger.stats())
+    finally:
+        rt.close()

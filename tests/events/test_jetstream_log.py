@@ -5,6 +5,7 @@ stops and comes back (a private server process on its own port and store)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -13,16 +14,21 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import pytest
 from nats.js.api import AckPolicy, StorageType
 
+from adfunnel.billing.aggregator import Aggregator
+from adfunnel.billing.ledger import MemoryLedger
+from adfunnel.budget.gate import LocalSpendGate
+from adfunnel.campaigns.model import BidType, Campaign, Objective
 from adfunnel.events.jetstream_consumer import consumer_durable
 from adfunnel.events.jetstream_log import JetStreamEventLog
 from adfunnel.events.log import EventLogError, EventLogUnavailable
-from adfunnel.events.model import Event, EventType
+from adfunnel.events.model import Event, EventType, encode
 
 pytestmark = pytest.mark.nats
 
@@ -283,3 +289,33 @@ def test_event_loop_is_private(log: JetStreamEventLog) -> None:
     with pytest.raises(RuntimeError):
         asyncio.get_running_loop()
     assert log._thread.daemon and log._thread.is_alive()
+
+
+@pytest.mark.parametrize("field,value", [("occurred_at", 1e20),
+                                          ("served_at", 2**63 - 1)])
+def test_an_event_with_a_time_no_date_holds_is_terminated_not_billed_forever(
+    log: JetStreamEventLog, field: str, value: float
+) -> None:
+    """A time inside the wire's number range but past any calendar date (year > 9999)
+    used to decode, then raise in the aggregator on every retry of its batch: the
+    partition's later events never billed. It is malformed: terminated and counted."""
+    wire = bytearray(encode(event(0, campaign_id=1)))
+    wire = wire.replace(f'"{field}":'.encode(), f'"{field}":{value!r},"_old":'.encode())
+    assert b"_old" in wire
+
+    async def put_poison(nc: Any, js: Any) -> None:
+        await js.publish(log.subject(1), bytes(wire), stream=log.stream)
+
+    on_loop(log, put_poison)
+    log.publish(event(1, campaign_id=1))
+    cpc = Campaign(id=1, advertiser_id=1, name="c1", objective=Objective.CLICKS,
+                   bid_type=BidType.CPC, bid_micros=5_000_000, daily_budget_micros=10**12,
+                   time_zone="UTC", flight_start=date(2026, 1, 1))
+    ledger = MemoryLedger()
+    consumer = log.consumer("agg", ack_wait_s=1.0)
+    agg = Aggregator(consumer, ledger, {1: cpc}.get, LocalSpendGate())
+    for _ in range(3):
+        with contextlib.suppress(Exception):  # the old code raised on every try
+            agg.run_once(10, 1.0)
+    assert consumer.malformed == 1
+    assert agg.outcomes["held"] == 1  # the valid click behind it: recorded (no impression)

@@ -91,6 +91,22 @@ def test_the_event_limit_drops_the_oldest(clock: ManualClock) -> None:
         MemoryEventLog(clock, max_events=0)
 
 
+def test_a_log_that_keeps_unacknowledged_events_refuses_when_full(clock: ManualClock) -> None:
+    """The embedded default's log (the only copy of its events): past its bound it drops
+    only what every reader acknowledged, and refuses a publish that would drop more."""
+    log = MemoryEventLog(clock, partitions=2, max_events=3, keep_unacknowledged=True)
+    reader = log.consumer("agg")
+    log.publish_many([event(n, campaign_id=n) for n in range(2)])
+    taken = reader.fetch(10, 0)  # pending: the ledger has not taken them yet
+    log.publish(event(2, campaign_id=2))
+    with pytest.raises(EventLogUnavailable):
+        log.publish_many([event(3, campaign_id=3), event(4, campaign_id=4)])
+    assert log.last_seq == 3  # nothing of the refused publish stored
+    reader.ack(taken)
+    log.publish_many([event(3, campaign_id=3), event(4, campaign_id=4)])
+    assert [d.seq for d in reader.fetch(10, 0)] == [3, 4, 5]
+
+
 def test_partitions_take_turns_when_the_batch_is_small(clock: ManualClock) -> None:
     log = MemoryEventLog(clock, partitions=2)
     log.publish_many([event(n, campaign_id=n % 2) for n in range(20)])

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adfunnel.billing.model import EventType as LedgerEventType
+from adfunnel.clock import LATEST_INSTANT
 from adfunnel.events.model import (
     Event,
     EventType,
@@ -76,6 +77,8 @@ def test_an_int_time_is_accepted_as_seconds() -> None:
         {"ad_id": 2**63},
         {"price_micros": True},
         {"served_at": 1.5},
+        {"served_at": 2**63 - 1},  # no calendar date: the aggregator could not bill it
+        {"occurred_at": 1e20},
         {"billing_type": "CPV"},
         {"placement": ""},
         {"placement": "p" * 201},
@@ -106,6 +109,8 @@ def test_fields_outside_their_domain_are_refused(changes: dict[str, object]) -> 
         encode(make()).replace(b'"campaign_id":12', b'"campaign_id":"12"'),
         encode(make()).replace(b'"campaign_id":12', b'"campaign_id":-12'),
         encode(make())[:-5],
+        encode(make()).replace(b'"occurred_at":1793718001.25', b'"occurred_at":1e20'),
+        encode(make()).replace(b'"served_at":1793718000', b'"served_at":9223372036854775807'),
     ],
 )
 def test_malformed_bytes_raise_malformed_event(data: bytes) -> None:
@@ -126,6 +131,8 @@ def test_partition_of_is_campaign_id_modulo_partitions() -> None:
         partition_of(-1, 4)
 
 
+#: the latest time an event may name: the domain's latest instant
+MAX_UNIX_S = int(LATEST_INSTANT.timestamp())
 ids = st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True)
 int64 = st.integers(0, 2**63 - 1)
 events = st.builds(
@@ -137,8 +144,8 @@ events = st.builds(
     placement=st.text(min_size=1, max_size=200),
     price_micros=int64,
     billing_type=st.sampled_from(["CPM", "CPC", "CPA"]),
-    served_at=int64,
-    occurred_at=st.floats(0, 4e9, allow_nan=False),
+    served_at=st.integers(0, MAX_UNIX_S),
+    occurred_at=st.floats(0, MAX_UNIX_S, allow_nan=False),
     client_ip=st.text(max_size=64),
     user_agent=st.text(max_size=1_024),
     expected_micros=st.none() | int64,

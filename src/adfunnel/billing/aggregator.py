@@ -12,7 +12,9 @@ pass record nothing again, so replaying any part of the log is always safe.
 Tier 2 (:mod:`adfunnel.ivt.scoring`) scores every newly billed impression and click
 over sliding windows; an event it finds invalid is reversed while still pending
 (:data:`DEFAULT_HOLD_S` after it occurred; then it is final): the ledger moves it to
-invalid traffic with its reason and its spend is refunded to the gate. Budgets count
+invalid traffic with its reason and its spend is refunded to the gate. What billed on it
+in the meantime (its click, that click's conversion: in its batch, or held and released
+by it) is reversed with it, as it would never have billed after the reversal. Budgets count
 pending spend as spent.
 
 Newly billed spend goes to the budget gate (:meth:`SpendGate.record_billed`) and newly
@@ -84,6 +86,11 @@ PENDING_MEMORY = 200_000
 RETRY_S = 1.0
 
 
+#: A reversal tier 2 decided: (impression id, event type, reason, the scored event's
+#: time, which decides whether the row is still pending).
+Unreversed = tuple[str, str, str, datetime]
+
+
 class CampaignLookup(Protocol):
     """The campaign read model the aggregator bills against (budgets, time zone)."""
 
@@ -144,8 +151,12 @@ class Aggregator:
         self.on_lifetime_restored = on_lifetime_restored
         # unacknowledged deliveries of campaigns not known yet
         self._waiting = WaitingEvents()
-        # recently billed scored events' rows, for undoing a reversal (refund, model)
+        # recently billed rows, for undoing a reversal (refund, model)
         self._billed_where: OrderedDict[tuple[str, str], LedgerEvent] = OrderedDict()
+        # this batch's newly billed events tier 2 scores once the batch is fed
+        self._to_score: list[tuple[Event, LedgerEvent]] = []
+        # what tier 2 found invalid and the ledger has not reversed yet (it failed)
+        self._unreversed: deque[Unreversed] = deque()
         self.stats = AggregatorStats()
         #: distinct events of the log this aggregator has handled (a redelivery of one
         #: it handled is not counted again; one another reader left unacknowledged is)
@@ -259,6 +270,7 @@ class Aggregator:
                 self._outcome(_PLAIN[row.event_type], "released")
                 self._feed(row, recorded, self.campaign(row.campaign_id))
                 hours.add(row.occurred_at)
+        self._score_batch(hours)
         self._batch.flush_money()
         self.consumer.ack(done)
         self._waiting.done(done)
@@ -312,37 +324,62 @@ class Aggregator:
                 self.stats.billed += 1
                 self._feed(row, recorded, campaign)
                 if self.scorer is not None and event.client_ip:  # windows are per address
-                    self._score(self.scorer, event, row)
+                    self._to_score.append((event, row))
                 return True
         return False
 
-    def _score(self, scorer: Tier2Scorer, event: Event, row: LedgerEvent) -> None:
-        """Tier 2: score a newly billed event; reverse what it finds while pending."""
-        event_type = _PLAIN[row.event_type]
-        key = (event.impression_id, event_type)
-        billed_where = self._billed_where
-        billed_where[key] = row
-        while len(billed_where) > PENDING_MEMORY:
-            billed_where.popitem(last=False)
-        facts = EventFacts(event_type, event.client_ip, event.user_agent or None,
+    def _score_batch(self, hours: BatchHours) -> None:
+        """Tier 2: score the batch's newly billed events, once the whole batch is fed (a
+        reversal then finds every row it takes back: a click billed in this batch on an
+        impression reversed here), and reverse what it finds.
+
+        A reversal stays queued until the ledger has taken it: when the ledger fails
+        the batch is retried, its events now duplicates that are never scored again,
+        and the queue is taken first. The hours of what was reversed go to ``hours`` (the
+        rollups refresh them)."""
+        scoring, self._to_score = self._to_score, []
+        if self.scorer is not None:
+            for event, row in scoring:
+                self._unreversed.extend(self._reversals(self.scorer, event, row))
+        while self._unreversed:
+            at = self._reverse(*self._unreversed[0])
+            self._unreversed.popleft()
+            if at is not None:
+                hours.add(at)
+
+    @staticmethod
+    def _reversals(scorer: Tier2Scorer, event: Event, row: LedgerEvent) -> list[Unreversed]:
+        """What tier 2 finds invalid on scoring a newly billed event, with what billed on
+        it (an invalid impression's click, an invalid click's conversion, never
+        billable: had they come later they would not have billed)."""
+        facts = EventFacts(_PLAIN[row.event_type], event.client_ip, event.user_agent or None,
                            served_at_ms=event.served_at * 1000,
                            event_at_ms=int(event.occurred_at * 1000),
                            impression_id=event.impression_id, placement=event.placement)
-        for r in scorer.observe(facts):
-            taken = self.ledger.reverse(r.impression_id, EventType(r.event_type), str(r.reason),
-                                        row.occurred_at, self.hold_s)
-            if taken is None:
-                continue
-            self.stats.reversed += 1
-            self._outcome(r.event_type, f"reversed_{r.reason}")
-            where = self._billed_where.pop((r.impression_id, r.event_type), None)
-            if where is None:
-                continue
-            if taken.billed_micros:
-                self.gate.record_billed(where.campaign_id, where.day, -taken.billed_micros,
-                                        r.impression_id, False)
-                self._restored(where.campaign_id)
-            self._unfeed(where)
+        return [(r.impression_id, event_type, str(r.reason), row.occurred_at)
+                for r in scorer.observe(facts)
+                for event_type in _REVERSED_WITH.get(r.event_type, (r.event_type,))]
+
+    def _reverse(self, impression_id: str, event_type: str, reason: str, now: datetime
+                 ) -> datetime | None:
+        """Move a billed row to invalid traffic while pending; refund it to the gate and
+        take it back from the click model. When it was reversed, its time (``now`` when
+        its row is no longer remembered)."""
+        taken = self.ledger.reverse(impression_id, EventType(event_type), reason, now,
+                                    self.hold_s)
+        if taken is None:
+            return None
+        self.stats.reversed += 1
+        self._outcome(event_type, f"reversed_{reason}")
+        where = self._billed_where.pop((impression_id, event_type), None)
+        if where is None:
+            return now
+        if taken.billed_micros:
+            self.gate.record_billed(where.campaign_id, where.day, -taken.billed_micros,
+                                    impression_id, False)
+            self._restored(where.campaign_id)
+        self._unfeed(where)
+        return where.occurred_at
 
     def _restored(self, campaign_id: int) -> None:
         """A refund of a ``completed`` campaign: billing had left its lifetime at 0
@@ -377,6 +414,8 @@ class Aggregator:
         if self.on_billed is not None:
             self.on_billed(row)
         self._batch.add_money(recorded)  # to the metrics once per batch
+        if self.scorer is not None:  # tier 2 may reverse it while pending: keep its row
+            self._remember(row)
         billable = bills_on(row.billing_type) is row.event_type
         self.gate.record_billed(row.campaign_id, row.day, recorded.billed_micros,
                                 row.impression_id, billable)
@@ -384,6 +423,13 @@ class Aggregator:
         if (spent and self.on_lifetime_spent is not None
                 and campaign is not None and campaign.status is not CampaignStatus.COMPLETED):
             self.on_lifetime_spent(campaign.id)
+
+    def _remember(self, row: LedgerEvent) -> None:
+        """Keep a newly billed row (its campaign and day) for refunding a reversal."""
+        billed_where = self._billed_where
+        billed_where[(row.impression_id, _PLAIN[row.event_type])] = row
+        while len(billed_where) > PENDING_MEMORY:
+            billed_where.popitem(last=False)
 
     def _count_new(self, batch: Sequence[Delivery], retried: set[int]) -> None:
         """Count the batch's events this aggregator had not handled before (a
@@ -400,6 +446,12 @@ class Aggregator:
         self._batch.outcomes[(event_type, outcome)] += 1  # to the metric once per batch
 
 
+
+#: a reversed event's type -> the types reversed with it: itself, then what billed on it
+_REVERSED_WITH: dict[str, tuple[str, ...]] = {
+    "impression": ("impression", "click", "conversion"),
+    "click": ("click", "conversion"),
+}
 
 #: an outcome's or event type's value (a plain str) by member or value: a dict lookup,
 #: where ``.value`` costs an enum property call

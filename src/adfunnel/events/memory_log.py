@@ -9,9 +9,10 @@ a test moves them by moving the clock. Nothing survives the process.
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -64,6 +65,11 @@ class _ConsumerState:
     pending: dict[int, _Pending] = field(default_factory=dict)  # by seq
 
 
+def _ack_floor(state: _ConsumerState) -> int:
+    """The index in its partition below which a consumer has acknowledged every event."""
+    return min((pend.index for pend in state.pending.values()), default=state.next_index)
+
+
 class MemoryEventLog:
     """A thread-safe in-memory :class:`~adfunnel.events.log.EventLog`.
 
@@ -74,6 +80,11 @@ class MemoryEventLog:
         max_events: keep at most this many events, dropping the oldest (as a
             JetStream stream with a message limit does; a consumer that had not read
             them skips them); None keeps everything.
+        keep_unacknowledged: with ``max_events``, never drop an event a consumer has
+            not acknowledged: a publish that would is refused (``EventLogUnavailable``,
+            nothing stored), as a stream that discards new messages when full. The
+            embedded default's log is the only copy of its events: an answered beacon
+            must not vanish while the ledger cannot take it.
 
     Raises:
         ValueError: for an argument out of its domain.
@@ -86,6 +97,7 @@ class MemoryEventLog:
         partitions: int = DEFAULT_PARTITIONS,
         dedupe_window_s: float = DEFAULT_DEDUPE_WINDOW_S,
         max_events: int | None = None,
+        keep_unacknowledged: bool = False,
     ) -> None:
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
@@ -97,6 +109,7 @@ class MemoryEventLog:
         self._partitions = partitions
         self._window_s = dedupe_window_s
         self._max_events = max_events
+        self._keep_unacknowledged = keep_unacknowledged
         self._cond = threading.Condition()
         self._parts = [_Partition() for _ in range(partitions)]
         self._order: deque[int] = deque()  # partition of each stored event, by seq
@@ -133,6 +146,8 @@ class MemoryEventLog:
             self._check_open()
             now = self._now()
             self._forget_expired(now)
+            if self._keep_unacknowledged:
+                self._check_room(len({m for m, _, _ in encoded if m not in self._seen}))
             for msg_id, p, payload in encoded:
                 if msg_id in self._seen:
                     if msg_id.endswith(_MEASURED_SUFFIXES):  # a re-sent render or view
@@ -249,6 +264,23 @@ class MemoryEventLog:
             if at > horizon:
                 break
             seen.popitem(last=False)
+
+    def _check_room(self, adding: int) -> None:
+        """Refuse ``adding`` new events when keeping them under ``max_events`` would
+        drop an event some consumer has not acknowledged.
+
+        Raises:
+            EventLogUnavailable: the log is full of unacknowledged events.
+        """
+        over = 0 if self._max_events is None else len(self._order) + adding - self._max_events
+        if over <= 0:
+            return
+        drops = Counter(itertools.islice(self._order, over))  # partition -> oldest dropped
+        for (_, p), state in self._states.items():
+            if p in drops and self._parts[p].dropped + drops[p] > _ack_floor(state):
+                raise EventLogUnavailable(
+                    f"the in-memory event log holds {len(self._order)} events, the most it "
+                    "keeps, and not all are acknowledged: try again later")
 
     def _apply_limit(self) -> None:
         if self._max_events is None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 import threading
 from enum import StrEnum
 from typing import Annotated
 
 import msgspec
+
+from adfunnel.clock import LATEST_INSTANT
 
 #: Billing types an event may carry (the token's).
 BILLING_TYPES = frozenset({"CPM", "CPC", "CPA"})
@@ -34,6 +35,10 @@ MAX_CLIENT_IP_CHARS = 64
 MAX_USER_AGENT_CHARS = 1_024
 
 _INT64_MAX = 2**63 - 1
+#: Latest Unix second an event's times may name: the domain's latest instant. A time
+#: past any calendar date (year > 9999) once decoded, and the aggregator, unable to
+#: date it, retried its batch for ever, blocking every event behind it.
+MAX_UNIX_S = int(LATEST_INSTANT.timestamp())
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _REASON = re.compile(r"[a-z0-9_]{1,32}")
 
@@ -44,7 +49,8 @@ _Id = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}\Z")]
 _Int64 = Annotated[int, msgspec.Meta(ge=0, le=_INT64_MAX)]
 _BillingType = Annotated[str, msgspec.Meta(pattern=r"^(?:CPM|CPC|CPA)\Z")]
 _Placement = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PLACEMENT_CHARS)]
-_Seconds = Annotated[float, msgspec.Meta(ge=0, le=sys.float_info.max)]  # finite
+_Seconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_UNIX_S)]  # finite, datable
+_UnixS = Annotated[int, msgspec.Meta(ge=0, le=MAX_UNIX_S)]
 _ClientIp = Annotated[str, msgspec.Meta(max_length=MAX_CLIENT_IP_CHARS)]
 _UserAgent = Annotated[str, msgspec.Meta(max_length=MAX_USER_AGENT_CHARS)]
 _Reason = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_]{1,32}\Z")]
@@ -96,11 +102,11 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
         price_micros: the auction price in the bid's unit, integer micros (per mille
             for CPM, per click for CPC, per conversion for CPA), as the token carries it.
         billing_type: ``CPM``, ``CPC`` or ``CPA``.
-        served_at: the token's issue time, Unix seconds (int).
+        served_at: the token's issue time, Unix seconds (int, ≤ :data:`MAX_UNIX_S`).
         expected_micros: the serve's expected cost the budget counted (token v3), or
             None for older tokens.
-        occurred_at: when the tracker received it, Unix seconds (float) from the
-            tracker's injected clock.
+        occurred_at: when the tracker received it, Unix seconds (float,
+            ≤ :data:`MAX_UNIX_S`) from the tracker's injected clock.
         client_ip: the client address as the tracker resolved it (text, ≤ 64 chars;
             not parsed here).
         user_agent: the request's User-Agent (≤ 1,024 chars; may be empty).
@@ -143,7 +149,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
     placement: _Placement
     price_micros: _Int64
     billing_type: _BillingType
-    served_at: _Int64
+    served_at: _UnixS
     occurred_at: _Seconds
     client_ip: _ClientIp
     user_agent: _UserAgent
@@ -163,6 +169,9 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
             raise ValueError(
                 f"impression_id: 1-64 of [A-Za-z0-9_-], got {self.impression_id!r:.80}"
             )
+        if (type(self.served_at) is int
+                and not 0 <= self.served_at <= MAX_UNIX_S):  # checked as int64 below
+            raise ValueError(f"served_at: Unix seconds in [0, {MAX_UNIX_S}]")
         ints = (self.campaign_id, self.ad_id, self.price_micros, self.served_at)
         optional = (self.expected_micros, self.conversion_value_micros, self.tracked_ns,
                     self.notice_micros, self.loss_reason)
@@ -185,9 +194,10 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
         if isinstance(self.occurred_at, bool) or not (
             isinstance(self.occurred_at, int | float)
             and math.isfinite(self.occurred_at)
-            and self.occurred_at >= 0
+            and 0 <= self.occurred_at <= MAX_UNIX_S
         ):
-            raise ValueError(f"occurred_at: finite Unix seconds >= 0, got {self.occurred_at!r}")
+            raise ValueError(
+                f"occurred_at: Unix seconds in [0, {MAX_UNIX_S}], got {self.occurred_at!r}")
         if len(self.client_ip) > MAX_CLIENT_IP_CHARS:
             raise ValueError(f"client_ip: at most {MAX_CLIENT_IP_CHARS} characters")
         if len(self.user_agent) > MAX_USER_AGENT_CHARS:

@@ -45,8 +45,9 @@ _log = logging.getLogger(__name__)
 
 #: The durable consumer name of the ledger aggregators.
 CONSUMER = "ledger"
-#: Most events the embedded memory log keeps (the oldest are dropped past it; the
-#: aggregator thread has long applied them).
+#: Most events the embedded memory log keeps (the oldest are dropped past it once the
+#: aggregator has applied them; while the ledger cannot take them, beacons past it
+#: answer 503 rather than lose what was answered before).
 MEMORY_LOG_EVENTS = 1_000_000
 #: Network seconds :meth:`EventPlane.close` lets the aggregator drain the memory log.
 CLOSE_DRAIN_S = 30.0
@@ -118,7 +119,7 @@ def make_event_log(settings: Settings, clock: Clock) -> EventLog:
     """The memory log (no ``event_log_url``) or JetStream at ``event_log_url``."""
     if settings.event_log_url is None:
         return MemoryEventLog(clock, partitions=settings.event_partitions,
-                              max_events=MEMORY_LOG_EVENTS)
+                              max_events=MEMORY_LOG_EVENTS, keep_unacknowledged=True)
     stream = settings.event_stream
     prefix = ("adfunnel.events" if stream == "ADFUNNEL_EVENTS"
               else f"adfunnel.{stream.lower()}")
