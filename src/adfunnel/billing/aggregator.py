@@ -9,13 +9,13 @@ acknowledges the batch only after that commit. A crash before the acknowledgemen
 redelivers the batch; the ledger's unique (impression id, event type) makes the second
 pass record nothing again, so replaying any part of the log is always safe.
 
-Tier 2 (:mod:`adfunnel.ivt.scoring`) scores every newly billed impression and click
-over sliding windows; an event it finds invalid is reversed while still pending
-(:data:`DEFAULT_HOLD_S` after it occurred; then it is final): the ledger moves it to
-invalid traffic with its reason and its spend is refunded to the gate. What billed on it
-in the meantime (its click, that click's conversion: in its batch, or held and released
-by it) is reversed with it, as it would never have billed after the reversal. Budgets count
-pending spend as spent.
+Tier 2 (:mod:`adfunnel.ivt.scoring`, applied by :mod:`adfunnel.billing.tier2_reversals`)
+scores every newly billed impression and click over sliding windows; an event it finds
+invalid is reversed while still pending (:data:`DEFAULT_HOLD_S` after it occurred; then
+it is final): the ledger moves it to invalid traffic with its reason and its spend is
+refunded to the gate. What billed on it in the meantime (its click, that click's
+conversion: in its batch, or held and released by it) is reversed with it, as it would
+never have billed after the reversal. Budgets count pending spend as spent.
 
 Newly billed spend goes to the budget gate (:meth:`SpendGate.record_billed`) and newly
 billed impressions and clicks to the click model's counts — held clicks too, when their
@@ -62,8 +62,9 @@ from adfunnel.billing.batch_model import BatchPlan
 from adfunnel.billing.event_rows import bills_on, ledger_event
 from adfunnel.billing.ledger import Ledger, LedgerWrite
 from adfunnel.billing.limits import write_budgets
-from adfunnel.billing.model import EventType, LedgerEvent, Outcome, Recorded
+from adfunnel.billing.model import PLAIN, EventType, LedgerEvent, Outcome, Recorded
 from adfunnel.billing.store_refusals import record_isolating
+from adfunnel.billing.tier2_reversals import Tier2Reversals, Unreversed
 from adfunnel.billing.waiting_events import (
     UNKNOWN_CAMPAIGN,
     UNKNOWN_CAMPAIGN_RETRY_S,
@@ -73,22 +74,14 @@ from adfunnel.budget.gate import SpendGate
 from adfunnel.campaigns.model import Campaign, CampaignStatus
 from adfunnel.events.log import Consumer, Delivery
 from adfunnel.events.model import Event
-from adfunnel.ivt.rules import EventFacts
 from adfunnel.ivt.scoring import Tier2Scorer
 from adfunnel.prediction.smoothed import SmoothedCtr
 
 #: Default seconds a billed event stays pending, reversible by tier 2, before it is final.
 DEFAULT_HOLD_S = 600.0
-#: Most recently billed events remembered for refunding a reversal to the budget gate.
-PENDING_MEMORY = 200_000
 #: Seconds :meth:`Aggregator.run` waits before recording a failed batch again
 #: (network time: the ledger or the log did not answer).
 RETRY_S = 1.0
-
-
-#: A reversal tier 2 decided: (impression id, event type, reason, the scored event's
-#: time, which decides whether the row is still pending).
-Unreversed = tuple[str, str, str, datetime]
 
 
 class CampaignLookup(Protocol):
@@ -97,7 +90,7 @@ class CampaignLookup(Protocol):
     def __call__(self, campaign_id: int) -> Campaign | None: ...
 
 
-class Aggregator:
+class Aggregator(Tier2Reversals):
     """Applies deliveries of one consumer to the ledger; one thread drives it.
 
     Args:
@@ -243,7 +236,7 @@ class Aggregator:
                     self.stats.unknown_retried += 1
                     continue
                 self.stats.unknown_campaign += 1  # still unknown: rejected
-                self._outcome(_PLAIN[event.event_type], "unknown_campaign")
+                self._outcome(PLAIN[event.event_type], "unknown_campaign")
                 UNKNOWN_CAMPAIGN.labels("rejected").inc()
                 done.append(delivery)
                 continue
@@ -267,7 +260,7 @@ class Aggregator:
                     hours.add(write.event.occurred_at)
             for row, recorded in plan.released:  # held clicks billed with their impression
                 self.stats.billed += 1
-                self._outcome(_PLAIN[row.event_type], "released")
+                self._outcome(PLAIN[row.event_type], "released")
                 self._feed(row, recorded, self.campaign(row.campaign_id))
                 hours.add(row.occurred_at)
         self._score_batch(hours)
@@ -294,16 +287,16 @@ class Aggregator:
             event, _ = events.pop(i)
             del writes[i]
             self.stats.store_refused += 1
-            self._outcome(_PLAIN[event.event_type], "store_refused")
+            self._outcome(PLAIN[event.event_type], "store_refused")
         return plan
 
     def _after(self, event: Event, campaign: Campaign, row: LedgerEvent,
                recorded: Recorded) -> bool:
         """Count what recording ``event`` did, feed and score it when billed; True when
         it changed the ledger's figures (its hour needs a rollup refresh)."""
-        self._outcome(_PLAIN[event.event_type], _PLAIN[recorded.outcome])
+        self._outcome(PLAIN[event.event_type], PLAIN[recorded.outcome])
         if event.billing_notice:  # billed, or a replay the ledger held already: duplicate
-            self._batch.billing_notices[_PLAIN[recorded.outcome]] += 1
+            self._batch.billing_notices[PLAIN[recorded.outcome]] += 1
         match recorded.outcome:
             case Outcome.INVALID:
                 self.stats.invalid += 1
@@ -327,68 +320,6 @@ class Aggregator:
                     self._to_score.append((event, row))
                 return True
         return False
-
-    def _score_batch(self, hours: BatchHours) -> None:
-        """Tier 2: score the batch's newly billed events, once the whole batch is fed (a
-        reversal then finds every row it takes back: a click billed in this batch on an
-        impression reversed here), and reverse what it finds.
-
-        A reversal stays queued until the ledger has taken it: when the ledger fails
-        the batch is retried, its events now duplicates that are never scored again,
-        and the queue is taken first. The hours of what was reversed go to ``hours`` (the
-        rollups refresh them)."""
-        scoring, self._to_score = self._to_score, []
-        if self.scorer is not None:
-            for event, row in scoring:
-                self._unreversed.extend(self._reversals(self.scorer, event, row))
-        while self._unreversed:
-            at = self._reverse(*self._unreversed[0])
-            self._unreversed.popleft()
-            if at is not None:
-                hours.add(at)
-
-    @staticmethod
-    def _reversals(scorer: Tier2Scorer, event: Event, row: LedgerEvent) -> list[Unreversed]:
-        """What tier 2 finds invalid on scoring a newly billed event, with what billed on
-        it (an invalid impression's click, an invalid click's conversion, never
-        billable: had they come later they would not have billed)."""
-        facts = EventFacts(_PLAIN[row.event_type], event.client_ip, event.user_agent or None,
-                           served_at_ms=event.served_at * 1000,
-                           event_at_ms=int(event.occurred_at * 1000),
-                           impression_id=event.impression_id, placement=event.placement)
-        return [(r.impression_id, event_type, str(r.reason), row.occurred_at)
-                for r in scorer.observe(facts)
-                for event_type in _REVERSED_WITH.get(r.event_type, (r.event_type,))]
-
-    def _reverse(self, impression_id: str, event_type: str, reason: str, now: datetime
-                 ) -> datetime | None:
-        """Move a billed row to invalid traffic while pending; refund it to the gate and
-        take it back from the click model. When it was reversed, its time (``now`` when
-        its row is no longer remembered)."""
-        taken = self.ledger.reverse(impression_id, EventType(event_type), reason, now,
-                                    self.hold_s)
-        if taken is None:
-            return None
-        self.stats.reversed += 1
-        self._outcome(event_type, f"reversed_{reason}")
-        where = self._billed_where.pop((impression_id, event_type), None)
-        if where is None:
-            return now
-        if taken.billed_micros:
-            self.gate.record_billed(where.campaign_id, where.day, -taken.billed_micros,
-                                    impression_id, False)
-            self._restored(where.campaign_id)
-        self._unfeed(where)
-        return where.occurred_at
-
-    def _restored(self, campaign_id: int) -> None:
-        """A refund of a ``completed`` campaign: billing had left its lifetime at 0
-        (``on_lifetime_spent``), and now it is not."""
-        if self.on_lifetime_restored is None:
-            return
-        c = self.campaign(campaign_id)
-        if c is not None and c.status is CampaignStatus.COMPLETED:
-            self.on_lifetime_restored(campaign_id)
 
     def _count_in_model(self, row: LedgerEvent, *, taken_back: bool) -> None:
         """Count ``row`` (an impression or click) in the click model, or take it back."""
@@ -424,13 +355,6 @@ class Aggregator:
                 and campaign is not None and campaign.status is not CampaignStatus.COMPLETED):
             self.on_lifetime_spent(campaign.id)
 
-    def _remember(self, row: LedgerEvent) -> None:
-        """Keep a newly billed row (its campaign and day) for refunding a reversal."""
-        billed_where = self._billed_where
-        billed_where[(row.impression_id, _PLAIN[row.event_type])] = row
-        while len(billed_where) > PENDING_MEMORY:
-            billed_where.popitem(last=False)
-
     def _count_new(self, batch: Sequence[Delivery], retried: set[int]) -> None:
         """Count the batch's events this aggregator had not handled before (a
         partition's deliveries come in sequence order; a redelivery is at or below the
@@ -444,15 +368,3 @@ class Aggregator:
     def _outcome(self, event_type: str, outcome: str) -> None:
         self.outcomes[outcome] += 1
         self._batch.outcomes[(event_type, outcome)] += 1  # to the metric once per batch
-
-
-
-#: a reversed event's type -> the types reversed with it: itself, then what billed on it
-_REVERSED_WITH: dict[str, tuple[str, ...]] = {
-    "impression": ("impression", "click", "conversion"),
-    "click": ("click", "conversion"),
-}
-
-#: an outcome's or event type's value (a plain str) by member or value: a dict lookup,
-#: where ``.value`` costs an enum property call
-_PLAIN: dict[str, str] = {m.value: m.value for m in (*Outcome, *EventType)}

@@ -121,3 +121,8 @@ class LedgerStats:
     rows: int
     duplicates_rejected: int
     measured_rows: int = 0
+
+
+#: an outcome's or event type's value (a plain str) by member or value: a dict lookup,
+#: where ``.value`` costs an enum property call
+PLAIN: dict[str, str] = {m.value: m.value for m in (*Outcome, *EventType)}
