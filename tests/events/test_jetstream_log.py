@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from nats.js.api import AckPolicy, StorageType
+from prometheus_client import REGISTRY
 
 from adfunnel.billing.aggregator import Aggregator
 from adfunnel.billing.ledger import MemoryLedger
@@ -106,9 +107,11 @@ def test_an_undecodable_message_is_terminated_and_counted(log: JetStreamEventLog
     on_loop(log, put_junk)
     log.publish(event(2, campaign_id=1))
     consumer = log.consumer("agg", ack_wait_s=1.0)
+    before = REGISTRY.get_sample_value("adfunnel_events_malformed_total") or 0.0
     got = consumer.fetch(10, 3.0)
     assert [d.event.msg_id for d in got] == ["imp2:click"]
     assert consumer.malformed == 1
+    assert REGISTRY.get_sample_value("adfunnel_events_malformed_total") == before + 1
     consumer.ack(got)
     time.sleep(1.3)
     assert consumer.fetch(10, 0.3) == []  # terminated: never again

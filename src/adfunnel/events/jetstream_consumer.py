@@ -22,6 +22,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from prometheus_client import Counter
 
 from adfunnel.events.jetstream_async import STATUS_HEADER
 from adfunnel.events.jetstream_connection import TRANSIENT, JetStreamConnection
@@ -29,6 +30,11 @@ from adfunnel.events.log import ConsumerBase, Delivery, EventLogUnavailable
 from adfunnel.events.model import MalformedEvent, decode
 
 _log = logging.getLogger(__name__)
+
+#: Messages of the log no reader could decode (terminated, never billed): a process
+#: total, on ``/metrics`` where the reader runs inside a server (each is logged too).
+MALFORMED = Counter("adfunnel_events_malformed_total",
+                    "Event log messages that could not be decoded (terminated, never billed)")
 
 #: A lingering pull request lasts at most this long, so a consumer closed while one is
 #: open waits at most this long for it before handing its messages back.
@@ -315,6 +321,7 @@ class JetStreamConsumer(ConsumerBase):
                 out.append(delivery)
             elif msg.reply:
                 self.malformed += 1
+                MALFORMED.inc()
                 self._terminate.append(msg.reply)
         return out
 
