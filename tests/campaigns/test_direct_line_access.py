@@ -149,7 +149,8 @@ def test_a_completed_line_whose_goal_is_met_is_not_resumed(rt: Runtime) -> None:
     nothing: an advertiser resuming it over and over got free impressions (3 resumes, 3
     free impressions, in the embedded app). Such a resume is 409 naming ``status``, for
     the advertiser and the admin alike; once the goal is raised it resumes. Mutation
-    seen red: the check in ``set_status`` removed (200, ``active``)."""
+    seen red: the check in ``set_status`` removed (200, ``active``), and the same check
+    left out of PATCH."""
     from datetime import date
 
     from adfunnel.billing.model import EventType, LedgerEvent
@@ -168,6 +169,8 @@ def test_a_completed_line_whose_goal_is_met_is_not_resumed(rt: Runtime) -> None:
         for who in (own, ADMIN_HEADERS):
             r = admin.post(f"/v1/campaigns/{lid}:resume", headers=who)
             assert r.status_code == 409 and r.json()["fields"][0]["field"] == "status", r.text
+        r = admin.patch(f"/v1/campaigns/{lid}", json={"status": "active"})  # the admin's other way
+        assert r.status_code == 409 and r.json()["fields"][0]["field"] == "status", r.text
         assert rt.store.get_campaign(lid).status is CampaignStatus.COMPLETED
         r = admin.patch(f"/v1/campaigns/{lid}", json={
             "goal": {"metric": "impressions", "total": 600}})

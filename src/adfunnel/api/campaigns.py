@@ -287,6 +287,8 @@ def make_advertiser_router(
         check_money(changes, current, bidding_terms(changes, current, clock.now()))
         if changes.get("status") is CampaignStatus.ARCHIVED:
             raise validation_error(("status", "archive with DELETE /v1/campaigns/{id}"))
+        if "goal" not in changes:  # a raised goal is checked as the line's new terms
+            refuse_resuming_a_met_goal(current, changes.get("status"))
         if "targeting" in changes and changes["targeting"] is not None:
             changes["targeting"] = canonical_targeting(body.targeting)
         updated = store.update_campaign(campaign_id, changes, body.version)
@@ -307,6 +309,16 @@ def make_advertiser_router(
             store.update_campaign(campaign_id, {"status": CampaignStatus.ARCHIVED})
         return Response(status_code=204)
 
+    def refuse_resuming_a_met_goal(current: Campaign, to: object) -> None:
+        """409 naming ``status`` for making a completed line whose goal is met active
+        again (``:resume``, or an admin's PATCH that leaves the goal as it is): served
+        again, each impression would be over-delivery that bills nothing, free slots
+        taken ahead of the auction."""
+        if (to is CampaignStatus.ACTIVE and current.status is CampaignStatus.COMPLETED
+                and goal_met(ledger, current, local_day(clock.now(), current.time_zone))):
+            raise ApiError(409, "conflict", f"campaign {current.id} has met its goal",
+                           fields=[("status", "the goal is met: raise goal.total to resume")])
+
     def set_status(campaign_id: int, body: VersionIn | None, to: CampaignStatus,
                    who: Principal) -> CampaignOut:
         version = body.version if body else None
@@ -314,12 +326,7 @@ def make_advertiser_router(
         if current.status is CampaignStatus.ENDED:
             raise ApiError(409, "conflict", f"campaign {campaign_id} has ended",
                            fields=[("status", "the campaign has ended")])
-        if (to is CampaignStatus.ACTIVE and current.status is CampaignStatus.COMPLETED
-                and goal_met(ledger, current, local_day(clock.now(), current.time_zone))):
-            # served again, each impression would be over-delivery that bills nothing:
-            # free slots taken ahead of the auction on every resume
-            raise ApiError(409, "conflict", f"campaign {campaign_id} has met its goal",
-                           fields=[("status", "the goal is met: raise goal.total to resume")])
+        refuse_resuming_a_met_goal(current, to)
         if current.status is to and version in (None, current.version):
             return campaign_out(current)  # already there: nothing to write
         return campaign_out(store.update_campaign(campaign_id, {"status": to}, version))
