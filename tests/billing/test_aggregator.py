@@ -782,3 +782,41 @@ def test_a_reversal_the_ledger_failed_is_taken_again_with_the_batch() -> None:
     assert world.hours[calls:] == [{START}]  # the rollups refresh the reversal's hour
     assert world.ledger.counters()["ivt_click_click_rate"] == 1
     assert world.gate.committed(CPC, DAY) == 400_000
+
+
+class ReverseBlipAfter(ReverseBlip):
+    """A :class:`ReverseBlip` whose first ``ok`` reversals are taken before it fails."""
+
+    ok = 0
+
+    def reverse(self, *args: object, **kwargs: object) -> object:  # type: ignore[override]
+        if self.ok:
+            self.ok -= 1
+            return MemoryLedger.reverse(self, *args, **kwargs)  # type: ignore[arg-type]
+        return super().reverse(*args, **kwargs)
+
+
+def test_a_reversal_taken_before_the_ledger_failed_still_refreshes_its_hour() -> None:
+    """Tier 2 reverses a click and (with it) its conversion: the ledger takes the click,
+    then fails on the conversion. The retried batch is all duplicates and the queued
+    conversion finds nothing to reverse: the click's hour, reversed in the ledger, used
+    to be refreshed by no batch, and the rollups kept showing the click billed."""
+    from adfunnel.ivt.scoring import Tier2Scorer
+
+    world = World([campaign(CPC, BidType.CPC)])
+    ledger = world.ledger = ReverseBlipAfter()
+    world.agg = Aggregator(world.consumer, ledger, world.campaigns.get, world.gate,
+                           world.ctr, scorer=Tier2Scorer(), on_hours=world.hours.append)
+    ledger.ok, ledger.failures = 1, 1
+    world.log.publish_many([event(IMP, "a", CPC, 0, at=1), event(IMP, "b", CPC, 0, at=2),
+                            event(CLICK, "a", CPC, 400_000, at=10),
+                            event(CLICK, "b", CPC, 400_000, at=20)])
+    with pytest.raises(ConnectionError):
+        world.agg.run_once(timeout_s=0)
+    assert world.ledger.counters()["ivt_click_click_rate"] == 1  # the click was taken
+    world.clock.advance(ACK_WAIT_S + 1)  # not acknowledged: delivered again
+    calls = len(world.hours)
+    assert world.agg.pump() == 4
+    assert world.agg.outcomes["duplicate"] == 4
+    assert world.totals(CPC) == (2, 1, 0, 400_000, 0)
+    assert world.hours[calls:] == [{START}]  # the rollups refresh the billed and reversed

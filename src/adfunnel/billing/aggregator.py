@@ -150,6 +150,8 @@ class Aggregator(Tier2Reversals):
         self._to_score: list[tuple[Event, LedgerEvent]] = []
         # what tier 2 found invalid and the ledger has not reversed yet (it failed)
         self._unreversed: deque[Unreversed] = deque()
+        # hours a batch that failed after the ledger's commit changed (refreshed on retry)
+        self._hours_owed: set[datetime] = set()
         self.stats = AggregatorStats()
         #: distinct events of the log this aggregator has handled (a redelivery of one
         #: it handled is not counted again; one another reader left unacknowledged is)
@@ -253,17 +255,26 @@ class Aggregator(Tier2Reversals):
             return
         plan = self._record(writes, events) if writes else None
         hours = BatchHours()
-        if plan is not None:
-            for (event, campaign), write, recorded in zip(events, writes, plan.recorded,
-                                                          strict=True):
-                if self._after(event, campaign, write.event, recorded):
-                    hours.add(write.event.occurred_at)
-            for row, recorded in plan.released:  # held clicks billed with their impression
-                self.stats.billed += 1
-                self._outcome(PLAIN[row.event_type], "released")
-                self._feed(row, recorded, self.campaign(row.campaign_id))
-                hours.add(row.occurred_at)
-        self._score_batch(hours)
+        try:
+            if plan is not None:
+                for (event, campaign), write, recorded in zip(events, writes, plan.recorded,
+                                                              strict=True):
+                    if self._after(event, campaign, write.event, recorded):
+                        hours.add(write.event.occurred_at)
+                for row, recorded in plan.released:  # held clicks billed with their impression
+                    self.stats.billed += 1
+                    self._outcome(PLAIN[row.event_type], "released")
+                    self._feed(row, recorded, self.campaign(row.campaign_id))
+                    hours.add(row.occurred_at)
+            self._score_batch(hours)
+        except BaseException:
+            # the ledger committed what these hours show (billed, reversed); the retried
+            # batch is all duplicates, which mark no hour: the retry refreshes them
+            self._hours_owed |= hours.hours
+            raise
+        if self._hours_owed:
+            hours.hours |= self._hours_owed
+            self._hours_owed = set()
         self._batch.flush_money()
         self.consumer.ack(done)
         self._waiting.done(done)
