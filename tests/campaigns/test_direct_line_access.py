@@ -177,3 +177,32 @@ def test_a_completed_line_whose_goal_is_met_is_not_resumed(rt: Runtime) -> None:
         assert r.status_code == 200, r.text
         r = admin.post(f"/v1/campaigns/{lid}:resume", headers=own)
         assert r.status_code == 200 and r.json()["status"] == "active", r.text
+
+
+def test_a_met_goal_re_sent_with_status_active_does_not_resume_the_line(rt: Runtime) -> None:
+    """The admin's PATCH ``{status: active}`` on a completed line whose goal is met is
+    refused; the same PATCH carrying the goal unchanged (500 of 500 delivered, which the
+    goal check allows: it is not below what was delivered) skipped the check and made
+    the line active again, every impression then over-delivery billed nothing. A goal
+    raised in the same PATCH still resumes it."""
+    from datetime import date
+
+    from adfunnel.billing.model import EventType, LedgerEvent
+    from adfunnel.campaigns.model import CampaignStatus
+
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
+        adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
+        body = {k: v for k, v in _body(adv, **GUARANTEED).items() if k != "daily_budget_micros"}
+        lid = admin.post("/v1/campaigns", json=body).json()["id"]
+        for i in range(500):
+            rt.ledger.record(LedgerEvent(f"i{i}", EventType.IMPRESSION, lid, 1, "p", "CPM",
+                                         2_000_000, datetime(2026, 11, 2, 1, tzinfo=UTC),
+                                         date(2026, 11, 2)), 10**12)
+        rt.store.update_campaign(lid, {"status": CampaignStatus.COMPLETED})  # as billing does
+        r = admin.patch(f"/v1/campaigns/{lid}", json={
+            "status": "active", "goal": {"metric": "impressions", "total": 500}})
+        assert r.status_code == 409 and r.json()["fields"][0]["field"] == "status", r.text
+        assert rt.store.get_campaign(lid).status is CampaignStatus.COMPLETED
+        r = admin.patch(f"/v1/campaigns/{lid}", json={
+            "status": "active", "goal": {"metric": "impressions", "total": 600}})
+        assert r.status_code == 200 and r.json()["status"] == "active", r.text

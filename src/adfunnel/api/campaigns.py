@@ -61,6 +61,7 @@ JSON, 404 not found, 409 version conflict).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import date, timedelta
 from typing import Annotated, Any
 
@@ -111,7 +112,14 @@ from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.bidding_terms import bidding_terms, name_the_source
 from adfunnel.campaigns.checks import money_limit_problems
 from adfunnel.campaigns.errors import NotFound
-from adfunnel.campaigns.model import BudgetPeriod, Campaign, CampaignStatus, Priority
+from adfunnel.campaigns.model import (
+    BudgetPeriod,
+    Campaign,
+    CampaignStatus,
+    Goal,
+    GoalMetric,
+    Priority,
+)
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import CampaignStore
 from adfunnel.campaigns.validate import campaign_problems
@@ -133,6 +141,18 @@ DEFAULT_REPORT_MAX_DAYS = 366
 #: The fields of a guaranteed line that change what it is booked against (a patch of
 #: any re-checks its availability).
 BOOKING_FIELDS = frozenset({"goal", "priority", "flight_start", "flight_end", "targeting"})
+
+
+def _with_patched_goal(current: Campaign, changes: dict[str, Any]) -> Campaign:
+    """``current`` with the impressions or clicks goal a PATCH's ``changes`` give it
+    (``current`` itself when they set none, or one the store will refuse)."""
+    goal = changes.get("goal")
+    if not isinstance(goal, dict):
+        return current
+    total = goal.get("total")
+    if goal.get("metric") not in ("impressions", "clicks") or type(total) is not int:
+        return current
+    return replace(current, goal=Goal(GoalMetric(goal["metric"]), total=total))
 
 
 def make_advertiser_router(
@@ -287,8 +307,9 @@ def make_advertiser_router(
         check_money(changes, current, bidding_terms(changes, current, clock.now()))
         if changes.get("status") is CampaignStatus.ARCHIVED:
             raise validation_error(("status", "archive with DELETE /v1/campaigns/{id}"))
-        if "goal" not in changes:  # a raised goal is checked as the line's new terms
-            refuse_resuming_a_met_goal(current, changes.get("status"))
+        # judged by the goal the PATCH leaves: a raised goal resumes, one re-sent as it is
+        # (or any goal the line has already met) does not
+        refuse_resuming_a_met_goal(_with_patched_goal(current, changes), changes.get("status"))
         if "targeting" in changes and changes["targeting"] is not None:
             changes["targeting"] = canonical_targeting(body.targeting)
         updated = store.update_campaign(campaign_id, changes, body.version)
