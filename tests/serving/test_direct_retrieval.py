@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from datetime import UTC, date, datetime
 
+import pytest
+
 from adfunnel.budget.gate import LocalSpendGate
 from adfunnel.campaigns.model import (
     Ad,
@@ -31,10 +33,17 @@ from adfunnel.serving.request import PlacementIn, SelectRequest, SlotIn, UserIn
 NOW = datetime(2026, 6, 10, 14, 30, tzinfo=UTC)
 
 
-def test_a_takeover_is_served_among_more_auction_ads_than_retrieval_keeps() -> None:
-    takeover = Campaign(1, 1, "takeover", Objective.IMPRESSIONS, BidType.CPM, 1_000_000,
-                        10**12, "UTC", date(2026, 1, 1), priority=Priority.SPONSORSHIP,
-                        goal=Goal(GoalMetric.SHARE, share=1.0))
+@pytest.mark.parametrize("tier", ["sponsorship", "guaranteed"])
+def test_a_takeover_is_served_among_more_auction_ads_than_retrieval_keeps(tier: str) -> None:
+    if tier == "sponsorship":
+        takeover = Campaign(1, 1, "takeover", Objective.IMPRESSIONS, BidType.CPM, 1_000_000,
+                            10**12, "UTC", date(2026, 1, 1), priority=Priority.SPONSORSHIP,
+                            goal=Goal(GoalMetric.SHARE, share=1.0))
+    else:  # a guaranteed line is retrieved ahead of the auction too
+        takeover = Campaign(1, 1, "line", Objective.IMPRESSIONS, BidType.CPM, 1_000_000,
+                            10**12, "UTC", date(2026, 1, 1), date(2026, 12, 31),
+                            priority=Priority.GUARANTEED,
+                            goal=Goal(GoalMetric.IMPRESSIONS, total=10**9))
     campaigns, ads = [takeover], [Ad(1, 1, "https://x.test/", "cr/1", "banner", 300, 250)]
     for i in range(2, FIRST_LIMIT + 102):  # more auction ads, all bidding higher
         campaigns.append(Campaign(i, 2 + i % 50, f"c{i}", Objective.IMPRESSIONS, BidType.CPM,
@@ -49,4 +58,4 @@ def test_a_takeover_is_served_among_more_auction_ads_than_retrieval_keeps() -> N
                         slots=[SlotIn(id="s1", position=1, width=300, height=250)])
     for k in range(20):
         placed = decider.decide(req, f"r{k}", monotonic_ms() + 60_000).placed
-        assert [(p.campaign.id, p.tier) for p in placed] == [(1, "sponsorship")]
+        assert [(p.campaign.id, p.tier) for p in placed] == [(1, tier)]
