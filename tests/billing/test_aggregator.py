@@ -820,3 +820,18 @@ def test_a_reversal_taken_before_the_ledger_failed_still_refreshes_its_hour() ->
     assert world.agg.outcomes["duplicate"] == 4
     assert world.totals(CPC) == (2, 1, 0, 400_000, 0)
     assert world.hours[calls:] == [{START}]  # the rollups refresh the billed and reversed
+
+
+def test_a_conversion_on_an_impression_tier2_reverses_is_never_billed() -> None:
+    """A CPA line: the third impression of a viewer in a minute (limit 2) is reversed;
+    its click and that click's conversion, in the same batch, are reversed with it (a
+    conversion whose impression is invalid would never have billed)."""
+    from adfunnel.ivt.scoring import Tier2Scorer
+    from adfunnel.settings.ivt import RateLimit, Tier2Config
+
+    world = World([campaign(CPA, BidType.CPA)])
+    world.agg.scorer = Tier2Scorer(Tier2Config(impression_limit=RateLimit(2, 60_000)))
+    world.send(*[event(IMP, f"i{n}", CPA, 0, at=1 + n) for n in range(3)],
+               event(CLICK, "i2", CPA, 0, at=10), event(CONV, "i2", CPA, 3_000_000, at=30))
+    assert world.totals(CPA)[2:4] == (0, 0)  # no conversion, nothing billed
+    assert world.gate.committed(CPA, DAY) == 0
