@@ -20,7 +20,7 @@ from typing import Any
 
 from adfunnel.billing.batch_hours import BatchHours
 from adfunnel.billing.ledger import Ledger
-from adfunnel.billing.model import PLAIN, EventType, LedgerEvent
+from adfunnel.billing.model import PLAIN, EventType, LedgerEvent, Recorded
 from adfunnel.budget.gate import SpendGate
 from adfunnel.campaigns.model import CampaignStatus
 from adfunnel.events.model import Event
@@ -71,10 +71,14 @@ class Tier2Reversals:
             for event, row in scoring:
                 self._unreversed.extend(self._reversals(self.scorer, event, row))
         while self._unreversed:
-            at = self._reverse(*self._unreversed[0])
+            impression_id, event_type, reason, now = self._unreversed[0]
+            taken = self.ledger.reverse(impression_id, EventType(event_type), reason, now,
+                                        self.hold_s)
+            # the ledger has it (or had nothing to take): what follows is this process's
+            # own bookkeeping, done once even if it raises (a retry's ledger returns None)
             self._unreversed.popleft()
-            if at is not None:
-                hours.add(at)
+            if taken is not None:
+                self._reversed(impression_id, event_type, reason, now, taken, hours)
 
     @staticmethod
     def _reversals(scorer: Tier2Scorer, event: Event, row: LedgerEvent) -> list[Unreversed]:
@@ -89,26 +93,22 @@ class Tier2Reversals:
                 for r in scorer.observe(facts)
                 for event_type in REVERSED_WITH.get(r.event_type, (r.event_type,))]
 
-    def _reverse(self, impression_id: str, event_type: str, reason: str, now: datetime
-                 ) -> datetime | None:
-        """Move a billed row to invalid traffic while pending; refund it to the gate and
-        take it back from the click model. When it was reversed, its time (``now`` when
-        its row is no longer remembered)."""
-        taken = self.ledger.reverse(impression_id, EventType(event_type), reason, now,
-                                    self.hold_s)
-        if taken is None:
-            return None
+    def _reversed(self, impression_id: str, event_type: str, reason: str, now: datetime,
+                  taken: Recorded, hours: BatchHours) -> None:
+        """The ledger moved a billed row to invalid traffic: count it, mark its hour for
+        the rollups (``now`` when its row is no longer remembered), refund it to the gate
+        and take it back from the click model."""
         self.stats.reversed += 1
         self._outcome(event_type, f"reversed_{reason}")
         where = self._billed_where.pop((impression_id, event_type), None)
+        hours.add(now if where is None else where.occurred_at)
         if where is None:
-            return now
+            return
+        self._unfeed(where)  # in memory first, the store's write (a reopened line) last
         if taken.billed_micros:
             self.gate.record_billed(where.campaign_id, where.day, -taken.billed_micros,
                                     impression_id, False)
             self._restored(where.campaign_id)
-        self._unfeed(where)
-        return where.occurred_at
 
     def _restored(self, campaign_id: int) -> None:
         """A refund of a ``completed`` campaign: billing had left its lifetime at 0

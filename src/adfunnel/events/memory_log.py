@@ -146,7 +146,9 @@ class MemoryEventLog:
             self._check_open()
             now = self._now()
             self._forget_expired(now)
-            if self._keep_unacknowledged:
+            if (self._keep_unacknowledged and self._max_events is not None
+                    and len(self._order) + len(encoded) > self._max_events):
+                # only near the limit: the common publish has room and pays nothing
                 self._check_room(len({m for m, _, _ in encoded if m not in self._seen}))
             for msg_id, p, payload in encoded:
                 if msg_id in self._seen:

@@ -45,10 +45,11 @@ from adfunnel.targeting.expr import All, Expr, parse_expr
 EVERYONE: Expr = All(())
 #: Added to a sponsorship's or guaranteed line's static score: retrieval runs best score
 #: first and stops (``first_limit``, ``retrieval_limit``), and a direct line's tier is
-#: served before the auction whatever its contract rate. Above any auction ad's score (a
-#: bid's value per impression plus a quality of at most 10**9 micros), and small enough
-#: that float64 still orders direct lines among themselves.
-DIRECT_FIRST = 1e13
+#: served before the auction whatever its contract rate. Above any auction ad's score: a
+#: bid's value per impression is at most the bid, itself at most ``max_bid_micros`` ≤
+#: 2**53 (the settings' bound), plus a quality of at most 10**9 micros; float64 steps by 4
+#: at 2**54, so direct lines still order among themselves to 4 micros an impression.
+DIRECT_FIRST = float(2**54)
 
 
 log = logging.getLogger(__name__)
