@@ -7,6 +7,7 @@ A real embedded app on an SQLite file; another connection holds the database wit
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import statistics
 import time
@@ -60,19 +61,35 @@ def _wait_for(condition: object, timeout_s: float) -> float | None:
     return None
 
 
-@pytest.mark.slow
-def test_a_locked_database_delays_billing_not_the_beacon(
-        client: TestClient, runtime: Runtime, sqlite_file_url: str) -> None:
+def _impression_urls(client: TestClient) -> list[str]:
+    """A campaign made, then BEACONS decisions: their impression beacons' URLs."""
     make_campaign(client)
     urls = []
     for _ in range(BEACONS):
         r = client.post("/v1/ads:select", json=ad_request(deadline_ms=5_000))
         assert r.status_code == 200, r.text
         urls.append(r.json()["ads"][0]["impression_url"])
+    return urls
+
+
+@contextlib.contextmanager
+def _database_locked(sqlite_file_url: str) -> Iterator[None]:
+    """The SQLite file held by an exclusive transaction of another connection."""
     lock = sqlite3.connect(sqlite_file_url.removeprefix("sqlite:///"), timeout=0,
                            isolation_level=None)
     try:
         lock.execute("BEGIN EXCLUSIVE")
+        yield
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+
+
+@pytest.mark.slow
+def test_a_locked_database_delays_billing_not_the_beacon(
+        client: TestClient, runtime: Runtime, sqlite_file_url: str) -> None:
+    urls = _impression_urls(client)
+    with _database_locked(sqlite_file_url):
         took_ms = []
         for url in urls:
             t0 = time.perf_counter()
@@ -82,9 +99,6 @@ def test_a_locked_database_delays_billing_not_the_beacon(
         assert statistics.median(took_ms) < ANSWER_MS, took_ms
         assert max(took_ms) < 1_000, took_ms  # none waited on the ledger (30 s busy wait)
         assert runtime.ledger.stats().rows == 0  # nothing could be written meanwhile
-    finally:
-        lock.execute("ROLLBACK")
-        lock.close()
     # no other traffic: the aggregator's thread bills what the log holds
     after = _wait_for(lambda: runtime.ledger.stats().rows == BEACONS, BILLED_WITHIN_S)
     assert after is not None, runtime.ledger.stats()
@@ -105,23 +119,12 @@ def test_a_memory_log_full_of_unbilled_events_refuses_rather_than_drops(
     rt = build_runtime(settings, ManualClock(START), seed=1)
     try:
         with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
-            make_campaign(client)
-            urls = []
-            for _ in range(BEACONS):
-                r = client.post("/v1/ads:select", json=ad_request(deadline_ms=5_000))
-                assert r.status_code == 200, r.text
-                urls.append(r.json()["ads"][0]["impression_url"])
-            lock = sqlite3.connect(sqlite_file_url.removeprefix("sqlite:///"), timeout=0,
-                                   isolation_level=None)
-            try:
-                lock.execute("BEGIN EXCLUSIVE")
+            urls = _impression_urls(client)
+            with _database_locked(sqlite_file_url):
                 answers = []
                 for url in urls:
                     answers.append(client.get(url, headers=BROWSER).status_code)
                     time.sleep(0.6)  # the aggregator fetches what it can meanwhile
-            finally:
-                lock.execute("ROLLBACK")
-                lock.close()
             assert set(answers) == {204, 503}, answers
             stored = answers.count(204)
             after = _wait_for(lambda: rt.ledger.stats().rows == stored, BILLED_WITHIN_S)
