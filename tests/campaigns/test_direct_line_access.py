@@ -47,6 +47,24 @@ def _refused(r: Any, field: str) -> None:
     assert r.json()["fields"][0]["field"] == field
 
 
+
+def _guaranteed_body(advertiser_id: int) -> dict[str, Any]:
+    """A guaranteed line's create body (a flight budget period: no daily budget)."""
+    return {k: v for k, v in _body(advertiser_id, **GUARANTEED).items()
+            if k != "daily_budget_micros"}
+
+
+def _deliver(rt: Runtime, line_id: int, impressions: int) -> None:
+    """``impressions`` billed impressions of ``line_id`` in its ledger (2 Nov 2026)."""
+    from datetime import date
+
+    from adfunnel.billing.model import EventType, LedgerEvent
+
+    for i in range(impressions):
+        rt.ledger.record(LedgerEvent(f"i{i}", EventType.IMPRESSION, line_id, 1, "p", "CPM",
+                                     2_000_000, datetime(2026, 11, 2, 1, tzinfo=UTC),
+                                     date(2026, 11, 2)), 10**12)
+
 def test_an_advertiser_key_cannot_set_a_direct_lines_terms(rt: Runtime) -> None:
     with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
         adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
@@ -56,7 +74,7 @@ def test_an_advertiser_key_cannot_set_a_direct_lines_terms(rt: Runtime) -> None:
                                                    goal={"metric": "share", "share": 1}),
                        headers=own)
         _refused(r, "priority")
-        body = {k: v for k, v in _body(adv, **GUARANTEED).items() if k != "daily_budget_micros"}
+        body = _guaranteed_body(adv)
         _refused(admin.post("/v1/campaigns", json=body, headers=own), "priority")
         auction = admin.post("/v1/campaigns", json=_body(adv), headers=own)
         assert auction.status_code == 201, auction.text
@@ -91,18 +109,13 @@ def test_a_goal_is_never_lowered_below_what_it_delivered(rt: Runtime) -> None:
     of 100: nothing beyond a goal is billed, and the dashboard read "44 beyond the goal
     (not billed)" for impressions that were. 144 or more is fine. Mutation seen red: the
     check removed (200 for 100)."""
-    from datetime import date
 
-    from adfunnel.billing.model import EventType, LedgerEvent
 
     with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
         adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
-        body = {k: v for k, v in _body(adv, **GUARANTEED).items() if k != "daily_budget_micros"}
+        body = _guaranteed_body(adv)
         lid = admin.post("/v1/campaigns", json=body).json()["id"]
-        for i in range(144):
-            rt.ledger.record(LedgerEvent(f"i{i}", EventType.IMPRESSION, lid, 1, "p", "CPM",
-                                         2_000_000, datetime(2026, 11, 2, 1, tzinfo=UTC),
-                                         date(2026, 11, 2)), 10**12)
+        _deliver(rt, lid, 144)
         r = admin.patch(f"/v1/campaigns/{lid}", json={
             "goal": {"metric": "impressions", "total": 100}, "version": 1})
         assert r.status_code == 422 and r.json()["fields"][0]["field"] == "goal.total", r.text
@@ -123,7 +136,7 @@ def test_a_flight_start_never_moves_past_what_the_line_delivered(rt: Runtime) ->
 
     with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
         adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
-        body = {k: v for k, v in _body(adv, **GUARANTEED).items() if k != "daily_budget_micros"}
+        body = _guaranteed_body(adv)
         lid = admin.post("/v1/campaigns", json=body).json()["id"]
         other = admin.post("/v1/campaigns", json=body).json()["id"]
         rt.ledger.record(LedgerEvent("i0", EventType.IMPRESSION, lid, 1, "p", "CPM",
@@ -151,20 +164,15 @@ def test_a_completed_line_whose_goal_is_met_is_not_resumed(rt: Runtime) -> None:
     the advertiser and the admin alike; once the goal is raised it resumes. Mutation
     seen red: the check in ``set_status`` removed (200, ``active``), and the same check
     left out of PATCH."""
-    from datetime import date
 
-    from adfunnel.billing.model import EventType, LedgerEvent
     from adfunnel.campaigns.model import CampaignStatus
 
     with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
         adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
         own = {"Authorization": f"Bearer {rt.keys.issue('advertiser', adv).key}"}
-        body = {k: v for k, v in _body(adv, **GUARANTEED).items() if k != "daily_budget_micros"}
+        body = _guaranteed_body(adv)
         lid = admin.post("/v1/campaigns", json=body).json()["id"]
-        for i in range(500):
-            rt.ledger.record(LedgerEvent(f"i{i}", EventType.IMPRESSION, lid, 1, "p", "CPM",
-                                         2_000_000, datetime(2026, 11, 2, 1, tzinfo=UTC),
-                                         date(2026, 11, 2)), 10**12)
+        _deliver(rt, lid, 500)
         rt.store.update_campaign(lid, {"status": CampaignStatus.COMPLETED})  # as billing does
         for who in (own, ADMIN_HEADERS):
             r = admin.post(f"/v1/campaigns/{lid}:resume", headers=who)
@@ -185,19 +193,14 @@ def test_a_met_goal_re_sent_with_status_active_does_not_resume_the_line(rt: Runt
     goal check allows: it is not below what was delivered) skipped the check and made
     the line active again, every impression then over-delivery billed nothing. A goal
     raised in the same PATCH still resumes it."""
-    from datetime import date
 
-    from adfunnel.billing.model import EventType, LedgerEvent
     from adfunnel.campaigns.model import CampaignStatus
 
     with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
         adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
-        body = {k: v for k, v in _body(adv, **GUARANTEED).items() if k != "daily_budget_micros"}
+        body = _guaranteed_body(adv)
         lid = admin.post("/v1/campaigns", json=body).json()["id"]
-        for i in range(500):
-            rt.ledger.record(LedgerEvent(f"i{i}", EventType.IMPRESSION, lid, 1, "p", "CPM",
-                                         2_000_000, datetime(2026, 11, 2, 1, tzinfo=UTC),
-                                         date(2026, 11, 2)), 10**12)
+        _deliver(rt, lid, 500)
         rt.store.update_campaign(lid, {"status": CampaignStatus.COMPLETED})  # as billing does
         r = admin.patch(f"/v1/campaigns/{lid}", json={
             "status": "active", "goal": {"metric": "impressions", "total": 500}})
