@@ -68,14 +68,19 @@ def test_frame_document_substitutes_the_click_url_escaped() -> None:
     assert frame_document(whole, "u") == whole  # a whole document is kept as it is
 
 
-def test_the_frame_shows_the_html_ad_of_a_token_sandboxed(client: TestClient,
-                                                           runtime: Runtime) -> None:
+def _placed_html_ad(client: TestClient) -> dict:
+    """The answer's ad for one 300x250 html slot of the demo placement."""
     placed = client.post("/v1/ads:select", json={
         "user": {"key": "u1"}, "placement": {"id": "demo-bottom"},
         "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250,
                    "format": "html"}]})
     assert placed.status_code == 200, placed.text
-    ad = placed.json()["ads"][0]
+    return placed.json()["ads"][0]
+
+
+def test_the_frame_shows_the_html_ad_of_a_token_sandboxed(client: TestClient,
+                                                           runtime: Runtime) -> None:
+    ad = _placed_html_ad(client)
     r = client.get(f"/f?t={ad['token']}")
     assert r.status_code == 200
     assert r.headers["content-security-policy"] == FRAME_CSP
@@ -102,12 +107,7 @@ def test_the_frame_never_shows_markup_no_reviewer_approved(client: TestClient,
     an expired one still shows its ad) must not serve the unreviewed markup from the
     ad server's own origin."""
     evil = "<script>top.location='https://evil.test/'</script>"
-    placed = client.post("/v1/ads:select", json={
-        "user": {"key": "u1"}, "placement": {"id": "demo-bottom"},
-        "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250,
-                   "format": "html"}]})
-    assert placed.status_code == 200, placed.text
-    ad = placed.json()["ads"][0]
+    ad = _placed_html_ad(client)
     frame = f"/f?t={ad['token']}"
     assert client.get(frame).status_code == 200
     owner = runtime.catalog.campaigns[ad["campaign_id"]].advertiser_id
