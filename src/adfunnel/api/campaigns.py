@@ -61,7 +61,6 @@ JSON, 404 not found, 409 version conflict).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import date, timedelta
 from typing import Annotated, Any
 
@@ -86,6 +85,7 @@ from adfunnel.api.campaign_schemas import (
 )
 from adfunnel.api.creatives import UploadLookup
 from adfunnel.api.field_types import LocalDate, VersionIn
+from adfunnel.api.met_goal import refuse_resuming_a_met_goal, with_patched_goal
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
@@ -106,7 +106,7 @@ from adfunnel.api.write_bodies import canonical_targeting, patch_changes, sale_d
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.billing.ledger import Ledger
-from adfunnel.billing.period_report import goal_met, period_edit_problems, period_report
+from adfunnel.billing.period_report import period_edit_problems, period_report
 from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.bidding_terms import bidding_terms, name_the_source
@@ -116,8 +116,6 @@ from adfunnel.campaigns.model import (
     BudgetPeriod,
     Campaign,
     CampaignStatus,
-    Goal,
-    GoalMetric,
     Priority,
 )
 from adfunnel.campaigns.schedule import local_day
@@ -141,18 +139,6 @@ DEFAULT_REPORT_MAX_DAYS = 366
 #: The fields of a guaranteed line that change what it is booked against (a patch of
 #: any re-checks its availability).
 BOOKING_FIELDS = frozenset({"goal", "priority", "flight_start", "flight_end", "targeting"})
-
-
-def _with_patched_goal(current: Campaign, changes: dict[str, Any]) -> Campaign:
-    """``current`` with the impressions or clicks goal a PATCH's ``changes`` give it
-    (``current`` itself when they set none, or one the store will refuse)."""
-    goal = changes.get("goal")
-    if not isinstance(goal, dict):
-        return current
-    total = goal.get("total")
-    if goal.get("metric") not in ("impressions", "clicks") or type(total) is not int:
-        return current
-    return replace(current, goal=Goal(GoalMetric(goal["metric"]), total=total))
 
 
 def make_advertiser_router(
@@ -309,7 +295,8 @@ def make_advertiser_router(
             raise validation_error(("status", "archive with DELETE /v1/campaigns/{id}"))
         # judged by the goal the PATCH leaves: a raised goal resumes, one re-sent as it is
         # (or any goal the line has already met) does not
-        refuse_resuming_a_met_goal(_with_patched_goal(current, changes), changes.get("status"))
+        refuse_resuming_a_met_goal(ledger, clock, with_patched_goal(current, changes),
+                                   changes.get("status"))
         if "targeting" in changes and changes["targeting"] is not None:
             changes["targeting"] = canonical_targeting(body.targeting)
         updated = store.update_campaign(campaign_id, changes, body.version)
@@ -330,16 +317,6 @@ def make_advertiser_router(
             store.update_campaign(campaign_id, {"status": CampaignStatus.ARCHIVED})
         return Response(status_code=204)
 
-    def refuse_resuming_a_met_goal(current: Campaign, to: object) -> None:
-        """409 naming ``status`` for making a completed line whose goal is met active
-        again (``:resume``, or an admin's PATCH that leaves the goal as it is): served
-        again, each impression would be over-delivery that bills nothing, free slots
-        taken ahead of the auction."""
-        if (to is CampaignStatus.ACTIVE and current.status is CampaignStatus.COMPLETED
-                and goal_met(ledger, current, local_day(clock.now(), current.time_zone))):
-            raise ApiError(409, "conflict", f"campaign {current.id} has met its goal",
-                           fields=[("status", "the goal is met: raise goal.total to resume")])
-
     def set_status(campaign_id: int, body: VersionIn | None, to: CampaignStatus,
                    who: Principal) -> CampaignOut:
         version = body.version if body else None
@@ -347,7 +324,7 @@ def make_advertiser_router(
         if current.status is CampaignStatus.ENDED:
             raise ApiError(409, "conflict", f"campaign {campaign_id} has ended",
                            fields=[("status", "the campaign has ended")])
-        refuse_resuming_a_met_goal(current, to)
+        refuse_resuming_a_met_goal(ledger, clock, current, to)
         if current.status is to and version in (None, current.version):
             return campaign_out(current)  # already there: nothing to write
         return campaign_out(store.update_campaign(campaign_id, {"status": to}, version))
