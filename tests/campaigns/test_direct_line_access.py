@@ -209,3 +209,32 @@ def test_a_met_goal_re_sent_with_status_active_does_not_resume_the_line(rt: Runt
         r = admin.patch(f"/v1/campaigns/{lid}", json={
             "status": "active", "goal": {"metric": "impressions", "total": 600}})
         assert r.status_code == 200 and r.json()["status"] == "active", r.text
+
+
+def test_a_contract_rate_is_not_lowered_below_what_the_goal_still_pays_for(
+        rt: Runtime) -> None:
+    """A guaranteed line (500 impressions at a 2 CPM: its goal's money is ¥1) billed 144
+    at 2 CPM (288,000 micros). At 1 CPM its money would be 500,000: 212,000 left for
+    the 356 impressions still owed, which cost 356,000, so it would stop short of the
+    goal it was sold; a larger goal does not help (its money grows with it at the new
+    rate). A raise, or a lowered rate on a line that billed nothing, is fine. Mutation
+    seen red: the rule removed (200 for 1 CPM)."""
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
+        adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
+        fresh = admin.post("/v1/campaigns", json=_guaranteed_body(adv)).json()["id"]
+        r = admin.patch(f"/v1/campaigns/{fresh}", json={"bid_micros": 1_000_000,
+                                                         "version": 1})
+        assert r.status_code == 200, r.text  # nothing billed yet: any rate
+        lid = admin.post("/v1/campaigns", json=_guaranteed_body(adv)).json()["id"]
+        _deliver(rt, lid, 144)
+        for change in ({"bid_micros": 1_000_000},
+                       {"bid_micros": 1_000_000,
+                        "goal": {"metric": "impressions", "total": 5_000}}):
+            r = admin.patch(f"/v1/campaigns/{lid}", json={**change, "version": 1})
+            assert r.status_code == 422, r.text
+            (problem,) = r.json()["fields"]
+            assert problem["field"] == "bid_micros" and "288000" in problem["problem"]
+        r = admin.patch(f"/v1/campaigns/{lid}", json={"bid_micros": 2_500_000, "version": 1})
+        assert r.status_code == 200, r.text
+        left = rt.store.get_campaign(lid)
+        assert left.bid_micros == 2_500_000

@@ -59,6 +59,7 @@ def test_a_click_never_lands_on_a_landing_url_no_reviewer_approved(
     r = client.patch(f"/v1/ads/{ad['ad_id']}", json={"landing_url": EVIL}, headers=key)
     assert r.status_code == 200 and r.json()["review_state"] == "pending_review", r.text
     assert not (_lands(client, ad["click_url"]) or "").startswith(EVIL)  # pending
+    assert runtime.tracker.counts() == {"unlanded_click": 1}  # the 404 page bills nothing
 
     r = client.post(f"/v1/ads/{ad['ad_id']}:reject")
     assert r.status_code == 200, r.text

@@ -19,6 +19,7 @@ from adfunnel.tracking.beacons import (
     EXPIRED,
     HOUSE,
     UNAVAILABLE,
+    UNLANDED,
     Tracker,
 )
 from adfunnel.tracking.click_id import sign_click_id, verify_click_id
@@ -173,11 +174,15 @@ def test_a_click_is_appended_and_redirected_to_the_ads_own_landing_url(world: Wo
     assert event.event_type is EventType.CLICK and event.msg_id == "imp1:click"
 
 
-def test_a_click_on_an_unknown_ad_is_appended_without_a_landing_url(world: World) -> None:
+def test_a_click_with_nowhere_to_land_is_counted_never_appended(world: World) -> None:
+    """An unknown ad, or one back in review since its serve: the person gets the 404
+    page, so the advertiser got no visit and must not pay for the click."""
     world.clock.advance(5)
     result = world.tracker.click(token(ad_id=999), PERSON)
-    assert result.outcome == APPENDED and result.landing_url is None
-    assert [e.ad_id for e in world.appended()] == [999]
+    assert result.outcome == UNLANDED and result.landing_url is None
+    assert result.event is None and result.click_id is None
+    assert world.appended() == []
+    assert world.tracker.counts() == {"unlanded_click": 1}
 
 
 def test_a_conversion_carries_its_value(world: World) -> None:

@@ -12,12 +12,14 @@ up to the goal, ``over_delivery`` those beyond it (recorded, absorbed, never bil
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import date
 from typing import Any, Protocol
 
 from adfunnel.billing.limits import MONTH_DEN, MONTH_NUM, month_of
 from adfunnel.billing.model import DayTotals
-from adfunnel.campaigns.model import BudgetPeriod, Campaign, GoalMetric
+from adfunnel.campaigns.model import BudgetPeriod, Campaign, Goal, GoalMetric
+from adfunnel.campaigns.sales import goal_cost
 from adfunnel.pacing.flight import flight_money
 
 
@@ -108,11 +110,40 @@ def start_after_delivery(ledger: DayTotalsReader, campaign: Campaign,
             "billed: its flight budget and goal count those days (move the end instead)")
 
 
+def rate_leaves_goal_short(ledger: DayTotalsReader, current: Campaign, after: Campaign,
+                           today: date) -> str | None:
+    """Why a guaranteed line's contract rate may not fall from ``current``'s to
+    ``after``'s (``after``: the line as the write leaves its rate, goal total and
+    budgets): its flight's money at the new terms (:func:`flight_money`; the goal costs
+    its total x the rate) less what it already billed at the old rate would not pay for
+    the rest of its goal at the new rate, so the line would stop short of the goal it
+    was sold. None when it may (a raise, no goal, nothing billed, or money enough)."""
+    goal = after.goal
+    if (goal is None or goal.metric is GoalMetric.SHARE or goal.total is None
+            or after.bid_micros >= current.bid_micros):
+        return None
+    rep = period_report(ledger, current, today)
+    billed, delivered = int(rep["billed_micros"]), int(rep["goal_delivered"] or 0)
+    if billed == 0:
+        return None
+    left = (flight_money(after) or 0) - billed
+    remaining = max(0, goal.total - delivered)
+    owed = goal_cost(goal.metric.value, remaining, after.bid_micros) or 0
+    if left >= owed:
+        return None
+    return (f"leaves {max(0, left)} micros of the goal's money (its total x the rate) "
+            f"after the {billed} already billed at the old rate, short of the {owed} its "
+            f"{remaining} remaining {goal.metric.value} cost at this rate: the line would "
+            "stop short of its goal (a goal's money is total x rate whatever the total, so "
+            "book a new line at the new rate for what is left)")
+
+
 def period_edit_problems(ledger: DayTotalsReader, current: Campaign,
                          changes: dict[str, Any], today: date) -> list[tuple[str, str]]:
     """``(field, problem)`` of a write that would forget what the line delivered: a goal
     lowered below it (:func:`goal_below_delivered`), a flight start moved past it
-    (:func:`start_after_delivery`)."""
+    (:func:`start_after_delivery`), a contract rate lowered past what its goal's money
+    still pays for (:func:`rate_leaves_goal_short`)."""
     out = []
     goal = changes.get("goal")
     if isinstance(goal, dict) and goal.get("total") is not None:
@@ -120,9 +151,32 @@ def period_edit_problems(ledger: DayTotalsReader, current: Campaign,
                                        int(goal["total"]), today)
         if problem is not None:
             out.append(("goal.total", problem))
+    after = _terms_after(current, changes)
+    if after is not None:
+        problem = rate_leaves_goal_short(ledger, current, after, today)
+        if problem is not None:
+            out.append(("bid_micros", problem))
     start = changes.get("flight_start")
     if isinstance(start, date):
         problem = start_after_delivery(ledger, current, start)
         if problem is not None:
             out.append(("flight_start", problem))
     return out
+
+
+def _terms_after(current: Campaign, changes: dict[str, Any]) -> Campaign | None:
+    """``current`` with the rate, goal total and budgets a write's ``changes`` give it;
+    None when the write leaves its rate alone or sets a goal the store will refuse."""
+    bid, goal = changes.get("bid_micros"), current.goal
+    if type(bid) is not int or goal is None:
+        return None
+    new_goal = changes.get("goal", {})
+    metric = goal.metric.value
+    if isinstance(new_goal, dict) and new_goal.get("metric", metric) != metric:
+        return None  # another metric: another goal, judged as such
+    total = new_goal.get("total", goal.total) if isinstance(new_goal, dict) else goal.total
+    if total is not None and type(total) is not int:
+        return None
+    budgets = {k: changes[k] for k in ("flight_budget_micros", "lifetime_budget_micros")
+               if k in changes and (changes[k] is None or type(changes[k]) is int)}
+    return replace(current, bid_micros=bid, goal=Goal(goal.metric, total=total), **budgets)

@@ -42,7 +42,9 @@ A click on an expired but authentic token (a tab left open) is redirected to the
 landing page and counted, never appended. Forged, malformed and expired tokens are
 refused, counted here
 (:attr:`Tracker.counts`, ``invalid_tokens[_<reason>]``) and never appended. A house
-ad's token (campaign ``HOUSE_ID``) is counted (``house_<event>``), never appended.
+ad's token (campaign ``HOUSE_ID``) is counted (``house_<event>``), never appended. A
+click on an ad with nowhere to land (unknown, or back in review since its serve) gets
+the 404 page and is counted (``unlanded_click``), never appended: no visit, no charge.
 
 The click redirect goes to the ad's own landing URL, looked up by the ad id inside the
 signed token (:class:`LandingUrls`, a read model of creatives from the campaign side),
@@ -102,7 +104,12 @@ APPENDED = "appended"
 HOUSE = "house"
 TEST = "test"  # an OpenRTB test bid's beacon (``test = 1``): answered, never stored
 EXPIRED = "expired"
+#: A click on an ad with nowhere to land (unknown, or not approved now): the 404 page,
+#: never stored, so never billed (the advertiser got no visit).
+UNLANDED = "unlanded"
 UNAVAILABLE = "unavailable"
+#: The count of :data:`UNLANDED` clicks (:meth:`Tracker.counts`).
+UNLANDED_CLICK = "unlanded_click"
 #: A beacon from a browser on an origin its placement does not allow (tracking/cors.py).
 ORIGIN_REFUSED = "origin_refused"
 
@@ -145,7 +152,8 @@ class BeaconResult:
     """What the tracker did with one beacon.
 
     ``outcome``: ``appended`` (a valid event in the log), ``ivt:<reason>`` (appended as
-    invalid traffic), ``house``, ``expired`` (a click on an expired but authentic
+    invalid traffic), ``house``, ``unlanded`` (a click on an ad not approved now:
+    the 404 page, never appended), ``expired`` (a click on an expired but authentic
     token: redirected, never appended), ``invalid:<reason>`` (a refused token: answer
     400) or ``unavailable`` (nothing could store it: answer 503, the client retries).
     ``landing_url``: where a click goes (None for other events or an unknown ad).
@@ -235,7 +243,8 @@ class Tracker:
 
     def counts(self) -> dict[str, int]:
         """What this tracker refused or did not append, by name (``invalid_tokens``,
-        ``invalid_tokens_<reason>``, ``house_<event>``, ``unavailable``)."""
+        ``invalid_tokens_<reason>``, ``house_<event>``, ``unlanded_click``,
+        ``unavailable``)."""
         with self._lock:
             return dict(self._counts)
 
@@ -315,6 +324,10 @@ class Tracker:
             self._count(f"house_{event_type.value}")
             _beacons(event_type.value, HOUSE).inc()
             return BeaconResult(HOUSE, landing)
+        if event_type is EventType.CLICK and landing is None:
+            self._count(UNLANDED_CLICK)
+            _beacons(event_type.value, UNLANDED).inc()
+            return BeaconResult(UNLANDED)
         if claims.billable_event == TEST_BID:  # an OpenRTB test bid: answered, not stored
             self._count(f"test_{event_type.value}")
             _beacons(event_type.value, TEST).inc()
