@@ -61,17 +61,15 @@ JSON, 404 not found, 409 version conflict).
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import date, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Response
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, Body, Depends, Response
 from sqlalchemy import Engine
 
 from adfunnel.api import access
 from adfunnel.api.access import Writer
 from adfunnel.api.ads import add_ad_routes
-from adfunnel.api.campaign_report import measured_by_day, report, rollup_days
+from adfunnel.api.campaign_report_route import add_report_route
 from adfunnel.api.campaign_schemas import (
     CAMPAIGN_NULLABLE,
     AdvertiserIn,
@@ -84,7 +82,7 @@ from adfunnel.api.campaign_schemas import (
     FieldProblemOut,
 )
 from adfunnel.api.creatives import UploadLookup
-from adfunnel.api.field_types import LocalDate, VersionIn
+from adfunnel.api.field_types import VersionIn
 from adfunnel.api.met_goal import refuse_resuming_a_met_goal, with_patched_goal
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
@@ -96,17 +94,15 @@ from adfunnel.api.pagination import (
     known_query_only,
     page,
 )
-from adfunnel.api.period_progress import RecentDelivery, period_progress, recent_delivery
-from adfunnel.api.period_today import DayReads, period_today
+from adfunnel.api.period_today import DayReads
 from adfunnel.api.render import advertiser_out, campaign_out, written_out
-from adfunnel.api.report_schemas import PeriodProgressOut, PeriodTodayOut, ReportOut
 from adfunnel.api.reports import make_rollup_router
 from adfunnel.api.review import make_review_router
 from adfunnel.api.write_bodies import canonical_targeting, patch_changes, sale_defaults
 from adfunnel.auth.http import Caller, require_role
 from adfunnel.auth.keys import Principal, Role
 from adfunnel.billing.ledger import Ledger
-from adfunnel.billing.period_report import period_edit_problems, period_report
+from adfunnel.billing.period_report import period_edit_problems
 from adfunnel.billing.rollup_store import RollupStore
 from adfunnel.billing.sql_rollups import make_rollup_store
 from adfunnel.campaigns.bidding_terms import bidding_terms, name_the_source
@@ -362,56 +358,7 @@ def make_advertiser_router(
         return written_out(store.update_campaign(campaign_id, changes, body.version),
                            clock.now())
 
-
     add_ad_routes(router, store, uploads)
-
-    # --- report -----------------------------------------------------------------------
-
-    @router.get("/v1/campaigns/{campaign_id}/report", response_model=ReportOut)
-    async def campaign_report(
-        campaign_id: int,
-        who: Caller,
-        first: Annotated[LocalDate | None, Query(alias="from")] = None,
-        last: Annotated[LocalDate | None, Query(alias="to")] = None,
-    ) -> ReportOut:
-        """Defaults: ``to`` = today in the campaign's zone, ``from`` = ``to``. The
-        period's ``today``: the budget service's (:mod:`adfunnel.api.period_today`); its
-        ``progress``: a guaranteed line's (:mod:`adfunnel.api.period_progress`)."""
-        out, campaign, recent = await run_in_threadpool(ledger_report, campaign_id, who,
-                                                        first, last)
-        out.currency = currency
-        if out.period is not None:
-            today = await period_today(budget, campaign)
-            out.period.today = None if today is None else PeriodTodayOut.model_validate(today)
-            progress = period_progress(campaign, out.period.goal_delivered, today, recent)
-            out.period.progress = (None if progress is None
-                                   else PeriodProgressOut.model_validate(progress))
-        return out
-
-    def ledger_report(campaign_id: int, who: Principal, first: date | None, last: date | None
-                      ) -> tuple[ReportOut, Campaign, RecentDelivery | None]:
-        """The report from the store, ledger and rollups, and a guaranteed line's recent
-        goal events (blocking: a worker thread)."""
-        campaign = access.campaign(store, who, campaign_id)
-        return (_ledger_report(campaign, first, last), campaign,
-                recent_delivery(ledger, campaign, clock.now()))
-
-    def _ledger_report(campaign: Campaign, first: date | None, last: date | None
-                       ) -> ReportOut:
-        campaign_id = campaign.id
-        last = last or local_day(clock.now(), campaign.time_zone)
-        first = first or last
-        if first > last:
-            raise validation_error(("from", "must be on or before to"))
-        if last - first >= timedelta(days=max_days):
-            raise validation_error(("to", f"a report spans at most {max_days} days"))
-        period = period_report(ledger, campaign, last)  # flight, month, goal figures
-        if rollups is None:
-            return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros,
-                          period=period)
-        days = rollup_days(rollups, campaign_id, first, last, campaign.time_zone)
-        ivt = {d: dict(r.ivt) for d, r in days.items() if r.ivt}
-        return report(ledger, campaign_id, first, last, campaign.lifetime_budget_micros, ivt,
-                      measured_by_day(days), period=period)
-
+    add_report_route(router, store, ledger, clock, rollups, budget,
+                     max_days=max_days, currency=currency)
     return router

@@ -105,11 +105,10 @@ HOUSE = "house"
 TEST = "test"  # an OpenRTB test bid's beacon (``test = 1``): answered, never stored
 EXPIRED = "expired"
 #: A click on an ad with nowhere to land (unknown, or not approved now): the 404 page,
-#: never stored, so never billed (the advertiser got no visit).
+#: never stored, so never billed (no visit); counted as :data:`UNLANDED_CLICK`.
 UNLANDED = "unlanded"
-UNAVAILABLE = "unavailable"
-#: The count of :data:`UNLANDED` clicks (:meth:`Tracker.counts`).
 UNLANDED_CLICK = "unlanded_click"
+UNAVAILABLE = "unavailable"
 #: A beacon from a browser on an origin its placement does not allow (tracking/cors.py).
 ORIGIN_REFUSED = "origin_refused"
 

@@ -28,7 +28,8 @@ beacons share the publisher's rounds (group commit).
   (a tab left open) still lands, without a click id, never billed; a house ad's click
   lands on its placement's house landing URL; an ad no longer known, or not approved
   (edited back into review, or rejected: its URL is not reviewed), gets a short HTML
-  page (404) and is never stored, so never billed. Only a forged or malformed token gets the JSON error.
+  page (404) and is never stored, so never billed. Only a forged or malformed token
+  gets the JSON error.
 - ``/v?click_id=<click id>[&value=<micros>]``: the conversion pixel → 204. ``value`` is
   the conversion's value in integer micros. It trusts nothing but the click id: signed
   by this server for a click it stored and did not flag as invalid traffic. A serve
