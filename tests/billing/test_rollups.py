@@ -185,6 +185,12 @@ def test_local_days_span_on_special_days() -> None:
     assert start == end
     start, end = local_days_span(date(2026, 11, 3), date(2026, 11, 3), "Asia/Kathmandu")
     assert len([h for h in hour_range(start, end) if start <= h < end]) == 24
+    # St John's fell back from 00:01 to 23:01 on 2010-11-07: the 03:00 UTC hour starts
+    # at 23:30 on the 6th again, so the 6th ends at the second midnight (hypothesis found
+    # it; mutation seen red: the first midnight, 02:30 UTC)
+    start, end = local_days_span(date(2010, 11, 6), date(2010, 11, 6), "America/St_Johns")
+    assert (start, end) == (datetime(2010, 11, 6, 2, 30, tzinfo=UTC),
+                            datetime(2010, 11, 7, 3, 30, tzinfo=UTC))
 
 
 def test_dirty_hours_refresh_what_was_marked_once() -> None:

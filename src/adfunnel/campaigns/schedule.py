@@ -59,9 +59,19 @@ def local_day(now: datetime, tz: str) -> date:
 def day_bounds(day: date, tz: str) -> tuple[datetime, datetime]:
     """UTC ``[start, end)`` of local ``day`` in ``tz``; 23, 24 or 25 hours long."""
     z = zone(tz)
-    start = datetime.combine(day, time(0), tzinfo=z).astimezone(UTC)
-    end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=z).astimezone(UTC)
-    return start, end
+    return _midnight(day, z), _midnight(day + timedelta(days=1), z)
+
+
+def _midnight(day: date, z: ZoneInfo) -> datetime:
+    """UTC instant local ``day`` starts for good in ``z``: its midnight, or, where the
+    clock fell back across midnight (St John's until 2011 went from 00:01 back to
+    23:01), the second midnight, since the hour before it is the previous day's again.
+    A midnight skipped by a gap starts the day when the clock jumps (fold 0)."""
+    first = datetime.combine(day, time(0), tzinfo=z).astimezone(UTC)
+    again = datetime.combine(day, time(0, fold=1), tzinfo=z).astimezone(UTC)
+    if again > first and (again - timedelta(minutes=1)).astimezone(z).date() < day:
+        return again
+    return first
 
 
 def in_flight(campaign: Campaign, now: datetime) -> bool:
