@@ -47,12 +47,18 @@ from adfunnel.openrtb.mapping import Mapped
 from adfunnel.prediction.shading_release import ShadingRelease
 from adfunnel.serving.bid_shading import run_curve
 from adfunnel.serving.decision import Decision, Placed
+from adfunnel.serving.tiers import AUCTION
 from adfunnel.tracking.token import TokenClaims
 from adfunnel.tracking.token_claims import EXCHANGE_BEACON
 
 #: No-bid reason of an imp whose internal winner's bid is under the imp's floor (a
 #: first-price shade or a CPC/CPA value under it; the auction's reserve is the floor).
 BELOW_FLOOR = "below_floor"
+#: No-bid reason of an imp a sponsorship or guaranteed line filled inside: a direct line
+#: is sold on the operator's own slots at its contract rate (CPM per mille, CPC per
+#: click), which a CPM bid billed at an exchange's clearing price would not honour (a
+#: clicks goal paid per impression), so it never bids on an exchange.
+DIRECT_LINE = "direct_line"
 #: ``billable_event`` of a bid's token, by ``openrtb_bills_on``.
 BILLABLE_EVENT = {"burl": "notice", "beacon": EXCHANGE_BEACON}
 _MICRO = Decimal(1).scaleb(-6)
@@ -111,7 +117,8 @@ def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
     winners kept (also ``decision.bids``, with the auction type in
     ``decision.openrtb_at``: the served log's price).
 
-    A winner under its floor is dropped with ``below_floor`` in ``reasons``.
+    A winner under its floor is dropped with ``below_floor`` in ``reasons``, a
+    sponsorship or guaranteed line's with ``direct_line`` (:data:`DIRECT_LINE`).
     ``room(campaign, micros)``: whether the campaign's budget (or slice) has room now
     for that worst cost (:func:`adfunnel.budget.gate.fits`): each bid's worst cost
     ⌈bid ÷ 1000⌉, with its campaign's other bids of the decision, is what the commit
@@ -131,6 +138,10 @@ def reprice(decision: Decision, mapped: Mapped, *, key: bytes, token_ttl_s: int,
     for p in decision.placed:
         terms = mapped.imps.get(p.win.slot_id)
         if terms is None:
+            continue
+        if p.tier != AUCTION:  # a contract is not sold at an exchange's clearing price
+            if reasons is not None:
+                reasons[terms.imp_id] = DIRECT_LINE
             continue
         slot = slots[p.win.slot_id]
 

@@ -33,6 +33,7 @@ NBR_CODES = {
     "not_secure": 510,
     "budget_exhausted": 511,
     "deals_only": 512,
+    "direct_line": 513,
 }
 
 
