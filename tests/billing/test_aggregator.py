@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -234,6 +235,35 @@ def test_the_day_is_the_campaigns_local_day() -> None:
                        campaign(CPM, BidType.CPM, time_zone="Asia/Tokyo"))
     assert row.day == date(2026, 7, 16)
     assert row.charge_per_mille and row.charge_micros == 1_000
+
+
+def test_an_event_after_the_flight_for_a_serve_inside_it_is_dated_to_the_serve() -> None:
+    """A guaranteed line served at 23:50 on its last flight day whose beacon comes at
+    00:00:30: the flight's goal and money count it (a tester saw it billed on the next
+    day, outside the flight, where neither the goal nor the flight report looked: the
+    line paid for an impression its goal never got). An event of a serve after the
+    flight (none should be) and a campaign without a flight end keep their own day.
+    Mutation seen red: ``_day`` returning the event's local day (goal_delivered 0)."""
+    from dataclasses import replace
+
+    from adfunnel.billing.period_report import period_report
+    from adfunnel.campaigns.model import BudgetPeriod, Goal, GoalMetric, Priority
+
+    line = replace(campaign(CPM, BidType.CPM), priority=Priority.GUARANTEED,
+                   goal=Goal(GoalMetric.IMPRESSIONS, total=3), daily_budget_micros=0,
+                   budget_period=BudgetPeriod.FLIGHT, flight_end=DAY, bid_micros=1_000_000)
+    served = int((datetime(2026, 7, 15, 23, 50, tzinfo=UTC)).timestamp())
+    late = (datetime(2026, 7, 16, 0, 0, 30, tzinfo=UTC) - START).total_seconds()
+    beacon = msgspec.structs.replace(event(IMP, "i1", CPM, 1_000_000, at=late),
+                                     served_at=served)
+    assert ledger_event(beacon, line).day == DAY
+    after = msgspec.structs.replace(beacon, served_at=served + 3_600)  # served on the 16th
+    assert ledger_event(after, line).day == date(2026, 7, 16)
+    assert ledger_event(beacon, campaign(CPM, BidType.CPM)).day == date(2026, 7, 16)
+    w = World([line])
+    w.send(beacon)
+    rep = period_report(w.ledger, line, date(2026, 7, 16))
+    assert (rep["goal_delivered"], rep["billed_micros"]) == (1, 1_000)
 
 
 def test_only_the_billable_event_carries_a_charge_and_expected_cost() -> None:

@@ -8,7 +8,7 @@ Pure, apart from a one-entry cache of the last serve time converted. The aggrega
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from adfunnel.billing.model import EVENT_TYPES, EventType, LedgerEvent
 from adfunnel.campaigns.model import BidType, Campaign
@@ -29,10 +29,14 @@ _BILLS_ON = {BidType.CPM.value: EventType.IMPRESSION, BidType.CPC.value: EventTy
 def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
     """The ledger row of ``event`` for ``campaign``: charged its price when it is the
     event its billing type bills (a CPM price per mille, exactly), else 0; its day is
-    the campaign's local day of the event. A loss carries the bid's expected cost: it
+    the campaign's local day of the event, but that of its serve when the event comes
+    after the campaign's last flight day for a serve within the flight (a beacon or click
+    of the flight's last minutes after midnight: its flight's money and goal count it,
+    as the serve's budget day reserved it). A loss carries the bid's expected cost: it
     settles the reservation (the ledger settles it once, :mod:`adfunnel.billing.batch`)."""
     event_type = EVENT_TYPES[event.event_type]  # a StrEnum member hashes as its value
     occurred = datetime.fromtimestamp(event.occurred_at, tz=UTC)
+    served = _served(event.served_at)
     billing_type = event.billing_type
     billable = _BILLS_ON.get(billing_type) is event_type
     return LedgerEvent(
@@ -44,8 +48,8 @@ def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
         billing_type=billing_type,
         charge_micros=event.price_micros if billable else 0,
         occurred_at=occurred,
-        day=local_day(occurred, campaign.time_zone),
-        served_at=_served(event.served_at),
+        day=_day(occurred, served, campaign),
+        served_at=served,
         # the billable event settles its serve's in-flight estimate, as does an OpenRTB
         # loss notice (the bid will never bill); others nothing
         expected_micros=event.expected_micros if billable or event_type is _LOSS else 0,
@@ -60,6 +64,18 @@ def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
 _CPM = BidType.CPM.value
 _LOSS = EventType.LOSS
 _NOTICES = frozenset({EventType.WIN, EventType.LOSS})
+
+
+def _day(occurred: datetime, served: datetime, campaign: Campaign) -> date:
+    """The ledger day of an event (:func:`ledger_event`): its local day, or its serve's
+    when it came after the flight's last day for a serve inside the flight."""
+    day = local_day(occurred, campaign.time_zone)
+    end = campaign.flight_end
+    if end is not None and day > end:
+        served_day = local_day(served, campaign.time_zone)
+        if served_day <= end:
+            return served_day
+    return day
 
 
 def _served(served_at: int) -> datetime:
