@@ -74,6 +74,8 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({**IMAGE, "url": "ftp://cdn.test/a.png"}, "creative.url"),
     ({k: v for k, v in IMAGE.items() if k != "url"}, "creative.url"),  # neither url nor id
     ({**IMAGE, "upload_id": "abc"}, "creative.url"),  # both
+    ({**IMAGE, "url": "/creatives/files/" + "a" * 64 + ".png"}, "creative.url"),  # an
+    ({**IMAGE, "url": "/v1/keys"}, "creative.url"),  # upload's path is the server's to set
     ({**IMAGE, "width": 0}, "creative.width"),
     ({**IMAGE, "height": "250"}, "creative.height"),
     ({k: v for k, v in IMAGE.items() if k != "alt"}, "creative.alt"),

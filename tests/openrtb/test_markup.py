@@ -8,6 +8,7 @@ from adfunnel.campaigns.model import Ad
 from adfunnel.openrtb.markup import ad_markup, markup_parts, plain_markup
 from adfunnel.tracking.notices import notice_urls
 
+UPLOADED = "/creatives/files/" + "a" * 64 + ".png"  # stored relative to this server
 TOKENS = ("eyJ2IjoxfQ.c2lnbmF0dXJl-_", "QUJD.REVG")
 BASES = ("https://ads.test", "https://ads.test/", "")
 CREATIVES = (
@@ -16,6 +17,7 @@ CREATIVES = (
     NativeCreative("No image", "b", "s", "c"),
     HtmlCreative("<div>anything</div>"),
     ImageCreative("https://cdn.test/b.png", 300, 250, "alt with a \x00 NUL"),
+    ImageCreative(UPLOADED, 300, 250, "uploaded", upload_id="u1"),
     None,
 )
 REFS = ("https://cdn.test/ref.png", "http://plain.test/r.png", "upload:123")
@@ -57,3 +59,15 @@ def test_the_parts_hold_the_token_slots_only() -> None:
     assert parts[2].startswith("&amp;p=${AUCTION_PRICE}\"")
     assert markup_parts(ImageCreative("u", 1, 1, "\x00"), "", "", 1, 1) == ()
     assert markup_parts(None, "upload:1", "", 300, 250) is None
+
+
+def test_an_uploads_image_is_served_under_the_base_url() -> None:
+    """An upload's server-relative URL goes under the base URL (``public_base_url``),
+    as the notice URLs do; an absolute one stays as it is. Breaks if the stored path is
+    used as it is (tried: ``served_url`` left out of the image markup)."""
+    uploaded = ImageCreative(UPLOADED, 300, 250, "u", upload_id="u1")
+    for base in ("https://ads.test", "https://ads.test/"):
+        adm = ad_markup(_ad(uploaded, ""), TOKENS[0], base, 300, 250)
+        assert adm is not None and f'src="https://ads.test{UPLOADED}"' in adm
+    adm = ad_markup(_ad(CREATIVES[4], ""), TOKENS[0], "https://ads.test", 300, 250)
+    assert adm is not None and 'src="https://cdn.test/b.png"' in adm

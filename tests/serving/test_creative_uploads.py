@@ -39,10 +39,11 @@ def settings_over() -> dict[str, Any]:
 
 @pytest.fixture
 def runtime(tmp_path: Path, settings_over: dict[str, Any]) -> Iterator[Runtime]:
-    given: dict[str, Any] = {"creative_max_bytes": MAX_BYTES, **settings_over}
+    given: dict[str, Any] = {"creative_max_bytes": MAX_BYTES, "public_base_url": BASE,
+                             **settings_over}
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
                              admin_key=ADMIN_KEY, creative_dir=str(tmp_path / "creatives"),
-                             public_base_url=BASE, creative_max_pixels=1_000_000, **given)
+                             creative_max_pixels=1_000_000, **given)
     rt = build_runtime(settings, ManualClock(START), seed=1)
     yield rt
     rt.close()
@@ -207,11 +208,13 @@ def test_an_ad_from_an_upload_is_served_with_its_url(client: TestClient,
     r = client.patch(f"/v1/ads/{made['ad']['id']}", json={"creative": {
         "type": "image", "upload_id": up["upload_id"], "alt": "A car"}})
     assert r.status_code == 200, r.text
-    want = {"type": "image", "url": up["url"], "width": 600, "height": 500, "alt": "A car",
+    path = up["url"].removeprefix(BASE)  # stored relative to the server
+    want = {"type": "image", "url": path, "width": 600, "height": 500, "alt": "A car",
             "upload_id": up["upload_id"]}
     assert r.json()["creative"] == want  # the size filled from the upload
     answer = anonymous(client).post("/v1/ads:select", json=ad_request())
-    assert answer.status_code == 200 and answer.json()["ads"][0]["creative"] == want
+    assert answer.status_code == 200  # served under public_base_url, as the tracking URLs
+    assert answer.json()["ads"][0]["creative"] == want | {"url": up["url"]}
     half = _ad(client, made["campaign"]["id"], {"type": "image", "alt": "a",
                                                 "upload_id": up["upload_id"], "width": 300})
     assert half.status_code == 201 and half.json()["creative"]["height"] == 250
@@ -232,6 +235,41 @@ def test_another_advertisers_upload_is_unknown(client: TestClient, runtime: Runt
     problem(_ad(client, b["campaign"]["id"], creative), 422, "creative.upload_id")  # admin
     assert client.get(f"/v1/creatives/{up['upload_id']}", headers=b_key).status_code == 404
     assert _ad(client, a["campaign"]["id"], creative).status_code == 201
+
+
+FORGED = {"Host": "evil.example"}
+
+
+@pytest.mark.parametrize("settings_over", [{"public_base_url": None}, {}])
+def test_a_forged_host_never_reaches_the_stored_image_url(
+        client: TestClient, runtime: Runtime, settings_over: dict[str, Any]) -> None:
+    """An advertiser's ``Host: evil.example`` on ad create or edit must not become the
+    image's origin: it would let the advertiser swap the image after review. Stored:
+    the server-relative path; served: under ``public_base_url``, else relative (the
+    tag resolves it against its server), never under a request's Host, and it loads.
+
+    Mutation seen red: the old code (the ad routes passing ``str(request.base_url)`` to
+    the upload lookup, which fixed an absolute URL into the ad) stored
+    ``http://evil.example/creatives/files/…`` without ``public_base_url`` (and
+    ``https://ads.test/…`` with it)."""
+    made = make_campaign(client)
+    key = key_of(runtime, made["advertiser"]["id"])
+    up = upload(client, image(), key).json()
+    path = "/creatives/files/" + up["url"].rsplit("/", 1)[1]
+    creative = {"type": "image", "upload_id": up["upload_id"], "alt": "x"}
+    created = _ad(client, made["campaign"]["id"], creative, key | FORGED)
+    assert created.status_code == 201, created.text
+    assert created.json()["creative"]["url"] == path
+    assert client.get(f"/v1/ads/{created.json()['id']}").json()["creative"]["url"] == path
+    edited = client.patch(f"/v1/ads/{made['ad']['id']}", json={"creative": creative},
+                          headers=FORGED)  # the admin's edit keeps it approved: served
+    assert edited.status_code == 200 and edited.json()["creative"]["url"] == path
+    answer = anonymous(client).post("/v1/ads:select", json=ad_request(), headers=FORGED)
+    assert "evil.example" not in answer.text
+    served = answer.json()["ads"][0]["creative"]["url"]
+    assert served == (settings_over.get("public_base_url", BASE) or "") + path
+    shown = anonymous(client).get(path)  # the tag's (or page's) server: the image loads
+    assert shown.status_code == 200 and shown.headers["content-type"] == "image/png"
 
 
 @pytest.mark.parametrize("settings_over", [{"creative_url_prefix": "https://cdn.test/ads"}])

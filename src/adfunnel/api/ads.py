@@ -7,7 +7,7 @@ Visibility and review states follow :mod:`adfunnel.api.access`; an image creativ
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 
 from adfunnel.api import access
 from adfunnel.api.access import Writer
@@ -27,8 +27,7 @@ def add_ad_routes(router: APIRouter, store: CampaignStore, uploads: UploadLookup
     uploaded image (none: every ``upload_id`` is unknown)."""
 
     @router.post("/v1/campaigns/{campaign_id}/ads", status_code=201, response_model=AdOut)
-    def create_ad(campaign_id: int, body: AdIn, who: Writer, response: Response,
-                  request: Request) -> AdOut:
+    def create_ad(campaign_id: int, body: AdIn, who: Writer, response: Response) -> AdOut:
         campaign = access.campaign(store, who, campaign_id, write=True)
         if body.status is AdStatus.ARCHIVED:
             raise validation_error(("status", "must be active or paused"))
@@ -37,8 +36,7 @@ def add_ad_routes(router: APIRouter, store: CampaignStore, uploads: UploadLookup
             raise validation_error(("creative_ref", "is required (or give creative)"))
         values["creative_ref"] = body.creative_ref or ""
         if body.creative is not None:
-            values["creative"] = creative_of(body.creative, uploads, campaign.advertiser_id,
-                                             str(request.base_url))
+            values["creative"] = creative_of(body.creative, uploads, campaign.advertiser_id)
         values["review_state"] = access.new_review_state(who, body)
         created = store.create_ad(campaign_id=campaign_id, **values)
         response.headers["Location"] = f"/v1/ads/{created.id}"
@@ -59,14 +57,13 @@ def add_ad_routes(router: APIRouter, store: CampaignStore, uploads: UploadLookup
         return ad_out(access.ad(store, who, ad_id))
 
     @router.patch("/v1/ads/{ad_id}", response_model=AdOut)
-    def patch_ad(ad_id: int, body: AdPatch, who: Writer, request: Request) -> AdOut:
+    def patch_ad(ad_id: int, body: AdPatch, who: Writer) -> AdOut:
         current = access.ad(store, who, ad_id, write=True)
         changes = access.ad_changes(who, body,
                                     patch_changes(body, frozenset({"creative", "bundle"})))
         if body.creative is not None:
             owner = store.get_campaign(current.campaign_id).advertiser_id
-            changes["creative"] = creative_of(body.creative, uploads, owner,
-                                              str(request.base_url))
+            changes["creative"] = creative_of(body.creative, uploads, owner)
         if changes.get("status") is AdStatus.ARCHIVED:
             raise validation_error(("status", "archive with DELETE /v1/ads/{id}"))
         return ad_out(store.update_ad(ad_id, changes, body.version))

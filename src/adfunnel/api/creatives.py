@@ -1,6 +1,12 @@
 """An ad's ``creative`` as the API takes it: from :class:`~adfunnel.api.ad_schemas.CreativeIn`
 to the domain creative (``adfunnel.campaigns.creative``), an image's ``upload_id`` made
-into its public URL and size.
+into its URL and size.
+
+The URL stored is the upload's own, never built from the request: this server's
+``/creatives/files/<name>`` without an origin (the serving side puts ``public_base_url``
+in front), or the ``creative_url_prefix`` one. A request's ``Host`` header must not
+reach it: an ad approved with an image on the advertiser's own host could be swapped
+after review, past the re-encoding uploads exist for.
 
 The domain checks which fields each type needs (422 naming ``creative.<field>``); here
 only what the store cannot know: an image gives exactly one of ``url`` and ``upload_id``,
@@ -24,20 +30,21 @@ from adfunnel.http_errors import validation_error
 
 @dataclass(frozen=True, slots=True)
 class UploadedImage:
-    """What an ad needs of an upload: its public URL and its size in pixels."""
+    """What an ad needs of an upload: its URL as stored in the ad (server-relative, or
+    under ``creative_url_prefix``) and its size in pixels."""
 
     url: str
     width: int
     height: int
 
 
-#: (upload id, the ad's advertiser id, the request's base URL) -> that advertiser's
-#: upload, or None (unknown, or another advertiser's).
-UploadLookup = Callable[[str, int, str], UploadedImage | None]
+#: (upload id, the ad's advertiser id) -> that advertiser's upload, or None (unknown, or
+#: another advertiser's). Nothing of the request goes in: its URL is the server's to say.
+UploadLookup = Callable[[str, int], UploadedImage | None]
 
 
 def creative_of(given: CreativeIn, uploads: UploadLookup | None = None,
-                advertiser_id: int = 0, base_url: str = "") -> Creative:
+                advertiser_id: int = 0) -> Creative:
     """The domain creative of an API body, for an ad of ``advertiser_id``.
 
     Raises:
@@ -50,7 +57,7 @@ def creative_of(given: CreativeIn, uploads: UploadLookup | None = None,
         if (given.url is None) == (given.upload_id is None):
             raise validation_error(("creative.url", "give exactly one of url and upload_id"))
         if given.upload_id is not None:
-            found = (uploads(given.upload_id, advertiser_id, base_url)
+            found = (uploads(given.upload_id, advertiser_id)
                      if uploads is not None else None)
             if found is None:
                 raise validation_error(("creative.upload_id", "no such upload"))

@@ -19,7 +19,9 @@ route is the file's plus :data:`~adfunnel.settings.model.UPLOAD_FORM_OVERHEAD`, 
 the body is read (:class:`~adfunnel.body_limit.BodyLimit`), so a huge body is refused
 before it is buffered. An upload's ``url`` is ``creative_url_prefix`` + the file's name
 when that is set (a CDN or object store serves the files), else this server's
-``/creatives/files/<name>`` under ``public_base_url`` (or the request's own base URL).
+``/creatives/files/<name>``: in an ad (:meth:`Uploads.lookup`) as that path alone, never
+under the request's ``Host`` (the serving side adds ``public_base_url``); in the upload
+route's own answer absolute, under ``public_base_url`` or that request's base URL.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from adfunnel.api.access import Writer
 from adfunnel.api.creatives import UploadedImage
 from adfunnel.auth.http import Caller
 from adfunnel.auth.keys import Principal, Role
+from adfunnel.campaigns.creative import FILES_PATH, served_url
 from adfunnel.campaigns.errors import NotFound
 from adfunnel.campaigns.image import CONTENT_TYPES, ImageLimits, ImageRefused, clean_image
 from adfunnel.campaigns.store import CampaignStore
@@ -50,8 +53,6 @@ from adfunnel.campaigns.uploads import (
 from adfunnel.clock import Clock
 from adfunnel.http_errors import ApiError, validation_error
 
-#: Where this server serves the stored files.
-FILES_PATH = "/creatives/files/"
 #: The path of the upload route (its own body limit, ``BodyLimit``'s ``routes``).
 UPLOAD_PATH = "/v1/creatives"
 #: Headers of a served file: its bytes are an image and nothing else, cached for good
@@ -84,21 +85,26 @@ class Uploads:
     url_prefix: str | None = None  # creative_url_prefix (ends with "/")
     public_base_url: str | None = None
 
-    def url(self, upload: Upload, request_base: str) -> str:
-        """The upload's absolute URL (``request_base``: without ``public_base_url``)."""
+    def stored_url(self, upload: Upload) -> str:
+        """The upload's URL as an ad stores it: under ``creative_url_prefix``, else this
+        server's path (``/creatives/files/<name>``, no origin)."""
         if self.url_prefix:
             return self.url_prefix + upload.file_name
-        base = self.public_base_url or request_base.rstrip("/")
-        return f"{base}{FILES_PATH}{upload.file_name}"
+        return FILES_PATH + upload.file_name
 
-    def lookup(self, upload_id: str, advertiser_id: int,
-               request_base: str) -> UploadedImage | None:
+    def url(self, upload: Upload, request_base: str) -> str:
+        """The upload's absolute URL for the upload route's answer (``request_base``:
+        that request's base URL, used without ``public_base_url``; never stored)."""
+        base = self.public_base_url or request_base.rstrip("/")
+        return served_url(self.stored_url(upload), base)
+
+    def lookup(self, upload_id: str, advertiser_id: int) -> UploadedImage | None:
         """The advertiser's upload for an ad (``api.creatives.UploadLookup``); None for
         an unknown id or another advertiser's."""
         found = self.records.get(upload_id)
         if found is None or found.advertiser_id != advertiser_id:
             return None
-        return UploadedImage(self.url(found, request_base), found.width, found.height)
+        return UploadedImage(self.stored_url(found), found.width, found.height)
 
 
 def make_upload_router(store: CampaignStore, uploads: Uploads, clock: Clock) -> APIRouter:

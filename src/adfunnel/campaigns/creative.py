@@ -3,7 +3,11 @@
 Three kinds, told apart by ``type`` in their plain (JSON) form:
 
 - ``{"type": "image", "url", "width", "height", "alt", "upload_id"?}``: an image at an
-  http(s) URL (``upload_id`` names the upload it came from, ``POST /v1/creatives``);
+  http(s) URL, or an upload this server serves (``upload_id`` names the upload it came
+  from, ``POST /v1/creatives``) at its path relative to the server,
+  ``/creatives/files/<name>``: stored without an origin, so nothing of the request that
+  made the ad (its ``Host`` header) is kept; :func:`served_creative` puts the server's
+  public origin in front where the ad is served;
 - ``{"type": "native", "title", "body", "sponsor", "cta", "image_url"?, "icon_url"?}``:
   the texts a native app or the tag renders itself, as text (never as markup);
 - ``{"type": "html", "markup"}``: markup served only inside a sandboxed iframe, only in a
@@ -16,8 +20,9 @@ it is the renderer's job. :func:`creative_from_plain` and :func:`check_creative`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 from adfunnel.campaigns.errors import InvalidChange
@@ -37,6 +42,10 @@ MAX_MARKUP = 100_000
 MAX_SIDE = 100_000
 #: An upload id: what ``POST /v1/creatives`` answers (hex of a content digest).
 MAX_UPLOAD_ID = 64
+#: Where this server serves uploaded images; an upload's URL in an ad is this + its name.
+FILES_PATH = "/creatives/files/"
+#: A stored upload file's name: the SHA-256 (hex) of its bytes and the format's extension.
+FILE_NAME = re.compile(r"^[0-9a-f]{64}\.(png|jpg|gif|webp)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +134,7 @@ def check_creative(creative: object, ad_format: str, where: str = "creative") ->
         InvalidChange: naming the first offending field.
     """
     if isinstance(creative, ImageCreative):
-        _url(creative.url, f"{where}.url")
+        _image_url(creative, f"{where}.url")
         for name in ("width", "height"):
             value = getattr(creative, name)
             if not _int(value) or not 0 < value <= MAX_SIDE:
@@ -154,6 +163,35 @@ def check_creative(creative: object, ad_format: str, where: str = "creative") ->
             raise InvalidChange("format", f"must be {HTML_FORMAT!r} for an html creative")
     else:
         raise InvalidChange(where, "must be an image, native or html creative")
+
+
+def served_url(url: str, base_url: str) -> str:
+    """An image URL as served: a server-relative one (an upload, ``/creatives/files/…``)
+    under ``base_url`` (the server's public origin, no trailing slash; empty: left
+    relative, for a client that resolves it against this server); others as they are."""
+    return base_url + url if url.startswith(FILES_PATH) else url
+
+
+def served_creative(creative: Creative, base_url: str) -> Creative:
+    """``creative`` as served: an image's server-relative URL under ``base_url``
+    (:func:`served_url`); every other creative (and an absolute URL) as stored."""
+    if isinstance(creative, ImageCreative) and base_url and creative.url.startswith(FILES_PATH):
+        return replace(creative, url=base_url + creative.url)
+    return creative
+
+
+def _image_url(creative: ImageCreative, field: str) -> None:
+    """An image's URL: absolute http(s), or an upload's server-relative path."""
+    url = creative.url
+    if isinstance(url, str) and url.startswith("/"):
+        # only the server writes it (api.creatives, from upload_id): never a path of
+        # this server's own chosen by the advertiser
+        if creative.upload_id is None or not (
+                url.startswith(FILES_PATH) and FILE_NAME.fullmatch(url[len(FILES_PATH):])):
+            raise InvalidChange(field, "a relative URL names an upload's file only "
+                                       f"({FILES_PATH}<name>, with upload_id)")
+        return
+    _url(url, field)
 
 
 def _int(value: object) -> bool:

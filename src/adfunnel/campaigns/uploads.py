@@ -11,7 +11,6 @@ store's table ``creative_uploads`` (migration 0016) works on SQLite and PostgreS
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import threading
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import IntegrityError
 
+from adfunnel.campaigns.creative import FILE_NAME
 from adfunnel.campaigns.image import EXTENSIONS
 from adfunnel.db import connection_guard, metadata
 from adfunnel.secret_file import data_dir
@@ -51,10 +51,6 @@ creative_uploads = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("advertiser_id", "digest", name="uq_creative_uploads_advertiser_digest"),
 )
-
-#: A stored file's name: the SHA-256 (hex) of its bytes and the format's extension.
-FILE_NAME = re.compile(r"^[0-9a-f]{64}\.(png|jpg|gif|webp)$")
-
 
 def new_upload_id() -> str:
     """A fresh upload id: 128 random bits in hex (ids reveal nothing, not even order)."""

@@ -7,7 +7,8 @@ sandboxed iframe, as the tag shows it. The impression beacon
 (``/i?t=TOKEN&p=${AUCTION_PRICE}``) is a 1×1 image after the ad; the exchange
 substitutes the price macro in ``adm`` as in the notice URLs.
 
-- image creative: ``<a href=click><img src=image></a>`` at the slot's size;
+- image creative: ``<a href=click><img src=image></a>`` at the slot's size (an upload's
+  server-relative URL under ``base_url``, as the notice URLs);
 - native creative in a banner slot: its texts (and image) as a linked block of text;
 - html creative: ``<iframe sandbox src=/f?t=TOKEN>``;
 - an ad with only a ``creative_ref`` that is an http(s) URL: that image; otherwise no
@@ -23,7 +24,13 @@ from __future__ import annotations
 import functools
 from html import escape
 
-from adfunnel.campaigns.creative import Creative, HtmlCreative, ImageCreative, NativeCreative
+from adfunnel.campaigns.creative import (
+    Creative,
+    HtmlCreative,
+    ImageCreative,
+    NativeCreative,
+    served_url,
+)
 from adfunnel.campaigns.model import Ad
 from adfunnel.tracking.notices import NoticeUrls, notice_urls
 
@@ -90,7 +97,8 @@ def plain_markup(creative: Creative | None, creative_ref: str, urls: NoticeUrls,
 def _creative(c: Creative | None, ref: str, urls: NoticeUrls, token: str, base_url: str,
               width: int, height: int) -> str | None:
     if isinstance(c, ImageCreative):
-        return _image(urls.click, c.url, c.alt, width, height)
+        return _image(urls.click, served_url(c.url, base_url.rstrip("/")), c.alt, width,
+                      height)
     if isinstance(c, NativeCreative):
         image = (f'<img src="{_a(c.image_url)}" alt="" style="max-width:100%">'
                  if c.image_url else "")

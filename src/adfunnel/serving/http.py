@@ -23,7 +23,7 @@ only for an ``Origin`` among its placement's ``allowed_origins`` — its answer 
 carries ``Access-Control-Allow-Origin`` — and is otherwise refused, 403
 ``origin_not_allowed`` naming ``Origin``, before anything is decided. The server
 derives the country and device facts a browser cannot send (:mod:`.derived`); with
-``public_base_url`` the tracking URLs are absolute.
+``public_base_url`` the tracking URLs and an uploaded image's URL are absolute.
 
 A select's deadline runs from its arrival (stamped by :class:`ArrivalStamp`); the
 decision waits its turn in the :class:`DecisionQueue`, and only an answer that is still
@@ -276,8 +276,8 @@ class ServingEndpoints:
             for p in d.placed
         ] + [h.ad_out() for h in d.house]  # house ads: price 0, never billed
         # winners with a creative of content carry its fields (adfunnel.serving.answer)
-        ads[: len(d.placed)] = [with_creative(a, p.ad) for a, p in zip(ads, d.placed,
-                                                                    strict=False)]
+        ads[: len(d.placed)] = [with_creative(a, p.ad, self.url_prefix)
+                                for a, p in zip(ads, d.placed, strict=False)]
         if self.url_prefix:  # public_base_url: absolute, for a tag on another origin
             for ad in ads:
                 ad.impression_url = self.url_prefix + ad.impression_url

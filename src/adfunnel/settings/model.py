@@ -195,8 +195,9 @@ class Settings(OpenRtbSettings, BaseSettings):
     #: proxies (CIDRs) whose X-Forwarded-For names the client of a beacon or an ad request
     trusted_proxies: list[str] = []
     #: the server's public origin (``https://ads.example.com``, maybe with a path prefix):
-    #: when set, a select answer's ``impression_url`` and ``click_url`` are absolute URLs
-    #: under it (a page's tag fires them from the page's own origin); unset: relative
+    #: when set, a select answer's ``impression_url`` and ``click_url`` and an uploaded
+    #: image's URL (stored as ``/creatives/files/<name>``) are absolute URLs under it (a
+    #: page's tag fires them from the page's own origin); unset: relative
     public_base_url: str | None = None
     #: the demo (``/demo``: an article page with three placements, and its demo advertiser,
     #: placements and campaigns seeded at start): None turns it on for the embedded
