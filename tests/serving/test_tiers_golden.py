@@ -19,7 +19,9 @@ counts). A case::
 Campaign ``key``s name rejections (an ad past a campaign's first is ``KEY#k``);
 ``priority`` defaults to auction, ``advertiser`` to the key, ``ads`` to one 300x250
 banner, ``p`` (the pacing rate the gate reports) to 1, ``spent`` (the gate refuses for
-budget) to false. ``price_micros`` is in the bid's unit (per mille for CPM).
+budget) to false. ``price_micros`` is in the bid's unit (per mille for CPM). ``seed``
+(default 1) seeds the deciders' source, whose draw for the decision fixes its sponsorship
+share draws, pacing coins and tie-breaks; ``request_id`` (default ``r1``) only names it.
 """
 
 from __future__ import annotations

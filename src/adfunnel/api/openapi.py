@@ -185,7 +185,9 @@ LEAN_PATHS: dict[str, dict[str, dict[str, Any]]] = {
               _query("m", "${AUCTION_MIN_TO_WIN}: the minimum bid to win, CPM")]))},
     "/v1/decisions/{request_id}": {"get": {
         "tags": ["explain"], "summary": "Explain a recent decision",
-        "description": "Winners, prices and every rejection with its reason.",
+        "description": "Winners, prices and every rejection with its reason. The record of "
+                       "the first decision named request_id, or of the latest explain "
+                       "request named so: no other select replaces it.",
         "parameters": [_path("request_id")],
         "responses": {"200": _json("The explain record"), "404": _error(404)}}},
     "/v1/ledger/stats": {"get": {

@@ -97,10 +97,10 @@ class DecisionRunner:
             self.log.count_late()
             return Committed(LATE)
         if dry_run:  # its decision made no cap counts; a dropped winner's were none either
-            self.log.append(decision)
+            self.log.append(decision, explain=req.explain)
             return Committed(DECIDED, decision)
         self.decider.commit(decision)
-        self.log.append(decision)
+        self.log.append(decision, explain=req.explain)
         if placements is not None:
             placements.add(req.placement.id, len(req.slots), decision.slot_tiers().values())
         if self.served is not None:  # queued (never waits; dropped and counted when full)

@@ -191,7 +191,7 @@ class ColumnarDecider(FilterStage, GatingStage, PrerankStage, FillStage):
             return decision
         ids, camp, versions = servable.ids, servable.camp, servable.versions
         extra: list[str] = []  # the gate's own reasons, coded after REASONS
-        verdict, pending = self._campaign_gate(servable, now, seed, extra, request_id)
+        verdict, pending = self._campaign_gate(servable, now, seed, extra)
         clock.lap("gate")
         count_codes(counts, verdict, extra)
         keep = verdict == 0

@@ -4,6 +4,11 @@ Kept in a bounded in-memory ring for the explain endpoint; the trainer's served 
 is a later plane. Appending is O(1) and never blocks the request path. Only answers
 sent in time are appended (DESIGN.md §The funnel, step 7); late and shed requests are
 counted, and the deadline miss rate is their share of the most recent requests.
+
+A record is named by its request id, which the caller chooses: a held name is never
+taken from the decision that holds it, but by an explain request's (the operator's, its
+admin key checked), so no caller can overwrite or hide another's record, nor squat the
+name of the operator's audit.
 """
 
 from __future__ import annotations
@@ -47,23 +52,33 @@ class DecisionLog:
         self._recent: deque[bool] = deque(maxlen=window)  # True: late or shed
         self._recent_missed = 0
 
-    def append(self, decision: Decision) -> None:
-        """Log a decision whose answer is sent in time (the commit step)."""
+    def append(self, decision: Decision, *, explain: bool = False) -> None:
+        """Log a decision whose answer is sent in time (the commit step): counted always,
+        held under its request id unless another decision holds that name and this one
+        is not an explain request's (``explain``: the operator's, admin key checked)."""
         with self._lock:
             self.decisions += 1
             self.filled_slots += len(decision.placed)
             for reason, n in decision.rejection_counts().items():
                 self.rejections[reason] = self.rejections.get(reason, 0) + n
             self._note(missed=False)
-            old = self._items.pop(decision.request_id, None)
-            if old is not None:
-                self._held_rejections -= len(old.rejections)
-            self._items[decision.request_id] = decision
-            self._held_rejections += len(decision.rejections)
-            while len(self._items) > self.capacity or (
-                    self._held_rejections > self.max_rejections and len(self._items) > 1):
-                _, dropped = self._items.popitem(last=False)
-                self._held_rejections -= len(dropped.rejections)
+            # the name is the caller's choice: taking it would let anyone replace the
+            # record of a decision someone else made (the operator's audit included)
+            if explain or decision.request_id not in self._items:
+                self._hold(decision)
+
+    def _hold(self, decision: Decision) -> None:
+        """Hold ``decision`` under its name (the newest), then drop the oldest records
+        beyond ``capacity`` decisions or ``max_rejections`` rejections. Lock held."""
+        old = self._items.pop(decision.request_id, None)
+        if old is not None:
+            self._held_rejections -= len(old.rejections)
+        self._items[decision.request_id] = decision
+        self._held_rejections += len(decision.rejections)
+        while len(self._items) > self.capacity or (
+                self._held_rejections > self.max_rejections and len(self._items) > 1):
+            _, dropped = self._items.popitem(last=False)
+            self._held_rejections -= len(dropped.rejections)
 
     def count_late(self) -> None:
         """A decision found late: answered 204, nothing logged or committed."""

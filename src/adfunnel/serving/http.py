@@ -8,7 +8,9 @@
 - ``GET /i?t=TOKEN`` → 204 (impression beacon);
 - ``GET /c?t=TOKEN`` → 302 to the URI form of the ad's own landing URL (IDNA host,
   UTF-8 percent-encoding; :mod:`adfunnel.campaigns.landing`);
-- ``GET /v1/decisions/{request_id}`` → the explain record of a recent decision.
+- ``GET /v1/decisions/{request_id}`` → the explain record of a recent decision: the
+  first one named so, unless an explain request took the name since (the caller chooses
+  the name, so no other select replaces a record: :mod:`.decision_log`).
 
 Who may call: the select route is open (anyone with a page may ask for an ad), but
 ``"explain": true`` is the operator's: it lists every competing ad and its state and

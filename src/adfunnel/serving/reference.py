@@ -111,8 +111,7 @@ class ReferenceDecider(ReferenceFilter, ReferenceAuction):
             decision.late = True
             return decision
         seen: list[int] = []  # the guaranteed lines eligible for this request
-        candidates = self._filter(req, retrieval.ad_ids, now, decision, deadline_at_ms, seed,
-                                  request_id, seen)
+        candidates = self._filter(req, retrieval.ad_ids, now, decision, deadline_at_ms, seed, seen)
         self.supply.observe(seen)
         candidates, plans = self._screen_caps(req, candidates, now, decision)
         if plans:

@@ -70,7 +70,6 @@ class ReferenceFilter:
         decision: Decision,
         deadline_at_ms: float,
         seed: int,
-        request_id: str = "",
         seen: list[int] | None = None,
     ) -> list[tuple[Candidate, Ad, Campaign]]:
         out: list[tuple[Candidate, Ad, Campaign]] = []
@@ -96,8 +95,7 @@ class ReferenceFilter:
             reason = BLOCKED if detail is not None else reason
             if reason is None:
                 if campaign.id not in verdicts:
-                    verdicts[campaign.id] = self._campaign_verdict(campaign, now, seed,
-                                                                   request_id, seen)
+                    verdicts[campaign.id] = self._campaign_verdict(campaign, now, seed, seen)
                 reason = verdicts[campaign.id]
             if reason is not None:
                 decision.rejections.append(Rejection(ad.id, campaign.id, reason, detail))
@@ -128,7 +126,7 @@ class ReferenceFilter:
                               if r == CAPPED}, now)
         return [x for x in candidates if x[1].id not in out], screen.plans
 
-    def _campaign_verdict(self, c: Campaign, now: datetime, seed: int, request_id: str = "",
+    def _campaign_verdict(self, c: Campaign, now: datetime, seed: int,
                           seen: list[int] | None = None) -> str | None:
         if c.status is CampaignStatus.PAUSED:
             return CAMPAIGN_PAUSED
@@ -151,8 +149,7 @@ class ReferenceFilter:
         if reason is not None:
             return gate_reason(kind, reason)
         if kind != KIND_AUCTION:  # the tiers' own draw (share or pacing coin)
-            return coin_reason(kind, c.id, seed, self.gate.pacing_rate(c.id), request_id,
-                               share_of(c))
+            return coin_reason(kind, c.id, seed, self.gate.pacing_rate(c.id), share_of(c))
         if unit(seed, c.id, PACING_COIN) >= self.gate.pacing_rate(c.id):
             return PACED_OUT
         return None

@@ -5,9 +5,12 @@ One rule, called by both deciders (:mod:`adfunnel.serving.reference` and the col
 
 1. **Sponsorship** lines first. Each eligible sponsorship (status, flight, daypart,
    targeting, shape, placement rules, budget gate and frequency caps passed) is *drawn*
-   for the request with probability ``goal.share``: ``unit(request_key(request id),
-   campaign id, SHARE_DRAW) < share`` (:mod:`adfunnel.auction.draws`), so the same request
-   draws the same way in both paths, in every process and on replay. Not drawn: reason
+   for the request with probability ``goal.share``: ``unit(seed, campaign id, SHARE_DRAW)
+   < share`` (:mod:`adfunnel.auction.draws`), ``seed`` being the decision's own draw from
+   its decider's source (the operating system's entropy, or the runtime's ``seed`` for a
+   replay), so both paths draw the same way for one decision and a seeded replay again.
+   Never from the request id: the caller chooses it, and with it whether a sponsorship is
+   served (and billed) — the ids that drew it once drew it every time. Not drawn: reason
    ``share_not_drawn``. A sponsorship never takes the pacing coin. Drawn sponsorships
    take slots in campaign id order (booking order).
 2. **Guaranteed** lines next, in High Water Mark allocation order (least eligible supply
@@ -33,7 +36,6 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -86,21 +88,15 @@ def share_of(c: Campaign) -> float:
     return 1.0 if share is None else float(share)
 
 
-def request_key(request_id: str) -> int:
-    """A 64-bit key of the request id (BLAKE2b): the sponsorship draw's seed, the same in
-    every process (Python's ``hash`` of a str is salted per process)."""
-    return int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "big")
+def share_drawn(seed: int, campaign_id: int, share: float) -> bool:
+    """Whether the sponsorship ``campaign_id`` of ``share`` is drawn by the decision of
+    ``seed`` (its 64-bit draw, never anything the caller sent)."""
+    return unit(seed, campaign_id, SHARE_DRAW) < share
 
 
-def share_drawn(request_id: str, campaign_id: int, share: float) -> bool:
-    """Whether the sponsorship ``campaign_id`` of ``share`` is drawn for the request."""
-    return unit(request_key(request_id), campaign_id, SHARE_DRAW) < share
-
-
-def share_drawn_mask(request_id: str, campaign_ids: np.ndarray,
-                     shares: np.ndarray) -> np.ndarray:
+def share_drawn_mask(seed: int, campaign_ids: np.ndarray, shares: np.ndarray) -> np.ndarray:
     """:func:`share_drawn` for each of ``campaign_ids`` (bit for bit the same draws)."""
-    return unit_array(request_key(request_id), campaign_ids, SHARE_DRAW) < shares
+    return unit_array(seed, campaign_ids, SHARE_DRAW) < shares
 
 
 def gate_reason(kind: int, reason: str) -> str:
@@ -111,27 +107,28 @@ def gate_reason(kind: int, reason: str) -> str:
     return reason
 
 
-def coin_reason(kind: int, c_id: int, seed: int, p: float, request_id: str,
-                share: float) -> str | None:
-    """The per-request draw of an admitted line of tier ``kind``: a sponsorship's share
-    draw, else the pacing coin (decision ``seed``, probability ``p``); its reason or None."""
+def coin_reason(kind: int, c_id: int, seed: int, p: float, share: float) -> str | None:
+    """The per-request draw of an admitted line of tier ``kind``, from the decision's
+    ``seed``: a sponsorship's share draw, else the pacing coin (probability ``p``); its
+    reason or None."""
     if kind == KIND_SPONSORSHIP:
-        return None if share_drawn(request_id, c_id, share) else SHARE_NOT_DRAWN
+        return None if share_drawn(seed, c_id, share) else SHARE_NOT_DRAWN
     if unit(seed, c_id, PACING_COIN) >= p:
         return AHEAD_OF_PLAN if kind == KIND_GUARANTEED else PACED_OUT
     return None
 
 
 def coin_masks(kinds: np.ndarray, campaign_ids: np.ndarray, paced: np.ndarray,
-               shares: np.ndarray, request_id: str,
+               shares: np.ndarray, seed: int,
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`coin_reason` over arrays: given each admitted campaign's tier code, id,
     pacing coin (``paced``: True where ``unit(seed, id, PACING_COIN) ≥ p``) and share,
-    the masks (``paced_out``, ``ahead_of_plan``, ``share_not_drawn``)."""
+    and the decision's ``seed``, the masks (``paced_out``, ``ahead_of_plan``,
+    ``share_not_drawn``)."""
     spons = kinds == KIND_SPONSORSHIP
     not_drawn = np.zeros(len(campaign_ids), dtype=bool)
     if spons.any():
-        not_drawn[spons] = ~share_drawn_mask(request_id, campaign_ids[spons], shares[spons])
+        not_drawn[spons] = ~share_drawn_mask(seed, campaign_ids[spons], shares[spons])
     return paced & (kinds == KIND_AUCTION), paced & (kinds == KIND_GUARANTEED), not_drawn
 
 

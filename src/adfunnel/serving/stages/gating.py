@@ -50,7 +50,7 @@ class GatingStage:
     supply: GuaranteedSupply
 
     def _campaign_gate(self, sv: Servable, now: datetime, seed: int, extra: list[str],
-                       request_id: str = "") -> tuple[np.ndarray, np.ndarray]:
+                       ) -> tuple[np.ndarray, np.ndarray]:
         """The budget gate and pacing coin for the campaigns :meth:`_servable` left in,
         in first-retrieved order: each candidate's reason code (0 = in; status, flight
         and daypart codes kept), and whether its campaign's budget answer waits until
@@ -75,12 +75,12 @@ class GatingStage:
             self.supply.observe(sv.uc[live][kinds == KIND_GUARANTEED].tolist())
         verdict[live], pending[live] = self._gate(sv.uc[live], sv.local[live],
                                                   sv.charges[live], sv.budgets[live], now,
-                                                  seed, extra, request_id, kinds, shares)
+                                                  seed, extra, kinds, shares)
         return verdict[sv.inverse], pending[sv.inverse]
 
     def _gate(self, cids: np.ndarray, days: np.ndarray, charges: np.ndarray,
               budgets: np.ndarray, now: datetime, seed: int, extra: list[str],
-              request_id: str = "", kinds: np.ndarray | None = None,
+              kinds: np.ndarray | None = None,
               shares: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Reason code per campaign (0 = admitted and in by the pacing coin), and
         whether it is left pending. A reason of the gate's own that :data:`REASONS` lacks
@@ -150,7 +150,7 @@ class GatingStage:
         assert shares is not None
         out[(out == CODE[BUDGET_EXHAUSTED]) & (kinds != KIND_AUCTION)] = CODE[GOAL_MET]
         auction, ahead, not_drawn = coin_masks(kinds[admitted], cids[admitted], paced,
-                                               shares[admitted], request_id)
+                                               shares[admitted], seed)
         out[admitted[auction]] = CODE[PACED_OUT]
         out[admitted[ahead]] = CODE[AHEAD_OF_PLAN]
         out[admitted[not_drawn]] = CODE[SHARE_NOT_DRAWN]
