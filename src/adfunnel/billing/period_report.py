@@ -138,12 +138,27 @@ def rate_leaves_goal_short(ledger: DayTotalsReader, current: Campaign, after: Ca
             "book a new line at the new rate for what is left)")
 
 
+def zone_after_start(campaign: Campaign, time_zone: object, today: date) -> str | None:
+    """Why ``campaign``'s time zone may not become ``time_zone``: its flight has started
+    (``today``, its local day, is on or after ``flight_start``), and its budget days,
+    slices, ledger days and reports are kept in its zone. Changed then, the budget
+    service kept the old zone's day while the gate asked for the new one's (no slice:
+    the campaign went dark until the old zone's midnight), and the hours already billed
+    on one local day fell on another's fresh budget. None when it may."""
+    if time_zone == campaign.time_zone or today < campaign.flight_start:
+        return None
+    return (f"is fixed once the flight has started ({campaign.flight_start.isoformat()}): "
+            f"its budget days, billing and reports are kept in {campaign.time_zone} "
+            "(create a new campaign for another zone)")
+
+
 def period_edit_problems(ledger: DayTotalsReader, current: Campaign,
                          changes: dict[str, Any], today: date) -> list[tuple[str, str]]:
     """``(field, problem)`` of a write that would forget what the line delivered: a goal
     lowered below it (:func:`goal_below_delivered`), a flight start moved past it
     (:func:`start_after_delivery`), a contract rate lowered past what its goal's money
-    still pays for (:func:`rate_leaves_goal_short`)."""
+    still pays for (:func:`rate_leaves_goal_short`), a time zone changed after the flight
+    started (:func:`zone_after_start`)."""
     out = []
     goal = changes.get("goal")
     if isinstance(goal, dict) and goal.get("total") is not None:
@@ -156,6 +171,10 @@ def period_edit_problems(ledger: DayTotalsReader, current: Campaign,
         problem = rate_leaves_goal_short(ledger, current, after, today)
         if problem is not None:
             out.append(("bid_micros", problem))
+    if "time_zone" in changes:
+        problem = zone_after_start(current, changes["time_zone"], today)
+        if problem is not None:
+            out.append(("time_zone", problem))
     start = changes.get("flight_start")
     if isinstance(start, date):
         problem = start_after_delivery(ledger, current, start)
