@@ -215,6 +215,19 @@ def test_a_new_bucket_drops_the_older_buckets_of_its_cap(store: FrequencyStore) 
     }
 
 
+def test_an_advertisers_cap_in_two_zones_keeps_both_buckets(store: FrequencyStore) -> None:
+    """Advertiser 7's 2-a-day cap carried by a New York and a Berlin campaign at 02:00
+    UTC (23 Mar in New York, 24 Mar in Berlin): each serve counts both local days, and
+    neither bucket is the other's older one. A tester saw 9 serves under the cap of 2:
+    each bucket dropped the other, so after every serve only one held 1. Mutation seen
+    red: the planned fields dropped too (serves 3 and 4 allowed)."""
+    both: list[CapRule] = [counter(2, "v:7:d:2026-03-23", CapLevel.ADVERTISER, 7),
+                           counter(2, "v:7:d:2026-03-24", CapLevel.ADVERTISER, 7)]
+    assert [serve(store, both) for _ in range(4)] == [True, True, False, False]
+    assert store.read("u", [r.field for r in both]) == {"v:7:d:2026-03-23": 2,
+                                                         "v:7:d:2026-03-24": 2}
+
+
 def test_no_rules_means_no_io(backend: FrequencyBackend) -> None:
     dead = backend.unreachable()
     assert dead.check_and_increment("u", [[], []], NOW_S, 0) == [True, True]

@@ -84,6 +84,27 @@ def test_an_advertiser_cap_counts_every_campaign_of_the_advertiser(client: TestC
     assert len(served) == 2  # both campaigns together, one advertiser
 
 
+def test_an_advertiser_cap_holds_across_campaigns_of_two_time_zones(
+        client: TestClient) -> None:
+    """Advertiser-level 2 per hour declared by a UTC and an Asia/Kolkata campaign: the
+    two zones' hour buckets differ (offsets +0000 and +0530), and each serve used to drop
+    the other's (a tester got 10 serves of 10). Mutation seen red: the store dropping
+    planned buckets again (10 served)."""
+    cap = [{"level": "advertiser", "count": 2, "window": "hour"}]
+    first = make_campaign(client, frequency_caps=cap)
+    body = {"advertiser_id": first["advertiser"]["id"], "name": "b",
+            "objective": "impressions", "bid_type": "CPM", "bid_micros": 1_500_000,
+            "daily_budget_micros": 100_000_000, "time_zone": "Asia/Kolkata",
+            "flight_start": "2026-07-01", "frequency_caps": cap}
+    other = client.post("/v1/campaigns", json=body).json()
+    r = client.post(f"/v1/campaigns/{other['id']}/ads", json={
+        "landing_url": "https://x.test/b", "creative_ref": "b.png", "format": "banner",
+        "width": 300, "height": 250})
+    assert r.status_code == 201, r.text
+    served = [a["campaign_id"] for _ in range(10) for a in _served(client)]
+    assert len(served) == 2
+
+
 def test_cooldown_and_count_hold_together(client: TestClient, runtime: Runtime) -> None:
     make_campaign(client, frequency_caps=[
         {"level": "campaign", "count": 5, "window": "day"},

@@ -52,6 +52,13 @@ local key = KEYS[1]
 local now = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
 local answers = {}
+local planned = {}
+local p = 4
+for w = 1, tonumber(ARGV[3]) do
+  local c = tonumber(ARGV[p])
+  for i = p + 2, p + 1 + 2 * c, 2 do planned[ARGV[i]] = true end
+  p = p + 2 + 2 * c + 2 * tonumber(ARGV[p + 1])
+end
 local at = 4
 for w = 1, tonumber(ARGV[3]) do
   local counters = tonumber(ARGV[at])
@@ -74,10 +81,11 @@ for w = 1, tonumber(ARGV[3]) do
     for i = first, split - 1, 2 do
       local field = ARGV[i]
       if redis.call('HINCRBY', key, field, 1) == 1 then
-        -- a new bucket: drop the older buckets of the same cap
+        -- a new bucket: drop the older buckets of the same cap (none planned now: an
+        -- advertiser's cap in two zones has a bucket of each in the plan)
         local prefix = string.match(field, '^(.*:)')
         for _, other in ipairs(redis.call('HKEYS', key)) do
-          if other ~= field and string.sub(other, 1, #prefix) == prefix then
+          if not planned[other] and string.sub(other, 1, #prefix) == prefix then
             redis.call('HDEL', key, other)
           end
         end

@@ -144,6 +144,9 @@ def apply_winners(
     user's ``values`` (mutated in place), without expiry; the in-memory reference that
     the Redis script mirrors."""
     answers: list[bool] = []
+    # an advertiser's cap carried by campaigns of two zones has one bucket per zone in
+    # the plan (two local days or hours under one prefix): neither is an older bucket
+    planned = {r.field for rules in winners for r in rules if isinstance(r, CapCheck)}
     for rules in winners:
         ok = all(rule_holds(rule, values, now_s) for rule in rules)
         if ok:
@@ -152,9 +155,10 @@ def apply_winners(
                     values[rule.field] = now_s
                 elif rule.field in values:
                     values[rule.field] += 1
-                else:  # a new bucket: the cap's older buckets are over
+                else:  # a new bucket: the cap's older buckets (none planned now) are over
                     prefix = counter_prefix(rule.field)
-                    for old in [f for f in values if f.startswith(prefix)]:
+                    for old in [f for f in values if f.startswith(prefix)
+                                and f not in planned]:
                         del values[old]
                     values[rule.field] = 1
         answers.append(ok)

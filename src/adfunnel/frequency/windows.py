@@ -30,10 +30,12 @@ plus one day (hour: 1 h + 1 d, day: 2 d, week: 8 d, cooldown: its seconds + 1 d)
 400 days when a lifetime cap is in use — so a "lifetime" is 400 days since the user's
 last capped impression.
 
-Advertiser-level windows follow the zone of the campaign that carries the cap; campaigns
-of one advertiser with advertiser-level caps are expected to share a time zone (two
-zones would count two different days under one field name). An advertiser-level
-counter counts the impressions of the campaigns that carry that cap.
+Advertiser-level windows follow the zone of the campaign that carries the cap. Where
+campaigns of two zones carry it, a candidate's plan holds a bucket of each zone's window
+(the catalogue's :class:`~adfunnel.serving.caps.CapBook`), every serve counts both, and
+a store never drops a bucket the plan holds as an older one; a date string both zones
+share is one field (counted since the earlier zone's midnight: stricter, never looser).
+An advertiser-level counter counts the impressions of the campaigns that carry that cap.
 
 Times come from arguments only (an aware ``datetime`` of the injected clock, or Unix
 seconds); nothing here reads a clock or does I/O.
