@@ -23,7 +23,13 @@ from adfunnel.billing.event_rows import bills_on, ledger_event
 from adfunnel.billing.ledger import MemoryLedger
 from adfunnel.billing.model import EventType as LedgerEventType
 from adfunnel.budget.gate import LocalSpendGate, Served
-from adfunnel.campaigns.model import DEFAULT_ATTRIBUTION_WINDOW_S, BidType, Campaign, Objective
+from adfunnel.campaigns.model import (
+    DEFAULT_ATTRIBUTION_WINDOW_S,
+    BidType,
+    BudgetPeriod,
+    Campaign,
+    Objective,
+)
 from adfunnel.clock import ManualClock
 from adfunnel.events.log import DEFAULT_DEDUPE_WINDOW_S, Delivery, EventLogUnavailable
 from adfunnel.events.memory_log import MemoryConsumer, MemoryEventLog
@@ -230,40 +236,54 @@ def test_a_campaigns_own_attribution_window_is_applied() -> None:
 
 def test_the_day_is_the_campaigns_local_day() -> None:
     """23:30 UTC on the 15th is already the 16th in Tokyo."""
-    at = (datetime(2026, 7, 15, 23, 30, tzinfo=UTC) - START).total_seconds()
-    row = ledger_event(event(IMP, "i1", CPM, 1_000, at=at),
-                       campaign(CPM, BidType.CPM, time_zone="Asia/Tokyo"))
+    late = datetime(2026, 7, 15, 23, 30, tzinfo=UTC)
+    at = (late - START).total_seconds()
+    served = msgspec.structs.replace(event(IMP, "i1", CPM, 1_000, at=at),
+                                     served_at=int(late.timestamp()))
+    row = ledger_event(served, campaign(CPM, BidType.CPM, time_zone="Asia/Tokyo"))
     assert row.day == date(2026, 7, 16)
     assert row.charge_per_mille and row.charge_micros == 1_000
 
 
-def test_an_event_after_the_flight_for_a_serve_inside_it_is_dated_to_the_serve() -> None:
-    """A guaranteed line served at 23:50 on its last flight day whose beacon comes at
-    00:00:30: the flight's goal and money count it (a tester saw it billed on the next
-    day, outside the flight, where neither the goal nor the flight report looked: the
-    line paid for an impression its goal never got). An event of a serve after the
-    flight (none should be) and a campaign without a flight end keep their own day.
-    Mutation seen red: ``_day`` returning the event's local day (goal_delivered 0)."""
+def _served_at(e: Event, at: datetime) -> Event:
+    return msgspec.structs.replace(e, served_at=int(at.timestamp()))
+
+
+def test_an_event_is_billed_on_its_serves_day_so_the_next_day_is_not_spent_twice() -> None:
+    """A day campaign (5 impressions a day at 1,000 µ) serves its 5 at 23:59:50; their
+    beacons come at 00:00:02, and 5 more are served at 00:00:04. Dated by arrival, the
+    late beacons billed the new day, whose budget the gate had handed out afresh: a
+    tester saw the new day bill 5 and absorb 5, and the old day bill nothing — 5
+    impressions free. Dated by their serve, each day bills its own 5. Mutation seen red:
+    ``_day`` dating by arrival ((0, 0) and (10, 5_000, 5_000))."""
+    day_campaign = campaign(CPM, BidType.CPM, daily=5_000)
+    w = World([day_campaign])
+    before = datetime(2026, 7, 15, 23, 59, 50, tzinfo=UTC)
+    after = datetime(2026, 7, 16, 0, 0, 4, tzinfo=UTC)
+    beacons = [_served_at(event(IMP, f"a{i}", CPM, 1_000_000, at=(
+        after - START).total_seconds() - 2), before) for i in range(5)]
+    beacons += [_served_at(event(IMP, f"b{i}", CPM, 1_000_000, at=(
+        after - START).total_seconds() + 1), after) for i in range(5)]
+    w.send(*beacons)
+    assert w.totals(CPM)[:4] == (5, 0, 0, 5_000)
+    assert w.totals(CPM, date(2026, 7, 16)) == (5, 0, 0, 5_000, 0)
+
+
+def test_a_conversion_is_dated_by_its_arrival_within_its_flight() -> None:
+    """A conversion comes days after its serve (its attribution window): it bills on its
+    own day, but one after a flight's last day for a serve inside the flight is dated
+    to the serve's day, so the flight's goal and money count it. Mutation seen red: the
+    flight clamp removed (the 18th)."""
     from dataclasses import replace
 
-    from adfunnel.billing.period_report import period_report
-    from adfunnel.campaigns.model import BudgetPeriod, Goal, GoalMetric, Priority
-
-    line = replace(campaign(CPM, BidType.CPM), priority=Priority.GUARANTEED,
-                   goal=Goal(GoalMetric.IMPRESSIONS, total=3), daily_budget_micros=0,
-                   budget_period=BudgetPeriod.FLIGHT, flight_end=DAY, bid_micros=1_000_000)
-    served = int((datetime(2026, 7, 15, 23, 50, tzinfo=UTC)).timestamp())
-    late = (datetime(2026, 7, 16, 0, 0, 30, tzinfo=UTC) - START).total_seconds()
-    beacon = msgspec.structs.replace(event(IMP, "i1", CPM, 1_000_000, at=late),
-                                     served_at=served)
-    assert ledger_event(beacon, line).day == DAY
-    after = msgspec.structs.replace(beacon, served_at=served + 3_600)  # served on the 16th
-    assert ledger_event(after, line).day == date(2026, 7, 16)
-    assert ledger_event(beacon, campaign(CPM, BidType.CPM)).day == date(2026, 7, 16)
-    w = World([line])
-    w.send(beacon)
-    rep = period_report(w.ledger, line, date(2026, 7, 16))
-    assert (rep["goal_delivered"], rep["billed_micros"]) == (1, 1_000)
+    line = replace(campaign(CPA, BidType.CPA), budget_period=BudgetPeriod.FLIGHT,
+                   flight_end=DAY, daily_budget_micros=0, flight_budget_micros=BIG)
+    served = datetime(2026, 7, 15, 23, 50, tzinfo=UTC)
+    at = (datetime(2026, 7, 18, 9, tzinfo=UTC) - START).total_seconds()
+    conv = _served_at(event(CONV, "i1", CPA, 1_000, at=at), served)
+    assert ledger_event(conv, line).day == DAY
+    open_ended = campaign(CPA, BidType.CPA)
+    assert ledger_event(conv, open_ended).day == date(2026, 7, 18)
 
 
 def test_only_the_billable_event_carries_a_charge_and_expected_cost() -> None:

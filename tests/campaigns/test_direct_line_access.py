@@ -155,6 +155,32 @@ def test_a_flight_start_never_moves_past_what_the_line_delivered(rt: Runtime) ->
         assert r.status_code == 200, r.text
 
 
+def test_a_flight_end_never_moves_before_what_the_line_delivered(rt: Runtime) -> None:
+    """A guaranteed line (goal 500, flight 2-8 Nov) that delivered on 4 Nov may not end
+    on 3 Nov: the days after the end fall out of the flight its goal counts, so a tester
+    then lowered the goal below what was billed and, the end moved back, the line had
+    billed past its goal. Ending on the 4th (the last day delivered), or later, is fine.
+    Mutation seen red: the check removed (200 for 3 Nov)."""
+    from datetime import date
+
+    from adfunnel.billing.model import EventType, LedgerEvent
+
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
+        adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
+        lid = admin.post("/v1/campaigns", json=_guaranteed_body(adv)).json()["id"]
+        rt.ledger.record(LedgerEvent("i0", EventType.IMPRESSION, lid, 1, "p", "CPM",
+                                     2_000_000, datetime(2026, 11, 4, 1, tzinfo=UTC),
+                                     date(2026, 11, 4)), 10**12)
+        r = admin.patch(f"/v1/campaigns/{lid}", json={"flight_end": "2026-11-03",
+                                                      "version": 1})
+        assert r.status_code == 422, r.text
+        (problem,) = r.json()["fields"]
+        assert problem["field"] == "flight_end" and "2026-11-04" in problem["problem"]
+        r = admin.patch(f"/v1/campaigns/{lid}", json={"flight_end": "2026-11-04",
+                                                      "version": 1})
+        assert r.status_code == 200, r.text
+
+
 def test_a_completed_line_whose_goal_is_met_is_not_resumed(rt: Runtime) -> None:
     """Billing marks a guaranteed line ``completed`` when its goal is met, even with money
     left (its contract rate was raised mid-flight). A resume made it active again, and

@@ -29,10 +29,7 @@ _BILLS_ON = {BidType.CPM.value: EventType.IMPRESSION, BidType.CPC.value: EventTy
 def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
     """The ledger row of ``event`` for ``campaign``: charged its price when it is the
     event its billing type bills (a CPM price per mille, exactly), else 0; its day is
-    the campaign's local day of the event, but that of its serve when the event comes
-    after the campaign's last flight day for a serve within the flight (a beacon or click
-    of the flight's last minutes after midnight: its flight's money and goal count it,
-    as the serve's budget day reserved it). A loss carries the bid's expected cost: it
+    the campaign's local day of its serve (:func:`_day`). A loss carries the bid's expected cost: it
     settles the reservation (the ledger settles it once, :mod:`adfunnel.billing.batch`)."""
     event_type = EVENT_TYPES[event.event_type]  # a StrEnum member hashes as its value
     occurred = datetime.fromtimestamp(event.occurred_at, tz=UTC)
@@ -48,7 +45,7 @@ def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
         billing_type=billing_type,
         charge_micros=event.price_micros if billable else 0,
         occurred_at=occurred,
-        day=_day(occurred, served, campaign),
+        day=_day(event_type, occurred, served, campaign),
         served_at=served,
         # the billable event settles its serve's in-flight estimate, as does an OpenRTB
         # loss notice (the bid will never bill); others nothing
@@ -66,15 +63,23 @@ _LOSS = EventType.LOSS
 _NOTICES = frozenset({EventType.WIN, EventType.LOSS})
 
 
-def _day(occurred: datetime, served: datetime, campaign: Campaign) -> date:
-    """The ledger day of an event (:func:`ledger_event`): its local day, or its serve's
-    when it came after the flight's last day for a serve inside the flight."""
-    day = local_day(occurred, campaign.time_zone)
+def _day(event_type: EventType, occurred: datetime, served: datetime,
+         campaign: Campaign) -> date:
+    """The ledger day of an event: the campaign's local day of its serve, the budget day
+    that admitted the serve and holds its cost in flight. Dated by its arrival, a beacon
+    of 23:59 served after midnight billed the new day, whose budget the gate had just
+    handed out afresh: the ledger absorbed the old day's serves as overspend and they
+    went free. A conversion (days after its click, within its attribution window) is
+    dated by its arrival, but into the flight when it arrives after the flight's last
+    day for a serve inside it (its flight's money and goal count it)."""
+    zone = campaign.time_zone
+    served_day = local_day(served, zone)
+    if event_type is not EventType.CONVERSION:
+        return served_day
+    day = local_day(occurred, zone)
     end = campaign.flight_end
-    if end is not None and day > end:
-        served_day = local_day(served, campaign.time_zone)
-        if served_day <= end:
-            return served_day
+    if end is not None and day > end >= served_day:
+        return served_day
     return day
 
 

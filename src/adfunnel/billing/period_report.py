@@ -110,6 +110,26 @@ def start_after_delivery(ledger: DayTotalsReader, campaign: Campaign,
             "billed: its flight budget and goal count those days (move the end instead)")
 
 
+def end_before_delivery(ledger: DayTotalsReader, campaign: Campaign,
+                        end: date) -> str | None:
+    """Why a flight-period or goal ``campaign``'s ``flight_end`` may not move earlier to
+    ``end``: it delivered (billed) on days after it, which would then fall out of the
+    flight whose budget and goal count them — its goal could be lowered below what it
+    billed and, the end moved back, bill past it. None when it may (a later end, or
+    nothing delivered after)."""
+    held = campaign.flight_end
+    if (held is not None and end >= held) or (
+            campaign.budget_period is not BudgetPeriod.FLIGHT and campaign.goal is None):
+        return None
+    rows = ledger.day_totals(campaign.id, date.fromordinal(end.toordinal() + 1), date.max)
+    delivered = [r.day for r in rows
+                 if r.impressions or r.clicks or r.conversions or r.billed_micros]
+    if not delivered:
+        return None
+    return (f"is before {max(delivered).isoformat()}, when the line already delivered and "
+            "billed: its flight budget and goal count those days")
+
+
 def rate_leaves_goal_short(ledger: DayTotalsReader, current: Campaign, after: Campaign,
                            today: date) -> str | None:
     """Why a guaranteed line's contract rate may not fall from ``current``'s to
@@ -155,10 +175,10 @@ def zone_after_start(campaign: Campaign, time_zone: object, today: date) -> str 
 def period_edit_problems(ledger: DayTotalsReader, current: Campaign,
                          changes: dict[str, Any], today: date) -> list[tuple[str, str]]:
     """``(field, problem)`` of a write that would forget what the line delivered: a goal
-    lowered below it (:func:`goal_below_delivered`), a flight start moved past it
-    (:func:`start_after_delivery`), a contract rate lowered past what its goal's money
-    still pays for (:func:`rate_leaves_goal_short`), a time zone changed after the flight
-    started (:func:`zone_after_start`)."""
+    lowered below it (:func:`goal_below_delivered`), a flight start or end moved past it
+    (:func:`start_after_delivery`, :func:`end_before_delivery`), a contract rate lowered
+    past what its goal's money still pays for (:func:`rate_leaves_goal_short`), a time
+    zone changed after the flight started (:func:`zone_after_start`)."""
     out = []
     goal = changes.get("goal")
     if isinstance(goal, dict) and goal.get("total") is not None:
@@ -180,6 +200,11 @@ def period_edit_problems(ledger: DayTotalsReader, current: Campaign,
         problem = start_after_delivery(ledger, current, start)
         if problem is not None:
             out.append(("flight_start", problem))
+    end = changes.get("flight_end")
+    if isinstance(end, date):
+        problem = end_before_delivery(ledger, current, end)
+        if problem is not None:
+            out.append(("flight_end", problem))
     return out
 
 
