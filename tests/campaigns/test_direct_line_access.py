@@ -61,7 +61,8 @@ def _deliver(rt: Runtime, line_id: int, impressions: int) -> None:
     from adfunnel.billing.model import EventType, LedgerEvent
 
     for i in range(impressions):
-        rt.ledger.record(LedgerEvent(f"i{i}", EventType.IMPRESSION, line_id, 1, "p", "CPM",
+        rt.ledger.record(LedgerEvent(f"{line_id}:i{i}", EventType.IMPRESSION, line_id, 1,
+                                     "p", "CPM",
                                      2_000_000, datetime(2026, 11, 2, 1, tzinfo=UTC),
                                      date(2026, 11, 2)), 10**12)
 
@@ -179,6 +180,32 @@ def test_a_flight_end_never_moves_before_what_the_line_delivered(rt: Runtime) ->
         r = admin.patch(f"/v1/campaigns/{lid}", json={"flight_end": "2026-11-04",
                                                       "version": 1})
         assert r.status_code == 200, r.text
+
+
+def test_a_goal_lowered_to_what_the_line_delivered_completes_it(rt: Runtime) -> None:
+    """A goal may be lowered to what the line delivered (144 here), not below; left
+    active, the line kept its slots ahead of the auction, each one over-delivery billed
+    nothing, until billing completed it (a tester got 2 free impressions at once). The
+    PATCH completes it. A paused line whose goal is met is not resumed either (409).
+    Mutations seen red: ``completes_a_met_goal`` doing nothing (``active``); the resume
+    rule for completed lines only (200 for the paused one)."""
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
+        adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
+        lid = admin.post("/v1/campaigns", json=_guaranteed_body(adv)).json()["id"]
+        _deliver(rt, lid, 144)
+        r = admin.patch(f"/v1/campaigns/{lid}", json={
+            "goal": {"metric": "impressions", "total": 144}, "version": 1})
+        assert r.status_code == 200 and r.json()["status"] == "completed", r.text
+        paused = admin.post("/v1/campaigns", json=_guaranteed_body(adv)).json()["id"]
+        _deliver(rt, paused, 10)
+        r = admin.post(f"/v1/campaigns/{paused}:pause", json={"version": 1})
+        assert r.status_code == 200, r.text
+        r = admin.patch(f"/v1/campaigns/{paused}", json={
+            "goal": {"metric": "impressions", "total": 10}, "version": 2})
+        assert r.status_code == 200 and r.json()["status"] == "paused", r.text
+        r = admin.post(f"/v1/campaigns/{paused}:resume", json={"version": 3})
+        assert r.status_code == 409, r.text
+        assert r.json()["fields"][0]["field"] == "status"
 
 
 def test_a_completed_line_whose_goal_is_met_is_not_resumed(rt: Runtime) -> None:

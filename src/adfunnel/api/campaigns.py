@@ -83,7 +83,11 @@ from adfunnel.api.campaign_schemas import (
 )
 from adfunnel.api.creatives import UploadLookup
 from adfunnel.api.field_types import VersionIn
-from adfunnel.api.met_goal import refuse_resuming_a_met_goal, with_patched_goal
+from adfunnel.api.met_goal import (
+    completes_a_met_goal,
+    refuse_resuming_a_met_goal,
+    with_patched_goal,
+)
 from adfunnel.api.pagination import (
     DEFAULT_LIMIT,
     Cursor,
@@ -291,8 +295,9 @@ def make_advertiser_router(
             raise validation_error(("status", "archive with DELETE /v1/campaigns/{id}"))
         # judged by the goal the PATCH leaves: a raised goal resumes, one re-sent as it is
         # (or any goal the line has already met) does not
-        refuse_resuming_a_met_goal(ledger, clock, with_patched_goal(current, changes),
-                                   changes.get("status"))
+        patched = with_patched_goal(current, changes)
+        refuse_resuming_a_met_goal(ledger, clock, patched, changes.get("status"))
+        completes_a_met_goal(ledger, clock, patched, changes)
         if "targeting" in changes and changes["targeting"] is not None:
             changes["targeting"] = canonical_targeting(body.targeting)
         updated = store.update_campaign(campaign_id, changes, body.version)
