@@ -182,6 +182,35 @@ def test_a_flight_end_never_moves_before_what_the_line_delivered(rt: Runtime) ->
         assert r.status_code == 200, r.text
 
 
+def test_a_line_that_billed_keeps_its_goal_metric_and_its_end(rt: Runtime) -> None:
+    """Two bypasses a tester found: switching the goal to clicks and back dodged the
+    contract-rate rule (the line then stopped short of its goal), and switching the
+    budget period to ``day`` dodged the ``flight_end`` rule (then back to ``flight``).
+    A billed line's goal metric is fixed (422 naming ``goal.metric``), and the end rule
+    holds whatever the period. Mutations seen red: ``metric_after_billing`` returning
+    None (200); ``end_before_delivery`` for flight-period lines only (200)."""
+    from datetime import date
+
+    from adfunnel.billing.model import EventType, LedgerEvent
+
+    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
+        adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
+        lid = admin.post("/v1/campaigns", json=_guaranteed_body(adv)).json()["id"]
+        _deliver(rt, lid, 3)
+        r = admin.patch(f"/v1/campaigns/{lid}", json={
+            "goal": {"metric": "clicks", "total": 5}, "bid_type": "CPC",
+            "bid_micros": 1_000, "objective": "clicks", "version": 1})
+        assert r.status_code == 422, r.text
+        assert "goal.metric" in {f["field"] for f in r.json()["fields"]}
+        auction = admin.post("/v1/campaigns", json=_body(adv)).json()["id"]  # a day budget
+        rt.ledger.record(LedgerEvent("d0", EventType.IMPRESSION, auction, 1, "p", "CPM",
+                                     2_000_000, datetime(2026, 11, 4, 1, tzinfo=UTC),
+                                     date(2026, 11, 4)), 10**12)
+        r = admin.patch(f"/v1/campaigns/{auction}", json={"flight_end": "2026-11-03",
+                                                          "version": 1})
+        assert r.status_code == 422 and r.json()["fields"][0]["field"] == "flight_end", r.text
+
+
 def test_a_goal_lowered_to_what_the_line_delivered_completes_it(rt: Runtime) -> None:
     """A goal may be lowered to what the line delivered (144 here), not below; left
     active, the line kept its slots ahead of the auction, each one over-delivery billed

@@ -22,14 +22,18 @@ from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
 
 
 @pytest.fixture
-def admin() -> Iterator[TestClient]:
+def runtime() -> Iterator[Runtime]:
     settings = load_settings(database_url="sqlite://", clock="manual", token_secret="k" * 32,
                              admin_key=ADMIN_KEY)
-    rt: Runtime = build_runtime(settings, ManualClock(datetime(2026, 11, 2, 10, tzinfo=UTC)),
-                                seed=1)
-    with TestClient(build_app(rt), headers=ADMIN_HEADERS) as client:
-        yield client
+    rt = build_runtime(settings, ManualClock(datetime(2026, 11, 2, 10, tzinfo=UTC)), seed=1)
+    yield rt
     rt.close()
+
+
+@pytest.fixture
+def admin(runtime: Runtime) -> Iterator[TestClient]:
+    with TestClient(build_app(runtime), headers=ADMIN_HEADERS) as client:
+        yield client
 
 
 def _campaign(admin: TestClient, flight_start: str) -> int:
@@ -56,3 +60,27 @@ def test_a_time_zone_is_fixed_once_the_flight_has_started(admin: TestClient) -> 
     r = admin.patch(f"/v1/campaigns/{later}",
                     json={"time_zone": "Pacific/Kiritimati", "version": 1})
     assert r.status_code == 200 and r.json()["time_zone"] == "Pacific/Kiritimati", r.text
+
+
+def test_a_start_moved_past_delivered_days_cannot_reopen_the_zone(
+        admin: TestClient, runtime: Runtime) -> None:
+    """A tester moved a day campaign's start past today (allowed then for day budgets),
+    changed its zone, and moved the start back: the campaign went dark (``no_slice``).
+    A start never moves past a day any campaign delivered on now, so its zone stays
+    fixed. Mutation seen red: the rule for flight-period and goal lines only (200)."""
+    from datetime import date
+
+    from adfunnel.billing.model import EventType, LedgerEvent
+
+    cid = _campaign(admin, "2026-11-01")
+    runtime.ledger.record(LedgerEvent("i0", EventType.IMPRESSION, cid, 1, "p", "CPM",
+                                      2_000_000, datetime(2026, 11, 1, 9, tzinfo=UTC),
+                                      date(2026, 11, 1)), 10**12)
+    r = admin.patch(f"/v1/campaigns/{cid}", json={"flight_start": "2026-11-20",
+                                                  "version": 1})
+    assert r.status_code == 422 and r.json()["fields"][0]["field"] == "flight_start", r.text
+    r = admin.patch(f"/v1/campaigns/{cid}", json={"flight_start": "2026-11-20",
+                                                  "time_zone": "America/Los_Angeles",
+                                                  "version": 1})
+    assert r.status_code == 422, r.text
+    assert {f["field"] for f in r.json()["fields"]} == {"flight_start", "time_zone"}

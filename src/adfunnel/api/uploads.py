@@ -21,7 +21,7 @@ before it is buffered. An upload's ``url`` is ``creative_url_prefix`` + the file
 when that is set (a CDN or object store serves the files), else this server's
 ``/creatives/files/<name>``: in an ad (:meth:`Uploads.lookup`) as that path alone, never
 under the request's ``Host`` (the serving side adds ``public_base_url``); in the upload
-route's own answer absolute, under ``public_base_url`` or that request's base URL.
+route's own answer under ``public_base_url``, or that path when it is unset.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Request, Response, UploadFile
+from fastapi import APIRouter, File, Form, Response, UploadFile
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
@@ -92,11 +92,11 @@ class Uploads:
             return self.url_prefix + upload.file_name
         return FILES_PATH + upload.file_name
 
-    def url(self, upload: Upload, request_base: str) -> str:
-        """The upload's absolute URL for the upload route's answer (``request_base``:
-        that request's base URL, used without ``public_base_url``; never stored)."""
-        base = self.public_base_url or request_base.rstrip("/")
-        return served_url(self.stored_url(upload), base)
+    def url(self, upload: Upload) -> str:
+        """The upload's URL for the upload route's answer: under ``public_base_url``, or
+        this server's path when that is unset (as the select answer gives it): never
+        under the request's ``Host``."""
+        return served_url(self.stored_url(upload), (self.public_base_url or "").rstrip("/"))
 
     def lookup(self, upload_id: str, advertiser_id: int) -> UploadedImage | None:
         """The advertiser's upload for an ad (``api.creatives.UploadLookup``); None for
@@ -112,9 +112,9 @@ def make_upload_router(store: CampaignStore, uploads: Uploads, clock: Clock) -> 
     ``created_at``."""
     router = APIRouter()
 
-    def out(upload: Upload, request: Request) -> UploadOut:
+    def out(upload: Upload) -> UploadOut:
         return UploadOut(upload_id=upload.id, advertiser_id=upload.advertiser_id,
-                         url=uploads.url(upload, str(request.base_url)),
+                         url=uploads.url(upload),
                          content_type=upload.content_type, width=upload.width,
                          height=upload.height, bytes=upload.bytes,
                          created_at=upload.created_at)
@@ -124,7 +124,7 @@ def make_upload_router(store: CampaignStore, uploads: Uploads, clock: Clock) -> 
                                   "description": "This advertiser's same image, kept"},
                             413: {"description": "The file is over the byte limit"}})
     def upload_creative(
-        request: Request, response: Response, who: Writer,
+        response: Response, who: Writer,
         file: Annotated[UploadFile, File(description="A PNG, JPEG, GIF or WebP image; its "
                                                      "type is read from its content")],
         advertiser_id: Annotated[int | None, Form(
@@ -147,14 +147,14 @@ def make_upload_router(store: CampaignStore, uploads: Uploads, clock: Clock) -> 
         kept, new = uploads.records.add(record)
         if not new:
             response.status_code = 200
-        return out(kept, request)
+        return out(kept)
 
     @router.get(UPLOAD_PATH + "/{upload_id}", response_model=UploadOut, tags=["advertiser"])
-    def get_upload(upload_id: str, who: Caller, request: Request) -> UploadOut:
+    def get_upload(upload_id: str, who: Caller) -> UploadOut:
         found = uploads.records.get(upload_id)
         if found is None or not who.sees(found.advertiser_id):
             raise NotFound("upload", upload_id)  # type: ignore[arg-type]
-        return out(found, request)
+        return out(found)
 
     @router.get(FILES_PATH + "{name}", tags=["creatives"], response_class=FileResponse,
                 responses={200: {"description": "The image",

@@ -93,12 +93,13 @@ def goal_below_delivered(ledger: DayTotalsReader, campaign: Campaign, metric: st
 
 def start_after_delivery(ledger: DayTotalsReader, campaign: Campaign,
                          start: date) -> str | None:
-    """Why a flight-period or goal ``campaign``'s ``flight_start`` may not move later to
-    ``start``: it delivered (billed) on days before it, which would then fall out of the
-    flight whose budget and goal count them — its goal would count from zero again and
-    bill past it. None when it may (an earlier start, or nothing delivered before)."""
-    if start <= campaign.flight_start or (
-            campaign.budget_period is not BudgetPeriod.FLIGHT and campaign.goal is None):
+    """Why ``campaign``'s ``flight_start`` may not move later to ``start``: it delivered
+    (billed) on days before it, which would then fall out of the flight whose budget and
+    goal count them — its goal would count from zero again and bill past it. Judged for
+    every campaign, whatever its period now: a write may change the period too, and a
+    start moved past today would reopen its time zone (:func:`zone_after_start`). None
+    when it may (an earlier start, or nothing delivered before)."""
+    if start <= campaign.flight_start:
         return None
     rows = ledger.day_totals(campaign.id, campaign.flight_start,
                              date.fromordinal(start.toordinal() - 1))
@@ -110,16 +111,30 @@ def start_after_delivery(ledger: DayTotalsReader, campaign: Campaign,
             "billed: its flight budget and goal count those days (move the end instead)")
 
 
+def metric_after_billing(ledger: DayTotalsReader, campaign: Campaign, metric: object,
+                         today: date) -> str | None:
+    """Why a line's goal may not change its metric to ``metric``: the line has billed,
+    and its goal's money and count (the total x the rate, the events counted) would be
+    judged afresh in the new unit, forgetting what it billed (a tester switched a line
+    to clicks and back to dodge :func:`rate_leaves_goal_short`). None when it may."""
+    goal = campaign.goal
+    if goal is None or metric is None or metric == goal.metric.value:
+        return None
+    if not period_report(ledger, campaign, today)["billed_micros"]:
+        return None
+    return (f"is fixed once the line has billed: {goal.metric.value} (book a new line "
+            "for another)")
+
+
 def end_before_delivery(ledger: DayTotalsReader, campaign: Campaign,
                         end: date) -> str | None:
-    """Why a flight-period or goal ``campaign``'s ``flight_end`` may not move earlier to
-    ``end``: it delivered (billed) on days after it, which would then fall out of the
-    flight whose budget and goal count them — its goal could be lowered below what it
-    billed and, the end moved back, bill past it. None when it may (a later end, or
-    nothing delivered after)."""
+    """Why ``campaign``'s ``flight_end`` may not move earlier to ``end``: it delivered
+    (billed) on days after it, which would then fall out of the flight whose budget and
+    goal count them — its goal could be lowered below what it billed and, the end moved
+    back, bill past it. Judged for every campaign, whatever its period now (a write may
+    make it a flight). None when it may (a later end, or nothing delivered after)."""
     held = campaign.flight_end
-    if (held is not None and end >= held) or (
-            campaign.budget_period is not BudgetPeriod.FLIGHT and campaign.goal is None):
+    if held is not None and end >= held:
         return None
     rows = ledger.day_totals(campaign.id, date.fromordinal(end.toordinal() + 1), date.max)
     delivered = [r.day for r in rows
@@ -175,7 +190,8 @@ def zone_after_start(campaign: Campaign, time_zone: object, today: date) -> str 
 def period_edit_problems(ledger: DayTotalsReader, current: Campaign,
                          changes: dict[str, Any], today: date) -> list[tuple[str, str]]:
     """``(field, problem)`` of a write that would forget what the line delivered: a goal
-    lowered below it (:func:`goal_below_delivered`), a flight start or end moved past it
+    lowered below it (:func:`goal_below_delivered`), a goal's metric changed after it
+    billed (:func:`metric_after_billing`), a flight start or end moved past it
     (:func:`start_after_delivery`, :func:`end_before_delivery`), a contract rate lowered
     past what its goal's money still pays for (:func:`rate_leaves_goal_short`), a time
     zone changed after the flight started (:func:`zone_after_start`)."""
@@ -186,6 +202,10 @@ def period_edit_problems(ledger: DayTotalsReader, current: Campaign,
                                        int(goal["total"]), today)
         if problem is not None:
             out.append(("goal.total", problem))
+    if isinstance(goal, dict) and current.goal is not None:
+        problem = metric_after_billing(ledger, current, goal.get("metric"), today)
+        if problem is not None:
+            out.append(("goal.metric", problem))
     after = _terms_after(current, changes)
     if after is not None:
         problem = rate_leaves_goal_short(ledger, current, after, today)
