@@ -27,14 +27,24 @@ LINES = {
 @pytest.mark.parametrize("line", sorted(LINES))
 def test_a_direct_line_is_never_bid_on_an_exchange(client: TestClient, runtime: Runtime,
                                                    line: str) -> None:
-    """Mutation seen red: the tier check in ``reprice`` removed (a 200 bid at the line's
-    value, its token billing CPM)."""
+    """The line is left out of an exchange's request before the tiers (reason
+    ``direct_line``), so the auction's campaign fills the slot: a tester saw every
+    exchange request of a placement with a direct line answer no bid. Mutations seen
+    red: the line left in (the bid was the line's, its token billing CPM; then, dropped
+    after the decision, no bid at all)."""
     made = banner_campaign(client, **LINES[line])
     assert made["campaign"]["priority"] == line
     r = client.post("/openrtb2/bid?nbr=1", json=banner_request())
     assert r.status_code == 200, r.text
-    assert r.json()["ext"]["adfunnel"]["reasons"] == {"imp-1": "direct_line"}
-    assert r.json()["nbr"] == 513
+    assert r.json()["ext"]["adfunnel"]["reasons"] == {"imp-1": "no_fill"}
+    auction = banner_campaign(client, bid_micros=1_000_000)["campaign"]["id"]
+    r = client.post("/openrtb2/bid", json=banner_request(id="req-2"))
+    assert r.status_code == 200, r.text
+    (bid,) = r.json()["seatbid"][0]["bid"]
+    explained = runtime.decisions.explain("ortb-req-2")
+    assert explained is not None
+    assert explained["rejection_counts"] == {"direct_line": 1}
+    assert [p["campaign_id"] for p in explained["placed"]] == [auction]
     served: Any = runtime.gate
     assert served.committed(made["campaign"]["id"], runtime.clock.now().date()) == 0
     # the same line still serves the operator's own slots (ads:select)
@@ -43,3 +53,4 @@ def test_a_direct_line_is_never_bid_on_an_exchange(client: TestClient, runtime: 
         "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}]})
     assert r.status_code == 200, r.text
     assert r.json()["ads"][0]["campaign_id"] == made["campaign"]["id"]
+    assert bid["price"] > 0

@@ -94,19 +94,18 @@ def test_a_test_request_leaves_every_counter_as_it_found_it(
         service_client: TestClient, service_runtime: Runtime, monkeypatch: Any) -> None:
     """Breaks if the queue decides a dry run as a live one (tried: ``decide_dry`` replaced
     by ``decider.decide`` in ``DecisionQueue._run``: the first test request counts the
-    cap, so the next gets no bid), or if any one writer is left in place (tried, one at
-    a time in ``dry_run._stand_in``: ``eligible`` → the pacing counts differ; ``supply``
-    → the guaranteed line's counts and sample differ; ``caps`` → the cap is counted and
-    the next test request gets no bid; ``gate`` → the budget client's demand and
-    ``asking`` differ; the rng's state not restored → the next draw differs). The served
-    log is watched too (a dry run never reaches its ``record``; the shed and late runner
-    paths: ``tests/serving/test_dry_run_runner.py``)."""
+    cap, so the next gets one bid), or if any one writer is left in place (tried, one at
+    a time in ``dry_run._stand_in``: ``eligible`` → the pacing counts differ; ``caps`` →
+    the cap is counted and the next test request gets one bid; ``gate`` → the budget
+    client's demand and ``asking`` differ; the rng's state not restored → the next draw
+    differs). The served log is watched too (a dry run never reaches its ``record``; the
+    shed and late runner paths: ``tests/serving/test_dry_run_runner.py``)."""
     rt = service_runtime
     capped = banner_campaign(service_client, bid_micros=2_500_000, frequency_caps=ONE_A_DAY,
                              )["campaign"]["id"]
-    line = banner_campaign(service_client, 728, 90, bid_micros=1_000_000, priority="guaranteed",
-                           goal={"metric": "impressions", "total": 1_000},
-                           flight_end="2026-07-31")["campaign"]["id"]
+    # an exchange's request counts no guaranteed supply (its direct lines are left out:
+    # test_direct_lines.py), so the second imp goes to an auction campaign
+    line = banner_campaign(service_client, 728, 90, bid_micros=1_000_000)["campaign"]["id"]
     assert capped != line
     recorded: list[Any] = []
     assert rt.served is not None
@@ -115,18 +114,16 @@ def test_a_test_request_leaves_every_counter_as_it_found_it(
     for i in range(3):
         r = service_client.post("/openrtb2/bid", json=_two_imps(id=f"t{i}", test=1))
         assert r.status_code == 200, r.text
-        # both decided as live ones; the guaranteed line fills its slot inside (its
-        # supply counted) but never bids on an exchange (test_direct_lines.py)
-        assert len(r.json()["seatbid"][0]["bid"]) == 1
+        assert len(r.json()["seatbid"][0]["bid"]) == 2  # both decided as live ones
     assert _state(rt) == before
     assert recorded == []
     assert rt.decisions.explain("ortb-t2") is not None  # the decision log keeps it
     # the same request live changes what the dry runs left alone (the check can see it)
     r = service_client.post("/openrtb2/bid", json=_two_imps(id="live"))
     assert r.status_code == 200, r.text
-    assert len(r.json()["seatbid"][0]["bid"]) == 1
+    assert len(r.json()["seatbid"][0]["bid"]) == 2
     after = _state(rt)
-    for key in ("eligible", "supply", "caps", "placements", "sample", "rng"):
+    for key in ("eligible", "caps", "placements", "sample", "rng"):
         assert after[key] != before[key], key
     assert len(recorded) == 1
 

@@ -50,10 +50,11 @@ from adfunnel.serving.columns import MAX_DENSE_ID
 from adfunnel.serving.decider import ColumnarDecider
 from adfunnel.serving.decision import PRERANK_CUT, Decides, Decision
 from adfunnel.serving.reference import ReferenceDecider
-from adfunnel.serving.request import SelectRequest, decode_request
+from adfunnel.serving.request import ExchangeSelect, SelectRequest, decode_request
 from adfunnel.serving.tiers import (
     AHEAD_OF_PLAN,
     AUCTION,
+    DIRECT_LINE,
     GOAL_MET,
     GUARANTEED,
     HOUSE,
@@ -318,6 +319,8 @@ def test_columnar_path_equals_reference_with_direct_lines(gate_kind: str, keep: 
         rng = random.Random(1000 + world_seed)
         for i in range(15):
             req = _request(rng, i)
+            if i % 3 == 2:  # an exchange's request: the direct lines left out on both
+                req = ExchangeSelect(**msgspec.structs.asdict(req))
             deadline = monotonic_ms() + 60_000
             a = ref.decide(req, f"r{i}", deadline)
             b = col.decide(req, f"r{i}", deadline)
@@ -325,6 +328,8 @@ def test_columnar_path_equals_reference_with_direct_lines(gate_kind: str, keep: 
             assert _outcome(b) == _outcome(a), where
             assert b.reason_counts is not None
             assert _split(b.reason_counts) == _split(a.rejection_counts()), where
+            if isinstance(req, ExchangeSelect):
+                assert set(b.slot_tiers().values()) <= {AUCTION, HOUSE}, where
             tiers.update(b.slot_tiers().values())
             reasons.update(b.reason_counts)
             for p in b.placed:  # a direct line is charged its contract rate
@@ -334,7 +339,8 @@ def test_columnar_path_equals_reference_with_direct_lines(gate_kind: str, keep: 
         assert col.supply.counts == ref.supply.counts
     # not vacuous: every tier filled slots, and every tier's reason came up
     assert min(tiers[t] for t in (SPONSORSHIP, GUARANTEED, AUCTION, HOUSE)) > 0, tiers
-    need = [SHARE_NOT_DRAWN, GOAL_MET] + ([AHEAD_OF_PLAN] if gate_kind == "client" else [])
+    need = [SHARE_NOT_DRAWN, GOAL_MET, DIRECT_LINE] + (
+        [AHEAD_OF_PLAN] if gate_kind == "client" else [])
     assert all(reasons[r] > 0 for r in need), reasons
 
 

@@ -62,6 +62,7 @@ from adfunnel.serving.request import (
     MAX_ID_CHARS,
     MAX_RESERVE_CPM_MICROS,
     MAX_SLOT_PIXELS,
+    ExchangeSelect,
     PlacementIn,
     SelectRequest,
     SlotIn,
@@ -168,7 +169,7 @@ def map_request(req: BidRequest, config: MappingConfig) -> Mapped:
         return Mapped(None, {}, no_bid, first_price, deadline)
     placement = PlacementIn(id=_placement_id(req, [t.index for t in imps.values()], config),
                             exchange=config.exchange, domain=_domain(req))
-    select = SelectRequest(user=_user(req, config), placement=placement, slots=slots,
+    select = ExchangeSelect(user=_user(req, config), placement=placement, slots=slots,
                            deadline_ms=deadline, request_id=_short(req.id, 128),
                            blocked_categories=_block_list(req.bcat),
                            blocked_domains=_block_list(req.badv),

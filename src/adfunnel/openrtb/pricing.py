@@ -57,7 +57,9 @@ BELOW_FLOOR = "below_floor"
 #: No-bid reason of an imp a sponsorship or guaranteed line filled inside: a direct line
 #: is sold on the operator's own slots at its contract rate (CPM per mille, CPC per
 #: click), which a CPM bid billed at an exchange's clearing price would not honour (a
-#: clicks goal paid per impression), so it never bids on an exchange.
+#: clicks goal paid per impression), so it never bids on an exchange. A safety net: the
+#: funnel leaves direct lines out of an exchange's request already
+#: (:class:`~adfunnel.serving.request.ExchangeSelect`), so the auction fills the slot.
 DIRECT_LINE = "direct_line"
 #: ``billable_event`` of a bid's token, by ``openrtb_bills_on``.
 BILLABLE_EVENT = {"burl": "notice", "beacon": EXCHANGE_BEACON}

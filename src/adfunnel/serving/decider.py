@@ -61,7 +61,7 @@ from adfunnel.serving.catalog import Catalog
 from adfunnel.serving.decision import Decision, commit_served, give_back_caps
 from adfunnel.serving.house import house_fills
 from adfunnel.serving.reference import ReferenceDecider
-from adfunnel.serving.request import SelectRequest, request_attributes
+from adfunnel.serving.request import ExchangeSelect, SelectRequest, request_attributes
 from adfunnel.serving.stages.fill import FillStage
 from adfunnel.serving.stages.filter import FilterStage, Scratch, count_codes
 from adfunnel.serving.stages.gating import GatingStage
@@ -191,7 +191,8 @@ class ColumnarDecider(FilterStage, GatingStage, PrerankStage, FillStage):
             return decision
         ids, camp, versions = servable.ids, servable.camp, servable.versions
         extra: list[str] = []  # the gate's own reasons, coded after REASONS
-        verdict, pending = self._campaign_gate(servable, now, seed, extra)
+        verdict, pending = self._campaign_gate(servable, now, seed, extra,
+                                               isinstance(req, ExchangeSelect))
         clock.lap("gate")
         count_codes(counts, verdict, extra)
         keep = verdict == 0

@@ -35,8 +35,9 @@ from adfunnel.serving.decision import (
     Decision,
     placement_rejection,
 )
-from adfunnel.serving.request import SelectRequest
+from adfunnel.serving.request import ExchangeSelect, SelectRequest
 from adfunnel.serving.tiers import (
+    DIRECT_LINE,
     GOAL_MET,
     KIND_AUCTION,
     KIND_GUARANTEED,
@@ -95,7 +96,8 @@ class ReferenceFilter:
             reason = BLOCKED if detail is not None else reason
             if reason is None:
                 if campaign.id not in verdicts:
-                    verdicts[campaign.id] = self._campaign_verdict(campaign, now, seed, seen)
+                    verdicts[campaign.id] = self._campaign_verdict(
+                        campaign, now, seed, seen, exchange=isinstance(req, ExchangeSelect))
                 reason = verdicts[campaign.id]
             if reason is not None:
                 decision.rejections.append(Rejection(ad.id, campaign.id, reason, detail))
@@ -127,7 +129,8 @@ class ReferenceFilter:
         return [x for x in candidates if x[1].id not in out], screen.plans
 
     def _campaign_verdict(self, c: Campaign, now: datetime, seed: int,
-                          seen: list[int] | None = None) -> str | None:
+                          seen: list[int] | None = None, *,
+                          exchange: bool = False) -> str | None:
         if c.status is CampaignStatus.PAUSED:
             return CAMPAIGN_PAUSED
         if c.status in (CampaignStatus.ENDED, CampaignStatus.ARCHIVED):
@@ -140,6 +143,8 @@ class ReferenceFilter:
             return OUT_OF_FLIGHT
         if not in_daypart(c.dayparts, now, c.time_zone):
             return OUTSIDE_DAYPART
+        if exchange and KIND_OF[c.priority] != KIND_AUCTION:
+            return DIRECT_LINE  # an exchange's request: no direct line, no supply
         if self.eligible is not None:  # traffic it could reach: the pacing curve's shape
             self.eligible.add(c.id, now)
         kind = KIND_OF[c.priority]

@@ -75,6 +75,12 @@ class SelectRequest(msgspec.Struct, forbid_unknown_fields=True):
     blocked_apps: list[str] = []
 
 
+class ExchangeSelect(SelectRequest):
+    """An exchange's request (OpenRTB, :mod:`adfunnel.openrtb.mapping`), decided on the
+    same funnel without the direct lines (reason ``direct_line``): made by the mapping
+    only, never decoded from a client's JSON, so no caller can ask for it."""
+
+
 class AdOut(msgspec.Struct):
     slot_id: str
     ad_id: int

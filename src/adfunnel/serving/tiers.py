@@ -22,6 +22,10 @@ One rule, called by both deciders (:mod:`adfunnel.serving.reference` and the col
    on the page.
 4. The placement's **house** ad in what is still empty.
 
+An exchange's request (OpenRTB, :class:`~adfunnel.serving.request.ExchangeSelect`) has no
+direct tiers: its sponsorship and guaranteed lines are left out before the draws, as
+``direct_line``, counting no eligible traffic or supply, and the auction fills its slots.
+
 A sponsorship or guaranteed line whose budget of the period (its goal's cost, a flight
 budget or a day) is spent is turned away by the budget gate with ``goal_met`` instead of
 ``budget_exhausted``. One ad per campaign and per advertiser per page, slot shape, caps,
@@ -67,6 +71,10 @@ GOAL_MET = "goal_met"
 AHEAD_OF_PLAN = "ahead_of_plan"
 #: A sponsorship not drawn for this request (its share of the matching requests).
 SHARE_NOT_DRAWN = "share_not_drawn"
+#: A sponsorship or guaranteed line on an exchange's request (OpenRTB): a contract is
+#: sold on the operator's own slots at its rate, never as a bid billed at an exchange's
+#: clearing price; left out before the tiers, so the auction fills the slot.
+DIRECT_LINE = "direct_line"
 
 #: Salt of the sponsorship draw (:mod:`adfunnel.auction.draws`).
 SHARE_DRAW = 0x5EED_0005

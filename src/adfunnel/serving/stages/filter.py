@@ -34,14 +34,14 @@ from adfunnel.serving.decision import (
 )
 from adfunnel.serving.kernels import campaign_checks, mask_ads
 from adfunnel.serving.request import SelectRequest
-from adfunnel.serving.tiers import AHEAD_OF_PLAN, GOAL_MET, SHARE_NOT_DRAWN
+from adfunnel.serving.tiers import AHEAD_OF_PLAN, DIRECT_LINE, GOAL_MET, SHARE_NOT_DRAWN
 
 # reason codes of the masks: index into REASONS (0 = still a candidate)
 REASONS: tuple[str | None, ...] = (
     None, AD_PAUSED, NO_FITTING_SLOT, SIZE_NOT_ALLOWED, FORMAT_NOT_ALLOWED,
     CAMPAIGN_PAUSED, CAMPAIGN_ENDED, CAMPAIGN_COMPLETED, OUT_OF_FLIGHT, OUTSIDE_DAYPART,
     PACED_OUT, BUDGET_EXHAUSTED, HTML_NOT_ALLOWED, GOAL_MET, AHEAD_OF_PLAN, SHARE_NOT_DRAWN,
-    BLOCKED,
+    BLOCKED, DIRECT_LINE,
 )
 #: reason -> its code (its index in :data:`REASONS`)
 CODE = {r: i for i, r in enumerate(REASONS) if r is not None}

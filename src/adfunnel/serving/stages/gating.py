@@ -23,6 +23,7 @@ from adfunnel.serving.request import SelectRequest
 from adfunnel.serving.stages.filter import CODE, REASONS, Servable, add_reason
 from adfunnel.serving.tiers import (
     AHEAD_OF_PLAN,
+    DIRECT_LINE,
     GOAL_MET,
     KIND_AUCTION,
     KIND_GUARANTEED,
@@ -50,7 +51,7 @@ class GatingStage:
     supply: GuaranteedSupply
 
     def _campaign_gate(self, sv: Servable, now: datetime, seed: int, extra: list[str],
-                       ) -> tuple[np.ndarray, np.ndarray]:
+                       exchange: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The budget gate and pacing coin for the campaigns :meth:`_servable` left in,
         in first-retrieved order: each candidate's reason code (0 = in; status, flight
         and daypart codes kept), and whether its campaign's budget answer waits until
@@ -66,6 +67,9 @@ class GatingStage:
         done = np.flatnonzero(verdict == CODE[CAMPAIGN_COMPLETED])
         if len(done) and book.any():  # a completed direct line: its goal met
             verdict[done[book.kinds(sv.uc[done])[0] != KIND_AUCTION]] = CODE[GOAL_MET]
+        if exchange and book.any():  # an exchange's request: no direct line, no supply
+            live = np.flatnonzero(verdict == 0)
+            verdict[live[book.kinds(sv.uc[live])[0] != KIND_AUCTION]] = CODE[DIRECT_LINE]
         live = np.flatnonzero(verdict == 0)
         if self.eligible is not None and len(live):  # the pacing curve's traffic
             self.eligible.add_many(sv.uc[live], now)
