@@ -21,6 +21,7 @@ from adfunnel.runtime.asgi import build_app
 from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
+from tests.campaigns.delivered import deliver
 
 
 @pytest.fixture
@@ -56,15 +57,8 @@ def _guaranteed_body(advertiser_id: int) -> dict[str, Any]:
 
 def _deliver(rt: Runtime, line_id: int, impressions: int) -> None:
     """``impressions`` billed impressions of ``line_id`` in its ledger (2 Nov 2026)."""
-    from datetime import date
+    deliver(rt.ledger, line_id, impressions)
 
-    from adfunnel.billing.model import EventType, LedgerEvent
-
-    for i in range(impressions):
-        rt.ledger.record(LedgerEvent(f"{line_id}:i{i}", EventType.IMPRESSION, line_id, 1,
-                                     "p", "CPM",
-                                     2_000_000, datetime(2026, 11, 2, 1, tzinfo=UTC),
-                                     date(2026, 11, 2)), 10**12)
 
 def test_an_advertiser_key_cannot_set_a_direct_lines_terms(rt: Runtime) -> None:
     with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
@@ -133,16 +127,13 @@ def test_a_flight_start_never_moves_past_what_the_line_delivered(rt: Runtime) ->
     any delivery, is fine. Mutation seen red: the check removed (200)."""
     from datetime import date
 
-    from adfunnel.billing.model import EventType, LedgerEvent
 
     with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
         adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
         body = _guaranteed_body(adv)
         lid = admin.post("/v1/campaigns", json=body).json()["id"]
         other = admin.post("/v1/campaigns", json=body).json()["id"]
-        rt.ledger.record(LedgerEvent("i0", EventType.IMPRESSION, lid, 1, "p", "CPM",
-                                     2_000_000, datetime(2026, 11, 2, 1, tzinfo=UTC),
-                                     date(2026, 11, 2)), 10**12)
+        deliver(rt.ledger, lid, day=date(2026, 11, 2))
         r = admin.patch(f"/v1/campaigns/{lid}", json={"flight_start": "2026-11-03",
                                                       "version": 1})
         assert r.status_code == 422, r.text
@@ -164,14 +155,11 @@ def test_a_flight_end_never_moves_before_what_the_line_delivered(rt: Runtime) ->
     Mutation seen red: the check removed (200 for 3 Nov)."""
     from datetime import date
 
-    from adfunnel.billing.model import EventType, LedgerEvent
 
     with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
         adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
         lid = admin.post("/v1/campaigns", json=_guaranteed_body(adv)).json()["id"]
-        rt.ledger.record(LedgerEvent("i0", EventType.IMPRESSION, lid, 1, "p", "CPM",
-                                     2_000_000, datetime(2026, 11, 4, 1, tzinfo=UTC),
-                                     date(2026, 11, 4)), 10**12)
+        deliver(rt.ledger, lid, day=date(2026, 11, 4))
         r = admin.patch(f"/v1/campaigns/{lid}", json={"flight_end": "2026-11-03",
                                                       "version": 1})
         assert r.status_code == 422, r.text
@@ -191,7 +179,6 @@ def test_a_line_that_billed_keeps_its_goal_metric_and_its_end(rt: Runtime) -> No
     None (200); ``end_before_delivery`` for flight-period lines only (200)."""
     from datetime import date
 
-    from adfunnel.billing.model import EventType, LedgerEvent
 
     with TestClient(build_app(rt), headers=ADMIN_HEADERS) as admin:
         adv = admin.post("/v1/advertisers", json={"name": "A"}).json()["id"]
@@ -203,9 +190,7 @@ def test_a_line_that_billed_keeps_its_goal_metric_and_its_end(rt: Runtime) -> No
         assert r.status_code == 422, r.text
         assert "goal.metric" in {f["field"] for f in r.json()["fields"]}
         auction = admin.post("/v1/campaigns", json=_body(adv)).json()["id"]  # a day budget
-        rt.ledger.record(LedgerEvent("d0", EventType.IMPRESSION, auction, 1, "p", "CPM",
-                                     2_000_000, datetime(2026, 11, 4, 1, tzinfo=UTC),
-                                     date(2026, 11, 4)), 10**12)
+        deliver(rt.ledger, auction, day=date(2026, 11, 4))
         r = admin.patch(f"/v1/campaigns/{auction}", json={"flight_end": "2026-11-03",
                                                           "version": 1})
         assert r.status_code == 422 and r.json()["fields"][0]["field"] == "flight_end", r.text

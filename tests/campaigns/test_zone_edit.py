@@ -19,6 +19,7 @@ from adfunnel.runtime.asgi import build_app
 from adfunnel.runtime.embedded import Runtime, build_runtime
 from adfunnel.settings import load_settings
 from tests.api_keys import ADMIN_HEADERS, ADMIN_KEY
+from tests.campaigns.delivered import deliver
 
 
 @pytest.fixture
@@ -70,12 +71,9 @@ def test_a_start_moved_past_delivered_days_cannot_reopen_the_zone(
     fixed. Mutation seen red: the rule for flight-period and goal lines only (200)."""
     from datetime import date
 
-    from adfunnel.billing.model import EventType, LedgerEvent
 
     cid = _campaign(admin, "2026-11-01")
-    runtime.ledger.record(LedgerEvent("i0", EventType.IMPRESSION, cid, 1, "p", "CPM",
-                                      2_000_000, datetime(2026, 11, 1, 9, tzinfo=UTC),
-                                      date(2026, 11, 1)), 10**12)
+    deliver(runtime.ledger, cid, day=date(2026, 11, 1))
     r = admin.patch(f"/v1/campaigns/{cid}", json={"flight_start": "2026-11-20",
                                                   "version": 1})
     assert r.status_code == 422 and r.json()["fields"][0]["field"] == "flight_start", r.text

@@ -101,10 +101,8 @@ def start_after_delivery(ledger: DayTotalsReader, campaign: Campaign,
     when it may (an earlier start, or nothing delivered before)."""
     if start <= campaign.flight_start:
         return None
-    rows = ledger.day_totals(campaign.id, campaign.flight_start,
-                             date.fromordinal(start.toordinal() - 1))
-    delivered = [r.day for r in rows
-                 if r.impressions or r.clicks or r.conversions or r.billed_micros]
+    delivered = _delivered_days(ledger, campaign.id, campaign.flight_start,
+                                date.fromordinal(start.toordinal() - 1))
     if not delivered:
         return None
     return (f"is after {min(delivered).isoformat()}, when the line already delivered and "
@@ -136,9 +134,8 @@ def end_before_delivery(ledger: DayTotalsReader, campaign: Campaign,
     held = campaign.flight_end
     if held is not None and end >= held:
         return None
-    rows = ledger.day_totals(campaign.id, date.fromordinal(end.toordinal() + 1), date.max)
-    delivered = [r.day for r in rows
-                 if r.impressions or r.clicks or r.conversions or r.billed_micros]
+    delivered = _delivered_days(ledger, campaign.id, date.fromordinal(end.toordinal() + 1),
+                                date.max)
     if not delivered:
         return None
     return (f"is before {max(delivered).isoformat()}, when the line already delivered and "
@@ -244,3 +241,10 @@ def _terms_after(current: Campaign, changes: dict[str, Any]) -> Campaign | None:
     budgets = {k: changes[k] for k in ("flight_budget_micros", "lifetime_budget_micros")
                if k in changes and (changes[k] is None or type(changes[k]) is int)}
     return replace(current, bid_micros=bid, goal=Goal(goal.metric, total=total), **budgets)
+
+
+def _delivered_days(ledger: DayTotalsReader, campaign_id: int, first: date,
+                    last: date) -> list[date]:
+    """The local days ``first``..``last`` on which the campaign delivered or billed."""
+    return [r.day for r in ledger.day_totals(campaign_id, first, last)
+            if r.impressions or r.clicks or r.conversions or r.billed_micros]
