@@ -57,6 +57,9 @@ def ad_request(**overrides: Any) -> dict[str, Any]:
         "user": {"key": "u1", "attributes": {"geo.country": "US", "interests": ["cars"]}},
         "placement": {"id": "feed"},
         "slots": [{"id": "s1", "position": 1, "width": 300, "height": 250}],
+        # a test that needs an answer must not ride on the 100 ms default under CI load
+        # (a late decision answers 204); deadline tests set their own
+        "deadline_ms": 5_000,
     }
     body.update(overrides)
     return body
