@@ -293,6 +293,33 @@ def test_a_bid_billed_on_render_bills_p_on_i_and_nothing_on_the_notice(world: Wo
     assert world.billed() == 1_234
 
 
+def test_the_markup_beacon_after_a_loss_notice_bills_nothing(world: World) -> None:
+    """``exchange_beacon``: once the exchange said the bid lost, a page firing the lost
+    markup's ``/i`` bills nothing (held ``impressions_after_loss``), and the loss settled
+    the reservation once. Breaks if the planner bills an impression whose loss row is
+    there (tried: the ``billing_notice`` check removed: billed 1,200)."""
+    world.bid()
+    t = token(billable_event="exchange_beacon")
+    urls = bid_urls(t)
+    assert world.get(path(urls.lurl, AUCTION_LOSS="102", AUCTION_MIN_TO_WIN="2.5"))[0] == 204
+    assert world.billed() == 0
+    assert world.get(path(urls.impression, AUCTION_PRICE="1.2"))[0] == 204
+    assert world.billed() == 0 and world.in_flight() == 0
+    assert world.ledger.settled_since(DAY, START) == {7: EXPECTED}
+    assert world.agg.outcomes["not_billable"] == 1
+
+
+def test_a_billing_notice_after_a_loss_notice_still_bills(world: World) -> None:
+    """The exchange bills us: its billing notice bills even after its own loss notice
+    (settling nothing twice). Breaks if the after-loss rule also holds billing notices."""
+    world.bid()
+    urls = bid_urls(token())
+    assert world.get(path(urls.lurl, AUCTION_LOSS="102", AUCTION_MIN_TO_WIN=""))[0] == 204
+    assert world.get(path(urls.burl, AUCTION_PRICE="1.5"))[0] == 204
+    assert world.billed() == 1_500 and world.in_flight() == 0
+    assert world.ledger.settled_since(DAY, START) == {7: EXPECTED}
+
+
 def test_i_with_a_bad_p_is_refused_naming_p_and_stores_nothing(world: World) -> None:
     """Breaks if ``/i`` ignores ``p`` (stores the beacon at the token's price)."""
     urls = bid_urls(token(billable_event="exchange_beacon"))

@@ -27,6 +27,7 @@ from dataclasses import replace
 from datetime import date, datetime
 
 from adfunnel.billing.batch_model import (
+    AFTER_LOSS,
     DEPENDENTS,
     DUPLICATES_MEASURED,
     DUPLICATES_REJECTED,
@@ -125,8 +126,12 @@ class _Planner:
             return _HELD if held.waiting else _NOT_BILLABLE
         if key[1] in MEASUREMENT:
             return self._measure(key, w)
-        if (key[1] is EventType.IMPRESSION and w.event.expected_micros
+        if (key[1] is EventType.IMPRESSION
                 and self._row_time((key[0], EventType.LOSS)) is not None):
+            if not w.event.billing_notice:
+                # the exchange said this bid lost: its markup's beacon bills nothing
+                self._hold(key, Held(w, AFTER_LOSS))
+                return _NOT_BILLABLE
             # a loss notice settled the bid's expected cost already: bill, settle nothing
             w = replace(w, event=replace(w.event, expected_micros=0))
         return self._valid(key, w)

@@ -30,8 +30,12 @@ DEPENDENTS = {EventType.IMPRESSION: EventType.CLICK, EventType.CLICK: EventType.
 OUTSIDE_WINDOW = "conversions_outside_window"
 #: Counter (and held reason) of conversions whose click was invalid traffic: never billed.
 OF_INVALID_CLICK = "conversions_of_invalid_click"
+#: Counter (and held reason) of beacon impressions of an OpenRTB bid whose loss notice
+#: came first (``exchange_beacon`` mode: the exchange said the bid lost, so a page
+#: firing its markup's ``/i`` bills nothing).
+AFTER_LOSS = "impressions_after_loss"
 #: Held reasons that never bill (the others wait for their prerequisite).
-NEVER_BILLED = frozenset({OUTSIDE_WINDOW, OF_INVALID_CLICK})
+NEVER_BILLED = frozenset({OUTSIDE_WINDOW, OF_INVALID_CLICK, AFTER_LOSS})
 #: Counter of held events billed when their prerequisite came.
 RELEASED = "held_released"
 DUPLICATES_REJECTED = "duplicates_rejected"

@@ -55,6 +55,7 @@ def ledger_event(event: Event, campaign: Campaign) -> LedgerEvent:
                               if event_type is EventType.CONVERSION else None),
         notice_micros=event.notice_micros if event_type in _NOTICES else None,
         loss_reason=event.loss_reason if event_type is _LOSS else None,
+        billing_notice=event.billing_notice,
     )
 
 

@@ -75,6 +75,9 @@ class LedgerEvent:
     #: loss's reason code (OpenRTB 2.6 §5.25): the win-price history; None elsewhere
     notice_micros: int | None = None
     loss_reason: int | None = None
+    #: an impression from an exchange's OpenRTB billing notice (it bills even after a
+    #: loss notice: the exchange bills us); False for a beacon's
+    billing_notice: bool = False
 
     @property
     def charge_millimicros(self) -> int:

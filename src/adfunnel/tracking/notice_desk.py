@@ -51,8 +51,10 @@ price. A token is signed by us for ONE bid: one impression id, its campaign, ad 
 URLs (the exchange) can bill at most our bid, once, before it expires; a loss can
 release the reservation of that one bid only. In ``exchange_beacon`` mode the markup's
 beacon bills by design: there the page is trusted with the clearing price the exchange
-wrote into ``adm`` (README). The token of an ``ads:select`` serve (billed on ``/vi`` or
-``/i``, seen by every page that shows it) is no bid: its notices are refused
+wrote into ``adm`` (README), but not after the exchange's loss notice (the ledger holds
+such an impression for good: :data:`adfunnel.billing.batch_model.AFTER_LOSS`). The
+token of an ``ads:select`` serve (billed on ``/vi`` or ``/i``, seen by every page that
+shows it) is no bid: its notices are refused
 (``not_a_bid``, naming ``t``), so a page can neither release its reservation nor write a
 win or loss row the shading fit would read as an exchange's price. Notices come from the
 exchange's servers, not from a person: the tier-1 invalid-traffic rules (about browsers
