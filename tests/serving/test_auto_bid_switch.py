@@ -61,3 +61,27 @@ def test_new_terms_bid_no_more_than_before_until_the_restarted_lambda_comes(
     clock.advance(1)  # a report: the restarted λ arrives
     assert runtime.gate.bid_multiplier(cid) == 4.0
     assert _first_price_click(client, "after") == BEFORE
+
+
+def test_two_term_changes_in_one_instant_both_restart_lambda(
+        runtime: Runtime, client: TestClient) -> None:
+    """Two cap changes at the same instant of the clock (a manual clock, a replay): the
+    second wrote the same ``bid_strategy_since`` as the first, so neither the service nor
+    the ad server saw new terms, and λ restarted for 0.20 a click (4) bid 2.00 ÷ 4 = 0.50,
+    ten times the bid before. Red when ``bidding_terms`` sets ``now`` without moving past
+    the last ``bid_strategy_since``."""
+    clock = runtime.clock
+    assert isinstance(clock, ManualClock)
+    client.post("/v1/placements", json={"id": "feed", "name": "feed",
+                                         "auction_type": "first_price"})
+    cid = make_campaign(client, **UNCAPPED)["campaign"]["id"]
+    for _ in range(45):
+        clock.advance(10)
+    clock.advance(1)
+    assert _first_price_click(client, "before") == BEFORE
+    for cap in (200_000, 2_000_000):
+        r = client.patch(f"/v1/campaigns/{cid}", json={"bid_cap_micros": cap})
+        assert r.status_code == 200, r.text
+    clock.advance(1)
+    assert _first_price_click(client, "after") == BEFORE
+    assert runtime.gate.bid_multiplier(cid) == 40.0  # 2.00 ÷ (0.20 ÷ 4)
