@@ -49,6 +49,7 @@ from adfunnel.budget.client_slices import ClientSlices
 from adfunnel.budget.demand import DemandBook
 from adfunnel.budget.gate import BUDGET_EXHAUSTED, NO_SLICE, Served, budget_lowered
 from adfunnel.budget.held import Acc, HeldSlice
+from adfunnel.budget.multipliers import lam_restarts
 from adfunnel.budget.protocol import ReportEntry, SliceUse
 from adfunnel.budget.slices import BudgetState
 from adfunnel.campaigns.model import Campaign
@@ -96,6 +97,9 @@ class BudgetClient(ClientReports, ClientSlices, ClientBulk):
         #: campaign id -> version of a budget cut applied here: directives and slices
         #: the service sent under an earlier version are not taken (campaign_changed)
         self._cut_version: dict[int, int] = {}
+        #: campaign id -> version of new bid strategy terms applied here: λ the service
+        #: sent under an earlier version is not taken (campaign_changed)
+        self._terms_version: dict[int, int] = {}
         # cid -> (time of last metered demand, charge, local day); an entry older than
         # DEMAND_MEMORY_S at the last report is gone (``_live_demand``)
         self._demand = DemandBook()
@@ -236,8 +240,23 @@ class BudgetClient(ClientReports, ClientSlices, ClientBulk):
         new budget says again. The service may not have read the cut yet when it answers
         (it polls the change log): its directives and slices name the campaign version
         they were made under, and those from before the cut are not taken (asked for
-        again) until one of the cut's version or later comes."""
-        if not budget_lowered(old, new):
+        again) until one of the cut's version or later comes.
+
+        New bid strategy terms (:func:`~adfunnel.budget.multipliers.lam_restarts`: a new
+        strategy, cap or target, or a manual campaign gone automatic) make λ of the old
+        terms meaningless: a raised cap at the old λ bids the whole raise until the next
+        reply. So λ is ``UNKNOWN_LAMBDA`` (the lowest bids) and asked for until a
+        directive of the new terms' version or later comes."""
+        restarts, lowered = lam_restarts(old, new), budget_lowered(old, new)
+        if restarts:
+            with self._lock:
+                cid = new.id
+                self._terms_version[cid] = max(self._terms_version.get(cid, 0), new.version)
+                self._lam[cid] = UNKNOWN_LAMBDA
+                self._bulk.set(cid, "lam", UNKNOWN_LAMBDA)
+                self._wants.add(cid)
+                self.generation += 1
+        if not lowered:
             return
         cid = new.id
         today = local_day(self.clock.now(), new.time_zone)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import Protocol
 
+from adfunnel.budget.bulk_view import UNKNOWN_LAMBDA
 from adfunnel.budget.held import HeldSlice
 from adfunnel.budget.protocol import (
     CampaignSpend,
@@ -161,8 +162,12 @@ class ClientReports:
                 if d.campaign_id in self._demand:
                     self._asking.add(d.campaign_id)
             self._p[d.campaign_id] = d.p
-            self._lam[d.campaign_id] = d.lam
-            self._note_directive(d.campaign_id, day, state, d.p, d.lam)
+            lam = d.lam
+            if self._before_terms(d.campaign_id, d.campaign_version):
+                lam = UNKNOWN_LAMBDA  # λ of the old strategy terms: ask again
+                self._wants.add(d.campaign_id)
+            self._lam[d.campaign_id] = lam
+            self._note_directive(d.campaign_id, day, state, d.p, lam)
 
     def _before_cut(self, campaign_id: int, version: int) -> bool:
         """True when the service sent this under a campaign version older than a budget
@@ -174,6 +179,18 @@ class ClientReports:
         if version < cut:
             return True
         del self._cut_version[campaign_id]
+        return False
+
+    def _before_terms(self, campaign_id: int, version: int) -> bool:
+        """True when the service sent this under a campaign version older than new bid
+        strategy terms applied here (its λ is of the old terms); -1 (unknown) and a
+        later version are taken, the later one clearing the mark. Under the lock."""
+        mark = self._terms_version.get(campaign_id)
+        if mark is None or version < 0:
+            return False
+        if version < mark:
+            return True
+        del self._terms_version[campaign_id]
         return False
 
     def _day_of(self, iso: str) -> date | None:

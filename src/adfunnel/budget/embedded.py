@@ -19,6 +19,7 @@ from adfunnel.budget.billed import BilledTotals
 from adfunnel.budget.client import BudgetClient
 from adfunnel.budget.feed import TOKEN_TTL_S
 from adfunnel.budget.gate import NO_SLICE, Served, budget_lowered
+from adfunnel.budget.multipliers import lam_restarts
 from adfunnel.budget.process import SHAPE_REFRESH_S, BudgetServiceProcess
 from adfunnel.budget.protocol import Reply, Report
 from adfunnel.budget.snapshot import BudgetSnapshot
@@ -226,8 +227,8 @@ class InProcessBudget:
         """The ad server's catalogue applied a campaign record. After a budget cut the
         in-process service takes it now (it reads other processes' writes only at the
         next report), so the client's ask (:meth:`BudgetClient.campaign_changed`) is
-        answered under the new budget."""
-        if budget_lowered(old, new):
+        answered under the new budget; so do new bid strategy terms (λ restarts now)."""
+        if budget_lowered(old, new) or lam_restarts(old, new):
             with self.process.lock:
                 self.process.service.upsert_campaign(new)
         self.client.campaign_changed(old, new)

@@ -89,6 +89,17 @@ def automatic(c: Campaign) -> bool:
     return is_automatic(c.bid_strategy) and c.priority is Priority.AUCTION
 
 
+def lam_restarts(old: Campaign | None, new: Campaign) -> bool:
+    """Whether a campaign record edit restarts λ (module docstring): ``new`` bids
+    automatically and ``old`` did not, or its ``bid_strategy_since`` moved. An ad server
+    holding λ of the old terms must not bid with it until the service's restarted λ
+    comes (:meth:`~adfunnel.budget.client.BudgetClient.campaign_changed`). A new
+    campaign (``old`` None) has no λ yet to forget."""
+    if old is None or not automatic(new):
+        return False
+    return not automatic(old) or old.bid_strategy_since != new.bid_strategy_since
+
+
 def split_control(lam_old: np.ndarray, lam_new: np.ndarray, p_old: np.ndarray,
                   p_new: np.ndarray, behind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(λ, p) of automatic rows from both controllers' proposals (module docstring).

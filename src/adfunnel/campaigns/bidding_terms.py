@@ -23,7 +23,7 @@ strategy's ``bid_micros`` is the derived one.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from adfunnel.campaigns.model import (
@@ -174,8 +174,20 @@ def bidding_terms(values: dict[str, Any], current: Campaign | None,
     elif current is None and not given:
         problems.append(("bid_micros", "is required with bid_strategy manual"))
     if current is None or any(n in values and values[n] != getattr(current, n) for n in TERMS):
-        values["bid_strategy_since"] = now.astimezone(UTC)
+        values["bid_strategy_since"] = _since(now, current)
     return problems
+
+
+def _since(now: datetime, current: Campaign | None) -> datetime:
+    """``bid_strategy_since`` of new terms: ``now`` (UTC), or a microsecond after the last
+    one where the clock has not moved past it (a manual clock, a replay): the same
+    instant twice would be no change to the budget service and the ad servers, and λ of
+    the first new terms would bid the second ones."""
+    since = now.astimezone(UTC)
+    last = current.bid_strategy_since if current is not None else None
+    if last is not None and since <= last:
+        return last + timedelta(microseconds=1)
+    return since
 
 
 def name_the_source(problems: list[Problem], values: dict[str, Any],
