@@ -78,3 +78,39 @@ def test_a_verdict_applies_to_the_ad_the_reviewer_saw(rt: Runtime, client: TestC
     assert again.status_code == 303, again.text
     expected = "approved" if verdict == "approve" else "rejected"
     assert rt.store.get_ad(ad.id).review_state.value == expected
+
+
+def test_the_queue_shows_what_each_ad_shows(rt: Runtime, client: TestClient) -> None:
+    """The queue showed an ad's ``creative_ref``, format, size and landing URL only: an
+    html ad's markup, an image's URL and a native ad's texts (and the declared categories
+    and domains block lists judge) were approved without a reviewer ever seeing them.
+    Now each is on the page, as text."""
+    advertiser = rt.store.create_advertiser("Alpha")
+    campaign = rt.store.create_campaign(
+        advertiser_id=advertiser.id, name="c", objective="clicks", bid_type="CPM",
+        bid_micros=2_000_000, daily_budget_micros=10_000_000, time_zone="UTC",
+        flight_start=date(2026, 7, 1))
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    ads = [
+        {"format": "html", "width": 300, "height": 250,
+         "creative": {"type": "html", "markup": "<script>steal()</script>"}},
+        {"format": "banner", "width": 300, "height": 250, "adomain": ["shop.example"],
+         "categories": ["IAB7"],
+         "creative": {"type": "image", "url": "https://cdn.example/b.png", "width": 300,
+                      "height": 250, "alt": "Sale"}},
+        {"format": "native", "width": 1, "height": 1,
+         "creative": {"type": "native", "title": "Miracle cure", "body": "b",
+                      "sponsor": "s", "cta": "Buy"}},
+    ]
+    for ad in ads:
+        r = client.post(f"/v1/campaigns/{campaign.id}/ads", headers=headers,
+                        json={**ad, "landing_url": "https://shop.example/",
+                              "review_state": "pending_review"})
+        assert r.status_code == 201, r.text
+    r = client.post("/ui/login", data={"api_key": rt.keys.issue("reviewer").key})
+    client.cookies.set(COOKIE, r.cookies[COOKIE], path="/ui")
+    page = client.get("/ui/review").text
+    for shown in ("&lt;script&gt;steal()&lt;/script&gt;", "https://cdn.example/b.png",
+                  "shop.example", "IAB7", "Miracle cure", "Buy"):
+        assert shown in page, shown
+    assert "<script>steal()" not in page  # text, never markup
