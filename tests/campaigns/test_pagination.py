@@ -131,3 +131,40 @@ def test_each_route_is_judged_by_its_own_parameters() -> None:
         route = APIRoute("/a", endpoint)
         assert _declared(route) == frozenset({f"p{i}"})
         del route  # its address is free for the next one
+
+
+@pytest.mark.parametrize(("path", "name"), [
+    ("/v1/advertisers", "advertisers"), ("/v1/campaigns", "campaigns"),
+    ("/v1/campaigns/1/ads", "ads-1"), ("/v1/review/ads", "review"),
+    ("/v1/admin/models", "models")])
+@pytest.mark.parametrize("key", [2**63, -(2**63) - 1, 10**30])
+def test_a_forged_cursor_past_64_bits_is_refused_naming_it(
+        client: TestClient, path: str, name: str, key: int) -> None:
+    """A cursor is only base64 JSON, so a caller can forge one of its own list with a key
+    past 64 bits: the keyset query then overflowed the database's integer (SQLite's
+    OverflowError, a 500 with a traceback, for any advertiser or reviewer key)."""
+    client.post("/v1/advertisers", json={"name": "a"})
+    client.post("/v1/campaigns", json={**CAMPAIGN, "advertiser_id": 1})
+    r = client.get(path, params={"cursor": encode_cursor(name, key)})
+    assert r.status_code == 422, r.text
+    assert r.json()["fields"] == [{"field": "cursor", "problem": "not a cursor of this list"}]
+
+
+@pytest.mark.parametrize("advertiser_id", [2**63, 10**30, -(2**63) - 1])
+def test_a_campaign_list_of_an_advertiser_id_past_64_bits_is_empty(
+        client: TestClient, advertiser_id: int) -> None:
+    """``?advertiser_id=`` names no advertiser past 64 bits (an empty list, as for any
+    unknown id): it reached the query as it was and overflowed it (500)."""
+    r = client.get("/v1/campaigns", params={"advertiser_id": str(advertiser_id)})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"items": [], "next_cursor": None}
+
+
+@pytest.mark.parametrize("model_id", [2**63, 2**64, -(2**63)])
+def test_a_model_release_id_past_64_bits_is_not_found(client: TestClient,
+                                                      model_id: int) -> None:
+    """``GET /v1/admin/models/{id}`` of an id no release can have answers 404 naming it,
+    as every other record's route does (it overflowed the keyset query: 500)."""
+    r = client.get(f"/v1/admin/models/{model_id}")
+    assert r.status_code == 404, r.text
+    assert r.json()["fields"] == [{"field": "model_id", "problem": "not found"}]

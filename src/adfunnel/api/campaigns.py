@@ -120,7 +120,7 @@ from adfunnel.campaigns.model import (
 )
 from adfunnel.campaigns.schedule import local_day
 from adfunnel.campaigns.store import CampaignStore
-from adfunnel.campaigns.validate import campaign_problems
+from adfunnel.campaigns.validate import campaign_problems, storable_id
 from adfunnel.clock import Clock
 from adfunnel.http_errors import ApiError, validation_error
 from adfunnel.settings.model import (
@@ -269,6 +269,8 @@ def make_advertiser_router(
             if advertiser_id not in (None, who.advertiser_id):
                 return Page[CampaignOut](items=[])
             advertiser_id = who.advertiser_id
+        if advertiser_id is not None and not storable_id(advertiser_id):
+            return Page[CampaignOut](items=[])  # names no advertiser (nor fits the query)
         rows = store.list_campaigns(advertiser_id, after=start, limit=limit + 1,
                                     include_archived=include_archived)
         return page("campaigns", [campaign_out(c) for c in rows], limit, by_id)

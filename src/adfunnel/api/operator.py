@@ -57,6 +57,7 @@ from adfunnel.campaigns import codec
 from adfunnel.campaigns.errors import AlreadyExists
 from adfunnel.campaigns.model import Placement
 from adfunnel.campaigns.store import CampaignStore
+from adfunnel.campaigns.validate import storable_id
 from adfunnel.http_errors import ApiError, validation_error
 
 __all__ = ["make_operator_router", "placement_out"]
@@ -124,7 +125,8 @@ def make_operator_router(store: CampaignStore) -> APIRouter:
 
     @router.get("/v1/admin/models/{model_id}", response_model=ModelOut)
     def get_model(model_id: int) -> ModelOut:
-        found = next(iter(store.list_models(after=model_id - 1, limit=1)), None)
+        found = (next(iter(store.list_models(after=model_id - 1, limit=1)), None)
+                 if storable_id(model_id) else None)  # past 64 bits: no release
         if found is None or found.id != model_id:
             raise ApiError(404, "not_found", f"no model release {model_id}",
                            fields=[("model_id", "not found")])

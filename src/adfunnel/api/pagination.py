@@ -8,8 +8,8 @@ query (``key > cursor``). The key must only grow with creation (a numeric id, a
 creation sequence, a creation time): then rows added between pages are neither skipped
 nor repeated. A key new rows can sort before (an id the caller chooses, a random key
 prefix) breaks that: tests/campaigns/test_pagination_growth.py holds every list to it.
-A cursor of another list, or text that is not a cursor, is refused with 422 naming
-``cursor``.
+A cursor of another list, text that is not a cursor, or a (forged) integer key past 64
+bits is refused with 422 naming ``cursor``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ K = TypeVar("K", int, str)
 DEFAULT_LIMIT = 100
 #: Most items one page may hold.
 MAX_LIMIT = 500
+#: The range of an integer key a database column holds (64-bit signed).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Most items on this page.")]
 Cursor = Annotated[str | None, Query(description="The previous page's next_cursor.")]
@@ -68,7 +70,9 @@ def decode_cursor(name: str, cursor: str | None, kind: type[K]) -> K | None:
         key = data["k"] if data.get("l") == name else None
     except (ValueError, binascii.Error, TypeError, KeyError, AttributeError):
         key = None
-    if not isinstance(key, kind) or isinstance(key, bool):
+    if (not isinstance(key, kind) or isinstance(key, bool)
+            or (isinstance(key, int) and not INT64_MIN <= key <= INT64_MAX)):
+        # a forged key past 64 bits would overflow the keyset query (a 500)
         raise validation_error(("cursor", "not a cursor of this list"))
     return key
 

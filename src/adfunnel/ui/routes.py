@@ -17,6 +17,7 @@ Pages::
                                      fill, revenue and eCPM: totals, by tier, per day or
                                      hour (admin; adfunnel.ui.placement_pages)
     GET  /ui/review                  pending ads (reviewer, admin); POST /ui/review/{ad}/{verdict}
+                                     (form field ``version``: the ad as shown, 409 if edited since)
     GET  /ui/explain?request_id=     one decision: winners and every candidate's reason
     GET  /ui/forecasts, POST /ui/forecasts   availability forecast form and answer (admin)
 
@@ -129,7 +130,12 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
         if verdict not in ("approve", "reject"):
             return render(request, "error.html", viewer, status=404, code=404,
                           message="no such verdict")
-        answer = await api.call("POST", REVIEW_VERDICT.format(ad_id=ad_id, verdict=verdict))
+        # the version of the ad the page showed: an edit since is refused (409), never
+        # approved unseen
+        seen = str((await request.form()).get("version", "")).strip()
+        body = {"version": int(seen)} if seen.isascii() and seen.isdigit() else None
+        answer = await api.call("POST", REVIEW_VERDICT.format(ad_id=ad_id, verdict=verdict),
+                                json=body)
         if answer.ok:
             return done(request, "/ui/review")
         ads = await api.items(REVIEW_QUEUE)
