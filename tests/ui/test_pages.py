@@ -289,6 +289,18 @@ def test_explainer_shows_each_candidate(client: TestClient, world: dict[str, Any
     assert client.get("/ui/explain?request_id=explain-me").status_code == 403
 
 
+def test_the_explainer_calls_the_decision_route_only(rt: Runtime, client: TestClient,
+                                                    world: dict[str, Any]) -> None:
+    """A ``../`` in the request id stays in it: the page's API call reaches the decision
+    route (no such record), never another GET route. Breaks if the id is put in the path
+    unquoted (tried: the call went to ``/v1/campaigns`` and showed its answer)."""
+    log_in(client, ADMIN_KEY)
+    for request_id in ("../campaigns", "../../v1/campaigns", "x/../../campaigns"):
+        r = client.get("/ui/explain", params={"request_id": request_id})
+        assert r.status_code == 200 and 'id="explain-error"' in r.text, request_id
+        assert 'id="explain-record"' not in r.text
+
+
 def test_static_assets_are_served_locally(client: TestClient) -> None:
     page = client.get("/ui/login").text
     for asset in ("vendor/htmx-2.0.11.min.js", "vendor/uPlot-1.6.32.iife.min.js", "app.js",

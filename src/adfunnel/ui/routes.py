@@ -36,6 +36,7 @@ check every page shares in :mod:`adfunnel.ui.pages`.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter
 from starlette.requests import Request
@@ -151,7 +152,8 @@ def make_ui_router(rt: Any, sessions: Sessions) -> APIRouter:
         request_id = request.query_params.get("request_id", "").strip()
         record, error = None, None
         if request_id:
-            answer = await api.call("GET", f"/v1/decisions/{request_id}")
+            # quoted whole: a ``../`` in the id must not aim the call at another route
+            answer = await api.call("GET", f"/v1/decisions/{quote(request_id, safe='')}")
             if answer.ok:
                 record = answer.body
             else:
