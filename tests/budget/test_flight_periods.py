@@ -210,3 +210,24 @@ def test_a_flight_day_follows_its_plan_when_the_shape_learns_empty_hours(
         lambda s: probe.setdefault("allot", s.run.allot[day2]))
     run = sim.until(datetime(2026, 3, 3, 23, 59, tzinfo=UTC))
     assert run.billed[day2] >= 0.9 * probe["allot"]
+
+
+def test_a_flight_start_moved_after_an_edit_plans_its_first_day() -> None:
+    """A line edited mid-morning (its plan re-made from that hour: the plan's anchor is an
+    hour of the flight) whose start is then postponed two days, before it delivered:
+    the new first day must get its share of the plan. Breaks when the start's edit does
+    not make a new plan: the old anchor (hour 30 of the old flight) then named hour 30 of
+    the new one, the first day and a quarter of the flight were planned nothing, and its
+    allotment was one charge (the day went dark; the rest could not catch it up). The
+    same for a start moved earlier mid-flight: the days before now were planned money
+    the line could never spend, and the rest under-delivered (~10 % of the budget)."""
+    budget = 7 * 300 * BID
+    c = _flight(budget, START + timedelta(days=6))
+    sim = FlightSim(c, datetime(2026, 3, 3, 5, tzinfo=UTC), per_hour=0.0, step_s=60.0)
+    raised = replace(c, flight_budget_micros=budget + BID, version=2)
+    later = replace(raised, flight_start=date(2026, 3, 5), version=3)
+    sim.hooks[datetime(2026, 3, 3, 6, tzinfo=UTC).timestamp()] = lambda s: s.edit(raised)
+    sim.hooks[datetime(2026, 3, 3, 7, tzinfo=UTC).timestamp()] = lambda s: s.edit(later)
+    run = sim.until(datetime(2026, 3, 5, 3, tzinfo=UTC))
+    # four days of a flat-by-day forecast: the first gets about a quarter
+    assert run.allot[date(2026, 3, 5)] >= 0.9 * (budget + BID) / 4

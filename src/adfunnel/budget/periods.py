@@ -29,7 +29,8 @@ the rest of the day from the spend committed then
 (:meth:`~adfunnel.budget.plans.Plans._rescale`, the budget-edit path). Edits of the
 budget, goal, end date, targeting or dayparts, and a resume after a pause, make a new
 flight plan from the spend at that moment (the rest rescaled; a paused day is made up
-over the remaining days).
+over the remaining days); so do edits of its start, on whose first hour the plan's
+anchor counts.
 
 Curves of campaigns with dayparts (any period) or ``frontloaded`` pacing on a day
 budget are made from their shape masked to the day's daypart hours (and, frontloaded,
@@ -129,10 +130,12 @@ class Periods:
             self._period[slot] = PeriodSlot(c)
             return
         old, ps.campaign = ps.campaign, c
-        if (slot_lifetime(old), old.flight_end, old.targeting, old.dayparts, old.goal,
-                old.daily_budget_micros, old.pacing_mode) != (
-                slot_lifetime(c), c.flight_end, c.targeting, c.dayparts, c.goal,
-                c.daily_budget_micros, c.pacing_mode) or (
+        # the start too: the plan's anchor is an hour of the flight, and moved with
+        # the start it named another (a postponed start's first day planned nothing)
+        if (slot_lifetime(old), old.flight_start, old.flight_end, old.targeting,
+                old.dayparts, old.goal, old.daily_budget_micros, old.pacing_mode) != (
+                slot_lifetime(c), c.flight_start, c.flight_end, c.targeting, c.dayparts,
+                c.goal, c.daily_budget_micros, c.pacing_mode) or (
                 old.status is not CampaignStatus.ACTIVE and c.status is CampaignStatus.ACTIVE):
             ps.edits += 1
             if ps.plan is not None and c.budget_period is BudgetPeriod.FLIGHT:
