@@ -31,3 +31,21 @@ def test_a_refund_reopens_a_completed_campaign_and_nothing_else(
     store.update_campaign(cid, {"status": CampaignStatus.PAUSED})
     mark_completed(store, cid, reopen=True)  # paused by its owner: stays paused
     assert store.get_campaign(cid).status is CampaignStatus.PAUSED
+
+
+def test_a_refund_reopens_a_paused_line_paused(store: SqlCampaignStore) -> None:
+    """A line its owner paused, completed by beacons still in flight, goes back to
+    ``paused`` when a refund reopens it, whatever was edited while it was completed.
+    Breaks if a reopen always sets ``active`` (tried: the paused line served and billed
+    again)."""
+    cid = _campaign(store)
+    store.update_campaign(cid, {"status": CampaignStatus.PAUSED})
+    mark_completed(store, cid)
+    assert store.get_campaign(cid).status is CampaignStatus.COMPLETED
+    store.update_campaign(cid, {"name": "renamed while completed"})
+    mark_completed(store, cid, reopen=True)
+    assert store.get_campaign(cid).status is CampaignStatus.PAUSED
+    store.update_campaign(cid, {"status": CampaignStatus.ACTIVE})  # resumed, completed again
+    mark_completed(store, cid)
+    mark_completed(store, cid, reopen=True)
+    assert store.get_campaign(cid).status is CampaignStatus.ACTIVE

@@ -51,6 +51,21 @@ def changes_after(conn: Connection, seq: int, limit: int) -> list[ChangeRecord]:
     return [_change_record(r) for r in rows]
 
 
+def status_before(conn: Connection, campaign_id: int, status: str) -> str | None:
+    """The status campaign ``campaign_id`` had before it last took ``status``: walking its
+    changes newest first, the first other one (None if it never had another). The log
+    keeps every version whole, so this is read from what was written, not guessed."""
+    payloads = conn.execute(
+        select(change_log.c.payload)
+        .where((change_log.c.entity == "campaign") & (change_log.c.entity_id == campaign_id))
+        .order_by(change_log.c.version.desc())).scalars()
+    for payload in payloads:
+        found = codec.from_payload("campaign", payload).status
+        if found != status:
+            return str(found)
+    return None
+
+
 def last_seq(conn: Connection) -> int:
     """The highest committed ``seq`` (0 for an empty log)."""
     return int(conn.execute(select(func.coalesce(func.max(change_log.c.seq), 0))).scalar_one())

@@ -59,7 +59,7 @@ from adfunnel.campaigns.model import (
     Priority,
     ReviewState,
 )
-from adfunnel.campaigns.sql_change_log import changes_after, last_seq
+from adfunnel.campaigns.sql_change_log import changes_after, last_seq, status_before
 from adfunnel.campaigns.sql_records import TABLES, SqlRecords
 from adfunnel.campaigns.store import MAX_CHANGES_PAGE, ChangeListener
 from adfunnel.campaigns.tables import (
@@ -359,6 +359,12 @@ class SqlCampaignStore:
         """The highest committed ``seq`` (0 for an empty log)."""
         with self._records.connect() as conn:
             return last_seq(conn)
+
+    def status_before(self, campaign_id: int, status: CampaignStatus) -> CampaignStatus | None:
+        """The status the campaign had before it last took ``status`` (its change log)."""
+        with self._records.connect() as conn:
+            found = status_before(conn, campaign_id, status.value)
+        return CampaignStatus(found) if found is not None else None
 
     def snapshot(self) -> tuple[list[Advertiser], list[Campaign], list[Ad], int]:
         """Every record plus the log position it includes.

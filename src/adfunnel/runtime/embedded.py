@@ -385,16 +385,21 @@ def mark_completed(store: SqlCampaignStore, campaign_id: int, attempts: int = 3,
                    reopen: bool = False) -> None:
     """Set an active or paused campaign's status to ``completed`` (its lifetime budget is
     spent); the change log carries it to every server, whose filter then rejects it.
-    With ``reopen``, set a ``completed`` one ``active`` again (tier 2 refunded a billed
-    event: its lifetime is not spent any more). A concurrent edit (version conflict) is
+    With ``reopen``, set a ``completed`` one back to what it was before (tier 2 refunded
+    a billed event: its lifetime is not spent any more): ``paused`` if its owner had
+    paused it (a line paused, then completed by beacons in flight, served again once
+    reopened ``active``), else ``active``. A concurrent edit (version conflict) is
     retried on the new version."""
     before = ((CampaignStatus.COMPLETED,) if reopen
               else (CampaignStatus.ACTIVE, CampaignStatus.PAUSED))
-    after = CampaignStatus.ACTIVE if reopen else CampaignStatus.COMPLETED
     for _ in range(attempts):
         c = store.get_campaign(campaign_id)
         if c.status not in before:
             return
+        after = CampaignStatus.COMPLETED
+        if reopen:
+            was = store.status_before(campaign_id, CampaignStatus.COMPLETED)
+            after = CampaignStatus.PAUSED if was is CampaignStatus.PAUSED else CampaignStatus.ACTIVE
         try:
             store.update_campaign(campaign_id, {"status": after}, c.version)
             return
