@@ -231,3 +231,19 @@ def test_a_flight_start_moved_after_an_edit_plans_its_first_day() -> None:
     run = sim.until(datetime(2026, 3, 5, 3, tzinfo=UTC))
     # four days of a flat-by-day forecast: the first gets about a quarter
     assert run.allot[date(2026, 3, 5)] >= 0.9 * (budget + BID) / 4
+
+
+@pytest.mark.slow
+def test_a_line_created_mid_flight_delivers_its_budget_over_the_rest() -> None:
+    """A line whose 6-day flight started four days before the budget service first sees
+    it (created mid-flight, or seen anew by a restarted service) plans from then, as an
+    edit does. Breaks when its first plan starts with the flight (tried: the four days
+    before were planned too, the line was behind from its first hour and, held to 1.5x
+    the plan's rate, billed about half its budget)."""
+    budget = 2 * 300 * BID
+    c = _flight(budget, START + timedelta(days=5))
+    sim = FlightSim(c, datetime(2026, 3, 6, tzinfo=UTC), per_hour=12.0)
+    run = sim.until(datetime(2026, 3, 8, 1, tzinfo=UTC))
+    assert 0.98 * budget <= run.total <= budget
+    for d in days(date(2026, 3, 6), 2):  # each remaining day near its share
+        assert run.billed[d] == pytest.approx(budget / 2, rel=0.15)

@@ -30,7 +30,8 @@ the rest of the day from the spend committed then
 budget, goal, end date, targeting or dayparts, and a resume after a pause, make a new
 flight plan from the spend at that moment (the rest rescaled; a paused day is made up
 over the remaining days); so do edits of its start, on whose first hour the plan's
-anchor counts.
+anchor counts. A flight's first plan in this service is made the same way, from the
+spend when the service first sees it (a line created mid-flight, a restart).
 
 Curves of campaigns with dayparts (any period) or ``frontloaded`` pacing on a day
 budget are made from their shape masked to the day's daypart hours (and, frontloaded,
@@ -310,10 +311,15 @@ class Periods:
             allot = spent_today + max(0, money - total)
             return allot if ceiling is None else min(allot, ceiling)
         hours = self._hours(slot, ps)
-        if ps.plan is None or ps.plan.budget != money:
-            ps.plan = (FlightPlan(hours, money, frontloaded=c.pacing_mode is
-                                  PacingMode.FRONTLOADED) if ps.plan is None
-                       else ps.plan.edited(now, total, budget=money, hours=hours))
+        if ps.plan is None:
+            # the first plan of this service starts now from the spend now, as an edit's
+            # does: from the flight's start, a line created mid-flight (or one seen
+            # anew by a restarted service after a pause) was behind from its first hour
+            # and, held to 1.5x the plan's rate, delivered ~75 % of a half-flight
+            ps.plan = FlightPlan(hours, money, frontloaded=c.pacing_mode is
+                                 PacingMode.FRONTLOADED).edited(now, total)
+        elif ps.plan.budget != money:
+            ps.plan = ps.plan.edited(now, total, budget=money, hours=hours)
         elif ps.plan.hours is not hours:
             ps.plan = FlightPlan(hours, ps.plan.budget, ps.plan.anchor, ps.plan.anchor_spent,
                                  ps.plan.frontloaded)
