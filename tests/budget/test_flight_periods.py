@@ -11,6 +11,9 @@ from datetime import UTC, date, datetime, timedelta
 import numpy as np
 import pytest
 
+from adfunnel.budget.client import BudgetClient
+from adfunnel.budget.feed import BilledFeeder
+from adfunnel.budget.service import BudgetService
 from adfunnel.campaigns.model import (
     BidType,
     BudgetPeriod,
@@ -24,7 +27,7 @@ from adfunnel.campaigns.model import (
     Priority,
 )
 
-from .flight_sim import FlightSim, days
+from .flight_sim import SHAPE, FlightSim, _Direct, days
 
 START = date(2026, 3, 2)
 BID = 100_000  # CPC: one charge
@@ -247,3 +250,42 @@ def test_a_line_created_mid_flight_delivers_its_budget_over_the_rest() -> None:
     assert 0.98 * budget <= run.total <= budget
     for d in days(date(2026, 3, 6), 2):  # each remaining day near its share
         assert run.billed[d] == pytest.approx(budget / 2, rel=0.15)
+
+
+@pytest.mark.slow
+def test_a_restarted_service_plans_a_resumed_flight_from_its_spend() -> None:
+    """Four days, the middle two paused, the budget service replaced at 06:00 of the last
+    (plans live in memory): the new service plans the rest from the billed spend it
+    reads, so the last day still makes up the pause, and its plan is not anchored on
+    the no spend it saw before reading the ledger. Breaks when a restarted service plans
+    from the flight's start (tried: 63 % of the budget, held to 1.5x the plan's rate),
+    or when the first plan is not made again once the spend is read (planned ~0 at
+    the restart: the line read as far ahead)."""
+    budget = 4 * 300 * BID
+    c = _flight(budget, START + timedelta(days=3))
+    sim = FlightSim(c, datetime(2026, 3, 2, tzinfo=UTC), per_hour=12.0)
+    paused = replace(c, status=CampaignStatus.PAUSED, version=2)
+    resumed = replace(c, version=3)
+    sim.hooks[datetime(2026, 3, 3, tzinfo=UTC).timestamp()] = lambda s: s.edit(paused)
+    sim.hooks[datetime(2026, 3, 5, tzinfo=UTC).timestamp()] = lambda s: s.edit(resumed)
+    restart_at = datetime(2026, 3, 5, 6, tzinfo=UTC)
+    seen: dict[str, object] = {}
+
+    def restart(s: FlightSim) -> None:
+        s.svc = BudgetService(s.clock, warmup_s=0.0, control_interval_s=s.step_s,
+                              default_shape=SHAPE)
+        s.client = BudgetClient("s2", s.clock, _Direct(s.svc))
+        s.feeder = BilledFeeder(s.ledger)
+        s.svc.upsert_campaign(s.c)
+        seen["spent"] = s.run.total
+
+    def look(s: FlightSim) -> None:
+        seen["view"] = s.svc.period_view(c.id, s.clock.now().timestamp())
+
+    sim.hooks[restart_at.timestamp()] = restart
+    sim.hooks[restart_at.timestamp() + 120] = look
+    run = sim.until(datetime(2026, 3, 6, 1, tzinfo=UTC))
+    assert 0.98 * budget <= run.total <= budget
+    view = seen["view"]
+    assert isinstance(view, dict)
+    assert view["planned_micros"] >= 0.9 * int(seen["spent"])  # type: ignore[operator]

@@ -86,6 +86,9 @@ class PeriodSlot:
     hours: FlightHours | None = None  # made from ``shape`` and the record ``version``
     version: int = -1
     curve_hours: FlightHours | None = None  # the hours the day's curve was last checked on
+    #: the plan was made before the flight's billed spend was read: made again from
+    #: the spend once it is (a plan anchored on no spend would call the line ahead)
+    provisional: bool = False
 
     @property
     def period(self) -> BudgetPeriod:
@@ -311,13 +314,14 @@ class Periods:
             allot = spent_today + max(0, money - total)
             return allot if ceiling is None else min(allot, ceiling)
         hours = self._hours(slot, ps)
-        if ps.plan is None:
+        if ps.plan is None or (ps.provisional and t.billed_read[row]):
             # the first plan of this service starts now from the spend now, as an edit's
             # does: from the flight's start, a line created mid-flight (or one seen
             # anew by a restarted service after a pause) was behind from its first hour
             # and, held to 1.5x the plan's rate, delivered ~75 % of a half-flight
             ps.plan = FlightPlan(hours, money, frontloaded=c.pacing_mode is
                                  PacingMode.FRONTLOADED).edited(now, total)
+            ps.provisional = not t.billed_read[row]
         elif ps.plan.budget != money:
             ps.plan = ps.plan.edited(now, total, budget=money, hours=hours)
         elif ps.plan.hours is not hours:
