@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -182,28 +181,3 @@ def test_settled_since_reads_the_day_index(tmp_path: Path) -> None:
     assert "ix_ledger_day_served" in plan and "SCAN ledger" not in plan, plan
     engine.dispose()
 
-
-@pytest.mark.parametrize(
-    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_a_beacon_impression_after_its_loss_notice_bills_nothing_on_sql(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """The after-loss rule through the SQL ledger: the beacon's impression is held for
-    good (stored, never billed, again nothing when redelivered), a billing notice's
-    impression after the same kind of loss bills. Breaks if the held impression cannot
-    be stored or reloaded (the redelivered one would bill)."""
-    url = (f"sqlite:///{tmp_path / 'ledger.db'}" if backend == "sqlite"
-           else request.getfixturevalue("pg_schema_url"))
-    engine = make_engine(url)
-    metadata.create_all(engine, tables=TABLES)
-    for ledger_ in (SqlLedger(engine), MemoryLedger()):
-        for imp in ("lost", "billed"):
-            ledger_.record(replace(event(imp, EventType.LOSS, 0), expected_micros=1_800),
-                           1_000_000)
-        beacon = replace(event("lost"), expected_micros=1_800)
-        assert ledger_.record(beacon, 1_000_000).outcome is Outcome.NOT_BILLABLE
-        assert ledger_.record(beacon, 1_000_000).outcome is Outcome.NOT_BILLABLE
-        bill = replace(event("billed"), expected_micros=1_800, billing_notice=True)
-        assert ledger_.record(bill, 1_000_000).outcome is Outcome.BILLED
-        assert ledger_.billed_on(DAY) == {1: 1_000}
-        assert ledger_.counters()["impressions_after_loss"] == 1
-    engine.dispose()

@@ -22,13 +22,16 @@ EXPECTED = 1_800
 
 
 def row(imp: str, event_type: EventType, *, charge: int = 0, expected: int = EXPECTED,
-        notice: int | None = None, reason: int | None = None) -> LedgerEvent:
-    """A CPM bid's row: the impression charges its clearing price per mille."""
+        notice: int | None = None, reason: int | None = None,
+        beacon: bool = False) -> LedgerEvent:
+    """A CPM bid's row: the impression (its billing notice, unless ``beacon``) charges
+    its clearing price per mille."""
     return LedgerEvent(impression_id=imp, event_type=event_type, campaign_id=1, ad_id=10,
                        placement="rtb", billing_type="CPM", charge_micros=charge,
                        occurred_at=NOON + timedelta(minutes=1), day=DAY,
                        charge_per_mille=True, served_at=NOON, expected_micros=expected,
-                       notice_micros=notice, loss_reason=reason)
+                       notice_micros=notice, loss_reason=reason,
+                       billing_notice=event_type is EventType.IMPRESSION and not beacon)
 
 
 def stored_notice(backend: LedgerBackend, ledger: object, imp: str,
@@ -78,6 +81,27 @@ def test_an_impression_billed_after_its_loss_settles_nothing_again(
     recorded = ledger.record(row("c", EventType.IMPRESSION, charge=2_000_000), BIG)
     assert recorded == Recorded(Outcome.BILLED, 2_000, 0)
     assert ledger.settled_since(DAY, NOON) == {1: EXPECTED}
+
+
+def test_a_beacon_impression_after_its_loss_bills_nothing(
+        ledger_backend: LedgerBackend) -> None:
+    """``exchange_beacon``: the markup's ``/i`` after the exchange's loss notice bills
+    nothing, ever (held for good, again nothing when redelivered, alone or in a batch
+    with its loss), while the exchange's billing notice after a loss bills. Breaks if the
+    planner bills an impression whose loss row is there (memory, SQLite, PostgreSQL:
+    the held impression must be stored and read back)."""
+    ledger = ledger_backend.open()
+    ledger.record(row("l", EventType.LOSS), BIG)
+    beacon = row("l", EventType.IMPRESSION, charge=2_000_000, beacon=True)
+    assert ledger.record(beacon, BIG).outcome is Outcome.NOT_BILLABLE
+    assert ledger.record(beacon, BIG).outcome is Outcome.NOT_BILLABLE
+    plan = ledger.record_many([
+        LedgerWrite(row("m", EventType.LOSS), BIG),
+        LedgerWrite(row("m", EventType.IMPRESSION, charge=2_000_000, beacon=True), BIG)])
+    assert [r.outcome for r in plan.recorded] == [Outcome.MEASURED, Outcome.NOT_BILLABLE]
+    assert ledger.billed_on(DAY) == {}
+    assert ledger.settled_since(DAY, NOON) == {1: 2 * EXPECTED}
+    assert ledger.counters()["impressions_after_loss"] == 2
 
 
 def test_in_one_batch_the_bid_is_settled_once_too(ledger_backend: LedgerBackend) -> None:

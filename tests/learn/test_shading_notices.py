@@ -27,7 +27,8 @@ def _notice(imp: str, kind: EventType, micros: int | None) -> LedgerEvent:
     return LedgerEvent(impression_id=imp, event_type=kind, campaign_id=1, ad_id=1,
                        placement="feed", billing_type="CPM", charge_micros=0,
                        occurred_at=NINE + timedelta(minutes=1), day=date(2026, 7, 15),
-                       served_at=NINE, expected_micros=0, notice_micros=micros)
+                       served_at=NINE, expected_micros=0, notice_micros=micros,
+                       billing_notice=kind is EventType.IMPRESSION)  # the exchange's bill
 
 
 def _ledger(tmp_path: Path) -> str:
