@@ -171,27 +171,14 @@ class ClientReports:
 
     def _before_cut(self, campaign_id: int, version: int) -> bool:
         """True when the service sent this under a campaign version older than a budget
-        cut applied here (-1, unknown: taken as before such versions were sent); a
-        later version clears the cut. Called under the lock."""
-        cut = self._cut_version.get(campaign_id)
-        if cut is None or version < 0:
-            return False
-        if version < cut:
-            return True
-        del self._cut_version[campaign_id]
-        return False
+        cut applied here (:func:`_before_mark`). Called under the lock."""
+        return _before_mark(self._cut_version, campaign_id, version)
 
     def _before_terms(self, campaign_id: int, version: int) -> bool:
         """True when the service sent this under a campaign version older than new bid
-        strategy terms applied here (its λ is of the old terms); -1 (unknown) and a
-        later version are taken, the later one clearing the mark. Under the lock."""
-        mark = self._terms_version.get(campaign_id)
-        if mark is None or version < 0:
-            return False
-        if version < mark:
-            return True
-        del self._terms_version[campaign_id]
-        return False
+        strategy terms applied here (its λ is of the old terms; :func:`_before_mark`).
+        Under the lock."""
+        return _before_mark(self._terms_version, campaign_id, version)
 
     def _day_of(self, iso: str) -> date | None:
         """``date.fromisoformat`` with a small cache (a reply names few distinct days)."""
@@ -283,3 +270,16 @@ def _merge(entries: list[ReportEntry]) -> ReportEntry:
     return ReportEntry(entries[-1].seq, entries[-1].period_end, spend, closed,
                        resent=all(e.resent for e in entries))
 
+
+def _before_mark(marks: dict[int, int], campaign_id: int, version: int) -> bool:
+    """True when ``version`` (the campaign version a reply was made under) is older than
+    the version marked for the campaign in ``marks``; -1 (unknown: a service from before
+    versions were sent) and a version at or past the mark are taken, the latter clearing
+    the mark."""
+    mark = marks.get(campaign_id)
+    if mark is None or version < 0:
+        return False
+    if version < mark:
+        return True
+    del marks[campaign_id]
+    return False
